@@ -1,0 +1,57 @@
+/* The encoder: token ids in, pooled (optionally L2-normalised) embeddings
+ * out. One interface, two backends: the CPU reference (fp32, OpenBLAS) and
+ * CUDA (kernels/). Callers never see which backend runs.
+ *
+ * Ownership: the encoder borrows the model (free the encoder first). An
+ * encoder is not thread-safe: one caller at a time. It keeps its buffers
+ * between calls and grows them only when a larger batch arrives. */
+#ifndef QAC_ENCODER_H
+#define QAC_ENCODER_H
+
+#include "qac_model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum qac_precision {
+    QAC_PREC_FP32 = 0,
+    QAC_PREC_FP16 = 1,
+    QAC_PREC_BF16 = 2
+} qac_precision;
+
+typedef struct qac_encoder_opts {
+    qac_device device;       /* AUTO picks CUDA when a GPU is usable */
+    int threads;             /* CPU threads; 0 = all cores */
+    int max_batch;           /* sequences per forward pass; 0 = backend default */
+    qac_precision precision; /* CUDA only; the CPU backend is always fp32 */
+} qac_encoder_opts;
+
+/* Defaults: AUTO, all cores, backend batch, bf16 on CUDA. */
+qac_encoder_opts qac_encoder_default_opts(void);
+
+typedef struct qac_encoder qac_encoder;
+
+qac_status qac_encoder_create(qac_encoder **out, const qac_model *m, const qac_encoder_opts *o);
+void qac_encoder_free(qac_encoder *e);
+
+int qac_encoder_dim(const qac_encoder *e);
+qac_device qac_encoder_device(const qac_encoder *e);
+const qac_model *qac_encoder_model(const qac_encoder *e);
+
+/* Encode n tokenized sequences (each already [CLS] ... [SEP], lens[i] >= 1,
+ * lens[i] <= model max_position). Sequences are sorted by length internally,
+ * split into batches and padded to each batch's longest. out is [n, dim],
+ * row i for sequence i. */
+qac_status qac_encoder_encode_ids(qac_encoder *e, const int32_t *const *ids, const int *lens, int n,
+                                  float *out);
+
+/* Tokenize then encode. lens may be NULL (NUL-terminated texts). max_len
+ * counts the special tokens and is clamped to the model's max_seq_len. */
+qac_status qac_encoder_encode_texts(qac_encoder *e, const char *const *texts, const size_t *lens,
+                                    int n, int max_len, float *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

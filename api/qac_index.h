@@ -1,0 +1,60 @@
+/* Dense indexes: `qac index build` output and search over it.
+ *
+ * An index directory holds embedding shards, a docid table, a manifest
+ * (model identity, dim, pooling, count, dtype, checksums) and a FAISS index
+ * file in FAISS's own format (faiss.read_index opens it).
+ *
+ * Ownership: qac_index_open returns a handle freed with qac_index_free.
+ * Searching is safe from several threads at once; strings returned are
+ * borrowed and live as long as the index. */
+#ifndef QAC_INDEX_H
+#define QAC_INDEX_H
+
+#include "qac_encoder.h"
+#include "qac_util.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct qac_index_build_opts {
+    const char *factory;   /* FAISS factory string; NULL = "Flat" */
+    int batch;             /* sequences per encoder call */
+    int max_len;           /* passage max length in tokens, specials included */
+    int shard_size;        /* passages per embedding shard (resume granularity) */
+    qac_progress_fn progress;
+    void *progress_user;
+} qac_index_build_opts;
+
+qac_index_build_opts qac_index_default_build_opts(void);
+
+/* Encode a corpus into out_dir and build the FAISS index. Resumable: run it
+ * again after a crash and it continues from the last complete shard. */
+qac_status qac_index_build(const char *out_dir, qac_encoder *enc, const char *corpus_path,
+                           const qac_index_build_opts *o);
+
+typedef struct qac_index qac_index;
+
+/* device: CUDA uses GPU flat search when available (AUTO: if usable). */
+qac_status qac_index_open(qac_index **out, const char *dir, qac_device device);
+void qac_index_free(qac_index *ix);
+
+int64_t qac_index_count(const qac_index *ix);
+int qac_index_dim(const qac_index *ix);
+const char *qac_index_factory(const qac_index *ix);
+/* The model fingerprint the index was built with (see qac_model.fingerprint). */
+const char *qac_index_model_fingerprint(const qac_index *ix);
+const char *qac_index_docid(const qac_index *ix, int64_t row);
+/* Passage text of a row, read from the corpus file recorded in the manifest.
+ * Writes a malloc'd NUL-terminated copy into *text (caller frees). */
+qac_status qac_index_text(const qac_index *ix, int64_t row, char **text);
+
+/* Top-k by inner product for nq query vectors [nq, dim]. scores and rows
+ * are [nq, k], best first; rows are -1 where fewer than k exist. */
+qac_status qac_index_search(const qac_index *ix, const float *queries, int nq, int k, float *scores,
+                            int64_t *rows);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

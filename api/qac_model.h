@@ -1,0 +1,101 @@
+/* BERT checkpoints: Hugging Face directories (config.json, model.safetensors,
+ * vocab.txt, optional sentence-transformers modules.json / 1_Pooling /
+ * Normalize) loaded into one flat fp32 parameter allocation with named views.
+ *
+ * Ownership: qac_model_load returns a model the caller frees with
+ * qac_model_free (NULL accepted). The model owns its parameters and its
+ * tokenizer; encoders borrow the model and must be freed before it. */
+#ifndef QAC_MODEL_H
+#define QAC_MODEL_H
+
+#include "qac_common.h"
+#include "qac_tokenizer.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct qac_bert_config {
+    int vocab_size;
+    int hidden_size;       /* C */
+    int num_layers;        /* L */
+    int num_heads;         /* NH; C % NH == 0 */
+    int intermediate_size; /* I */
+    int max_position;      /* P: max_position_embeddings */
+    int type_vocab_size;   /* Tt */
+    int pad_token_id;
+    float layer_norm_eps;
+} qac_bert_config;
+
+typedef enum qac_pooling { QAC_POOL_CLS = 0, QAC_POOL_MEAN = 1 } qac_pooling;
+
+/* Views into one contiguous float array, in this order. Matrices use the
+ * PyTorch nn.Linear layout [out, in], so y = x W^T + b. Per-layer tensors
+ * are stacked along a leading L axis. The Q, K and V projections are fused:
+ * rows [0,C) of qkv_w are Q, [C,2C) K, [2C,3C) V. */
+typedef struct qac_bert_params {
+    float *word_emb;   /* [V, C] */
+    float *pos_emb;    /* [P, C] */
+    float *type_emb;   /* [Tt, C] */
+    float *emb_ln_w;   /* [C] */
+    float *emb_ln_b;   /* [C] */
+    float *qkv_w;      /* [L, 3C, C] */
+    float *qkv_b;      /* [L, 3C] */
+    float *attn_out_w; /* [L, C, C] */
+    float *attn_out_b; /* [L, C] */
+    float *ln1_w;      /* [L, C]  attention.output.LayerNorm */
+    float *ln1_b;      /* [L, C] */
+    float *ffn_in_w;   /* [L, I, C] intermediate.dense */
+    float *ffn_in_b;   /* [L, I] */
+    float *ffn_out_w;  /* [L, C, I] output.dense */
+    float *ffn_out_b;  /* [L, C] */
+    float *ln2_w;      /* [L, C]  output.LayerNorm */
+    float *ln2_b;      /* [L, C] */
+    float *pooler_w;   /* [C, C]  kept only so saved checkpoints round-trip */
+    float *pooler_b;   /* [C] */
+} qac_bert_params;
+
+#define QAC_BERT_NUM_TENSORS 19
+
+/* Number of floats in the flat parameter array for this config. */
+size_t qac_bert_param_count(const qac_bert_config *c);
+/* Point every view of p into base (which holds qac_bert_param_count floats). */
+void qac_bert_params_bind(qac_bert_params *p, const qac_bert_config *c, float *base);
+/* Per-view size in floats and name, in declaration order (i < QAC_BERT_NUM_TENSORS). */
+size_t qac_bert_tensor_size(const qac_bert_config *c, int i);
+const char *qac_bert_tensor_name(int i);
+
+typedef struct qac_model {
+    qac_bert_config cfg;
+    qac_pooling pooling;
+    int normalize;            /* L2-normalise pooled vectors */
+    int max_seq_len;          /* sentence_bert_config max_seq_length, else max_position */
+    float *param_mem;         /* one allocation of n_params floats */
+    size_t n_params;
+    qac_bert_params p;        /* views into param_mem */
+    qac_tokenizer *tok;
+    char *dir;                /* directory it was loaded from */
+    char name[128];           /* short name: _name_or_path or the directory name */
+    char fingerprint[17];     /* 16 hex digits: hash of config and weights */
+} qac_model;
+
+/* Load an HF BERT directory. Errors name the file and what is wrong:
+ * missing files, unsupported config values, missing or mis-shaped tensors,
+ * truncated or corrupt safetensors, a pytorch_model.bin-only directory. */
+qac_status qac_model_load(qac_model **out, const char *dir);
+void qac_model_free(qac_model *m);
+
+/* Build a model in memory from a config with zeroed parameters (tests,
+ * trainer initialisation). The tokenizer is loaded from tok_dir if not NULL. */
+qac_status qac_model_create(qac_model **out, const qac_bert_config *cfg, const char *tok_dir);
+
+/* Write an HF-loadable directory: config.json, model.safetensors (F32, HF
+ * tensor names without the "bert." prefix), the tokenizer files copied from
+ * the source directory, and modules.json / 1_Pooling / 2_Normalize.
+ * Crash-safe: every file is written to a temporary name and renamed. */
+qac_status qac_model_save(const qac_model *m, const char *dir);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

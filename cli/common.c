@@ -1,0 +1,29 @@
+#include <stdio.h>
+
+#include "cli.h"
+
+int qac_cli_parse(qac_opts *o, const char *cmd, const char *synopsis, const qac_opt *table, int n,
+                  int argc, char **argv) {
+    if (qac_opts_parse(o, table, n, argc, argv) != QAC_OK) {
+        fprintf(stderr, "qac %s: %s\n(see 'qac %s --help')\n", cmd, qac_last_error(), cmd);
+        qac_opts_free(o);
+        return 2;
+    }
+    if (o->help) {
+        qac_opts_usage(stdout, cmd, synopsis, table, n);
+        qac_opts_free(o);
+        return -1;
+    }
+    return 0;
+}
+
+int qac_cli_fail(const char *cmd) {
+    fprintf(stderr, "qac %s: %s\n", cmd, qac_last_error());
+    return 1;
+}
+
+const char *qac_cli_model_dir(const qac_opts *o, char *buf, size_t cap) {
+    const char *m = qac_opts_str(o, "model");
+    if (m) return m;
+    return qac_default_model_dir(buf, cap) == QAC_OK ? buf : NULL;
+}

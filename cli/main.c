@@ -1,0 +1,49 @@
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+
+typedef struct command {
+    const char *name;
+    int (*run)(int argc, char **argv);
+    const char *summary;
+} command;
+
+static const command commands[] = {
+    {"info", qac_cmd_info, "describe a model directory: config, parameters, pooling, tokenizer"},
+    {"tokenize", qac_cmd_tokenize, "print token ids for texts"},
+    {"encode", qac_cmd_encode, "embed a TSV/JSONL file into a matrix (.qmat or .npy)"},
+    {"index", qac_cmd_index, "build (resumably) a FAISS index over a corpus"},
+    {"search", qac_cmd_search, "search a queries file against an index, write a TREC run"},
+    {"bm25", qac_cmd_bm25, "build or search a BM25 inverted index"},
+    {"eval", qac_cmd_eval, "score a TREC run against qrels, trec_eval-compatible"},
+    {"serve", qac_cmd_serve, "run the HTTP search service"},
+};
+#define N_COMMANDS (int)(sizeof commands / sizeof commands[0])
+
+static void usage(FILE *f) {
+    fprintf(f, "qac %s: dense passage retrieval\n\nusage: qac <command> [options]   (qac <command> --help)\n\n",
+            QAC_VERSION_STRING);
+    for (int i = 0; i < N_COMMANDS; i++) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
+        printf("qac %s (cuda: %s)\n", QAC_VERSION_STRING, qac_cuda_available() ? "yes" : "no");
+        return 0;
+    }
+    for (int i = 0; i < N_COMMANDS; i++)
+        if (!strcmp(cmd, commands[i].name)) return commands[i].run(argc - 2, argv + 2);
+    fprintf(stderr, "qac: unknown command '%s'\n\n", cmd);
+    usage(stderr);
+    return 2;
+}

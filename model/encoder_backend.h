@@ -1,0 +1,24 @@
+/* Internal: what an encoder backend implements. model/encoder.c owns
+ * tokenisation, length sorting, batching and output ordering; a backend only
+ * runs one padded batch. Backends: CPU (model/bert_cpu.c) and CUDA
+ * (kernels/, compiled when nvcc is present). */
+#ifndef QAC_ENCODER_BACKEND_H
+#define QAC_ENCODER_BACKEND_H
+
+#include "qac_encoder.h"
+
+typedef struct qac_encoder_backend {
+    void *impl;
+    /* ids: [B, T] row-major, padded with pad_token_id past lens[b];
+     * lens: [B], 1 <= lens[b] <= T; out: [B, C] pooled (and normalised when
+     * the model says so) fp32 embeddings. Token type ids are all 0. */
+    qac_status (*forward)(void *impl, const int32_t *ids, const int *lens, int B, int T, float *out);
+    void (*free)(void *impl);
+    int max_batch; /* largest B the backend wants per call */
+} qac_encoder_backend;
+
+qac_status qac_cpu_backend_create(qac_encoder_backend *be, const qac_model *m, const qac_encoder_opts *o);
+/* Returns QAC_ERR_UNSUPPORTED when built without CUDA or no GPU is usable. */
+qac_status qac_cuda_backend_create(qac_encoder_backend *be, const qac_model *m, const qac_encoder_opts *o);
+
+#endif

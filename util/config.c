@@ -1,0 +1,260 @@
+#include "qac_config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int find_opt(const qac_opt *t, int n, const char *name, size_t len) {
+    for (int i = 0; i < n; i++)
+        if (strlen(t[i].name) == len && strncmp(t[i].name, name, len) == 0) return i;
+    return -1;
+}
+
+static int parse_bool(const char *v, int *out) {
+    static const char *yes[] = {"1", "true", "yes", "on"}, *no[] = {"0", "false", "no", "off"};
+    for (int i = 0; i < 4; i++) {
+        if (strcasecmp(v, yes[i]) == 0) { *out = 1; return 1; }
+        if (strcasecmp(v, no[i]) == 0) { *out = 0; return 1; }
+    }
+    return 0;
+}
+
+static int choice_ok(const char *choices, const char *v) {
+    size_t vl = strlen(v);
+    for (const char *p = choices; *p;) {
+        const char *bar = strchr(p, '|');
+        size_t l = bar ? (size_t)(bar - p) : strlen(p);
+        if (l == vl && strncmp(p, v, l) == 0) return 1;
+        if (!bar) break;
+        p = bar + 1;
+    }
+    return 0;
+}
+
+static const char *source_name(qac_opt_source s) {
+    switch (s) {
+    case QAC_SRC_FLAG: return "flag --";
+    case QAC_SRC_ENV: return "environment for --";
+    case QAC_SRC_FILE: return "config file key ";
+    default: return "default of --";
+    }
+}
+
+static qac_status validate(const qac_opt *d, const char *v, qac_opt_source src) {
+    const char *where = source_name(src);
+    char *end = NULL;
+    switch (d->type) {
+    case QAC_OPT_INT: {
+        errno = 0;
+        long long x = strtoll(v, &end, 10);
+        if (errno || end == v || *end)
+            return qac_set_error(QAC_ERR_INVALID, "%s%s: '%s' is not an integer", where, d->name, v);
+        if (d->min <= d->max && ((double)x < d->min || (double)x > d->max))
+            return qac_set_error(QAC_ERR_INVALID, "%s%s: %lld is outside %.15g..%.15g", where,
+                                 d->name, x, d->min, d->max);
+        break;
+    }
+    case QAC_OPT_FLOAT: {
+        errno = 0;
+        double x = strtod(v, &end);
+        if (errno || end == v || *end || !isfinite(x))
+            return qac_set_error(QAC_ERR_INVALID, "%s%s: '%s' is not a number", where, d->name, v);
+        if (d->min <= d->max && (x < d->min || x > d->max))
+            return qac_set_error(QAC_ERR_INVALID, "%s%s: %g is outside %g..%g", where, d->name, x,
+                                 d->min, d->max);
+        break;
+    }
+    case QAC_OPT_BOOL: {
+        int b;
+        if (!parse_bool(v, &b))
+            return qac_set_error(QAC_ERR_INVALID, "%s%s: '%s' is not a boolean", where, d->name, v);
+        break;
+    }
+    case QAC_OPT_ENUM:
+        if (!choice_ok(d->choices, v))
+            return qac_set_error(QAC_ERR_INVALID, "%s%s: '%s' is not one of %s", where, d->name, v,
+                                 d->choices);
+        break;
+    case QAC_OPT_STR:
+    case QAC_OPT_LIST:
+        break;
+    }
+    return QAC_OK;
+}
+
+qac_status qac_opts_set(qac_opts *o, const char *name, const char *value, qac_opt_source src) {
+    int i = find_opt(o->table, o->n, name, strlen(name));
+    if (i < 0) return qac_set_error(QAC_ERR_INVALID, "unknown option '%s'", name);
+    const qac_opt *d = &o->table[i];
+    qac_status st = validate(d, value, src);
+    if (st) return st;
+    /* a higher-precedence source already set it: keep that one */
+    if (o->source[i] > src) return QAC_OK;
+    char *nv;
+    if (d->type == QAC_OPT_LIST && o->values[i] && o->source[i] == src) {
+        size_t a = strlen(o->values[i]), b = strlen(value);
+        nv = malloc(a + b + 2);
+        if (!nv) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+        memcpy(nv, o->values[i], a);
+        nv[a] = ',';
+        memcpy(nv + a + 1, value, b + 1);
+    } else {
+        nv = strdup(value);
+        if (!nv) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    }
+    free(o->values[i]);
+    o->values[i] = nv;
+    o->source[i] = src;
+    return QAC_OK;
+}
+
+static char *trim(char *s) {
+    while (isspace((unsigned char)*s)) s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1])) *--e = '\0';
+    return s;
+}
+
+static qac_status load_file(qac_opts *o, const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return qac_set_error(QAC_ERR_IO, "config file %s: %s", path, strerror(errno));
+    char line[4096];
+    int lineno = 0;
+    qac_status st = QAC_OK;
+    while (fgets(line, sizeof line, f)) {
+        lineno++;
+        char *hash = strchr(line, '#');
+        if (hash) *hash = '\0';
+        char *s = trim(line);
+        if (!*s) continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            st = qac_set_error(QAC_ERR_FORMAT, "%s:%d: expected 'name = value'", path, lineno);
+            break;
+        }
+        *eq = '\0';
+        char *k = trim(s), *v = trim(eq + 1);
+        if (find_opt(o->table, o->n, k, strlen(k)) < 0) {
+            st = qac_set_error(QAC_ERR_INVALID, "%s:%d: unknown option '%s'", path, lineno, k);
+            break;
+        }
+        if ((st = qac_opts_set(o, k, v, QAC_SRC_FILE))) {
+            qac_wrap_error(st, "%s:%d", path, lineno);
+            break;
+        }
+    }
+    fclose(f);
+    return st;
+}
+
+qac_status qac_opts_parse(qac_opts *o, const qac_opt *table, int n, int argc, char **argv) {
+    memset(o, 0, sizeof *o);
+    o->table = table;
+    o->n = n;
+    o->values = calloc((size_t)n + 1, sizeof *o->values);
+    o->source = calloc((size_t)n + 1, sizeof *o->source);
+    o->positional = calloc((size_t)argc + 1, sizeof *o->positional);
+    if (!o->values || !o->source || !o->positional)
+        return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    qac_status st;
+    const char *config_path = NULL;
+    int only_positional = 0;
+    for (int a = 0; a < argc; a++) {
+        char *arg = argv[a];
+        if (only_positional || arg[0] != '-' || arg[1] == '\0') {
+            o->positional[o->n_positional++] = arg;
+            continue;
+        }
+        if (strcmp(arg, "--") == 0) { only_positional = 1; continue; }
+        if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) { o->help = 1; continue; }
+        const char *name = arg + (arg[1] == '-' ? 2 : 1);
+        const char *eq = strchr(name, '=');
+        size_t len = eq ? (size_t)(eq - name) : strlen(name);
+        if (len == 6 && strncmp(name, "config", 6) == 0) {
+            if (eq) config_path = eq + 1;
+            else if (a + 1 < argc) config_path = argv[++a];
+            else return qac_set_error(QAC_ERR_INVALID, "--config needs a file");
+            continue;
+        }
+        int i = find_opt(table, n, name, len);
+        if (i < 0) return qac_set_error(QAC_ERR_INVALID, "unknown option '%.*s'", (int)len + 2, arg);
+        const char *val;
+        if (eq) val = eq + 1;
+        else if (table[i].type == QAC_OPT_BOOL) {
+            int b;
+            if (a + 1 < argc && parse_bool(argv[a + 1], &b)) val = argv[++a];
+            else val = "true";
+        } else if (a + 1 < argc) val = argv[++a];
+        else return qac_set_error(QAC_ERR_INVALID, "option --%s needs a value", table[i].name);
+        if ((st = qac_opts_set(o, table[i].name, val, QAC_SRC_FLAG))) return st;
+    }
+    for (int i = 0; i < n; i++) {
+        const char *ev = table[i].env ? getenv(table[i].env) : NULL;
+        if (ev && *ev) {
+            if ((st = qac_opts_set(o, table[i].name, ev, QAC_SRC_ENV)))
+                return qac_wrap_error(st, "%s", table[i].env);
+        }
+    }
+    if (config_path && (st = load_file(o, config_path))) return st;
+    for (int i = 0; i < n; i++) {
+        if (!o->values[i] && table[i].def && (st = qac_opts_set(o, table[i].name, table[i].def, QAC_SRC_DEFAULT)))
+            return qac_wrap_error(QAC_ERR_INTERNAL, "bad default for --%s", table[i].name);
+        if (!o->help && table[i].required && !o->values[i])
+            return qac_set_error(QAC_ERR_INVALID, "missing required option --%s", table[i].name);
+    }
+    return QAC_OK;
+}
+
+void qac_opts_free(qac_opts *o) {
+    if (!o) return;
+    if (o->values)
+        for (int i = 0; i < o->n; i++) free(o->values[i]);
+    free(o->values);
+    free(o->source);
+    free(o->positional);
+    memset(o, 0, sizeof *o);
+}
+
+static const char *get(const qac_opts *o, const char *name) {
+    int i = find_opt(o->table, o->n, name, strlen(name));
+    return i < 0 ? NULL : o->values[i];
+}
+
+const char *qac_opts_str(const qac_opts *o, const char *name) { return get(o, name); }
+int qac_opts_isset(const qac_opts *o, const char *name) { return get(o, name) != NULL; }
+
+long long qac_opts_int(const qac_opts *o, const char *name) {
+    const char *v = get(o, name);
+    return v ? strtoll(v, NULL, 10) : 0;
+}
+
+double qac_opts_float(const qac_opts *o, const char *name) {
+    const char *v = get(o, name);
+    return v ? strtod(v, NULL) : 0.0;
+}
+
+int qac_opts_bool(const qac_opts *o, const char *name) {
+    const char *v = get(o, name);
+    int b = 0;
+    return v && parse_bool(v, &b) ? b : 0;
+}
+
+void qac_opts_usage(FILE *f, const char *cmd, const char *synopsis, const qac_opt *t, int n) {
+    static const char *type_names[] = {"INT", "NUM", "STR", "", "", "STR"};
+    fprintf(f, "usage: qac %s %s\n\noptions:\n", cmd, synopsis ? synopsis : "[options]");
+    for (int i = 0; i < n; i++) {
+        char left[96];
+        const char *ty = t[i].type == QAC_OPT_ENUM ? t[i].choices : type_names[t[i].type];
+        snprintf(left, sizeof left, "  --%s%s%s", t[i].name, *ty ? " " : "", ty);
+        fprintf(f, "%-34s %s", left, t[i].help ? t[i].help : "");
+        if (t[i].required) fprintf(f, " (required)");
+        if (t[i].def) fprintf(f, " [default: %s]", t[i].def);
+        if ((t[i].type == QAC_OPT_INT || t[i].type == QAC_OPT_FLOAT) && t[i].min <= t[i].max)
+            fprintf(f, " [%g..%g]", t[i].min, t[i].max);
+        if (t[i].env) fprintf(f, " [env: %s]", t[i].env);
+        fputc('\n', f);
+    }
+    fprintf(f, "  %-32s %s\n", "--config FILE", "read 'name = value' lines (flags and env win)");
+}

@@ -1,0 +1,50 @@
+/* Small shared utilities: progress reporting, crash-safe file writes, timing. */
+#ifndef QAC_UTIL_H
+#define QAC_UTIL_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "qac_common.h"
+
+/* ---- progress ----
+ * Long-running library functions take an optional progress callback; the
+ * library itself never prints. `total` is 0 when unknown. */
+typedef void (*qac_progress_fn)(void *user, const char *phase, uint64_t done, uint64_t total);
+
+/* A ready-made callback for main(): prints a throttled (at most ~2/s) status
+ * line to stderr with phase, done/total, items/s and ETA, and a final line
+ * when done == total. `user` must point to a qac_progress_state. */
+typedef struct qac_progress_state {
+    const char *unit;      /* "passages", "queries", ... */
+    double start, last_print;
+    char phase[64];
+    uint64_t phase_start_done;
+    int is_tty, quiet;
+} qac_progress_state;
+void qac_progress_init(qac_progress_state *s, const char *unit);
+void qac_progress_stderr(void *user, const char *phase, uint64_t done, uint64_t total);
+
+/* ---- time ---- */
+double qac_now(void); /* monotonic seconds */
+
+/* ---- crash-safe writes ----
+ * Writes go to "<path>.tmp.<pid>"; commit flushes, fsyncs, renames over
+ * <path> and fsyncs the directory, so a crash leaves either the old file or
+ * the complete new one. abort removes the temporary file. */
+typedef struct qac_atomic_file {
+    FILE *f;
+    char *path, *tmp_path;
+} qac_atomic_file;
+qac_status qac_atomic_open(qac_atomic_file *af, const char *path);
+qac_status qac_atomic_commit(qac_atomic_file *af);
+void qac_atomic_abort(qac_atomic_file *af);
+
+/* Read a whole file into a NUL-terminated malloc'd buffer. */
+qac_status qac_read_file(const char *path, char **data, size_t *len);
+/* mkdir -p */
+qac_status qac_mkdirs(const char *path);
+/* Join a directory and a file name into buf; error if it does not fit. */
+qac_status qac_path_join(char *buf, size_t cap, const char *dir, const char *name);
+
+#endif

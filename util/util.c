@@ -1,0 +1,191 @@
+
+#include "qac_util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+double qac_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void qac_progress_init(qac_progress_state *s, const char *unit) {
+    memset(s, 0, sizeof *s);
+    s->unit = unit ? unit : "items";
+    s->start = s->last_print = qac_now();
+    s->is_tty = isatty(2);
+    const char *q = getenv("QAC_QUIET");
+    s->quiet = q && *q && strcmp(q, "0") != 0;
+}
+
+static void fmt_secs(char *buf, size_t cap, double s) {
+    if (s < 0 || s > 1e8) { snprintf(buf, cap, "?"); return; }
+    long t = (long)(s + 0.5);
+    if (t >= 3600) snprintf(buf, cap, "%ldh%02ldm", t / 3600, (t / 60) % 60);
+    else if (t >= 60) snprintf(buf, cap, "%ldm%02lds", t / 60, t % 60);
+    else snprintf(buf, cap, "%lds", t);
+}
+
+void qac_progress_stderr(void *user, const char *phase, uint64_t done, uint64_t total) {
+    qac_progress_state *s = user;
+    if (s->quiet) return;
+    double now = qac_now();
+    if (strncmp(s->phase, phase, sizeof s->phase - 1) != 0) {
+        if (s->phase[0] && s->is_tty) fputc('\n', stderr);
+        snprintf(s->phase, sizeof s->phase, "%s", phase);
+        s->start = now;
+        s->phase_start_done = done;
+        s->last_print = 0;
+    }
+    int final = total && done >= total;
+    if (!final && now - s->last_print < (s->is_tty ? 0.5 : 5.0)) return;
+    s->last_print = now;
+    double el = now - s->start;
+    double rate = el > 0 ? (double)(done - s->phase_start_done) / el : 0;
+    char eta[32] = "", elapsed[32];
+    fmt_secs(elapsed, sizeof elapsed, el);
+    if (total && rate > 0) {
+        char e[24];
+        fmt_secs(e, sizeof e, (double)(total - done) / rate);
+        snprintf(eta, sizeof eta, " ETA %s", e);
+    }
+    if (total)
+        fprintf(stderr, "%s[%s] %llu/%llu %s (%.1f%%) %.1f %s/s elapsed %s%s%s",
+                s->is_tty ? "\r" : "", phase, (unsigned long long)done, (unsigned long long)total,
+                s->unit, 100.0 * (double)done / (double)total, rate, s->unit, elapsed,
+                final ? "" : eta, s->is_tty && !final ? "  " : "\n");
+    else
+        fprintf(stderr, "%s[%s] %llu %s %.1f %s/s elapsed %s%s", s->is_tty ? "\r" : "", phase,
+                (unsigned long long)done, s->unit, rate, s->unit, elapsed, s->is_tty ? "  " : "\n");
+    fflush(stderr);
+}
+
+qac_status qac_atomic_open(qac_atomic_file *af, const char *path) {
+    memset(af, 0, sizeof *af);
+    af->path = strdup(path);
+    if (!af->path || asprintf(&af->tmp_path, "%s.tmp.%ld", path, (long)getpid()) < 0) {
+        free(af->path);
+        return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    }
+    af->f = fopen(af->tmp_path, "wb");
+    if (!af->f) {
+        qac_status st = qac_set_error(QAC_ERR_IO, "create %s: %s", af->tmp_path, strerror(errno));
+        free(af->path);
+        free(af->tmp_path);
+        memset(af, 0, sizeof *af);
+        return st;
+    }
+    return QAC_OK;
+}
+
+static void fsync_dir_of(const char *path) {
+    char *copy = strdup(path);
+    if (!copy) return;
+    int fd = open(dirname(copy), O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    free(copy);
+}
+
+qac_status qac_atomic_commit(qac_atomic_file *af) {
+    qac_status st = QAC_OK;
+    if (fflush(af->f) != 0 || fsync(fileno(af->f)) != 0)
+        st = qac_set_error(QAC_ERR_IO, "write %s: %s", af->tmp_path, strerror(errno));
+    if (fclose(af->f) != 0 && !st)
+        st = qac_set_error(QAC_ERR_IO, "close %s: %s", af->tmp_path, strerror(errno));
+    af->f = NULL;
+    if (!st && rename(af->tmp_path, af->path) != 0)
+        st = qac_set_error(QAC_ERR_IO, "rename %s -> %s: %s", af->tmp_path, af->path, strerror(errno));
+    if (st) unlink(af->tmp_path);
+    else fsync_dir_of(af->path);
+    free(af->path);
+    free(af->tmp_path);
+    memset(af, 0, sizeof *af);
+    return st;
+}
+
+void qac_atomic_abort(qac_atomic_file *af) {
+    if (!af || !af->tmp_path) return;
+    if (af->f) fclose(af->f);
+    unlink(af->tmp_path);
+    free(af->path);
+    free(af->tmp_path);
+    memset(af, 0, sizeof *af);
+}
+
+qac_status qac_read_file(const char *path, char **data, size_t *len) {
+    *data = NULL;
+    if (len) *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return qac_set_error(errno == ENOENT ? QAC_ERR_NOT_FOUND : QAC_ERR_IO, "open %s: %s", path,
+                                 strerror(errno));
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (n < cap - 1) break;
+        char *nb = realloc(buf, cap * 2);
+        if (!nb) { free(buf); buf = NULL; break; }
+        buf = nb;
+        cap *= 2;
+    }
+    int err = ferror(f);
+    fclose(f);
+    if (!buf) return qac_set_error(QAC_ERR_NOMEM, "read %s: out of memory", path);
+    if (err) {
+        free(buf);
+        return qac_set_error(QAC_ERR_IO, "read %s failed", path);
+    }
+    buf[n] = '\0';
+    *data = buf;
+    if (len) *len = n;
+    return QAC_OK;
+}
+
+qac_status qac_mkdirs(const char *path) {
+    char buf[4096];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+        return qac_set_error(QAC_ERR_INVALID, "path too long: %s", path);
+    for (char *p = buf + 1;; p++) {
+        if (*p == '/' || *p == '\0') {
+            char c = *p;
+            *p = '\0';
+            if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+                return qac_set_error(QAC_ERR_IO, "mkdir %s: %s", buf, strerror(errno));
+            *p = c;
+            if (!c) break;
+        }
+    }
+    return QAC_OK;
+}
+
+qac_status qac_path_join(char *buf, size_t cap, const char *dir, const char *name) {
+    int n = snprintf(buf, cap, "%s/%s", dir, name);
+    if (n < 0 || (size_t)n >= cap) return qac_set_error(QAC_ERR_INVALID, "path too long: %s/%s", dir, name);
+    return QAC_OK;
+}
+
+qac_status qac_default_model_dir(char *buf, size_t cap) {
+    const char *m = getenv("QAC_MODEL"), *home = getenv("QAC_HOME"), *h = getenv("HOME");
+    int n;
+    if (m && *m) n = snprintf(buf, cap, "%s", m);
+    else if (home && *home) n = snprintf(buf, cap, "%s/models/all-MiniLM-L6-v2", home);
+    else n = snprintf(buf, cap, "%s/.local/share/qac/models/all-MiniLM-L6-v2", h ? h : ".");
+    if (n < 0 || (size_t)n >= cap) return qac_set_error(QAC_ERR_INVALID, "model path too long");
+    char cfg[4096];
+    snprintf(cfg, sizeof cfg, "%s/config.json", buf);
+    if (access(cfg, R_OK) != 0)
+        return qac_set_error(QAC_ERR_NOT_FOUND,
+                             "no model at %s (run scripts/setup.sh, or pass --model DIR / set QAC_MODEL)", buf);
+    return QAC_OK;
+}
