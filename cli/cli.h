@@ -3,6 +3,8 @@
 #ifndef QAC_CLI_H
 #define QAC_CLI_H
 
+#include <stdio.h>
+
 #include "qac_config.h"
 
 int qac_cmd_info(int argc, char **argv);
@@ -13,6 +15,12 @@ int qac_cmd_search(int argc, char **argv);
 int qac_cmd_bm25(int argc, char **argv);
 int qac_cmd_eval(int argc, char **argv);
 int qac_cmd_serve(int argc, char **argv);
+
+/* `qac search --server URL`: read queries (any qac_data.h format), POST them
+ * to URL/search in batches and write a TREC run to `out`, identical to
+ * offline `qac search`. api_key may be NULL. Returns an exit code. */
+int qac_cli_search_remote(const char *url, const char *api_key, const char *queries_path, int k,
+                          const char *run_id, FILE *out);
 
 /* Parse options for a command; prints usage on --help (returns -1 → exit 0)
  * and the error plus a hint on bad input (returns 2). 0 means go on. */

@@ -1,0 +1,25 @@
+/* Entry points of the CUDA backend for builds without CUDA: no GPU is ever
+ * usable, and asking for one is a clear error. */
+#include "encoder_backend.h"
+#include "qac_gpu_flat.h"
+
+#define NO_CUDA "qac was built without CUDA (install the CUDA toolkit and rebuild)"
+
+int qac_cuda_available(void) { return 0; }
+
+qac_status qac_cuda_backend_create(qac_encoder_backend *be, const qac_model *m, const qac_encoder_opts *o) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+
+qac_status qac_gpu_flat_create(qac_gpu_flat **out, int dim, int64_t capacity) {
+    *out = NULL;
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_gpu_flat_add(qac_gpu_flat *g, const float *v, int64_t n) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_gpu_flat_search(qac_gpu_flat *g, const float *q, int nq, int k, float *s, int64_t *r) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+int64_t qac_gpu_flat_count(const qac_gpu_flat *g) { return 0; }
+void qac_gpu_flat_free(qac_gpu_flat *g) {}
