@@ -38,12 +38,20 @@ qac_status qac_set_error(qac_status code, const char *fmt, ...) {
 }
 
 qac_status qac_wrap_error(qac_status code, const char *fmt, ...) {
-    char prefix[QAC_ERR_CAP], old[QAC_ERR_CAP];
+    char old[QAC_ERR_CAP];
+    memcpy(old, err_buf, sizeof old);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    int n = vsnprintf(err_buf, sizeof err_buf, fmt, ap);
     va_end(ap);
-    memcpy(old, err_buf, sizeof old);
-    snprintf(err_buf, sizeof err_buf, "%s: %s", prefix, old);
+    /* append ": <old message>", cut to fit */
+    if (n >= 0 && (size_t)n < sizeof err_buf - 3) {
+        size_t room = sizeof err_buf - (size_t)n - 3;
+        size_t olen = strnlen(old, room);
+        err_buf[n] = ':';
+        err_buf[n + 1] = ' ';
+        memcpy(err_buf + n + 2, old, olen);
+        err_buf[n + 2 + olen] = '\0';
+    }
     return code;
 }
