@@ -75,13 +75,49 @@ typedef struct qac_model {
     qac_bert_params p;        /* views into param_mem */
     qac_tokenizer *tok;
     char *dir;                /* directory it was loaded from */
-    char name[128];           /* short name: _name_or_path or the directory name */
-    char fingerprint[17];     /* 16 hex digits: hash of config and weights */
+    char name[128];           /* short name: the directory's base name */
+    char fingerprint[17];     /* 16 hex digits, see below */
 } qac_model;
+
+/* Fingerprint: XXH64 (seed 0) over, in order, the bytes of config.json, the
+ * text "\npooling=<cls|mean> normalize=<0|1> max_seq_len=<n>\n", and the
+ * n_params fp32 parameters (little-endian, flat order). It identifies what
+ * the encoder computes: an F16 file and its F32 twin with the same
+ * config.json and the same values hash alike. A model not read from disk
+ * hashes the config.json that qac_model_save writes for it. Printed as 16
+ * lowercase hex digits. */
+
+/* Parse and validate a BertConfig (config.json text). Unknown fields are
+ * ignored; missing ones take BertConfig's defaults. Unsupported values
+ * (model_type other than bert, hidden_act other than gelu,
+ * position_embedding_type other than absolute, is_decoder,
+ * add_cross_attention, hidden_size not divisible by the heads, sizes out of
+ * range) are errors that name the field. */
+qac_status qac_bert_config_parse(qac_bert_config *cfg, const char *json, size_t len);
+/* Check a config built in memory the same way. */
+qac_status qac_bert_config_validate(const qac_bert_config *cfg);
+/* The config.json text qac_model_save writes (malloc'd, caller frees). */
+qac_status qac_bert_config_to_json(const qac_bert_config *cfg, char **out);
+
+/* Parse a sentence-transformers 1_Pooling/config.json (legacy
+ * pooling_mode_*_tokens booleans or the newer "pooling_mode"). Only cls or
+ * mean alone are supported; max, mean_sqrt_len_tokens, weightedmean,
+ * lasttoken and combinations are QAC_ERR_UNSUPPORTED. The embedding
+ * dimension, when present, must equal hidden_size. */
+qac_status qac_pooling_config_parse(const char *json, size_t len, int hidden_size, qac_pooling *out);
+const char *qac_pooling_name(qac_pooling p); /* "cls" / "mean" */
 
 /* Load an HF BERT directory. Errors name the file and what is wrong:
  * missing files, unsupported config values, missing or mis-shaped tensors,
- * truncated or corrupt safetensors, a pytorch_model.bin-only directory. */
+ * truncated or corrupt safetensors, a pytorch_model.bin-only directory.
+ * Weights: model.safetensors in F32, F16 or BF16 (converted to fp32), with
+ * or without a "bert." (or other) prefix; embeddings.position_ids and extra
+ * heads (cls.*) are ignored; a missing pooler stays zero. The file is
+ * mmapped and released tensor by tensor, so peak memory stays near 1x the
+ * fp32 parameters. Pooling, normalize and max_seq_len follow modules.json,
+ * 1_Pooling/config.json and sentence_bert_config.json; without them: CLS
+ * pooling, no normalisation, max_position. The tokenizer is loaded from the
+ * same directory with qac_tokenizer_load. */
 qac_status qac_model_load(qac_model **out, const char *dir);
 void qac_model_free(qac_model *m);
 
@@ -94,6 +130,14 @@ qac_status qac_model_create(qac_model **out, const qac_bert_config *cfg, const c
  * the source directory, and modules.json / 1_Pooling / 2_Normalize.
  * Crash-safe: every file is written to a temporary name and renamed. */
 qac_status qac_model_save(const qac_model *m, const char *dir);
+/* Same, storing the weights as QAC_ST_F32, QAC_ST_F16 or QAC_ST_BF16
+ * (an int so this header need not include qac_safetensors.h). */
+qac_status qac_model_save_as(const qac_model *m, const char *dir, int st_dtype);
+
+/* Recompute m->fingerprint after changing parameters, pooling, normalize or
+ * max_seq_len in memory; equals the fingerprint of the directory that
+ * qac_model_save (F32) then writes. */
+void qac_model_update_fingerprint(qac_model *m);
 
 #ifdef __cplusplus
 }

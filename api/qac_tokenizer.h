@@ -32,7 +32,9 @@ typedef struct qac_special_ids {
 /* Load from a model directory. vocab.txt (+ tokenizer_config.json for
  * do_lower_case / strip_accents / tokenize_chinese_chars) selects WordPiece;
  * otherwise a SentencePiece model file (spiece.model, sentencepiece.bpe.model
- * or tokenizer.model) selects SentencePiece. */
+ * or tokenizer.model) selects SentencePiece, whose specials come from
+ * special_tokens_map.json / tokenizer_config.json, else the model's
+ * [CLS]/<s>, [SEP]/</s>, <pad>, unk and [MASK]/<mask> pieces. */
 qac_status qac_tokenizer_load(qac_tokenizer **out, const char *model_dir);
 void qac_tokenizer_free(qac_tokenizer *t);
 
@@ -52,13 +54,15 @@ qac_status qac_tokenizer_tokenize(const qac_tokenizer *t, const char *text, size
 /* Single sequence with specials: [CLS] tokens [SEP], tokens truncated from
  * the right so that the total is <= max_len (max_len >= 2). `ids` must hold
  * max_len entries. Same ids as HF BertTokenizerFast(text, truncation=True,
- * max_length=max_len). */
+ * max_length=max_len). A special the vocabulary lacks (-1) is left out. */
 qac_status qac_tokenizer_encode(const qac_tokenizer *t, const char *text, size_t len, int max_len,
                                 int32_t *ids, int *n);
 
 /* Pair: [CLS] a [SEP] b [SEP], with token type 0 for the first segment and 1
  * for the second; truncation is HF's "longest_first". `ids` and `type_ids`
- * (may be NULL) must hold max_len entries (max_len >= 3). */
+ * (may be NULL) must hold max_len entries (max_len >= 3). An empty b
+ * (blen == 0) gives the single-sequence encoding, as HF does for an empty
+ * text_pair. */
 qac_status qac_tokenizer_encode_pair(const qac_tokenizer *t, const char *a, size_t alen,
                                      const char *b, size_t blen, int max_len, int32_t *ids,
                                      int32_t *type_ids, int *n);

@@ -1,9 +1,82 @@
-/* placeholder until the info command lands */
+/* qac info: describe a model directory (config, size, pooling, tokenizer,
+ * fingerprint). */
+#include <jansson.h>
 #include <stdio.h>
 
 #include "cli.h"
+#include "qac_model.h"
+#include "qac_util.h"
+
+static const qac_opt info_opts[] = {
+    {"model", QAC_OPT_STR, NULL, 0, -1, NULL, "QAC_MODEL", "model directory (default: all-MiniLM-L6-v2)", 0},
+    {"json", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL, "print one JSON object instead of text", 0},
+};
+#define N_INFO_OPTS ((int)(sizeof info_opts / sizeof info_opts[0]))
+
+static const char *tokenizer_kind(const qac_model *m) {
+    if (!m->tok) return "none";
+    return qac_tokenizer_get_kind(m->tok) == QAC_TOKENIZER_SENTENCEPIECE ? "sentencepiece" : "wordpiece";
+}
 
 int qac_cmd_info(int argc, char **argv) {
-    fprintf(stderr, "qac info: not available in this build yet\n");
-    return 2;
+    qac_opts o;
+    int rc = qac_cli_parse(&o, "info", "[--model DIR] [--json]", info_opts, N_INFO_OPTS, argc, argv);
+    if (rc) return rc < 0 ? 0 : rc;
+    if (o.n_positional) {
+        fprintf(stderr, "qac info: unexpected argument '%s'\n(see 'qac info --help')\n", o.positional[0]);
+        qac_opts_free(&o);
+        return 2;
+    }
+    char buf[4096];
+    const char *dir = qac_cli_model_dir(&o, buf, sizeof buf);
+    int as_json = qac_opts_bool(&o, "json");
+    if (!dir) {
+        qac_opts_free(&o);
+        return qac_cli_fail("info");
+    }
+    double t0 = qac_now();
+    qac_model *m;
+    if (qac_model_load(&m, dir) != QAC_OK) {
+        qac_opts_free(&o);
+        return qac_cli_fail("info");
+    }
+    double load_s = qac_now() - t0;
+    const qac_bert_config *c = &m->cfg;
+    int tok_vocab = m->tok ? qac_tokenizer_vocab_size(m->tok) : 0;
+    if (as_json) {
+        json_t *j = json_pack(
+            "{s:s, s:s, s:{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f}, s:I, s:s, s:b, s:i, "
+            "s:{s:s, s:i}, s:s, s:f}",
+            "name", m->name, "dir", m->dir, "config", "model_type", "bert", "vocab_size", c->vocab_size,
+            "hidden_size", c->hidden_size, "num_hidden_layers", c->num_layers, "num_attention_heads", c->num_heads,
+            "intermediate_size", c->intermediate_size, "max_position_embeddings", c->max_position,
+            "type_vocab_size", c->type_vocab_size, "pad_token_id", c->pad_token_id, "layer_norm_eps",
+            (double)c->layer_norm_eps, "parameters", (json_int_t)m->n_params, "pooling", qac_pooling_name(m->pooling),
+            "normalize", m->normalize, "max_seq_len", m->max_seq_len, "tokenizer", "kind", tokenizer_kind(m),
+            "vocab_size", tok_vocab, "fingerprint", m->fingerprint, "load_seconds", load_s);
+        char *txt = j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6)) : NULL;
+        if (txt) printf("%s\n", txt);
+        free(txt);
+        json_decref(j);
+    } else {
+        printf("name            %s\n", m->name);
+        printf("directory       %s\n", m->dir);
+        printf("architecture    bert: %d layers, hidden %d, %d heads, intermediate %d\n", c->num_layers,
+               c->hidden_size, c->num_heads, c->intermediate_size);
+        printf("vocab_size      %d\n", c->vocab_size);
+        printf("max_position    %d\n", c->max_position);
+        printf("type_vocab_size %d\n", c->type_vocab_size);
+        printf("layer_norm_eps  %g\n", (double)c->layer_norm_eps);
+        printf("pad_token_id    %d\n", c->pad_token_id);
+        printf("parameters      %zu (%.1f MB as fp32)\n", m->n_params, (double)m->n_params * 4 / 1e6);
+        printf("pooling         %s\n", qac_pooling_name(m->pooling));
+        printf("normalize       %s\n", m->normalize ? "yes" : "no");
+        printf("max_seq_len     %d\n", m->max_seq_len);
+        printf("tokenizer       %s, %d tokens\n", tokenizer_kind(m), tok_vocab);
+        printf("fingerprint     %s\n", m->fingerprint);
+        printf("load_time       %.3f s\n", load_s);
+    }
+    qac_model_free(m);
+    qac_opts_free(&o);
+    return 0;
 }

@@ -1,9 +1,122 @@
-/* placeholder until the tokenize command lands */
+/* qac tokenize: print the token ids (or tokens) of texts, one line each. */
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cli.h"
+#include "qac_tokenizer.h"
+
+static const qac_opt tokenize_opts[] = {
+    {"model", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "model directory (default: the installed default model)", 0},
+    {"max-len", QAC_OPT_INT, "0", 0, 1000000, NULL, NULL,
+     "add [CLS]/[SEP] and truncate to this many tokens; 0: plain tokens, no specials", 0},
+    {"tokens", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL, "print token strings instead of ids", 0},
+    {"pair", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "second segment: encode each text as the pair (text, TEXT_B)", 0},
+    {"input", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "read one text per line from FILE ('-' for stdin)", 0},
+};
+#define N_OPTS (int)(sizeof tokenize_opts / sizeof tokenize_opts[0])
+
+typedef struct tok_job {
+    const qac_tokenizer *t;
+    int max_len, tokens;
+    const char *pair;
+    int32_t *ids;
+    int cap;
+} tok_job;
+
+static int print_one(tok_job *j, const char *text, size_t len) {
+    int n = 0;
+    qac_status st = QAC_OK;
+    for (;;) {
+        if (j->pair) {
+            int ml = j->max_len;
+            if (!ml) { /* no limit: room for both segments in full */
+                int na = 0, nb = 0;
+                if ((st = qac_tokenizer_tokenize(j->t, text, len, NULL, 0, &na)) ||
+                    (st = qac_tokenizer_tokenize(j->t, j->pair, strlen(j->pair), NULL, 0, &nb)))
+                    return qac_cli_fail("tokenize");
+                ml = na + nb + 3;
+            }
+            if (ml > j->cap) n = ml;
+            else st = qac_tokenizer_encode_pair(j->t, text, len, j->pair, strlen(j->pair), ml, j->ids, NULL, &n);
+        } else if (j->max_len) {
+            if (j->max_len > j->cap) n = j->max_len;
+            else st = qac_tokenizer_encode(j->t, text, len, j->max_len, j->ids, &n);
+        } else {
+            st = qac_tokenizer_tokenize(j->t, text, len, j->ids, j->cap, &n);
+        }
+        if (n <= j->cap) break;
+        int32_t *bigger = realloc(j->ids, (size_t)n * sizeof *bigger);
+        if (!bigger) {
+            fprintf(stderr, "qac tokenize: out of memory\n");
+            return 1;
+        }
+        j->ids = bigger;
+        j->cap = n;
+    }
+    if (st) return qac_cli_fail("tokenize");
+    for (int i = 0; i < n; i++) {
+        if (i) putchar(' ');
+        if (j->tokens) {
+            const char *s = qac_tokenizer_id_to_token(j->t, j->ids[i]);
+            fputs(s ? s : "?", stdout);
+        } else {
+            printf("%d", j->ids[i]);
+        }
+    }
+    putchar('\n');
+    return 0;
+}
 
 int qac_cmd_tokenize(int argc, char **argv) {
-    fprintf(stderr, "qac tokenize: not available in this build yet\n");
-    return 2;
+    qac_opts o;
+    int rc = qac_cli_parse(&o, "tokenize", "[--model DIR] [--max-len N] [--tokens] [--pair TEXT_B] [--input FILE] [TEXT ...]",
+                           tokenize_opts, N_OPTS, argc, argv);
+    if (rc) return rc < 0 ? 0 : rc;
+    tok_job j = {.max_len = (int)qac_opts_int(&o, "max-len"), .tokens = qac_opts_bool(&o, "tokens"),
+                 .pair = qac_opts_str(&o, "pair"), .cap = 1024};
+    const char *input = qac_opts_str(&o, "input");
+    if (j.max_len == 1 || (j.pair && j.max_len == 2)) {
+        fprintf(stderr, "qac tokenize: --max-len must be 0 or at least %d\n", j.pair ? 3 : 2);
+        qac_opts_free(&o);
+        return 2;
+    }
+    if (!input && o.n_positional == 0) {
+        fprintf(stderr, "qac tokenize: give texts or --input FILE (see 'qac tokenize --help')\n");
+        qac_opts_free(&o);
+        return 2;
+    }
+    char dirbuf[4096];
+    const char *dir = qac_cli_model_dir(&o, dirbuf, sizeof dirbuf);
+    qac_tokenizer *t = NULL;
+    if (!dir || qac_tokenizer_load(&t, dir) != QAC_OK) {
+        qac_opts_free(&o);
+        return qac_cli_fail("tokenize");
+    }
+    j.t = t;
+    j.ids = malloc((size_t)j.cap * sizeof *j.ids);
+    rc = j.ids ? 0 : 1;
+    for (int i = 0; i < o.n_positional && !rc; i++) rc = print_one(&j, o.positional[i], strlen(o.positional[i]));
+    if (input && !rc) {
+        FILE *f = strcmp(input, "-") ? fopen(input, "rb") : stdin;
+        if (!f) {
+            perror(input);
+            rc = 1;
+        } else {
+            char *line = NULL;
+            size_t lcap = 0;
+            ssize_t len;
+            while (!rc && (len = getline(&line, &lcap, f)) >= 0) {
+                if (len && line[len - 1] == '\n') len--;
+                rc = print_one(&j, line, (size_t)len);
+            }
+            free(line);
+            if (f != stdin) fclose(f);
+        }
+    }
+    if (fflush(stdout) != 0) rc = 1;
+    free(j.ids);
+    qac_tokenizer_free(t);
+    qac_opts_free(&o);
+    return rc;
 }

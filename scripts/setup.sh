@@ -13,7 +13,7 @@ DEB_PACKAGES=(build-essential cmake ninja-build pkg-config git curl ca-certifica
   python3 python3-venv python3-pip
   libopenblas-dev libfaiss-dev libmicrohttpd-dev libjansson-dev libutf8proc-dev
   libsentencepiece-dev libstemmer-dev)
-TEST_PACKAGES=(clang libclang-rt-14-dev wrk chromium)
+TEST_PACKAGES=(clang libclang-rt-14-dev wrk chromium libxxhash0)
 
 need=()
 for p in "${DEB_PACKAGES[@]}" $([ $want_test = 1 ] && echo "${TEST_PACKAGES[@]}"); do

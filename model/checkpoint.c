@@ -1,0 +1,975 @@
+/* HF BERT checkpoints: config.json, model.safetensors, the
+ * sentence-transformers extras, the flat parameter layout and save. */
+#include "qac_model.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "qac_safetensors.h"
+#include "qac_util.h"
+
+/* ---- flat parameter layout ---- */
+
+static const char *const tensor_names[QAC_BERT_NUM_TENSORS] = {
+    "word_emb", "pos_emb",  "type_emb", "emb_ln_w",  "emb_ln_b",  "qkv_w",     "qkv_b",
+    "attn_out_w", "attn_out_b", "ln1_w", "ln1_b", "ffn_in_w", "ffn_in_b", "ffn_out_w",
+    "ffn_out_b", "ln2_w", "ln2_b", "pooler_w", "pooler_b"};
+
+const char *qac_bert_tensor_name(int i) {
+    return i >= 0 && i < QAC_BERT_NUM_TENSORS ? tensor_names[i] : NULL;
+}
+
+size_t qac_bert_tensor_size(const qac_bert_config *c, int i) {
+    size_t V = (size_t)c->vocab_size, C = (size_t)c->hidden_size, L = (size_t)c->num_layers,
+           I = (size_t)c->intermediate_size, P = (size_t)c->max_position, T = (size_t)c->type_vocab_size;
+    switch (i) {
+    case 0: return V * C;
+    case 1: return P * C;
+    case 2: return T * C;
+    case 3: case 4: return C;
+    case 5: return L * 3 * C * C;
+    case 6: return L * 3 * C;
+    case 7: return L * C * C;
+    case 8: case 9: case 10: return L * C;
+    case 11: return L * I * C;
+    case 12: return L * I;
+    case 13: return L * C * I;
+    case 14: case 15: case 16: return L * C;
+    case 17: return C * C;
+    case 18: return C;
+    default: return 0;
+    }
+}
+
+size_t qac_bert_param_count(const qac_bert_config *c) {
+    size_t n = 0;
+    for (int i = 0; i < QAC_BERT_NUM_TENSORS; i++) n += qac_bert_tensor_size(c, i);
+    return n;
+}
+
+static float **view_slot(qac_bert_params *p, int i) {
+    float **slots[QAC_BERT_NUM_TENSORS] = {
+        &p->word_emb, &p->pos_emb, &p->type_emb, &p->emb_ln_w, &p->emb_ln_b, &p->qkv_w, &p->qkv_b,
+        &p->attn_out_w, &p->attn_out_b, &p->ln1_w, &p->ln1_b, &p->ffn_in_w, &p->ffn_in_b, &p->ffn_out_w,
+        &p->ffn_out_b, &p->ln2_w, &p->ln2_b, &p->pooler_w, &p->pooler_b};
+    return slots[i];
+}
+
+void qac_bert_params_bind(qac_bert_params *p, const qac_bert_config *c, float *base) {
+    for (int i = 0; i < QAC_BERT_NUM_TENSORS; i++) {
+        *view_slot(p, i) = base;
+        base += qac_bert_tensor_size(c, i);
+    }
+}
+
+const char *qac_pooling_name(qac_pooling p) { return p == QAC_POOL_MEAN ? "mean" : "cls"; }
+
+/* ---- XXH64 (the xxHash spec, streaming) ---- */
+
+#define XXP1 0x9E3779B185EBCA87ULL
+#define XXP2 0xC2B2AE3D27D4EB4FULL
+#define XXP3 0x165667B19E3779F9ULL
+#define XXP4 0x85EBCA77C2B2AE63ULL
+#define XXP5 0x27D4EB2F165667C5ULL
+
+typedef struct xxh64 {
+    uint64_t v[4], total;
+    unsigned char mem[32];
+    size_t memsize;
+} xxh64;
+
+static uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
+static uint64_t rd64(const unsigned char *p) {
+    uint64_t v;
+    memcpy(&v, p, 8);
+    return v;
+}
+static uint32_t rd32(const unsigned char *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+static uint64_t xx_round(uint64_t acc, uint64_t in) { return rotl64(acc + in * XXP2, 31) * XXP1; }
+static uint64_t xx_merge(uint64_t h, uint64_t v) { return (h ^ xx_round(0, v)) * XXP1 + XXP4; }
+
+static void xxh64_init(xxh64 *s) {
+    memset(s, 0, sizeof *s);
+    s->v[0] = XXP1 + XXP2;
+    s->v[1] = XXP2;
+    s->v[2] = 0;
+    s->v[3] = 0 - XXP1;
+}
+
+static void xxh64_update(xxh64 *s, const void *data, size_t len) {
+    const unsigned char *p = data, *end = p + len;
+    s->total += len;
+    if (s->memsize + len < 32) {
+        if (len) memcpy(s->mem + s->memsize, p, len);
+        s->memsize += len;
+        return;
+    }
+    if (s->memsize) {
+        size_t fill = 32 - s->memsize;
+        memcpy(s->mem + s->memsize, p, fill);
+        for (int i = 0; i < 4; i++) s->v[i] = xx_round(s->v[i], rd64(s->mem + 8 * i));
+        p += fill;
+        s->memsize = 0;
+    }
+    while (end - p >= 32) {
+        for (int i = 0; i < 4; i++) s->v[i] = xx_round(s->v[i], rd64(p + 8 * i));
+        p += 32;
+    }
+    if (p < end) {
+        memcpy(s->mem, p, (size_t)(end - p));
+        s->memsize = (size_t)(end - p);
+    }
+}
+
+static uint64_t xxh64_digest(const xxh64 *s) {
+    uint64_t h;
+    if (s->total >= 32) {
+        h = rotl64(s->v[0], 1) + rotl64(s->v[1], 7) + rotl64(s->v[2], 12) + rotl64(s->v[3], 18);
+        for (int i = 0; i < 4; i++) h = xx_merge(h, s->v[i]);
+    } else h = XXP5;
+    h += s->total;
+    const unsigned char *p = s->mem, *end = p + s->memsize;
+    for (; end - p >= 8; p += 8) h = rotl64(h ^ xx_round(0, rd64(p)), 27) * XXP1 + XXP4;
+    if (end - p >= 4) {
+        h = rotl64(h ^ ((uint64_t)rd32(p) * XXP1), 23) * XXP2 + XXP3;
+        p += 4;
+    }
+    for (; p < end; p++) h = rotl64(h ^ (*p * XXP5), 11) * XXP1;
+    h ^= h >> 33;
+    h *= XXP2;
+    h ^= h >> 29;
+    h *= XXP3;
+    h ^= h >> 32;
+    return h;
+}
+
+static void compute_fingerprint(qac_model *m, const char *config_bytes, size_t config_len) {
+    xxh64 s;
+    xxh64_init(&s);
+    xxh64_update(&s, config_bytes, config_len);
+    char extra[96];
+    int n = snprintf(extra, sizeof extra, "\npooling=%s normalize=%d max_seq_len=%d\n",
+                     qac_pooling_name(m->pooling), m->normalize ? 1 : 0, m->max_seq_len);
+    xxh64_update(&s, extra, (size_t)n);
+    xxh64_update(&s, m->param_mem, m->n_params * sizeof(float));
+    snprintf(m->fingerprint, sizeof m->fingerprint, "%016llx", (unsigned long long)xxh64_digest(&s));
+}
+
+/* ---- config.json ---- */
+
+qac_status qac_bert_config_validate(const qac_bert_config *c) {
+    struct {
+        const char *name;
+        long long v, lo, hi;
+    } ints[] = {
+        {"vocab_size", c->vocab_size, 1, 1 << 24},
+        {"hidden_size", c->hidden_size, 1, 1 << 16},
+        {"num_hidden_layers", c->num_layers, 1, 1024},
+        {"num_attention_heads", c->num_heads, 1, 1 << 16},
+        {"intermediate_size", c->intermediate_size, 1, 1 << 20},
+        {"max_position_embeddings", c->max_position, 1, 1 << 20},
+        {"type_vocab_size", c->type_vocab_size, 1, 1 << 16},
+    };
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
+        if (ints[i].v < ints[i].lo || ints[i].v > ints[i].hi)
+            return qac_set_error(QAC_ERR_UNSUPPORTED, "%s = %lld is out of the supported range [%lld, %lld]",
+                                 ints[i].name, ints[i].v, ints[i].lo, ints[i].hi);
+    if (c->hidden_size % c->num_heads != 0)
+        return qac_set_error(QAC_ERR_UNSUPPORTED,
+                             "hidden_size %d is not a multiple of num_attention_heads %d", c->hidden_size,
+                             c->num_heads);
+    if (c->pad_token_id < 0 || c->pad_token_id >= c->vocab_size)
+        return qac_set_error(QAC_ERR_UNSUPPORTED, "pad_token_id %d is outside the vocabulary [0, %d)",
+                             c->pad_token_id, c->vocab_size);
+    if (!(c->layer_norm_eps > 0) || !isfinite(c->layer_norm_eps))
+        return qac_set_error(QAC_ERR_UNSUPPORTED, "layer_norm_eps must be a positive number");
+    return QAC_OK;
+}
+
+static qac_status cfg_int(json_t *root, const char *key, int *out) {
+    json_t *v = json_object_get(root, key);
+    if (!v) return QAC_OK; /* BertConfig default stays */
+    if (!json_is_integer(v))
+        return qac_set_error(QAC_ERR_FORMAT, "\"%s\" must be an integer", key);
+    json_int_t x = json_integer_value(v);
+    if (x < -1000000000LL || x > 1000000000LL)
+        return qac_set_error(QAC_ERR_UNSUPPORTED, "\"%s\" = %lld is out of range", key, (long long)x);
+    *out = (int)x;
+    return QAC_OK;
+}
+
+static qac_status cfg_string_must_be(json_t *root, const char *key, const char *want, const char *why) {
+    json_t *v = json_object_get(root, key);
+    if (!v || json_is_null(v)) return QAC_OK;
+    if (!json_is_string(v)) return qac_set_error(QAC_ERR_FORMAT, "\"%s\" must be a string", key);
+    if (strcmp(json_string_value(v), want) != 0)
+        return qac_set_error(QAC_ERR_UNSUPPORTED, "%s \"%s\" is not supported (%s)", key, json_string_value(v),
+                             why);
+    return QAC_OK;
+}
+
+qac_status qac_bert_config_parse(qac_bert_config *cfg, const char *json, size_t len) {
+    /* BertConfig's defaults (bert-base-uncased). */
+    qac_bert_config c = {30522, 768, 12, 12, 3072, 512, 2, 0, 1e-12f};
+    json_error_t jerr;
+    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return qac_set_error(QAC_ERR_FORMAT, "invalid JSON at line %d column %d: %s", jerr.line, jerr.column,
+                             jerr.text);
+    qac_status s = QAC_OK;
+    if (!json_is_object(root)) {
+        s = qac_set_error(QAC_ERR_FORMAT, "not a JSON object");
+        goto done;
+    }
+    json_t *mt = json_object_get(root, "model_type"), *arch = json_object_get(root, "architectures");
+    if (mt) {
+        if ((s = cfg_string_must_be(root, "model_type", "bert", "qac loads BERT encoders only"))) goto done;
+    } else {
+        int bert = 0;
+        if (json_is_array(arch))
+            for (size_t i = 0; i < json_array_size(arch); i++) {
+                const char *a = json_string_value(json_array_get(arch, i));
+                if (a && strncmp(a, "Bert", 4) == 0) bert = 1;
+            }
+        if (!bert) {
+            s = qac_set_error(QAC_ERR_UNSUPPORTED,
+                              "no \"model_type\": \"bert\" (and no Bert* architecture); qac loads BERT encoders only");
+            goto done;
+        }
+    }
+    if (arch && !json_is_array(arch) && !json_is_null(arch)) {
+        s = qac_set_error(QAC_ERR_FORMAT, "\"architectures\" must be a list");
+        goto done;
+    }
+    if ((s = cfg_string_must_be(root, "hidden_act", "gelu", "only the exact erf \"gelu\" is implemented")) ||
+        (s = cfg_string_must_be(root, "position_embedding_type", "absolute",
+                                "only absolute position embeddings are implemented")))
+        goto done;
+    const char *flags[] = {"is_decoder", "add_cross_attention"};
+    for (int i = 0; i < 2; i++) {
+        json_t *v = json_object_get(root, flags[i]);
+        if (v && !json_is_boolean(v)) {
+            s = qac_set_error(QAC_ERR_FORMAT, "\"%s\" must be true or false", flags[i]);
+            goto done;
+        }
+        if (json_is_true(v)) {
+            s = qac_set_error(QAC_ERR_UNSUPPORTED, "\"%s\": true is not supported (qac runs BERT as an encoder)",
+                              flags[i]);
+            goto done;
+        }
+    }
+    if ((s = cfg_int(root, "vocab_size", &c.vocab_size)) || (s = cfg_int(root, "hidden_size", &c.hidden_size)) ||
+        (s = cfg_int(root, "num_hidden_layers", &c.num_layers)) ||
+        (s = cfg_int(root, "num_attention_heads", &c.num_heads)) ||
+        (s = cfg_int(root, "intermediate_size", &c.intermediate_size)) ||
+        (s = cfg_int(root, "max_position_embeddings", &c.max_position)) ||
+        (s = cfg_int(root, "type_vocab_size", &c.type_vocab_size)))
+        goto done;
+    json_t *pad = json_object_get(root, "pad_token_id");
+    if (pad && !json_is_null(pad) && (s = cfg_int(root, "pad_token_id", &c.pad_token_id))) goto done;
+    json_t *eps = json_object_get(root, "layer_norm_eps");
+    if (eps) {
+        if (!json_is_number(eps)) {
+            s = qac_set_error(QAC_ERR_FORMAT, "\"layer_norm_eps\" must be a number");
+            goto done;
+        }
+        c.layer_norm_eps = (float)json_number_value(eps);
+    }
+    if ((s = qac_bert_config_validate(&c))) goto done;
+    *cfg = c;
+done:
+    json_decref(root);
+    return s;
+}
+
+/* Shortest decimal that reads back as the same float, so 1e-12f is written
+ * as 1e-12 rather than 9.9999999600419720e-13. */
+static double float_as_short_double(float f) {
+    char buf[32];
+    for (int prec = 1; prec <= 9; prec++) {
+        snprintf(buf, sizeof buf, "%.*g", prec, (double)f);
+        double d = strtod(buf, NULL);
+        if ((float)d == f) return d;
+    }
+    return (double)f;
+}
+
+qac_status qac_bert_config_to_json(const qac_bert_config *c, char **out) {
+    *out = NULL;
+    json_t *r = json_pack(
+        "{s:[s], s:f, s:n, s:s, s:f, s:i, s:f, s:i, s:f, s:i, s:s, s:i, s:i, s:i, s:s, s:i, s:b, s:i}",
+        "architectures", "BertModel", "attention_probs_dropout_prob", 0.1, "classifier_dropout", "hidden_act",
+        "gelu", "hidden_dropout_prob", 0.1, "hidden_size", c->hidden_size, "initializer_range", 0.02,
+        "intermediate_size", c->intermediate_size, "layer_norm_eps", float_as_short_double(c->layer_norm_eps),
+        "max_position_embeddings", c->max_position, "model_type", "bert", "num_attention_heads", c->num_heads,
+        "num_hidden_layers", c->num_layers, "pad_token_id", c->pad_token_id, "position_embedding_type",
+        "absolute", "type_vocab_size", c->type_vocab_size, "use_cache", 1, "vocab_size", c->vocab_size);
+    if (!r) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    char *txt = json_dumps(r, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
+    json_decref(r);
+    if (!txt) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    size_t n = strlen(txt);
+    char *withnl = realloc(txt, n + 2);
+    if (!withnl) {
+        free(txt);
+        return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    }
+    withnl[n] = '\n';
+    withnl[n + 1] = '\0';
+    *out = withnl;
+    return QAC_OK;
+}
+
+/* ---- sentence-transformers extras ---- */
+
+qac_status qac_pooling_config_parse(const char *json, size_t len, int hidden_size, qac_pooling *out) {
+    json_error_t jerr;
+    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!root)
+        return qac_set_error(QAC_ERR_FORMAT, "invalid JSON at line %d column %d: %s", jerr.line, jerr.column,
+                             jerr.text);
+    qac_status s = QAC_OK;
+    if (!json_is_object(root)) {
+        s = qac_set_error(QAC_ERR_FORMAT, "not a JSON object");
+        goto done;
+    }
+    const char *dimkeys[] = {"embedding_dimension", "word_embedding_dimension"};
+    for (int i = 0; i < 2; i++) {
+        json_t *d = json_object_get(root, dimkeys[i]);
+        if (d && (!json_is_integer(d) || json_integer_value(d) != hidden_size)) {
+            s = qac_set_error(QAC_ERR_FORMAT, "\"%s\" does not match the model's hidden_size %d", dimkeys[i],
+                              hidden_size);
+            goto done;
+        }
+    }
+    /* Modes in sentence-transformers' order; legacy configs use booleans. */
+    static const char *const modes[] = {"cls", "max", "mean", "mean_sqrt_len_tokens", "weightedmean", "lasttoken"};
+    static const char *const legacy[] = {"pooling_mode_cls_token", "pooling_mode_max_tokens",
+                                         "pooling_mode_mean_tokens", "pooling_mode_mean_sqrt_len_tokens",
+                                         "pooling_mode_weightedmean_tokens", "pooling_mode_lasttoken"};
+    int active[6] = {0}, n_active = 0;
+    json_t *pm = json_object_get(root, "pooling_mode");
+    if (pm) {
+        json_t *list = json_is_string(pm) ? json_pack("[O]", pm) : json_incref(pm);
+        if (!json_is_array(list) || json_array_size(list) == 0) {
+            json_decref(list);
+            s = qac_set_error(QAC_ERR_FORMAT, "\"pooling_mode\" must be a mode name or a list of them");
+            goto done;
+        }
+        for (size_t i = 0; i < json_array_size(list); i++) {
+            const char *name = json_string_value(json_array_get(list, i));
+            int k = -1;
+            for (int j = 0; name && j < 6; j++)
+                if (strcmp(name, modes[j]) == 0) k = j;
+            if (k < 0) {
+                json_decref(list);
+                s = qac_set_error(QAC_ERR_FORMAT, "unknown pooling_mode entry %zu", i);
+                goto done;
+            }
+            active[k] = 1;
+        }
+        json_decref(list);
+    } else {
+        for (int j = 0; j < 6; j++) {
+            json_t *b = json_object_get(root, legacy[j]);
+            if (b && !json_is_boolean(b)) {
+                s = qac_set_error(QAC_ERR_FORMAT, "\"%s\" must be true or false", legacy[j]);
+                goto done;
+            }
+            active[j] = json_is_true(b);
+        }
+        int any = 0;
+        for (int j = 0; j < 6; j++) any |= active[j];
+        if (!any) active[2] = 1; /* sentence-transformers' default: mean */
+    }
+    for (int j = 0; j < 6; j++) n_active += active[j];
+    if (n_active != 1 || !(active[0] || active[2])) {
+        char list[128] = "";
+        size_t k = 0;
+        for (int j = 0; j < 6; j++)
+            if (active[j]) k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", k ? "+" : "", modes[j]);
+        s = qac_set_error(QAC_ERR_UNSUPPORTED, "pooling mode %s is not supported (qac supports cls or mean)",
+                          list);
+        goto done;
+    }
+    *out = active[0] ? QAC_POOL_CLS : QAC_POOL_MEAN;
+done:
+    json_decref(root);
+    return s;
+}
+
+/* Read a small JSON file in dir; *root NULL (and QAC_OK) when absent. */
+static qac_status load_json_file(const char *dir, const char *name, json_t **root) {
+    char path[4096];
+    *root = NULL;
+    qac_status s = qac_path_join(path, sizeof path, dir, name);
+    if (s) return s;
+    char *txt;
+    size_t len;
+    s = qac_read_file(path, &txt, &len);
+    if (s == QAC_ERR_NOT_FOUND) {
+        qac_clear_error();
+        return QAC_OK;
+    }
+    if (s) return s;
+    json_error_t jerr;
+    *root = json_loadb(txt, len, JSON_REJECT_DUPLICATES, &jerr);
+    free(txt);
+    if (!*root)
+        return qac_set_error(QAC_ERR_FORMAT, "%s: invalid JSON at line %d column %d: %s", path, jerr.line,
+                             jerr.column, jerr.text);
+    return QAC_OK;
+}
+
+static int type_is(const char *type, const char *cls) {
+    size_t n = strlen(type), k = strlen(cls);
+    return n > k && type[n - k - 1] == '.' && strcmp(type + n - k, cls) == 0 &&
+           strncmp(type, "sentence_transformers.", 22) == 0;
+}
+
+static qac_status load_st_extras(qac_model *m, const char *dir) {
+    m->pooling = QAC_POOL_CLS;
+    m->normalize = 0;
+    m->max_seq_len = m->cfg.max_position;
+    json_t *mods = NULL, *sb = NULL;
+    qac_status s = load_json_file(dir, "modules.json", &mods);
+    if (s) return s;
+    if (mods) {
+        if (!json_is_array(mods)) {
+            s = qac_set_error(QAC_ERR_FORMAT, "%s/modules.json: not a JSON list", dir);
+            goto done;
+        }
+        int have_pool = 0;
+        for (size_t i = 0; i < json_array_size(mods); i++) {
+            json_t *e = json_array_get(mods, i);
+            const char *type = json_string_value(json_object_get(e, "type"));
+            const char *path = json_string_value(json_object_get(e, "path"));
+            if (!type || !path) {
+                s = qac_set_error(QAC_ERR_FORMAT, "%s/modules.json: entry %zu lacks string \"type\" and \"path\"",
+                                  dir, i);
+                goto done;
+            }
+            if (type_is(type, "Transformer")) {
+                if (*path && strcmp(path, ".") != 0 && strcmp(path, "./") != 0) {
+                    s = qac_set_error(QAC_ERR_UNSUPPORTED,
+                                      "%s/modules.json: the Transformer lives in \"%s\"; qac expects it at the "
+                                      "top of the directory", dir, path);
+                    goto done;
+                }
+            } else if (type_is(type, "Pooling")) {
+                if (have_pool++ || strstr(path, "..") || path[0] == '/') {
+                    s = qac_set_error(QAC_ERR_UNSUPPORTED, "%s/modules.json: unsupported Pooling entry \"%s\"",
+                                      dir, path);
+                    goto done;
+                }
+                char pdir[4096], sub[4096], *txt;
+                size_t len;
+                if ((s = qac_path_join(pdir, sizeof pdir, dir, path)) ||
+                    (s = qac_path_join(sub, sizeof sub, pdir, "config.json")) ||
+                    (s = qac_read_file(sub, &txt, &len)))
+                    goto done;
+                s = qac_pooling_config_parse(txt, len, m->cfg.hidden_size, &m->pooling);
+                free(txt);
+                if (s) {
+                    s = qac_wrap_error(s, "%s", sub);
+                    goto done;
+                }
+            } else if (type_is(type, "Normalize")) {
+                m->normalize = 1;
+            } else {
+                s = qac_set_error(QAC_ERR_UNSUPPORTED,
+                                  "%s/modules.json: module %s is not supported (qac runs Transformer, Pooling "
+                                  "and Normalize only)", dir, type);
+                goto done;
+            }
+        }
+        if (!have_pool) {
+            s = qac_set_error(QAC_ERR_UNSUPPORTED, "%s/modules.json: no Pooling module", dir);
+            goto done;
+        }
+    }
+    if ((s = load_json_file(dir, "sentence_bert_config.json", &sb))) goto done;
+    if (sb) {
+        json_t *msl = json_object_get(sb, "max_seq_length");
+        if (msl && !json_is_null(msl)) {
+            if (!json_is_integer(msl) || json_integer_value(msl) < 2) {
+                s = qac_set_error(QAC_ERR_FORMAT, "%s/sentence_bert_config.json: max_seq_length must be an "
+                                  "integer >= 2", dir);
+                goto done;
+            }
+            if (json_integer_value(msl) < m->cfg.max_position) m->max_seq_len = (int)json_integer_value(msl);
+        }
+    }
+done:
+    json_decref(mods);
+    json_decref(sb);
+    return s;
+}
+
+/* ---- weights ---- */
+
+typedef struct hf_tensor {
+    const char *suffix;  /* after the prefix; %d is the layer */
+    int view;            /* index into the flat layout */
+    int part, nparts;    /* q/k/v: slice `part` of `nparts` per layer */
+    int rows, cols;      /* expected shape; cols 0 for vectors */
+    int optional;
+} hf_tensor;
+
+static int hf_tensor_table(const qac_bert_config *c, hf_tensor *t) {
+    int C = c->hidden_size, I = c->intermediate_size, n = 0;
+    const hf_tensor tab[] = {
+        {"embeddings.word_embeddings.weight", 0, 0, 1, c->vocab_size, C, 0},
+        {"embeddings.position_embeddings.weight", 1, 0, 1, c->max_position, C, 0},
+        {"embeddings.token_type_embeddings.weight", 2, 0, 1, c->type_vocab_size, C, 0},
+        {"embeddings.LayerNorm.weight", 3, 0, 1, C, 0, 0},
+        {"embeddings.LayerNorm.bias", 4, 0, 1, C, 0, 0},
+        {"encoder.layer.%d.attention.self.query.weight", 5, 0, 3, C, C, 0},
+        {"encoder.layer.%d.attention.self.key.weight", 5, 1, 3, C, C, 0},
+        {"encoder.layer.%d.attention.self.value.weight", 5, 2, 3, C, C, 0},
+        {"encoder.layer.%d.attention.self.query.bias", 6, 0, 3, C, 0, 0},
+        {"encoder.layer.%d.attention.self.key.bias", 6, 1, 3, C, 0, 0},
+        {"encoder.layer.%d.attention.self.value.bias", 6, 2, 3, C, 0, 0},
+        {"encoder.layer.%d.attention.output.dense.weight", 7, 0, 1, C, C, 0},
+        {"encoder.layer.%d.attention.output.dense.bias", 8, 0, 1, C, 0, 0},
+        {"encoder.layer.%d.attention.output.LayerNorm.weight", 9, 0, 1, C, 0, 0},
+        {"encoder.layer.%d.attention.output.LayerNorm.bias", 10, 0, 1, C, 0, 0},
+        {"encoder.layer.%d.intermediate.dense.weight", 11, 0, 1, I, C, 0},
+        {"encoder.layer.%d.intermediate.dense.bias", 12, 0, 1, I, 0, 0},
+        {"encoder.layer.%d.output.dense.weight", 13, 0, 1, C, I, 0},
+        {"encoder.layer.%d.output.dense.bias", 14, 0, 1, C, 0, 0},
+        {"encoder.layer.%d.output.LayerNorm.weight", 15, 0, 1, C, 0, 0},
+        {"encoder.layer.%d.output.LayerNorm.bias", 16, 0, 1, C, 0, 0},
+        {"pooler.dense.weight", 17, 0, 1, C, C, 1},
+        {"pooler.dense.bias", 18, 0, 1, C, 0, 1},
+    };
+    for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++) t[n++] = tab[i];
+    return n;
+}
+
+static int is_layered(const hf_tensor *h) { return strstr(h->suffix, "%d") != NULL; }
+
+/* Where view `h` of layer l starts in the flat array. */
+static float *dest_of(const qac_model *m, const hf_tensor *h, int l) {
+    float *base = *view_slot((qac_bert_params *)&m->p, h->view);
+    size_t per_layer = is_layered(h) ? qac_bert_tensor_size(&m->cfg, h->view) / (size_t)m->cfg.num_layers
+                                     : qac_bert_tensor_size(&m->cfg, h->view);
+    size_t part = per_layer / (size_t)h->nparts;
+    return base + (size_t)l * per_layer + (size_t)h->part * part;
+}
+
+static void format_shape(char *buf, size_t cap, const int64_t *shape, int nd) {
+    size_t k = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < nd && k < cap - 24; i++)
+        k += (size_t)snprintf(buf + k, cap - k, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    snprintf(buf + k, cap - k, "]");
+}
+
+/* LayerNorm weights converted from TF checkpoints may still be gamma/beta. */
+static const qac_st_tensor *find_tensor(const qac_safetensors *st, const char *name) {
+    const qac_st_tensor *t = qac_safetensors_find(st, name);
+    if (t || !strstr(name, "LayerNorm.")) return t;
+    char alt[512];
+    size_t n = strlen(name);
+    if (n > 7 && strcmp(name + n - 7, ".weight") == 0 && n < sizeof alt)
+        snprintf(alt, sizeof alt, "%.*s.gamma", (int)(n - 7), name);
+    else if (n > 5 && strcmp(name + n - 5, ".bias") == 0 && n < sizeof alt)
+        snprintf(alt, sizeof alt, "%.*s.beta", (int)(n - 5), name);
+    else return NULL;
+    return qac_safetensors_find(st, alt);
+}
+
+static qac_status load_weights(qac_model *m, const char *path) {
+    qac_safetensors *st;
+    qac_status s = qac_safetensors_open(&st, path);
+    if (s) return s;
+    /* The encoder's prefix: none (BertModel), "bert." (BertFor*) or any other
+     * wrapper, found from the word embeddings. */
+    static const char *const anchor = "embeddings.word_embeddings.weight";
+    char prefix[256] = "";
+    if (!qac_safetensors_find(st, anchor)) {
+        const qac_st_tensor *hit = NULL;
+        if ((hit = qac_safetensors_find(st, "bert.embeddings.word_embeddings.weight"))) strcpy(prefix, "bert.");
+        else
+            for (int i = 0; i < qac_safetensors_count(st) && !hit; i++) {
+                const qac_st_tensor *t = qac_safetensors_get(st, i);
+                size_t n = strlen(t->name), k = strlen(anchor);
+                if (n > k && n - k < sizeof prefix && strcmp(t->name + n - k, anchor) == 0 &&
+                    t->name[n - k - 1] == '.') {
+                    hit = t;
+                    snprintf(prefix, sizeof prefix, "%.*s", (int)(n - k), t->name);
+                }
+            }
+        if (!hit) {
+            s = qac_set_error(QAC_ERR_NOT_FOUND, "%s: missing tensor \"%s\" (also looked for \"bert.%s\")", path,
+                              anchor, anchor);
+            goto done;
+        }
+    }
+    hf_tensor tab[32];
+    int nt = hf_tensor_table(&m->cfg, tab);
+    for (int i = 0; i < nt; i++) {
+        const hf_tensor *h = &tab[i];
+        int layers = is_layered(h) ? m->cfg.num_layers : 1;
+        for (int l = 0; l < layers; l++) {
+            char name[512], full[768];
+            snprintf(name, sizeof name, h->suffix, l);
+            snprintf(full, sizeof full, "%s%s", prefix, name);
+            const qac_st_tensor *t = find_tensor(st, full);
+            if (!t) {
+                if (h->optional) continue; /* pooler: stays zero */
+                s = qac_set_error(QAC_ERR_NOT_FOUND, "%s: missing tensor \"%s\"", path, full);
+                goto done;
+            }
+            int64_t want[2] = {h->rows, h->cols};
+            int wnd = h->cols ? 2 : 1;
+            if (t->ndim != wnd || t->shape[0] != want[0] || (wnd == 2 && t->shape[1] != want[1])) {
+                char a[64], b[64];
+                format_shape(a, sizeof a, want, wnd);
+                format_shape(b, sizeof b, t->shape, t->ndim);
+                s = qac_set_error(QAC_ERR_FORMAT, "%s: tensor \"%s\" has shape %s, expected %s (from config.json)",
+                                  path, full, b, a);
+                goto done;
+            }
+            if (t->dtype != QAC_ST_F32 && t->dtype != QAC_ST_F16 && t->dtype != QAC_ST_BF16 &&
+                t->dtype != QAC_ST_F64) {
+                s = qac_set_error(QAC_ERR_UNSUPPORTED, "%s: tensor \"%s\" has dtype %s; expected F32, F16 or BF16",
+                                  path, full, t->dtype_name);
+                goto done;
+            }
+            if ((s = qac_safetensors_read_f32(t, dest_of(m, h, l)))) goto done;
+            qac_safetensors_release(st, t);
+        }
+    }
+done:
+    qac_safetensors_close(st);
+    return s;
+}
+
+/* ---- load / create / free ---- */
+
+static qac_status alloc_params(qac_model *m) {
+    m->n_params = qac_bert_param_count(&m->cfg);
+    m->param_mem = calloc(m->n_params, sizeof(float));
+    if (!m->param_mem)
+        return qac_set_error(QAC_ERR_NOMEM, "cannot allocate %zu parameters (%.1f MB)", m->n_params,
+                             (double)m->n_params * 4 / 1e6);
+    qac_bert_params_bind(&m->p, &m->cfg, m->param_mem);
+    return QAC_OK;
+}
+
+static void set_name(qac_model *m, const char *dir) {
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && dir[b - 1] != '/') b--;
+    if (n - b == 0 || (n - b == 1 && dir[b] == '.')) snprintf(m->name, sizeof m->name, "%s", "model");
+    else snprintf(m->name, sizeof m->name, "%.*s", (int)(n - b), dir + b);
+}
+
+static int file_exists(const char *dir, const char *name) {
+    char p[4096];
+    struct stat sb;
+    return qac_path_join(p, sizeof p, dir, name) == QAC_OK && stat(p, &sb) == 0;
+}
+
+static qac_status check_tokenizer(qac_model *m) {
+    int tv = qac_tokenizer_vocab_size(m->tok);
+    if (tv > m->cfg.vocab_size)
+        return qac_set_error(QAC_ERR_FORMAT, "%s: the tokenizer has %d tokens but config.json vocab_size is %d",
+                             m->dir, tv, m->cfg.vocab_size);
+    return QAC_OK;
+}
+
+qac_status qac_model_load(qac_model **out, const char *dir) {
+    *out = NULL;
+    struct stat sb;
+    if (!dir || stat(dir, &sb) != 0)
+        return qac_set_error(QAC_ERR_NOT_FOUND, "model directory %s: %s", dir ? dir : "(null)",
+                             dir ? strerror(errno) : "not given");
+    if (!S_ISDIR(sb.st_mode))
+        return qac_set_error(QAC_ERR_INVALID, "%s is not a directory (pass the model directory)", dir);
+    char path[4096], *cfg_txt = NULL;
+    size_t cfg_len = 0;
+    qac_status s = qac_path_join(path, sizeof path, dir, "config.json");
+    if (s) return s;
+    if ((s = qac_read_file(path, &cfg_txt, &cfg_len))) {
+        if (s == QAC_ERR_NOT_FOUND)
+            return qac_set_error(QAC_ERR_NOT_FOUND, "%s: no config.json (not a Hugging Face model directory)", dir);
+        return s;
+    }
+    qac_model *m = calloc(1, sizeof *m);
+    if (!m || !(m->dir = strdup(dir))) {
+        free(m);
+        free(cfg_txt);
+        return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    }
+    set_name(m, dir);
+    if ((s = qac_bert_config_parse(&m->cfg, cfg_txt, cfg_len))) {
+        s = qac_wrap_error(s, "%s", path);
+        goto fail;
+    }
+    if ((s = load_st_extras(m, dir))) goto fail;
+    if ((s = qac_path_join(path, sizeof path, dir, "model.safetensors"))) goto fail;
+    if (stat(path, &sb) != 0) {
+        if (file_exists(dir, "model.safetensors.index.json"))
+            s = qac_set_error(QAC_ERR_UNSUPPORTED,
+                              "%s: sharded safetensors (model.safetensors.index.json) are not supported; merge "
+                              "them with: python3 -c \"from transformers import AutoModel; "
+                              "AutoModel.from_pretrained('%s').save_pretrained('%s', max_shard_size='100GB')\"",
+                              dir, dir, dir);
+        else if (file_exists(dir, "pytorch_model.bin"))
+            s = qac_set_error(QAC_ERR_UNSUPPORTED,
+                              "%s has pytorch_model.bin but no model.safetensors; qac reads only safetensors. "
+                              "Convert it with: python3 -c \"from transformers import AutoModel; "
+                              "AutoModel.from_pretrained('%s').save_pretrained('%s', safe_serialization=True)\"",
+                              dir, dir, dir);
+        else s = qac_set_error(QAC_ERR_NOT_FOUND, "%s: no model.safetensors", dir);
+        goto fail;
+    }
+    if ((s = alloc_params(m)) || (s = load_weights(m, path))) goto fail;
+    if ((s = qac_tokenizer_load(&m->tok, dir))) {
+        s = qac_wrap_error(s, "%s: tokenizer", dir);
+        goto fail;
+    }
+    if ((s = check_tokenizer(m))) goto fail;
+    compute_fingerprint(m, cfg_txt, cfg_len);
+    free(cfg_txt);
+    *out = m;
+    return QAC_OK;
+fail:
+    free(cfg_txt);
+    qac_model_free(m);
+    return s;
+}
+
+void qac_model_update_fingerprint(qac_model *m) {
+    char *txt = NULL;
+    if (qac_bert_config_to_json(&m->cfg, &txt) != QAC_OK) {
+        snprintf(m->fingerprint, sizeof m->fingerprint, "%s", "0000000000000000");
+        return;
+    }
+    compute_fingerprint(m, txt, strlen(txt));
+    free(txt);
+}
+
+qac_status qac_model_create(qac_model **out, const qac_bert_config *cfg, const char *tok_dir) {
+    *out = NULL;
+    qac_status s = qac_bert_config_validate(cfg);
+    if (s) return s;
+    qac_model *m = calloc(1, sizeof *m);
+    if (!m) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    m->cfg = *cfg;
+    m->pooling = QAC_POOL_CLS;
+    m->max_seq_len = cfg->max_position;
+    snprintf(m->name, sizeof m->name, "%s", "bert");
+    if (tok_dir && !(m->dir = strdup(tok_dir))) {
+        free(m);
+        return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    }
+    if ((s = alloc_params(m))) goto fail;
+    if (tok_dir) {
+        if ((s = qac_tokenizer_load(&m->tok, tok_dir))) {
+            s = qac_wrap_error(s, "%s: tokenizer", tok_dir);
+            goto fail;
+        }
+        if ((s = check_tokenizer(m))) goto fail;
+    }
+    qac_model_update_fingerprint(m);
+    *out = m;
+    return QAC_OK;
+fail:
+    qac_model_free(m);
+    return s;
+}
+
+void qac_model_free(qac_model *m) {
+    if (!m) return;
+    free(m->param_mem);
+    qac_tokenizer_free(m->tok);
+    free(m->dir);
+    free(m);
+}
+
+/* ---- save ---- */
+
+static qac_status write_text(const char *dir, const char *name, const char *text) {
+    char path[4096];
+    qac_atomic_file af;
+    qac_status s = qac_path_join(path, sizeof path, dir, name);
+    if (s || (s = qac_atomic_open(&af, path))) return s;
+    size_t n = strlen(text);
+    if (fwrite(text, 1, n, af.f) != n) {
+        s = qac_set_error(QAC_ERR_IO, "write %s: %s", path, strerror(errno));
+        qac_atomic_abort(&af);
+        return s;
+    }
+    return qac_atomic_commit(&af);
+}
+
+static qac_status write_json(const char *dir, const char *name, json_t *j) {
+    char *txt = j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(j);
+    if (!txt) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    size_t n = strlen(txt);
+    char *t2 = realloc(txt, n + 2);
+    if (!t2) {
+        free(txt);
+        return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    }
+    t2[n] = '\n';
+    t2[n + 1] = '\0';
+    qac_status s = write_text(dir, name, t2);
+    free(t2);
+    return s;
+}
+
+static qac_status copy_file(const char *src_dir, const char *dst_dir, const char *name) {
+    char src[4096], dst[4096];
+    qac_status s;
+    if ((s = qac_path_join(src, sizeof src, src_dir, name)) || (s = qac_path_join(dst, sizeof dst, dst_dir, name)))
+        return s;
+    FILE *in = fopen(src, "rb");
+    if (!in) {
+        if (errno == ENOENT) return QAC_OK;
+        return qac_set_error(QAC_ERR_IO, "open %s: %s", src, strerror(errno));
+    }
+    qac_atomic_file af;
+    if ((s = qac_atomic_open(&af, dst))) {
+        fclose(in);
+        return s;
+    }
+    char buf[1 << 16];
+    size_t n;
+    int ok = 1;
+    while (ok && (n = fread(buf, 1, sizeof buf, in)) > 0) ok = fwrite(buf, 1, n, af.f) == n;
+    if (ferror(in)) ok = 0;
+    fclose(in);
+    if (!ok) {
+        s = qac_set_error(QAC_ERR_IO, "copy %s -> %s failed", src, dst);
+        qac_atomic_abort(&af);
+        return s;
+    }
+    return qac_atomic_commit(&af);
+}
+
+static int same_dir(const char *a, const char *b) {
+    struct stat sa, sb;
+    return stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+static qac_status copy_tokenizer_files(const char *src, const char *dst) {
+    static const char *const names[] = {"vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
+                                        "tokenizer.json", "added_tokens.json"};
+    qac_status s;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if ((s = copy_file(src, dst, names[i]))) return s;
+    DIR *d = opendir(src);
+    if (!d) return qac_set_error(QAC_ERR_IO, "opendir %s: %s", src, strerror(errno));
+    struct dirent *e;
+    s = QAC_OK;
+    while (!s && (e = readdir(d))) {
+        size_t n = strlen(e->d_name);
+        if (n > 6 && strcmp(e->d_name + n - 6, ".model") == 0) s = copy_file(src, dst, e->d_name);
+    }
+    closedir(d);
+    return s;
+}
+
+static qac_status write_weights(const qac_model *m, const char *path, qac_st_dtype dt) {
+    hf_tensor tab[32];
+    int nt = hf_tensor_table(&m->cfg, tab), L = m->cfg.num_layers, n = 0;
+    int total = 0;
+    for (int i = 0; i < nt; i++) total += is_layered(&tab[i]) ? L : 1;
+    qac_st_write_tensor *w = calloc((size_t)total, sizeof *w);
+    char *names = calloc((size_t)total, 128);
+    if (!w || !names) {
+        free(w);
+        free(names);
+        return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    }
+    /* HF's order: embeddings, then each layer whole, then the pooler. */
+    for (int pass = 0; pass < 3; pass++) {
+        for (int l = 0; l < (pass == 1 ? L : 1); l++)
+            for (int i = 0; i < nt; i++) {
+                const hf_tensor *h = &tab[i];
+                int want_pass = is_layered(h) ? 1 : (h->view >= 17 ? 2 : 0);
+                if (want_pass != pass) continue;
+                char *nm = names + 128 * (size_t)n;
+                snprintf(nm, 128, h->suffix, l);
+                w[n].name = nm;
+                w[n].dtype = dt;
+                w[n].ndim = h->cols ? 2 : 1;
+                w[n].shape[0] = h->rows;
+                w[n].shape[1] = h->cols;
+                w[n].data = dest_of(m, h, l);
+                n++;
+            }
+    }
+    static const char *const md[] = {"format", "pt", NULL};
+    qac_status s = qac_safetensors_write(path, w, n, md);
+    free(w);
+    free(names);
+    return s;
+}
+
+qac_status qac_model_save_as(const qac_model *m, const char *dir, int st_dtype) {
+    if (st_dtype != QAC_ST_F32 && st_dtype != QAC_ST_F16 && st_dtype != QAC_ST_BF16)
+        return qac_set_error(QAC_ERR_INVALID, "save dtype must be F32, F16 or BF16");
+    qac_status s;
+    char path[4096];
+    if ((s = qac_mkdirs(dir))) return s;
+    if ((s = qac_path_join(path, sizeof path, dir, "model.safetensors")) ||
+        (s = write_weights(m, path, (qac_st_dtype)st_dtype)))
+        return s;
+    if (m->dir && !same_dir(m->dir, dir) && (s = copy_tokenizer_files(m->dir, dir))) return s;
+
+    json_t *mods = json_pack("[{s:i, s:s, s:s, s:s}, {s:i, s:s, s:s, s:s}]", "idx", 0, "name", "0", "path", "",
+                             "type", "sentence_transformers.models.Transformer", "idx", 1, "name", "1", "path",
+                             "1_Pooling", "type", "sentence_transformers.models.Pooling");
+    if (mods && m->normalize)
+        json_array_append_new(mods, json_pack("{s:i, s:s, s:s, s:s}", "idx", 2, "name", "2", "path",
+                                              "2_Normalize", "type", "sentence_transformers.models.Normalize"));
+    int cls = m->pooling == QAC_POOL_CLS;
+    json_t *pool = json_pack("{s:i, s:b, s:b, s:b, s:b, s:b, s:b, s:b}", "word_embedding_dimension",
+                             m->cfg.hidden_size, "pooling_mode_cls_token", cls, "pooling_mode_mean_tokens", !cls,
+                             "pooling_mode_max_tokens", 0, "pooling_mode_mean_sqrt_len_tokens", 0,
+                             "pooling_mode_weightedmean_tokens", 0, "pooling_mode_lasttoken", 0, "include_prompt",
+                             1);
+    json_t *sbc = json_pack("{s:i, s:b}", "max_seq_length", m->max_seq_len, "do_lower_case", 0);
+    char sub[4096];
+    if ((s = qac_path_join(sub, sizeof sub, dir, "1_Pooling")) || (s = qac_mkdirs(sub)) ||
+        (s = write_json(sub, "config.json", pool))) {
+        json_decref(mods);
+        json_decref(sbc);
+        return s;
+    }
+    if (m->normalize &&
+        ((s = qac_path_join(sub, sizeof sub, dir, "2_Normalize")) || (s = qac_mkdirs(sub)))) {
+        json_decref(mods);
+        json_decref(sbc);
+        return s;
+    }
+    if ((s = write_json(dir, "sentence_bert_config.json", sbc))) {
+        json_decref(mods);
+        return s;
+    }
+    if ((s = write_json(dir, "modules.json", mods))) return s;
+    /* config.json last: a directory without it is not taken for a model. */
+    char *cfg;
+    if ((s = qac_bert_config_to_json(&m->cfg, &cfg))) return s;
+    s = write_text(dir, "config.json", cfg);
+    free(cfg);
+    return s;
+}
+
+qac_status qac_model_save(const qac_model *m, const char *dir) { return qac_model_save_as(m, dir, QAC_ST_F32); }

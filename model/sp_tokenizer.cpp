@@ -1,0 +1,73 @@
+// Thin extern "C" shim over libsentencepiece: translates calls, results and
+// errors (status objects and exceptions) and holds no tokenisation logic.
+#include <sentencepiece_processor.h>
+
+#include <new>
+#include <string>
+#include <vector>
+
+#include "tokenizer_internal.h"
+
+struct qac_sp {
+    sentencepiece::SentencePieceProcessor proc;
+};
+
+extern "C" {
+
+qac_status qac_sp_load(qac_sp **out, const char *model_path) {
+    *out = nullptr;
+    try {
+        qac_sp *sp = new qac_sp;
+        sentencepiece::util::Status st = sp->proc.Load(model_path);
+        if (!st.ok()) {
+            delete sp;
+            return qac_set_error(QAC_ERR_FORMAT, "%s: sentencepiece: %s", model_path, st.ToString().c_str());
+        }
+        *out = sp;
+        return QAC_OK;
+    } catch (const std::bad_alloc &) {
+        return qac_set_error(QAC_ERR_NOMEM, "%s: out of memory", model_path);
+    } catch (const std::exception &e) {
+        return qac_set_error(QAC_ERR_FORMAT, "%s: sentencepiece: %s", model_path, e.what());
+    }
+}
+
+void qac_sp_free(qac_sp *sp) { delete sp; }
+
+int qac_sp_vocab_size(const qac_sp *sp) { return sp->proc.GetPieceSize(); }
+
+const char *qac_sp_id_to_piece(const qac_sp *sp, int32_t id) {
+    if (id < 0 || id >= sp->proc.GetPieceSize()) return nullptr;
+    return sp->proc.IdToPiece(id).c_str();
+}
+
+int32_t qac_sp_piece_to_id(const qac_sp *sp, const char *piece) {
+    // PieceToId answers unk_id for unknown pieces; the unk piece itself is real.
+    int id = sp->proc.PieceToId(piece);
+    if (id == sp->proc.unk_id() && sp->proc.IdToPiece(id) != piece) return -1;
+    return id;
+}
+
+int32_t qac_sp_unk_id(const qac_sp *sp) { return sp->proc.unk_id(); }
+
+int32_t qac_sp_pad_id(const qac_sp *sp) {
+    int id = sp->proc.pad_id();
+    return id >= 0 && id < sp->proc.GetPieceSize() ? id : -1;
+}
+
+qac_status qac_sp_encode(const qac_sp *sp, const char *text, size_t len, int32_t *ids, int cap, int *n) {
+    try {
+        std::vector<int> out;
+        sentencepiece::util::Status st = sp->proc.Encode(std::string_view(text, len), &out);
+        if (!st.ok()) return qac_set_error(QAC_ERR_FORMAT, "sentencepiece: %s", st.ToString().c_str());
+        for (size_t i = 0; i < out.size() && (long long)i < cap; i++) ids[i] = out[i];
+        *n = (int)out.size();
+        return QAC_OK;
+    } catch (const std::bad_alloc &) {
+        return qac_set_error(QAC_ERR_NOMEM, "sentencepiece: out of memory");
+    } catch (const std::exception &e) {
+        return qac_set_error(QAC_ERR_INTERNAL, "sentencepiece: %s", e.what());
+    }
+}
+
+}  // extern "C"
