@@ -10,6 +10,7 @@
 #ifndef QAC_INDEX_H
 #define QAC_INDEX_H
 
+#include "qac_data.h"
 #include "qac_encoder.h"
 #include "qac_util.h"
 
@@ -18,20 +19,34 @@ extern "C" {
 #endif
 
 typedef struct qac_index_build_opts {
-    const char *factory;   /* FAISS factory string; NULL = "Flat" */
+    const char *factory;   /* FAISS factory string; NULL = "Flat" (metric: inner product) */
     int batch;             /* sequences per encoder call */
-    int max_len;           /* passage max length in tokens, specials included */
+    int max_len;           /* passage max length in tokens, specials included; 0 = model's */
     int shard_size;        /* passages per embedding shard (resume granularity) */
-    qac_progress_fn progress;
+    int fp16;              /* store shard vectors as fp16 instead of fp32 */
+    int64_t train_size;    /* vectors sampled to train IVF/PQ/SQ; 0 = auto:
+                              256 x nlist for IVF<nlist>, else 100k; capped at the count */
+    qac_text_format format; /* corpus format; QAC_FMT_AUTO detects it */
+    qac_progress_fn progress; /* phases: encode, train, add, write */
     void *progress_user;
 } qac_index_build_opts;
 
+/* Flat, batch 64, model max length, 100000 passages per shard, fp32. */
 qac_index_build_opts qac_index_default_build_opts(void);
 
 /* Encode a corpus into out_dir and build the FAISS index. Resumable: run it
- * again after a crash and it continues from the last complete shard. */
+ * again after a crash and it continues from the last complete shard. A
+ * second run with a different model, corpus (path or size), max_len, dtype
+ * or shard size is refused with QAC_ERR_INVALID naming what changed; a
+ * different factory reuses the embeddings and rebuilds only the FAISS
+ * index. Only one build may run on out_dir at a time (a lock file). */
 qac_status qac_index_build(const char *out_dir, qac_encoder *enc, const char *corpus_path,
                            const qac_index_build_opts *o);
+
+/* Same, from precomputed vectors: a float32 or float16 C-order .npy of
+ * shape [n, dim]. Row i gets docid "i"; there is no passage text and the
+ * model fingerprint is "none". Resumable the same way. */
+qac_status qac_index_build_vectors(const char *out_dir, const char *npy_path, const qac_index_build_opts *o);
 
 typedef struct qac_index qac_index;
 
@@ -49,8 +64,17 @@ const char *qac_index_docid(const qac_index *ix, int64_t row);
  * Writes a malloc'd NUL-terminated copy into *text (caller frees). */
 qac_status qac_index_text(const qac_index *ix, int64_t row, char **text);
 
+/* Set a FAISS search-time parameter by ParameterSpace name: "nprobe"
+ * (IVF), "efSearch" (HNSW). Not thread-safe: call before searching from
+ * several threads. QAC_ERR_FAISS if the index has no such parameter. */
+qac_status qac_index_set_param(qac_index *ix, const char *name, double value);
+/* Whether searches run on the GPU (flat index opened with CUDA/AUTO). */
+int qac_index_on_gpu(const qac_index *ix);
+
 /* Top-k by inner product for nq query vectors [nq, dim]. scores and rows
- * are [nq, k], best first; rows are -1 where fewer than k exist. */
+ * are [nq, k], best first; rows are -1 where fewer than k exist. Equal
+ * scores are ordered by docid descending (strcmp), as trec_eval does.
+ * k <= 1024 on the GPU. */
 qac_status qac_index_search(const qac_index *ix, const float *queries, int nq, int k, float *scores,
                             int64_t *rows);
 

@@ -1,9 +1,103 @@
-/* placeholder until the index command lands */
+/* qac index build: encode a corpus (or load precomputed vectors) into
+ * resumable shards, then build a FAISS index. */
 #include <stdio.h>
+#include <string.h>
 
 #include "cli.h"
+#include "qac_index.h"
+
+static const qac_opt build_opts[] = {
+    {"model", QAC_OPT_STR, NULL, 0, -1, NULL, "QAC_MODEL", "model directory (default: the embedded default model)", 0},
+    {"corpus", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "corpus file: collection.tsv, BEIR/Tevatron jsonl, Cranfield", 0},
+    {"vectors", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "precomputed float32/float16 .npy [n, dim] instead of --corpus", 0},
+    {"format", QAC_OPT_ENUM, "auto", 0, -1, "auto|tsv|beir|tevatron|cranfield", NULL, "corpus format", 0},
+    {"out", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "index directory (created; re-run to resume)", 1},
+    {"factory", QAC_OPT_STR, "Flat", 0, -1, NULL, NULL,
+     "FAISS index factory string, inner product (Flat, SQfp16, HNSW32,SQfp16, IVF4096,PQ32, ...)", 0},
+    {"batch", QAC_OPT_INT, "64", 1, 4096, NULL, NULL, "passages per encoder call", 0},
+    {"threads", QAC_OPT_INT, "0", 0, 1024, NULL, "QAC_THREADS", "CPU encoder threads (0 = all cores)", 0},
+    {"device", QAC_OPT_ENUM, "auto", 0, -1, "auto|cpu|cuda", "QAC_DEVICE", "encoder device", 0},
+    {"max-len", QAC_OPT_INT, "0", 0, 8192, NULL, NULL, "passage max tokens incl. specials (0 = the model's)", 0},
+    {"shard-size", QAC_OPT_INT, "100000", 1, 100000000, NULL, NULL, "passages per shard (resume granularity)", 0},
+    {"dtype", QAC_OPT_ENUM, "fp32", 0, -1, "fp32|fp16", NULL, "storage type of the shard vectors", 0},
+    {"train-size", QAC_OPT_INT, "0", 0, 1e12, NULL, NULL,
+     "vectors sampled for IVF/PQ/SQ training (0 = 256 x nlist, else 100000)", 0},
+};
+#define N_BUILD_OPTS (int)(sizeof build_opts / sizeof build_opts[0])
+
+static qac_device parse_device(const char *s) {
+    if (!strcmp(s, "cpu")) return QAC_DEVICE_CPU;
+    if (!strcmp(s, "cuda")) return QAC_DEVICE_CUDA;
+    return QAC_DEVICE_AUTO;
+}
+
+static qac_text_format parse_format(const char *s) {
+    static const char *names[] = {"auto", "tsv", "beir", "tevatron", "cranfield"};
+    for (int i = 0; i < 5; i++)
+        if (!strcmp(s, names[i])) return (qac_text_format)i;
+    return QAC_FMT_AUTO;
+}
+
+static int cmd_build(int argc, char **argv) {
+    qac_opts o;
+    int rc = qac_cli_parse(&o, "index build", "--corpus FILE | --vectors FILE.npy --out DIR [options]", build_opts,
+                           N_BUILD_OPTS, argc, argv);
+    if (rc) return rc < 0 ? 0 : rc;
+    const char *corpus = qac_opts_str(&o, "corpus"), *vectors = qac_opts_str(&o, "vectors");
+    if (!corpus == !vectors) {
+        fprintf(stderr, "qac index build: give exactly one of --corpus or --vectors\n");
+        qac_opts_free(&o);
+        return 2;
+    }
+    qac_progress_state ps;
+    qac_progress_init(&ps, "passages");
+    qac_index_build_opts bo = qac_index_default_build_opts();
+    bo.factory = qac_opts_str(&o, "factory");
+    bo.batch = (int)qac_opts_int(&o, "batch");
+    bo.max_len = (int)qac_opts_int(&o, "max-len");
+    bo.shard_size = (int)qac_opts_int(&o, "shard-size");
+    bo.fp16 = !strcmp(qac_opts_str(&o, "dtype"), "fp16");
+    bo.train_size = qac_opts_int(&o, "train-size");
+    bo.format = parse_format(qac_opts_str(&o, "format"));
+    bo.progress = qac_progress_stderr;
+    bo.progress_user = &ps;
+    const char *out = qac_opts_str(&o, "out");
+    double t0 = qac_now();
+    qac_status st;
+    if (vectors) {
+        st = qac_index_build_vectors(out, vectors, &bo);
+    } else {
+        char buf[4096];
+        const char *model_dir = qac_cli_model_dir(&o, buf, sizeof buf);
+        qac_model *m = NULL;
+        qac_encoder *enc = NULL;
+        if (!model_dir) {
+            qac_opts_free(&o);
+            return qac_cli_fail("index build");
+        }
+        qac_encoder_opts eo = qac_encoder_default_opts();
+        eo.device = parse_device(qac_opts_str(&o, "device"));
+        eo.threads = (int)qac_opts_int(&o, "threads");
+        eo.max_batch = bo.batch;
+        st = qac_model_load(&m, model_dir);
+        if (!st) st = qac_encoder_create(&enc, m, &eo);
+        if (!st) st = qac_index_build(out, enc, corpus, &bo);
+        qac_encoder_free(enc);
+        qac_model_free(m);
+    }
+    if (st) {
+        qac_opts_free(&o);
+        return qac_cli_fail("index build");
+    }
+    if (!ps.quiet) fprintf(stderr, "qac index build: %s ready (%.1f s)\n", out, qac_now() - t0);
+    qac_opts_free(&o);
+    return 0;
+}
 
 int qac_cmd_index(int argc, char **argv) {
-    fprintf(stderr, "qac index: not available in this build yet\n");
-    return 2;
+    if (argc >= 1 && !strcmp(argv[0], "build")) return cmd_build(argc - 1, argv + 1);
+    FILE *f = argc >= 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) ? stdout : stderr;
+    fprintf(f, "usage: qac index build --corpus FILE | --vectors FILE.npy --out DIR [options]\n"
+               "       (qac index build --help lists the options)\n");
+    return f == stdout ? 0 : 2;
 }

@@ -1,6 +1,7 @@
 /* Entry points of the CUDA backend for builds without CUDA: no GPU is ever
  * usable, and asking for one is a clear error. */
 #include "encoder_backend.h"
+#include "qac_cuda_kernels.h"
 #include "qac_gpu_flat.h"
 
 #define NO_CUDA "qac was built without CUDA (install the CUDA toolkit and rebuild)"
@@ -23,3 +24,32 @@ qac_status qac_gpu_flat_search(qac_gpu_flat *g, const float *q, int nq, int k, f
 }
 int64_t qac_gpu_flat_count(const qac_gpu_flat *g) { return 0; }
 void qac_gpu_flat_free(qac_gpu_flat *g) {}
+
+qac_status qac_cuda_embeddings_layernorm(float *out, float *out_act, const int32_t *ids,
+                                         const float *word_emb, const float *pos_emb,
+                                         const float *type_emb, const float *w, const float *b,
+                                         int B, int T, int C, int V, int P, float eps,
+                                         qac_precision prec) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_residual_layernorm(float *out, const float *x, const float *r, const float *bias,
+                                       const float *w, const float *b, int N, int C, float eps,
+                                       qac_precision prec) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_bias_gelu(float *out, const float *inp, const float *bias, int N, int I,
+                              qac_precision prec) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_attention(float *out, const float *qkv, const float *qkv_b, const int *lens,
+                              int B, int T, int C, int NH, qac_precision prec) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_pooling(float *out, const float *hidden, const int *lens, int B, int T, int C,
+                            qac_pooling pooling, int normalize) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_matmul(float *out, const float *inp, const float *w, int N, int IC, int OC,
+                           qac_precision prec) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}

@@ -1,0 +1,82 @@
+/* qac side of bench/encode_cpu: encode the first N Cranfield documents and
+ * print one line "qac <model> max_len=<n> passages=<n> seconds=<s>
+ * passages_per_s=<r> peak_rss_mib=<m>". Usage:
+ *   qac_bench_encode CRAN_FILE MODEL_DIR|bertbase MAX_LEN N THREADS [BATCH]
+ * "bertbase" builds a BERT-base-shaped model with arbitrary weights (speed
+ * does not depend on their values) and the tokenizer of the default model. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+#include "qac_data.h"
+#include "qac_encoder.h"
+#include "qac_util.h"
+
+static int fail(const char *what) {
+    fprintf(stderr, "qac_bench_encode: %s: %s\n", what, qac_last_error());
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 6) {
+        fprintf(stderr, "usage: qac_bench_encode CRAN_FILE MODEL_DIR|bertbase MAX_LEN N THREADS [BATCH]\n");
+        return 2;
+    }
+    const char *cran = argv[1], *model = argv[2];
+    int max_len = atoi(argv[3]), n = atoi(argv[4]), threads = atoi(argv[5]);
+    int batch = argc > 6 ? atoi(argv[6]) : 0;
+    char **texts = calloc((size_t)n, sizeof *texts);
+    qac_reader *r;
+    if (qac_reader_open(&r, cran, QAC_READ_CORPUS, QAC_FMT_CRANFIELD)) return fail("open corpus");
+    int k = 0;
+    while (k < n) { /* cycle through the collection when N exceeds it */
+        qac_record rec;
+        int got;
+        if (qac_reader_next(r, &rec, &got)) return fail("read corpus");
+        if (!got) {
+            if (k == 0 || qac_reader_seek(r, 0, 1)) return fail("rewind corpus");
+            continue;
+        }
+        texts[k++] = strdup(rec.text);
+    }
+    qac_reader_free(r);
+
+    qac_model *m = NULL;
+    char def[4096];
+    if (qac_default_model_dir(def, sizeof def)) return fail("default model");
+    if (!strcmp(model, "bertbase")) {
+        qac_bert_config cfg = {30522, 768, 12, 12, 3072, 512, 2, 0, 1e-12f};
+        if (qac_model_create(&m, &cfg, def)) return fail("create model");
+        uint32_t s = 12345;
+        for (size_t i = 0; i < m->n_params; i++) {
+            s = s * 1664525u + 1013904223u;
+            m->param_mem[i] = ((float)(s >> 8) / 16777216.0f - 0.5f) * 0.04f;
+        }
+    } else if (qac_model_load(&m, model)) {
+        return fail("load model");
+    }
+    qac_encoder_opts o = qac_encoder_default_opts();
+    o.device = QAC_DEVICE_CPU;
+    o.threads = threads;
+    o.max_batch = batch;
+    qac_encoder *e;
+    if (qac_encoder_create(&e, m, &o)) return fail("create encoder");
+    float *out = malloc((size_t)n * m->cfg.hidden_size * sizeof *out);
+    /* warm-up: first-touch of buffers and weights */
+    if (qac_encoder_encode_texts(e, (const char *const *)texts, NULL, n < 32 ? n : 32, max_len, out))
+        return fail("encode");
+    double t0 = qac_now();
+    if (qac_encoder_encode_texts(e, (const char *const *)texts, NULL, n, max_len, out)) return fail("encode");
+    double dt = qac_now() - t0;
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    printf("qac %s max_len=%d passages=%d seconds=%.3f passages_per_s=%.2f peak_rss_mib=%.1f\n",
+           strcmp(model, "bertbase") ? "minilm" : "bertbase", max_len, n, dt, n / dt, ru.ru_maxrss / 1024.0);
+    qac_encoder_free(e);
+    qac_model_free(m);
+    for (int i = 0; i < n; i++) free(texts[i]);
+    free(texts);
+    free(out);
+    return 0;
+}

@@ -1,0 +1,115 @@
+/* qac's CUDA encoder on a random BERT-base-shaped model (12 x 768, 12
+ * heads, 3072): passages/s at 128 tokens, MFU, projected time for MS MARCO
+ * (8,841,823 passages), and single-query latency at 32 tokens, batch 1.
+ * Prints one "RESULT key value" line per number for the driver script.
+ *   bench_encode_gpu [bf16|fp16] [passages] [batch] [peak_tflops] */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qac_encoder.h"
+#include "qac_util.h"
+
+#define MSMARCO_PASSAGES 8841823.0
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint64_t next(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv) {
+    const char *precs = argc > 1 ? argv[1] : "bf16";
+    const int n = argc > 2 ? atoi(argv[2]) : 16384;
+    const int batch = argc > 3 ? atoi(argv[3]) : 256;
+    const double peak = argc > 4 ? atof(argv[4]) : 989.0; /* H100 SXM dense bf16/fp16 TFLOP/s */
+    if (!qac_cuda_available()) {
+        fprintf(stderr, "bench_encode_gpu: no usable CUDA GPU\n");
+        return 77;
+    }
+    const qac_bert_config cfg = {.vocab_size = 30522, .hidden_size = 768, .num_layers = 12, .num_heads = 12,
+                                 .intermediate_size = 3072, .max_position = 512, .type_vocab_size = 2,
+                                 .pad_token_id = 0, .layer_norm_eps = 1e-12f};
+    qac_model *m = NULL;
+    if (qac_model_create(&m, &cfg, NULL)) {
+        fprintf(stderr, "model: %s\n", qac_last_error());
+        return 1;
+    }
+    for (size_t i = 0; i < m->n_params; i++) m->param_mem[i] = ((float)(next() >> 40) / 16777216.0f - 0.5f) * 0.1f;
+    m->pooling = QAC_POOL_CLS;
+    m->normalize = 0;
+    qac_encoder_opts o = qac_encoder_default_opts();
+    o.device = QAC_DEVICE_CUDA;
+    o.precision = strcmp(precs, "fp16") == 0 ? QAC_PREC_FP16 : QAC_PREC_BF16;
+    o.max_batch = batch;
+    qac_encoder *e = NULL;
+    if (qac_encoder_create(&e, m, &o)) {
+        fprintf(stderr, "encoder: %s\n", qac_last_error());
+        return 1;
+    }
+    const int T = 128, TQ = 32;
+    int32_t *buf = malloc(sizeof(int32_t) * (size_t)n * T);
+    const int32_t **ids = malloc(sizeof(int32_t *) * n);
+    int *lens = malloc(sizeof(int) * n);
+    float *out = malloc(sizeof(float) * (size_t)n * cfg.hidden_size);
+    for (int i = 0; i < n; i++) {
+        int32_t *s = buf + (size_t)i * T;
+        s[0] = 101;
+        for (int t = 1; t < T - 1; t++) s[t] = 1000 + (int32_t)(next() % 29000);
+        s[T - 1] = 102;
+        ids[i] = s;
+        lens[i] = T;
+    }
+    /* warm-up: cuBLAS heuristics, buffers at full size */
+    if (qac_encoder_encode_ids(e, ids, lens, batch < n ? batch : n, out)) {
+        fprintf(stderr, "encode: %s\n", qac_last_error());
+        return 1;
+    }
+    double best = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        const double t0 = qac_now();
+        if (qac_encoder_encode_ids(e, ids, lens, n, out)) {
+            fprintf(stderr, "encode: %s\n", qac_last_error());
+            return 1;
+        }
+        const double dt = qac_now() - t0;
+        if (dt < best) best = dt;
+    }
+    const double pps = n / best;
+    /* Matrix products only: 2 * T * 12 * (4 C^2 + 2 C I) + attention 2 * 2 * T^2 * C per layer. */
+    const double C = cfg.hidden_size, I = cfg.intermediate_size;
+    const double flop = 2.0 * T * cfg.num_layers * (4 * C * C + 2 * C * I) + cfg.num_layers * 4.0 * T * T * C;
+    printf("RESULT qac_%s_passages_per_s %.1f\n", precs, pps);
+    printf("RESULT qac_%s_tflops %.1f\n", precs, pps * flop / 1e12);
+    printf("RESULT qac_%s_mfu %.3f\n", precs, pps * flop / 1e12 / peak);
+    printf("RESULT qac_%s_msmarco_hours %.3f\n", precs, MSMARCO_PASSAGES / pps / 3600);
+
+    enum { LAT_REPS = 200 };
+    double lat[LAT_REPS];
+    int32_t q[32];
+    q[0] = 101;
+    for (int t = 1; t < TQ - 1; t++) q[t] = 2000 + t;
+    q[TQ - 1] = 102;
+    const int32_t *qp[1] = {q};
+    int ql = TQ;
+    for (int i = 0; i < 20; i++) qac_encoder_encode_ids(e, qp, &ql, 1, out);
+    for (int i = 0; i < LAT_REPS; i++) {
+        const double t0 = qac_now();
+        qac_encoder_encode_ids(e, qp, &ql, 1, out);
+        lat[i] = qac_now() - t0;
+    }
+    qsort(lat, LAT_REPS, sizeof(double), cmp_double);
+    printf("RESULT qac_%s_query_latency_ms_p50 %.3f\n", precs, lat[LAT_REPS / 2] * 1e3);
+    printf("RESULT qac_%s_query_latency_ms_p99 %.3f\n", precs, lat[LAT_REPS * 99 / 100] * 1e3);
+    qac_encoder_free(e);
+    qac_model_free(m);
+    free(buf), free(ids), free(lens), free(out);
+    return 0;
+}

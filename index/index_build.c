@@ -1,0 +1,762 @@
+/* `qac index build`: corpus -> embedding shards -> FAISS index, resumable.
+ *
+ * Crash safety: every shard, the FAISS file, the docid table and the
+ * manifest are written to a temporary name and renamed. A shard counts only
+ * once the manifest lists it (with its checksum), so a kill between the two
+ * renames just re-encodes that shard. Resuming seeks the reader to the last
+ * listed passage, checks its id, and continues after it. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <faiss/c_api/Index_c.h>
+#include <faiss/c_api/error_c.h>
+#include <faiss/c_api/index_factory_c.h>
+#include <faiss/c_api/index_io_c.h>
+
+#include "index_internal.h"
+#include "qac_safetensors.h"
+#include "qac_index.h"
+
+#define QAC_ENCODE_CHUNK 16384  /* passages sorted by length together */
+#define QAC_ADD_PIECE 65536     /* rows per faiss add call (progress granularity) */
+
+qac_index_build_opts qac_index_default_build_opts(void) {
+    qac_index_build_opts o;
+    memset(&o, 0, sizeof o);
+    o.factory = "Flat";
+    o.batch = 64;
+    o.max_len = 0;
+    o.shard_size = 100000;
+    o.format = QAC_FMT_AUTO;
+    return o;
+}
+
+typedef struct builder {
+    const char *dir;
+    const qac_index_build_opts *o;
+    const char *factory;
+    int dim;
+    uint32_t dtype;
+    json_t *man;   /* the manifest being extended */
+    int lock_fd;
+    /* the shard being filled */
+    float *vecs;
+    char **ids;
+    uint64_t *offsets;
+    int64_t *lines;
+    uint64_t fill;
+} builder;
+
+static qac_status faiss_fail(const char *what) {
+    return qac_set_error(QAC_ERR_FAISS, "faiss %s: %s", what, faiss_get_last_error());
+}
+
+static void progress(const builder *b, const char *phase, uint64_t done, uint64_t total) {
+    if (b->o->progress) b->o->progress(b->o->progress_user, phase, done, total);
+}
+
+static qac_status write_manifest(const builder *b) {
+    char path[4096];
+    qac_status st = qac_path_join(path, sizeof path, b->dir, "manifest.json");
+    if (st) return st;
+    char *text = json_dumps(b->man, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    if (!text) return qac_set_error(QAC_ERR_NOMEM, "manifest: out of memory");
+    qac_atomic_file af;
+    if ((st = qac_atomic_open(&af, path))) {
+        free(text);
+        return st;
+    }
+    size_t n = strlen(text);
+    int bad = fwrite(text, 1, n, af.f) != n || fputc('\n', af.f) == EOF;
+    free(text);
+    if (bad) {
+        qac_atomic_abort(&af);
+        return qac_set_error(QAC_ERR_IO, "write %s: %s", path, strerror(errno));
+    }
+    return qac_atomic_commit(&af);
+}
+
+/* One line per differing key of the build identity, for the refusal. */
+static void describe_diff(char *buf, size_t cap, const char *prefix, json_t *had, json_t *want) {
+    const char *key;
+    json_t *v;
+    json_object_foreach(want, key, v) {
+        json_t *h = json_object_get(had, key);
+        if (h && json_equal(h, v)) continue;
+        char name[256];
+        snprintf(name, sizeof name, "%s%s", prefix, key);
+        if (h && json_is_object(h) && json_is_object(v)) {
+            char sub[260];
+            snprintf(sub, sizeof sub, "%s.", name);
+            describe_diff(buf, cap, sub, h, v);
+            continue;
+        }
+        char *hs = h ? json_dumps(h, JSON_ENCODE_ANY) : NULL, *ws = json_dumps(v, JSON_ENCODE_ANY);
+        size_t used = strlen(buf);
+        if (used < cap)
+            snprintf(buf + used, cap - used, "%s%s: index has %s, this run %s", used ? "; " : "", name,
+                     hs ? hs : "(none)", ws ? ws : "?");
+        free(hs);
+        free(ws);
+    }
+}
+
+/* Remove temporaries left by a killed run ("<name>.tmp.<pid>"). */
+static void remove_stale_tmp(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char path[4096];
+    while ((e = readdir(d)))
+        if (strstr(e->d_name, ".tmp.") && qac_path_join(path, sizeof path, dir, e->d_name) == QAC_OK) unlink(path);
+    closedir(d);
+}
+
+static qac_status check_factory(const char *factory, int dim) {
+    FaissIndex *idx = NULL;
+    if (faiss_index_factory(&idx, dim, factory, METRIC_INNER_PRODUCT))
+        return qac_set_error(QAC_ERR_INVALID, "bad --factory '%s': %s", factory, faiss_get_last_error());
+    faiss_Index_free(idx);
+    return QAC_OK;
+}
+
+/* Lock the directory, then load or start the manifest. `identity` is
+ * consumed. Refuses when an existing manifest has a different identity. */
+static qac_status builder_begin(builder *b, const char *dir, const qac_index_build_opts *o, json_t *identity,
+                                int dim) {
+    memset(b, 0, sizeof *b);
+    b->dir = dir;
+    b->o = o;
+    b->lock_fd = -1;
+    b->factory = o->factory && *o->factory ? o->factory : "Flat";
+    b->dim = dim;
+    b->dtype = o->fp16 ? QAC_DTYPE_F16 : QAC_DTYPE_F32;
+    qac_status st;
+    if (o->shard_size < 1 || o->batch < 1) {
+        json_decref(identity);
+        return qac_set_error(QAC_ERR_INVALID, "shard size and batch must be >= 1");
+    }
+    if ((st = check_factory(b->factory, dim)) || (st = qac_mkdirs(dir))) {
+        json_decref(identity);
+        return st;
+    }
+    char path[4096];
+    if ((st = qac_path_join(path, sizeof path, dir, ".lock"))) {
+        json_decref(identity);
+        return st;
+    }
+    b->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (b->lock_fd < 0 || flock(b->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+        json_decref(identity);
+        return qac_set_error(QAC_ERR_BUSY, "%s: another qac index build is running on this directory", dir);
+    }
+    remove_stale_tmp(dir);
+    if ((st = qac_path_join(path, sizeof path, dir, "manifest.json"))) {
+        json_decref(identity);
+        return st;
+    }
+    if (access(path, F_OK) == 0) {
+        json_error_t err;
+        json_t *m = json_load_file(path, 0, &err);
+        if (!m) {
+            json_decref(identity);
+            return qac_set_error(QAC_ERR_FORMAT, "%s: %s (line %d)", path, err.text, err.line);
+        }
+        json_t *fmt = json_object_get(m, "format");
+        if (!json_is_string(fmt) || strcmp(json_string_value(fmt), QAC_MANIFEST_FORMAT) != 0 ||
+            json_integer_value(json_object_get(m, "version")) != QAC_MANIFEST_VERSION ||
+            !json_is_array(json_object_get(m, "shards"))) {
+            json_decref(m);
+            json_decref(identity);
+            return qac_set_error(QAC_ERR_FORMAT, "%s: not a qac index manifest (version %d expected)", path,
+                                 QAC_MANIFEST_VERSION);
+        }
+        json_t *had = json_object_get(m, "build");
+        if (!json_equal(had, identity)) {
+            char diff[2048] = "";
+            describe_diff(diff, sizeof diff, "", had, identity);
+            json_decref(m);
+            json_decref(identity);
+            return qac_set_error(QAC_ERR_INVALID,
+                                 "%s already holds an index built differently (%s); use a new --out "
+                                 "directory or delete this one",
+                                 dir, diff);
+        }
+        json_decref(identity);
+        b->man = m;
+        /* verify the listed shards are still whole */
+        size_t i;
+        json_t *sh;
+        json_array_foreach(json_object_get(m, "shards"), i, sh) {
+            char sp[4096];
+            qac_shard_header h;
+            if ((st = qac_path_join(sp, sizeof sp, dir, json_string_value(json_object_get(sh, "file")))))
+                return st;
+            if ((st = qac_shard_peek(sp, &h))) return qac_wrap_error(st, "resume");
+            if (h.checksum != (uint64_t)json_integer_value(json_object_get(sh, "checksum")) ||
+                h.count != (uint64_t)json_integer_value(json_object_get(sh, "count")))
+                return qac_set_error(QAC_ERR_FORMAT, "%s does not match the manifest (modified?)", sp);
+        }
+        return QAC_OK;
+    }
+    b->man = json_pack("{s:s, s:i, s:o, s:[], s:I, s:b, s:n}", "format", QAC_MANIFEST_FORMAT, "version",
+                       QAC_MANIFEST_VERSION, "build", identity, "shards", "count", (json_int_t)0, "encoded", 0,
+                       "faiss");
+    if (!b->man) return qac_set_error(QAC_ERR_NOMEM, "manifest: out of memory");
+    return write_manifest(b);
+}
+
+static void builder_end(builder *b) {
+    for (uint64_t i = 0; b->ids && i < b->fill; i++) free(b->ids[i]);
+    free(b->vecs);
+    free(b->ids);
+    free(b->offsets);
+    free(b->lines);
+    json_decref(b->man);
+    if (b->lock_fd >= 0) close(b->lock_fd);
+    memset(b, 0, sizeof *b);
+    b->lock_fd = -1;
+}
+
+static uint64_t man_count(const builder *b) { return (uint64_t)json_integer_value(json_object_get(b->man, "count")); }
+static size_t man_nshards(const builder *b) { return json_array_size(json_object_get(b->man, "shards")); }
+
+static qac_status alloc_shard_buffers(builder *b) {
+    size_t s = (size_t)b->o->shard_size;
+    b->vecs = malloc(s * (size_t)b->dim * sizeof(float));
+    b->ids = calloc(s, sizeof(char *));
+    b->offsets = malloc(s * 8);
+    b->lines = malloc(s * 8);
+    if (!b->vecs || !b->ids || !b->offsets || !b->lines)
+        return qac_set_error(QAC_ERR_NOMEM, "out of memory for a shard of %d x %d", b->o->shard_size, b->dim);
+    return QAC_OK;
+}
+
+/* Write the filled shard and list it in the manifest. */
+static qac_status flush_shard(builder *b) {
+    if (!b->fill) return QAC_OK;
+    size_t k = man_nshards(b);
+    char name[64], path[4096];
+    snprintf(name, sizeof name, "emb-%05zu.qemb", k);
+    qac_status st = qac_path_join(path, sizeof path, b->dir, name);
+    if (st) return st;
+    uint64_t first = man_count(b), sum;
+    if ((st = qac_shard_write(path, b->dtype, b->dim, first, b->fill, b->vecs, (const char *const *)b->ids,
+                              b->offsets, b->lines, &sum)))
+        return st;
+    uint64_t last = b->fill - 1;
+    json_t *e = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:s}", "file", name, "first_row", (json_int_t)first,
+                          "count", (json_int_t)b->fill, "checksum", (json_int_t)sum, "last_offset",
+                          (json_int_t)b->offsets[last], "last_line", (json_int_t)b->lines[last], "last_id",
+                          b->ids[last]);
+    if (!e) return qac_set_error(QAC_ERR_NOMEM, "manifest: out of memory");
+    json_array_append_new(json_object_get(b->man, "shards"), e);
+    json_object_set_new(b->man, "count", json_integer((json_int_t)(first + b->fill)));
+    for (uint64_t i = 0; i < b->fill; i++) {
+        free(b->ids[i]);
+        b->ids[i] = NULL;
+    }
+    b->fill = 0;
+    return write_manifest(b);
+}
+
+/* ---- FAISS stage: train on a sample, add every shard, write ---- */
+
+static int64_t parse_nlist(const char *factory) {
+    const char *p = strstr(factory, "IVF");
+    if (!p) return 0;
+    long long n = strtoll(p + 3, NULL, 10);
+    return n > 0 ? n : 0;
+}
+
+static qac_status shard_path(const builder *b, json_t *sh, char *path, size_t cap) {
+    return qac_path_join(path, cap, b->dir, json_string_value(json_object_get(sh, "file")));
+}
+
+typedef struct docs_table {
+    uint64_t *str_off, *offsets;
+    int64_t *lines;
+    char *blob;
+    uint64_t n, blob_len, blob_cap;
+} docs_table;
+
+static qac_status docs_append(docs_table *t, const qac_shard *s) {
+    for (uint64_t i = 0; i < s->count; i++) {
+        size_t len = strlen(s->docids[i]) + 1;
+        if (t->blob_len + len > t->blob_cap) {
+            uint64_t cap = t->blob_cap ? t->blob_cap * 2 : 1 << 20;
+            while (cap < t->blob_len + len) cap *= 2;
+            char *nb = realloc(t->blob, cap);
+            if (!nb) return qac_set_error(QAC_ERR_NOMEM, "docid table: out of memory");
+            t->blob = nb;
+            t->blob_cap = cap;
+        }
+        memcpy(t->blob + t->blob_len, s->docids[i], len);
+        t->str_off[t->n] = t->blob_len;
+        t->offsets[t->n] = s->offsets[i];
+        t->lines[t->n] = s->lines[i];
+        t->blob_len += len;
+        t->n++;
+    }
+    return QAC_OK;
+}
+
+static qac_status docs_write(const char *path, docs_table *t) {
+    t->str_off[t->n] = t->blob_len;
+    qac_docs_header h;
+    memset(&h, 0, sizeof h);
+    memcpy(h.magic, QAC_DOCS_MAGIC, 8);
+    h.version = QAC_DOCS_VERSION;
+    h.count = t->n;
+    h.blob_size = t->blob_len;
+    uint64_t sum = QAC_HASH64_INIT;
+    sum = qac_index_hash64(sum, t->str_off, (t->n + 1) * 8);
+    sum = qac_index_hash64(sum, t->offsets, t->n * 8);
+    sum = qac_index_hash64(sum, t->lines, t->n * 8);
+    sum = qac_index_hash64(sum, t->blob, t->blob_len);
+    h.checksum = sum;
+    qac_atomic_file af;
+    qac_status st = qac_atomic_open(&af, path);
+    if (st) return st;
+    if (fwrite(&h, sizeof h, 1, af.f) != 1 || fwrite(t->str_off, 8, t->n + 1, af.f) != t->n + 1 ||
+        fwrite(t->offsets, 8, t->n, af.f) != t->n || fwrite(t->lines, 8, t->n, af.f) != t->n ||
+        fwrite(t->blob, 1, t->blob_len, af.f) != t->blob_len) {
+        st = qac_set_error(QAC_ERR_IO, "write %s: %s", path, strerror(errno));
+        qac_atomic_abort(&af);
+        return st;
+    }
+    return qac_atomic_commit(&af);
+}
+
+static qac_status build_faiss(builder *b) {
+    uint64_t n = man_count(b);
+    json_t *shards = json_object_get(b->man, "shards");
+    size_t ns = json_array_size(shards), i;
+    json_t *sh;
+    if (n == 0) return qac_set_error(QAC_ERR_INVALID, "the corpus has no passages");
+    FaissIndex *idx = NULL;
+    if (faiss_index_factory(&idx, b->dim, b->factory, METRIC_INNER_PRODUCT)) return faiss_fail("index_factory");
+    qac_status st = QAC_OK;
+    float *train = NULL;
+    docs_table t;
+    memset(&t, 0, sizeof t);
+    uint64_t train_n = 0;
+    if (!faiss_Index_is_trained(idx)) {
+        int64_t nlist = parse_nlist(b->factory);
+        train_n = b->o->train_size > 0 ? (uint64_t)b->o->train_size
+                                       : (nlist ? (uint64_t)(256 * nlist) : 100000u);
+        if (train_n > n) train_n = n;
+        train = malloc(train_n * (size_t)b->dim * sizeof(float));
+        if (!train) {
+            st = qac_set_error(QAC_ERR_NOMEM, "out of memory for %" PRIu64 " training vectors", train_n);
+            goto done;
+        }
+        /* evenly spaced rows: deterministic, and spans the whole corpus */
+        uint64_t j = 0;
+        json_array_foreach(shards, i, sh) {
+            uint64_t first = (uint64_t)json_integer_value(json_object_get(sh, "first_row"));
+            uint64_t cnt = (uint64_t)json_integer_value(json_object_get(sh, "count"));
+            if (j >= train_n || (j * n) / train_n >= first + cnt) continue;
+            char path[4096];
+            qac_shard s;
+            if ((st = shard_path(b, sh, path, sizeof path)) ||
+                (st = qac_shard_read(path, (uint64_t)json_integer_value(json_object_get(sh, "checksum")), &s)))
+                goto done;
+            for (; j < train_n; j++) {
+                uint64_t row = (j * n) / train_n;
+                if (row >= first + cnt) break;
+                memcpy(train + j * (size_t)b->dim, s.vectors + (row - first) * (size_t)b->dim,
+                       (size_t)b->dim * sizeof(float));
+            }
+            qac_shard_free(&s);
+            progress(b, "train-sample", j, train_n);
+        }
+        progress(b, "train", 0, 1);
+        if (faiss_Index_train(idx, (idx_t)train_n, train)) {
+            st = faiss_fail("train");
+            goto done;
+        }
+        progress(b, "train", 1, 1);
+        free(train);
+        train = NULL;
+    }
+    t.str_off = malloc((n + 1) * 8);
+    t.offsets = malloc(n * 8 + 1);
+    t.lines = malloc(n * 8 + 1);
+    if (!t.str_off || !t.offsets || !t.lines) {
+        st = qac_set_error(QAC_ERR_NOMEM, "docid table: out of memory");
+        goto done;
+    }
+    uint64_t added = 0;
+    progress(b, "add", 0, n);
+    json_array_foreach(shards, i, sh) {
+        char path[4096];
+        qac_shard s;
+        if ((st = shard_path(b, sh, path, sizeof path)) ||
+            (st = qac_shard_read(path, (uint64_t)json_integer_value(json_object_get(sh, "checksum")), &s)))
+            goto done;
+        if (s.first_row != added || s.dim != b->dim) {
+            qac_shard_free(&s);
+            st = qac_set_error(QAC_ERR_FORMAT, "%s: rows start at %" PRIu64 ", expected %" PRIu64, path,
+                               s.first_row, added);
+            goto done;
+        }
+        for (uint64_t p = 0; p < s.count; p += QAC_ADD_PIECE) {
+            uint64_t m = s.count - p < QAC_ADD_PIECE ? s.count - p : QAC_ADD_PIECE;
+            if (faiss_Index_add(idx, (idx_t)m, s.vectors + p * (size_t)b->dim)) {
+                qac_shard_free(&s);
+                st = faiss_fail("add");
+                goto done;
+            }
+            added += m;
+            progress(b, "add", added, n);
+        }
+        st = docs_append(&t, &s);
+        qac_shard_free(&s);
+        if (st) goto done;
+    }
+    (void)ns;
+    char path[4096];
+    progress(b, "write", 0, 1);
+    if ((st = qac_path_join(path, sizeof path, b->dir, "index.faiss"))) goto done;
+    qac_atomic_file af;
+    if ((st = qac_atomic_open(&af, path))) goto done;
+    if (faiss_write_index(idx, af.f)) {
+        st = faiss_fail("write_index");
+        qac_atomic_abort(&af);
+        goto done;
+    }
+    if ((st = qac_atomic_commit(&af))) goto done;
+    if ((st = qac_path_join(path, sizeof path, b->dir, "docids.qdoc")) || (st = docs_write(path, &t))) goto done;
+    progress(b, "write", 1, 1);
+    json_object_set_new(b->man, "faiss",
+                        json_pack("{s:s, s:s, s:s, s:I, s:I}", "file", "index.faiss", "factory", b->factory,
+                                  "metric", "inner_product", "ntotal", (json_int_t)faiss_Index_ntotal(idx),
+                                  "train_size", (json_int_t)train_n));
+    json_object_set_new(b->man, "docids", json_string("docids.qdoc"));
+    st = write_manifest(b);
+done:
+    free(train);
+    free(t.str_off);
+    free(t.offsets);
+    free(t.lines);
+    free(t.blob);
+    faiss_Index_free(idx);
+    return st;
+}
+
+/* After encoding: build the FAISS index unless one with this factory exists. */
+static qac_status finish(builder *b) {
+    json_t *fa = json_object_get(b->man, "faiss");
+    if (json_is_object(fa)) {
+        const char *had = json_string_value(json_object_get(fa, "factory"));
+        char path[4096];
+        if (had && !strcmp(had, b->factory) && qac_path_join(path, sizeof path, b->dir, "index.faiss") == QAC_OK &&
+            access(path, R_OK) == 0)
+            return QAC_OK;
+        /* another factory: embeddings are reused, only the FAISS index is rebuilt */
+        json_object_set_new(b->man, "faiss", json_null());
+        qac_status st = write_manifest(b);
+        if (st) return st;
+    }
+    return build_faiss(b);
+}
+
+static qac_status abs_path(const char *p, char *out, size_t cap, uint64_t *size) {
+    char buf[PATH_MAX];
+    if (!realpath(p, buf))
+        return qac_set_error(errno == ENOENT ? QAC_ERR_NOT_FOUND : QAC_ERR_IO, "%s: %s", p, strerror(errno));
+    struct stat sb;
+    if (stat(buf, &sb) != 0) return qac_set_error(QAC_ERR_IO, "stat %s: %s", buf, strerror(errno));
+    if (snprintf(out, cap, "%s", buf) >= (int)cap) return qac_set_error(QAC_ERR_INVALID, "path too long: %s", buf);
+    *size = (uint64_t)sb.st_size;
+    return QAC_OK;
+}
+
+/* ---- from a corpus, through the encoder ---- */
+
+typedef struct pending {
+    int32_t *tok;  /* [n, max_len] */
+    int *lens;
+    int *order;
+} pending;
+
+static int by_len(const void *a, const void *b, void *keys) {
+    const int *len = keys;
+    int x = *(const int *)a, y = *(const int *)b;
+    if (len[x] != len[y]) return len[x] < len[y] ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+static qac_status encode_chunk(builder *b, qac_encoder *enc, pending *pc, int n, int max_len, uint64_t done_before,
+                               uint64_t est_total) {
+    for (int i = 0; i < n; i++) pc->order[i] = i;
+    qsort_r(pc->order, (size_t)n, sizeof(int), by_len, pc->lens);
+    const int32_t *ptrs[4096];
+    int lens[4096];
+    float *out = malloc((size_t)b->o->batch * (size_t)b->dim * sizeof(float));
+    if (!out) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    int batch = b->o->batch > 4096 ? 4096 : b->o->batch;
+    qac_status st = QAC_OK;
+    for (int s = 0; s < n && !st; s += batch) {
+        int nb = n - s < batch ? n - s : batch;
+        for (int j = 0; j < nb; j++) {
+            int r = pc->order[s + j];
+            ptrs[j] = pc->tok + (size_t)r * (size_t)max_len;
+            lens[j] = pc->lens[r];
+        }
+        if ((st = qac_encoder_encode_ids(enc, ptrs, lens, nb, out))) break;
+        for (int j = 0; j < nb; j++)
+            memcpy(b->vecs + (b->fill - (uint64_t)n + (uint64_t)pc->order[s + j]) * (size_t)b->dim,
+                   out + (size_t)j * b->dim, (size_t)b->dim * sizeof(float));
+        progress(b, "encode", done_before + (uint64_t)(s + nb), est_total);
+    }
+    free(out);
+    return st;
+}
+
+qac_status qac_index_build(const char *out_dir, qac_encoder *enc, const char *corpus_path,
+                           const qac_index_build_opts *opts) {
+    qac_index_build_opts defaults = qac_index_default_build_opts();
+    const qac_index_build_opts *o = opts ? opts : &defaults;
+    if (!out_dir || !enc || !corpus_path) return qac_set_error(QAC_ERR_INVALID, "index build: missing argument");
+    const qac_model *m = qac_encoder_model(enc);
+    int max_len = o->max_len > 0 ? o->max_len : m->max_seq_len;
+    if (max_len > m->max_seq_len) max_len = m->max_seq_len;
+    if (max_len > m->cfg.max_position) max_len = m->cfg.max_position;
+    if (max_len < 2) return qac_set_error(QAC_ERR_INVALID, "max_len %d: must be >= 2", max_len);
+    char corpus_abs[PATH_MAX];
+    uint64_t corpus_size;
+    qac_status st = abs_path(corpus_path, corpus_abs, sizeof corpus_abs, &corpus_size);
+    if (st) return st;
+    qac_reader *r = NULL;
+    if ((st = qac_reader_open(&r, corpus_abs, QAC_READ_CORPUS, o->format))) return st;
+    static const char *fmt_names[] = {"auto", "tsv", "beir", "tevatron", "cranfield"};
+    int fmt = (int)qac_reader_format(r);
+    int dim = qac_encoder_dim(enc);
+    json_t *identity = json_pack(
+        "{s:{s:s, s:s, s:i, s:s, s:b}, s:{s:s, s:s, s:I, s:s}, s:i, s:i, s:s, s:i}", "model", "name", m->name,
+        "fingerprint", m->fingerprint, "dim", dim, "pooling", m->pooling == QAC_POOL_MEAN ? "mean" : "cls",
+        "normalize", m->normalize, "source", "kind", "corpus", "path", corpus_abs, "size", (json_int_t)corpus_size,
+        "format", fmt >= 0 && fmt <= 4 ? fmt_names[fmt] : "?", "max_len", max_len, "dim", dim, "dtype",
+        o->fp16 ? "fp16" : "fp32", "shard_size", o->shard_size);
+    if (!identity) {
+        qac_reader_free(r);
+        return qac_set_error(QAC_ERR_NOMEM, "manifest: out of memory");
+    }
+    builder b;
+    pending pc = {0};
+    if ((st = builder_begin(&b, out_dir, o, identity, dim))) goto done;
+    json_object_set_new(b.man, "device", json_string(qac_encoder_device(enc) == QAC_DEVICE_CUDA ? "cuda" : "cpu"));
+    if (json_is_true(json_object_get(b.man, "encoded"))) {
+        st = finish(&b);
+        goto done;
+    }
+    size_t ns = man_nshards(&b);
+    if (ns) {
+        json_t *last = json_array_get(json_object_get(b.man, "shards"), ns - 1);
+        const char *last_id = json_string_value(json_object_get(last, "last_id"));
+        qac_record rec;
+        int got = 0;
+        if ((st = qac_reader_seek(r, (uint64_t)json_integer_value(json_object_get(last, "last_offset")),
+                                  (int64_t)json_integer_value(json_object_get(last, "last_line")))) ||
+            (st = qac_reader_next(r, &rec, &got)))
+            goto done;
+        if (!got || !last_id || strcmp(rec.id, last_id) != 0) {
+            st = qac_set_error(QAC_ERR_INVALID, "%s changed since the last run: passage %s is not where it was",
+                               corpus_abs, last_id ? last_id : "?");
+            goto done;
+        }
+    }
+    if ((st = alloc_shard_buffers(&b))) goto done;
+    int chunk_cap = QAC_ENCODE_CHUNK < o->shard_size ? QAC_ENCODE_CHUNK : o->shard_size;
+    pc.tok = malloc((size_t)chunk_cap * (size_t)max_len * sizeof(int32_t));
+    pc.lens = malloc((size_t)chunk_cap * sizeof(int));
+    pc.order = malloc((size_t)chunk_cap * sizeof(int));
+    if (!pc.tok || !pc.lens || !pc.order) {
+        st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    uint64_t done_rows = man_count(&b);
+    int eof = 0;
+    while (!eof) {
+        /* fill one chunk, never crossing a shard boundary, so a resumed run
+         * batches exactly like an uninterrupted one */
+        int n = 0;
+        uint64_t room = (uint64_t)o->shard_size - b.fill;
+        int want = room < (uint64_t)chunk_cap ? (int)room : chunk_cap;
+        uint64_t last_offset = 0;
+        while (n < want) {
+            qac_record rec;
+            int got = 0;
+            if ((st = qac_reader_next(r, &rec, &got))) goto done;
+            if (!got) {
+                eof = 1;
+                break;
+            }
+            int len = 0;
+            if ((st = qac_tokenizer_encode(m->tok, rec.text, rec.text_len, max_len, pc.tok + (size_t)n * max_len,
+                                           &len)))
+                goto done;
+            pc.lens[n] = len;
+            b.ids[b.fill] = strdup(rec.id);
+            if (!b.ids[b.fill]) {
+                st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
+                goto done;
+            }
+            b.offsets[b.fill] = rec.offset;
+            b.lines[b.fill] = rec.line;
+            last_offset = rec.offset;
+            b.fill++;
+            n++;
+        }
+        if (n) {
+            uint64_t est = last_offset ? (uint64_t)((double)(done_rows + n) * (double)corpus_size / (double)last_offset)
+                                       : 0;
+            if ((st = encode_chunk(&b, enc, &pc, n, max_len, done_rows, est))) goto done;
+            done_rows += (uint64_t)n;
+        }
+        if (b.fill == (uint64_t)o->shard_size || (eof && b.fill))
+            if ((st = flush_shard(&b))) goto done;
+    }
+    progress(&b, "encode", done_rows, done_rows);
+    json_object_set_new(b.man, "encoded", json_true());
+    if ((st = write_manifest(&b))) goto done;
+    st = finish(&b);
+done:
+    free(pc.tok);
+    free(pc.lens);
+    free(pc.order);
+    builder_end(&b);
+    qac_reader_free(r);
+    return st;
+}
+
+/* ---- from precomputed vectors (.npy) ---- */
+
+typedef struct npy {
+    FILE *f;
+    uint64_t rows, data_off;
+    int dim, fp16;
+} npy;
+
+static qac_status npy_open(npy *a, const char *path) {
+    memset(a, 0, sizeof *a);
+    a->f = fopen(path, "rb");
+    if (!a->f) return qac_set_error(errno == ENOENT ? QAC_ERR_NOT_FOUND : QAC_ERR_IO, "open %s: %s", path,
+                                    strerror(errno));
+    unsigned char pre[12];
+    if (fread(pre, 1, 10, a->f) != 10 || memcmp(pre, "\x93NUMPY", 6) != 0)
+        return qac_set_error(QAC_ERR_FORMAT, "%s: not a .npy file", path);
+    uint32_t hlen;
+    if (pre[6] == 1) hlen = pre[8] | (uint32_t)pre[9] << 8;
+    else {
+        if (fread(pre + 10, 1, 2, a->f) != 2) return qac_set_error(QAC_ERR_FORMAT, "%s: truncated header", path);
+        hlen = pre[8] | (uint32_t)pre[9] << 8 | (uint32_t)pre[10] << 16 | (uint32_t)pre[11] << 24;
+    }
+    if (hlen > 1 << 20) return qac_set_error(QAC_ERR_FORMAT, "%s: header too long", path);
+    char *h = calloc(1, hlen + 1);
+    if (!h) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    if (fread(h, 1, hlen, a->f) != hlen) {
+        free(h);
+        return qac_set_error(QAC_ERR_FORMAT, "%s: truncated header", path);
+    }
+    a->data_off = (uint64_t)ftello(a->f);
+    qac_status st = QAC_OK;
+    const char *d = strstr(h, "'descr':"), *fo = strstr(h, "'fortran_order':"), *sh = strstr(h, "'shape':");
+    unsigned long long rows = 0;
+    int dim = 0;
+    if (!d || !fo || !sh || sscanf(sh + 8, " (%llu, %d)", &rows, &dim) != 2 || dim < 1)
+        st = qac_set_error(QAC_ERR_FORMAT, "%s: expected a 2-d array header, got %s", path, h);
+    else if (strncmp(fo + 16, " False", 6) != 0)
+        st = qac_set_error(QAC_ERR_UNSUPPORTED, "%s: Fortran-order arrays are not supported", path);
+    else if (!strncmp(d + 8, " '<f4'", 6)) a->fp16 = 0;
+    else if (!strncmp(d + 8, " '<f2'", 6)) a->fp16 = 1;
+    else st = qac_set_error(QAC_ERR_UNSUPPORTED, "%s: dtype must be <f4 or <f2", path);
+    free(h);
+    a->rows = rows;
+    a->dim = dim;
+    return st;
+}
+
+static qac_status npy_read(npy *a, uint64_t row, uint64_t n, float *out, const char *path) {
+    size_t es = a->fp16 ? 2 : 4, nv = (size_t)n * (size_t)a->dim;
+    if (fseeko(a->f, (off_t)(a->data_off + row * (uint64_t)a->dim * es), SEEK_SET) != 0)
+        return qac_set_error(QAC_ERR_IO, "seek %s: %s", path, strerror(errno));
+    if (!a->fp16) {
+        if (fread(out, 4, nv, a->f) != nv) return qac_set_error(QAC_ERR_FORMAT, "%s: truncated data", path);
+        return QAC_OK;
+    }
+    uint16_t buf[4096];
+    for (size_t i = 0; i < nv; i += 4096) {
+        size_t m = nv - i < 4096 ? nv - i : 4096;
+        if (fread(buf, 2, m, a->f) != m) return qac_set_error(QAC_ERR_FORMAT, "%s: truncated data", path);
+        for (size_t j = 0; j < m; j++) out[i + j] = qac_f16_to_f32(buf[j]);
+    }
+    return QAC_OK;
+}
+
+qac_status qac_index_build_vectors(const char *out_dir, const char *npy_path, const qac_index_build_opts *opts) {
+    qac_index_build_opts defaults = qac_index_default_build_opts();
+    const qac_index_build_opts *o = opts ? opts : &defaults;
+    if (!out_dir || !npy_path) return qac_set_error(QAC_ERR_INVALID, "index build: missing argument");
+    char abs[PATH_MAX];
+    uint64_t size;
+    qac_status st = abs_path(npy_path, abs, sizeof abs, &size);
+    if (st) return st;
+    npy a;
+    if ((st = npy_open(&a, abs))) {
+        if (a.f) fclose(a.f);
+        return st;
+    }
+    json_t *identity = json_pack("{s:{s:s, s:s, s:i, s:s, s:b}, s:{s:s, s:s, s:I, s:s}, s:i, s:i, s:s, s:i}",
+                                 "model", "name", "precomputed", "fingerprint", "none", "dim", a.dim, "pooling",
+                                 "none", "normalize", 0, "source", "kind", "vectors", "path", abs, "size",
+                                 (json_int_t)size, "format", a.fp16 ? "npy-f2" : "npy-f4", "max_len", 0, "dim",
+                                 a.dim, "dtype", o->fp16 ? "fp16" : "fp32", "shard_size", o->shard_size);
+    if (!identity) {
+        fclose(a.f);
+        return qac_set_error(QAC_ERR_NOMEM, "manifest: out of memory");
+    }
+    builder b;
+    if ((st = builder_begin(&b, out_dir, o, identity, a.dim))) goto done;
+    if (!json_is_true(json_object_get(b.man, "encoded"))) {
+        if ((st = alloc_shard_buffers(&b))) goto done;
+        uint64_t row = man_count(&b);
+        while (row < a.rows) {
+            uint64_t n = a.rows - row < (uint64_t)o->shard_size ? a.rows - row : (uint64_t)o->shard_size;
+            if ((st = npy_read(&a, row, n, b.vecs, abs))) goto done;
+            for (uint64_t i = 0; i < n; i++) {
+                char id[32];
+                snprintf(id, sizeof id, "%" PRIu64, row + i);
+                if (!(b.ids[i] = strdup(id))) {
+                    b.fill = i;
+                    st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
+                    goto done;
+                }
+                b.offsets[i] = row + i;
+                b.lines[i] = 0;
+            }
+            b.fill = n;
+            if ((st = flush_shard(&b))) goto done;
+            row += n;
+            progress(&b, "load", row, a.rows);
+        }
+        json_object_set_new(b.man, "encoded", json_true());
+        if ((st = write_manifest(&b))) goto done;
+    }
+    st = finish(&b);
+done:
+    builder_end(&b);
+    fclose(a.f);
+    return st;
+}

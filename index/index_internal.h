@@ -1,0 +1,77 @@
+/* Internal to index/: on-disk formats of an index directory.
+ *
+ *   manifest.json      JSON, "format":"qac-index", "version":1 (see index_store.c)
+ *   emb-NNNNN.qemb     embedding shard, written once, atomically
+ *   docids.qdoc        docid table for all rows (written with the FAISS index)
+ *   index.faiss        FAISS's own index format (faiss.read_index opens it)
+ *
+ * Shard (little-endian):
+ *   char magic[8] = "QACEMB\0\0"; u32 version = 1; u32 dtype (0 fp32, 1 fp16);
+ *   u64 count; u32 dim; u32 reserved = 0; u64 first_row; u64 checksum
+ *   payload: vectors [count, dim] dtype | u64 offset[count] | i64 line[count]
+ *            | u32 docid_len[count] | docid bytes (concatenated)
+ *   checksum = qac_index_hash64 of the whole payload.
+ *
+ * Docid table:
+ *   char magic[8] = "QACDOCS\0"; u32 version = 1; u32 reserved = 0;
+ *   u64 count; u64 blob_size; u64 checksum (of everything after the header)
+ *   u64 str_off[count + 1] | u64 offset[count] | i64 line[count]
+ *   | blob (each docid NUL-terminated, blob_size bytes) */
+#ifndef QAC_INDEX_INTERNAL_H
+#define QAC_INDEX_INTERNAL_H
+
+#include <stdint.h>
+
+#include "qac_common.h"
+
+#define QAC_SHARD_MAGIC "QACEMB\0\0"
+#define QAC_SHARD_VERSION 1u
+#define QAC_DOCS_MAGIC "QACDOCS\0"
+#define QAC_DOCS_VERSION 1u
+#define QAC_MANIFEST_FORMAT "qac-index"
+#define QAC_MANIFEST_VERSION 1
+
+#define QAC_DTYPE_F32 0u
+#define QAC_DTYPE_F16 1u
+
+typedef struct qac_shard_header {
+    char magic[8];
+    uint32_t version, dtype;
+    uint64_t count;
+    uint32_t dim, reserved;
+    uint64_t first_row, checksum;
+} qac_shard_header;
+
+typedef struct qac_docs_header {
+    char magic[8];
+    uint32_t version, reserved;
+    uint64_t count, blob_size, checksum;
+} qac_docs_header;
+
+/* 64-bit FNV-1a over 8-byte words (then the tail bytes); chainable. */
+#define QAC_HASH64_INIT 0xcbf29ce484222325ULL
+uint64_t qac_index_hash64(uint64_t h, const void *data, size_t n);
+
+/* One shard read back: vectors converted to fp32. Freed with qac_shard_free. */
+typedef struct qac_shard {
+    uint64_t count, first_row;
+    int dim;
+    float *vectors;       /* [count, dim] */
+    uint64_t *offsets;    /* [count] */
+    int64_t *lines;       /* [count] */
+    char **docids;        /* [count], NUL-terminated, point into docid_mem */
+    char *docid_mem;
+    uint64_t checksum;
+} qac_shard;
+
+qac_status qac_shard_write(const char *path, uint32_t dtype, int dim, uint64_t first_row, uint64_t count,
+                           const float *vectors, const char *const *docids, const uint64_t *offsets,
+                           const int64_t *lines, uint64_t *checksum);
+/* Reads and verifies magic, version, sizes and checksum (and, when
+ * want_checksum != 0, that it equals the manifest's). */
+qac_status qac_shard_read(const char *path, uint64_t want_checksum, qac_shard *out);
+/* Header only, plus a file-size check: cheap verification on resume. */
+qac_status qac_shard_peek(const char *path, qac_shard_header *h);
+void qac_shard_free(qac_shard *s);
+
+#endif

@@ -1,0 +1,322 @@
+/* Opening an index directory and searching it: FAISS on the CPU, or the
+ * GPU flat search for Flat indexes (vectors loaded from the shards). */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <faiss/c_api/AutoTune_c.h>
+#include <faiss/c_api/Index_c.h>
+#include <faiss/c_api/error_c.h>
+#include <faiss/c_api/index_io_c.h>
+
+#include "index_internal.h"
+#include "qac_gpu_flat.h"
+#include "qac_index.h"
+
+#define QAC_GPU_MAX_K 1024
+#define QAC_GPU_MAX_NQ 1024
+
+struct qac_index {
+    char *dir, *factory, *fingerprint, *corpus_path;
+    uint64_t corpus_size;
+    qac_text_format corpus_fmt;
+    int dim;
+    int64_t count;
+    FaissIndex *faiss;
+    qac_gpu_flat *gpu;
+    void *docs_map;
+    size_t docs_len;
+    const uint64_t *str_off, *offsets;
+    const int64_t *lines;
+    const char *blob;
+};
+
+static char *dup_or_empty(const char *s) { return strdup(s ? s : ""); }
+
+static qac_text_format fmt_from_name(const char *s) {
+    if (!s) return QAC_FMT_AUTO;
+    if (!strcmp(s, "tsv")) return QAC_FMT_TSV;
+    if (!strcmp(s, "beir")) return QAC_FMT_BEIR;
+    if (!strcmp(s, "tevatron")) return QAC_FMT_TEVATRON;
+    if (!strcmp(s, "cranfield")) return QAC_FMT_CRANFIELD;
+    return QAC_FMT_AUTO;
+}
+
+static qac_status map_docids(qac_index *ix, const char *path) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return qac_set_error(errno == ENOENT ? QAC_ERR_NOT_FOUND : QAC_ERR_IO, "open %s: %s", path,
+                                     strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || (size_t)sb.st_size < sizeof(qac_docs_header)) {
+        close(fd);
+        return qac_set_error(QAC_ERR_FORMAT, "%s: truncated docid table", path);
+    }
+    void *p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (p == MAP_FAILED) return qac_set_error(QAC_ERR_IO, "mmap %s: %s", path, strerror(errno));
+    ix->docs_map = p;
+    ix->docs_len = (size_t)sb.st_size;
+    qac_docs_header h;
+    memcpy(&h, p, sizeof h);
+    if (memcmp(h.magic, QAC_DOCS_MAGIC, 8) != 0 || h.version != QAC_DOCS_VERSION)
+        return qac_set_error(QAC_ERR_FORMAT, "%s: not a qac docid table (version %u expected)", path,
+                             QAC_DOCS_VERSION);
+    if (h.count != (uint64_t)ix->count || h.blob_size == 0 ||
+        (uint64_t)sb.st_size != sizeof h + (h.count + 1) * 8 + h.count * 16 + h.blob_size)
+        return qac_set_error(QAC_ERR_FORMAT, "%s: size does not match %lld rows", path, (long long)ix->count);
+    const char *base = (const char *)p + sizeof h;
+    if (qac_index_hash64(QAC_HASH64_INIT, base, (size_t)sb.st_size - sizeof h) != h.checksum)
+        return qac_set_error(QAC_ERR_FORMAT, "%s: checksum mismatch (corrupt docid table)", path);
+    ix->str_off = (const uint64_t *)base;
+    ix->offsets = ix->str_off + h.count + 1;
+    ix->lines = (const int64_t *)(ix->offsets + h.count);
+    ix->blob = (const char *)(ix->lines + h.count);
+    if (ix->blob[h.blob_size - 1] != '\0' || ix->str_off[h.count] != h.blob_size)
+        return qac_set_error(QAC_ERR_FORMAT, "%s: corrupt docid table", path);
+    for (uint64_t i = 0; i < h.count; i++)
+        if (ix->str_off[i] >= h.blob_size) return qac_set_error(QAC_ERR_FORMAT, "%s: corrupt docid table", path);
+    return QAC_OK;
+}
+
+static qac_status load_gpu(qac_index *ix, json_t *man) {
+    qac_status st = qac_gpu_flat_create(&ix->gpu, ix->dim, ix->count);
+    if (st) return st;
+    size_t i;
+    json_t *sh;
+    json_array_foreach(json_object_get(man, "shards"), i, sh) {
+        char path[4096];
+        qac_shard s;
+        if ((st = qac_path_join(path, sizeof path, ix->dir, json_string_value(json_object_get(sh, "file")))) ||
+            (st = qac_shard_read(path, (uint64_t)json_integer_value(json_object_get(sh, "checksum")), &s)))
+            return st;
+        st = qac_gpu_flat_add(ix->gpu, s.vectors, (int64_t)s.count);
+        qac_shard_free(&s);
+        if (st) return st;
+    }
+    if (qac_gpu_flat_count(ix->gpu) != ix->count)
+        return qac_set_error(QAC_ERR_FORMAT, "%s: shards hold %lld rows, manifest says %lld", ix->dir,
+                             (long long)qac_gpu_flat_count(ix->gpu), (long long)ix->count);
+    return QAC_OK;
+}
+
+qac_status qac_index_open(qac_index **out, const char *dir, qac_device device) {
+    *out = NULL;
+    char path[4096];
+    qac_status st = qac_path_join(path, sizeof path, dir, "manifest.json");
+    if (st) return st;
+    json_error_t err;
+    json_t *man = json_load_file(path, 0, &err);
+    if (!man) {
+        if (access(path, F_OK) != 0) return qac_set_error(QAC_ERR_NOT_FOUND, "%s: no index here (no manifest.json)", dir);
+        return qac_set_error(QAC_ERR_FORMAT, "%s: %s (line %d)", path, err.text, err.line);
+    }
+    json_t *build = json_object_get(man, "build"), *fa = json_object_get(man, "faiss");
+    const char *fmt = json_string_value(json_object_get(man, "format"));
+    if (!fmt || strcmp(fmt, QAC_MANIFEST_FORMAT) != 0 || json_integer_value(json_object_get(man, "version")) != QAC_MANIFEST_VERSION ||
+        !json_is_object(build)) {
+        json_decref(man);
+        return qac_set_error(QAC_ERR_FORMAT, "%s: not a qac index manifest (version %d expected)", path,
+                             QAC_MANIFEST_VERSION);
+    }
+    if (!json_is_object(fa)) {
+        json_decref(man);
+        return qac_set_error(QAC_ERR_INVALID, "%s: the index is not finished (run the same qac index build again)", dir);
+    }
+    qac_index *ix = calloc(1, sizeof *ix);
+    if (!ix) {
+        json_decref(man);
+        return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    }
+    json_t *model = json_object_get(build, "model"), *src = json_object_get(build, "source");
+    ix->dir = strdup(dir);
+    ix->factory = dup_or_empty(json_string_value(json_object_get(fa, "factory")));
+    ix->fingerprint = dup_or_empty(json_string_value(json_object_get(model, "fingerprint")));
+    const char *kind = json_string_value(json_object_get(src, "kind"));
+    if (kind && !strcmp(kind, "corpus")) {
+        ix->corpus_path = dup_or_empty(json_string_value(json_object_get(src, "path")));
+        ix->corpus_size = (uint64_t)json_integer_value(json_object_get(src, "size"));
+        ix->corpus_fmt = fmt_from_name(json_string_value(json_object_get(src, "format")));
+    }
+    ix->dim = (int)json_integer_value(json_object_get(build, "dim"));
+    ix->count = (int64_t)json_integer_value(json_object_get(man, "count"));
+    if (!ix->dir || !ix->factory || !ix->fingerprint) {
+        st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    if (ix->dim < 1 || ix->count < 1) {
+        st = qac_set_error(QAC_ERR_FORMAT, "%s: manifest has dim %d, count %lld", path, ix->dim, (long long)ix->count);
+        goto fail;
+    }
+    if ((st = qac_path_join(path, sizeof path, dir, json_string_value(json_object_get(man, "docids")) ? json_string_value(json_object_get(man, "docids")) : "docids.qdoc")) ||
+        (st = map_docids(ix, path)))
+        goto fail;
+    int flat = !strcmp(ix->factory, "Flat");
+    int want_gpu = flat && (device == QAC_DEVICE_CUDA || (device == QAC_DEVICE_AUTO && qac_cuda_available()));
+    if (device == QAC_DEVICE_CUDA && !flat) {
+        st = qac_set_error(QAC_ERR_UNSUPPORTED, "GPU search needs a Flat index (this one is %s); use --device cpu",
+                           ix->factory);
+        goto fail;
+    }
+    if (want_gpu) {
+        st = load_gpu(ix, man);
+        if (st && device == QAC_DEVICE_CUDA) goto fail;
+        if (st) { /* AUTO: fall back to the CPU */
+            qac_gpu_flat_free(ix->gpu);
+            ix->gpu = NULL;
+        }
+    }
+    if (!ix->gpu) {
+        if ((st = qac_path_join(path, sizeof path, dir, json_string_value(json_object_get(fa, "file")) ? json_string_value(json_object_get(fa, "file")) : "index.faiss")))
+            goto fail;
+        if (faiss_read_index_fname(path, 0, &ix->faiss)) {
+            ix->faiss = NULL;
+            st = qac_set_error(QAC_ERR_FAISS, "faiss read_index %s: %s", path, faiss_get_last_error());
+            goto fail;
+        }
+        if (faiss_Index_ntotal(ix->faiss) != ix->count || faiss_Index_d(ix->faiss) != ix->dim) {
+            st = qac_set_error(QAC_ERR_FORMAT, "%s: FAISS index has %lld x %d, manifest says %lld x %d", path,
+                               (long long)faiss_Index_ntotal(ix->faiss), faiss_Index_d(ix->faiss),
+                               (long long)ix->count, ix->dim);
+            goto fail;
+        }
+        if (faiss_Index_metric_type(ix->faiss) != METRIC_INNER_PRODUCT) {
+            st = qac_set_error(QAC_ERR_FORMAT, "%s: FAISS index metric is not inner product", path);
+            goto fail;
+        }
+    }
+    json_decref(man);
+    *out = ix;
+    return QAC_OK;
+fail:
+    json_decref(man);
+    qac_index_free(ix);
+    return st;
+}
+
+void qac_index_free(qac_index *ix) {
+    if (!ix) return;
+    if (ix->faiss) faiss_Index_free(ix->faiss);
+    qac_gpu_flat_free(ix->gpu);
+    if (ix->docs_map) munmap(ix->docs_map, ix->docs_len);
+    free(ix->dir);
+    free(ix->factory);
+    free(ix->fingerprint);
+    free(ix->corpus_path);
+    free(ix);
+}
+
+int64_t qac_index_count(const qac_index *ix) { return ix->count; }
+int qac_index_dim(const qac_index *ix) { return ix->dim; }
+const char *qac_index_factory(const qac_index *ix) { return ix->factory; }
+const char *qac_index_model_fingerprint(const qac_index *ix) { return ix->fingerprint; }
+int qac_index_on_gpu(const qac_index *ix) { return ix->gpu != NULL; }
+
+const char *qac_index_docid(const qac_index *ix, int64_t row) {
+    if (row < 0 || row >= ix->count) return NULL;
+    return ix->blob + ix->str_off[row];
+}
+
+qac_status qac_index_text(const qac_index *ix, int64_t row, char **text) {
+    *text = NULL;
+    if (row < 0 || row >= ix->count)
+        return qac_set_error(QAC_ERR_INVALID, "row %lld out of range [0, %lld)", (long long)row, (long long)ix->count);
+    if (!ix->corpus_path)
+        return qac_set_error(QAC_ERR_NOT_FOUND, "this index was built from vectors: it has no passage text");
+    struct stat sb;
+    if (stat(ix->corpus_path, &sb) != 0)
+        return qac_set_error(QAC_ERR_NOT_FOUND, "corpus %s: %s", ix->corpus_path, strerror(errno));
+    if ((uint64_t)sb.st_size != ix->corpus_size)
+        return qac_set_error(QAC_ERR_INVALID, "corpus %s changed since indexing (%llu bytes, was %llu)",
+                             ix->corpus_path, (unsigned long long)sb.st_size, (unsigned long long)ix->corpus_size);
+    qac_reader *r = NULL;
+    qac_status st = qac_reader_open(&r, ix->corpus_path, QAC_READ_CORPUS, ix->corpus_fmt);
+    if (st) return st;
+    qac_record rec;
+    int got = 0;
+    const char *want = qac_index_docid(ix, row);
+    if (!(st = qac_reader_seek(r, ix->offsets[row], ix->lines[row])) && !(st = qac_reader_next(r, &rec, &got))) {
+        if (!got || strcmp(rec.id, want) != 0)
+            st = qac_set_error(QAC_ERR_INVALID, "corpus %s changed since indexing: passage %s not found at its offset",
+                               ix->corpus_path, want);
+        else if (!(*text = strndup(rec.text, rec.text_len)))
+            st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    }
+    qac_reader_free(r);
+    return st;
+}
+
+qac_status qac_index_set_param(qac_index *ix, const char *name, double value) {
+    if (ix->gpu) return qac_set_error(QAC_ERR_FAISS, "parameter %s: the GPU flat search has no parameters", name);
+    FaissParameterSpace *ps = NULL;
+    if (faiss_ParameterSpace_new(&ps))
+        return qac_set_error(QAC_ERR_FAISS, "faiss ParameterSpace: %s", faiss_get_last_error());
+    qac_status st = QAC_OK;
+    if (faiss_ParameterSpace_set_index_parameter(ps, ix->faiss, name, value))
+        st = qac_set_error(QAC_ERR_FAISS, "faiss parameter %s=%g on %s: %s", name, value, ix->factory,
+                           faiss_get_last_error());
+    faiss_ParameterSpace_free(ps);
+    return st;
+}
+
+typedef struct hit {
+    float score;
+    int64_t row;
+    const char *docid;
+} hit;
+
+static int hit_cmp(const void *a, const void *b) {
+    const hit *x = a, *y = b;
+    if (x->score != y->score) return x->score > y->score ? -1 : 1;
+    return -strcmp(x->docid, y->docid);
+}
+
+/* Equal scores by docid descending; -1 rows (score -inf) last. */
+static void order_ties(const qac_index *ix, float *scores, int64_t *rows, int k) {
+    int valid = 0;
+    for (int i = 0; i < k; i++) {
+        if (rows[i] < 0 || rows[i] >= ix->count) {
+            rows[i] = -1;
+            scores[i] = -INFINITY;
+        } else valid++;
+    }
+    for (int i = 0; i < valid;) {
+        int j = i + 1;
+        while (j < valid && scores[j] == scores[i]) j++;
+        if (j - i > 1) {
+            hit tmp[64], *h = j - i <= 64 ? tmp : malloc(sizeof(hit) * (size_t)(j - i));
+            if (h) {
+                for (int t = i; t < j; t++) h[t - i] = (hit){scores[t], rows[t], qac_index_docid(ix, rows[t])};
+                qsort(h, (size_t)(j - i), sizeof *h, hit_cmp);
+                for (int t = i; t < j; t++) rows[t] = h[t - i].row;
+                if (h != tmp) free(h);
+            }
+        }
+        i = j;
+    }
+}
+
+qac_status qac_index_search(const qac_index *ix, const float *queries, int nq, int k, float *scores,
+                            int64_t *rows) {
+    if (nq < 0 || k < 1 || (nq && (!queries || !scores || !rows)))
+        return qac_set_error(QAC_ERR_INVALID, "search: bad arguments (nq %d, k %d)", nq, k);
+    if (ix->gpu) {
+        if (k > QAC_GPU_MAX_K) return qac_set_error(QAC_ERR_INVALID, "k %d: the GPU search allows k <= %d", k, QAC_GPU_MAX_K);
+        for (int q = 0; q < nq; q += QAC_GPU_MAX_NQ) {
+            int m = nq - q < QAC_GPU_MAX_NQ ? nq - q : QAC_GPU_MAX_NQ;
+            qac_status st = qac_gpu_flat_search(ix->gpu, queries + (size_t)q * ix->dim, m, k,
+                                                scores + (size_t)q * k, rows + (size_t)q * k);
+            if (st) return st;
+        }
+    } else {
+        if (faiss_Index_search(ix->faiss, nq, queries, k, scores, rows))
+            return qac_set_error(QAC_ERR_FAISS, "faiss search: %s", faiss_get_last_error());
+    }
+    for (int q = 0; q < nq; q++) order_ties(ix, scores + (size_t)q * k, rows + (size_t)q * k, k);
+    return QAC_OK;
+}

@@ -1,0 +1,53 @@
+// Internal to kernels/: launchers of the BERT forward kernels, on device
+// pointers and one stream. Activations typed "act" are in the precision
+// `prec` (float, __half or __nv_bfloat16); the residual stream, LayerNorm
+// parameters, biases and pooled outputs are always fp32. N = B * T rows.
+// Each launcher returns the launch error (cudaGetLastError); the CPU twins
+// are in model/bert_cpu.h.
+#ifndef QAC_BERT_KERNELS_CUH
+#define QAC_BERT_KERNELS_CUH
+
+#include "cuda_common.cuh"
+
+// x = LayerNorm(word[ids] + pos[t] + type[0]) with t = row % T.
+// x [N,C] fp32; xh [N,C] act or NULL (not written); ids [N].
+cudaError_t qac_k_embed_ln(float *x, void *xh, const int32_t *ids, const float *word_emb,
+                           const float *pos_emb, const float *type_emb, const float *w,
+                           const float *b, int N, int T, int C, float eps, qac_precision prec,
+                           cudaStream_t s);
+
+// x = LayerNorm(x + r + bias): the residual, the projection bias and the norm
+// fused. x [N,C] fp32 in place; r [N,C] act; xh [N,C] act copy or NULL.
+cudaError_t qac_k_residual_ln(float *x, void *xh, const void *r, const float *bias,
+                              const float *w, const float *b, int N, int C, float eps,
+                              qac_precision prec, cudaStream_t s);
+
+// h = GELU_erf(h + bias) in place. h [N,I] act; bias [I].
+cudaError_t qac_k_bias_gelu(void *h, const float *bias, int N, int I, qac_precision prec,
+                            cudaStream_t s);
+
+// Self-attention with the padding mask: out[b,t,h] = softmax(Q K^T/sqrt(hs),
+// keys >= lens[b] masked) V, with the projection bias added to Q, K and V on
+// load. qkv [B,T,3C] act (no bias); qkv_b [3C]; lens [B] on the device;
+// out [B,T,C] act. Padded query rows are computed too, as in PyTorch.
+cudaError_t qac_k_attention(void *out, const void *qkv, const float *qkv_b, const int *lens, int B,
+                            int T, int C, int NH, qac_precision prec, cudaStream_t s);
+// Whether qac_k_attention supports this shape (head size a multiple of 32
+// up to 256, T <= 4096).
+int qac_k_attention_supported(int T, int C, int NH);
+
+// out[b] = CLS row or mean of the first lens[b] rows of x, then L2-normalised
+// when normalize (x / max(||x||, 1e-12)). out [B,C]; x [B,T,C] fp32.
+cudaError_t qac_k_pool(float *out, const float *x, const int *lens, int B, int T, int C,
+                       int mean_pooling, int normalize, cudaStream_t s);
+
+// dst = (act) src, and back. n elements.
+cudaError_t qac_k_from_f32(void *dst, const float *src, size_t n, qac_precision prec, cudaStream_t s);
+cudaError_t qac_k_to_f32(float *dst, const void *src, size_t n, qac_precision prec, cudaStream_t s);
+
+// out [N,OC] = inp [N,IC] W^T with W [OC,IC] (nn.Linear layout), all act,
+// fp32 accumulation (fp32 stays fp32: no TF32). The handle's stream is used.
+cublasStatus_t qac_k_matmul(cublasHandle_t h, void *out, const void *inp, const void *w, int N,
+                            int IC, int OC, qac_precision prec);
+
+#endif

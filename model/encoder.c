@@ -1,0 +1,187 @@
+/* The encoder front end: backend choice, tokenisation, length sorting,
+ * batching, padding and output ordering. Backends run one padded batch. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "encoder_backend.h"
+
+struct len_idx;
+
+struct qac_encoder {
+    const qac_model *m;
+    qac_encoder_backend be;
+    qac_device device;
+    int max_batch;
+    /* reused across calls, grown on demand */
+    struct len_idx *order; /* [n] (length, index), longest first */
+    size_t order_cap;
+    int32_t *batch_ids;   /* [max_batch, T] */
+    size_t batch_ids_cap;
+    int *batch_lens;      /* [max_batch] */
+    float *batch_out;     /* [max_batch, C] */
+    int32_t *tok;         /* [n, max_len] token ids of encode_texts */
+    size_t tok_cap;
+    int *tok_lens;        /* [n] */
+    size_t tok_lens_cap;
+    const int32_t **tok_ptrs; /* [n] */
+    size_t tok_ptrs_cap;
+};
+
+qac_encoder_opts qac_encoder_default_opts(void) {
+    qac_encoder_opts o = {QAC_DEVICE_AUTO, 0, 0, QAC_PREC_BF16};
+    return o;
+}
+
+qac_status qac_encoder_create(qac_encoder **out, const qac_model *m, const qac_encoder_opts *o) {
+    *out = NULL;
+    qac_encoder_opts opts = o ? *o : qac_encoder_default_opts();
+    if (!m) return qac_set_error(QAC_ERR_INVALID, "encoder: no model");
+    if (opts.threads < 0 || opts.max_batch < 0)
+        return qac_set_error(QAC_ERR_INVALID, "encoder: threads (%d) and max_batch (%d) must be >= 0",
+                             opts.threads, opts.max_batch);
+    qac_encoder *e = calloc(1, sizeof *e);
+    if (!e) return qac_set_error(QAC_ERR_NOMEM, "encoder: out of memory");
+    e->m = m;
+    qac_status st;
+    switch (opts.device) {
+    case QAC_DEVICE_CUDA:
+        st = qac_cuda_backend_create(&e->be, m, &opts);
+        e->device = QAC_DEVICE_CUDA;
+        break;
+    case QAC_DEVICE_CPU:
+        st = qac_cpu_backend_create(&e->be, m, &opts);
+        e->device = QAC_DEVICE_CPU;
+        break;
+    case QAC_DEVICE_AUTO:
+        st = QAC_ERR_UNSUPPORTED;
+        if (qac_cuda_available()) {
+            st = qac_cuda_backend_create(&e->be, m, &opts);
+            e->device = QAC_DEVICE_CUDA;
+        }
+        if (st != QAC_OK) {
+            qac_clear_error();
+            st = qac_cpu_backend_create(&e->be, m, &opts);
+            e->device = QAC_DEVICE_CPU;
+        }
+        break;
+    default:
+        st = qac_set_error(QAC_ERR_INVALID, "encoder: unknown device %d", (int)opts.device);
+    }
+    if (st != QAC_OK) {
+        free(e);
+        return st;
+    }
+    e->max_batch = e->be.max_batch > 0 ? e->be.max_batch : 32;
+    *out = e;
+    return QAC_OK;
+}
+
+void qac_encoder_free(qac_encoder *e) {
+    if (!e) return;
+    if (e->be.free) e->be.free(e->be.impl);
+    free(e->order);
+    free(e->batch_ids);
+    free(e->batch_lens);
+    free(e->batch_out);
+    free(e->tok);
+    free(e->tok_lens);
+    free(e->tok_ptrs);
+    free(e);
+}
+
+int qac_encoder_dim(const qac_encoder *e) { return e->m->cfg.hidden_size; }
+qac_device qac_encoder_device(const qac_encoder *e) { return e->device; }
+const qac_model *qac_encoder_model(const qac_encoder *e) { return e->m; }
+
+/* Grow *p to hold n elements of size sz; *cap counts elements. */
+static qac_status grow(void *p, size_t *cap, size_t n, size_t sz) {
+    if (n <= *cap) return QAC_OK;
+    size_t want = n > *cap * 2 ? n : *cap * 2;
+    void *q = realloc(*(void **)p, want * sz);
+    if (!q) return qac_set_error(QAC_ERR_NOMEM, "encoder: out of memory (%zu elements)", want);
+    *(void **)p = q;
+    *cap = want;
+    return QAC_OK;
+}
+
+/* Ties keep input order, so batches are reproducible. */
+typedef struct len_idx {
+    int len, idx;
+} len_idx;
+
+static int cmp_len_desc(const void *a, const void *b) {
+    const len_idx *x = a, *y = b;
+    if (x->len != y->len) return x->len > y->len ? -1 : 1;
+    return (x->idx > y->idx) - (x->idx < y->idx);
+}
+
+qac_status qac_encoder_encode_ids(qac_encoder *e, const int32_t *const *ids, const int *lens, int n,
+                                  float *out) {
+    if (n < 0) return qac_set_error(QAC_ERR_INVALID, "encode: negative count %d", n);
+    if (n == 0) return QAC_OK;
+    const qac_bert_config *c = &e->m->cfg;
+    for (int i = 0; i < n; i++) {
+        if (lens[i] < 1 || lens[i] > c->max_position)
+            return qac_set_error(QAC_ERR_INVALID, "encode: sequence %d has %d tokens (allowed 1..%d)", i, lens[i],
+                                 c->max_position);
+        for (int t = 0; t < lens[i]; t++)
+            if (ids[i][t] < 0 || ids[i][t] >= c->vocab_size)
+                return qac_set_error(QAC_ERR_INVALID, "encode: sequence %d token %d has id %d (vocabulary %d)",
+                                     i, t, ids[i][t], c->vocab_size);
+    }
+    qac_status st = grow(&e->order, &e->order_cap, (size_t)n, sizeof(len_idx));
+    if (st != QAC_OK) return st;
+    len_idx *sorted = e->order;
+    for (int i = 0; i < n; i++) sorted[i] = (len_idx){lens[i], i};
+    qsort(sorted, (size_t)n, sizeof *sorted, cmp_len_desc);
+
+    int C = c->hidden_size, MB = e->max_batch;
+    int32_t pad = c->pad_token_id >= 0 && c->pad_token_id < c->vocab_size ? c->pad_token_id : 0;
+    int Tmax = sorted[0].len;
+    if ((st = grow(&e->batch_ids, &e->batch_ids_cap, (size_t)MB * Tmax, sizeof(int32_t))) != QAC_OK) return st;
+    if (!e->batch_lens && !(e->batch_lens = malloc((size_t)MB * sizeof(int))))
+        return qac_set_error(QAC_ERR_NOMEM, "encoder: out of memory");
+    if (!e->batch_out && !(e->batch_out = malloc((size_t)MB * C * sizeof(float))))
+        return qac_set_error(QAC_ERR_NOMEM, "encoder: out of memory");
+
+    for (int s = 0; s < n; s += MB) {
+        int B = n - s < MB ? n - s : MB;
+        int T = sorted[s].len; /* longest first */
+        for (int b = 0; b < B; b++) {
+            int i = sorted[s + b].idx, len = lens[i];
+            int32_t *row = e->batch_ids + (size_t)b * T;
+            memcpy(row, ids[i], (size_t)len * sizeof *row);
+            for (int t = len; t < T; t++) row[t] = pad;
+            e->batch_lens[b] = len;
+        }
+        st = e->be.forward(e->be.impl, e->batch_ids, e->batch_lens, B, T, e->batch_out);
+        if (st != QAC_OK) return st;
+        for (int b = 0; b < B; b++)
+            memcpy(out + (size_t)sorted[s + b].idx * C, e->batch_out + (size_t)b * C, (size_t)C * sizeof *out);
+    }
+    return QAC_OK;
+}
+
+qac_status qac_encoder_encode_texts(qac_encoder *e, const char *const *texts, const size_t *lens, int n,
+                                    int max_len, float *out) {
+    if (n < 0) return qac_set_error(QAC_ERR_INVALID, "encode: negative count %d", n);
+    if (n == 0) return QAC_OK;
+    const qac_model *m = e->m;
+    if (!m->tok) return qac_set_error(QAC_ERR_INVALID, "encode: the model has no tokenizer");
+    int limit = m->max_seq_len > 0 ? m->max_seq_len : m->cfg.max_position;
+    if (limit > m->cfg.max_position) limit = m->cfg.max_position;
+    if (max_len <= 0 || max_len > limit) max_len = limit;
+    if (max_len < 2) return qac_set_error(QAC_ERR_INVALID, "encode: max_len %d leaves no room for [CLS] [SEP]", max_len);
+    qac_status st;
+    if ((st = grow(&e->tok, &e->tok_cap, (size_t)n * max_len, sizeof(int32_t))) != QAC_OK) return st;
+    if ((st = grow(&e->tok_lens, &e->tok_lens_cap, (size_t)n, sizeof(int))) != QAC_OK) return st;
+    if ((st = grow(&e->tok_ptrs, &e->tok_ptrs_cap, (size_t)n, sizeof(int32_t *))) != QAC_OK) return st;
+    for (int i = 0; i < n; i++) {
+        int32_t *ids = e->tok + (size_t)i * max_len;
+        size_t len = lens ? lens[i] : strlen(texts[i]);
+        st = qac_tokenizer_encode(m->tok, texts[i], len, max_len, ids, &e->tok_lens[i]);
+        if (st != QAC_OK) return qac_wrap_error(st, "encode: text %d", i);
+        e->tok_ptrs[i] = ids;
+    }
+    return qac_encoder_encode_ids(e, e->tok_ptrs, e->tok_lens, n, out);
+}

@@ -1,0 +1,155 @@
+/* The HTTP search service (`qac serve`).
+ *
+ * Layers, each in its own file:
+ *   srv_config.c   the one qac_opt table for every server setting
+ *   srv_backend.c  the real pieces (model, encoder, index, BM25) behind
+ *                  qac_server_backend, a table of functions that tests and
+ *                  the fuzzer replace with fakes
+ *   srv_batcher.c  dynamic batching: the only thread that calls encode()
+ *   srv_router.c   routing, auth and errors: request in, response out,
+ *                  no sockets (the fuzz entry point)
+ *   srv_handlers.c the JSON endpoints
+ *   srv_metrics.c  Prometheus counters and histograms
+ *   srv_page.c     the embedded search page
+ *   srv_http.c     libmicrohttpd: per-request state machine, limits, drain
+ *
+ * Ownership: qac_server_create copies the config strings and borrows the
+ * backend, which must outlive the server. The server never prints: it
+ * reports through the log callback. */
+#ifndef QAC_SERVER_H
+#define QAC_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qac_common.h"
+#include "qac_config.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- configuration: one table drives flags, env, config file ---- */
+
+/* The rows of `qac serve`'s options (flags, QAC_* env vars, defaults, bounds). */
+const qac_opt *qac_server_opt_table(int *n);
+
+typedef struct qac_server_config {
+    char *host;
+    int port;                 /* 0 = pick a free port (see qac_server_port) */
+    char *api_key;            /* NULL = no auth */
+    int max_batch_tokens;     /* token budget of one encoder call */
+    int max_wait_ms;          /* how long the batcher waits to fill a batch */
+    long long max_body_bytes;
+    int max_texts;            /* texts (or queries) per request */
+    int max_k;
+    int truncate;             /* 1: cut long texts; 0: reject them with 413 */
+    int max_concurrent;       /* requests in flight before 429 */
+    int timeout_ms;           /* longest wait in the encode queue before 503 */
+    int queue_size;           /* requests waiting for the encoder before 503 */
+    int query_max_len;        /* tokens, specials included */
+    int passage_max_len;
+    int idle_timeout_s;       /* idle keep-alive connections are closed after this */
+    int drain_timeout_ms;     /* SIGTERM: longest wait for in-flight requests */
+} qac_server_config;
+
+/* Defaults of the table, without parsing anything. */
+qac_server_config qac_server_default_config(void);
+/* Fill cfg from parsed options (strings are copied; free with
+ * qac_server_config_clear). */
+qac_status qac_server_config_from_opts(qac_server_config *cfg, const qac_opts *o);
+void qac_server_config_clear(qac_server_config *cfg);
+
+/* ---- what the server composes ---- */
+
+typedef struct qac_server_backend {
+    /* Encoder side (required). tokenize / encode_text / id_to_token are
+     * thread-safe; encode is called from the batcher thread only. */
+    void *enc;
+    const char *model_id;
+    const char *fingerprint;
+    const char *pooling;      /* "cls" | "mean" */
+    int dim;
+    int normalize;            /* the model L2-normalises its output */
+    int model_max_len;
+    /* [CLS] text [SEP], cut to max_len; *n is the sequence length. */
+    qac_status (*encode_text)(void *enc, const char *text, size_t len, int max_len, int32_t *ids, int *n);
+    /* Token ids without specials; writes at most cap, *n is the full count. */
+    qac_status (*tokenize)(void *enc, const char *text, size_t len, int32_t *ids, int cap, int *n);
+    const char *(*id_to_token)(void *enc, int32_t id);
+    qac_status (*encode)(void *enc, const int32_t *const *ids, const int *lens, int n, float *out);
+
+    /* Dense index (optional: search == NULL means none loaded). */
+    void *index;
+    int64_t index_count;
+    const char *index_type;
+    qac_status (*search)(void *index, const float *q, int nq, int k, float *scores, int64_t *rows);
+    const char *(*docid)(void *index, int64_t row);
+    qac_status (*text)(void *index, int64_t row, char **text); /* malloc'd */
+
+    /* BM25 (optional: bm25_search == NULL means none loaded). */
+    void *bm25;
+    int64_t bm25_count;
+    qac_status (*bm25_search)(void *bm25, const char *query, int k, float *scores, int64_t *rows, int *n);
+    const char *(*bm25_docid)(void *bm25, int64_t row);
+} qac_server_backend;
+
+/* The real backend: loads the model (and index / BM25 when the directory is
+ * not NULL) and checks that they fit together. device: "auto"|"cpu"|"cuda". */
+typedef struct qac_server_real qac_server_real;
+qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, const char *model_dir,
+                                const char *index_dir, const char *bm25_dir, const char *device,
+                                int threads);
+void qac_server_real_free(qac_server_real *r);
+
+/* ---- the server ---- */
+
+typedef enum qac_log_level { QAC_LOG_DEBUG = 0, QAC_LOG_INFO, QAC_LOG_WARN, QAC_LOG_ERROR } qac_log_level;
+typedef void (*qac_server_log_fn)(void *user, qac_log_level level, const char *msg);
+
+typedef struct qac_server qac_server;
+
+qac_status qac_server_create(qac_server **out, const qac_server_config *cfg, const qac_server_backend *be,
+                             qac_server_log_fn log, void *log_user);
+/* Bind and start serving (libmicrohttpd threads); returns at once. */
+qac_status qac_server_listen(qac_server *s);
+/* The bound port (useful with port 0). */
+int qac_server_port(const qac_server *s);
+/* Stop accepting, let in-flight requests finish (up to drain_timeout_ms),
+ * then close everything. Returns QAC_ERR_BUSY if the drain timed out. */
+qac_status qac_server_shutdown(qac_server *s);
+void qac_server_free(qac_server *s);
+
+/* ---- one request, without sockets (the HTTP layer and the fuzzer) ---- */
+
+typedef struct qac_http_request {
+    const char *method;
+    const char *path;          /* may carry "?query", which is ignored */
+    const char *authorization; /* header value or NULL */
+    const char *body;
+    size_t body_len;
+} qac_http_request;
+
+typedef struct qac_http_response {
+    int status;
+    char *body;                /* malloc'd */
+    size_t body_len;
+    const char *content_type;  /* static string */
+    char allow[32];            /* Allow header for 405, "" otherwise */
+    int retry_after;           /* seconds, 0 = no header */
+    int www_authenticate;      /* add WWW-Authenticate: Bearer */
+} qac_http_response;
+
+void qac_server_handle(qac_server *s, const qac_http_request *req, qac_http_response *resp);
+/* An error response in the house shape {"error":{"code","type","message"}}. */
+void qac_server_error(qac_http_response *resp, int status, const char *type, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+void qac_http_response_clear(qac_http_response *resp);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

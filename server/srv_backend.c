@@ -1,0 +1,149 @@
+/* The real backend: model + encoder, and optionally a dense index and a
+ * BM25 index, checked against each other at start-up so that a server that
+ * starts is one that answers correctly. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "qac_bm25.h"
+#include "qac_index.h"
+#include "qac_server.h"
+
+#define QAC_SERVER_ENCODER_BATCH 128
+
+struct qac_server_real {
+    qac_model *model;
+    qac_encoder *enc;
+    qac_index *index;
+    qac_bm25 *bm25;
+};
+
+static qac_status r_encode_text(void *u, const char *text, size_t len, int max_len, int32_t *ids, int *n) {
+    qac_server_real *r = u;
+    return qac_tokenizer_encode(r->model->tok, text, len, max_len, ids, n);
+}
+
+static qac_status r_tokenize(void *u, const char *text, size_t len, int32_t *ids, int cap, int *n) {
+    qac_server_real *r = u;
+    return qac_tokenizer_tokenize(r->model->tok, text, len, ids, cap, n);
+}
+
+static const char *r_id_to_token(void *u, int32_t id) {
+    qac_server_real *r = u;
+    return qac_tokenizer_id_to_token(r->model->tok, id);
+}
+
+static qac_status r_encode(void *u, const int32_t *const *ids, const int *lens, int n, float *out) {
+    qac_server_real *r = u;
+    return qac_encoder_encode_ids(r->enc, ids, lens, n, out);
+}
+
+static qac_status r_search(void *u, const float *q, int nq, int k, float *scores, int64_t *rows) {
+    return qac_index_search(u, q, nq, k, scores, rows);
+}
+
+static const char *r_docid(void *u, int64_t row) { return qac_index_docid(u, row); }
+
+static qac_status r_text(void *u, int64_t row, char **text) { return qac_index_text(u, row, text); }
+
+static qac_status r_bm25_search(void *u, const char *q, int k, float *scores, int64_t *rows, int *n) {
+    return qac_bm25_search(u, q, NULL, k, scores, rows, n);
+}
+
+static const char *r_bm25_docid(void *u, int64_t row) { return qac_bm25_docid(u, row); }
+
+qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, const char *model_dir,
+                                const char *index_dir, const char *bm25_dir, const char *device, int threads) {
+    *out = NULL;
+    memset(be, 0, sizeof *be);
+    qac_server_real *r = calloc(1, sizeof *r);
+    if (!r) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    qac_device dev = QAC_DEVICE_AUTO;
+    if (device && !strcmp(device, "cpu")) dev = QAC_DEVICE_CPU;
+    if (device && !strcmp(device, "cuda")) dev = QAC_DEVICE_CUDA;
+    qac_status st;
+    if ((st = qac_model_load(&r->model, model_dir))) {
+        qac_wrap_error(st, "model %s", model_dir);
+        goto fail;
+    }
+    if (!r->model->tok) {
+        st = qac_set_error(QAC_ERR_INVALID, "model %s has no tokenizer", model_dir);
+        goto fail;
+    }
+    qac_encoder_opts eo = qac_encoder_default_opts();
+    eo.device = dev;
+    eo.threads = threads;
+    /* The CPU forward pass is not bit-identical across padding shapes, so use
+     * `qac search`'s batch: a remote run then matches an offline one exactly. */
+    eo.max_batch = QAC_SERVER_ENCODER_BATCH;
+    if ((st = qac_encoder_create(&r->enc, r->model, &eo))) {
+        qac_wrap_error(st, "encoder");
+        goto fail;
+    }
+    int dim = qac_encoder_dim(r->enc);
+    if (index_dir) {
+        if ((st = qac_index_open(&r->index, index_dir, dev))) {
+            qac_wrap_error(st, "index %s", index_dir);
+            goto fail;
+        }
+        if (qac_index_dim(r->index) != dim) {
+            st = qac_set_error(QAC_ERR_INVALID, "index %s has dimension %d but the model has %d", index_dir,
+                               qac_index_dim(r->index), dim);
+            goto fail;
+        }
+        const char *fp = qac_index_model_fingerprint(r->index);
+        if (fp && strcmp(fp, r->model->fingerprint) != 0) {
+            st = qac_set_error(QAC_ERR_INVALID,
+                               "index %s was built with model fingerprint %s, but model %s has %s "
+                               "(queries and passages must share an encoder)",
+                               index_dir, fp, model_dir, r->model->fingerprint);
+            goto fail;
+        }
+    }
+    if (bm25_dir && (st = qac_bm25_open(&r->bm25, bm25_dir))) {
+        qac_wrap_error(st, "bm25 index %s", bm25_dir);
+        goto fail;
+    }
+    const qac_model *m = r->model;
+    int limit = m->max_seq_len > 0 ? m->max_seq_len : m->cfg.max_position;
+    if (limit > m->cfg.max_position) limit = m->cfg.max_position;
+    be->enc = r;
+    be->model_id = m->name;
+    be->fingerprint = m->fingerprint;
+    be->pooling = m->pooling == QAC_POOL_MEAN ? "mean" : "cls";
+    be->dim = dim;
+    be->normalize = m->normalize;
+    be->model_max_len = limit;
+    be->encode_text = r_encode_text;
+    be->tokenize = r_tokenize;
+    be->id_to_token = r_id_to_token;
+    be->encode = r_encode;
+    if (r->index) {
+        be->index = r->index;
+        be->index_count = qac_index_count(r->index);
+        be->index_type = qac_index_factory(r->index);
+        be->search = r_search;
+        be->docid = r_docid;
+        be->text = r_text;
+    }
+    if (r->bm25) {
+        be->bm25 = r->bm25;
+        be->bm25_count = qac_bm25_count(r->bm25);
+        be->bm25_search = r_bm25_search;
+        be->bm25_docid = r_bm25_docid;
+    }
+    *out = r;
+    return QAC_OK;
+fail:
+    qac_server_real_free(r);
+    memset(be, 0, sizeof *be);
+    return st;
+}
+
+void qac_server_real_free(qac_server_real *r) {
+    if (!r) return;
+    qac_bm25_free(r->bm25);
+    qac_index_free(r->index);
+    qac_encoder_free(r->enc);
+    qac_model_free(r->model);
+    free(r);
+}

@@ -1,0 +1,103 @@
+/* Internal to server/: the batcher, metrics and the server struct. */
+#ifndef QAC_SRV_INTERNAL_H
+#define QAC_SRV_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "qac_server.h"
+
+/* ---- dynamic batcher ----
+ * Request threads submit tokenized texts; one worker thread gathers what is
+ * queued (up to max_batch_tokens, waiting at most max_wait_ms for more once
+ * the first job arrives), makes ONE encode call for the batch and hands
+ * each job its rows. The encoder therefore only ever sees one caller. */
+typedef qac_status (*qac_encode_fn)(void *user, const int32_t *const *ids, const int *lens, int n,
+                                    float *out);
+
+typedef struct qac_metrics qac_metrics;
+typedef struct qac_batcher qac_batcher;
+
+typedef struct qac_batcher_opts {
+    int dim;
+    int max_batch_tokens;
+    int max_wait_ms;
+    int queue_size; /* jobs waiting (not yet taken) before QAC_ERR_BUSY */
+} qac_batcher_opts;
+
+qac_status qac_batcher_create(qac_batcher **out, qac_encode_fn fn, void *user, const qac_batcher_opts *o,
+                              qac_metrics *metrics);
+/* Encode n sequences into out [n, dim]. Blocks until done. QAC_ERR_BUSY when
+ * the queue is full, QAC_ERR_CANCELLED when the job waited in the queue for
+ * longer than timeout_ms (0 = forever) or the batcher is stopping. The
+ * buffers are borrowed until the call returns. */
+qac_status qac_batcher_encode(qac_batcher *b, const int32_t *const *ids, const int *lens, int n, float *out,
+                              int timeout_ms);
+int qac_batcher_queue_depth(qac_batcher *b);
+/* Finishes queued jobs, then stops the worker. */
+void qac_batcher_free(qac_batcher *b);
+
+/* ---- metrics ---- */
+typedef enum qac_route {
+    QAC_ROUTE_PAGE = 0, QAC_ROUTE_SEARCH, QAC_ROUTE_ENCODE, QAC_ROUTE_EMBEDDINGS, QAC_ROUTE_TOKENIZE,
+    QAC_ROUTE_HEALTH, QAC_ROUTE_INFO, QAC_ROUTE_METRICS, QAC_ROUTE_OTHER, QAC_ROUTE_COUNT
+} qac_route;
+
+const char *qac_route_path(qac_route r);
+qac_status qac_metrics_create(qac_metrics **out);
+void qac_metrics_free(qac_metrics *m);
+void qac_metrics_request(qac_metrics *m, qac_route r, int status, double seconds);
+void qac_metrics_batch(qac_metrics *m, int texts, int tokens, double seconds);
+void qac_metrics_queue_depth(qac_metrics *m, int depth);
+void qac_metrics_inflight(qac_metrics *m, int inflight);
+/* Prometheus text exposition format 0.0.4; malloc'd. */
+char *qac_metrics_render(qac_metrics *m);
+
+/* ---- the page ---- */
+extern const char qac_server_page_html[];
+
+/* ---- the server ---- */
+typedef struct qac_docid_map qac_docid_map;
+
+struct qac_server {
+    qac_server_config cfg;
+    qac_server_backend be;
+    qac_batcher *batcher;
+    qac_metrics *metrics;
+    qac_server_log_fn log;
+    void *log_user;
+    qac_docid_map *docid_rows; /* docid -> dense row, for BM25 hits' text */
+    atomic_int inflight;
+    atomic_int draining;
+    void *daemon;              /* struct MHD_Daemon * */
+    void (*http_stop)(qac_server *s); /* set by the HTTP layer once listening */
+    int bound_port;
+    double started;
+};
+
+void qac_server_log(qac_server *s, qac_log_level level, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+
+/* Route table lookup: the route and the methods it allows ("GET", "POST"). */
+qac_route qac_server_route(const char *path, size_t path_len, const char **allow);
+
+/* JSON endpoint handlers (srv_handlers.c). */
+void qac_handle_search(qac_server *s, const char *body, size_t len, qac_http_response *resp);
+void qac_handle_encode(qac_server *s, const char *body, size_t len, qac_http_response *resp);
+void qac_handle_embeddings(qac_server *s, const char *body, size_t len, qac_http_response *resp);
+void qac_handle_tokenize(qac_server *s, const char *body, size_t len, qac_http_response *resp);
+void qac_handle_info(qac_server *s, qac_http_response *resp);
+void qac_handle_health(qac_server *s, qac_http_response *resp);
+
+/* docid -> row map (srv_handlers.c). */
+qac_status qac_docid_map_build(qac_docid_map **out, const qac_server_backend *be);
+int64_t qac_docid_map_get(const qac_docid_map *m, const char *docid);
+void qac_docid_map_free(qac_docid_map *m);
+
+/* Strict UTF-8 check (no overlongs, surrogates or values past U+10FFFF). */
+int qac_utf8_valid(const char *s, size_t len);
+
+#endif

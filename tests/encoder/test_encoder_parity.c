@@ -1,0 +1,210 @@
+/* Encoder parity against Hugging Face / sentence-transformers fixtures
+ * (tests/reference/gen_encoder_fixtures.py). argv[1]: minilm | bertbase.
+ * Pooled embeddings: max |diff| <= 1e-4 and cosine >= 0.99999 for every
+ * sequence; per-layer hidden states of a padded mixed-length batch at a few
+ * positions: max |diff| <= HIDDEN_TOL. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bert_cpu.h"
+#include "fixture.h"
+#include "qac_data.h"
+#include "qac_encoder.h"
+#include "testutil.h"
+
+#define EMB_TOL 1e-4
+#define COS_MIN 0.99999
+#define HIDDEN_TOL 2e-4
+
+static void compare_emb(const char *what, const float *got, const float *want, int n, int C) {
+    double maxd = 0, mincos = 1;
+    int worst = 0;
+    for (int i = 0; i < n; i++) {
+        const float *g = got + (size_t)i * C, *w = want + (size_t)i * C;
+        double dot = 0, ng = 0, nw = 0;
+        for (int k = 0; k < C; k++) {
+            double d = fabs((double)g[k] - w[k]);
+            if (d > maxd || isnan(d)) {
+                maxd = isnan(d) ? INFINITY : d;
+                worst = i;
+            }
+            dot += (double)g[k] * w[k];
+            ng += (double)g[k] * g[k];
+            nw += (double)w[k] * w[k];
+        }
+        double cs = dot / (sqrt(ng * nw) + 1e-30);
+        if (cs < mincos || isnan(cs)) mincos = isnan(cs) ? -1 : cs;
+    }
+    printf("%-34s n=%3d  max|diff| %.3e (row %d)  min cos %.8f\n", what, n, maxd, worst, mincos);
+    CHECK_MSG(maxd <= EMB_TOL, "%s: max |diff| %.3e > %.0e", what, maxd, EMB_TOL);
+    CHECK_MSG(mincos >= COS_MIN, "%s: min cosine %.8f < %.5f", what, mincos, COS_MIN);
+}
+
+/* Texts of the Cranfield documents, by 0-based ordinal. */
+static char **read_cranfield(int *n) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/cranfield/cran.all.1400", QAC_SHARED_DATA);
+    qac_reader *r;
+    if (qac_reader_open(&r, path, QAC_READ_CORPUS, QAC_FMT_CRANFIELD) != QAC_OK) {
+        fprintf(stderr, "FAIL: %s\n", qac_last_error());
+        exit(1);
+    }
+    char **texts = calloc(1400, sizeof *texts);
+    qac_record rec;
+    int got, k = 0;
+    while (k < 1400 && qac_reader_next(r, &rec, &got) == QAC_OK && got) texts[k++] = strdup(rec.text);
+    qac_reader_free(r);
+    *n = k;
+    return texts;
+}
+
+static void check_hidden(const qac_model *m, const enc_fixture *fx, qac_pool *pool) {
+    int nh = fx->n_hidden, C = fx->C, L = fx->L, T = 0;
+    int32_t *ids;
+    int *lens = malloc((size_t)nh * sizeof *lens);
+    for (int k = 0; k < nh; k++) {
+        const enc_hidden *h = &fx->hidden[k];
+        lens[k] = fx->sets[h->set].lens[h->item];
+        if (lens[k] > T) T = lens[k];
+    }
+    ids = calloc((size_t)nh * T, sizeof *ids);
+    for (int k = 0; k < nh; k++) {
+        const enc_hidden *h = &fx->hidden[k];
+        memcpy(ids + (size_t)k * T, fx->sets[h->set].ids[h->item], (size_t)lens[k] * sizeof *ids);
+    }
+    float *hid = malloc((size_t)(L + 1) * nh * T * C * sizeof *hid);
+    qac_bert_acts a = {0}, ak = {0};
+    CHECK_OK(qac_bert_acts_alloc(&a, &m->cfg, nh, T, 0, qac_pool_size(pool)));
+    CHECK_OK(qac_bert_forward(&a, &m->cfg, &m->p, ids, lens, nh, T, hid, pool));
+    for (int k = 0; k < nh; k++) {
+        const enc_hidden *h = &fx->hidden[k];
+        double maxd = 0;
+        int worst_layer = 0;
+        for (int l = 0; l <= L; l++)
+            for (int p = 0; p < h->n_pos; p++) {
+                const float *g = hid + (((size_t)l * nh + k) * T + h->pos[p]) * C;
+                const float *w = h->h + ((size_t)l * h->n_pos + p) * C;
+                for (int c = 0; c < C; c++) {
+                    double d = fabs((double)g[c] - w[c]);
+                    if (!(d <= maxd)) {
+                        maxd = isnan(d) ? INFINITY : d;
+                        worst_layer = l;
+                    }
+                }
+            }
+        printf("hidden states, len %3d in batch T=%3d: max|diff| %.3e over %d layers x %d positions (worst layer %d)\n",
+               lens[k], T, maxd, L + 1, h->n_pos, worst_layer);
+        CHECK_MSG(maxd <= HIDDEN_TOL, "hidden states item %d: max |diff| %.3e > %.0e", k, maxd, HIDDEN_TOL);
+    }
+    /* the training layout (every activation kept) computes the same thing */
+    CHECK_OK(qac_bert_acts_alloc(&ak, &m->cfg, nh, T, 1, qac_pool_size(pool)));
+    CHECK_OK(qac_bert_forward(&ak, &m->cfg, &m->p, ids, lens, nh, T, NULL, pool));
+    double maxd = 0;
+    for (size_t i = 0; i < (size_t)nh * T * C; i++) {
+        double d = fabs((double)ak.last[i] - a.last[i]);
+        if (!(d <= maxd)) maxd = isnan(d) ? INFINITY : d;
+    }
+    printf("kept-activation forward vs inference forward: max|diff| %.3e\n", maxd);
+    CHECK_MSG(maxd <= 1e-5, "keep=1 forward differs from keep=0 by %.3e", maxd);
+    /* masked keys carry exactly zero probability */
+    int bad_mask = 0;
+    for (int l = 0; l < L; l++)
+        for (int b = 0; b < nh; b++)
+            for (int hh = 0; hh < m->cfg.num_heads; hh++)
+                for (int t = 0; t < T; t++) {
+                    const float *row = ak.att + ((((size_t)l * nh + b) * m->cfg.num_heads + hh) * T + t) * T;
+                    for (int j = lens[b]; j < T; j++) bad_mask += row[j] != 0.0f;
+                }
+    CHECK_MSG(bad_mask == 0, "%d masked attention weights are not zero", bad_mask);
+    qac_bert_acts_free(&a);
+    qac_bert_acts_free(&ak);
+    free(hid);
+    free(ids);
+    free(lens);
+}
+
+int main(int argc, char **argv) {
+    const char *which = argc > 1 ? argv[1] : "minilm";
+    int is_minilm = !strcmp(which, "minilm");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/reference/encoder/%s.bin", QAC_TEST_DATA, which);
+    enc_fixture fx;
+    if (enc_fixture_load(&fx, path) != 0) return 1;
+
+    qac_model *m = NULL;
+    if (is_minilm) {
+        CHECK_OK(qac_model_load(&m, qac_test_model_dir()));
+    } else {
+        qac_bert_config cfg = {.vocab_size = 30522, .hidden_size = 768, .num_layers = 12, .num_heads = 12,
+                               .intermediate_size = 3072, .max_position = 512, .type_vocab_size = 2,
+                               .pad_token_id = 0, .layer_norm_eps = 1e-12f};
+        CHECK_OK(qac_model_create(&m, &cfg, qac_test_model_dir()));
+        if (m) {
+            enc_fill_random_params(m, ENC_FIXTURE_SEED);
+            m->pooling = QAC_POOL_CLS;
+            m->normalize = 0;
+        }
+    }
+    if (!m) return qac_test_summary();
+    CHECK(m->cfg.num_layers == fx.L && m->cfg.hidden_size == fx.C);
+
+    qac_encoder_opts o = qac_encoder_default_opts();
+    o.device = QAC_DEVICE_CPU;
+    o.threads = 2;
+    qac_encoder *e = NULL;
+    CHECK_OK(qac_encoder_create(&e, m, &o));
+    if (!e) return qac_test_summary();
+    int ncran = 0;
+    char **cran = is_minilm ? read_cranfield(&ncran) : NULL;
+
+    for (int s = 0; s < fx.n_sets; s++) {
+        const enc_set *set = &fx.sets[s];
+        float *got = malloc((size_t)set->n * fx.C * sizeof *got);
+        char what[96];
+        int minl = 1 << 30, maxl = 0, trunc = 0;
+        for (int i = 0; i < set->n; i++) {
+            minl = set->lens[i] < minl ? set->lens[i] : minl;
+            maxl = set->lens[i] > maxl ? set->lens[i] : maxl;
+            trunc += set->lens[i] == set->max_len;
+        }
+        if (set->is_docs && cran) {
+            /* the full text path: qac reader + tokenizer + encoder */
+            const char **texts = malloc((size_t)set->n * sizeof *texts);
+            int tok_mismatch = 0;
+            int32_t *ids = malloc((size_t)set->max_len * sizeof *ids);
+            for (int i = 0; i < set->n; i++) {
+                int o_ = set->ordinals[i], n = 0;
+                texts[i] = o_ < ncran ? cran[o_] : "";
+                qac_tokenizer_encode(m->tok, texts[i], strlen(texts[i]), set->max_len, ids, &n);
+                tok_mismatch += n != set->lens[i] || memcmp(ids, set->ids[i], (size_t)n * sizeof *ids) != 0;
+            }
+            printf("tokenizer vs HF ids (max_len %d): %d of %d texts differ\n", set->max_len, tok_mismatch, set->n);
+            CHECK_MSG(tok_mismatch == 0, "%d texts tokenize differently from HF", tok_mismatch);
+            CHECK_OK(qac_encoder_encode_texts(e, texts, NULL, set->n, set->max_len, got));
+            snprintf(what, sizeof what, "%s texts max_len %d (%d..%d, %d cut)", which, set->max_len, minl, maxl, trunc);
+            compare_emb(what, got, set->emb, set->n, fx.C);
+            free(ids);
+            free(texts);
+            free(got);
+            continue; /* same ids as the fixture's: the ids path would repeat this */
+        }
+        CHECK_OK(qac_encoder_encode_ids(e, (const int32_t *const *)set->ids, set->lens, set->n, got));
+        snprintf(what, sizeof what, "%s ids %s (len %d..%d, %d at %d)", which, set->is_docs ? "docs" : "mixed", minl,
+                 maxl, trunc, set->max_len);
+        compare_emb(what, got, set->emb, set->n, fx.C);
+        free(got);
+    }
+
+    qac_pool *pool = NULL;
+    CHECK_OK(qac_pool_create(&pool, 2));
+    check_hidden(m, &fx, pool);
+    qac_pool_free(pool);
+
+    for (int i = 0; cran && i < ncran; i++) free(cran[i]);
+    free(cran);
+    qac_encoder_free(e);
+    qac_model_free(m);
+    enc_fixture_free(&fx);
+    return qac_test_summary();
+}

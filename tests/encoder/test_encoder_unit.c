@@ -1,0 +1,179 @@
+/* Encoder plumbing: matrix files, the thread pool, batching and ordering,
+ * pooling edge cases and bad input. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bert_cpu.h"
+#include "qac_encoder.h"
+#include "qac_matrix.h"
+#include "qac_pool.h"
+#include "qac_util.h"
+#include "testutil.h"
+
+static void sum_task(void *ctx, int64_t b, int64_t e, int tid) {
+    int *hits = ctx;
+    for (int64_t i = b; i < e; i++) __atomic_fetch_add(&hits[i], 1, __ATOMIC_RELAXED);
+}
+
+static void test_pool(void) {
+    qac_pool *p;
+    CHECK_OK(qac_pool_create(&p, 3));
+    CHECK(qac_pool_size(p) == 3);
+    int hits[1000];
+    for (int round = 0; round < 50; round++) {
+        memset(hits, 0, sizeof hits);
+        qac_pool_for(p, 1000, round % 7, sum_task, hits);
+        int ok = 1;
+        for (int i = 0; i < 1000; i++) ok &= hits[i] == 1;
+        CHECK_MSG(ok, "pool round %d: an index ran not exactly once", round);
+    }
+    qac_pool_free(p);
+    memset(hits, 0, sizeof hits);
+    qac_pool_for(NULL, 10, 0, sum_task, hits);
+    CHECK(hits[0] == 1 && hits[9] == 1 && qac_pool_size(NULL) == 1);
+}
+
+static void test_matrix(void) {
+    const char *dir = qac_test_tmpdir("matrix");
+    float data[5 * 3];
+    for (int i = 0; i < 15; i++) data[i] = (float)i * 0.5f - 3.0f;
+    const char *names[] = {"m.qmat", "m.npy"};
+    for (int k = 0; k < 2; k++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, names[k]);
+        CHECK_OK(qac_matrix_write(path, data, 5, 3));
+        float *got = NULL;
+        int64_t n = 0;
+        int d = 0;
+        CHECK_OK(qac_matrix_read(path, &got, &n, &d));
+        CHECK(n == 5 && d == 3 && got && memcmp(got, data, sizeof data) == 0);
+        free(got);
+        /* truncation is detected */
+        char *blob;
+        size_t len;
+        CHECK_OK(qac_read_file(path, &blob, &len));
+        FILE *f = fopen(path, "wb");
+        fwrite(blob, 1, len - 4, f);
+        fclose(f);
+        free(blob);
+        CHECK_ERR(qac_matrix_read(path, &got, &n, &d), QAC_ERR_FORMAT, "size");
+    }
+    /* streamed writes fill in the count; an empty matrix is valid */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/s.npy", dir);
+    qac_matrix_writer *w;
+    CHECK_OK(qac_matrix_writer_open(&w, path, 3));
+    CHECK_OK(qac_matrix_writer_append(w, data, 2));
+    CHECK_OK(qac_matrix_writer_append(w, data + 6, 3));
+    CHECK(qac_matrix_writer_count(w) == 5);
+    CHECK_OK(qac_matrix_writer_close(w));
+    float *got;
+    int64_t n;
+    int d;
+    CHECK_OK(qac_matrix_read(path, &got, &n, &d));
+    CHECK(n == 5 && d == 3 && memcmp(got, data, sizeof data) == 0);
+    free(got);
+    snprintf(path, sizeof path, "%s/e.qmat", dir);
+    CHECK_OK(qac_matrix_write(path, data, 0, 3));
+    CHECK_OK(qac_matrix_read(path, &got, &n, &d));
+    CHECK(n == 0 && d == 3);
+    free(got);
+    snprintf(path, sizeof path, "%s/bad.qmat", dir);
+    FILE *f = fopen(path, "wb");
+    fputs("not a matrix at all, really not", f);
+    fclose(f);
+    CHECK_ERR(qac_matrix_read(path, &got, &n, &d), QAC_ERR_FORMAT, "magic");
+    snprintf(path, sizeof path, "%s/missing.qmat", dir);
+    CHECK_ERR(qac_matrix_read(path, &got, &n, &d), QAC_ERR_NOT_FOUND, "missing.qmat");
+    /* an aborted writer leaves nothing behind */
+    snprintf(path, sizeof path, "%s/aborted.qmat", dir);
+    CHECK_OK(qac_matrix_writer_open(&w, path, 3));
+    qac_matrix_writer_abort(w);
+    CHECK(fopen(path, "rb") == NULL);
+}
+
+static void test_pooling(void) {
+    float h[2 * 3 * 2] = {1, 2, 3, 4, 100, 100, /* b0: len 2 */ 3, 4, 0, 0, 0, 0 /* b1: len 1 */};
+    int lens[2] = {2, 1};
+    float out[4];
+    qac_pooling_forward(out, h, lens, 2, 3, 2, QAC_POOL_MEAN, 0);
+    CHECK(out[0] == 2 && out[1] == 3 && out[2] == 3 && out[3] == 4);
+    qac_pooling_forward(out, h, lens, 2, 3, 2, QAC_POOL_CLS, 1);
+    CHECK(fabsf(out[2] - 0.6f) < 1e-7f && fabsf(out[3] - 0.8f) < 1e-7f);
+    float z[2] = {0, 0};
+    int one = 1;
+    qac_pooling_forward(out, z, &one, 1, 1, 2, QAC_POOL_MEAN, 1);
+    CHECK(out[0] == 0 && out[1] == 0); /* F.normalize of a zero vector is zero, not NaN */
+}
+
+static void test_encoder(void) {
+    qac_model *m = NULL;
+    CHECK_OK(qac_model_load(&m, qac_test_model_dir()));
+    if (!m) return;
+    const char *texts[] = {"wing", "", "the boundary layer on a flat plate at high mach numbers",
+                           "wing", "shock waves", "a much longer text about heat transfer in hypersonic flow "
+                           "over blunt bodies with ablation and radiation"};
+    int n = 6, C = m->cfg.hidden_size;
+    float *a = malloc((size_t)n * C * sizeof *a), *b = malloc((size_t)n * C * sizeof *b);
+    qac_encoder_opts o = qac_encoder_default_opts();
+    o.device = QAC_DEVICE_CPU;
+    o.threads = 2;
+    qac_encoder *e1, *e2;
+    CHECK_OK(qac_encoder_create(&e1, m, &o));
+    o.max_batch = 1;
+    o.threads = 1;
+    CHECK_OK(qac_encoder_create(&e2, m, &o));
+    CHECK(qac_encoder_dim(e1) == C && qac_encoder_device(e1) == QAC_DEVICE_CPU && qac_encoder_model(e1) == m);
+    CHECK_OK(qac_encoder_encode_texts(e1, texts, NULL, n, 64, a));
+    CHECK_OK(qac_encoder_encode_texts(e2, texts, NULL, n, 64, b));
+    double maxd = 0;
+    for (int i = 0; i < n * C; i++) maxd = fmax(maxd, fabs((double)a[i] - b[i]));
+    printf("batch of %d (2 threads) vs one at a time (1 thread): max|diff| %.3e\n", n, maxd);
+    CHECK_MSG(maxd <= 1e-5, "batching changes results by %.3e", maxd);
+    double dup = 0; /* duplicates land in their own rows (GEMM tiling may differ by rounding) */
+    for (int i = 0; i < C; i++) dup = fmax(dup, fabs((double)a[i] - a[3 * C + i]));
+    CHECK_MSG(dup <= 1e-6, "duplicate texts differ by %.3e", dup);
+    /* reused buffers: a second, smaller call gives the same rows */
+    CHECK_OK(qac_encoder_encode_texts(e1, texts + 2, NULL, 2, 64, b));
+    double d2 = 0;
+    for (int i = 0; i < 2 * C; i++) d2 = fmax(d2, fabs((double)a[2 * C + i] - b[i]));
+    CHECK_MSG(d2 <= 1e-5, "re-encoding a subset differs by %.3e", d2);
+    /* bad input */
+    int32_t bad_ids[3] = {101, 999999, 102};
+    const int32_t *pids[1] = {bad_ids};
+    int lens[1] = {3};
+    CHECK_ERR(qac_encoder_encode_ids(e1, pids, lens, 1, a), QAC_ERR_INVALID, "999999");
+    lens[0] = 0;
+    CHECK_ERR(qac_encoder_encode_ids(e1, pids, lens, 1, a), QAC_ERR_INVALID, "0 tokens");
+    lens[0] = 100000;
+    CHECK_ERR(qac_encoder_encode_ids(e1, pids, lens, 1, a), QAC_ERR_INVALID, "tokens");
+    CHECK_OK(qac_encoder_encode_ids(e1, pids, lens, 0, a));
+    o.device = QAC_DEVICE_CPU;
+    o.threads = -1;
+    qac_encoder *e3 = NULL;
+    CHECK_ERR(qac_encoder_create(&e3, m, &o), QAC_ERR_INVALID, "threads");
+    if (!qac_cuda_available()) {
+        o.threads = 0;
+        o.device = QAC_DEVICE_CUDA;
+        CHECK(qac_encoder_create(&e3, m, &o) != QAC_OK && e3 == NULL);
+        o.device = QAC_DEVICE_AUTO;
+        CHECK_OK(qac_encoder_create(&e3, m, &o));
+        CHECK(e3 && qac_encoder_device(e3) == QAC_DEVICE_CPU);
+        qac_encoder_free(e3);
+    }
+    qac_encoder_free(e1);
+    qac_encoder_free(e2);
+    qac_encoder_free(NULL);
+    qac_model_free(m);
+    free(a);
+    free(b);
+}
+
+int main(void) {
+    test_pool();
+    test_matrix();
+    test_pooling();
+    test_encoder();
+    return qac_test_summary();
+}

@@ -1,0 +1,92 @@
+"""End to end on Cranfield: dense index with the default model, `qac search`
+over the 225 queries, `qac eval` (MAP, nDCG@10, recall@100) cross-checked
+with pytrec_eval; the run is well formed; qac index text returns passages;
+a model fingerprint mismatch is refused."""
+import collections
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(__file__))
+import idxutil as U  # noqa: E402
+
+data = os.path.join(os.environ.get("QAC_SHARED_DATA", ""), "cranfield")
+if not os.path.exists(os.path.join(data, "cran.all.1400")):
+    print("SKIP: no Cranfield collection at %s" % data)
+    sys.exit(77)
+tmp = tempfile.mkdtemp(prefix="qac-ixcran-")
+failures = 0
+
+
+def check(cond, msg):
+    global failures
+    print(("ok   " if cond else "FAIL ") + msg)
+    failures += 0 if cond else 1
+
+
+ix = os.path.join(tmp, "cran")
+t0 = time.time()
+# --max-len 128 keeps the CPU encoding short; abstracts are truncated there
+U.run(["index", "build", "--corpus", os.path.join(data, "cran.all.1400"), "--out", ix, "--max-len", "128",
+       "--device", "cpu"])
+print("index build: %.1f s" % (time.time() - t0))
+run = os.path.join(tmp, "dense.run")
+t0 = time.time()
+U.run(["search", "--index", ix, "--queries", os.path.join(data, "cran.qry"), "--run", run, "--k", "100",
+       "--run-id", "dense", "--device", "cpu"])
+print("search 225 queries: %.1f s" % (time.time() - t0))
+
+per_q = collections.defaultdict(list)
+for line in open(run):
+    qid, q0, doc, rank, score, rid = line.split()
+    per_q[qid].append((int(rank), float(score), doc))
+check(len(per_q) == 225 and all(len(v) == 100 for v in per_q.values()), "run: 225 queries x 100")
+ok = True
+for v in per_q.values():
+    ranks = [r for r, _, _ in v]
+    keys = [(-s, tuple(-ord(c) for c in d)) for _, s, d in v]
+    ok &= ranks == list(range(1, 101)) and len({d for _, _, d in v}) == 100
+    ok &= all(keys[i] <= keys[i + 1] for i in range(99))  # score desc, then docid desc
+check(ok, "run: ranks 1..100, unique docids, score desc then docid desc")
+
+qrels = os.path.join(data, "cranqrel")
+p = U.run(["eval", "--qrels", qrels, "--run", run, "-m", "map", "-m", "ndcg_cut.10", "-m", "recall.100"])
+ours = {ln.split()[0]: float(ln.split()[2]) for ln in p.stdout.splitlines() if ln.strip()}
+print(p.stdout.strip())
+try:
+    import pytrec_eval
+    rel = collections.defaultdict(dict)
+    for ln in open(qrels):
+        q, d, r = ln.split()
+        g = 5 - int(r) if int(r) > 0 else 0
+        rel[q][d] = g
+    runmap = {q: {d: s for _, s, d in v} for q, v in per_q.items()}
+    ev = pytrec_eval.RelevanceEvaluator(rel, {"map", "ndcg_cut.10", "recall.100"})
+    res = ev.evaluate(runmap)
+    ref = {m: float(np.mean([r[m] for r in res.values()])) for m in ("map", "ndcg_cut_10", "recall_100")}
+    print("pytrec_eval: " + " ".join("%s %.4f" % kv for kv in ref.items()))
+    for m in ref:
+        check(abs(ours.get(m, -1) - ref[m]) < 1e-3, "qac eval %s %.4f == pytrec_eval %.4f" % (m, ours.get(m, -1), ref[m]))
+except ImportError:
+    print("pytrec_eval not installed: qac eval numbers not cross-checked")
+check(ours.get("ndcg_cut_10", 0) > 0.30 and ours.get("map", 0) > 0.25 and ours.get("recall_100", 0) > 0.6,
+      "dense retrieval quality: MAP %.4f nDCG@10 %.4f R@100 %.4f" %
+      (ours.get("map", 0), ours.get("ndcg_cut_10", 0), ours.get("recall_100", 0)))
+
+# a vectors-only index has another model fingerprint: refused unless overridden
+vec = os.path.join(tmp, "v.npy")
+np.save(vec, np.random.default_rng(0).normal(size=(10, 384)).astype(np.float32))
+U.run(["index", "build", "--vectors", vec, "--out", os.path.join(tmp, "vix")])
+p = U.run(["search", "--index", os.path.join(tmp, "vix"), "--queries", os.path.join(data, "cran.qry"), "--run",
+           os.path.join(tmp, "x.run"), "--device", "cpu"], check=False)
+check(p.returncode == 1 and "fingerprint" in p.stderr and not os.path.exists(os.path.join(tmp, "x.run")),
+      "fingerprint mismatch refused, no run written: " + p.stderr.strip()[:160])
+p = U.run(["search", "--index", os.path.join(tmp, "vix"), "--queries", os.path.join(data, "cran.qry"), "--run",
+           os.path.join(tmp, "x.run"), "--k", "5", "--allow-model-mismatch", "--device", "cpu"], check=False)
+check(p.returncode == 0, "--allow-model-mismatch overrides")
+
+print("%d failure(s)" % failures)
+sys.exit(1 if failures else 0)

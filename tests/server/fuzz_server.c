@@ -1,0 +1,66 @@
+/* Fuzz entry point for request parsing and routing: one input is
+ *   byte 0        method selector (GET, POST, HEAD, PUT, DELETE)
+ *   up to '\n'    the path
+ *   the rest      the body
+ * and goes through qac_server_handle against the fake backend (dense
+ * index and BM25 loaded, API key off). Every response must be well-formed:
+ * a known status, a body, and JSON errors in the house shape. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "fake_backend.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static qac_server *server;
+static qac_server_backend backend;
+static fake_stats stats;
+
+static void setup(void) {
+    fake_backend_init(&backend, &stats, 1, 1);
+    qac_server_config cfg = qac_server_default_config();
+    cfg.max_wait_ms = 0;
+    cfg.max_texts = 8;
+    cfg.max_k = 30;
+    cfg.query_max_len = 16;
+    cfg.passage_max_len = 48;
+    if (qac_server_create(&server, &cfg, &backend, NULL, NULL)) abort();
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    static const char *methods[] = {"GET", "POST", "HEAD", "PUT", "DELETE"};
+    if (!server) setup();
+    if (size == 0) return 0;
+    const char *method = methods[data[0] % 5];
+    const uint8_t *p = data + 1, *end = data + size;
+    const uint8_t *nl = memchr(p, '\n', (size_t)(end - p));
+    size_t plen = nl ? (size_t)(nl - p) : (size_t)(end - p);
+    char path[512];
+    if (plen >= sizeof path) plen = sizeof path - 1;
+    memcpy(path, p, plen);
+    path[plen] = '\0'; /* a NUL inside just shortens the path, as in a real request line */
+    const uint8_t *body = nl ? nl + 1 : end;
+    size_t blen = (size_t)(end - body);
+    /* the body is not NUL-terminated in real life either: copy it exactly */
+    char *b = malloc(blen ? blen : 1);
+    if (!b) return 0;
+    memcpy(b, body, blen);
+    qac_http_request req = {method, path, NULL, b, blen};
+    qac_http_response r;
+    qac_server_handle(server, &req, &r);
+    int known = r.status == 200 || r.status == 400 || r.status == 404 || r.status == 405 || r.status == 413 ||
+                r.status == 422 || r.status == 503;
+    if (!known || !r.body || !r.content_type) abort();
+    if (r.status != 200 && strncmp(r.content_type, "application/json", 16) == 0) {
+        json_t *o = json_loadb(r.body, r.body_len, 0, NULL);
+        json_t *e = json_object_get(o, "error");
+        if (!e || json_integer_value(json_object_get(e, "code")) != r.status || !json_is_string(json_object_get(e, "message")))
+            abort();
+        json_decref(o);
+    }
+    qac_http_response_clear(&r);
+    free(b);
+    return 0;
+}

@@ -1,0 +1,139 @@
+/* The dynamic batcher with a fake encoder: concurrent requests are merged
+ * into fewer encode calls, every request gets exactly its own rows, the
+ * token budget holds, the encoder never sees two callers, a full queue is
+ * refused and a queue wait past the timeout is cancelled. */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "fake_backend.h"
+#include "srv_internal.h"
+#include "testutil.h"
+
+#define THREADS 16
+#define PER_THREAD 40
+
+typedef struct worker {
+    qac_batcher *b;
+    int id;
+    int mismatches, errors;
+} worker;
+
+static qac_server_backend backend;
+
+static qac_status encode_fn(void *user, const int32_t *const *ids, const int *lens, int n, float *out) {
+    return backend.encode(backend.enc, ids, lens, n, out);
+}
+
+static void *worker_main(void *arg) {
+    worker *w = arg;
+    unsigned seed = (unsigned)w->id * 2654435761u + 1;
+    for (int it = 0; it < PER_THREAD; it++) {
+        int n = 1 + (int)(rand_r(&seed) % 5);
+        int32_t ids[5][FAKE_MAX_LEN];
+        const int32_t *ptrs[5];
+        int lens[5];
+        char text[80];
+        for (int i = 0; i < n; i++) {
+            int len = 1 + (int)(rand_r(&seed) % 60);
+            for (int c = 0; c < len; c++) text[c] = (char)('a' + rand_r(&seed) % 26);
+            lens[i] = fake_encode_text(text, (size_t)len, FAKE_MAX_LEN, ids[i]);
+            ptrs[i] = ids[i];
+        }
+        float out[5 * FAKE_DIM], want[FAKE_DIM];
+        if (qac_batcher_encode(w->b, ptrs, lens, n, out, 0) != QAC_OK) {
+            w->errors++;
+            continue;
+        }
+        for (int i = 0; i < n; i++) {
+            fake_embed(ids[i], lens[i], want);
+            if (memcmp(want, out + i * FAKE_DIM, sizeof want)) w->mismatches++;
+        }
+    }
+    return NULL;
+}
+
+static void test_concurrent_batching(void) {
+    fake_stats st = {0};
+    st.sleep_ms = 2;
+    fake_backend_init(&backend, &st, 0, 0);
+    qac_batcher *b = NULL;
+    qac_batcher_opts o = {FAKE_DIM, 600, 2, 1000};
+    CHECK_OK(qac_batcher_create(&b, encode_fn, NULL, &o, NULL));
+    pthread_t th[THREADS];
+    worker w[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        w[i] = (worker){b, i, 0, 0};
+        pthread_create(&th[i], NULL, worker_main, &w[i]);
+    }
+    int mism = 0, errs = 0;
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(th[i], NULL);
+        mism += w[i].mismatches;
+        errs += w[i].errors;
+    }
+    qac_batcher_free(b);
+    int requests = THREADS * PER_THREAD;
+    printf("batching: %d requests, %d texts in %d encode calls (%.1f texts/call), max %d tokens/call, "
+           "max concurrent callers %d, mismatches %d, errors %d\n",
+           requests, st.texts, st.calls, (double)st.texts / st.calls, st.max_call_tokens, st.max_concurrent, mism, errs);
+    CHECK(mism == 0 && errs == 0);
+    CHECK(st.calls < requests / 2); /* requests were merged */
+    CHECK(st.max_concurrent == 1);  /* one caller at a time */
+    /* a single job may exceed the budget alone (5 texts x 62 tokens max = 310 < 600), batches never */
+    CHECK(st.max_call_tokens <= 600);
+}
+
+typedef struct slow_arg {
+    qac_batcher *b;
+    qac_status st;
+    int timeout_ms;
+} slow_arg;
+
+static void *one_job(void *arg) {
+    slow_arg *a = arg;
+    int32_t ids[3] = {1, 150, 2};
+    const int32_t *p = ids;
+    int len = 3;
+    float out[FAKE_DIM];
+    a->st = qac_batcher_encode(a->b, &p, &len, 1, out, a->timeout_ms);
+    return NULL;
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void test_queue_full_and_timeout(void) {
+    fake_stats st = {0};
+    st.sleep_ms = 300;
+    fake_backend_init(&backend, &st, 0, 0);
+    qac_batcher *b = NULL;
+    /* budget of 3 tokens: each job runs alone */
+    qac_batcher_opts o = {FAKE_DIM, 3, 0, 1};
+    CHECK_OK(qac_batcher_create(&b, encode_fn, NULL, &o, NULL));
+    slow_arg a1 = {b, QAC_OK, 0}, a2 = {b, QAC_OK, 100};
+    pthread_t t1, t2;
+    pthread_create(&t1, NULL, one_job, &a1);
+    sleep_ms(50); /* a1 is now being encoded */
+    pthread_create(&t2, NULL, one_job, &a2);
+    sleep_ms(30); /* a2 waits in the queue, which is full */
+    slow_arg a3 = {b, QAC_OK, 0};
+    one_job(&a3);
+    CHECK_MSG(a3.st == QAC_ERR_BUSY, "third job: %s", qac_status_name(a3.st));
+    pthread_join(t2, NULL);
+    CHECK_MSG(a2.st == QAC_ERR_CANCELLED, "queued job past its timeout: %s", qac_status_name(a2.st));
+    pthread_join(t1, NULL);
+    CHECK(a1.st == QAC_OK);
+    CHECK(qac_batcher_queue_depth(b) == 0);
+    qac_batcher_free(b);
+    CHECK(st.calls == 1); /* the timed-out job never reached the encoder */
+}
+
+int main(void) {
+    test_concurrent_batching();
+    test_queue_full_and_timeout();
+    return qac_test_summary();
+}

@@ -1,0 +1,288 @@
+/* Every endpoint and error path of qac_server_handle, against the fake
+ * backend: status, body shape, headers, and that the server keeps working. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "fake_backend.h"
+#include "testutil.h"
+
+static qac_server *make_server(int with_index, int with_bm25, const char *key, int truncate, fake_stats *stats) {
+    static qac_server_backend be[8];
+    static int nbe;
+    qac_server_backend *b = &be[nbe++ % 8];
+    fake_backend_init(b, stats, with_index, with_bm25);
+    qac_server_config cfg = qac_server_default_config();
+    cfg.max_texts = 4;
+    cfg.max_k = 50;
+    cfg.max_wait_ms = 0;
+    cfg.truncate = truncate;
+    cfg.query_max_len = 64;
+    cfg.passage_max_len = 32;
+    cfg.api_key = (char *)key;
+    qac_server *s = NULL;
+    CHECK_OK(qac_server_create(&s, &cfg, b, NULL, NULL));
+    return s;
+}
+
+/* Run one request; returns the parsed JSON body (NULL for non-JSON). */
+static json_t *call(qac_server *s, const char *method, const char *path, const char *body, const char *auth,
+                    qac_http_response *r) {
+    qac_http_request req = {method, path, auth, body, body ? strlen(body) : 0};
+    qac_server_handle(s, &req, r);
+    if (!r->content_type || strncmp(r->content_type, "application/json", 16)) return NULL;
+    json_error_t e;
+    json_t *o = json_loadb(r->body, r->body_len, 0, &e);
+    CHECK_MSG(o != NULL, "%s %s: response is not JSON: %.200s", method, path, r->body);
+    return o;
+}
+
+/* Expect an error of the house shape with this status and type. */
+static void expect_error(qac_server *s, const char *method, const char *path, const char *body, int status,
+                         const char *type) {
+    qac_http_response r;
+    json_t *o = call(s, method, path, body, NULL, &r);
+    CHECK_MSG(r.status == status, "%s %s %.80s: status %d, want %d (%.200s)", method, path, body ? body : "", r.status,
+              status, r.body);
+    json_t *err = json_object_get(o, "error");
+    CHECK_MSG(json_is_object(err) && json_integer_value(json_object_get(err, "code")) == status &&
+                  json_is_string(json_object_get(err, "message")) &&
+                  !strcmp(json_string_value(json_object_get(err, "type")) ? json_string_value(json_object_get(err, "type")) : "", type),
+              "%s %s: error body %.200s, want type %s", method, path, r.body, type);
+    CHECK_MSG(json_object_size(o) == 1, "error body has extra keys: %.200s", r.body);
+    json_decref(o);
+    qac_http_response_clear(&r);
+}
+
+static void test_ok_paths(void) {
+    fake_stats st = {0};
+    qac_server *s = make_server(1, 1, NULL, 1, &st);
+    qac_http_response r;
+    json_t *o;
+
+    o = call(s, "GET", "/health", NULL, NULL, &r);
+    CHECK(r.status == 200 && !strcmp(json_string_value(json_object_get(o, "status")), "ok"));
+    json_decref(o);
+    qac_http_response_clear(&r);
+
+    o = call(s, "GET", "/info", NULL, NULL, &r);
+    CHECK(r.status == 200);
+    CHECK(json_integer_value(json_object_get(json_object_get(o, "model"), "dim")) == FAKE_DIM);
+    CHECK(json_integer_value(json_object_get(json_object_get(o, "index"), "size")) == FAKE_DOCS);
+    CHECK(json_integer_value(json_object_get(json_object_get(o, "limits"), "max_texts")) == 4);
+    CHECK(json_array_size(json_object_get(o, "modes")) == 3);
+    json_decref(o);
+    qac_http_response_clear(&r);
+
+    o = call(s, "GET", "/?q=wing", NULL, NULL, &r);
+    CHECK(r.status == 200 && r.content_type && strstr(r.content_type, "text/html") && strstr(r.body, "<form"));
+    qac_http_response_clear(&r);
+
+    /* /encode: floats equal the fake encoder's own output; base64 decodes to the same */
+    o = call(s, "POST", "/encode", "{\"texts\":[\"hello world\",\"x\"],\"kind\":\"query\"}", NULL, &r);
+    CHECK_MSG(r.status == 200, "encode: %s", r.body);
+    json_t *embs = json_object_get(o, "embeddings");
+    CHECK(json_array_size(embs) == 2 && json_integer_value(json_object_get(o, "dim")) == FAKE_DIM);
+    int32_t ids[64];
+    float want[FAKE_DIM];
+    int n = fake_encode_text("hello world", 11, 64, ids);
+    fake_embed(ids, n, want);
+    double maxdiff = 0;
+    for (int d = 0; d < FAKE_DIM; d++)
+        maxdiff = fmax(maxdiff, fabs((float)json_real_value(json_array_get(json_array_get(embs, 0), (size_t)d)) - want[d]));
+    printf("encode: max |diff| vs direct = %g\n", maxdiff);
+    CHECK(maxdiff == 0);
+    CHECK(json_integer_value(json_object_get(o, "tokens")) == 13 + 3);
+    json_decref(o);
+    qac_http_response_clear(&r);
+
+    o = call(s, "POST", "/encode", "{\"texts\":[\"hello world\"],\"kind\":\"query\",\"encoding\":\"base64\"}", NULL, &r);
+    const char *b64 = json_string_value(json_array_get(json_object_get(o, "embeddings"), 0));
+    CHECK(b64 && strlen(b64) == (FAKE_DIM * 4 + 2) / 3 * 4);
+    if (b64) { /* decode and compare bit for bit */
+        static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+        unsigned char raw[FAKE_DIM * 4 + 3];
+        size_t o2 = 0;
+        for (size_t i = 0; b64[i]; i += 4) {
+            uint32_t v = 0;
+            for (int k = 0; k < 4; k++) v = (v << 6) | (b64[i + k] == '=' ? 0 : (uint32_t)(strchr(tbl, b64[i + k]) - tbl));
+            raw[o2++] = (unsigned char)(v >> 16);
+            raw[o2++] = (unsigned char)(v >> 8);
+            raw[o2++] = (unsigned char)v;
+        }
+        int same = 1;
+        for (int d = 0; d < FAKE_DIM; d++) {
+            uint32_t u = (uint32_t)raw[4 * d] | (uint32_t)raw[4 * d + 1] << 8 | (uint32_t)raw[4 * d + 2] << 16 |
+                         (uint32_t)raw[4 * d + 3] << 24;
+            float f;
+            memcpy(&f, &u, 4);
+            same &= f == want[d];
+        }
+        CHECK(same);
+    }
+    json_decref(o);
+    qac_http_response_clear(&r);
+
+    o = call(s, "POST", "/v1/embeddings", "{\"input\":\"hello world\",\"model\":\"x\"}", NULL, &r);
+    CHECK_MSG(r.status == 200, "embeddings: %s", r.body);
+    CHECK(!strcmp(json_string_value(json_object_get(o, "object")), "list"));
+    json_t *d0 = json_array_get(json_object_get(o, "data"), 0);
+    CHECK(json_integer_value(json_object_get(d0, "index")) == 0 &&
+          json_array_size(json_object_get(d0, "embedding")) == FAKE_DIM);
+    CHECK(json_integer_value(json_object_get(json_object_get(o, "usage"), "prompt_tokens")) == 13);
+    json_decref(o);
+    qac_http_response_clear(&r);
+
+    o = call(s, "POST", "/tokenize", "{\"text\":\"ab\"}", NULL, &r);
+    json_t *ids0 = json_array_get(json_object_get(o, "ids"), 0);
+    CHECK(r.status == 200 && json_array_size(ids0) == 4 && json_integer_value(json_array_get(ids0, 0)) == 1 &&
+          json_integer_value(json_array_get(ids0, 1)) == 100 + 'a');
+    CHECK(!strcmp(json_string_value(json_array_get(json_array_get(json_object_get(o, "tokens"), 0), 0)), "[CLS]"));
+    json_decref(o);
+    qac_http_response_clear(&r);
+
+    /* /search dense: the doc identical to the query ranks first; tie between
+     * D00 and D06 (same text) breaks by docid descending. */
+    o = call(s, "POST", "/search",
+             "{\"query\":\"the wing flutter of supersonic aircraft\",\"k\":3,\"return_text\":true}", NULL, &r);
+    CHECK_MSG(r.status == 200, "search: %s", r.body);
+    json_t *list = json_array_get(json_object_get(o, "results"), 0);
+    CHECK(json_array_size(list) == 3);
+    CHECK(!strcmp(json_string_value(json_object_get(json_array_get(list, 0), "docid")), "D06"));
+    CHECK(!strcmp(json_string_value(json_object_get(json_array_get(list, 1), "docid")), "D00"));
+    CHECK(json_integer_value(json_object_get(json_array_get(list, 2), "rank")) == 3);
+    CHECK(!strcmp(json_string_value(json_object_get(json_array_get(list, 0), "text")), fake_docs[6]));
+    CHECK(json_is_number(json_object_get(o, "took_ms")));
+    json_decref(o);
+    qac_http_response_clear(&r);
+
+    o = call(s, "POST", "/search", "{\"queries\":[\"heat transfer\",\"flutter\"],\"k\":2,\"mode\":\"bm25\",\"return_text\":true}",
+             NULL, &r);
+    CHECK_MSG(r.status == 200, "bm25: %s", r.body);
+    list = json_array_get(json_object_get(o, "results"), 0);
+    CHECK(json_array_size(json_object_get(o, "results")) == 2 && json_array_size(list) == 2);
+    CHECK(!strcmp(json_string_value(json_object_get(json_array_get(list, 0), "docid")), "D13"));
+    CHECK(json_object_get(json_array_get(list, 0), "text") != NULL);
+    json_decref(o);
+    qac_http_response_clear(&r);
+
+    o = call(s, "POST", "/search", "{\"query\":\"panel flutter\",\"k\":5,\"mode\":\"hybrid\"}", NULL, &r);
+    CHECK_MSG(r.status == 200, "hybrid: %s", r.body);
+    list = json_array_get(json_object_get(o, "results"), 0);
+    CHECK(json_array_size(list) == 5);
+    double s0 = json_real_value(json_object_get(json_array_get(list, 0), "score"));
+    CHECK(s0 > 1.0 / 61 && s0 <= 2.0 / 61 + 1e-12);
+    json_decref(o);
+    qac_http_response_clear(&r);
+
+    o = call(s, "GET", "/metrics", NULL, NULL, &r);
+    CHECK(r.status == 200 && strstr(r.body, "qac_http_requests_total{route=\"/search\",code=\"200\"} 3") &&
+          strstr(r.body, "qac_batch_size_bucket") && strstr(r.body, "qac_queue_depth 0"));
+    qac_http_response_clear(&r);
+    CHECK(st.max_concurrent == 1);
+    qac_server_free(s);
+}
+
+static void test_errors(void) {
+    fake_stats st = {0};
+    qac_server *s = make_server(1, 0, NULL, 0, &st);
+    expect_error(s, "POST", "/search", "{\"query\": ", 400, "invalid_request");
+    expect_error(s, "POST", "/encode", "{\"texts\":[\"caf\xc3\"]}", 400, "invalid_request");
+    expect_error(s, "POST", "/encode", "{\"texts\":[\"\xed\xa0\x80\"]}", 400, "invalid_request"); /* surrogate */
+    expect_error(s, "GET", "/nope", NULL, 404, "not_found");
+    expect_error(s, "GET", "/search", NULL, 405, "method_not_allowed");
+    expect_error(s, "DELETE", "/health", NULL, 405, "method_not_allowed");
+    expect_error(s, "POST", "/encode", "{\"texts\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", 413, "payload_too_large");
+    expect_error(s, "POST", "/encode", "{\"texts\":[\"this text is longer than thirty-two bytes\"]}", 413,
+                 "payload_too_large");
+    expect_error(s, "POST", "/search", "{\"query\":\"x\",\"k\":0}", 422, "validation_error");
+    expect_error(s, "POST", "/search", "{\"query\":\"x\",\"k\":51}", 422, "validation_error");
+    expect_error(s, "POST", "/search", "{\"query\":\"x\",\"k\":\"5\"}", 422, "validation_error");
+    expect_error(s, "POST", "/search", "{\"query\":\"\"}", 422, "validation_error");
+    expect_error(s, "POST", "/search", "{\"queries\":[]}", 422, "validation_error");
+    expect_error(s, "POST", "/search", "{\"query\":\"x\",\"queries\":[\"y\"]}", 422, "validation_error");
+    expect_error(s, "POST", "/search", "{\"query\":\"x\",\"mode\":\"sparse\"}", 422, "validation_error");
+    expect_error(s, "POST", "/search", "{\"query\":\"x\",\"mode\":\"bm25\"}", 422, "validation_error");
+    expect_error(s, "POST", "/search", "[1,2]", 422, "validation_error");
+    expect_error(s, "POST", "/encode", "{\"texts\":\"not a list\"}", 422, "validation_error");
+    expect_error(s, "POST", "/encode", "{\"texts\":[1]}", 422, "validation_error");
+    expect_error(s, "POST", "/encode", "{\"texts\":[\"a\"],\"kind\":\"doc\"}", 422, "validation_error");
+    expect_error(s, "POST", "/encode", "{\"texts\":[\"a\"],\"normalize\":1}", 422, "validation_error");
+    expect_error(s, "POST", "/v1/embeddings", "{\"input\":[1,2,3]}", 422, "validation_error");
+    expect_error(s, "POST", "/v1/embeddings", "{\"input\":\"a\",\"dimensions\":3}", 422, "validation_error");
+    expect_error(s, "POST", "/tokenize", "{}", 422, "validation_error");
+    /* the 405 carries Allow */
+    qac_http_response r;
+    json_decref(call(s, "PUT", "/encode", "{}", NULL, &r));
+    CHECK(r.status == 405 && !strcmp(r.allow, "POST"));
+    qac_http_response_clear(&r);
+    CHECK(st.calls == 0); /* no invalid request reached the encoder */
+    /* still serving */
+    json_t *o = call(s, "POST", "/encode", "{\"texts\":[\"ok\"]}", NULL, &r);
+    CHECK(r.status == 200);
+    json_decref(o);
+    qac_http_response_clear(&r);
+    qac_server_free(s);
+
+    /* encode-only server: /search is 503 with a clear message */
+    s = make_server(0, 0, NULL, 1, &st);
+    expect_error(s, "POST", "/search", "{\"query\":\"x\"}", 503, "unavailable");
+    o = call(s, "POST", "/search", "{\"query\":\"x\"}", NULL, &r);
+    CHECK(strstr(r.body, "--index"));
+    json_decref(o);
+    qac_http_response_clear(&r);
+    qac_server_free(s);
+}
+
+static void test_auth(void) {
+    fake_stats st = {0};
+    qac_server *s = make_server(1, 0, "s3cret", 1, &st);
+    qac_http_response r;
+    json_decref(call(s, "GET", "/health", NULL, NULL, &r));
+    CHECK(r.status == 200);
+    qac_http_response_clear(&r);
+    expect_error(s, "GET", "/info", NULL, 401, "unauthorized");
+    json_decref(call(s, "POST", "/encode", "{\"texts\":[\"a\"]}", "Bearer wrong", &r));
+    CHECK(r.status == 401 && r.www_authenticate);
+    qac_http_response_clear(&r);
+    json_decref(call(s, "POST", "/encode", "{\"texts\":[\"a\"]}", "Bearer s3cret", &r));
+    CHECK(r.status == 200);
+    qac_http_response_clear(&r);
+    json_decref(call(s, "GET", "/info", NULL, "bearer s3cret", &r));
+    CHECK(r.status == 200);
+    qac_http_response_clear(&r);
+    qac_server_free(s);
+}
+
+static void test_config_table(void) {
+    int n;
+    const qac_opt *t = qac_server_opt_table(&n);
+    qac_opts o;
+    setenv("QAC_MAX_K", "77", 1);
+    setenv("QAC_PORT", "9999", 1);
+    char *argv[] = {"--port", "1234", "--truncate", "false", "--max-wait-ms", "0"};
+    CHECK_OK(qac_opts_parse(&o, t, n, 6, argv));
+    qac_server_config c;
+    CHECK_OK(qac_server_config_from_opts(&c, &o));
+    CHECK(c.port == 1234);       /* flag beats env */
+    CHECK(c.max_k == 77);        /* env beats default */
+    CHECK(c.truncate == 0 && c.max_wait_ms == 0);
+    CHECK(!strcmp(c.host, "127.0.0.1"));
+    qac_server_config_clear(&c);
+    qac_opts_free(&o);
+    char *bad[] = {"--max-k", "0"};
+    CHECK_ERR(qac_opts_parse(&o, t, n, 2, bad), QAC_ERR_INVALID, "max-k");
+    qac_opts_free(&o);
+    unsetenv("QAC_MAX_K");
+    unsetenv("QAC_PORT");
+}
+
+int main(void) {
+    test_ok_paths();
+    test_errors();
+    test_auth();
+    test_config_table();
+    return qac_test_summary();
+}
