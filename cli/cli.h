@@ -6,6 +6,7 @@
 #include <stdio.h>
 
 #include "qac_config.h"
+#include "qac_data.h"
 
 int qac_cmd_info(int argc, char **argv);
 int qac_cmd_tokenize(int argc, char **argv);
@@ -28,6 +29,9 @@ int qac_cli_parse(qac_opts *o, const char *cmd, const char *synopsis, const qac_
                   int argc, char **argv);
 /* Print "qac <cmd>: <qac_last_error()>" to stderr and return 1. */
 int qac_cli_fail(const char *cmd);
+/* Map --device / --format choices (already validated by the option table). */
+qac_device qac_cli_device(const char *name);
+qac_text_format qac_cli_format(const char *name);
 /* Resolve --model: the flag's value, or the default model directory. */
 const char *qac_cli_model_dir(const qac_opts *o, char *buf, size_t cap);
 

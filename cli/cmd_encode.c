@@ -72,7 +72,7 @@ int qac_cmd_encode(int argc, char **argv) {
     }
     const char *dev = qac_opts_str(&o, "device");
     qac_encoder_opts eo = qac_encoder_default_opts();
-    eo.device = !strcmp(dev, "cpu") ? QAC_DEVICE_CPU : !strcmp(dev, "cuda") ? QAC_DEVICE_CUDA : QAC_DEVICE_AUTO;
+    eo.device = qac_cli_device(dev);
     eo.threads = (int)qac_opts_int(&o, "threads");
     eo.max_batch = (int)qac_opts_int(&o, "batch");
 

@@ -25,19 +25,6 @@ static const qac_opt build_opts[] = {
 };
 #define N_BUILD_OPTS (int)(sizeof build_opts / sizeof build_opts[0])
 
-static qac_device parse_device(const char *s) {
-    if (!strcmp(s, "cpu")) return QAC_DEVICE_CPU;
-    if (!strcmp(s, "cuda")) return QAC_DEVICE_CUDA;
-    return QAC_DEVICE_AUTO;
-}
-
-static qac_text_format parse_format(const char *s) {
-    static const char *names[] = {"auto", "tsv", "beir", "tevatron", "cranfield"};
-    for (int i = 0; i < 5; i++)
-        if (!strcmp(s, names[i])) return (qac_text_format)i;
-    return QAC_FMT_AUTO;
-}
-
 static int cmd_build(int argc, char **argv) {
     qac_opts o;
     int rc = qac_cli_parse(&o, "index build", "--corpus FILE | --vectors FILE.npy --out DIR [options]", build_opts,
@@ -58,7 +45,7 @@ static int cmd_build(int argc, char **argv) {
     bo.shard_size = (int)qac_opts_int(&o, "shard-size");
     bo.fp16 = !strcmp(qac_opts_str(&o, "dtype"), "fp16");
     bo.train_size = qac_opts_int(&o, "train-size");
-    bo.format = parse_format(qac_opts_str(&o, "format"));
+    bo.format = qac_cli_format(qac_opts_str(&o, "format"));
     bo.progress = qac_progress_stderr;
     bo.progress_user = &ps;
     const char *out = qac_opts_str(&o, "out");
@@ -76,7 +63,7 @@ static int cmd_build(int argc, char **argv) {
             return qac_cli_fail("index build");
         }
         qac_encoder_opts eo = qac_encoder_default_opts();
-        eo.device = parse_device(qac_opts_str(&o, "device"));
+        eo.device = qac_cli_device(qac_opts_str(&o, "device"));
         eo.threads = (int)qac_opts_int(&o, "threads");
         eo.max_batch = bo.batch;
         st = qac_model_load(&m, model_dir);

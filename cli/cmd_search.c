@@ -27,19 +27,6 @@ static const qac_opt search_opts[] = {
 };
 #define N_SEARCH_OPTS (int)(sizeof search_opts / sizeof search_opts[0])
 
-static qac_device parse_device(const char *s) {
-    if (!strcmp(s, "cpu")) return QAC_DEVICE_CPU;
-    if (!strcmp(s, "cuda")) return QAC_DEVICE_CUDA;
-    return QAC_DEVICE_AUTO;
-}
-
-static qac_text_format parse_format(const char *s) {
-    static const char *names[] = {"auto", "tsv", "beir", "tevatron", "cranfield"};
-    for (int i = 0; i < 5; i++)
-        if (!strcmp(s, names[i])) return (qac_text_format)i;
-    return QAC_FMT_AUTO;
-}
-
 typedef struct qbatch {
     char **qids, **texts;
     size_t *lens;
@@ -76,7 +63,7 @@ static int search_local(const qac_opts *o, FILE *out) {
     }
     int k = (int)qac_opts_int(o, "k"), batch = (int)qac_opts_int(o, "batch"), max_len = (int)qac_opts_int(o, "max-len");
     const char *run_id = qac_opts_str(o, "run-id");
-    qac_device dev = parse_device(qac_opts_str(o, "device"));
+    qac_device dev = qac_cli_device(qac_opts_str(o, "device"));
     qac_index *ix = NULL;
     qac_model *m = NULL;
     qac_encoder *enc = NULL;
@@ -111,7 +98,7 @@ static int search_local(const qac_opts *o, FILE *out) {
                       qac_index_dim(ix));
         goto fail;
     }
-    if (qac_reader_open(&r, qac_opts_str(o, "queries"), QAC_READ_QUERIES, parse_format(qac_opts_str(o, "format"))))
+    if (qac_reader_open(&r, qac_opts_str(o, "queries"), QAC_READ_QUERIES, qac_cli_format(qac_opts_str(o, "format"))))
         goto fail;
     b.qids = calloc((size_t)batch, sizeof(char *));
     b.texts = calloc((size_t)batch, sizeof(char *));

@@ -1,4 +1,5 @@
 #include <stdio.h>
+#include <string.h>
 
 #include "cli.h"
 
@@ -26,4 +27,17 @@ const char *qac_cli_model_dir(const qac_opts *o, char *buf, size_t cap) {
     const char *m = qac_opts_str(o, "model");
     if (m) return m;
     return qac_default_model_dir(buf, cap) == QAC_OK ? buf : NULL;
+}
+
+qac_device qac_cli_device(const char *name) {
+    if (name && !strcmp(name, "cpu")) return QAC_DEVICE_CPU;
+    if (name && !strcmp(name, "cuda")) return QAC_DEVICE_CUDA;
+    return QAC_DEVICE_AUTO;
+}
+
+qac_text_format qac_cli_format(const char *name) {
+    static const char *names[] = {"auto", "tsv", "beir", "tevatron", "cranfield"};
+    for (int i = 0; name && i < 5; i++)
+        if (!strcmp(name, names[i])) return (qac_text_format)i;
+    return QAC_FMT_AUTO;
 }

@@ -1,5 +1,6 @@
 /* Relevance judgements: TREC, BEIR and Cranfield qrels (api/qac_eval.h). */
 #include "qac_eval.h"
+#include "qac_util.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -62,22 +63,6 @@ typedef struct qbuild {
     size_t n, cap;
 } qbuild;
 
-static qac_status put_str(qbuild *b, const char *s, size_t *off) {
-    size_t n = strlen(s) + 1;
-    if (b->alen + n > b->acap) {
-        size_t nc = b->acap ? b->acap : 1 << 16;
-        while (nc < b->alen + n) nc *= 2;
-        char *na = realloc(b->arena, nc);
-        if (!na) return qac_set_error(QAC_ERR_NOMEM, "out of memory reading qrels");
-        b->arena = na;
-        b->acap = nc;
-    }
-    memcpy(b->arena + b->alen, s, n);
-    *off = b->alen;
-    b->alen += n;
-    return QAC_OK;
-}
-
 static qac_status add_entry(qbuild *b, const char *qid, const char *docid, int rel, int64_t line) {
     if (b->n == b->cap) {
         size_t nc = b->cap ? b->cap * 2 : 1024;
@@ -88,7 +73,9 @@ static qac_status add_entry(qbuild *b, const char *qid, const char *docid, int r
     }
     qrel_entry *x = &b->e[b->n];
     qac_status st;
-    if ((st = put_str(b, qid, &x->qid)) || (st = put_str(b, docid, &x->docid))) return st;
+    if ((st = qac_arena_put(&b->arena, &b->alen, &b->acap, qid, &x->qid)) ||
+        (st = qac_arena_put(&b->arena, &b->alen, &b->acap, docid, &x->docid)))
+        return st;
     x->rel = rel;
     x->line = line;
     b->n++;

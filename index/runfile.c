@@ -1,6 +1,7 @@
 /* TREC run files: writer (api/qac_data.h) and reader (api/qac_eval.h). */
 #include "qac_data.h"
 #include "qac_eval.h"
+#include "qac_util.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -62,22 +63,6 @@ static int cmp_run_entry(const void *a, const void *b, void *arena) {
     return x->order < y->order ? -1 : x->order > y->order;
 }
 
-static qac_status run_put(qac_run *r, const char *s, size_t *off) {
-    size_t n = strlen(s) + 1;
-    if (r->alen + n > r->acap) {
-        size_t nc = r->acap ? r->acap : 1 << 16;
-        while (nc < r->alen + n) nc *= 2;
-        char *na = realloc(r->arena, nc);
-        if (!na) return qac_set_error(QAC_ERR_NOMEM, "out of memory reading the run");
-        r->arena = na;
-        r->acap = nc;
-    }
-    memcpy(r->arena + r->alen, s, n);
-    *off = r->alen;
-    r->alen += n;
-    return QAC_OK;
-}
-
 /* Fields of a run line, whitespace separated; returns the count (max + 1
  * when there are more). */
 static int run_split(char *s, char **f, int max) {
@@ -130,7 +115,9 @@ static qac_status run_parse(qac_run *r, FILE *f, const char *path) {
             r->cap = nc;
         }
         run_entry *x = &r->e[r->n];
-        if ((st = run_put(r, fl[0], &x->qid)) || (st = run_put(r, fl[2], &x->docid))) break;
+        if ((st = qac_arena_put(&r->arena, &r->alen, &r->acap, fl[0], &x->qid)) ||
+            (st = qac_arena_put(&r->arena, &r->alen, &r->acap, fl[2], &x->docid)))
+            break;
         x->score = score;
         x->line = lineno;
         x->order = r->n++;

@@ -247,11 +247,14 @@ void qac_opts_usage(FILE *f, const char *cmd, const char *synopsis, const qac_op
     for (int i = 0; i < n; i++) {
         char left[96];
         const char *ty = t[i].type == QAC_OPT_ENUM ? t[i].choices : type_names[t[i].type];
-        snprintf(left, sizeof left, "  --%s%s%s", t[i].name, *ty ? " " : "", ty);
+        /* one-letter names are trec_eval-style flags: show them as -m */
+        snprintf(left, sizeof left, "  %s%s%s%s", t[i].name[1] ? "--" : "-", t[i].name, *ty ? " " : "", ty);
         fprintf(f, "%-34s %s", left, t[i].help ? t[i].help : "");
         if (t[i].required) fprintf(f, " (required)");
         if (t[i].def) fprintf(f, " [default: %s]", t[i].def);
-        if ((t[i].type == QAC_OPT_INT || t[i].type == QAC_OPT_FLOAT) && t[i].min <= t[i].max)
+        if (t[i].type == QAC_OPT_INT && t[i].min <= t[i].max)
+            fprintf(f, " [%.0f..%.0f]", t[i].min, t[i].max);
+        else if (t[i].type == QAC_OPT_FLOAT && t[i].min <= t[i].max)
             fprintf(f, " [%g..%g]", t[i].min, t[i].max);
         if (t[i].env) fprintf(f, " [env: %s]", t[i].env);
         fputc('\n', f);

@@ -40,6 +40,10 @@ qac_status qac_atomic_open(qac_atomic_file *af, const char *path);
 qac_status qac_atomic_commit(qac_atomic_file *af);
 void qac_atomic_abort(qac_atomic_file *af);
 
+/* Append s and its NUL to a growable string arena (doubling from 64 KiB);
+ * *off receives the offset of the copy. Offsets stay valid across growth. */
+qac_status qac_arena_put(char **arena, size_t *len, size_t *cap, const char *s, size_t *off);
+
 /* Read a whole file into a NUL-terminated malloc'd buffer. */
 qac_status qac_read_file(const char *path, char **data, size_t *len);
 /* mkdir -p */

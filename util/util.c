@@ -189,3 +189,19 @@ qac_status qac_default_model_dir(char *buf, size_t cap) {
                              "no model at %s (run scripts/setup.sh, or pass --model DIR / set QAC_MODEL)", buf);
     return QAC_OK;
 }
+
+qac_status qac_arena_put(char **arena, size_t *len, size_t *cap, const char *s, size_t *off) {
+    size_t n = strlen(s) + 1;
+    if (*len + n > *cap) {
+        size_t nc = *cap ? *cap : 1 << 16;
+        while (nc < *len + n) nc *= 2;
+        char *na = realloc(*arena, nc);
+        if (!na) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+        *arena = na;
+        *cap = nc;
+    }
+    memcpy(*arena + *len, s, n);
+    *off = *len;
+    *len += n;
+    return QAC_OK;
+}
