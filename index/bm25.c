@@ -329,7 +329,7 @@ static qac_status prepare_query(const qac_bm25 *b, const char *query, qterm **ou
         free(c.q);
         return st;
     }
-    qsort(c.q, c.n, sizeof *c.q, cmp_qterm);
+    if (c.n) qsort(c.q, c.n, sizeof *c.q, cmp_qterm); /* no terms: c.q is NULL */
     size_t m = 0;
     for (size_t i = 0; i < c.n; i++) {
         if (m && c.q[m - 1].term == c.q[i].term) c.q[m - 1].count++;

@@ -10,6 +10,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cblas.h>
+#undef I /* OpenBLAS's cblas.h pulls in <complex.h> */
+
 #include <faiss/c_api/AutoTune_c.h>
 #include <faiss/c_api/Index_c.h>
 #include <faiss/c_api/error_c.h>
@@ -30,6 +33,7 @@ struct qac_index {
     int64_t count;
     FaissIndex *faiss;
     qac_gpu_flat *gpu;
+    float *vecs; /* [count, dim]: Flat on the CPU (Debian's FAISS lacks AVX; OpenBLAS dispatches it) */
     void *docs_map;
     size_t docs_len;
     const uint64_t *str_off, *offsets;
@@ -105,6 +109,33 @@ static qac_status load_gpu(qac_index *ix, json_t *man) {
     return QAC_OK;
 }
 
+static qac_status load_cpu_flat(qac_index *ix, json_t *man) {
+    ix->vecs = malloc(sizeof(float) * (size_t)ix->count * (size_t)ix->dim);
+    if (!ix->vecs) return qac_set_error(QAC_ERR_NOMEM, "out of memory (%lld x %d vectors)", (long long)ix->count, ix->dim);
+    int64_t have = 0;
+    size_t i;
+    json_t *sh;
+    json_array_foreach(json_object_get(man, "shards"), i, sh) {
+        char path[4096];
+        qac_shard s;
+        qac_status st;
+        if ((st = qac_path_join(path, sizeof path, ix->dir, json_string_value(json_object_get(sh, "file")))) ||
+            (st = qac_shard_read(path, (uint64_t)json_integer_value(json_object_get(sh, "checksum")), &s)))
+            return st;
+        if (s.dim != ix->dim || (int64_t)s.count > ix->count - have) {
+            qac_shard_free(&s);
+            return qac_set_error(QAC_ERR_FORMAT, "%s: shard does not match the manifest", path);
+        }
+        memcpy(ix->vecs + (size_t)have * (size_t)ix->dim, s.vectors, sizeof(float) * s.count * (size_t)ix->dim);
+        have += (int64_t)s.count;
+        qac_shard_free(&s);
+    }
+    if (have != ix->count)
+        return qac_set_error(QAC_ERR_FORMAT, "%s: shards hold %lld rows, manifest says %lld", ix->dir,
+                             (long long)have, (long long)ix->count);
+    return QAC_OK;
+}
+
 qac_status qac_index_open(qac_index **out, const char *dir, qac_device device) {
     *out = NULL;
     char path[4096];
@@ -171,7 +202,25 @@ qac_status qac_index_open(qac_index **out, const char *dir, qac_device device) {
             ix->gpu = NULL;
         }
     }
-    if (!ix->gpu) {
+    if (!ix->gpu && flat) {
+        /* Exact search from the shards; FAISS's file stays for other readers,
+         * so only check that it is whole (IndexFlat holds every vector). */
+        struct stat fsb;
+        if ((st = qac_path_join(path, sizeof path, dir, json_string_value(json_object_get(fa, "file")) ? json_string_value(json_object_get(fa, "file")) : "index.faiss")))
+            goto fail;
+        if (stat(path, &fsb) != 0) {
+            st = qac_set_error(errno == ENOENT ? QAC_ERR_NOT_FOUND : QAC_ERR_IO, "faiss read_index %s: %s", path,
+                               strerror(errno));
+            goto fail;
+        }
+        if ((uint64_t)fsb.st_size < (uint64_t)ix->count * (uint64_t)ix->dim * sizeof(float)) {
+            st = qac_set_error(QAC_ERR_FORMAT, "%s: truncated FAISS index (%lld bytes for %lld x %d)", path,
+                               (long long)fsb.st_size, (long long)ix->count, ix->dim);
+            goto fail;
+        }
+        if ((st = load_cpu_flat(ix, man))) goto fail;
+    }
+    if (!ix->gpu && !ix->vecs) {
         if ((st = qac_path_join(path, sizeof path, dir, json_string_value(json_object_get(fa, "file")) ? json_string_value(json_object_get(fa, "file")) : "index.faiss")))
             goto fail;
         if (faiss_read_index_fname(path, 0, &ix->faiss)) {
@@ -203,6 +252,7 @@ void qac_index_free(qac_index *ix) {
     if (!ix) return;
     if (ix->faiss) faiss_Index_free(ix->faiss);
     qac_gpu_flat_free(ix->gpu);
+    free(ix->vecs);
     if (ix->docs_map) munmap(ix->docs_map, ix->docs_len);
     free(ix->dir);
     free(ix->factory);
@@ -253,6 +303,7 @@ qac_status qac_index_text(const qac_index *ix, int64_t row, char **text) {
 
 qac_status qac_index_set_param(qac_index *ix, const char *name, double value) {
     if (ix->gpu) return qac_set_error(QAC_ERR_FAISS, "parameter %s: the GPU flat search has no parameters", name);
+    if (ix->vecs) return qac_set_error(QAC_ERR_FAISS, "parameter %s: the flat search has no parameters", name);
     FaissParameterSpace *ps = NULL;
     if (faiss_ParameterSpace_new(&ps))
         return qac_set_error(QAC_ERR_FAISS, "faiss ParameterSpace: %s", faiss_get_last_error());
@@ -301,6 +352,95 @@ static void order_ties(const qac_index *ix, float *scores, int64_t *rows, int k)
     }
 }
 
+/* x ranks below y: lower score, or equal score and smaller docid. */
+static int hit_worse(const qac_index *ix, float xs, int64_t xr, float ys, int64_t yr) {
+    if (xs != ys) return xs < ys;
+    return strcmp(ix->blob + ix->str_off[xr], ix->blob + ix->str_off[yr]) < 0;
+}
+
+/* Min-heap of the best n hits so far: root = worst kept. */
+static void heap_down(const qac_index *ix, float *hs, int64_t *hr, int n, int i) {
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && hit_worse(ix, hs[l], hr[l], hs[m], hr[m])) m = l;
+        if (r < n && hit_worse(ix, hs[r], hr[r], hs[m], hr[m])) m = r;
+        if (m == i) return;
+        float ts = hs[i];
+        int64_t tr = hr[i];
+        hs[i] = hs[m], hr[i] = hr[m], hs[m] = ts, hr[m] = tr;
+        i = m;
+    }
+}
+
+static void heap_push(const qac_index *ix, float *hs, int64_t *hr, int n, float s, int64_t r) {
+    int i = n;
+    hs[i] = s, hr[i] = r;
+    while (i > 0) {
+        int p = (i - 1) / 2;
+        if (!hit_worse(ix, hs[i], hr[i], hs[p], hr[p])) break;
+        float ts = hs[i];
+        int64_t tr = hr[i];
+        hs[i] = hs[p], hr[i] = hr[p], hs[p] = ts, hr[p] = tr;
+        i = p;
+    }
+}
+
+/* Exact inner-product search: sgemm over row blocks, per-query heap. */
+static qac_status flat_search(const qac_index *ix, const float *queries, int nq, int k, float *scores,
+                              int64_t *rows) {
+    if (nq == 0) return QAC_OK;
+    int kk = (int64_t)k < ix->count ? k : (int)ix->count;
+    int64_t blk = ((int64_t)1 << 22) / nq; /* bounds the score buffer at 16 MiB */
+    if (blk < 256) blk = 256;
+    if (blk > 16384) blk = 16384;
+    if (blk > ix->count) blk = ix->count;
+    float *buf = malloc(sizeof(float) * (size_t)blk * (size_t)nq);
+    int *nh = calloc((size_t)nq, sizeof(int));
+    if (!buf || !nh) {
+        free(buf);
+        free(nh);
+        return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    }
+    for (int64_t b0 = 0; b0 < ix->count; b0 += blk) {
+        int m = (int)(ix->count - b0 < blk ? ix->count - b0 : blk);
+        const float *x = ix->vecs + (size_t)b0 * (size_t)ix->dim;
+        if (nq == 1)
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, m, ix->dim, 1.0f, x, ix->dim, queries, 1, 0.0f, buf, 1);
+        else
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, m, ix->dim, 1.0f, queries, ix->dim, x, ix->dim,
+                        0.0f, buf, m);
+        for (int q = 0; q < nq; q++) {
+            float *hs = scores + (size_t)q * k;
+            int64_t *hr = rows + (size_t)q * k;
+            const float *sc = buf + (size_t)q * m;
+            int n = nh[q];
+            for (int j = 0; j < m; j++) {
+                int64_t r = b0 + j;
+                if (n < kk) heap_push(ix, hs, hr, n++, sc[j], r);
+                else if (sc[j] >= hs[0] && hit_worse(ix, hs[0], hr[0], sc[j], r)) {
+                    hs[0] = sc[j], hr[0] = r;
+                    heap_down(ix, hs, hr, n, 0);
+                }
+            }
+            nh[q] = n;
+        }
+    }
+    for (int q = 0; q < nq; q++) { /* pop worst-first into the tail: best first */
+        float *hs = scores + (size_t)q * k;
+        int64_t *hr = rows + (size_t)q * k;
+        for (int n = nh[q]; n > 1; n--) {
+            float ts = hs[0];
+            int64_t tr = hr[0];
+            hs[0] = hs[n - 1], hr[0] = hr[n - 1], hs[n - 1] = ts, hr[n - 1] = tr;
+            heap_down(ix, hs, hr, n - 1, 0);
+        }
+        for (int i = nh[q]; i < k; i++) hs[i] = -INFINITY, hr[i] = -1;
+    }
+    free(buf);
+    free(nh);
+    return QAC_OK;
+}
+
 qac_status qac_index_search(const qac_index *ix, const float *queries, int nq, int k, float *scores,
                             int64_t *rows) {
     if (nq < 0 || k < 1 || (nq && (!queries || !scores || !rows)))
@@ -313,6 +453,8 @@ qac_status qac_index_search(const qac_index *ix, const float *queries, int nq, i
                                                 scores + (size_t)q * k, rows + (size_t)q * k);
             if (st) return st;
         }
+    } else if (ix->vecs) {
+        return flat_search(ix, queries, nq, k, scores, rows);
     } else {
         if (faiss_Index_search(ix->faiss, nq, queries, k, scores, rows))
             return qac_set_error(QAC_ERR_FAISS, "faiss search: %s", faiss_get_last_error());

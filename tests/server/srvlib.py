@@ -93,7 +93,10 @@ class Server:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         try:
-            return self.proc.wait(timeout)
+            rc = self.proc.wait(timeout)
+            if rc != 0:  # show why (sanitizer reports land here)
+                sys.stderr.write(self.proc.stderr.read()[-6000:])
+            return rc
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
