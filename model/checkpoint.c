@@ -303,19 +303,11 @@ static double float_as_short_double(float f) {
     return (double)f;
 }
 
-qac_status qac_bert_config_to_json(const qac_bert_config *c, char **out) {
-    *out = NULL;
-    json_t *r = json_pack(
-        "{s:[s], s:f, s:n, s:s, s:f, s:i, s:f, s:i, s:f, s:i, s:s, s:i, s:i, s:i, s:s, s:i, s:b, s:i}",
-        "architectures", "BertModel", "attention_probs_dropout_prob", 0.1, "classifier_dropout", "hidden_act",
-        "gelu", "hidden_dropout_prob", 0.1, "hidden_size", c->hidden_size, "initializer_range", 0.02,
-        "intermediate_size", c->intermediate_size, "layer_norm_eps", float_as_short_double(c->layer_norm_eps),
-        "max_position_embeddings", c->max_position, "model_type", "bert", "num_attention_heads", c->num_heads,
-        "num_hidden_layers", c->num_layers, "pad_token_id", c->pad_token_id, "position_embedding_type",
-        "absolute", "type_vocab_size", c->type_vocab_size, "use_cache", 1, "vocab_size", c->vocab_size);
-    if (!r) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
-    char *txt = json_dumps(r, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
-    json_decref(r);
+/* Pretty JSON text ending in a newline, as HF writes it; consumes j (NULL
+ * means an earlier allocation failed). */
+static qac_status dump_json(json_t *j, size_t extra_flags, char **out) {
+    char *txt = j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | extra_flags) : NULL;
+    json_decref(j);
     if (!txt) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
     size_t n = strlen(txt);
     char *withnl = realloc(txt, n + 2);
@@ -327,6 +319,19 @@ qac_status qac_bert_config_to_json(const qac_bert_config *c, char **out) {
     withnl[n + 1] = '\0';
     *out = withnl;
     return QAC_OK;
+}
+
+qac_status qac_bert_config_to_json(const qac_bert_config *c, char **out) {
+    *out = NULL;
+    json_t *r = json_pack(
+        "{s:[s], s:f, s:n, s:s, s:f, s:i, s:f, s:i, s:f, s:i, s:s, s:i, s:i, s:i, s:s, s:i, s:b, s:i}",
+        "architectures", "BertModel", "attention_probs_dropout_prob", 0.1, "classifier_dropout", "hidden_act",
+        "gelu", "hidden_dropout_prob", 0.1, "hidden_size", c->hidden_size, "initializer_range", 0.02,
+        "intermediate_size", c->intermediate_size, "layer_norm_eps", float_as_short_double(c->layer_norm_eps),
+        "max_position_embeddings", c->max_position, "model_type", "bert", "num_attention_heads", c->num_heads,
+        "num_hidden_layers", c->num_layers, "pad_token_id", c->pad_token_id, "position_embedding_type",
+        "absolute", "type_vocab_size", c->type_vocab_size, "use_cache", 1, "vocab_size", c->vocab_size);
+    return dump_json(r, JSON_REAL_PRECISION(9), out);
 }
 
 /* ---- sentence-transformers extras ---- */
@@ -817,18 +822,10 @@ static qac_status write_text(const char *dir, const char *name, const char *text
 }
 
 static qac_status write_json(const char *dir, const char *name, json_t *j) {
-    char *txt = j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
-    json_decref(j);
-    if (!txt) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
-    size_t n = strlen(txt);
-    char *t2 = realloc(txt, n + 2);
-    if (!t2) {
-        free(txt);
-        return qac_set_error(QAC_ERR_NOMEM, "out of memory");
-    }
-    t2[n] = '\n';
-    t2[n + 1] = '\0';
-    qac_status s = write_text(dir, name, t2);
+    char *t2;
+    qac_status s = dump_json(j, 0, &t2);
+    if (s) return s;
+    s = write_text(dir, name, t2);
     free(t2);
     return s;
 }
