@@ -17,7 +17,7 @@ static const qac_opt search_opts[] = {
     {"max-len", QAC_OPT_INT, "32", 2, 8192, NULL, NULL, "query max tokens incl. specials", 0},
     {"run-id", QAC_OPT_STR, "qac", 0, -1, NULL, NULL, "run name in the last column", 0},
     {"device", QAC_OPT_ENUM, "auto", 0, -1, "auto|cpu|cuda", "QAC_DEVICE", "encoder and search device", 0},
-    {"threads", QAC_OPT_INT, "0", 0, 1024, NULL, "QAC_THREADS", "CPU encoder threads (0 = all cores)", 0},
+    {"threads", QAC_OPT_INT, "0", 0, 1024, NULL, "QAC_THREADS", "CPU threads for the encoder and the flat scan (0 = all cores)", 0},
     {"nprobe", QAC_OPT_INT, NULL, 1, 1 << 20, NULL, NULL, "IVF lists visited per query", 0},
     {"ef-search", QAC_OPT_INT, NULL, 1, 1 << 20, NULL, NULL, "HNSW search breadth", 0},
     {"allow-model-mismatch", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL,
@@ -76,7 +76,7 @@ static int search_local(const qac_opts *o, FILE *out) {
     char buf[4096];
     const char *model_dir = qac_cli_model_dir(o, buf, sizeof buf);
     if (!model_dir) goto fail;
-    if (qac_index_open(&ix, index_dir, dev)) goto fail;
+    if (qac_index_open(&ix, index_dir, dev) || qac_index_set_threads(ix, (int)qac_opts_int(o, "threads"))) goto fail;
     if (qac_opts_isset(o, "nprobe") && qac_index_set_param(ix, "nprobe", (double)qac_opts_int(o, "nprobe"))) goto fail;
     if (qac_opts_isset(o, "ef-search") && qac_index_set_param(ix, "efSearch", (double)qac_opts_int(o, "ef-search")))
         goto fail;

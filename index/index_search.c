@@ -4,20 +4,19 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cblas.h>
-#undef I /* OpenBLAS's cblas.h pulls in <complex.h> */
-
 #include <faiss/c_api/AutoTune_c.h>
 #include <faiss/c_api/Index_c.h>
 #include <faiss/c_api/error_c.h>
 #include <faiss/c_api/index_io_c.h>
 
+#include "flat_scan.h"
 #include "index_internal.h"
 #include "qac_gpu_flat.h"
 #include "qac_index.h"
@@ -33,7 +32,9 @@ struct qac_index {
     int64_t count;
     FaissIndex *faiss;
     qac_gpu_flat *gpu;
-    float *vecs; /* [count, dim]: Flat on the CPU (Debian's FAISS lacks AVX; OpenBLAS dispatches it) */
+    float *vecs; /* [count, dim]: Flat on the CPU, scanned by flat_scan.c (Debian's FAISS lacks AVX) */
+    qac_pool *pool;          /* threads for the flat scan */
+    pthread_mutex_t pool_mu; /* one search drives the pool at a time */
     void *docs_map;
     size_t docs_len;
     const uint64_t *str_off, *offsets;
@@ -164,6 +165,7 @@ qac_status qac_index_open(qac_index **out, const char *dir, qac_device device) {
         json_decref(man);
         return qac_set_error(QAC_ERR_NOMEM, "out of memory");
     }
+    pthread_mutex_init(&ix->pool_mu, NULL);
     json_t *model = json_object_get(build, "model"), *src = json_object_get(build, "source");
     ix->dir = strdup(dir);
     ix->factory = dup_or_empty(json_string_value(json_object_get(fa, "factory")));
@@ -218,7 +220,7 @@ qac_status qac_index_open(qac_index **out, const char *dir, qac_device device) {
                                (long long)fsb.st_size, (long long)ix->count, ix->dim);
             goto fail;
         }
-        if ((st = load_cpu_flat(ix, man))) goto fail;
+        if ((st = load_cpu_flat(ix, man)) || (st = qac_pool_create(&ix->pool, 0))) goto fail;
     }
     if (!ix->gpu && !ix->vecs) {
         if ((st = qac_path_join(path, sizeof path, dir, json_string_value(json_object_get(fa, "file")) ? json_string_value(json_object_get(fa, "file")) : "index.faiss")))
@@ -253,6 +255,8 @@ void qac_index_free(qac_index *ix) {
     if (ix->faiss) faiss_Index_free(ix->faiss);
     qac_gpu_flat_free(ix->gpu);
     free(ix->vecs);
+    qac_pool_free(ix->pool);
+    pthread_mutex_destroy(&ix->pool_mu);
     if (ix->docs_map) munmap(ix->docs_map, ix->docs_len);
     free(ix->dir);
     free(ix->factory);
@@ -266,6 +270,18 @@ int qac_index_dim(const qac_index *ix) { return ix->dim; }
 const char *qac_index_factory(const qac_index *ix) { return ix->factory; }
 const char *qac_index_model_fingerprint(const qac_index *ix) { return ix->fingerprint; }
 int qac_index_on_gpu(const qac_index *ix) { return ix->gpu != NULL; }
+
+qac_status qac_index_set_threads(qac_index *ix, int nthreads) {
+    if (!ix->vecs) return QAC_OK; /* FAISS and the GPU manage their own */
+    qac_pool *p = NULL;
+    qac_status st = nthreads == 1 ? QAC_OK : qac_pool_create(&p, nthreads);
+    if (st) return st;
+    pthread_mutex_lock(&ix->pool_mu);
+    qac_pool_free(ix->pool);
+    ix->pool = p;
+    pthread_mutex_unlock(&ix->pool_mu);
+    return QAC_OK;
+}
 
 const char *qac_index_docid(const qac_index *ix, int64_t row) {
     if (row < 0 || row >= ix->count) return NULL;
@@ -352,93 +368,21 @@ static void order_ties(const qac_index *ix, float *scores, int64_t *rows, int k)
     }
 }
 
-/* x ranks below y: lower score, or equal score and smaller docid. */
-static int hit_worse(const qac_index *ix, float xs, int64_t xr, float ys, int64_t yr) {
-    if (xs != ys) return xs < ys;
-    return strcmp(ix->blob + ix->str_off[xr], ix->blob + ix->str_off[yr]) < 0;
+/* Row a's docid sorts before row b's. */
+static int docid_less(const void *ctx, int64_t a, int64_t b) {
+    const qac_index *ix = ctx;
+    return strcmp(ix->blob + ix->str_off[a], ix->blob + ix->str_off[b]) < 0;
 }
 
-/* Min-heap of the best n hits so far: root = worst kept. */
-static void heap_down(const qac_index *ix, float *hs, int64_t *hr, int n, int i) {
-    for (;;) {
-        int l = 2 * i + 1, r = l + 1, m = i;
-        if (l < n && hit_worse(ix, hs[l], hr[l], hs[m], hr[m])) m = l;
-        if (r < n && hit_worse(ix, hs[r], hr[r], hs[m], hr[m])) m = r;
-        if (m == i) return;
-        float ts = hs[i];
-        int64_t tr = hr[i];
-        hs[i] = hs[m], hr[i] = hr[m], hs[m] = ts, hr[m] = tr;
-        i = m;
-    }
-}
-
-static void heap_push(const qac_index *ix, float *hs, int64_t *hr, int n, float s, int64_t r) {
-    int i = n;
-    hs[i] = s, hr[i] = r;
-    while (i > 0) {
-        int p = (i - 1) / 2;
-        if (!hit_worse(ix, hs[i], hr[i], hs[p], hr[p])) break;
-        float ts = hs[i];
-        int64_t tr = hr[i];
-        hs[i] = hs[p], hr[i] = hr[p], hs[p] = ts, hr[p] = tr;
-        i = p;
-    }
-}
-
-/* Exact inner-product search: sgemm over row blocks, per-query heap. */
-static qac_status flat_search(const qac_index *ix, const float *queries, int nq, int k, float *scores,
-                              int64_t *rows) {
-    if (nq == 0) return QAC_OK;
-    int kk = (int64_t)k < ix->count ? k : (int)ix->count;
-    int64_t blk = ((int64_t)1 << 22) / nq; /* bounds the score buffer at 16 MiB */
-    if (blk < 256) blk = 256;
-    if (blk > 16384) blk = 16384;
-    if (blk > ix->count) blk = ix->count;
-    float *buf = malloc(sizeof(float) * (size_t)blk * (size_t)nq);
-    int *nh = calloc((size_t)nq, sizeof(int));
-    if (!buf || !nh) {
-        free(buf);
-        free(nh);
-        return qac_set_error(QAC_ERR_NOMEM, "out of memory");
-    }
-    for (int64_t b0 = 0; b0 < ix->count; b0 += blk) {
-        int m = (int)(ix->count - b0 < blk ? ix->count - b0 : blk);
-        const float *x = ix->vecs + (size_t)b0 * (size_t)ix->dim;
-        if (nq == 1)
-            cblas_sgemv(CblasRowMajor, CblasNoTrans, m, ix->dim, 1.0f, x, ix->dim, queries, 1, 0.0f, buf, 1);
-        else
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, m, ix->dim, 1.0f, queries, ix->dim, x, ix->dim,
-                        0.0f, buf, m);
-        for (int q = 0; q < nq; q++) {
-            float *hs = scores + (size_t)q * k;
-            int64_t *hr = rows + (size_t)q * k;
-            const float *sc = buf + (size_t)q * m;
-            int n = nh[q];
-            for (int j = 0; j < m; j++) {
-                int64_t r = b0 + j;
-                if (n < kk) heap_push(ix, hs, hr, n++, sc[j], r);
-                else if (sc[j] >= hs[0] && hit_worse(ix, hs[0], hr[0], sc[j], r)) {
-                    hs[0] = sc[j], hr[0] = r;
-                    heap_down(ix, hs, hr, n, 0);
-                }
-            }
-            nh[q] = n;
-        }
-    }
-    for (int q = 0; q < nq; q++) { /* pop worst-first into the tail: best first */
-        float *hs = scores + (size_t)q * k;
-        int64_t *hr = rows + (size_t)q * k;
-        for (int n = nh[q]; n > 1; n--) {
-            float ts = hs[0];
-            int64_t tr = hr[0];
-            hs[0] = hs[n - 1], hr[0] = hr[n - 1], hs[n - 1] = ts, hr[n - 1] = tr;
-            heap_down(ix, hs, hr, n - 1, 0);
-        }
-        for (int i = nh[q]; i < k; i++) hs[i] = -INFINITY, hr[i] = -1;
-    }
-    free(buf);
-    free(nh);
-    return QAC_OK;
+/* Exact search with our own scan (flat_scan.c). The pool serves one search
+ * at a time; a concurrent caller scans on its own thread, with the same
+ * answer. */
+static qac_status flat_search(qac_index *ix, const float *queries, int nq, int k, float *scores, int64_t *rows) {
+    qac_flat f = {ix->vecs, ix->count, ix->dim, docid_less, ix};
+    int locked = ix->pool && pthread_mutex_trylock(&ix->pool_mu) == 0;
+    qac_status st = qac_flat_topk(&f, queries, nq, k, locked ? ix->pool : NULL, scores, rows);
+    if (locked) pthread_mutex_unlock(&ix->pool_mu);
+    return st;
 }
 
 qac_status qac_index_search(const qac_index *ix, const float *queries, int nq, int k, float *scores,
@@ -454,7 +398,7 @@ qac_status qac_index_search(const qac_index *ix, const float *queries, int nq, i
             if (st) return st;
         }
     } else if (ix->vecs) {
-        return flat_search(ix, queries, nq, k, scores, rows);
+        return flat_search((qac_index *)ix, queries, nq, k, scores, rows);
     } else {
         if (faiss_Index_search(ix->faiss, nq, queries, k, scores, rows))
             return qac_set_error(QAC_ERR_FAISS, "faiss search: %s", faiss_get_last_error());

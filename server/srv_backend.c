@@ -81,7 +81,7 @@ qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, c
     }
     int dim = qac_encoder_dim(r->enc);
     if (index_dir) {
-        if ((st = qac_index_open(&r->index, index_dir, dev))) {
+        if ((st = qac_index_open(&r->index, index_dir, dev)) || (st = qac_index_set_threads(r->index, threads))) {
             qac_wrap_error(st, "index %s", index_dir);
             goto fail;
         }

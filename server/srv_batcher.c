@@ -1,6 +1,9 @@
 /* Dynamic batching, TEI-style: the worker takes the first queued job, keeps
  * adding jobs while the token budget allows and max_wait has not passed,
- * then makes one encode call for all of them. */
+ * then makes one encode call for all of them, and one search call for all
+ * the batch's queries that asked for one (depth: the largest k; each job
+ * keeps its own k first hits, which is its own top-k because the index
+ * orders hits totally). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +19,9 @@ typedef struct job {
     const int *lens;
     int n, tokens;
     float *out;
+    int k;           /* > 0: also search, into scores/rows [n, k] */
+    float *scores;
+    int64_t *rows;
     job_state state;
     qac_status status;
     char err[256];
@@ -25,6 +31,8 @@ typedef struct job {
 struct qac_batcher {
     qac_encode_fn fn;
     void *user;
+    qac_search_fn search;
+    void *search_user;
     qac_batcher_opts o;
     qac_metrics *metrics;
     pthread_mutex_t mu;
@@ -39,6 +47,9 @@ struct qac_batcher {
     int *b_lens;
     float *b_out;
     int b_cap;
+    float *s_q, *s_scores; /* search: queries [n, dim], hits [n, kmax] */
+    int64_t *s_rows;
+    size_t s_qcap, s_hcap;
 };
 
 static void abs_deadline(struct timespec *ts, double ms) {
@@ -63,6 +74,62 @@ static int grow(qac_batcher *b, int need) {
     b->b_out = out;
     b->b_cap = cap;
     return 1;
+}
+
+static int grow_search(qac_batcher *b, int nq, int kmax) {
+    size_t q = (size_t)nq * (size_t)b->o.dim, h = (size_t)nq * (size_t)kmax;
+    if (q > b->s_qcap) {
+        float *p = realloc(b->s_q, q * sizeof *p);
+        if (!p) return 0;
+        b->s_q = p, b->s_qcap = q;
+    }
+    if (h > b->s_hcap) {
+        float *p = realloc(b->s_scores, h * sizeof *p);
+        if (!p) return 0;
+        b->s_scores = p;
+        int64_t *r = realloc(b->s_rows, h * sizeof *r);
+        if (!r) return 0;
+        b->s_rows = r, b->s_hcap = h;
+    }
+    return 1;
+}
+
+/* One search call for every query of the batch's search jobs; b_out holds
+ * the batch's vectors in job order. */
+static qac_status search_batch(qac_batcher *b, job *batch, char *err, size_t errsz) {
+    int nq = 0, kmax = 0;
+    for (job *j = batch; j; j = j->next)
+        if (j->k > 0) {
+            nq += j->n;
+            if (j->k > kmax) kmax = j->k;
+        }
+    if (nq == 0) return QAC_OK;
+    if (!grow_search(b, nq, kmax)) {
+        snprintf(err, errsz, "out of memory for a search of %d queries", nq);
+        return QAC_ERR_NOMEM;
+    }
+    int at = 0, q = 0, dim = b->o.dim;
+    for (job *j = batch; j; at += j->n, j = j->next)
+        if (j->k > 0) {
+            memcpy(b->s_q + (size_t)q * dim, b->b_out + (size_t)at * dim, (size_t)j->n * dim * sizeof(float));
+            q += j->n;
+        }
+    double t0 = qac_now();
+    qac_status st = b->search(b->search_user, b->s_q, nq, kmax, b->s_scores, b->s_rows);
+    if (b->metrics) qac_metrics_search_batch(b->metrics, nq, qac_now() - t0);
+    if (st) {
+        snprintf(err, errsz, "%s", qac_last_error());
+        return st;
+    }
+    q = 0;
+    for (job *j = batch; j; j = j->next) {
+        if (j->k <= 0) continue;
+        for (int i = 0; i < j->n; i++, q++) {
+            memcpy(j->scores + (size_t)i * j->k, b->s_scores + (size_t)q * kmax, (size_t)j->k * sizeof(float));
+            memcpy(j->rows + (size_t)i * j->k, b->s_rows + (size_t)q * kmax, (size_t)j->k * sizeof(int64_t));
+        }
+    }
+    return QAC_OK;
 }
 
 static void *worker_main(void *arg) {
@@ -100,8 +167,8 @@ static void *worker_main(void *arg) {
         if (b->metrics) qac_metrics_queue_depth(b->metrics, b->depth);
         pthread_mutex_unlock(&b->mu);
 
-        qac_status st = QAC_OK;
-        char err[256] = "";
+        qac_status st = QAC_OK, sst = QAC_OK;
+        char err[256] = "", serr[256] = "";
         double t0 = qac_now();
         if (!grow(b, n)) {
             st = QAC_ERR_NOMEM;
@@ -118,6 +185,7 @@ static void *worker_main(void *arg) {
         }
         double secs = qac_now() - t0;
         if (b->metrics) qac_metrics_batch(b->metrics, n, tokens, secs);
+        if (st == QAC_OK && b->search) sst = search_batch(b, batch, serr, sizeof serr);
 
         pthread_mutex_lock(&b->mu);
         int at = 0;
@@ -125,8 +193,9 @@ static void *worker_main(void *arg) {
             job *next = j->next;
             if (st == QAC_OK) memcpy(j->out, b->b_out + (size_t)at * b->o.dim, (size_t)j->n * b->o.dim * sizeof(float));
             at += j->n;
-            j->status = st;
-            memcpy(j->err, err, sizeof err);
+            int failed_search = st == QAC_OK && j->k > 0 && sst != QAC_OK;
+            j->status = failed_search ? sst : st;
+            memcpy(j->err, failed_search ? serr : err, sizeof err);
             j->state = JOB_DONE;
             j = next;
         }
@@ -136,8 +205,8 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
-qac_status qac_batcher_create(qac_batcher **out, qac_encode_fn fn, void *user, const qac_batcher_opts *o,
-                              qac_metrics *metrics) {
+qac_status qac_batcher_create(qac_batcher **out, qac_encode_fn fn, void *user, qac_search_fn search,
+                              void *search_user, const qac_batcher_opts *o, qac_metrics *metrics) {
     *out = NULL;
     if (!fn || o->dim <= 0 || o->max_batch_tokens <= 0 || o->queue_size <= 0 || o->max_wait_ms < 0)
         return qac_set_error(QAC_ERR_INVALID, "batcher: bad options");
@@ -145,6 +214,8 @@ qac_status qac_batcher_create(qac_batcher **out, qac_encode_fn fn, void *user, c
     if (!b) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
     b->fn = fn;
     b->user = user;
+    b->search = search;
+    b->search_user = search_user;
     b->o = *o;
     b->metrics = metrics;
     pthread_condattr_t ca;
@@ -179,13 +250,23 @@ static void unlink_job(qac_batcher *b, job *target) {
 
 qac_status qac_batcher_encode(qac_batcher *b, const int32_t *const *ids, const int *lens, int n, float *out,
                               int timeout_ms) {
+    return qac_batcher_search(b, ids, lens, n, out, 0, NULL, NULL, timeout_ms);
+}
+
+qac_status qac_batcher_search(qac_batcher *b, const int32_t *const *ids, const int *lens, int n, float *out, int k,
+                              float *scores, int64_t *rows, int timeout_ms) {
     if (n <= 0) return QAC_OK;
+    if (k > 0 && (!b->search || !scores || !rows))
+        return qac_set_error(QAC_ERR_INVALID, "batcher: no search function, or no room for the hits");
     job j;
     memset(&j, 0, sizeof j);
     j.ids = ids;
     j.lens = lens;
     j.n = n;
     j.out = out;
+    j.k = k > 0 ? k : 0;
+    j.scores = scores;
+    j.rows = rows;
     for (int i = 0; i < n; i++) j.tokens += lens[i];
 
     pthread_mutex_lock(&b->mu);
@@ -246,5 +327,8 @@ void qac_batcher_free(qac_batcher *b) {
     free(b->b_ids);
     free(b->b_lens);
     free(b->b_out);
+    free(b->s_q);
+    free(b->s_scores);
+    free(b->s_rows);
     free(b);
 }

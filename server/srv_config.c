@@ -11,7 +11,7 @@ static const qac_opt serve_opts[] = {
     {"model", QAC_OPT_STR, NULL, 1, 0, NULL, "QAC_MODEL", "model directory (default: all-MiniLM-L6-v2)", 0},
     {"host", QAC_OPT_STR, "127.0.0.1", 1, 0, NULL, "QAC_HOST", "address to bind", 0},
     {"port", QAC_OPT_INT, "8080", 0, 65535, NULL, "QAC_PORT", "TCP port (0: any free port)", 0},
-    {"threads", QAC_OPT_INT, "0", 0, 1024, NULL, "QAC_THREADS", "encoder CPU threads (0: all cores)", 0},
+    {"threads", QAC_OPT_INT, "0", 0, 1024, NULL, "QAC_THREADS", "CPU threads for the encoder and the flat scan (0: all cores)", 0},
     {"device", QAC_OPT_ENUM, "auto", 1, 0, "auto|cpu|cuda", "QAC_DEVICE", "encoder and index device", 0},
     {"api-key", QAC_OPT_STR, NULL, 1, 0, NULL, "QAC_API_KEY", "require 'Authorization: Bearer KEY' (not on /health)", 0},
     {"max-batch-tokens", QAC_OPT_INT, "8192", 1, 1 << 24, NULL, "QAC_MAX_BATCH_TOKENS", "token budget of one encoder call", 0},

@@ -175,9 +175,10 @@ static int get_enum(json_t *o, const char *key, const char *const *choices, int 
     return 0;
 }
 
-/* Tokenize and encode through the batcher: out is [n, dim]. */
-static int encode_texts(qac_server *s, const texts *t, int max_len, float *out, long long *tokens,
-                        qac_http_response *r) {
+/* Tokenize and encode through the batcher: out is [n, dim]. With k > 0 the
+ * batcher also searches the dense index, into scores/rows [n, k]. */
+static int encode_texts(qac_server *s, const texts *t, int max_len, float *out, long long *tokens, int k,
+                        float *scores, int64_t *rows, qac_http_response *r) {
     int n = t->n, ok = 0;
     int32_t *ids = malloc((size_t)n * (size_t)max_len * sizeof *ids);
     const int32_t **ptrs = malloc((size_t)n * sizeof *ptrs);
@@ -209,7 +210,8 @@ static int encode_texts(qac_server *s, const texts *t, int max_len, float *out, 
         }
         total += lens[i];
     }
-    qac_status st = qac_batcher_encode(s->batcher, (const int32_t *const *)ptrs, lens, n, out, s->cfg.timeout_ms);
+    qac_status st = qac_batcher_search(s->batcher, (const int32_t *const *)ptrs, lens, n, out, k, scores, rows,
+                                       s->cfg.timeout_ms);
     if (st == QAC_ERR_BUSY) {
         qac_server_error(r, 503, "overloaded", "%s; retry later", qac_last_error());
         r->retry_after = 1;
@@ -217,7 +219,8 @@ static int encode_texts(qac_server *s, const texts *t, int max_len, float *out, 
         qac_server_error(r, 503, "unavailable", "%s", qac_last_error());
         r->retry_after = 1;
     } else if (st) {
-        qac_server_error(r, 500, "internal", "encoder: %s", qac_last_error());
+        qac_server_error(r, 500, "internal", "%s: %s", k > 0 ? "encoder or index search" : "encoder",
+                         qac_last_error());
     } else {
         ok = 1;
         if (tokens) *tokens = total;
@@ -293,7 +296,7 @@ void qac_handle_encode(qac_server *s, const char *body, size_t len, qac_http_res
         goto done;
     }
     long long tokens = 0;
-    if (!encode_texts(s, &t, kind == 0 ? s->cfg.query_max_len : s->cfg.passage_max_len, vec, &tokens, r)) goto done;
+    if (!encode_texts(s, &t, kind == 0 ? s->cfg.query_max_len : s->cfg.passage_max_len, vec, &tokens, 0, NULL, NULL, r)) goto done;
     if (normalize && !s->be.normalize) l2_normalize(vec, t.n, dim);
     json_t *embs = json_array();
     for (int i = 0; embs && i < t.n; i++) json_array_append_new(embs, embedding_json(vec + (size_t)i * dim, dim, encoding));
@@ -339,7 +342,7 @@ void qac_handle_embeddings(qac_server *s, const char *body, size_t len, qac_http
         goto done;
     }
     long long tokens = 0;
-    if (!encode_texts(s, &t, s->cfg.passage_max_len, vec, &tokens, r)) goto done;
+    if (!encode_texts(s, &t, s->cfg.passage_max_len, vec, &tokens, 0, NULL, NULL, r)) goto done;
     if (!s->be.normalize) l2_normalize(vec, t.n, dim);
     json_t *data = json_array();
     for (int i = 0; data && i < t.n; i++)
@@ -456,11 +459,8 @@ void qac_handle_search(qac_server *s, const char *body, size_t len, qac_http_res
             qac_server_error(r, 500, "internal", "out of memory");
             goto done;
         }
-        if (!encode_texts(s, &t, s->cfg.query_max_len, qv, NULL, r)) goto done;
-        if (s->be.search(s->be.index, qv, nq, depth, dscores, drows)) {
-            qac_server_error(r, 500, "internal", "index search: %s", qac_last_error());
-            goto done;
-        }
+        /* encoded and searched together with other requests' queries */
+        if (!encode_texts(s, &t, s->cfg.query_max_len, qv, NULL, depth, dscores, drows, r)) goto done;
     }
     bscores = malloc((size_t)depth * sizeof *bscores);
     brows = malloc((size_t)depth * sizeof *brows);

@@ -10,10 +10,15 @@
 /* ---- dynamic batcher ----
  * Request threads submit tokenized texts; one worker thread gathers what is
  * queued (up to max_batch_tokens, waiting at most max_wait_ms for more once
- * the first job arrives), makes ONE encode call for the batch and hands
- * each job its rows. The encoder therefore only ever sees one caller. */
+ * the first job arrives), makes ONE encode call for the batch, then ONE
+ * search call for all the batch's queries that want hits, and hands each
+ * job its rows. The encoder and the index therefore only ever see one
+ * caller, and a scan of the index serves a whole batch. */
 typedef qac_status (*qac_encode_fn)(void *user, const int32_t *const *ids, const int *lens, int n,
                                     float *out);
+/* Top-k for nq vectors [nq, dim] into [nq, k], best first; the order must
+ * be total (ties broken by docid), so that a shallower k is a prefix. */
+typedef qac_status (*qac_search_fn)(void *user, const float *q, int nq, int k, float *scores, int64_t *rows);
 
 typedef struct qac_metrics qac_metrics;
 typedef struct qac_batcher qac_batcher;
@@ -25,14 +30,18 @@ typedef struct qac_batcher_opts {
     int queue_size; /* jobs waiting (not yet taken) before QAC_ERR_BUSY */
 } qac_batcher_opts;
 
-qac_status qac_batcher_create(qac_batcher **out, qac_encode_fn fn, void *user, const qac_batcher_opts *o,
-                              qac_metrics *metrics);
+/* search may be NULL: an encode-only batcher. */
+qac_status qac_batcher_create(qac_batcher **out, qac_encode_fn fn, void *user, qac_search_fn search,
+                              void *search_user, const qac_batcher_opts *o, qac_metrics *metrics);
 /* Encode n sequences into out [n, dim]. Blocks until done. QAC_ERR_BUSY when
  * the queue is full, QAC_ERR_CANCELLED when the job waited in the queue for
  * longer than timeout_ms (0 = forever) or the batcher is stopping. The
  * buffers are borrowed until the call returns. */
 qac_status qac_batcher_encode(qac_batcher *b, const int32_t *const *ids, const int *lens, int n, float *out,
                               int timeout_ms);
+/* Encode, then search k deep: scores and rows [n, k]. k <= 0 is encode. */
+qac_status qac_batcher_search(qac_batcher *b, const int32_t *const *ids, const int *lens, int n, float *out, int k,
+                              float *scores, int64_t *rows, int timeout_ms);
 int qac_batcher_queue_depth(qac_batcher *b);
 /* Finishes queued jobs, then stops the worker. */
 void qac_batcher_free(qac_batcher *b);
@@ -48,6 +57,7 @@ qac_status qac_metrics_create(qac_metrics **out);
 void qac_metrics_free(qac_metrics *m);
 void qac_metrics_request(qac_metrics *m, qac_route r, int status, double seconds);
 void qac_metrics_batch(qac_metrics *m, int texts, int tokens, double seconds);
+void qac_metrics_search_batch(qac_metrics *m, int queries, double seconds);
 void qac_metrics_queue_depth(qac_metrics *m, int depth);
 void qac_metrics_inflight(qac_metrics *m, int inflight);
 /* Prometheus text exposition format 0.0.4; malloc'd. */

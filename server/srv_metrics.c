@@ -1,5 +1,6 @@
 /* Prometheus metrics: request counts by route and status, latency
- * histograms per route, batch size and token histograms, queue depth. */
+ * histograms per route, batch size and token histograms, search batch
+ * histograms, queue depth. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,7 @@ struct qac_metrics {
     unsigned long long requests[QAC_ROUTE_COUNT][N_CODES + 1]; /* last: any other code */
     hist latency[QAC_ROUTE_COUNT];
     hist batch_texts, batch_tokens, batch_seconds;
+    hist search_queries, search_seconds;
     int queue_depth, inflight;
 };
 
@@ -78,6 +80,14 @@ void qac_metrics_batch(qac_metrics *m, int texts, int tokens, double seconds) {
     observe(&m->batch_texts, size_bounds, N_SIZE, texts);
     observe(&m->batch_tokens, tok_bounds, N_TOK, tokens);
     observe(&m->batch_seconds, lat_bounds, N_LAT, seconds);
+    pthread_mutex_unlock(&m->mu);
+}
+
+void qac_metrics_search_batch(qac_metrics *m, int queries, double seconds) {
+    if (!m) return;
+    pthread_mutex_lock(&m->mu);
+    observe(&m->search_queries, size_bounds, N_SIZE, queries);
+    observe(&m->search_seconds, lat_bounds, N_LAT, seconds);
     pthread_mutex_unlock(&m->mu);
 }
 
@@ -175,6 +185,12 @@ char *qac_metrics_render(qac_metrics *m) {
     sb_printf(&b, "# HELP qac_batch_duration_seconds Time of one encoder call.\n"
                   "# TYPE qac_batch_duration_seconds histogram\n");
     render_hist(&b, "qac_batch_duration_seconds", "", &m->batch_seconds, lat_bounds, N_LAT);
+    sb_printf(&b, "# HELP qac_search_batch_size Queries per dense index search call.\n"
+                  "# TYPE qac_search_batch_size histogram\n");
+    render_hist(&b, "qac_search_batch_size", "", &m->search_queries, size_bounds, N_SIZE);
+    sb_printf(&b, "# HELP qac_search_batch_duration_seconds Time of one dense index search call.\n"
+                  "# TYPE qac_search_batch_duration_seconds histogram\n");
+    render_hist(&b, "qac_search_batch_duration_seconds", "", &m->search_seconds, lat_bounds, N_LAT);
     sb_printf(&b, "# HELP qac_queue_depth Requests waiting for the encoder.\n# TYPE qac_queue_depth gauge\n"
                   "qac_queue_depth %d\n",
               m->queue_depth);

@@ -199,7 +199,7 @@ qac_status qac_server_create(qac_server **out, const qac_server_config *cfg, con
     if (!st) st = qac_metrics_create(&s->metrics);
     if (!st) {
         qac_batcher_opts bo = {be->dim, cfg->max_batch_tokens, cfg->max_wait_ms, cfg->queue_size};
-        st = qac_batcher_create(&s->batcher, be->encode, be->enc, &bo, s->metrics);
+        st = qac_batcher_create(&s->batcher, be->encode, be->enc, be->search, be->index, &bo, s->metrics);
     }
     if (!st && be->bm25_search && be->search) st = qac_docid_map_build(&s->docid_rows, be);
     if (st) {

@@ -1,7 +1,10 @@
 /* The dynamic batcher with a fake encoder: concurrent requests are merged
  * into fewer encode calls, every request gets exactly its own rows, the
  * token budget holds, the encoder never sees two callers, a full queue is
- * refused and a queue wait past the timeout is cancelled. */
+ * refused and a queue wait past the timeout is cancelled. Searches of
+ * concurrent requests are merged into fewer search calls (only the rows
+ * that asked for hits, as deep as the deepest k), each request gets its
+ * own k first hits, and a failing search fails only the searching jobs. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,7 +63,7 @@ static void test_concurrent_batching(void) {
     fake_backend_init(&backend, &st, 0, 0);
     qac_batcher *b = NULL;
     qac_batcher_opts o = {FAKE_DIM, 600, 2, 1000};
-    CHECK_OK(qac_batcher_create(&b, encode_fn, NULL, &o, NULL));
+    CHECK_OK(qac_batcher_create(&b, encode_fn, NULL, NULL, NULL, &o, NULL));
     pthread_t th[THREADS];
     worker w[THREADS];
     for (int i = 0; i < THREADS; i++) {
@@ -113,7 +116,7 @@ static void test_queue_full_and_timeout(void) {
     qac_batcher *b = NULL;
     /* budget of 3 tokens: each job runs alone */
     qac_batcher_opts o = {FAKE_DIM, 3, 0, 1};
-    CHECK_OK(qac_batcher_create(&b, encode_fn, NULL, &o, NULL));
+    CHECK_OK(qac_batcher_create(&b, encode_fn, NULL, NULL, NULL, &o, NULL));
     slow_arg a1 = {b, QAC_OK, 0}, a2 = {b, QAC_OK, 100};
     pthread_t t1, t2;
     pthread_create(&t1, NULL, one_job, &a1);
@@ -132,8 +135,128 @@ static void test_queue_full_and_timeout(void) {
     CHECK(st.calls == 1); /* the timed-out job never reached the encoder */
 }
 
+/* ---- batched search ---- */
+
+static pthread_mutex_t search_mu = PTHREAD_MUTEX_INITIALIZER;
+static int search_calls, search_queries, search_inside, search_max_inside, search_fail;
+
+/* Hits that depend only on the query vector, deeper k extending shallower. */
+static void fake_hits(const float *v, int k, float *scores, int64_t *rows) {
+    int64_t base = (int64_t)(v[0] * 1e6f) & 0xffff;
+    for (int j = 0; j < k; j++) {
+        scores[j] = v[1] - (float)j;
+        rows[j] = base * 100 + j;
+    }
+}
+
+static qac_status search_fn(void *user, const float *q, int nq, int k, float *scores, int64_t *rows) {
+    (void)user;
+    pthread_mutex_lock(&search_mu);
+    search_calls++;
+    search_queries += nq;
+    if (++search_inside > search_max_inside) search_max_inside = search_inside;
+    pthread_mutex_unlock(&search_mu);
+    struct timespec ts = {0, 2000000L};
+    nanosleep(&ts, NULL);
+    for (int i = 0; i < nq; i++) fake_hits(q + (size_t)i * FAKE_DIM, k, scores + (size_t)i * k, rows + (size_t)i * k);
+    pthread_mutex_lock(&search_mu);
+    search_inside--;
+    pthread_mutex_unlock(&search_mu);
+    if (search_fail) return qac_set_error(QAC_ERR_FAISS, "fake search failure");
+    return QAC_OK;
+}
+
+typedef struct sworker {
+    qac_batcher *b;
+    int id;
+    int mismatches, errors, searched;
+} sworker;
+
+static void *sworker_main(void *arg) {
+    sworker *w = arg;
+    unsigned seed = (unsigned)w->id * 40503u + 7;
+    for (int it = 0; it < PER_THREAD; it++) {
+        int n = 1 + (int)(rand_r(&seed) % 3), k = (int)(rand_r(&seed) % 9); /* k 0: encode only */
+        int32_t ids[3][FAKE_MAX_LEN];
+        const int32_t *ptrs[3];
+        int lens[3];
+        char text[40];
+        for (int i = 0; i < n; i++) {
+            int len = 1 + (int)(rand_r(&seed) % 30);
+            for (int c = 0; c < len; c++) text[c] = (char)('a' + rand_r(&seed) % 26);
+            lens[i] = fake_encode_text(text, (size_t)len, FAKE_MAX_LEN, ids[i]);
+            ptrs[i] = ids[i];
+        }
+        float out[3 * FAKE_DIM], sc[3 * 8], want_sc[8], vec[FAKE_DIM];
+        int64_t rows[3 * 8], want_rows[8];
+        if (qac_batcher_search(w->b, ptrs, lens, n, out, k, sc, rows, 0) != QAC_OK) {
+            w->errors++;
+            continue;
+        }
+        if (k > 0) w->searched += n;
+        for (int i = 0; i < n; i++) {
+            fake_embed(ids[i], lens[i], vec);
+            if (memcmp(vec, out + i * FAKE_DIM, sizeof vec)) w->mismatches++;
+            if (k == 0) continue;
+            fake_hits(vec, k, want_sc, want_rows);
+            if (memcmp(want_sc, sc + i * k, sizeof(float) * k) || memcmp(want_rows, rows + i * k, sizeof(int64_t) * k))
+                w->mismatches++;
+        }
+    }
+    return NULL;
+}
+
+static void test_batched_search(void) {
+    fake_stats st = {0};
+    st.sleep_ms = 2;
+    fake_backend_init(&backend, &st, 0, 0);
+    qac_batcher *b = NULL;
+    qac_batcher_opts o = {FAKE_DIM, 600, 2, 1000};
+    CHECK_OK(qac_batcher_create(&b, encode_fn, NULL, search_fn, NULL, &o, NULL));
+    pthread_t th[THREADS];
+    sworker w[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        w[i] = (sworker){b, i, 0, 0, 0};
+        pthread_create(&th[i], NULL, sworker_main, &w[i]);
+    }
+    int mism = 0, errs = 0, searched = 0;
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(th[i], NULL);
+        mism += w[i].mismatches;
+        errs += w[i].errors;
+        searched += w[i].searched;
+    }
+    printf("batched search: %d queries searched in %d search calls (%.1f per call), max concurrent %d, "
+           "mismatches %d, errors %d\n",
+           search_queries, search_calls, (double)search_queries / search_calls, search_max_inside, mism, errs);
+    CHECK(mism == 0 && errs == 0);
+    CHECK_MSG(search_queries == searched, "searched %d query rows for %d asked", search_queries, searched);
+    CHECK(search_calls < THREADS * PER_THREAD / 2); /* searches were merged */
+    CHECK(search_max_inside == 1);
+
+    /* a failing search fails the searching job, with the index's message */
+    search_fail = 1;
+    int32_t ids[3] = {1, 150, 2};
+    const int32_t *p = ids;
+    int len = 3;
+    float out[FAKE_DIM], sc[4];
+    int64_t rows[4];
+    qac_status rs = qac_batcher_search(b, &p, &len, 1, out, 4, sc, rows, 0);
+    CHECK_MSG(rs == QAC_ERR_FAISS && strstr(qac_last_error(), "fake search failure"), "failing search: %s: %s",
+              qac_status_name(rs), qac_last_error());
+    CHECK_OK(qac_batcher_encode(b, &p, &len, 1, out, 0)); /* encode alone is unaffected */
+    search_fail = 0;
+    qac_batcher_free(b);
+
+    /* an encode-only batcher refuses a search */
+    CHECK_OK(qac_batcher_create(&b, encode_fn, NULL, NULL, NULL, &o, NULL));
+    CHECK_ERR(qac_batcher_search(b, &p, &len, 1, out, 4, sc, rows, 0), QAC_ERR_INVALID, "no search");
+    qac_batcher_free(b);
+}
+
 int main(void) {
     test_concurrent_batching();
     test_queue_full_and_timeout();
+    test_batched_search();
     return qac_test_summary();
 }

@@ -1,0 +1,261 @@
+/* Exact inner-product top-k: score blocks of rows against all queries with
+ * one fixed arithmetic (see flat_scan.h), keep a min-heap per query and
+ * thread, then merge the threads' heaps.
+ *
+ * The AVX2 kernel scores 4 queries x 3 rows per step (12 accumulators);
+ * the portable kernel does the same sums one pair at a time. Both give
+ * bit-identical scores. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flat_scan.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define QAC_SCAN_X86 1
+#endif
+
+#define ROW_BLOCK 128 /* rows scored per step: 128 x 384 fp32 = 192 KiB, fits L2 */
+
+/* ---------------- scoring ---------------- */
+
+static inline float reduce8(const float a[8]) {
+    return ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
+}
+
+float qac_flat_dot(const float *a, const float *b, int dim) {
+    float acc[8] = {0};
+    int d = 0;
+    for (; d + 8 <= dim; d += 8)
+        for (int l = 0; l < 8; l++) acc[l] = fmaf(a[d + l], b[d + l], acc[l]);
+    if (d < dim) /* the tail: absent lanes add 0 * 0, as the masked SIMD load does */
+        for (int l = 0; l < 8; l++)
+            acc[l] = d + l < dim ? fmaf(a[d + l], b[d + l], acc[l]) : fmaf(0.f, 0.f, acc[l]);
+    return reduce8(acc);
+}
+
+/* out[i * ldo + r] = dot(q_i, x_r) for i < nq, r < m */
+static void score_portable(const float *x, int m, int dim, const float *q, int nq, float *out, int ldo) {
+    for (int i = 0; i < nq; i++)
+        for (int r = 0; r < m; r++) out[(size_t)i * ldo + r] = qac_flat_dot(q + (size_t)i * dim, x + (size_t)r * dim, dim);
+}
+
+#ifdef QAC_SCAN_X86
+#define AVX2 __attribute__((target("avx2,fma")))
+
+/* Four 8-lane sums at once, each ((a0+a4)+(a1+a5)) + ((a2+a6)+(a3+a7)). */
+AVX2 static inline __m128 reduce4(__m256 a, __m256 b, __m256 c, __m256 d) {
+    __m128 sa = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+    __m128 sb = _mm_add_ps(_mm256_castps256_ps128(b), _mm256_extractf128_ps(b, 1));
+    __m128 sc = _mm_add_ps(_mm256_castps256_ps128(c), _mm256_extractf128_ps(c, 1));
+    __m128 sd = _mm_add_ps(_mm256_castps256_ps128(d), _mm256_extractf128_ps(d, 1));
+    return _mm_hadd_ps(_mm_hadd_ps(sa, sb), _mm_hadd_ps(sc, sd));
+}
+
+/* A QN x RN tile, constant sizes so the loops unroll into registers. The
+ * QN*RN sums are reduced four at a time into out[a * ldo + b]. */
+#define TILE(QN, RN)                                                                                     \
+    do {                                                                                                 \
+        __m256 acc[QN * RN + 3];                                                                         \
+        _Pragma("GCC unroll 16") for (int t_ = 0; t_ < QN * RN + 3; t_++) acc[t_] = _mm256_setzero_ps(); \
+        int d = 0;                                                                                       \
+        for (; d + 8 <= dim; d += 8) {                                                                   \
+            __m256 xv[RN];                                                                               \
+            _Pragma("GCC unroll 8") for (int b_ = 0; b_ < RN; b_++)                                      \
+                xv[b_] = _mm256_loadu_ps(x0 + (size_t)b_ * dim + d);                                     \
+            _Pragma("GCC unroll 4") for (int a_ = 0; a_ < QN; a_++) {                                    \
+                __m256 qv = _mm256_loadu_ps(q0 + (size_t)a_ * dim + d);                                  \
+                _Pragma("GCC unroll 8") for (int b_ = 0; b_ < RN; b_++)                                  \
+                    acc[a_ * RN + b_] = _mm256_fmadd_ps(qv, xv[b_], acc[a_ * RN + b_]);                  \
+            }                                                                                            \
+        }                                                                                                \
+        if (d < dim) {                                                                                   \
+            __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32(dim - d),                                  \
+                                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));                  \
+            __m256 xv[RN];                                                                               \
+            for (int b_ = 0; b_ < RN; b_++) xv[b_] = _mm256_maskload_ps(x0 + (size_t)b_ * dim + d, mk);  \
+            for (int a_ = 0; a_ < QN; a_++) {                                                            \
+                __m256 qv = _mm256_maskload_ps(q0 + (size_t)a_ * dim + d, mk);                           \
+                for (int b_ = 0; b_ < RN; b_++)                                                          \
+                    acc[a_ * RN + b_] = _mm256_fmadd_ps(qv, xv[b_], acc[a_ * RN + b_]);                  \
+            }                                                                                            \
+        }                                                                                                \
+        _Pragma("GCC unroll 4") for (int t_ = 0; t_ < QN * RN; t_ += 4) {                                \
+            float s_[4];                                                                                 \
+            _mm_storeu_ps(s_, reduce4(acc[t_], acc[t_ + 1], acc[t_ + 2], acc[t_ + 3]));                  \
+            for (int u_ = 0; u_ < 4 && t_ + u_ < QN * RN; u_++)                                          \
+                o0[(size_t)((t_ + u_) / RN) * ldo + (t_ + u_) % RN] = s_[u_];                            \
+        }                                                                                                \
+    } while (0)
+
+AVX2 static void score_avx2(const float *x, int m, int dim, const float *q, int nq, float *out, int ldo) {
+    int i = 0;
+    for (; i + 4 <= nq || (i < nq && nq - i >= 2); i += 4) { /* 4, 3 or 2 queries x 3 rows */
+        int qn = nq - i < 4 ? nq - i : 4;
+        const float *q0 = q + (size_t)i * dim;
+        for (int r = 0; r < m; r += 3) {
+            int rn = m - r < 3 ? m - r : 3;
+            const float *x0 = x + (size_t)r * dim;
+            float *o0 = out + (size_t)i * ldo + r;
+            switch (qn * 4 + rn) {
+            case 4 * 4 + 3: TILE(4, 3); break;
+            case 4 * 4 + 2: TILE(4, 2); break;
+            case 4 * 4 + 1: TILE(4, 1); break;
+            case 3 * 4 + 3: TILE(3, 3); break;
+            case 3 * 4 + 2: TILE(3, 2); break;
+            case 3 * 4 + 1: TILE(3, 1); break;
+            case 2 * 4 + 3: TILE(2, 3); break;
+            case 2 * 4 + 2: TILE(2, 2); break;
+            default: TILE(2, 1); break;
+            }
+        }
+    }
+    if (i < nq) { /* one query: 4 rows per step, it is memory-bound */
+        const float *q0 = q + (size_t)i * dim;
+        int r = 0;
+        for (; r + 4 <= m; r += 4) {
+            const float *x0 = x + (size_t)r * dim;
+            float *o0 = out + (size_t)i * ldo + r;
+            TILE(1, 4);
+        }
+        for (; r < m; r++) {
+            const float *x0 = x + (size_t)r * dim;
+            float *o0 = out + (size_t)i * ldo + r;
+            TILE(1, 4);
+        }
+    }
+}
+#undef TILE
+#endif
+
+typedef void (*score_fn)(const float *x, int m, int dim, const float *q, int nq, float *out, int ldo);
+
+static score_fn pick_kernel(void) {
+#ifdef QAC_SCAN_X86
+    if (!getenv("QAC_SCAN_PORTABLE") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return score_avx2;
+#endif
+    return score_portable;
+}
+
+/* ---------------- top-k ---------------- */
+
+/* x ranks below y: lower score, or equal score and smaller docid. */
+static inline int worse(const qac_flat *f, float xs, int64_t xr, float ys, int64_t yr) {
+    if (xs != ys) return xs < ys;
+    return f->id_less(f->ctx, xr, yr);
+}
+
+/* Min-heap of the best n hits so far: the root is the worst kept. */
+static void heap_down(const qac_flat *f, float *hs, int64_t *hr, int n, int i) {
+    for (;;) {
+        int l = 2 * i + 1, r = l + 1, m = i;
+        if (l < n && worse(f, hs[l], hr[l], hs[m], hr[m])) m = l;
+        if (r < n && worse(f, hs[r], hr[r], hs[m], hr[m])) m = r;
+        if (m == i) return;
+        float ts = hs[i];
+        int64_t tr = hr[i];
+        hs[i] = hs[m], hr[i] = hr[m], hs[m] = ts, hr[m] = tr;
+        i = m;
+    }
+}
+
+static void heap_push(const qac_flat *f, float *hs, int64_t *hr, int n, float s, int64_t r) {
+    int i = n;
+    hs[i] = s, hr[i] = r;
+    while (i > 0) {
+        int p = (i - 1) / 2;
+        if (!worse(f, hs[i], hr[i], hs[p], hr[p])) break;
+        float ts = hs[i];
+        int64_t tr = hr[i];
+        hs[i] = hs[p], hr[i] = hr[p], hs[p] = ts, hr[p] = tr;
+        i = p;
+    }
+}
+
+/* Offer a hit to a heap of capacity kk holding *n. */
+static inline void heap_offer(const qac_flat *f, float *hs, int64_t *hr, int *n, int kk, float s, int64_t r) {
+    if (*n < kk) heap_push(f, hs, hr, (*n)++, s, r);
+    else if (s >= hs[0] && worse(f, hs[0], hr[0], s, r)) {
+        hs[0] = s, hr[0] = r;
+        heap_down(f, hs, hr, *n, 0);
+    }
+}
+
+typedef struct scan_ctx {
+    const qac_flat *f;
+    const float *q;
+    int nq, k, kk;
+    score_fn score;
+    float *buf;  /* per thread [nq, ROW_BLOCK] */
+    float *hs;   /* per thread [nq, kk] */
+    int64_t *hr; /* per thread [nq, kk] */
+    int *nh;     /* per thread [nq] */
+} scan_ctx;
+
+static void scan_task(void *arg, int64_t begin, int64_t end, int tid) {
+    scan_ctx *c = arg;
+    const qac_flat *f = c->f;
+    int nq = c->nq, kk = c->kk;
+    float *buf = c->buf + (size_t)tid * nq * ROW_BLOCK;
+    float *hs = c->hs + (size_t)tid * nq * kk;
+    int64_t *hr = c->hr + (size_t)tid * nq * kk;
+    int *nh = c->nh + (size_t)tid * nq;
+    for (int64_t blk = begin; blk < end; blk++) {
+        int64_t r0 = blk * ROW_BLOCK;
+        int m = (int)(f->n - r0 < ROW_BLOCK ? f->n - r0 : ROW_BLOCK);
+        c->score(f->x + (size_t)r0 * f->dim, m, f->dim, c->q, nq, buf, ROW_BLOCK);
+        for (int i = 0; i < nq; i++) {
+            const float *sc = buf + (size_t)i * ROW_BLOCK;
+            float *h = hs + (size_t)i * kk;
+            int64_t *hrow = hr + (size_t)i * kk;
+            for (int j = 0; j < m; j++) heap_offer(f, h, hrow, &nh[i], kk, sc[j], r0 + j);
+        }
+    }
+}
+
+qac_status qac_flat_topk(const qac_flat *f, const float *queries, int nq, int k, qac_pool *pool, float *scores,
+                         int64_t *rows) {
+    if (nq <= 0) return QAC_OK;
+    if (k < 1 || !f->x || f->n < 0 || f->dim < 1)
+        return qac_set_error(QAC_ERR_INVALID, "flat search: bad arguments (k %d, dim %d)", k, f->dim);
+    int kk = (int64_t)k < f->n ? k : (int)f->n;
+    int64_t nblocks = (f->n + ROW_BLOCK - 1) / ROW_BLOCK;
+    int threads = qac_pool_size(pool);
+    if (threads > nblocks) threads = nblocks > 0 ? (int)nblocks : 1;
+    scan_ctx c = {f, queries, nq, k, kk, pick_kernel(), NULL, NULL, NULL, NULL};
+    int T = qac_pool_size(pool);
+    c.buf = malloc(sizeof(float) * (size_t)T * nq * ROW_BLOCK);
+    c.hs = malloc(sizeof(float) * ((size_t)T * nq * kk + 1));
+    c.hr = malloc(sizeof(int64_t) * ((size_t)T * nq * kk + 1));
+    c.nh = calloc((size_t)T * nq, sizeof(int));
+    if (!c.buf || !c.hs || !c.hr || !c.nh) {
+        free(c.buf), free(c.hs), free(c.hr), free(c.nh);
+        return qac_set_error(QAC_ERR_NOMEM, "out of memory for a search of %d queries, k %d", nq, k);
+    }
+    /* a few chunks per thread, for balance */
+    int64_t grain = threads > 1 ? (nblocks + 4 * threads - 1) / (4 * threads) : nblocks;
+    if (nblocks > 0) qac_pool_for(threads > 1 ? pool : NULL, nblocks, grain, scan_task, &c);
+    /* merge the threads' heaps into thread 0's, then pop best-first */
+    for (int i = 0; i < nq; i++) {
+        float *h = c.hs + (size_t)i * kk;
+        int64_t *hrow = c.hr + (size_t)i * kk;
+        int n = c.nh[i];
+        for (int t = 1; t < T; t++) {
+            const float *ts = c.hs + ((size_t)t * nq + i) * kk;
+            const int64_t *tr = c.hr + ((size_t)t * nq + i) * kk;
+            for (int j = 0; j < c.nh[(size_t)t * nq + i]; j++) heap_offer(f, h, hrow, &n, kk, ts[j], tr[j]);
+        }
+        float *os = scores + (size_t)i * k;
+        int64_t *orow = rows + (size_t)i * k;
+        for (int left = n; left > 0; left--) { /* the root is the worst: it goes last */
+            os[left - 1] = h[0], orow[left - 1] = hrow[0];
+            h[0] = h[left - 1], hrow[0] = hrow[left - 1];
+            heap_down(f, h, hrow, left - 1, 0);
+        }
+        for (int j = n; j < k; j++) os[j] = -INFINITY, orow[j] = -1;
+    }
+    free(c.buf), free(c.hs), free(c.hr), free(c.nh);
+    return QAC_OK;
+}

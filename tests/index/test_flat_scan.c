@@ -1,0 +1,127 @@
+/* The CPU Flat scan (index/flat_scan.c):
+ *  - scores are bit-identical whatever the batch: a query alone, inside any
+ *    batch, with 1..3 threads, SIMD or portable kernel, odd dims included;
+ *  - each score is the float64 dot product to within float rounding;
+ *  - the top-k is the exact top-k of a brute-force sort by (score desc,
+ *    docid desc), ties and k > n included. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "flat_scan.h"
+#include "qac_pool.h"
+#include "testutil.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ULL;
+static float frand(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+/* docid of row r: "d" + decimal, so strcmp order differs from row order */
+static int id_less(const void *ctx, int64_t a, int64_t b) {
+    (void)ctx;
+    char x[32], y[32];
+    snprintf(x, sizeof x, "d%lld", (long long)a);
+    snprintf(y, sizeof y, "d%lld", (long long)b);
+    return strcmp(x, y) < 0;
+}
+
+typedef struct ref_hit {
+    float s;
+    int64_t r;
+} ref_hit;
+
+static int ref_cmp(const void *a, const void *b) {
+    const ref_hit *x = a, *y = b;
+    if (x->s != y->s) return x->s > y->s ? -1 : 1;
+    return id_less(NULL, y->r, x->r) ? -1 : id_less(NULL, x->r, y->r) ? 1 : 0;
+}
+
+static int run(const qac_flat *f, const float *q, int nq, int k, qac_pool *pool, float *s, int64_t *r) {
+    return qac_flat_topk(f, q, nq, k, pool, s, r) == QAC_OK;
+}
+
+static void check_dim(int n, int dim, int nq, int k) {
+    float *x = malloc(sizeof(float) * (size_t)n * dim), *q = malloc(sizeof(float) * (size_t)nq * dim);
+    for (size_t i = 0; i < (size_t)n * dim; i++) x[i] = frand();
+    for (size_t i = 0; i < (size_t)nq * dim; i++) q[i] = frand();
+    /* ties: rows 5..9 copy row 3, query 0 is row 3 itself */
+    for (int r = 5; r < 10 && r < n; r++) memcpy(x + (size_t)r * dim, x + 3 * (size_t)dim, sizeof(float) * dim);
+    memcpy(q, x + 3 * (size_t)dim, sizeof(float) * dim);
+    qac_flat f = {x, n, dim, id_less, NULL};
+
+    float *s1 = malloc(sizeof(float) * (size_t)nq * k), *s2 = malloc(sizeof(float) * (size_t)nq * k);
+    int64_t *r1 = malloc(sizeof(int64_t) * (size_t)nq * k), *r2 = malloc(sizeof(int64_t) * (size_t)nq * k);
+    CHECK(run(&f, q, nq, k, NULL, s1, r1));
+
+    /* the brute-force reference, with the same per-pair arithmetic */
+    ref_hit *all = malloc(sizeof(ref_hit) * (size_t)n);
+    int bad_rank = 0, bad_tail = 0;
+    double max_rel = 0;
+    for (int i = 0; i < nq; i++) {
+        for (int r = 0; r < n; r++) {
+            all[r] = (ref_hit){qac_flat_dot(q + (size_t)i * dim, x + (size_t)r * dim, dim), r};
+            double d = 0, norm = 0;
+            for (int j = 0; j < dim; j++) {
+                d += (double)q[(size_t)i * dim + j] * x[(size_t)r * dim + j];
+                norm += fabs((double)q[(size_t)i * dim + j] * x[(size_t)r * dim + j]);
+            }
+            double rel = fabs(d - all[r].s) / (norm > 0 ? norm : 1);
+            if (rel > max_rel) max_rel = rel;
+        }
+        qsort(all, (size_t)n, sizeof *all, ref_cmp);
+        for (int j = 0; j < k; j++) {
+            if (j < n) bad_rank += r1[(size_t)i * k + j] != all[j].r || s1[(size_t)i * k + j] != all[j].s;
+            else bad_tail += r1[(size_t)i * k + j] != -1 || !isinf(s1[(size_t)i * k + j]);
+        }
+    }
+    CHECK_MSG(bad_rank == 0, "dim %d: %d hits differ from the brute-force top-%d", dim, bad_rank, k);
+    CHECK_MSG(bad_tail == 0, "dim %d: %d padding hits are not -1/-inf", dim, bad_tail);
+    CHECK_MSG(max_rel < 1e-6, "dim %d: score vs float64 relative error %.3g", dim, max_rel);
+    if (n > 9 && k >= 6) /* ties rank by docid descending: d9 d8 d7 d6 d5 d3 */
+        CHECK_MSG(r1[0] == 9 && r1[1] == 8 && r1[4] == 5 && r1[5] == 3, "dim %d: tie order %lld %lld %lld %lld",
+                  dim, (long long)r1[0], (long long)r1[1], (long long)r1[4], (long long)r1[5]);
+
+    /* every query alone, and every pool size, gives the same bits */
+    int differ = 0;
+    for (int i = 0; i < nq; i++) {
+        CHECK(run(&f, q + (size_t)i * dim, 1, k, NULL, s2, r2));
+        differ += memcmp(s2, s1 + (size_t)i * k, sizeof(float) * k) || memcmp(r2, r1 + (size_t)i * k, sizeof(int64_t) * k);
+    }
+    for (int start = 1; start + 5 <= nq; start += 4) { /* sub-batches at odd offsets */
+        CHECK(run(&f, q + (size_t)start * dim, 5, k, NULL, s2, r2));
+        differ += memcmp(s2, s1 + (size_t)start * k, sizeof(float) * 5 * k) != 0;
+    }
+    for (int t = 2; t <= 3; t++) {
+        qac_pool *p = NULL;
+        CHECK_OK(qac_pool_create(&p, t));
+        CHECK(run(&f, q, nq, k, p, s2, r2));
+        differ += memcmp(s2, s1, sizeof(float) * nq * k) || memcmp(r2, r1, sizeof(int64_t) * nq * k);
+        qac_pool_free(p);
+    }
+    setenv("QAC_SCAN_PORTABLE", "1", 1);
+    CHECK(run(&f, q, nq, k, NULL, s2, r2));
+    unsetenv("QAC_SCAN_PORTABLE");
+    differ += memcmp(s2, s1, sizeof(float) * nq * k) || memcmp(r2, r1, sizeof(int64_t) * nq * k);
+    CHECK_MSG(differ == 0, "dim %d: %d answers depend on batching, threads or kernel", dim, differ);
+    printf("dim %d, n %d, nq %d, k %d: top-k exact, max rel error %.2g, batch-invariant\n", dim, n, nq, k, max_rel);
+    free(all), free(x), free(q), free(s1), free(s2), free(r1), free(r2);
+}
+
+int main(void) {
+    check_dim(1000, 384, 13, 10);
+    check_dim(777, 37, 9, 20);   /* dim tail, partial tiles */
+    check_dim(300, 8, 4, 7);
+    check_dim(7, 16, 6, 12);     /* k > n */
+    check_dim(2, 5, 1, 3);
+    float x[4] = {1, 2, 3, 4};
+    qac_flat f = {x, 1, 4, id_less, NULL};
+    float s;
+    int64_t r;
+    CHECK_ERR(qac_flat_topk(&f, x, 1, 0, NULL, &s, &r), QAC_ERR_INVALID, "k 0");
+    CHECK_OK(qac_flat_topk(&f, x, 0, 5, NULL, &s, &r));
+    return qac_test_summary();
+}
