@@ -68,7 +68,7 @@ qac_status qac_index_text(const qac_index *ix, int64_t row, char **text);
  * (IVF), "efSearch" (HNSW). Not thread-safe: call before searching from
  * several threads. QAC_ERR_FAISS if the index has no such parameter. */
 qac_status qac_index_set_param(qac_index *ix, const char *name, double value);
-/* Threads for the CPU Flat scan (<= 0: one per core, the default at open).
+/* Threads for the CPU Flat and SQfp16 scans (<= 0: one per core, the default at open).
  * Other index types ignore it. Not thread-safe, like set_param. */
 qac_status qac_index_set_threads(qac_index *ix, int nthreads);
 /* Whether searches run on the GPU (flat index opened with CUDA/AUTO). */

@@ -4,7 +4,8 @@
  *
  * The AVX2 kernel scores 4 queries x 3 rows per step (12 accumulators);
  * the portable kernel does the same sums one pair at a time. Both give
- * bit-identical scores. */
+ * bit-identical scores. fp16 rows are widened exactly (F16C or in
+ * software) and then scored like fp32 ones. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,20 +30,61 @@ float qac_flat_dot(const float *a, const float *b, int dim) {
     int d = 0;
     for (; d + 8 <= dim; d += 8)
         for (int l = 0; l < 8; l++) acc[l] = fmaf(a[d + l], b[d + l], acc[l]);
-    if (d < dim) /* the tail: absent lanes add 0 * 0, as the masked SIMD load does */
+    if (d < dim) /* the tail: absent lanes add 0 * 0, as the zero-padded SIMD load does */
         for (int l = 0; l < 8; l++)
             acc[l] = d + l < dim ? fmaf(a[d + l], b[d + l], acc[l]) : fmaf(0.f, 0.f, acc[l]);
     return reduce8(acc);
 }
 
-/* out[i * ldo + r] = dot(q_i, x_r) for i < nq, r < m */
-static void score_portable(const float *x, int m, int dim, const float *q, int nq, float *out, int ldo) {
+float qac_half_to_float(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu, bits;
+    if (e == 0) {
+        float f = ldexpf((float)m, -24); /* zero or subnormal: exact */
+        return sign ? -f : f;
+    }
+    if (e == 31) bits = sign | 0x7f800000u | (m << 13) | (m ? 0x400000u : 0); /* inf, quiet NaN */
+    else bits = sign | ((e + 112) << 23) | (m << 13);
+    float f;
+    memcpy(&f, &bits, sizeof f);
+    return f;
+}
+
+/* out[i * ldo + r] = dot(q_i, x_r) for i < nq, r < m; x is fp32 or fp16 */
+typedef void (*score_fn)(const void *x, int m, int dim, const float *q, int nq, float *out, int ldo);
+
+static void score_portable_f32(const void *xv, int m, int dim, const float *q, int nq, float *out, int ldo) {
+    const float *x = xv;
     for (int i = 0; i < nq; i++)
         for (int r = 0; r < m; r++) out[(size_t)i * ldo + r] = qac_flat_dot(q + (size_t)i * dim, x + (size_t)r * dim, dim);
 }
 
+static void score_portable_f16(const void *xv, int m, int dim, const float *q, int nq, float *out, int ldo) {
+    const uint16_t *x = xv;
+    float row[512], *tmp = dim <= 512 ? row : malloc(sizeof(float) * (size_t)dim);
+    if (!tmp) { /* keep going, slower: one element at a time */
+        for (int r = 0; r < m; r++)
+            for (int i = 0; i < nq; i++) {
+                float acc[8] = {0};
+                const float *qi = q + (size_t)i * dim;
+                const uint16_t *xr = x + (size_t)r * dim;
+                int d = 0;
+                for (; d + 8 <= dim; d += 8)
+                    for (int l = 0; l < 8; l++) acc[l] = fmaf(qi[d + l], qac_half_to_float(xr[d + l]), acc[l]);
+                for (int l = 0; l < 8 && d < dim; l++)
+                    acc[l] = d + l < dim ? fmaf(qi[d + l], qac_half_to_float(xr[d + l]), acc[l]) : fmaf(0.f, 0.f, acc[l]);
+                out[(size_t)i * ldo + r] = reduce8(acc);
+            }
+        return;
+    }
+    for (int r = 0; r < m; r++) {
+        for (int d = 0; d < dim; d++) tmp[d] = qac_half_to_float(x[(size_t)r * dim + d]);
+        for (int i = 0; i < nq; i++) out[(size_t)i * ldo + r] = qac_flat_dot(q + (size_t)i * dim, tmp, dim);
+    }
+    if (tmp != row) free(tmp);
+}
+
 #ifdef QAC_SCAN_X86
-#define AVX2 __attribute__((target("avx2,fma")))
+#define AVX2 __attribute__((target("avx2,fma,f16c")))
 
 /* Four 8-lane sums at once, each ((a0+a4)+(a1+a5)) + ((a2+a6)+(a3+a7)). */
 AVX2 static inline __m128 reduce4(__m256 a, __m256 b, __m256 c, __m256 d) {
@@ -53,17 +95,30 @@ AVX2 static inline __m128 reduce4(__m256 a, __m256 b, __m256 c, __m256 d) {
     return _mm_hadd_ps(_mm_hadd_ps(sa, sb), _mm_hadd_ps(sc, sd));
 }
 
+/* Eight lanes from p; the tails (n < 8 elements) are zero-padded. */
+#define LOAD_F32(p) _mm256_loadu_ps(p)
+#define LOAD_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+AVX2 static inline __m256 tail_f32(const float *p, int n) {
+    float t[8] = {0};
+    memcpy(t, p, sizeof(float) * (size_t)n);
+    return _mm256_loadu_ps(t);
+}
+AVX2 static inline __m256 tail_f16(const uint16_t *p, int n) {
+    uint16_t t[8] = {0};
+    memcpy(t, p, sizeof(uint16_t) * (size_t)n);
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)t));
+}
+
 /* A QN x RN tile, constant sizes so the loops unroll into registers. The
  * QN*RN sums are reduced four at a time into out[a * ldo + b]. */
-#define TILE(QN, RN)                                                                                     \
+#define TILE(QN, RN, LOADX, TAILX)                                                                       \
     do {                                                                                                 \
         __m256 acc[QN * RN + 3];                                                                         \
         _Pragma("GCC unroll 16") for (int t_ = 0; t_ < QN * RN + 3; t_++) acc[t_] = _mm256_setzero_ps(); \
         int d = 0;                                                                                       \
         for (; d + 8 <= dim; d += 8) {                                                                   \
             __m256 xv[RN];                                                                               \
-            _Pragma("GCC unroll 8") for (int b_ = 0; b_ < RN; b_++)                                      \
-                xv[b_] = _mm256_loadu_ps(x0 + (size_t)b_ * dim + d);                                     \
+            _Pragma("GCC unroll 8") for (int b_ = 0; b_ < RN; b_++) xv[b_] = LOADX(x0 + (size_t)b_ * dim + d); \
             _Pragma("GCC unroll 4") for (int a_ = 0; a_ < QN; a_++) {                                    \
                 __m256 qv = _mm256_loadu_ps(q0 + (size_t)a_ * dim + d);                                  \
                 _Pragma("GCC unroll 8") for (int b_ = 0; b_ < RN; b_++)                                  \
@@ -71,12 +126,10 @@ AVX2 static inline __m128 reduce4(__m256 a, __m256 b, __m256 c, __m256 d) {
             }                                                                                            \
         }                                                                                                \
         if (d < dim) {                                                                                   \
-            __m256i mk = _mm256_cmpgt_epi32(_mm256_set1_epi32(dim - d),                                  \
-                                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));                  \
             __m256 xv[RN];                                                                               \
-            for (int b_ = 0; b_ < RN; b_++) xv[b_] = _mm256_maskload_ps(x0 + (size_t)b_ * dim + d, mk);  \
+            for (int b_ = 0; b_ < RN; b_++) xv[b_] = TAILX(x0 + (size_t)b_ * dim + d, dim - d);          \
             for (int a_ = 0; a_ < QN; a_++) {                                                            \
-                __m256 qv = _mm256_maskload_ps(q0 + (size_t)a_ * dim + d, mk);                           \
+                __m256 qv = tail_f32(q0 + (size_t)a_ * dim + d, dim - d);                                \
                 for (int b_ = 0; b_ < RN; b_++)                                                          \
                     acc[a_ * RN + b_] = _mm256_fmadd_ps(qv, xv[b_], acc[a_ * RN + b_]);                  \
             }                                                                                            \
@@ -89,54 +142,61 @@ AVX2 static inline __m128 reduce4(__m256 a, __m256 b, __m256 c, __m256 d) {
         }                                                                                                \
     } while (0)
 
-AVX2 static void score_avx2(const float *x, int m, int dim, const float *q, int nq, float *out, int ldo) {
-    int i = 0;
-    for (; i + 4 <= nq || (i < nq && nq - i >= 2); i += 4) { /* 4, 3 or 2 queries x 3 rows */
-        int qn = nq - i < 4 ? nq - i : 4;
-        const float *q0 = q + (size_t)i * dim;
-        for (int r = 0; r < m; r += 3) {
-            int rn = m - r < 3 ? m - r : 3;
-            const float *x0 = x + (size_t)r * dim;
-            float *o0 = out + (size_t)i * ldo + r;
-            switch (qn * 4 + rn) {
-            case 4 * 4 + 3: TILE(4, 3); break;
-            case 4 * 4 + 2: TILE(4, 2); break;
-            case 4 * 4 + 1: TILE(4, 1); break;
-            case 3 * 4 + 3: TILE(3, 3); break;
-            case 3 * 4 + 2: TILE(3, 2); break;
-            case 3 * 4 + 1: TILE(3, 1); break;
-            case 2 * 4 + 3: TILE(2, 3); break;
-            case 2 * 4 + 2: TILE(2, 2); break;
-            default: TILE(2, 1); break;
-            }
-        }
+/* 4, 3 or 2 queries x 3 rows per tile; a lone query takes 4 rows per step
+ * (it is memory-bound, and four row streams prefetch best). */
+#define SCORE_AVX2(NAME, XT, LOADX, TAILX)                                                               \
+    AVX2 static void NAME(const void *xp, int m, int dim, const float *q, int nq, float *out, int ldo) {  \
+        const XT *x = xp;                                                                                \
+        int i = 0;                                                                                       \
+        for (; i + 4 <= nq || (i < nq && nq - i >= 2); i += 4) {                                         \
+            int qn = nq - i < 4 ? nq - i : 4;                                                            \
+            const float *q0 = q + (size_t)i * dim;                                                       \
+            for (int r = 0; r < m; r += 3) {                                                             \
+                int rn = m - r < 3 ? m - r : 3;                                                          \
+                const XT *x0 = x + (size_t)r * dim;                                                      \
+                float *o0 = out + (size_t)i * ldo + r;                                                   \
+                switch (qn * 4 + rn) {                                                                   \
+                case 4 * 4 + 3: TILE(4, 3, LOADX, TAILX); break;                                         \
+                case 4 * 4 + 2: TILE(4, 2, LOADX, TAILX); break;                                         \
+                case 4 * 4 + 1: TILE(4, 1, LOADX, TAILX); break;                                         \
+                case 3 * 4 + 3: TILE(3, 3, LOADX, TAILX); break;                                         \
+                case 3 * 4 + 2: TILE(3, 2, LOADX, TAILX); break;                                         \
+                case 3 * 4 + 1: TILE(3, 1, LOADX, TAILX); break;                                         \
+                case 2 * 4 + 3: TILE(2, 3, LOADX, TAILX); break;                                         \
+                case 2 * 4 + 2: TILE(2, 2, LOADX, TAILX); break;                                         \
+                default: TILE(2, 1, LOADX, TAILX); break;                                                \
+                }                                                                                        \
+            }                                                                                            \
+        }                                                                                                \
+        if (i < nq) {                                                                                    \
+            const float *q0 = q + (size_t)i * dim;                                                       \
+            int r = 0;                                                                                   \
+            for (; r + 4 <= m; r += 4) {                                                                 \
+                const XT *x0 = x + (size_t)r * dim;                                                      \
+                float *o0 = out + (size_t)i * ldo + r;                                                   \
+                TILE(1, 4, LOADX, TAILX);                                                                \
+            }                                                                                            \
+            for (; r < m; r++) {                                                                         \
+                const XT *x0 = x + (size_t)r * dim;                                                      \
+                float *o0 = out + (size_t)i * ldo + r;                                                   \
+                TILE(1, 1, LOADX, TAILX);                                                                \
+            }                                                                                            \
+        }                                                                                                \
     }
-    if (i < nq) { /* one query: 4 rows per step, it is memory-bound */
-        const float *q0 = q + (size_t)i * dim;
-        int r = 0;
-        for (; r + 4 <= m; r += 4) {
-            const float *x0 = x + (size_t)r * dim;
-            float *o0 = out + (size_t)i * ldo + r;
-            TILE(1, 4);
-        }
-        for (; r < m; r++) {
-            const float *x0 = x + (size_t)r * dim;
-            float *o0 = out + (size_t)i * ldo + r;
-            TILE(1, 4);
-        }
-    }
-}
+
+SCORE_AVX2(score_avx2_f32, float, LOAD_F32, tail_f32)
+SCORE_AVX2(score_avx2_f16, uint16_t, LOAD_F16, tail_f16)
+#undef SCORE_AVX2
 #undef TILE
 #endif
 
-typedef void (*score_fn)(const float *x, int m, int dim, const float *q, int nq, float *out, int ldo);
-
-static score_fn pick_kernel(void) {
+static score_fn pick_kernel(int f16) {
 #ifdef QAC_SCAN_X86
-    if (!getenv("QAC_SCAN_PORTABLE") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        return score_avx2;
+    if (!getenv("QAC_SCAN_PORTABLE") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+        __builtin_cpu_supports("f16c"))
+        return f16 ? score_avx2_f16 : score_avx2_f32;
 #endif
-    return score_portable;
+    return f16 ? score_portable_f16 : score_portable_f32;
 }
 
 /* ---------------- top-k ---------------- */
@@ -205,7 +265,8 @@ static void scan_task(void *arg, int64_t begin, int64_t end, int tid) {
     for (int64_t blk = begin; blk < end; blk++) {
         int64_t r0 = blk * ROW_BLOCK;
         int m = (int)(f->n - r0 < ROW_BLOCK ? f->n - r0 : ROW_BLOCK);
-        c->score(f->x + (size_t)r0 * f->dim, m, f->dim, c->q, nq, buf, ROW_BLOCK);
+        const void *rows = f->x ? (const void *)(f->x + (size_t)r0 * f->dim) : (const void *)(f->x16 + (size_t)r0 * f->dim);
+        c->score(rows, m, f->dim, c->q, nq, buf, ROW_BLOCK);
         for (int i = 0; i < nq; i++) {
             const float *sc = buf + (size_t)i * ROW_BLOCK;
             float *h = hs + (size_t)i * kk;
@@ -218,13 +279,13 @@ static void scan_task(void *arg, int64_t begin, int64_t end, int tid) {
 qac_status qac_flat_topk(const qac_flat *f, const float *queries, int nq, int k, qac_pool *pool, float *scores,
                          int64_t *rows) {
     if (nq <= 0) return QAC_OK;
-    if (k < 1 || !f->x || f->n < 0 || f->dim < 1)
+    if (k < 1 || !f->x == !f->x16 || f->n < 0 || f->dim < 1)
         return qac_set_error(QAC_ERR_INVALID, "flat search: bad arguments (k %d, dim %d)", k, f->dim);
     int kk = (int64_t)k < f->n ? k : (int)f->n;
     int64_t nblocks = (f->n + ROW_BLOCK - 1) / ROW_BLOCK;
     int threads = qac_pool_size(pool);
     if (threads > nblocks) threads = nblocks > 0 ? (int)nblocks : 1;
-    scan_ctx c = {f, queries, nq, k, kk, pick_kernel(), NULL, NULL, NULL, NULL};
+    scan_ctx c = {f, queries, nq, k, kk, pick_kernel(f->x16 != NULL), NULL, NULL, NULL, NULL};
     int T = qac_pool_size(pool);
     c.buf = malloc(sizeof(float) * (size_t)T * nq * ROW_BLOCK);
     c.hs = malloc(sizeof(float) * ((size_t)T * nq * kk + 1));

@@ -16,7 +16,8 @@
 #include "qac_pool.h"
 
 typedef struct qac_flat {
-    const float *x; /* [n, dim] */
+    const float *x;      /* [n, dim], or NULL when x16 is set */
+    const uint16_t *x16; /* [n, dim] IEEE half (FAISS SQfp16 codes), or NULL */
     int64_t n;
     int dim;
     /* Tie order: nonzero when row a's docid sorts before row b's. Equal
@@ -33,5 +34,7 @@ qac_status qac_flat_topk(const qac_flat *f, const float *queries, int nq, int k,
 
 /* One score, with the arithmetic above (portable code path). */
 float qac_flat_dot(const float *a, const float *b, int dim);
+/* IEEE half to float, exact (NaNs come back quiet). */
+float qac_half_to_float(uint16_t h);
 
 #endif

@@ -74,4 +74,9 @@ qac_status qac_shard_read(const char *path, uint64_t want_checksum, qac_shard *o
 qac_status qac_shard_peek(const char *path, qac_shard_header *h);
 void qac_shard_free(qac_shard *s);
 
+/* The fp16 codes [ntotal, d] of a FAISS IndexScalarQuantizer (QT_fp16,
+ * inner product), borrowed from the index; NULL for any other index. */
+struct FaissIndex_H;
+const uint16_t *qac_faiss_fp16_codes(const struct FaissIndex_H *index);
+
 #endif

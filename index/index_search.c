@@ -33,6 +33,7 @@ struct qac_index {
     FaissIndex *faiss;
     qac_gpu_flat *gpu;
     float *vecs; /* [count, dim]: Flat on the CPU, scanned by flat_scan.c (Debian's FAISS lacks AVX) */
+    const uint16_t *codes16; /* SQfp16: FAISS's codes, scanned by flat_scan.c too */
     qac_pool *pool;          /* threads for the flat scan */
     pthread_mutex_t pool_mu; /* one search drives the pool at a time */
     void *docs_map;
@@ -240,6 +241,7 @@ qac_status qac_index_open(qac_index **out, const char *dir, qac_device device) {
             st = qac_set_error(QAC_ERR_FORMAT, "%s: FAISS index metric is not inner product", path);
             goto fail;
         }
+        if ((ix->codes16 = qac_faiss_fp16_codes(ix->faiss)) && (st = qac_pool_create(&ix->pool, 0))) goto fail;
     }
     json_decref(man);
     *out = ix;
@@ -272,7 +274,7 @@ const char *qac_index_model_fingerprint(const qac_index *ix) { return ix->finger
 int qac_index_on_gpu(const qac_index *ix) { return ix->gpu != NULL; }
 
 qac_status qac_index_set_threads(qac_index *ix, int nthreads) {
-    if (!ix->vecs) return QAC_OK; /* FAISS and the GPU manage their own */
+    if (!ix->vecs && !ix->codes16) return QAC_OK; /* FAISS and the GPU manage their own */
     qac_pool *p = NULL;
     qac_status st = nthreads == 1 ? QAC_OK : qac_pool_create(&p, nthreads);
     if (st) return st;
@@ -378,7 +380,7 @@ static int docid_less(const void *ctx, int64_t a, int64_t b) {
  * at a time; a concurrent caller scans on its own thread, with the same
  * answer. */
 static qac_status flat_search(qac_index *ix, const float *queries, int nq, int k, float *scores, int64_t *rows) {
-    qac_flat f = {ix->vecs, ix->count, ix->dim, docid_less, ix};
+    qac_flat f = {ix->vecs, ix->vecs ? NULL : ix->codes16, ix->count, ix->dim, docid_less, ix};
     int locked = ix->pool && pthread_mutex_trylock(&ix->pool_mu) == 0;
     qac_status st = qac_flat_topk(&f, queries, nq, k, locked ? ix->pool : NULL, scores, rows);
     if (locked) pthread_mutex_unlock(&ix->pool_mu);
@@ -397,7 +399,7 @@ qac_status qac_index_search(const qac_index *ix, const float *queries, int nq, i
                                                 scores + (size_t)q * k, rows + (size_t)q * k);
             if (st) return st;
         }
-    } else if (ix->vecs) {
+    } else if (ix->vecs || ix->codes16) {
         return flat_search((qac_index *)ix, queries, nq, k, scores, rows);
     } else {
         if (faiss_Index_search(ix->faiss, nq, queries, k, scores, rows))

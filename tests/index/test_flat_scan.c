@@ -3,7 +3,9 @@
  *    batch, with 1..3 threads, SIMD or portable kernel, odd dims included;
  *  - each score is the float64 dot product to within float rounding;
  *  - the top-k is the exact top-k of a brute-force sort by (score desc,
- *    docid desc), ties and k > n included. */
+ *    docid desc), ties and k > n included;
+ *  - fp16 rows (FAISS SQfp16 codes) score exactly like their widened fp32
+ *    copies, and the software half -> float equals F16C on all 65,536. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -50,8 +52,8 @@ static void check_dim(int n, int dim, int nq, int k) {
     for (size_t i = 0; i < (size_t)nq * dim; i++) q[i] = frand();
     /* ties: rows 5..9 copy row 3, query 0 is row 3 itself */
     for (int r = 5; r < 10 && r < n; r++) memcpy(x + (size_t)r * dim, x + 3 * (size_t)dim, sizeof(float) * dim);
-    memcpy(q, x + 3 * (size_t)dim, sizeof(float) * dim);
-    qac_flat f = {x, n, dim, id_less, NULL};
+    if (n > 3) memcpy(q, x + 3 * (size_t)dim, sizeof(float) * dim);
+    qac_flat f = {x, NULL, n, dim, id_less, NULL};
 
     float *s1 = malloc(sizeof(float) * (size_t)nq * k), *s2 = malloc(sizeof(float) * (size_t)nq * k);
     int64_t *r1 = malloc(sizeof(int64_t) * (size_t)nq * k), *r2 = malloc(sizeof(int64_t) * (size_t)nq * k);
@@ -111,17 +113,77 @@ static void check_dim(int n, int dim, int nq, int k) {
     free(all), free(x), free(q), free(s1), free(s2), free(r1), free(r2);
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+__attribute__((target("f16c"))) static float f16c_widen(uint16_t h) { return _cvtsh_ss(h); }
+#endif
+
+static void check_half(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (!__builtin_cpu_supports("f16c")) {
+        printf("half -> float vs F16C: skipped (no F16C)\n");
+        return;
+    }
+    int bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float a = qac_half_to_float((uint16_t)h), b = f16c_widen((uint16_t)h);
+        bad += isnan(a) ? !isnan(b) : memcmp(&a, &b, sizeof a) != 0;
+    }
+    CHECK_MSG(bad == 0, "%d half values widen differently from F16C", bad);
+    printf("half -> float: all 65536 values equal F16C\n");
+#endif
+}
+
+static void check_fp16(int n, int dim, int nq, int k) {
+    uint16_t *x16 = malloc(sizeof(uint16_t) * (size_t)n * dim);
+    float *x = malloc(sizeof(float) * (size_t)n * dim), *q = malloc(sizeof(float) * (size_t)nq * dim);
+    for (size_t i = 0; i < (size_t)n * dim; i++) {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        /* sign, exponent 0..17 (subnormals and values up to 8), mantissa */
+        x16[i] = (uint16_t)((rng & 0x8000u) | ((uint16_t)((rng >> 20) % 18) << 10) | ((rng >> 40) & 0x3ffu));
+        x[i] = qac_half_to_float(x16[i]);
+    }
+    for (size_t i = 0; i < (size_t)nq * dim; i++) q[i] = frand();
+    qac_flat f32 = {x, NULL, n, dim, id_less, NULL}, f16 = {NULL, x16, n, dim, id_less, NULL};
+    size_t hk = (size_t)nq * k;
+    float *s1 = malloc(sizeof(float) * hk), *s2 = malloc(sizeof(float) * hk);
+    int64_t *r1 = malloc(sizeof(int64_t) * hk), *r2 = malloc(sizeof(int64_t) * hk);
+    CHECK(run(&f32, q, nq, k, NULL, s1, r1));
+    int differ = 0;
+    qac_pool *p = NULL;
+    CHECK_OK(qac_pool_create(&p, 2));
+    for (int variant = 0; variant < 4; variant++) {
+        if (variant == 2) setenv("QAC_SCAN_PORTABLE", "1", 1);
+        if (variant < 3) CHECK(run(&f16, q, nq, k, variant == 1 ? p : NULL, s2, r2));
+        else { /* one query at a time */
+            for (int i = 0; i < nq; i++) CHECK(run(&f16, q + (size_t)i * dim, 1, k, NULL, s2 + (size_t)i * k, r2 + (size_t)i * k));
+        }
+        differ += memcmp(s1, s2, sizeof(float) * hk) || memcmp(r1, r2, sizeof(int64_t) * hk);
+    }
+    unsetenv("QAC_SCAN_PORTABLE");
+    qac_pool_free(p);
+    CHECK_MSG(differ == 0, "fp16 dim %d: %d runs differ from the widened fp32 scan", dim, differ);
+    printf("fp16 rows, dim %d, n %d, nq %d: identical to the fp32 scan of the widened rows\n", dim, n, nq);
+    free(x16), free(x), free(q), free(s1), free(s2), free(r1), free(r2);
+}
+
 int main(void) {
+    check_half();
+    check_fp16(900, 384, 11, 10);
+    check_fp16(301, 29, 6, 5);
     check_dim(1000, 384, 13, 10);
     check_dim(777, 37, 9, 20);   /* dim tail, partial tiles */
     check_dim(300, 8, 4, 7);
     check_dim(7, 16, 6, 12);     /* k > n */
     check_dim(2, 5, 1, 3);
     float x[4] = {1, 2, 3, 4};
-    qac_flat f = {x, 1, 4, id_less, NULL};
+    qac_flat f = {x, NULL, 1, 4, id_less, NULL};
     float s;
     int64_t r;
     CHECK_ERR(qac_flat_topk(&f, x, 1, 0, NULL, &s, &r), QAC_ERR_INVALID, "k 0");
+    uint16_t h[4] = {0};
+    qac_flat both = {x, h, 1, 4, id_less, NULL};
+    CHECK_ERR(qac_flat_topk(&both, x, 1, 1, NULL, &s, &r), QAC_ERR_INVALID, "bad arguments");
     CHECK_OK(qac_flat_topk(&f, x, 0, 5, NULL, &s, &r));
     return qac_test_summary();
 }
