@@ -4,6 +4,7 @@
  *  - each score is the float64 dot product to within float rounding;
  *  - the top-k is the exact top-k of a brute-force sort by (score desc,
  *    docid desc), ties and k > n included;
+ *  - no kernel reads past the matrix (it ends at a PROT_NONE page);
  *  - fp16 rows (FAISS SQfp16 codes) score exactly like their widened fp32
  *    copies, and the software half -> float equals F16C on all 65,536. */
 #include <math.h>
@@ -11,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "flat_scan.h"
 #include "qac_pool.h"
@@ -20,6 +23,21 @@ static uint64_t rng = 0x9e3779b97f4a7c15ULL;
 static float frand(void) {
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
     return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+/* Memory whose last byte sits right before a PROT_NONE page, so that a
+ * kernel reading past the end of the matrix crashes even without ASan. */
+static void *guarded(size_t bytes) {
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE), span = (bytes + pg - 1) / pg * pg;
+    char *base = mmap(NULL, span + pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) abort();
+    mprotect(base + span, pg, PROT_NONE);
+    return base + span - bytes;
+}
+
+static void unguard(void *p, size_t bytes) {
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE), span = (bytes + pg - 1) / pg * pg;
+    munmap((char *)p + bytes - span, span + pg);
 }
 
 /* docid of row r: "d" + decimal, so strcmp order differs from row order */
@@ -47,7 +65,7 @@ static int run(const qac_flat *f, const float *q, int nq, int k, qac_pool *pool,
 }
 
 static void check_dim(int n, int dim, int nq, int k) {
-    float *x = malloc(sizeof(float) * (size_t)n * dim), *q = malloc(sizeof(float) * (size_t)nq * dim);
+    float *x = guarded(sizeof(float) * (size_t)n * dim), *q = guarded(sizeof(float) * (size_t)nq * dim);
     for (size_t i = 0; i < (size_t)n * dim; i++) x[i] = frand();
     for (size_t i = 0; i < (size_t)nq * dim; i++) q[i] = frand();
     /* ties: rows 5..9 copy row 3, query 0 is row 3 itself */
@@ -110,7 +128,8 @@ static void check_dim(int n, int dim, int nq, int k) {
     differ += memcmp(s2, s1, sizeof(float) * nq * k) || memcmp(r2, r1, sizeof(int64_t) * nq * k);
     CHECK_MSG(differ == 0, "dim %d: %d answers depend on batching, threads or kernel", dim, differ);
     printf("dim %d, n %d, nq %d, k %d: top-k exact, max rel error %.2g, batch-invariant\n", dim, n, nq, k, max_rel);
-    free(all), free(x), free(q), free(s1), free(s2), free(r1), free(r2);
+    unguard(x, sizeof(float) * (size_t)n * dim), unguard(q, sizeof(float) * (size_t)nq * dim);
+    free(all), free(s1), free(s2), free(r1), free(r2);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -135,8 +154,8 @@ static void check_half(void) {
 }
 
 static void check_fp16(int n, int dim, int nq, int k) {
-    uint16_t *x16 = malloc(sizeof(uint16_t) * (size_t)n * dim);
-    float *x = malloc(sizeof(float) * (size_t)n * dim), *q = malloc(sizeof(float) * (size_t)nq * dim);
+    uint16_t *x16 = guarded(sizeof(uint16_t) * (size_t)n * dim);
+    float *x = guarded(sizeof(float) * (size_t)n * dim), *q = guarded(sizeof(float) * (size_t)nq * dim);
     for (size_t i = 0; i < (size_t)n * dim; i++) {
         rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
         /* sign, exponent 0..17 (subnormals and values up to 8), mantissa */
@@ -164,7 +183,9 @@ static void check_fp16(int n, int dim, int nq, int k) {
     qac_pool_free(p);
     CHECK_MSG(differ == 0, "fp16 dim %d: %d runs differ from the widened fp32 scan", dim, differ);
     printf("fp16 rows, dim %d, n %d, nq %d: identical to the fp32 scan of the widened rows\n", dim, n, nq);
-    free(x16), free(x), free(q), free(s1), free(s2), free(r1), free(r2);
+    unguard(x16, sizeof(uint16_t) * (size_t)n * dim), unguard(x, sizeof(float) * (size_t)n * dim);
+    unguard(q, sizeof(float) * (size_t)nq * dim);
+    free(s1), free(s2), free(r1), free(r2);
 }
 
 int main(void) {
