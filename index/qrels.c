@@ -1,10 +1,12 @@
 /* Relevance judgements: TREC, BEIR and Cranfield qrels (api/qac_eval.h). */
 #include "qac_eval.h"
 #include "qac_util.h"
+#include "qid_groups.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,20 +33,6 @@ static int cmp_entry(const void *a, const void *b, void *arena) {
     const char *s = arena;
     int c = strcmp(s + x->qid, s + y->qid);
     return c ? c : strcmp(s + x->docid, s + y->docid);
-}
-
-/* Split a line into at most `max` whitespace-separated fields; returns the
- * number found (max + 1 when there are more). */
-static int split_ws(char *s, char **f, int max) {
-    int n = 0;
-    for (;;) {
-        while (*s && isspace((unsigned char)*s)) s++;
-        if (!*s) return n;
-        if (n == max) return n + 1;
-        f[n++] = s;
-        while (*s && !isspace((unsigned char)*s)) s++;
-        if (*s) *s++ = 0;
-    }
 }
 
 static int parse_int(const char *s, int *out) {
@@ -108,7 +96,7 @@ static qac_status parse_file(qbuild *b, FILE *f, const char *path, qac_qrels_for
         if (lineno == 1 && (unsigned char)s[0] == 0xEF && (unsigned char)s[1] == 0xBB && (unsigned char)s[2] == 0xBF)
             s += 3;
         char *fl[5];
-        int nf = split_ws(s, fl, 4);
+        int nf = qac_split_fields(s, fl, 4);
         if (nf == 0 || fl[0][0] == '#') continue;
         if (first) {
             first = 0;
@@ -193,23 +181,16 @@ qac_status qac_qrels_load(qac_qrels **out, const char *path, qac_qrels_format fm
     q->n = b.n;
     b.arena = NULL;
     b.e = NULL;
-    size_t nq = 0;
-    for (size_t i = 0; i < q->n; i++)
-        if (i == 0 || strcmp(q->arena + q->e[i].qid, q->arena + q->e[i - 1].qid) != 0) nq++;
+    if ((st = qac_group_by_qid(q->arena, q->e, q->n, sizeof *q->e, offsetof(qrel_entry, qid), &q->qids, &q->start,
+                               &q->nq)))
+        goto fail;
     q->docids = malloc((q->n + 1) * sizeof *q->docids);
     q->rels = malloc((q->n + 1) * sizeof *q->rels);
-    q->qids = malloc((nq + 1) * sizeof *q->qids);
-    q->start = malloc((nq + 1) * sizeof *q->start);
-    if (!q->docids || !q->rels || !q->qids || !q->start) goto nomem;
+    if (!q->docids || !q->rels) goto nomem;
     for (size_t i = 0; i < q->n; i++) {
         q->docids[i] = q->arena + q->e[i].docid;
         q->rels[i] = q->e[i].rel;
-        if (i == 0 || strcmp(q->arena + q->e[i].qid, q->arena + q->e[i - 1].qid) != 0) {
-            q->qids[q->nq] = q->arena + q->e[i].qid;
-            q->start[q->nq++] = i;
-        }
     }
-    q->start[q->nq] = q->n;
     *out = q;
     return QAC_OK;
 nomem:

@@ -2,10 +2,12 @@
 #include "qac_data.h"
 #include "qac_eval.h"
 #include "qac_util.h"
+#include "qid_groups.h"
 
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,20 +65,6 @@ static int cmp_run_entry(const void *a, const void *b, void *arena) {
     return x->order < y->order ? -1 : x->order > y->order;
 }
 
-/* Fields of a run line, whitespace separated; returns the count (max + 1
- * when there are more). */
-static int run_split(char *s, char **f, int max) {
-    int n = 0;
-    for (;;) {
-        while (*s && isspace((unsigned char)*s)) s++;
-        if (!*s) return n;
-        if (n == max) return n + 1;
-        f[n++] = s;
-        while (*s && !isspace((unsigned char)*s)) s++;
-        if (*s) *s++ = 0;
-    }
-}
-
 static qac_status run_parse(qac_run *r, FILE *f, const char *path) {
     char *line = NULL;
     size_t cap = 0;
@@ -90,7 +78,7 @@ static qac_status run_parse(qac_run *r, FILE *f, const char *path) {
             break;
         }
         char *fl[7];
-        int nf = run_split(line, fl, 6);
+        int nf = qac_split_fields(line, fl, 6);
         if (nf == 0 || fl[0][0] == '#') continue;
         if (nf < 6) {
             st = qac_set_error(QAC_ERR_FORMAT, "%s:%lld: expected 6 columns 'qid Q0 docid rank score run_id', got %d",
@@ -141,26 +129,19 @@ qac_status qac_run_load(qac_run **out, const char *path) {
     fclose(f);
     if (st) goto fail;
     if (r->n) qsort_r(r->e, r->n, sizeof *r->e, cmp_run_entry, r->arena);
-    size_t nq = 0;
-    for (size_t i = 0; i < r->n; i++)
-        if (i == 0 || strcmp(r->arena + r->e[i].qid, r->arena + r->e[i - 1].qid) != 0) nq++;
+    if ((st = qac_group_by_qid(r->arena, r->e, r->n, sizeof *r->e, offsetof(run_entry, qid), &r->qids, &r->start,
+                               &r->nq)))
+        goto fail;
     r->docids = malloc((r->n + 1) * sizeof *r->docids);
     r->scores = malloc((r->n + 1) * sizeof *r->scores);
-    r->qids = malloc((nq + 1) * sizeof *r->qids);
-    r->start = malloc((nq + 1) * sizeof *r->start);
-    if (!r->docids || !r->scores || !r->qids || !r->start) {
+    if (!r->docids || !r->scores) {
         st = qac_set_error(QAC_ERR_NOMEM, "out of memory reading the run");
         goto fail;
     }
     for (size_t i = 0; i < r->n; i++) {
         r->docids[i] = r->arena + r->e[i].docid;
         r->scores[i] = r->e[i].score;
-        if (i == 0 || strcmp(r->arena + r->e[i].qid, r->arena + r->e[i - 1].qid) != 0) {
-            r->qids[r->nq] = r->arena + r->e[i].qid;
-            r->start[r->nq++] = i;
-        }
     }
-    r->start[r->nq] = r->n;
     *out = r;
     return QAC_OK;
 fail:

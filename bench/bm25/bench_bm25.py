@@ -127,7 +127,9 @@ def main():
     ap.add_argument("--qac", required=True)
     ap.add_argument("--docs", type=int, default=1_000_000)
     ap.add_argument("--k", type=int, default=1000)
-    ap.add_argument("--cranfield", default=os.path.join(os.environ.get("QAC_SHARED_DATA", ""), "cranfield"))
+    shared = os.environ.get("QAC_SHARED_DATA") or os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                                               "..", "shared", "data")
+    ap.add_argument("--cranfield", default=os.path.join(shared, "cranfield"))
     ap.add_argument("--tmp", default=None, help="working directory (default: a temporary one)")
     a = ap.parse_args()
     import bm25s
