@@ -3,7 +3,6 @@
 #include "qac_util.h"
 #include "qid_groups.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <stddef.h>
