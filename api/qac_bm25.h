@@ -35,7 +35,7 @@ extern "C" {
 #endif
 
 typedef struct qac_bm25_build_opts {
-    qac_progress_fn progress; /* phases "bm25 index" (documents) and "bm25 write" (terms) */
+    qac_progress_fn progress; /* phases "bm25 index" (documents) and "bm25 write/terms" */
     void *progress_user;
 } qac_bm25_build_opts;
 

@@ -27,7 +27,7 @@ typedef struct qac_index_build_opts {
     int64_t train_size;    /* vectors sampled to train IVF/PQ/SQ; 0 = auto:
                               256 x nlist for IVF<nlist>, else 100k; capped at the count */
     qac_text_format format; /* corpus format; QAC_FMT_AUTO detects it */
-    qac_progress_fn progress; /* phases: encode, train, add, write */
+    qac_progress_fn progress; /* phases: encode, train-sample/vectors, train/steps, add/vectors, write/files */
     void *progress_user;
 } qac_index_build_opts;
 

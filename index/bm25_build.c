@@ -334,7 +334,7 @@ static qac_status write_index(builder *B, const char *path, const qac_bm25_build
         static const uint8_t pad[4];
         if (dlen % 4) w_bytes(&w, pad, 4 - dlen % 4);
         if (o && o->progress && (i % 65536 == 0 || i + 1 == B->n_terms))
-            o->progress(o->progress_user, "bm25 write", i + 1, B->n_terms);
+            o->progress(o->progress_user, "bm25 write/terms", i + 1, B->n_terms);
     }
     w_align(&w);
     h.file_size = w.pos;

@@ -378,14 +378,14 @@ static qac_status build_faiss(builder *b) {
                        (size_t)b->dim * sizeof(float));
             }
             qac_shard_free(&s);
-            progress(b, "train-sample", j, train_n);
+            progress(b, "train-sample/vectors", j, train_n);
         }
-        progress(b, "train", 0, 1);
+        progress(b, "train/steps", 0, 1);
         if (faiss_Index_train(idx, (idx_t)train_n, train)) {
             st = faiss_fail("train");
             goto done;
         }
-        progress(b, "train", 1, 1);
+        progress(b, "train/steps", 1, 1);
         free(train);
         train = NULL;
     }
@@ -397,7 +397,7 @@ static qac_status build_faiss(builder *b) {
         goto done;
     }
     uint64_t added = 0;
-    progress(b, "add", 0, n);
+    progress(b, "add/vectors", 0, n);
     json_array_foreach(shards, i, sh) {
         char path[4096];
         qac_shard s;
@@ -418,7 +418,7 @@ static qac_status build_faiss(builder *b) {
                 goto done;
             }
             added += m;
-            progress(b, "add", added, n);
+            progress(b, "add/vectors", added, n);
         }
         st = docs_append(&t, &s);
         qac_shard_free(&s);
@@ -426,7 +426,7 @@ static qac_status build_faiss(builder *b) {
     }
     (void)ns;
     char path[4096];
-    progress(b, "write", 0, 1);
+    progress(b, "write/files", 0, 1);
     if ((st = qac_path_join(path, sizeof path, b->dir, "index.faiss"))) goto done;
     qac_atomic_file af;
     if ((st = qac_atomic_open(&af, path))) goto done;
@@ -437,7 +437,7 @@ static qac_status build_faiss(builder *b) {
     }
     if ((st = qac_atomic_commit(&af))) goto done;
     if ((st = qac_path_join(path, sizeof path, b->dir, "docids.qdoc")) || (st = docs_write(path, &t))) goto done;
-    progress(b, "write", 1, 1);
+    progress(b, "write/files", 1, 1);
     json_object_set_new(b->man, "faiss",
                         json_pack("{s:s, s:s, s:s, s:I, s:I}", "file", "index.faiss", "factory", b->factory,
                                   "metric", "inner_product", "ntotal", (json_int_t)faiss_Index_ntotal(idx),

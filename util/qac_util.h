@@ -9,12 +9,15 @@
 
 /* ---- progress ----
  * Long-running library functions take an optional progress callback; the
- * library itself never prints. `total` is 0 when unknown. */
+ * library itself never prints. `total` is 0 when unknown. A phase counting
+ * something other than the caller's unit names it after a slash:
+ * "bm25 write/terms". */
 typedef void (*qac_progress_fn)(void *user, const char *phase, uint64_t done, uint64_t total);
 
 /* A ready-made callback for main(): prints a throttled (at most ~2/s) status
  * line to stderr with phase, done/total, items/s and ETA, and a final line
- * when done == total. `user` must point to a qac_progress_state. */
+ * when done == total. `user` must point to a qac_progress_state; its unit
+ * applies unless the phase names its own. */
 typedef struct qac_progress_state {
     const char *unit;      /* "passages", "queries", ... */
     double start, last_print;

@@ -45,6 +45,9 @@ void qac_progress_stderr(void *user, const char *phase, uint64_t done, uint64_t 
         s->last_print = 0;
     }
     int final = total && done >= total;
+    /* "name/unit": this phase counts its own unit */
+    const char *slash = strchr(phase, '/'), *unit = slash ? slash + 1 : s->unit;
+    int name_len = slash ? (int)(slash - phase) : (int)strlen(phase);
     if (!final && now - s->last_print < (s->is_tty ? 0.5 : 5.0)) return;
     s->last_print = now;
     double el = now - s->start;
@@ -57,13 +60,13 @@ void qac_progress_stderr(void *user, const char *phase, uint64_t done, uint64_t 
         snprintf(eta, sizeof eta, " ETA %s", e);
     }
     if (total)
-        fprintf(stderr, "%s[%s] %llu/%llu %s (%.1f%%) %.1f %s/s elapsed %s%s%s",
-                s->is_tty ? "\r" : "", phase, (unsigned long long)done, (unsigned long long)total,
-                s->unit, 100.0 * (double)done / (double)total, rate, s->unit, elapsed,
+        fprintf(stderr, "%s[%.*s] %llu/%llu %s (%.1f%%) %.1f %s/s elapsed %s%s%s",
+                s->is_tty ? "\r" : "", name_len, phase, (unsigned long long)done, (unsigned long long)total,
+                unit, 100.0 * (double)done / (double)total, rate, unit, elapsed,
                 final ? "" : eta, s->is_tty && !final ? "  " : "\n");
     else
-        fprintf(stderr, "%s[%s] %llu %s %.1f %s/s elapsed %s%s", s->is_tty ? "\r" : "", phase,
-                (unsigned long long)done, s->unit, rate, s->unit, elapsed, s->is_tty ? "  " : "\n");
+        fprintf(stderr, "%s[%.*s] %llu %s %.1f %s/s elapsed %s%s", s->is_tty ? "\r" : "", name_len, phase,
+                (unsigned long long)done, unit, rate, unit, elapsed, s->is_tty ? "  " : "\n");
     fflush(stderr);
 }
 
