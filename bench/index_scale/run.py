@@ -161,7 +161,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build-dir", required=True, help="CMake build directory with qac and the bench driver")
     ap.add_argument("--workdir", required=True)
-    ap.add_argument("--n", type=int, default=8_800_000)
+    ap.add_argument("--n", type=int, default=8_800_000, help="main set size (0 = skip it)")
     ap.add_argument("--dim", type=int, default=384)
     ap.add_argument("--factories", default="SQfp16;IVF4096,PQ32", help="';'-separated FAISS factory strings")
     ap.add_argument("--flat-n", type=int, default=1_000_000, help="Flat benchmark size (0 = skip)")
@@ -173,7 +173,8 @@ def main():
     ap.add_argument("--ef-search", type=int, default=128)
     ap.add_argument("--keep", action="store_true", help="keep the Python faiss index files")
     args = ap.parse_args()
-    rows = bench(args, "main", args.n, args.dim, args.factories.split(";"))
+    factories = [f for f in args.factories.split(";") if f.strip()]
+    rows = bench(args, "main", args.n, args.dim, factories) if args.n and factories else []
     if args.flat_n:
         rows += bench(args, "flat", args.flat_n, args.flat_dim, ["Flat"])
     print("\n| set | factory | tool | build s | index MiB | peak RSS MiB | queries/s | recall@%d |" % args.k)
