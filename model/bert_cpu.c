@@ -1,7 +1,7 @@
 #include "bert_cpu.h"
 
-#include <cblas.h>
-#undef I /* OpenBLAS's cblas.h pulls in <complex.h> */
+#include "gemm.h"
+
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -203,64 +203,17 @@ void qac_layernorm_forward(float *out, float *mean, float *rstd, const float *in
 
 /* ---- matmul ---- */
 
-static void blas_single_threaded(qac_pool *pool) {
-    static atomic_int done;
-    if (qac_pool_size(pool) > 1 && !atomic_load(&done)) {
-        openblas_set_num_threads(1);
-        atomic_store(&done, 1);
-    }
-}
+/* ---- matrix products (model/gemm.c: sequential FMA chains, batch-invariant) ---- */
 
-/* Rows per task: one chunk per thread. Single-threaded sgemm packs W once
- * per call and loses ~20% below ~512 rows, so tall tasks beat finer balance. */
-static int64_t matmul_grain(int N, qac_pool *pool) {
-    int nt = qac_pool_size(pool);
-    return ((int64_t)N + nt - 1) / nt;
-}
-
-typedef struct mm_ctx {
+typedef struct bgelu_ctx {
     float *out, *pre;
-    const float *inp, *w, *bias, *resid;
-    int IC, OC;
-} mm_ctx;
+    const float *bias;
+    int OC;
+} bgelu_ctx;
 
-/* pre-fill the output rows [b, e) with bias (+ resid); returns the sgemm beta */
-static float mm_prefill(float *o, const float *bias, const float *resid, int64_t b, int64_t e, int OC) {
-    if (!bias && !resid) return 0.0f;
-    for (int64_t r = b; r < e; r++) {
-        float *orow = o + (size_t)r * OC;
-        if (resid && bias) {
-            const float *rr = resid + (size_t)r * OC;
-            for (int i = 0; i < OC; i++) orow[i] = rr[i] + bias[i];
-        } else if (resid) {
-            if (resid != o) memcpy(orow, resid + (size_t)r * OC, (size_t)OC * sizeof *orow);
-        } else {
-            memcpy(orow, bias, (size_t)OC * sizeof *orow);
-        }
-    }
-    return 1.0f;
-}
-
-static void mm_task(void *vctx, int64_t b, int64_t e, int tid) {
-    const mm_ctx *c = vctx;
-    float beta = mm_prefill(c->out, c->bias, c->resid, b, e, c->OC);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(e - b), c->OC, c->IC, 1.0f,
-                c->inp + (size_t)b * c->IC, c->IC, c->w, c->IC, beta, c->out + (size_t)b * c->OC, c->OC);
-}
-
-void qac_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
-                        const float *resid, int N, int IC, int OC, qac_pool *pool) {
-    blas_single_threaded(pool);
-    mm_ctx c = {out, NULL, inp, w, bias, resid, IC, OC};
-    qac_pool_for(pool, N, matmul_grain(N, pool), mm_task, &c);
-}
-
-static void mm_gelu_task(void *vctx, int64_t b, int64_t e, int tid) {
-    const mm_ctx *c = vctx;
+static void bias_gelu_task(void *vctx, int64_t b, int64_t e, int tid) {
+    const bgelu_ctx *c = vctx;
     float *dst = c->pre ? c->pre : c->out;
-    /* one tall sgemm (64-row sub-blocks cost ~20% sgemm speed), then bias + GELU */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(e - b), c->OC, c->IC, 1.0f,
-                c->inp + (size_t)b * c->IC, c->IC, c->w, c->IC, 0.0f, dst + (size_t)b * c->OC, c->OC);
     for (int64_t r = b; r < e; r++) {
         size_t o = (size_t)r * c->OC;
         if (c->bias)
@@ -270,11 +223,28 @@ static void mm_gelu_task(void *vctx, int64_t b, int64_t e, int tid) {
     }
 }
 
+/* out = GELU(inp W^T + bias); pre keeps the pre-activation when not NULL */
+static void matmul_gelu_packed(float *out, float *pre, const float *inp, const qac_packed_w *pw, const float *bias,
+                               int N, qac_pool *pool) {
+    qac_gemm(pre ? pre : out, inp, pw, NULL, NULL, N, pool);
+    bgelu_ctx c = {out, pre, bias, pw->OC};
+    qac_pool_for(pool, N, 0, bias_gelu_task, &c);
+}
+
+void qac_matmul_forward(float *out, const float *inp, const float *w, const float *bias,
+                        const float *resid, int N, int IC, int OC, qac_pool *pool) {
+    qac_packed_w pw;
+    if (qac_gemm_pack(&pw, w, OC, IC)) abort(); /* out of memory: no status to return here */
+    qac_gemm(out, inp, &pw, bias, resid, N, pool);
+    qac_gemm_packed_free(&pw);
+}
+
 void qac_matmul_gelu_forward(float *out, float *pre, const float *inp, const float *w,
                              const float *bias, int N, int IC, int OC, qac_pool *pool) {
-    blas_single_threaded(pool);
-    mm_ctx c = {out, pre, inp, w, bias, NULL, IC, OC};
-    qac_pool_for(pool, N, matmul_grain(N, pool), mm_gelu_task, &c);
+    qac_packed_w pw;
+    if (qac_gemm_pack(&pw, w, OC, IC)) abort();
+    matmul_gelu_packed(out, pre, inp, &pw, bias, N, pool);
+    qac_gemm_packed_free(&pw);
 }
 
 typedef struct gelu_ctx {
@@ -305,6 +275,10 @@ static void att_task(void *vctx, int64_t begin, int64_t end, int tid) {
     const att_ctx *c = vctx;
     int T = c->T, C = c->C, NH = c->NH, hs = C / NH;
     float scale = 1.0f / sqrtf((float)hs);
+    /* packed K^T [T x hs] and V [hs x T] of one head (gemm.h layout) */
+    size_t nk = qac_gemm_packed_floats(T, hs), nv = qac_gemm_packed_floats(hs, T);
+    float *pk = malloc((nk + nv) * sizeof *pk), *pv = pk + nk;
+    if (!pk) abort(); /* out of memory: no status to return here */
     for (int64_t bh = begin; bh < end; bh++) {
         int b = (int)(bh / NH), h = (int)(bh % NH);
         int len = c->lens[b];
@@ -313,8 +287,8 @@ static void att_task(void *vctx, int64_t begin, int64_t end, int tid) {
         const float *v = q + 2 * C;
         float *att = c->att ? c->att + (size_t)bh * T * T : c->scratch + (size_t)tid * T * T;
         /* scores for the real keys only: masked keys get exactly zero weight */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, len, hs, scale, q, 3 * C, k, 3 * C,
-                    0.0f, att, T);
+        qac_gemm_pack_into(pk, k, len, hs, 3 * C, 0);
+        qac_gemm_strided(att, T, q, 3 * C, pk, hs, len, scale, T);
         for (int t = 0; t < T; t++) {
             float *row = att + (size_t)t * T;
             float mx = row[0];
@@ -324,14 +298,14 @@ static void att_task(void *vctx, int64_t begin, int64_t end, int tid) {
             if (c->att)
                 for (int j = len; j < T; j++) row[j] = 0.0f;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, len, 1.0f, att, T, v, 3 * C, 0.0f,
-                    c->out + (size_t)b * T * C + (size_t)h * hs, C);
+        qac_gemm_pack_into(pv, v, hs, len, 3 * C, 1);
+        qac_gemm_strided(c->out + (size_t)b * T * C + (size_t)h * hs, C, att, T, pv, len, hs, 1.0f, T);
     }
+    free(pk);
 }
 
 void qac_attention_forward(float *out, float *att, float *scratch, const float *qkv,
                            const int *lens, int B, int T, int C, int NH, qac_pool *pool) {
-    blas_single_threaded(pool);
     att_ctx c = {out, att, scratch, qkv, lens, T, C, NH};
     qac_pool_for(pool, (int64_t)B * NH, 1, att_task, &c);
 }
@@ -477,9 +451,45 @@ void qac_bert_acts_free(qac_bert_acts *a) {
 
 #define AT(ptr, l, n) ((ptr) ? (ptr) + (size_t)(l) * (n) : NULL)
 
+void qac_bert_packed_free(qac_bert_packed *pk) {
+    if (!pk) return;
+    for (int l = 0; l < pk->L; l++) {
+        if (pk->qkv) qac_gemm_packed_free(&pk->qkv[l]);
+        if (pk->attn_out) qac_gemm_packed_free(&pk->attn_out[l]);
+        if (pk->ffn_in) qac_gemm_packed_free(&pk->ffn_in[l]);
+        if (pk->ffn_out) qac_gemm_packed_free(&pk->ffn_out[l]);
+    }
+    free(pk->qkv), free(pk->attn_out), free(pk->ffn_in), free(pk->ffn_out);
+    memset(pk, 0, sizeof *pk);
+}
+
+qac_status qac_bert_pack(qac_bert_packed *pk, const qac_bert_config *c, const qac_bert_params *p) {
+    memset(pk, 0, sizeof *pk);
+    int C = c->hidden_size, I = c->intermediate_size, L = c->num_layers;
+    pk->qkv = calloc((size_t)L, sizeof *pk->qkv);
+    pk->attn_out = calloc((size_t)L, sizeof *pk->attn_out);
+    pk->ffn_in = calloc((size_t)L, sizeof *pk->ffn_in);
+    pk->ffn_out = calloc((size_t)L, sizeof *pk->ffn_out);
+    pk->L = L;
+    qac_status st = pk->qkv && pk->attn_out && pk->ffn_in && pk->ffn_out
+                        ? QAC_OK
+                        : qac_set_error(QAC_ERR_NOMEM, "out of memory packing the encoder weights");
+    for (int l = 0; !st && l < L; l++) {
+        size_t lc = (size_t)l * C;
+        if ((st = qac_gemm_pack(&pk->qkv[l], p->qkv_w + lc * 3 * C, 3 * C, C)) ||
+            (st = qac_gemm_pack(&pk->attn_out[l], p->attn_out_w + lc * C, C, C)) ||
+            (st = qac_gemm_pack(&pk->ffn_in[l], p->ffn_in_w + (size_t)l * I * C, I, C)))
+            break;
+        st = qac_gemm_pack(&pk->ffn_out[l], p->ffn_out_w + (size_t)l * C * I, C, I);
+    }
+    if (st) qac_bert_packed_free(pk);
+    return st;
+}
+
 qac_status qac_bert_forward(qac_bert_acts *a, const qac_bert_config *c, const qac_bert_params *p,
-                            const int32_t *ids, const int *lens, int B, int T, float *hidden_out,
-                            qac_pool *pool) {
+                            const qac_bert_packed *pk, const int32_t *ids, const int *lens, int B, int T,
+                            float *hidden_out, qac_pool *pool) {
+    if (!pk || pk->L != c->num_layers) return qac_set_error(QAC_ERR_INVALID, "bert forward: weights not packed");
     if (!a->mem || a->B != B || a->T != T)
         return qac_set_error(QAC_ERR_INVALID, "bert forward: activations not allocated for B=%d T=%d", B, T);
     if (a->nthreads < qac_pool_size(pool) && !a->keep)
@@ -512,15 +522,13 @@ qac_status qac_bert_forward(qac_bert_acts *a, const qac_bert_config *c, const qa
         float *att = AT(a->att, s, (size_t)B * NH * T * T);
         size_t lc = (size_t)l * C;
 
-        qac_matmul_forward(qkv, x, p->qkv_w + lc * 3 * C, p->qkv_b + lc * 3, NULL, (int)N, C, 3 * C, pool);
+        qac_gemm(qkv, x, &pk->qkv[l], p->qkv_b + lc * 3, NULL, (int)N, pool);
         qac_attention_forward(atty, att, a->scratch, qkv, lens, B, T, C, NH, pool);
-        qac_matmul_forward(res1, atty, p->attn_out_w + lc * C, p->attn_out_b + lc, x, (int)N, C, C, pool);
+        qac_gemm(res1, atty, &pk->attn_out[l], p->attn_out_b + lc, x, (int)N, pool);
         qac_layernorm_forward(ln1, AT(a->ln1_mean, s, N), AT(a->ln1_rstd, s, N), res1, p->ln1_w + lc,
                               p->ln1_b + lc, (int)N, C, eps, pool);
-        qac_matmul_gelu_forward(ffn_act, ffn_pre, ln1, p->ffn_in_w + (size_t)l * I * C,
-                                p->ffn_in_b + (size_t)l * I, (int)N, C, I, pool);
-        qac_matmul_forward(res2, ffn_act, p->ffn_out_w + (size_t)l * C * I, p->ffn_out_b + lc, ln1, (int)N, I,
-                           C, pool);
+        matmul_gelu_packed(ffn_act, ffn_pre, ln1, &pk->ffn_in[l], p->ffn_in_b + (size_t)l * I, (int)N, pool);
+        qac_gemm(res2, ffn_act, &pk->ffn_out[l], p->ffn_out_b + lc, ln1, (int)N, pool);
         qac_layernorm_forward(y, AT(a->ln2_mean, s, N), AT(a->ln2_rstd, s, N), res2, p->ln2_w + lc,
                               p->ln2_b + lc, (int)N, C, eps, pool);
         if (hidden_out) memcpy(hidden_out + (size_t)(l + 1) * NC, y, NC * sizeof(float));

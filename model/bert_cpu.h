@@ -4,7 +4,9 @@
  * shapes in the comments. B = batch, T = padded length, C = hidden size,
  * NH = heads, hs = C / NH, I = intermediate size, N = B * T rows. Every
  * function takes an optional thread pool last (NULL runs serially); matrix
- * products go through cblas_sgemm. These are the CPU twins of the CUDA
+ * products go through model/gemm.c, whose per-element arithmetic does not
+ * depend on the batch: a sequence's vectors are the same bits alone or in
+ * any batch, at any padded length. These are the CPU twins of the CUDA
  * kernels in kernels/.
  *
  * Padding follows Hugging Face: a sequence b has lens[b] real tokens, keys at
@@ -17,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gemm.h"
 #include "qac_model.h"
 #include "qac_pool.h"
 
@@ -99,13 +102,22 @@ qac_status qac_bert_acts_alloc(qac_bert_acts *a, const qac_bert_config *c, int B
                                int nthreads);
 void qac_bert_acts_free(qac_bert_acts *a);
 
+/* The linear layers' weights packed for qac_gemm, once per model:
+ * [L] each of qkv, attention output, FFN in and FFN out. */
+typedef struct qac_bert_packed {
+    int L;
+    qac_packed_w *qkv, *attn_out, *ffn_in, *ffn_out;
+} qac_bert_packed;
+qac_status qac_bert_pack(qac_bert_packed *pk, const qac_bert_config *c, const qac_bert_params *p);
+void qac_bert_packed_free(qac_bert_packed *pk);
+
 /* Run the encoder on ids [B,T] (type ids 0) with lens [B]. a must have been
  * allocated for exactly this B and T. hidden_out, when not NULL, receives
  * every hidden state as Hugging Face's output_hidden_states does:
  * [L+1,B,T,C], index 0 the embedding output. The result is a->last. */
 qac_status qac_bert_forward(qac_bert_acts *a, const qac_bert_config *c, const qac_bert_params *p,
-                            const int32_t *ids, const int *lens, int B, int T, float *hidden_out,
-                            qac_pool *pool);
+                            const qac_bert_packed *pk, const int32_t *ids, const int *lens, int B, int T,
+                            float *hidden_out, qac_pool *pool);
 
 #ifdef __cplusplus
 }

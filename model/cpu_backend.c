@@ -11,6 +11,7 @@ typedef struct cpu_backend {
     const qac_model *m;
     qac_pool *pool;
     qac_bert_acts acts;
+    qac_bert_packed packed;
 } cpu_backend;
 
 static qac_status cpu_forward(void *impl, const int32_t *ids, const int *lens, int B, int T, float *out) {
@@ -18,7 +19,7 @@ static qac_status cpu_forward(void *impl, const int32_t *ids, const int *lens, i
     const qac_model *m = cb->m;
     qac_status st = qac_bert_acts_alloc(&cb->acts, &m->cfg, B, T, 0, qac_pool_size(cb->pool));
     if (st != QAC_OK) return st;
-    st = qac_bert_forward(&cb->acts, &m->cfg, &m->p, ids, lens, B, T, NULL, cb->pool);
+    st = qac_bert_forward(&cb->acts, &m->cfg, &m->p, &cb->packed, ids, lens, B, T, NULL, cb->pool);
     if (st != QAC_OK) return st;
     qac_pooling_forward(out, cb->acts.last, lens, B, T, m->cfg.hidden_size, m->pooling, m->normalize);
     return QAC_OK;
@@ -28,6 +29,7 @@ static void cpu_free(void *impl) {
     cpu_backend *cb = impl;
     if (!cb) return;
     qac_bert_acts_free(&cb->acts);
+    qac_bert_packed_free(&cb->packed);
     qac_pool_free(cb->pool);
     free(cb);
 }
@@ -37,7 +39,9 @@ qac_status qac_cpu_backend_create(qac_encoder_backend *be, const qac_model *m, c
     if (!cb) return qac_set_error(QAC_ERR_NOMEM, "cpu encoder: out of memory");
     cb->m = m;
     qac_status st = qac_pool_create(&cb->pool, o ? o->threads : 0);
+    if (st == QAC_OK) st = qac_bert_pack(&cb->packed, &m->cfg, &m->p);
     if (st != QAC_OK) {
+        qac_pool_free(cb->pool);
         free(cb);
         return st;
     }

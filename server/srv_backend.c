@@ -72,8 +72,9 @@ qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, c
     qac_encoder_opts eo = qac_encoder_default_opts();
     eo.device = dev;
     eo.threads = threads;
-    /* The CPU forward pass is not bit-identical across padding shapes, so use
-     * `qac search`'s batch: a remote run then matches an offline one exactly. */
+    /* The CPU forward pass gives a text the same bits in any batch; the GPU's
+     * may not, so use `qac search`'s batch there too: a remote run then
+     * matches an offline one exactly. */
     eo.max_batch = QAC_SERVER_ENCODER_BATCH;
     if ((st = qac_encoder_create(&r->enc, r->model, &eo))) {
         qac_wrap_error(st, "encoder");

@@ -76,7 +76,9 @@ static void check_hidden(const qac_model *m, const enc_fixture *fx, qac_pool *po
     float *hid = malloc((size_t)(L + 1) * nh * T * C * sizeof *hid);
     qac_bert_acts a = {0}, ak = {0};
     CHECK_OK(qac_bert_acts_alloc(&a, &m->cfg, nh, T, 0, qac_pool_size(pool)));
-    CHECK_OK(qac_bert_forward(&a, &m->cfg, &m->p, ids, lens, nh, T, hid, pool));
+    qac_bert_packed pk;
+    CHECK_OK(qac_bert_pack(&pk, &m->cfg, &m->p));
+    CHECK_OK(qac_bert_forward(&a, &m->cfg, &m->p, &pk, ids, lens, nh, T, hid, pool));
     for (int k = 0; k < nh; k++) {
         const enc_hidden *h = &fx->hidden[k];
         double maxd = 0;
@@ -99,7 +101,7 @@ static void check_hidden(const qac_model *m, const enc_fixture *fx, qac_pool *po
     }
     /* the training layout (every activation kept) computes the same thing */
     CHECK_OK(qac_bert_acts_alloc(&ak, &m->cfg, nh, T, 1, qac_pool_size(pool)));
-    CHECK_OK(qac_bert_forward(&ak, &m->cfg, &m->p, ids, lens, nh, T, NULL, pool));
+    CHECK_OK(qac_bert_forward(&ak, &m->cfg, &m->p, &pk, ids, lens, nh, T, NULL, pool));
     double maxd = 0;
     for (size_t i = 0; i < (size_t)nh * T * C; i++) {
         double d = fabs((double)ak.last[i] - a.last[i]);
@@ -119,6 +121,7 @@ static void check_hidden(const qac_model *m, const enc_fixture *fx, qac_pool *po
     CHECK_MSG(bad_mask == 0, "%d masked attention weights are not zero", bad_mask);
     qac_bert_acts_free(&a);
     qac_bert_acts_free(&ak);
+    qac_bert_packed_free(&pk);
     free(hid);
     free(ids);
     free(lens);

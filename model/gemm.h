@@ -1,0 +1,42 @@
+/* Internal to model/: the encoder's matrix product, out = inp W^T (+ bias)
+ * (+ resid), with W packed once into 16-column panels.
+ *
+ * Every output element is one sequential chain of fused multiply-adds over
+ * k = 0 .. IC-1, then + bias, then + resid, whatever the number of rows, the
+ * row's position in the call, the thread count or the CPU's SIMD level. A
+ * sequence's vectors therefore never depend on the other sequences in its
+ * batch (OpenBLAS's sgemm changes its summation with the row count). */
+#ifndef QAC_GEMM_H
+#define QAC_GEMM_H
+
+#include "qac_common.h"
+#include "qac_pool.h"
+
+#define QAC_GEMM_PANEL 16
+
+typedef struct qac_packed_w {
+    float *p; /* [ceil(OC / 16), IC, 16]: p[(j * IC + k) * 16 + c] = W[16 j + c][k], zero-padded */
+    int IC, OC;
+} qac_packed_w;
+
+/* Pack W [OC, IC] (row-major, torch.nn.Linear layout). */
+qac_status qac_gemm_pack(qac_packed_w *pw, const float *w, int OC, int IC);
+void qac_gemm_packed_free(qac_packed_w *pw);
+
+/* out [N, OC] = inp [N, IC] W^T, then + bias [OC] when not NULL, then
+ * + resid [N, OC] when not NULL (resid may alias out). */
+void qac_gemm(float *out, const float *inp, const qac_packed_w *pw, const float *bias, const float *resid, int N,
+              qac_pool *pool);
+
+/* The general form, for strided operands (attention heads):
+ * packed holds qac_gemm_packed_floats(OC, IC) floats, filled by
+ * qac_gemm_pack_into from W [OC, IC] with row stride ldw, or, when
+ * transposed, from W^T [IC, OC] with row stride ldw. Then
+ * out[n * ldo + o] = alpha * (inp[n * ldi + .] . W[o]), (+ bias[o]), and no
+ * residual. Runs on the calling thread. */
+size_t qac_gemm_packed_floats(int OC, int IC);
+void qac_gemm_pack_into(float *packed, const float *w, int OC, int IC, int ldw, int transposed);
+void qac_gemm_strided(float *out, int ldo, const float *inp, int ldi, const float *packed, int IC, int OC,
+                      float alpha, int N);
+
+#endif

@@ -1,0 +1,97 @@
+/* The encoder's matrix product (model/gemm.c):
+ *  - every element equals the sequential FMA chain computed here in scalar
+ *    code, bit for bit (so also for odd shapes and padded panels);
+ *  - a row's result does not depend on the rows beside it, the row count,
+ *    the thread count or the kernel (AVX2 or portable);
+ *  - bias and residual are added after the product, residual aliasing out;
+ *  - the strided and transposed packing used by attention gives the same. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gemm.h"
+#include "testutil.h"
+
+static unsigned long long rng = 88172645463325252ULL;
+static float frand(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((double)(rng >> 11) / 9007199254740992.0 - 0.5);
+}
+
+static float ref_elem(const float *a, const float *w, int IC, float alpha, const float *bias, const float *resid, int o) {
+    float acc = 0.0f;
+    for (int k = 0; k < IC; k++) acc = fmaf(a[k], w[(size_t)o * IC + k], acc);
+    if (alpha != 1.0f) acc = acc * alpha;
+    if (bias) acc = acc + bias[o];
+    if (resid) acc = acc + resid[o];
+    return acc;
+}
+
+static void check_shape(int N, int IC, int OC) {
+    float *a = malloc(sizeof(float) * (size_t)N * IC), *w = malloc(sizeof(float) * (size_t)OC * IC);
+    float *bias = malloc(sizeof(float) * OC), *res = malloc(sizeof(float) * (size_t)N * OC);
+    float *out = malloc(sizeof(float) * (size_t)N * OC), *out2 = malloc(sizeof(float) * (size_t)N * OC);
+    for (size_t i = 0; i < (size_t)N * IC; i++) a[i] = frand();
+    for (size_t i = 0; i < (size_t)OC * IC; i++) w[i] = frand();
+    for (int i = 0; i < OC; i++) bias[i] = frand();
+    for (size_t i = 0; i < (size_t)N * OC; i++) res[i] = frand();
+    qac_packed_w pw;
+    CHECK_OK(qac_gemm_pack(&pw, w, OC, IC));
+    int bad = 0;
+    /* plain, then bias + residual aliasing out */
+    qac_gemm(out, a, &pw, NULL, NULL, N, NULL);
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) bad += out[(size_t)n * OC + o] != ref_elem(a + (size_t)n * IC, w, IC, 1.0f, NULL, NULL, o);
+    memcpy(out2, res, sizeof(float) * (size_t)N * OC);
+    qac_gemm(out2, a, &pw, bias, out2, N, NULL);
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++)
+            bad += out2[(size_t)n * OC + o] != ref_elem(a + (size_t)n * IC, w, IC, 1.0f, bias, res + (size_t)n * OC, o);
+    CHECK_MSG(bad == 0, "%d x %d x %d: %d elements differ from the sequential FMA chain", N, IC, OC, bad);
+    /* rows alone, in odd sub-batches, with threads, with the portable kernel */
+    int differ = 0;
+    for (int n = 0; n < N; n += 1 + n % 5) {
+        int m = 1 + (n * 7) % 9;
+        if (n + m > N) m = N - n;
+        qac_gemm(out2, a + (size_t)n * IC, &pw, NULL, NULL, m, NULL);
+        differ += memcmp(out2, out + (size_t)n * OC, sizeof(float) * (size_t)m * OC) != 0;
+    }
+    for (int t = 2; t <= 3; t++) {
+        qac_pool *p = NULL;
+        CHECK_OK(qac_pool_create(&p, t));
+        qac_gemm(out2, a, &pw, NULL, NULL, N, p);
+        differ += memcmp(out2, out, sizeof(float) * (size_t)N * OC) != 0;
+        qac_pool_free(p);
+    }
+    setenv("QAC_GEMM_PORTABLE", "1", 1);
+    qac_gemm(out2, a, &pw, NULL, NULL, N, NULL);
+    unsetenv("QAC_GEMM_PORTABLE");
+    differ += memcmp(out2, out, sizeof(float) * (size_t)N * OC) != 0;
+    CHECK_MSG(differ == 0, "%d x %d x %d: %d results depend on batching, threads or kernel", N, IC, OC, differ);
+    /* strided / transposed packing: W^T given as [IC, OC] with a wider stride */
+    int ld = OC + 3;
+    float *wt = malloc(sizeof(float) * (size_t)IC * ld), *pk = malloc(sizeof(float) * qac_gemm_packed_floats(OC, IC));
+    for (int k = 0; k < IC; k++)
+        for (int o = 0; o < OC; o++) wt[(size_t)k * ld + o] = w[(size_t)o * IC + k];
+    qac_gemm_pack_into(pk, wt, OC, IC, ld, 1);
+    CHECK(memcmp(pk, pw.p, sizeof(float) * qac_gemm_packed_floats(OC, IC)) == 0);
+    qac_gemm_strided(out2, OC, a, IC, pk, IC, OC, 0.125f, N);
+    bad = 0;
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) bad += out2[(size_t)n * OC + o] != ref_elem(a + (size_t)n * IC, w, IC, 0.125f, NULL, NULL, o);
+    CHECK_MSG(bad == 0, "%d x %d x %d strided: %d elements differ", N, IC, OC, bad);
+    printf("gemm %4d x %4d x %4d: bit-equal to the scalar chain, batch/thread/kernel-invariant\n", N, IC, OC);
+    qac_gemm_packed_free(&pw);
+    free(a), free(w), free(bias), free(res), free(out), free(out2), free(wt), free(pk);
+}
+
+int main(void) {
+    check_shape(37, 384, 1152);
+    check_shape(100, 1536, 384);
+    check_shape(13, 32, 20);  /* attention-sized, a padded panel */
+    check_shape(7, 5, 3);
+    check_shape(1, 1, 1);
+    qac_packed_w pw;
+    CHECK_ERR(qac_gemm_pack(&pw, NULL, 0, 4), QAC_ERR_INVALID, "bad shape");
+    return qac_test_summary();
+}
