@@ -1,6 +1,7 @@
 /* The encoder: token ids in, pooled (optionally L2-normalised) embeddings
- * out. One interface, two backends: the CPU reference (fp32, OpenBLAS) and
- * CUDA (kernels/). Callers never see which backend runs.
+ * out. One interface, two backends: the CPU reference (fp32, batch-invariant:
+ * a text gets the same vector in any batch) and CUDA (kernels/). Callers
+ * never see which backend runs.
  *
  * Ownership: the encoder borrows the model (free the encoder first). An
  * encoder is not thread-safe: one caller at a time. It keeps its buffers

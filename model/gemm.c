@@ -74,7 +74,6 @@ static void micro_portable(const float *a, int lda, int IC, int rn, const float 
         }
 }
 
-typedef void (*micro_fn)(const float *a, int lda, int IC, int rn, const float *panel, float acc[MR][NP]);
 /* the micro-tile with its epilogue: out rows [rn] x panel columns [ncols] */
 typedef void (*tile_fn)(float *out, int ldo, const float *a, int lda, int IC, int rn, const float *panel, int o0,
                         int ncols, float alpha, const float *bias, const float *resid);
