@@ -1,6 +1,8 @@
-/* The CPU reference BERT forward pass (fp32).
+/* The CPU reference BERT encoder (fp32): forward for inference and
+ * training, and backward.
  *
- * Layer math is plain functions over flat row-major arrays, outputs first,
+ * Layer math (layers.c) is plain functions over flat row-major arrays, each
+ * forward beside its backward twin (d-prefixed gradients), outputs first,
  * shapes in the comments. B = batch, T = padded length, C = hidden size,
  * NH = heads, hs = C / NH, I = intermediate size, N = B * T rows. Every
  * function takes an optional thread pool last (NULL runs serially); matrix
@@ -27,6 +29,26 @@
 extern "C" {
 #endif
 
+/* ---- dropout ----
+ * HF BERT's four sites: after the embedding LayerNorm, on the attention
+ * probabilities, and on the attention and FFN output projections before
+ * their residual. Masks come from qac_rng (counter-based): element i of
+ * position t of sequence seq_ids[b] at (layer, site) is a pure function of
+ * (key, seq, layer, site, t, i), so a re-forward, a GradCache chunk or a
+ * resumed step draws the same masks whatever the batch around it. */
+enum { QAC_DROP_EMB = 0, QAC_DROP_ATT = 1, QAC_DROP_ATT_OUT = 2, QAC_DROP_FFN_OUT = 3 };
+typedef struct qac_dropout {
+    float hidden, attn;       /* probabilities (hidden_dropout_prob, attention_probs_dropout_prob); 0 = off */
+    uint64_t key;             /* one per step, e.g. qac_rng_key(seed, step, stream, 0) */
+    const uint64_t *seq_ids;  /* [B] stable ids of the batch's sequences (NULL: 0..B-1) */
+} qac_dropout;
+/* Whether site draws anything (d may be NULL). */
+int qac_dropout_active(const qac_dropout *d, int site);
+/* out = inp * mask / (1 - p) (+ resid when not NULL), rows [B*T, C]. The
+ * same call with gradients is the backward (resid NULL). out may alias inp. */
+void qac_dropout_forward(float *out, const float *inp, const float *resid, const qac_dropout *d, int layer, int site,
+                         int B, int T, int C, qac_pool *pool);
+
 /* out[b,t,:] = word_emb[ids[b,t]] + pos_emb[t] + type_emb[type_ids[b,t]]
  * (type 0 everywhere when type_ids is NULL). No LayerNorm.
  * out [B,T,C]; ids, type_ids [B,T]; word_emb [V,C]; pos_emb [P,C]; type_emb [Tt,C]. */
@@ -34,19 +56,41 @@ void qac_embeddings_forward(float *out, const int32_t *ids, const int32_t *type_
                             const float *word_emb, const float *pos_emb, const float *type_emb,
                             int B, int T, int C, qac_pool *pool);
 
+/* dword [V,C], dpos [P,C], dtype [Tt,C] += the rows of dout [B,T,C]. */
+void qac_embeddings_backward(float *dword, float *dpos, float *dtype, const float *dout, const int32_t *ids,
+                             const int32_t *type_ids, int B, int T, int C);
+
 /* out = (inp - mean) * rstd * w + b per row. mean, rstd [N] may be NULL.
  * out, inp [N,C] (out may alias inp); w, b [C]. */
 void qac_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
                            const float *b, int N, int C, float eps, qac_pool *pool);
+/* dinp [N,C] = d/dinp (written; may alias dout); dw, db [C] += over rows. */
+void qac_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                            const float *mean, const float *rstd, const float *w, int N, int C, qac_pool *pool);
 
 /* GELU, erf form: out = 0.5 x (1 + erf(x / sqrt 2)). out may alias inp. [n] */
 void qac_gelu_forward(float *out, const float *inp, size_t n, qac_pool *pool);
+
+/* dinp = dout * GELU'(pre), [n]; dinp may alias dout. */
+void qac_gelu_backward(float *dinp, const float *dout, const float *pre, size_t n, qac_pool *pool);
 
 /* pre = inp W^T + bias, out = GELU(pre): the FFN input projection with the
  * bias and activation fused. pre may be NULL (not kept; then out holds the
  * activation only). out, pre [N,OC]; inp [N,IC]; w [OC,IC]; bias [OC]. */
 void qac_matmul_gelu_forward(float *out, float *pre, const float *inp, const float *w,
                              const float *bias, int N, int IC, int OC, qac_pool *pool);
+void qac_matmul_gelu_packed(float *out, float *pre, const float *inp, const qac_packed_w *pw, const float *bias,
+                            int N, qac_pool *pool);
+
+/* Backward of out = inp W^T + bias, each part skipped when its output is NULL:
+ * dinp [N,IC] = dout [N,OC] W [OC,IC] (+ dresid [N,IC]; written, dresid may
+ * alias dinp), dw [OC,IC] += dout^T inp, db [OC] += column sums of dout.
+ * scratch holds qac_matmul_backward_scratch(N, IC, OC) floats. */
+size_t qac_matmul_backward_scratch(int N, int IC, int OC);
+void qac_matmul_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                         const float *dresid, int N, int IC, int OC, float *scratch, qac_pool *pool);
+/* qac_gemm_pack_into over the pool, one 16-column panel per task. */
+void qac_gemm_pack_parallel(float *packed, const float *w, int OC, int IC, int ldw, int transposed, qac_pool *pool);
 
 /* Multi-head self-attention over fused projections.
  * qkv [B,T,3C]: per row Q | K | V, head h in columns [h*hs, (h+1)*hs) of each.
@@ -55,20 +99,39 @@ void qac_matmul_gelu_forward(float *out, float *pre, const float *inp, const flo
  * when att is NULL, scratch [qac_pool_size(pool), T, T] holds them briefly. */
 void qac_attention_forward(float *out, float *att, float *scratch, const float *qkv,
                            const int *lens, int B, int T, int C, int NH, qac_pool *pool);
+/* The same with dropout on the probabilities (att keeps them undropped). */
+void qac_attention_forward_drop(float *out, float *att, float *scratch, const float *qkv, const int *lens,
+                                const qac_dropout *drop, int layer, int B, int T, int C, int NH, qac_pool *pool);
+/* dqkv [B,T,3C] (written) from datty [B,T,C], the kept probabilities att
+ * [B,NH,T,T] and qkv; keys past lens[b] get zero gradient. */
+void qac_attention_backward(float *dqkv, const float *datty, const float *qkv, const float *att, const int *lens,
+                            const qac_dropout *drop, int layer, int B, int T, int C, int NH, qac_pool *pool);
 
 /* Pool the last hidden state: CLS (row 0) or the mean over the lens[b] real
  * tokens, then, when normalize, x / max(||x||_2, 1e-12) (F.normalize).
  * out [B,C]; hidden [B,T,C]. */
 void qac_pooling_forward(float *out, const float *hidden, const int *lens, int B, int T, int C,
                          qac_pooling pooling, int normalize);
+/* dhidden [B,T,C] (written, zero where pooling reads nothing) from dout
+ * [B,C]; the normalisation is recomputed from hidden. */
+void qac_pooling_backward(float *dhidden, const float *dout, const float *hidden, const int *lens, int B, int T,
+                          int C, qac_pooling pooling, int normalize);
+/* y = x / max(||x||, 1e-12): dx [C] from dy [C] and x. */
+void qac_l2norm_backward(float *dx, const float *dy, const float *x, int C);
 
 /* ---- the whole encoder ----
- * Activations live in one allocation sized for (B, T) and views into it.
- * With keep = 1 every layer's tensors are kept for a backward pass: index
- * layer l as qkv + l * B*T*3C and so on. With keep = 0 (inference) the views
- * alias each other as far as one layer's dataflow allows (about 6 C + max(4C,
- * I) floats per token in all) and only `last` is meaningful afterwards;
- * the NULL views below are the ones keep = 0 drops. */
+ * Activations live in one allocation sized for (B, T) and views into it, in
+ * one of three modes:
+ *   QAC_ACTS_INFER   (0) inference: the views alias each other as far as one
+ *                    layer's dataflow allows (about 6 C + max(4C, I) floats
+ *                    per token) and only `last` is meaningful afterwards;
+ *                    the views marked (NULL) are dropped;
+ *   QAC_ACTS_KEEP    (1) every layer's tensors are kept for backward: index
+ *                    layer l as qkv + l * B*T*3C and so on (Lk = L);
+ *   QAC_ACTS_RECOMPUTE (2) only the layer inputs (hidden) are kept and one
+ *                    layer's tensors (Lk = 1); backward re-runs each layer's
+ *                    forward before its backward. */
+enum { QAC_ACTS_INFER = 0, QAC_ACTS_KEEP = 1, QAC_ACTS_RECOMPUTE = 2 };
 typedef struct qac_bert_acts {
     int B, T, keep, layers_kept, nthreads;
     float *mem;
@@ -77,16 +140,16 @@ typedef struct qac_bert_acts {
     float *emb_mean;   /* [B,T] (NULL) */
     float *emb_rstd;   /* [B,T] (NULL) */
     float *hidden;     /* [L+1,B,T,C]: hidden[0] = embeddings, hidden[l+1] = layer l output
-                          (keep = 0: two [B,T,C] work rows, no history) */
+                          (infer: two [B,T,C] work rows, no history) */
     float *qkv;        /* [Lk,B,T,3C] */
-    float *att;        /* [Lk,B,NH,T,T] (keep only, else NULL) */
-    float *scratch;    /* [nthreads,T,T] (keep = 0 only, else NULL) */
+    float *att;        /* [Lk,B,NH,T,T] (NULL) */
+    float *scratch;    /* [nthreads,T,T] (infer only, else NULL) */
     float *atty;       /* [Lk,B,T,C] attention context before the output projection */
     float *res1;       /* [Lk,B,T,C] layer input + attention output (LN1 input) */
     float *ln1_mean;   /* [Lk,B,T] (NULL) */
     float *ln1_rstd;   /* [Lk,B,T] (NULL) */
     float *ln1;        /* [Lk,B,T,C] */
-    float *ffn_pre;    /* [Lk,B,T,I] before GELU (keep only, else NULL) */
+    float *ffn_pre;    /* [Lk,B,T,I] before GELU (NULL) */
     float *ffn_act;    /* [Lk,B,T,I] after GELU */
     float *res2;       /* [Lk,B,T,C] ln1 + FFN output (LN2 input) */
     float *ln2_mean;   /* [Lk,B,T] (NULL) */
@@ -102,13 +165,16 @@ qac_status qac_bert_acts_alloc(qac_bert_acts *a, const qac_bert_config *c, int B
                                int nthreads);
 void qac_bert_acts_free(qac_bert_acts *a);
 
-/* The linear layers' weights packed for qac_gemm, once per model:
- * [L] each of qkv, attention output, FFN in and FFN out. */
+/* The linear layers' weights packed for qac_gemm, once per model (and again
+ * after every optimiser step): [L] each of qkv, attention output, FFN in
+ * and FFN out. */
 typedef struct qac_bert_packed {
     int L;
     qac_packed_w *qkv, *attn_out, *ffn_in, *ffn_out;
 } qac_bert_packed;
 qac_status qac_bert_pack(qac_bert_packed *pk, const qac_bert_config *c, const qac_bert_params *p);
+/* Re-pack changed weights into pk's existing buffers (no allocation). */
+void qac_bert_repack(qac_bert_packed *pk, const qac_bert_config *c, const qac_bert_params *p, qac_pool *pool);
 void qac_bert_packed_free(qac_bert_packed *pk);
 
 /* Run the encoder on ids [B,T] (type ids 0) with lens [B]. a must have been
@@ -118,6 +184,39 @@ void qac_bert_packed_free(qac_bert_packed *pk);
 qac_status qac_bert_forward(qac_bert_acts *a, const qac_bert_config *c, const qac_bert_params *p,
                             const qac_bert_packed *pk, const int32_t *ids, const int *lens, int B, int T,
                             float *hidden_out, qac_pool *pool);
+/* The training forward: token types (NULL: 0) and dropout (NULL: none).
+ * With drop NULL it computes exactly what qac_bert_forward does. */
+qac_status qac_bert_forward_train(qac_bert_acts *a, const qac_bert_config *c, const qac_bert_params *p,
+                                  const qac_bert_packed *pk, const int32_t *ids, const int32_t *type_ids,
+                                  const int *lens, int B, int T, const qac_dropout *drop, qac_pool *pool);
+
+/* One encoder layer's forward, from x [B,T,C] to y, keeping its tensors in
+ * slot s of a (s = l when every layer is kept, else 0). */
+void qac_bert_layer_forward(qac_bert_acts *a, int l, int s, const float *x, float *y, const qac_bert_config *c,
+                            const qac_bert_params *p, const qac_bert_packed *pk, const int *lens, int B, int T,
+                            const qac_dropout *drop, qac_pool *pool);
+
+/* ---- backward ----
+ * Work buffers for one backward pass over (B, T), reused across steps. */
+typedef struct qac_bert_bwd {
+    int B, T;
+    float *mem;
+    size_t n_floats;
+    float *dy, *dres, *dln1, *datty, *dbig, *scratch;
+} qac_bert_bwd;
+qac_status qac_bert_bwd_alloc(qac_bert_bwd *w, const qac_bert_config *c, int B, int T);
+void qac_bert_bwd_free(qac_bert_bwd *w);
+
+/* Back-propagate injected gradients on the hidden states into g, a
+ * parameter-gradient block in the same layout as p (accumulated: +=).
+ * dh[l] is dL/dhidden[l] [B,T,C] for l in 0..L (hidden[L] = a->last), NULL
+ * where nothing reads that state; heads that read a middle layer's token
+ * states inject there. a holds the forward of the same inputs and dropout
+ * (mode KEEP or RECOMPUTE). The pooler gets no gradient. */
+qac_status qac_bert_backward(qac_bert_params *g, qac_bert_bwd *w, const float *const *dh, qac_bert_acts *a,
+                             const qac_bert_config *c, const qac_bert_params *p, const qac_bert_packed *pk,
+                             const int32_t *ids, const int32_t *type_ids, const int *lens, int B, int T,
+                             const qac_dropout *drop, qac_pool *pool);
 
 #ifdef __cplusplus
 }

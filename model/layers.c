@@ -1,0 +1,539 @@
+/* BERT layer math on the CPU: each layer's forward and its backward twin
+ * side by side, plain functions over flat row-major arrays (shapes in
+ * bert_cpu.h). Matrix products go through gemm.c and element-wise work
+ * through vecmath.c; both keep one sequential chain per output element, so
+ * results depend on neither the batch nor the thread count. Reductions over
+ * rows (bias and LayerNorm parameter gradients) run per column, in row
+ * order, for the same reason. */
+#include "bert_cpu.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gemm.h"
+#include "qac_rng.h"
+#include "vecmath.h"
+
+/* ---- dropout ----
+ * The mask of element i of row (sequence s, position t) at a site is a pure
+ * function of (key, s, site, t, i): a sequence keeps its masks whatever
+ * batch, chunk or padding it is computed in. */
+
+static inline uint64_t drop_stream(const qac_dropout *d, int b, int layer, int site) {
+    uint64_t seq = d->seq_ids ? d->seq_ids[b] : (uint64_t)b;
+    return qac_rng_key(d->key, seq, (uint64_t)layer, (uint64_t)site);
+}
+
+/* keep when the 24-bit uniform is at or above p */
+static inline float drop_scale(uint64_t stream, uint64_t counter, uint32_t thresh, float scale) {
+    return (uint32_t)(qac_rng_u64(stream, counter) >> 40) >= thresh ? scale : 0.0f;
+}
+
+typedef struct drop_ctx {
+    float *out;
+    const float *inp, *resid;
+    const qac_dropout *d;
+    int layer, site, T, C;
+} drop_ctx;
+
+static void drop_task(void *vctx, int64_t begin, int64_t end, int tid) {
+    const drop_ctx *c = vctx;
+    float p = c->site == QAC_DROP_EMB || c->site >= QAC_DROP_ATT_OUT ? c->d->hidden : c->d->attn;
+    uint32_t thresh = (uint32_t)(p * 16777216.0f);
+    float scale = 1.0f / (1.0f - p);
+    int C = c->C;
+    for (int64_t r = begin; r < end; r++) {
+        int b = (int)(r / c->T), t = (int)(r % c->T);
+        uint64_t s = drop_stream(c->d, b, c->layer, c->site);
+        const float *x = c->inp + (size_t)r * C;
+        const float *res = c->resid ? c->resid + (size_t)r * C : NULL;
+        float *o = c->out + (size_t)r * C;
+        for (int i = 0; i < C; i++) {
+            float v = x[i] * drop_scale(s, (uint64_t)t * C + i, thresh, scale);
+            o[i] = res ? v + res[i] : v;
+        }
+    }
+}
+
+int qac_dropout_active(const qac_dropout *d, int site) {
+    if (!d) return 0;
+    return (site == QAC_DROP_ATT ? d->attn : d->hidden) > 0.0f;
+}
+
+void qac_dropout_forward(float *out, const float *inp, const float *resid, const qac_dropout *d, int layer, int site,
+                         int B, int T, int C, qac_pool *pool) {
+    drop_ctx c = {out, inp, resid, d, layer, site, T, C};
+    qac_pool_for(pool, (int64_t)B * T, 0, drop_task, &c);
+}
+
+/* attention probabilities of (b, h), row t: scale kept entries in place */
+static void drop_att_row(float *row, int len, const qac_dropout *d, int b, int layer, int h, int t) {
+    uint32_t thresh = (uint32_t)(d->attn * 16777216.0f);
+    float scale = 1.0f / (1.0f - d->attn);
+    uint64_t s = drop_stream(d, b, layer, QAC_DROP_ATT);
+    uint64_t base = ((uint64_t)h << 40) | ((uint64_t)t << 20);
+    for (int j = 0; j < len; j++) row[j] *= drop_scale(s, base | (uint64_t)j, thresh, scale);
+}
+
+/* ---- embeddings ---- */
+
+typedef struct emb_ctx {
+    float *out;
+    const int32_t *ids, *type_ids;
+    const float *word, *pos, *type;
+    int T, C;
+} emb_ctx;
+
+static void emb_task(void *vctx, int64_t b, int64_t e, int tid) {
+    const emb_ctx *c = vctx;
+    int C = c->C;
+    for (int64_t r = b; r < e; r++) {
+        const float *w = c->word + (size_t)c->ids[r] * C;
+        const float *p = c->pos + (size_t)(r % c->T) * C;
+        const float *t = c->type + (size_t)(c->type_ids ? c->type_ids[r] : 0) * C;
+        float *o = c->out + (size_t)r * C;
+        for (int i = 0; i < C; i++) o[i] = w[i] + p[i] + t[i];
+    }
+}
+
+void qac_embeddings_forward(float *out, const int32_t *ids, const int32_t *type_ids, const float *word_emb,
+                            const float *pos_emb, const float *type_emb, int B, int T, int C, qac_pool *pool) {
+    emb_ctx c = {out, ids, type_ids, word_emb, pos_emb, type_emb, T, C};
+    qac_pool_for(pool, (int64_t)B * T, 0, emb_task, &c);
+}
+
+/* Rows in order, so a repeated token's contributions always add up in the
+ * same order. */
+void qac_embeddings_backward(float *dword, float *dpos, float *dtype, const float *dout, const int32_t *ids,
+                             const int32_t *type_ids, int B, int T, int C) {
+    for (int64_t r = 0; r < (int64_t)B * T; r++) {
+        const float *g = dout + (size_t)r * C;
+        float *w = dword + (size_t)ids[r] * C;
+        float *p = dpos + (size_t)(r % T) * C;
+        float *t = dtype + (size_t)(type_ids ? type_ids[r] : 0) * C;
+        for (int i = 0; i < C; i++) {
+            w[i] += g[i];
+            p[i] += g[i];
+            t[i] += g[i];
+        }
+    }
+}
+
+/* ---- layernorm ---- */
+
+typedef struct ln_ctx {
+    float *out, *mean, *rstd;
+    const float *inp, *w, *b;
+    int C;
+    float eps;
+} ln_ctx;
+
+static void ln_task(void *vctx, int64_t b, int64_t e, int tid) {
+    const ln_ctx *c = vctx;
+    int C = c->C;
+    for (int64_t r = b; r < e; r++)
+        qac_vm_layernorm_row(c->out + (size_t)r * C, c->mean ? c->mean + r : NULL, c->rstd ? c->rstd + r : NULL,
+                             c->inp + (size_t)r * C, c->w, c->b, C, c->eps);
+}
+
+void qac_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                           int N, int C, float eps, qac_pool *pool) {
+    ln_ctx c = {out, mean, rstd, inp, w, b, C, eps};
+    qac_pool_for(pool, N, 0, ln_task, &c);
+}
+
+typedef struct lnb_ctx {
+    float *dinp, *dw, *db;
+    const float *dout, *inp, *mean, *rstd, *w;
+    int N, C;
+} lnb_ctx;
+
+/* dinp = rstd (dnorm - mean(dnorm) - norm mean(dnorm norm)), dnorm = dout w */
+static void lnb_rows(void *vctx, int64_t begin, int64_t end, int tid) {
+    const lnb_ctx *c = vctx;
+    int C = c->C;
+    for (int64_t r = begin; r < end; r++) {
+        const float *g = c->dout + (size_t)r * C, *x = c->inp + (size_t)r * C;
+        float m = c->mean[r], rs = c->rstd[r];
+        float s1 = 0, s2 = 0;
+        for (int i = 0; i < C; i++) {
+            float dn = g[i] * c->w[i];
+            s1 += dn;
+            s2 += dn * (x[i] - m) * rs;
+        }
+        s1 /= C;
+        s2 /= C;
+        float *d = c->dinp + (size_t)r * C;
+        for (int i = 0; i < C; i++) {
+            float nrm = (x[i] - m) * rs;
+            d[i] = (g[i] * c->w[i] - s1 - nrm * s2) * rs;
+        }
+    }
+}
+
+#define COLS 16
+
+/* dw += sum_r dout * norm, db += sum_r dout, over blocks of 16 columns */
+static void lnb_cols(void *vctx, int64_t begin, int64_t end, int tid) {
+    const lnb_ctx *c = vctx;
+    int C = c->C;
+    for (int64_t blk = begin; blk < end; blk++) {
+        int c0 = (int)blk * COLS, nc = C - c0 < COLS ? C - c0 : COLS;
+        float sw[COLS] = {0}, sb[COLS] = {0};
+        for (int r = 0; r < c->N; r++) {
+            const float *g = c->dout + (size_t)r * C + c0, *x = c->inp + (size_t)r * C + c0;
+            float m = c->mean[r], rs = c->rstd[r];
+            for (int i = 0; i < nc; i++) {
+                sw[i] += g[i] * ((x[i] - m) * rs);
+                sb[i] += g[i];
+            }
+        }
+        for (int i = 0; i < nc; i++) {
+            c->dw[c0 + i] += sw[i];
+            c->db[c0 + i] += sb[i];
+        }
+    }
+}
+
+void qac_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                            const float *mean, const float *rstd, const float *w, int N, int C, qac_pool *pool) {
+    lnb_ctx c = {dinp, dw, db, dout, inp, mean, rstd, w, N, C};
+    qac_pool_for(pool, (int64_t)(C + COLS - 1) / COLS, 1, lnb_cols, &c);
+    qac_pool_for(pool, N, 0, lnb_rows, &c);
+}
+
+/* ---- linear layers ---- */
+
+typedef struct bgelu_ctx {
+    float *out, *pre;
+    const float *bias;
+    int OC;
+} bgelu_ctx;
+
+static void bias_gelu_task(void *vctx, int64_t b, int64_t e, int tid) {
+    const bgelu_ctx *c = vctx;
+    float *dst = c->pre ? c->pre : c->out;
+    for (int64_t r = b; r < e; r++) {
+        size_t o = (size_t)r * c->OC;
+        if (c->bias)
+            qac_vm_bias_gelu(c->out + o, dst + o, c->bias, c->OC, c->pre != NULL);
+        else
+            qac_vm_gelu(c->out + o, dst + o, (size_t)c->OC);
+    }
+}
+
+void qac_matmul_gelu_packed(float *out, float *pre, const float *inp, const qac_packed_w *pw, const float *bias,
+                            int N, qac_pool *pool) {
+    qac_gemm(pre ? pre : out, inp, pw, NULL, NULL, N, pool);
+    bgelu_ctx c = {out, pre, bias, pw->OC};
+    qac_pool_for(pool, N, 0, bias_gelu_task, &c);
+}
+
+void qac_matmul_gelu_forward(float *out, float *pre, const float *inp, const float *w, const float *bias, int N,
+                             int IC, int OC, qac_pool *pool) {
+    qac_packed_w pw;
+    if (qac_gemm_pack(&pw, w, OC, IC)) abort(); /* out of memory: no status to return here */
+    qac_matmul_gelu_packed(out, pre, inp, &pw, bias, N, pool);
+    qac_gemm_packed_free(&pw);
+}
+
+size_t qac_matmul_backward_scratch(int N, int IC, int OC) {
+    size_t wt = qac_gemm_packed_floats(IC, OC);            /* W^T packed for dinp */
+    size_t dw = (size_t)OC * N + qac_gemm_packed_floats(IC, N); /* dout^T and inp^T packed for dw */
+    return wt > dw ? wt : dw;
+}
+
+typedef struct tr_ctx {
+    float *out;
+    const float *inp;
+    int N, OC;
+} tr_ctx;
+
+/* out [OC, N] = inp [N, OC]^T, by blocks of output rows */
+static void transpose_task(void *vctx, int64_t begin, int64_t end, int tid) {
+    const tr_ctx *c = vctx;
+    for (int64_t o = begin; o < end; o++)
+        for (int n = 0; n < c->N; n++) c->out[(size_t)o * c->N + n] = c->inp[(size_t)n * c->OC + o];
+}
+
+typedef struct pack_ctx {
+    float *packed;
+    const float *w;
+    int OC, IC, ldw, transposed;
+} pack_ctx;
+
+/* one 16-column panel per index: the panels are independent */
+static void pack_task(void *vctx, int64_t begin, int64_t end, int tid) {
+    const pack_ctx *c = vctx;
+    for (int64_t j = begin; j < end; j++) {
+        int o0 = (int)j * QAC_GEMM_PANEL, n = c->OC - o0 < QAC_GEMM_PANEL ? c->OC - o0 : QAC_GEMM_PANEL;
+        const float *src = c->transposed ? c->w + o0 : c->w + (size_t)o0 * c->ldw;
+        qac_gemm_pack_into(c->packed + (size_t)j * c->IC * QAC_GEMM_PANEL, src, n, c->IC, c->ldw, c->transposed);
+    }
+}
+
+void qac_gemm_pack_parallel(float *packed, const float *w, int OC, int IC, int ldw, int transposed, qac_pool *pool) {
+    pack_ctx c = {packed, w, OC, IC, ldw, transposed};
+    qac_pool_for(pool, (OC + QAC_GEMM_PANEL - 1) / QAC_GEMM_PANEL, 1, pack_task, &c);
+}
+
+typedef struct colsum_ctx {
+    float *db;
+    const float *dout;
+    int N, OC;
+} colsum_ctx;
+
+static void colsum_task(void *vctx, int64_t begin, int64_t end, int tid) {
+    const colsum_ctx *c = vctx;
+    for (int64_t blk = begin; blk < end; blk++) {
+        int c0 = (int)blk * COLS, nc = c->OC - c0 < COLS ? c->OC - c0 : COLS;
+        float s[COLS] = {0};
+        for (int r = 0; r < c->N; r++)
+            for (int i = 0; i < nc; i++) s[i] += c->dout[(size_t)r * c->OC + c0 + i];
+        for (int i = 0; i < nc; i++) c->db[c0 + i] += s[i];
+    }
+}
+
+void qac_matmul_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                         const float *dresid, int N, int IC, int OC, float *scratch, qac_pool *pool) {
+    if (db) {
+        colsum_ctx c = {db, dout, N, OC};
+        qac_pool_for(pool, (OC + COLS - 1) / COLS, 1, colsum_task, &c);
+    }
+    if (dw) {
+        /* dw [OC, IC] += dout^T [OC, N] . inp [N, IC]: rows of dout^T against inp's columns */
+        float *dT = scratch, *inpT = scratch + (size_t)OC * N;
+        tr_ctx t = {dT, dout, N, OC};
+        qac_pool_for(pool, OC, 0, transpose_task, &t);
+        qac_gemm_pack_parallel(inpT, inp, IC, N, IC, 1, pool);
+        qac_packed_w pw = {inpT, N, IC};
+        qac_gemm(dw, dT, &pw, NULL, dw, OC, pool);
+    }
+    if (dinp) {
+        /* dinp [N, IC] = dout [N, OC] . W [OC, IC] (+ dresid) */
+        qac_gemm_pack_parallel(scratch, w, IC, OC, IC, 1, pool);
+        qac_packed_w pw = {scratch, OC, IC};
+        qac_gemm(dinp, dout, &pw, NULL, dresid, N, pool);
+    }
+}
+
+typedef struct gelu_ctx {
+    float *out;
+    const float *inp, *pre;
+} gelu_ctx;
+
+static void gelu_task(void *vctx, int64_t b, int64_t e, int tid) {
+    const gelu_ctx *c = vctx;
+    qac_vm_gelu(c->out + b, c->inp + b, (size_t)(e - b));
+}
+
+void qac_gelu_forward(float *out, const float *inp, size_t n, qac_pool *pool) {
+    gelu_ctx c = {out, inp, NULL};
+    qac_pool_for(pool, (int64_t)n, 1 << 16, gelu_task, &c);
+}
+
+static void gelu_bwd_task(void *vctx, int64_t b, int64_t e, int tid) {
+    const gelu_ctx *c = vctx;
+    qac_vm_gelu_backward(c->out + b, c->inp + b, c->pre + b, (size_t)(e - b));
+}
+
+void qac_gelu_backward(float *dinp, const float *dout, const float *pre, size_t n, qac_pool *pool) {
+    gelu_ctx c = {dinp, dout, pre};
+    qac_pool_for(pool, (int64_t)n, 1 << 16, gelu_bwd_task, &c);
+}
+
+/* ---- attention ---- */
+
+typedef struct att_ctx {
+    float *out, *att, *scratch;
+    const float *qkv;
+    const int *lens;
+    const qac_dropout *drop;
+    int layer, T, C, NH;
+} att_ctx;
+
+static void att_task(void *vctx, int64_t begin, int64_t end, int tid) {
+    const att_ctx *c = vctx;
+    int T = c->T, C = c->C, NH = c->NH, hs = C / NH;
+    int dropping = qac_dropout_active(c->drop, QAC_DROP_ATT);
+    float scale = 1.0f / sqrtf((float)hs);
+    /* packed K^T [T x hs] and V [hs x T] of one head (gemm.h layout), and
+     * the dropped probabilities when dropout is on */
+    size_t nk = qac_gemm_packed_floats(T, hs), nv = qac_gemm_packed_floats(hs, T);
+    float *pk = malloc((nk + nv + (dropping ? (size_t)T * T : 0)) * sizeof *pk), *pv = pk + nk, *pd = pv + nv;
+    if (!pk) abort(); /* out of memory: no status to return here */
+    for (int64_t bh = begin; bh < end; bh++) {
+        int b = (int)(bh / NH), h = (int)(bh % NH);
+        int len = c->lens[b];
+        const float *q = c->qkv + (size_t)b * T * 3 * C + (size_t)h * hs;
+        const float *k = q + C;
+        const float *v = q + 2 * C;
+        float *att = c->att ? c->att + (size_t)bh * T * T : c->scratch + (size_t)tid * T * T;
+        /* scores for the real keys only: masked keys get exactly zero weight */
+        qac_gemm_pack_into(pk, k, len, hs, 3 * C, 0);
+        qac_gemm_strided(att, T, q, 3 * C, pk, hs, len, scale, T);
+        for (int t = 0; t < T; t++) {
+            float *row = att + (size_t)t * T;
+            float mx = row[0];
+            for (int j = 1; j < len; j++) mx = row[j] > mx ? row[j] : mx;
+            float inv = 1.0f / qac_vm_exp_shift_sum(row, len, mx);
+            for (int j = 0; j < len; j++) row[j] *= inv;
+            if (c->att)
+                for (int j = len; j < T; j++) row[j] = 0.0f;
+            if (dropping) {
+                memcpy(pd + (size_t)t * T, row, (size_t)len * sizeof *row);
+                drop_att_row(pd + (size_t)t * T, len, c->drop, b, c->layer, h, t);
+            }
+        }
+        qac_gemm_pack_into(pv, v, hs, len, 3 * C, 1);
+        qac_gemm_strided(c->out + (size_t)b * T * C + (size_t)h * hs, C, dropping ? pd : att, T, pv, len, hs, 1.0f,
+                         T);
+    }
+    free(pk);
+}
+
+void qac_attention_forward(float *out, float *att, float *scratch, const float *qkv, const int *lens, int B, int T,
+                           int C, int NH, qac_pool *pool) {
+    qac_attention_forward_drop(out, att, scratch, qkv, lens, NULL, 0, B, T, C, NH, pool);
+}
+
+void qac_attention_forward_drop(float *out, float *att, float *scratch, const float *qkv, const int *lens,
+                                const qac_dropout *drop, int layer, int B, int T, int C, int NH, qac_pool *pool) {
+    att_ctx c = {out, att, scratch, qkv, lens, drop, layer, T, C, NH};
+    qac_pool_for(pool, (int64_t)B * NH, 1, att_task, &c);
+}
+
+typedef struct attb_ctx {
+    float *dqkv;
+    const float *datty, *qkv, *att;
+    const int *lens;
+    const qac_dropout *drop;
+    int layer, T, C, NH;
+} attb_ctx;
+
+/* One (sequence, head): with P the probabilities, Pd = dropout(P),
+ *   dV = Pd^T dO, dPd = dO V^T, dP = dropout(dPd),
+ *   dS = P (dP - rowsum(P dP)) / sqrt(hs), dQ = dS K, dK = dS^T Q.
+ * Keys past len get no gradient (their weight is exactly zero). */
+static void attb_task(void *vctx, int64_t begin, int64_t end, int tid) {
+    const attb_ctx *c = vctx;
+    int T = c->T, C = c->C, NH = c->NH, hs = C / NH, C3 = 3 * C;
+    int dropping = qac_dropout_active(c->drop, QAC_DROP_ATT);
+    float scale = 1.0f / sqrtf((float)hs);
+    size_t npk = qac_gemm_packed_floats(T > hs ? T : hs, T > hs ? T : hs);
+    float *pk = malloc((npk + 2 * (size_t)T * T) * sizeof *pk), *m1 = pk + npk, *m2 = m1 + (size_t)T * T;
+    if (!pk) abort(); /* out of memory: no status to return here */
+    for (int64_t bh = begin; bh < end; bh++) {
+        int b = (int)(bh / NH), h = (int)(bh % NH), len = c->lens[b];
+        size_t base = (size_t)b * T * C3 + (size_t)h * hs;
+        const float *q = c->qkv + base, *k = q + C, *v = q + 2 * C;
+        float *dq = c->dqkv + base, *dk = dq + C, *dv = dq + 2 * C;
+        const float *dO = c->datty + (size_t)b * T * C + (size_t)h * hs;
+        const float *P = c->att + (size_t)bh * T * T;
+        /* m1 = Pd^T [len, T] */
+        for (int t = 0; t < T; t++) {
+            memcpy(m2, P + (size_t)t * T, (size_t)len * sizeof *m2);
+            if (dropping) drop_att_row(m2, len, c->drop, b, c->layer, h, t);
+            for (int j = 0; j < len; j++) m1[(size_t)j * T + t] = m2[j];
+        }
+        /* dV [len, hs] = Pd^T dO: W' = dO^T, packed from dO [T, hs] */
+        qac_gemm_pack_into(pk, dO, hs, T, C, 1);
+        qac_gemm_strided(dv, C3, m1, T, pk, T, hs, 1.0f, len);
+        /* m2 = dPd [T, len] = dO V^T: W' = V [len, hs] */
+        qac_gemm_pack_into(pk, v, len, hs, C3, 0);
+        qac_gemm_strided(m2, T, dO, C, pk, hs, len, 1.0f, T);
+        for (int t = 0; t < T; t++) {
+            float *dp = m2 + (size_t)t * T;
+            const float *p = P + (size_t)t * T;
+            if (dropping) drop_att_row(dp, len, c->drop, b, c->layer, h, t);
+            float s = 0;
+            for (int j = 0; j < len; j++) s += p[j] * dp[j];
+            for (int j = 0; j < len; j++) dp[j] = p[j] * (dp[j] - s) * scale;
+        }
+        /* dQ [T, hs] = dS K: W' = K^T, packed from K [len, hs] */
+        qac_gemm_pack_into(pk, k, hs, len, C3, 1);
+        qac_gemm_strided(dq, C3, m2, T, pk, len, hs, 1.0f, T);
+        /* dK [len, hs] = dS^T Q: inp = dS^T [len, T], W' = Q^T packed from Q [T, hs] */
+        for (int t = 0; t < T; t++)
+            for (int j = 0; j < len; j++) m1[(size_t)j * T + t] = m2[(size_t)t * T + j];
+        qac_gemm_pack_into(pk, q, hs, T, C3, 1);
+        qac_gemm_strided(dk, C3, m1, T, pk, T, hs, 1.0f, len);
+        for (int j = len; j < T; j++) {
+            memset(dk + (size_t)j * C3, 0, (size_t)hs * sizeof(float));
+            memset(dv + (size_t)j * C3, 0, (size_t)hs * sizeof(float));
+        }
+    }
+    free(pk);
+}
+
+void qac_attention_backward(float *dqkv, const float *datty, const float *qkv, const float *att, const int *lens,
+                            const qac_dropout *drop, int layer, int B, int T, int C, int NH, qac_pool *pool) {
+    attb_ctx c = {dqkv, datty, qkv, att, lens, drop, layer, T, C, NH};
+    qac_pool_for(pool, (int64_t)B * NH, 1, attb_task, &c);
+}
+
+/* ---- pooling ---- */
+
+static void pool_one(float *o, const float *h, int len, int C, qac_pooling pooling) {
+    if (pooling == QAC_POOL_MEAN) {
+        for (int i = 0; i < C; i++) o[i] = 0.0f;
+        for (int t = 0; t < len; t++)
+            for (int i = 0; i < C; i++) o[i] += h[(size_t)t * C + i];
+        float inv = 1.0f / (float)(len > 0 ? len : 1);
+        for (int i = 0; i < C; i++) o[i] *= inv;
+    } else {
+        memcpy(o, h, (size_t)C * sizeof *o);
+    }
+}
+
+static float l2_norm(const float *o, int C) {
+    double ss = 0;
+    for (int i = 0; i < C; i++) ss += (double)o[i] * o[i];
+    float norm = (float)sqrt(ss);
+    return norm > 1e-12f ? norm : 1e-12f;
+}
+
+void qac_pooling_forward(float *out, const float *hidden, const int *lens, int B, int T, int C, qac_pooling pooling,
+                         int normalize) {
+    for (int b = 0; b < B; b++) {
+        float *o = out + (size_t)b * C;
+        pool_one(o, hidden + (size_t)b * T * C, lens[b], C, pooling);
+        if (normalize) {
+            float inv = 1.0f / l2_norm(o, C);
+            for (int i = 0; i < C; i++) o[i] *= inv;
+        }
+    }
+}
+
+void qac_l2norm_backward(float *dx, const float *dy, const float *x, int C) {
+    float n = l2_norm(x, C), dot = 0;
+    for (int i = 0; i < C; i++) dot += x[i] * dy[i];
+    /* y = x / n: dx = (dy - y (y . dy)) / n */
+    for (int i = 0; i < C; i++) dx[i] = (dy[i] - x[i] / n * (dot / n)) / n;
+}
+
+void qac_pooling_backward(float *dhidden, const float *dout, const float *hidden, const int *lens, int B, int T,
+                          int C, qac_pooling pooling, int normalize) {
+    float *x = normalize ? malloc((size_t)2 * C * sizeof *x) : NULL;
+    if (normalize && !x) abort(); /* out of memory: no status to return here */
+    memset(dhidden, 0, (size_t)B * T * C * sizeof *dhidden);
+    for (int b = 0; b < B; b++) {
+        const float *g = dout + (size_t)b * C;
+        float *dh = dhidden + (size_t)b * T * C;
+        int len = lens[b];
+        if (normalize) {
+            pool_one(x, hidden + (size_t)b * T * C, len, C, pooling);
+            qac_l2norm_backward(x + C, g, x, C);
+            g = x + C;
+        }
+        if (pooling == QAC_POOL_MEAN) {
+            float inv = 1.0f / (float)(len > 0 ? len : 1);
+            for (int t = 0; t < len; t++)
+                for (int i = 0; i < C; i++) dh[(size_t)t * C + i] = g[i] * inv;
+        } else {
+            memcpy(dh, g, (size_t)C * sizeof *dh);
+        }
+    }
+    free(x);
+}

@@ -1,0 +1,155 @@
+/* Element-wise SIMD kernels (see vecmath.h). */
+#include "vecmath.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Dispatch on features, not CPU model: "arch=haswell" is picked only on Intel
+ * Haswell-family parts (__builtin_cpu_is), so AMD fell back to SSE2. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && \
+    __GNUC__ >= 12
+#define QAC_MULTIVERSION __attribute__((target_clones("arch=x86-64-v3", "default")))
+#elif defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#define QAC_MULTIVERSION __attribute__((target_clones("avx2", "default")))
+#else
+#define QAC_MULTIVERSION
+#endif
+
+#define VBLOCK 16
+
+/* Range clamps are selects only when comparisons may be assumed not to trap;
+ * nothing here relies on floating-point exceptions. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-trapping-math")
+#endif
+
+static inline __attribute__((always_inline)) float exp_poly(float x) {
+    x = x < -87.0f ? -87.0f : x;
+    x = x > 88.0f ? 88.0f : x;
+    /* n = round(x / ln 2) by the 1.5 * 2^23 trick; r = x - n ln 2 in two parts */
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = x - n * 0.693359375f + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    float y = p * r * r + r + 1.0f;
+    int32_t e = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &e, sizeof scale);
+    return y * scale;
+}
+
+/* erf(z) for the GELU argument z = x / sqrt 2 */
+static inline __attribute__((always_inline)) float erf_poly(float z) {
+    float az = fabsf(z);
+    float t = 1.0f / (1.0f + 0.3275911f * az);
+    float poly = t * (0.254829592f +
+                      t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
+    return copysignf(1.0f - poly * exp_poly(-az * az), z);
+}
+
+static inline __attribute__((always_inline)) float gelu_one(float x) {
+    return 0.5f * x * (1.0f + erf_poly(x * 0.70710678118654752f));
+}
+
+/* d/dx 0.5 x (1 + erf(x / sqrt 2)) = 0.5 (1 + erf(x / sqrt 2)) + x phi(x) */
+static inline __attribute__((always_inline)) float gelu_grad_one(float x) {
+    float cdf = 0.5f * (1.0f + erf_poly(x * 0.70710678118654752f));
+    float pdf = 0.39894228040143268f * exp_poly(-0.5f * x * x);
+    return cdf + x * pdf;
+}
+
+QAC_MULTIVERSION
+void qac_vm_gelu(float *out, const float *inp, size_t n) {
+    size_t i = 0;
+    for (; i + VBLOCK <= n; i += VBLOCK) {
+        float v[VBLOCK]; /* out may alias inp: a local block keeps the loop vectorisable */
+        memcpy(v, inp + i, sizeof v);
+        for (int j = 0; j < VBLOCK; j++) v[j] = gelu_one(v[j]);
+        memcpy(out + i, v, sizeof v);
+    }
+    for (; i < n; i++) out[i] = gelu_one(inp[i]);
+}
+
+/* Adding the bias here saves a separate bias pre-fill pass over the output. */
+QAC_MULTIVERSION
+void qac_vm_bias_gelu(float *out, float *pre, const float *bias, int n, int keep) {
+    int i = 0;
+    for (; i + VBLOCK <= n; i += VBLOCK) {
+        float v[VBLOCK];
+        for (int j = 0; j < VBLOCK; j++) v[j] = pre[i + j] + bias[i + j];
+        if (keep) memcpy(pre + i, v, sizeof v);
+        for (int j = 0; j < VBLOCK; j++) v[j] = gelu_one(v[j]);
+        memcpy(out + i, v, sizeof v);
+    }
+    for (; i < n; i++) {
+        float v = pre[i] + bias[i];
+        if (keep) pre[i] = v;
+        out[i] = gelu_one(v);
+    }
+}
+
+QAC_MULTIVERSION
+void qac_vm_gelu_backward(float *dinp, const float *dout, const float *pre, size_t n) {
+    size_t i = 0;
+    for (; i + VBLOCK <= n; i += VBLOCK) {
+        float v[VBLOCK];
+        for (int j = 0; j < VBLOCK; j++) v[j] = dout[i + j] * gelu_grad_one(pre[i + j]);
+        memcpy(dinp + i, v, sizeof v);
+    }
+    for (; i < n; i++) dinp[i] = dout[i] * gelu_grad_one(pre[i]);
+}
+
+QAC_MULTIVERSION
+float qac_vm_exp_shift_sum(float *x, int n, float max) {
+    float acc[VBLOCK] = {0};
+    int i = 0;
+    for (; i + VBLOCK <= n; i += VBLOCK)
+        for (int j = 0; j < VBLOCK; j++) {
+            float e = exp_poly(x[i + j] - max);
+            x[i + j] = e;
+            acc[j] += e;
+        }
+    float sum = 0;
+    for (; i < n; i++) {
+        x[i] = exp_poly(x[i] - max);
+        sum += x[i];
+    }
+    for (int j = 0; j < VBLOCK; j++) sum += acc[j];
+    return sum;
+}
+
+/* Lane-wise partial sums let the reductions vectorise (strict FP order
+ * otherwise keeps them scalar). */
+QAC_MULTIVERSION
+void qac_vm_layernorm_row(float *o, float *mean, float *rstd, const float *x, const float *w, const float *bb, int C,
+                          float eps) {
+    float acc[VBLOCK] = {0};
+    int i = 0;
+    for (; i + VBLOCK <= C; i += VBLOCK)
+        for (int j = 0; j < VBLOCK; j++) acc[j] += x[i + j];
+    float s = 0;
+    for (; i < C; i++) s += x[i];
+    for (int j = 0; j < VBLOCK; j++) s += acc[j];
+    float m = s / C;
+    for (int j = 0; j < VBLOCK; j++) acc[j] = 0;
+    for (i = 0; i + VBLOCK <= C; i += VBLOCK)
+        for (int j = 0; j < VBLOCK; j++) {
+            float d = x[i + j] - m;
+            acc[j] += d * d;
+        }
+    float v = 0;
+    for (; i < C; i++) {
+        float d = x[i] - m;
+        v += d * d;
+    }
+    for (int j = 0; j < VBLOCK; j++) v += acc[j];
+    float rs = 1.0f / sqrtf(v / C + eps);
+    for (i = 0; i < C; i++) o[i] = (x[i] - m) * rs * w[i] + bb[i];
+    if (mean) *mean = m;
+    if (rstd) *rstd = rs;
+}

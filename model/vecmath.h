@@ -1,0 +1,27 @@
+/* Internal to model/: the element-wise SIMD kernels under the layer math
+ * (GELU and its derivative, the softmax exponent, a LayerNorm row).
+ *
+ * expf and erff from libm are scalar calls; GELU and softmax evaluate them
+ * for every FFN and attention element, so these use branch-free polynomial
+ * forms the compiler vectorises, with an AVX2/FMA clone picked at load time
+ * where the CPU has it. Accuracy: exp within 2 ulp (Cephes coefficients);
+ * erf within 1.5e-7 absolute (Abramowitz & Stegun 7.1.26, the form
+ * PyTorch's vectorised CPU erf uses). */
+#ifndef QAC_VECMATH_H
+#define QAC_VECMATH_H
+
+#include <stddef.h>
+
+/* out = GELU(inp), erf form. out may alias inp. [n] */
+void qac_vm_gelu(float *out, const float *inp, size_t n);
+/* v = pre + bias (written back to pre when keep), out = GELU(v). [n] */
+void qac_vm_bias_gelu(float *out, float *pre, const float *bias, int n, int keep);
+/* dinp = dout * GELU'(pre). dinp may alias dout. [n] */
+void qac_vm_gelu_backward(float *dinp, const float *dout, const float *pre, size_t n);
+/* x[i] = exp(x[i] - max); returns the sum. [n] */
+float qac_vm_exp_shift_sum(float *x, int n, float max);
+/* One LayerNorm row: o = (x - mean) * rstd * w + b; mean, rstd may be NULL. */
+void qac_vm_layernorm_row(float *o, float *mean, float *rstd, const float *x, const float *w, const float *b, int C,
+                          float eps);
+
+#endif
