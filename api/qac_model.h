@@ -25,6 +25,8 @@ typedef struct qac_bert_config {
     int type_vocab_size;   /* Tt */
     int pad_token_id;
     float layer_norm_eps;
+    float hidden_dropout;  /* hidden_dropout_prob (training only) */
+    float attn_dropout;    /* attention_probs_dropout_prob (training only) */
 } qac_bert_config;
 
 typedef enum qac_pooling { QAC_POOL_CLS = 0, QAC_POOL_MEAN = 1 } qac_pooling;

@@ -69,99 +69,17 @@ void qac_bert_params_bind(qac_bert_params *p, const qac_bert_config *c, float *b
 
 const char *qac_pooling_name(qac_pooling p) { return p == QAC_POOL_MEAN ? "mean" : "cls"; }
 
-/* ---- XXH64 (the xxHash spec, streaming) ---- */
-
-#define XXP1 0x9E3779B185EBCA87ULL
-#define XXP2 0xC2B2AE3D27D4EB4FULL
-#define XXP3 0x165667B19E3779F9ULL
-#define XXP4 0x85EBCA77C2B2AE63ULL
-#define XXP5 0x27D4EB2F165667C5ULL
-
-typedef struct xxh64 {
-    uint64_t v[4], total;
-    unsigned char mem[32];
-    size_t memsize;
-} xxh64;
-
-static uint64_t rotl64(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-static uint64_t rd64(const unsigned char *p) {
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
-static uint32_t rd32(const unsigned char *p) {
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-static uint64_t xx_round(uint64_t acc, uint64_t in) { return rotl64(acc + in * XXP2, 31) * XXP1; }
-static uint64_t xx_merge(uint64_t h, uint64_t v) { return (h ^ xx_round(0, v)) * XXP1 + XXP4; }
-
-static void xxh64_init(xxh64 *s) {
-    memset(s, 0, sizeof *s);
-    s->v[0] = XXP1 + XXP2;
-    s->v[1] = XXP2;
-    s->v[2] = 0;
-    s->v[3] = 0 - XXP1;
-}
-
-static void xxh64_update(xxh64 *s, const void *data, size_t len) {
-    const unsigned char *p = data, *end = p + len;
-    s->total += len;
-    if (s->memsize + len < 32) {
-        if (len) memcpy(s->mem + s->memsize, p, len);
-        s->memsize += len;
-        return;
-    }
-    if (s->memsize) {
-        size_t fill = 32 - s->memsize;
-        memcpy(s->mem + s->memsize, p, fill);
-        for (int i = 0; i < 4; i++) s->v[i] = xx_round(s->v[i], rd64(s->mem + 8 * i));
-        p += fill;
-        s->memsize = 0;
-    }
-    while (end - p >= 32) {
-        for (int i = 0; i < 4; i++) s->v[i] = xx_round(s->v[i], rd64(p + 8 * i));
-        p += 32;
-    }
-    if (p < end) {
-        memcpy(s->mem, p, (size_t)(end - p));
-        s->memsize = (size_t)(end - p);
-    }
-}
-
-static uint64_t xxh64_digest(const xxh64 *s) {
-    uint64_t h;
-    if (s->total >= 32) {
-        h = rotl64(s->v[0], 1) + rotl64(s->v[1], 7) + rotl64(s->v[2], 12) + rotl64(s->v[3], 18);
-        for (int i = 0; i < 4; i++) h = xx_merge(h, s->v[i]);
-    } else h = XXP5;
-    h += s->total;
-    const unsigned char *p = s->mem, *end = p + s->memsize;
-    for (; end - p >= 8; p += 8) h = rotl64(h ^ xx_round(0, rd64(p)), 27) * XXP1 + XXP4;
-    if (end - p >= 4) {
-        h = rotl64(h ^ ((uint64_t)rd32(p) * XXP1), 23) * XXP2 + XXP3;
-        p += 4;
-    }
-    for (; p < end; p++) h = rotl64(h ^ (*p * XXP5), 11) * XXP1;
-    h ^= h >> 33;
-    h *= XXP2;
-    h ^= h >> 29;
-    h *= XXP3;
-    h ^= h >> 32;
-    return h;
-}
 
 static void compute_fingerprint(qac_model *m, const char *config_bytes, size_t config_len) {
-    xxh64 s;
-    xxh64_init(&s);
-    xxh64_update(&s, config_bytes, config_len);
+    qac_xxh64 s;
+    qac_xxh64_init(&s);
+    qac_xxh64_update(&s, config_bytes, config_len);
     char extra[96];
     int n = snprintf(extra, sizeof extra, "\npooling=%s normalize=%d max_seq_len=%d\n",
                      qac_pooling_name(m->pooling), m->normalize ? 1 : 0, m->max_seq_len);
-    xxh64_update(&s, extra, (size_t)n);
-    xxh64_update(&s, m->param_mem, m->n_params * sizeof(float));
-    snprintf(m->fingerprint, sizeof m->fingerprint, "%016llx", (unsigned long long)xxh64_digest(&s));
+    qac_xxh64_update(&s, extra, (size_t)n);
+    qac_xxh64_update(&s, m->param_mem, m->n_params * sizeof(float));
+    snprintf(m->fingerprint, sizeof m->fingerprint, "%016llx", (unsigned long long)qac_xxh64_digest(&s));
 }
 
 /* ---- config.json ---- */
@@ -219,7 +137,7 @@ static qac_status cfg_string_must_be(json_t *root, const char *key, const char *
 
 qac_status qac_bert_config_parse(qac_bert_config *cfg, const char *json, size_t len) {
     /* BertConfig's defaults (bert-base-uncased). */
-    qac_bert_config c = {30522, 768, 12, 12, 3072, 512, 2, 0, 1e-12f};
+    qac_bert_config c = {30522, 768, 12, 12, 3072, 512, 2, 0, 1e-12f, 0.1f, 0.1f};
     json_error_t jerr;
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
@@ -284,6 +202,18 @@ qac_status qac_bert_config_parse(qac_bert_config *cfg, const char *json, size_t 
         }
         c.layer_norm_eps = (float)json_number_value(eps);
     }
+    const char *probs[] = {"hidden_dropout_prob", "attention_probs_dropout_prob"};
+    float *dst[] = {&c.hidden_dropout, &c.attn_dropout};
+    for (int i = 0; i < 2; i++) {
+        json_t *v = json_object_get(root, probs[i]);
+        if (!v || json_is_null(v)) continue;
+        double d = json_number_value(v);
+        if (!json_is_number(v) || !(d >= 0 && d < 1)) {
+            s = qac_set_error(QAC_ERR_FORMAT, "\"%s\" must be a number in [0, 1)", probs[i]);
+            goto done;
+        }
+        *dst[i] = (float)d;
+    }
     if ((s = qac_bert_config_validate(&c))) goto done;
     *cfg = c;
 done:
@@ -325,8 +255,8 @@ qac_status qac_bert_config_to_json(const qac_bert_config *c, char **out) {
     *out = NULL;
     json_t *r = json_pack(
         "{s:[s], s:f, s:n, s:s, s:f, s:i, s:f, s:i, s:f, s:i, s:s, s:i, s:i, s:i, s:s, s:i, s:b, s:i}",
-        "architectures", "BertModel", "attention_probs_dropout_prob", 0.1, "classifier_dropout", "hidden_act",
-        "gelu", "hidden_dropout_prob", 0.1, "hidden_size", c->hidden_size, "initializer_range", 0.02,
+        "architectures", "BertModel", "attention_probs_dropout_prob", float_as_short_double(c->attn_dropout), "classifier_dropout", "hidden_act",
+        "gelu", "hidden_dropout_prob", float_as_short_double(c->hidden_dropout), "hidden_size", c->hidden_size, "initializer_range", 0.02,
         "intermediate_size", c->intermediate_size, "layer_norm_eps", float_as_short_double(c->layer_norm_eps),
         "max_position_embeddings", c->max_position, "model_type", "bert", "num_attention_heads", c->num_heads,
         "num_hidden_layers", c->num_layers, "pad_token_id", c->pad_token_id, "position_embedding_type",

@@ -28,6 +28,16 @@ typedef struct qac_progress_state {
 void qac_progress_init(qac_progress_state *s, const char *unit);
 void qac_progress_stderr(void *user, const char *phase, uint64_t done, uint64_t total);
 
+/* ---- XXH64 (seed 0), streaming: init, update any number of times, digest ---- */
+typedef struct qac_xxh64 {
+    uint64_t v[4], total;
+    unsigned char mem[32];
+    size_t memsize;
+} qac_xxh64;
+void qac_xxh64_init(qac_xxh64 *s);
+void qac_xxh64_update(qac_xxh64 *s, const void *data, size_t len);
+uint64_t qac_xxh64_digest(const qac_xxh64 *s);
+
 /* ---- time ---- */
 double qac_now(void); /* monotonic seconds */
 

@@ -46,7 +46,7 @@ int main(int argc, char **argv) {
     char def[4096];
     if (qac_default_model_dir(def, sizeof def)) return fail("default model");
     if (!strcmp(model, "bertbase")) {
-        qac_bert_config cfg = {30522, 768, 12, 12, 3072, 512, 2, 0, 1e-12f};
+        qac_bert_config cfg = {30522, 768, 12, 12, 3072, 512, 2, 0, 1e-12f, 0.1f, 0.1f};
         if (qac_model_create(&m, &cfg, def)) return fail("create model");
         uint32_t s = 12345;
         for (size_t i = 0; i < m->n_params; i++) {

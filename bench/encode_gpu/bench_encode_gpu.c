@@ -36,7 +36,7 @@ int main(int argc, char **argv) {
     }
     const qac_bert_config cfg = {.vocab_size = 30522, .hidden_size = 768, .num_layers = 12, .num_heads = 12,
                                  .intermediate_size = 3072, .max_position = 512, .type_vocab_size = 2,
-                                 .pad_token_id = 0, .layer_norm_eps = 1e-12f};
+                                 .pad_token_id = 0, .layer_norm_eps = 1e-12f, .hidden_dropout = 0.1f, .attn_dropout = 0.1f};
     qac_model *m = NULL;
     if (qac_model_create(&m, &cfg, NULL)) {
         fprintf(stderr, "model: %s\n", qac_last_error());

@@ -21,7 +21,7 @@ static float frand(void) {
 }
 
 static qac_bert_config tiny_cfg(void) {
-    qac_bert_config c = {30522, 8, 2, 2, 16, 32, 2, 0, 1e-12f};
+    qac_bert_config c = {30522, 8, 2, 2, 16, 32, 2, 0, 1e-12f, 0.1f, 0.1f};
     return c;
 }
 

@@ -141,7 +141,7 @@ int main(int argc, char **argv) {
     } else {
         qac_bert_config cfg = {.vocab_size = 30522, .hidden_size = 768, .num_layers = 12, .num_heads = 12,
                                .intermediate_size = 3072, .max_position = 512, .type_vocab_size = 2,
-                               .pad_token_id = 0, .layer_norm_eps = 1e-12f};
+                               .pad_token_id = 0, .layer_norm_eps = 1e-12f, .hidden_dropout = 0.1f, .attn_dropout = 0.1f};
         CHECK_OK(qac_model_create(&m, &cfg, qac_test_model_dir()));
         if (m) {
             enc_fill_random_params(m, ENC_FIXTURE_SEED);

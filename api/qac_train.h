@@ -1,0 +1,123 @@
+/* The training engine: contrastive losses, AdamW and learning-rate
+ * schedules over flat parameter blocks, GradCache, and resumable training
+ * state. See DESIGN.md "Training".
+ *
+ * A step is: encoder forward (dropout from counter-based masks) -> pooling
+ * -> loss and dL/d(representation) -> pooling and encoder backward into the
+ * gradient block -> global-norm clipping -> AdamW -> re-pack the weights.
+ * GradCache reorders the same calls (forward without activations, loss,
+ * then each chunk re-forwarded with the same masks and back-propagated).
+ *
+ * Ownership: qac_trainer_create borrows the model and trains its parameters
+ * in place; free the trainer before the model. */
+#ifndef QAC_TRAIN_H
+#define QAC_TRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qac_common.h"
+#include "qac_model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- losses ---- */
+
+typedef enum qac_similarity { QAC_SIM_DOT = 0, QAC_SIM_COS = 1 } qac_similarity;
+
+/* InfoNCE over Tevatron groups: q [nq,C], p [nq*n,C]; query i's group is
+ * passages [i*n, (i+1)*n), its positive passage i*n, and every passage of
+ * the batch is a candidate for every query. s = sim(q, p) / tau, loss =
+ * mean_i CE(s_i, i*n). Writes the loss and, when not NULL, dq [nq,C] and
+ * dp [nq*n,C] = dL/d(representation). */
+qac_status qac_infonce(double *loss, float *dq, float *dp, const float *q, const float *p, int nq, int n, int C,
+                       float tau, qac_similarity sim);
+
+/* ---- optimiser ---- */
+
+typedef enum qac_schedule { QAC_SCHED_LINEAR = 0, QAC_SCHED_COSINE = 1, QAC_SCHED_CONSTANT = 2 } qac_schedule;
+
+/* Learning rate of optimiser step `step` (0-based), as transformers'
+ * get_{linear,cosine,constant}_schedule_with_warmup: step / warmup during
+ * warmup, then linear decay to 0 at `total`, half a cosine, or constant. */
+double qac_lr_at(qac_schedule s, double base_lr, long step, long warmup, long total);
+
+/* One torch.optim.AdamW update of n parameters (t = 1-based step count):
+ * p *= 1 - lr wd; m = lerp(m, g, 1 - b1); v = b2 v + (1 - b2) g^2;
+ * p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps). */
+void qac_adamw_update(float *p, const float *g, float *m, float *v, size_t n, long t, double lr, double beta1,
+                      double beta2, double eps, double wd);
+
+/* ---- the trainer ---- */
+
+typedef struct qac_train_opts {
+    double lr;             /* peak learning rate */
+    double weight_decay;   /* on matrices and embeddings; never biases or LayerNorm */
+    double beta1, beta2, adam_eps;
+    double max_grad_norm;  /* global L2 clip; <= 0 disables */
+    qac_schedule schedule;
+    long warmup_steps, total_steps;
+    float tau;             /* InfoNCE temperature */
+    qac_similarity sim;
+    int chunk;             /* GradCache chunk in sequences; 0 = no GradCache */
+    float hidden_dropout, attn_dropout; /* < 0: the checkpoint's probabilities */
+    int recompute;         /* keep only layer inputs; re-run each layer in backward */
+    uint64_t seed;
+    int threads;           /* <= 0: one per core */
+} qac_train_opts;
+
+/* Tevatron's defaults where the papers agree: lr 2e-5, wd 0.01, betas (0.9,
+ * 0.999), eps 1e-8, clip 1.0, linear schedule, tau 1, dot, checkpoint
+ * dropout, seed 42. total_steps and warmup_steps must be set by the caller. */
+void qac_train_opts_default(qac_train_opts *o);
+
+/* One batch, tokenized: nq queries of padded length q_T and nq * n passages
+ * of padded length p_T (group layout as qac_infonce). */
+typedef struct qac_train_batch {
+    int nq, n;
+    int q_T, p_T;
+    const int32_t *q_ids; /* [nq, q_T] */
+    const int *q_lens;    /* [nq] */
+    const int32_t *p_ids; /* [nq*n, p_T] */
+    const int *p_lens;    /* [nq*n] */
+} qac_train_batch;
+
+typedef struct qac_step_stats {
+    long step;        /* optimiser steps done, this one included */
+    double loss;
+    double grad_norm; /* before clipping */
+    double lr;        /* the rate this step used */
+    double seconds;
+} qac_step_stats;
+
+typedef struct qac_trainer qac_trainer;
+
+qac_status qac_trainer_create(qac_trainer **out, qac_model *m, const qac_train_opts *o);
+void qac_trainer_free(qac_trainer *t);
+
+/* Zero the gradients and accumulate the batch's loss gradient (with
+ * GradCache when opts.chunk > 0). No optimiser step. */
+qac_status qac_trainer_grads(qac_trainer *t, const qac_train_batch *b, double *loss);
+/* qac_trainer_grads, then clip, AdamW and re-pack. */
+qac_status qac_trainer_step(qac_trainer *t, const qac_train_batch *b, qac_step_stats *out);
+
+/* The gradient block (same layout as the model's parameters). */
+const float *qac_trainer_grad_mem(const qac_trainer *t);
+long qac_trainer_steps_done(const qac_trainer *t);
+
+/* Save: an HF checkpoint directory (qac_model_save) plus `training_state.qts`
+ * (optimiser m and v, step, options, RNG seed and the caller's data cursor,
+ * checksummed), every file written atomically. The directory is complete or
+ * absent: it is written as DIR.tmp and renamed over DIR. */
+qac_status qac_trainer_save(qac_trainer *t, const char *dir, const void *cursor, size_t cursor_len);
+/* Load a directory that qac_trainer_save wrote into t (whose model must have
+ * the same shape): parameters, optimiser state and step. The cursor is
+ * copied into a malloc'd buffer the caller frees. */
+qac_status qac_trainer_resume(qac_trainer *t, const char *dir, void **cursor, size_t *cursor_len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+"""Reference gradients and trajectories for the training-engine tests
+(tests/trainer/), from transformers' BertModel and torch autograd in fp32.
+
+The batch is real: Cranfield queries, each with one judged relevant
+document as its positive and the top BM25 documents (bm25s, judged ones
+removed) as its negatives, n passages per query, tokenized with the default
+model's WordPiece vocabulary. Two models:
+  tiny    a random BERT (2 layers, hidden 64, 4 heads, intermediate 128), its
+          weights from the seeded splitmix64 generator shared with the C
+          tests (gen_encoder_fixtures.py), all but LayerNorm weights times 8
+          (at the generator's own scale every [CLS] is nearly the same vector,
+          and the scores' cancellation, not the code, would set the error);
+          CLS pooling, no normalisation;
+  minilm  the default model (mean pooling, normalised).
+Cases: InfoNCE with tau 1 and 0.05, dot and cosine similarity; dropout off.
+For each: the loss, the largest |logit| (it bounds the loss's float32
+rounding), and every parameter's gradient in qac's layout (Q, K, V
+fused per layer, layers stacked). Then, for the tiny model, 10 steps of
+torch.optim.AdamW (weight decay 0.01 on all but biases and LayerNorm
+weights, linear warmup 3 then decay over 10, grad-norm clip 1.0): the loss
+of every step and every parameter after step 10.
+
+Output (safetensors): ids and lengths of the batch, "<model>.<case>.loss"
+(F64), "<model>.<case>.grad.<tensor>", "traj.loss" (F64 [10]) and
+"traj.param.<tensor>"; metadata: the configs and the case list.
+
+Run: python3 tests/reference/gen_train_fixtures.py --out FILE [--data DIR] [--model DIR]
+"""
+import argparse
+import json
+import os
+import sys
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gen_encoder_fixtures import SEED, hf_state_dict, random_params, read_cranfield  # noqa: E402
+
+TINY = dict(vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+            max_position_embeddings=128, type_vocab_size=2, layer_norm_eps=1e-12, hidden_act="gelu", pad_token_id=0,
+            hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+TINY_SCALE = 8
+NQ, NPASS, QLEN, PLEN = 4, 4, 32, 64
+CASES = [("tau1_dot", 1.0, "dot"), ("tau1_cos", 1.0, "cos"), ("tau005_dot", 0.05, "dot"),
+         ("tau005_cos", 0.05, "cos")]
+TRAJ = dict(steps=10, warmup=3, lr=1e-3, wd=0.01, clip=1.0, tau=0.05, sim="cos")
+
+
+def read_queries(path):
+    out, cur = [], None
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for raw in f:
+            if raw.startswith(".I"):
+                if cur is not None:
+                    out.append(" ".join(cur))
+                cur = None
+            elif raw.startswith(".W"):
+                cur = []
+            elif cur is not None and raw.strip():
+                cur.append(raw.strip())
+    if cur is not None:
+        out.append(" ".join(cur))
+    return out
+
+
+def build_batch(data, tok):
+    import bm25s
+    docs = read_cranfield(os.path.join(data, "cran.all.1400"))
+    queries = read_queries(os.path.join(data, "cran.qry"))
+    rel = {}
+    with open(os.path.join(data, "cranqrel")) as f:
+        for line in f:
+            q, d, r = line.split()[:3]
+            if 1 <= int(r) <= 4:  # Cranfield's relevance codes; -1 marks no relevance
+                rel.setdefault(int(q), []).append(int(d))
+    retriever = bm25s.BM25()
+    retriever.index(bm25s.tokenize(docs, stopwords="en", show_progress=False), show_progress=False)
+    batch_q, batch_p = [], []
+    for qn in (1, 2, 5, 8):  # query ordinals (qrels numbering)
+        text = queries[qn - 1]
+        res, _ = retriever.retrieve(bm25s.tokenize([text], stopwords="en", show_progress=False), k=20,
+                                    show_progress=False)
+        judged = set(rel[qn])
+        negs = [int(d) + 1 for d in res[0] if int(d) + 1 not in judged][:NPASS - 1]
+        batch_q.append(text)
+        batch_p += [docs[rel[qn][0] - 1]] + [docs[d - 1] for d in negs]
+    enc = lambda texts, n: [tok(t, truncation=True, max_length=n)["input_ids"] for t in texts]
+    return enc(batch_q, QLEN), enc(batch_p, PLEN)
+
+
+def pad(seqs):
+    T = max(len(s) for s in seqs)
+    ids = np.zeros((len(seqs), T), dtype=np.int32)
+    for i, s in enumerate(seqs):
+        ids[i, :len(s)] = s
+    return ids, np.array([len(s) for s in seqs], dtype=np.int32)
+
+
+def encode(model, ids, lens, pooling, normalize):
+    ids_t = torch.from_numpy(ids.astype(np.int64))
+    mask = (torch.arange(ids.shape[1])[None, :] < torch.from_numpy(lens.astype(np.int64))[:, None]).long()
+    h = model(input_ids=ids_t, attention_mask=mask, token_type_ids=torch.zeros_like(ids_t)).last_hidden_state
+    if pooling == "mean":
+        m = mask.unsqueeze(-1).float()
+        v = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
+    else:
+        v = h[:, 0]
+    return torch.nn.functional.normalize(v, p=2, dim=1) if normalize else v
+
+
+def infonce(q, p, tau, sim):
+    if sim == "cos":
+        q, p = torch.nn.functional.normalize(q, dim=1), torch.nn.functional.normalize(p, dim=1)
+    scores = q @ p.T / tau
+    target = torch.arange(q.shape[0]) * NPASS
+    infonce.max_logit = scores.detach().abs().max().item()
+    return torch.nn.functional.cross_entropy(scores, target)
+
+
+def qac_layout(model, c, attr):
+    """Every tensor in qac_bert_params order, from .grad or .data."""
+    get = lambda t: (getattr(t, attr) if getattr(t, attr) is not None else torch.zeros_like(t)).detach().numpy()
+    sd = dict(model.named_parameters())
+    L, C = c["num_hidden_layers"], c["hidden_size"]
+    lay = lambda fmt: np.stack([get(sd[fmt.format(l)]) for l in range(L)])
+    out = {"word_emb": get(sd["embeddings.word_embeddings.weight"]),
+           "pos_emb": get(sd["embeddings.position_embeddings.weight"]),
+           "type_emb": get(sd["embeddings.token_type_embeddings.weight"]),
+           "emb_ln_w": get(sd["embeddings.LayerNorm.weight"]), "emb_ln_b": get(sd["embeddings.LayerNorm.bias"])}
+    out["qkv_w"] = np.stack([np.concatenate([get(sd[f"encoder.layer.{l}.attention.self.{x}.weight"])
+                                             for x in ("query", "key", "value")]) for l in range(L)])
+    out["qkv_b"] = np.stack([np.concatenate([get(sd[f"encoder.layer.{l}.attention.self.{x}.bias"])
+                                             for x in ("query", "key", "value")]) for l in range(L)])
+    pre = "encoder.layer.{}."
+    for name, hf in [("attn_out_w", "attention.output.dense.weight"), ("attn_out_b", "attention.output.dense.bias"),
+                     ("ln1_w", "attention.output.LayerNorm.weight"), ("ln1_b", "attention.output.LayerNorm.bias"),
+                     ("ffn_in_w", "intermediate.dense.weight"), ("ffn_in_b", "intermediate.dense.bias"),
+                     ("ffn_out_w", "output.dense.weight"), ("ffn_out_b", "output.dense.bias"),
+                     ("ln2_w", "output.LayerNorm.weight"), ("ln2_b", "output.LayerNorm.bias")]:
+        out[name] = lay(pre + hf)
+    return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in out.items()}
+
+
+def load_models(model_dir):
+    from transformers import BertConfig, BertModel
+    tcfg = BertConfig(**TINY)
+    tcfg._attn_implementation = "eager"
+    tiny = BertModel(tcfg)
+    params = random_params(TINY)
+    for k in params:  # x8 (exact): the shared generator's 1/32 scale leaves every [CLS] nearly the same
+        if k not in ("emb_ln_w", "ln1_w", "ln2_w"):
+            params[k] = params[k] * np.float32(TINY_SCALE)
+    tiny.load_state_dict(hf_state_dict(params, TINY), strict=False)
+    mini = BertModel.from_pretrained(model_dir, attn_implementation="eager", hidden_dropout_prob=0.0,
+                                     attention_probs_dropout_prob=0.0)
+    mc = json.load(open(os.path.join(model_dir, "config.json")))
+    return [("tiny", tiny, TINY, "cls", False), ("minilm", mini, mc, "mean", True)]
+
+
+def trajectory(model, c, q, p):
+    decay = [t for n, t in model.named_parameters() if not (n.endswith("bias") or "LayerNorm.weight" in n)]
+    rest = [t for n, t in model.named_parameters() if n.endswith("bias") or "LayerNorm.weight" in n]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": TRAJ["wd"]}, {"params": rest, "weight_decay": 0.0}],
+                            lr=TRAJ["lr"], betas=(0.9, 0.999), eps=1e-8)
+    from transformers import get_linear_schedule_with_warmup
+    sched = get_linear_schedule_with_warmup(opt, TRAJ["warmup"], TRAJ["steps"])
+    losses = []
+    for _ in range(TRAJ["steps"]):
+        opt.zero_grad(set_to_none=True)
+        loss = infonce(encode(model, *q, "cls", False), encode(model, *p, "cls", False), TRAJ["tau"], TRAJ["sim"])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_([t for t in model.parameters() if t.grad is not None], TRAJ["clip"])
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+    return np.array(losses, dtype=np.float64)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", required=True)
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap.add_argument("--data", default=os.environ.get("QAC_SHARED_DATA", os.path.join(here, "../../../shared/data"))
+                    + "/cranfield")
+    ap.add_argument("--model", default=os.path.join(os.environ.get("QAC_HOME", os.path.expanduser(
+        "~/.local/share/qac")), "models/all-MiniLM-L6-v2"))
+    a = ap.parse_args()
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    from transformers import BertTokenizerFast
+    tok = BertTokenizerFast.from_pretrained(a.model)
+    qs, ps = build_batch(a.data, tok)
+    q, p = pad(qs), pad(ps)
+    tensors = {"q_ids": q[0], "q_lens": q[1], "p_ids": p[0], "p_lens": p[1]}
+    meta = {"nq": str(NQ), "n": str(NPASS), "cases": ",".join(c[0] for c in CASES), "tiny": json.dumps(TINY),
+            "traj": json.dumps(TRAJ)}
+    for mname, model, cfg, pooling, norm in load_models(a.model):
+        model.eval()  # dropout off; autograd is unaffected
+        for cname, tau, sim in CASES:
+            model.zero_grad(set_to_none=True)
+            loss = infonce(encode(model, *q, pooling, norm), encode(model, *p, pooling, norm), tau, sim)
+            loss.backward()
+            tensors[f"{mname}.{cname}.loss"] = np.array([loss.item(), infonce.max_logit], dtype=np.float64)
+            for k, v in qac_layout(model, cfg, "grad").items():
+                tensors[f"{mname}.{cname}.grad.{k}"] = v
+        if mname == "tiny":
+            tensors["traj.loss"] = trajectory(model, cfg, q, p)
+            for k, v in qac_layout(model, cfg, "data").items():
+                tensors[f"traj.param.{k}"] = v
+    from safetensors.numpy import save_file
+    save_file(tensors, a.out + ".tmp", metadata=meta)
+    os.replace(a.out + ".tmp", a.out)
+
+
+if __name__ == "__main__":
+    main()

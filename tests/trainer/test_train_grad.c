@@ -1,0 +1,250 @@
+/* Training engine against PyTorch autograd (fixtures from
+ * tests/reference/gen_train_fixtures.py): per-tensor gradient parity of
+ * the encoder + InfoNCE on a real Cranfield batch, GradCache against the
+ * full batch, and a 10-step AdamW trajectory.
+ *
+ * Tolerances: gradients 1e-4 relative per tensor (max |diff| / max |ref|),
+ * losses 1e-6 relative; trajectory losses and final weights 1e-5. The worst
+ * tensor of every case is printed. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../encoder/fixture.h"
+#include "qac_safetensors.h"
+#include "qac_train.h"
+#include "testutil.h"
+
+static qac_safetensors *fx;
+static int NQ, NP;
+static int32_t *q_ids, *p_ids;
+static int *q_lens, *p_lens, q_T, p_T;
+
+static const qac_st_tensor *need(const char *name) {
+    const qac_st_tensor *t = qac_safetensors_find(fx, name);
+    if (!t) {
+        fprintf(stderr, "fixture has no tensor %s\n", name);
+        exit(1);
+    }
+    return t;
+}
+
+static double f64_at(const char *name, int i) {
+    double v;
+    memcpy(&v, (const char *)need(name)->data + 8 * i, 8);
+    return v;
+}
+
+static int *ints(const char *name, int *rows, int *cols) {
+    const qac_st_tensor *t = need(name);
+    int *out = malloc(t->numel * sizeof *out);
+    memcpy(out, t->data, t->numel * 4);
+    *rows = (int)t->shape[0];
+    if (cols) *cols = t->ndim > 1 ? (int)t->shape[1] : 1;
+    return out;
+}
+
+/* max |a - ref| / max |ref| per tensor over the trained tensors (not the
+ * pooler); returns the worst and names it */
+static double compare_tensors(const qac_model *m, const float *got, const char *prefix, const char **worst_name,
+                              int skip_key_bias) {
+    double worst = 0;
+    size_t off = 0;
+    float *ref = NULL;
+    for (int i = 0; i < QAC_BERT_NUM_TENSORS; i++) {
+        size_t n = qac_bert_tensor_size(&m->cfg, i);
+        if (i < QAC_BERT_NUM_TENSORS - 2) {
+            char name[128];
+            snprintf(name, sizeof name, "%s%s", prefix, qac_bert_tensor_name(i));
+            const qac_st_tensor *t = need(name);
+            if (t->numel != n) {
+                fprintf(stderr, "%s: %llu values, qac has %zu\n", name, (unsigned long long)t->numel, n);
+                exit(1);
+            }
+            ref = realloc(ref, n * sizeof *ref);
+            qac_safetensors_read_f32(t, ref);
+            double md = 0, mr = 0;
+            int C = m->cfg.hidden_size;
+            for (size_t j = 0; j < n; j++) {
+                if (skip_key_bias && !strcmp(qac_bert_tensor_name(i), "qkv_b") && (j % (3 * C)) / C == 1) continue;
+                double d = fabs((double)got[off + j] - ref[j]);
+                md = d > md ? d : md;
+                mr = fabs(ref[j]) > mr ? fabs(ref[j]) : mr;
+            }
+            double rel = mr > 0 ? md / mr : md;
+            if (rel >= worst) {
+                worst = rel;
+                *worst_name = qac_bert_tensor_name(i);
+            }
+        }
+        off += n;
+    }
+    free(ref);
+    return worst;
+}
+
+static qac_train_batch batch(void) {
+    qac_train_batch b = {NQ, NP, q_T, p_T, q_ids, q_lens, p_ids, p_lens};
+    return b;
+}
+
+static qac_model *load_model(const char *which) {
+    qac_model *m = NULL;
+    if (!strcmp(which, "tiny")) {
+        qac_bert_config c = {30522, 64, 2, 4, 128, 128, 2, 0, 1e-12f, 0.0f, 0.0f};
+        CHECK_OK(qac_model_create(&m, &c, qac_test_model_dir()));
+        enc_fill_random_params(m, ENC_FIXTURE_SEED);
+        /* x8 but LayerNorm weights, as the fixture script does (exact) */
+        size_t off = 0;
+        for (int i = 0; i < QAC_BERT_NUM_TENSORS; i++) {
+            size_t n = qac_bert_tensor_size(&m->cfg, i);
+            const char *nm = qac_bert_tensor_name(i);
+            if (strcmp(nm, "emb_ln_w") && strcmp(nm, "ln1_w") && strcmp(nm, "ln2_w"))
+                for (size_t j = 0; j < n; j++) m->param_mem[off + j] *= 8.0f;
+            off += n;
+        }
+    } else {
+        CHECK_OK(qac_model_load(&m, qac_test_model_dir()));
+    }
+    if (!m) exit(1);
+    return m;
+}
+
+static void opts_for(qac_train_opts *o, float tau, qac_similarity sim) {
+    qac_train_opts_default(o);
+    o->total_steps = 10;
+    o->tau = tau;
+    o->sim = sim;
+    o->hidden_dropout = o->attn_dropout = 0.0f;
+    o->threads = 2;
+}
+
+static void grad_parity(const char *which) {
+    qac_model *m = load_model(which);
+    static const struct { const char *name; float tau; qac_similarity sim; } cases[] = {
+        {"tau1_dot", 1.0f, QAC_SIM_DOT}, {"tau1_cos", 1.0f, QAC_SIM_COS},
+        {"tau005_dot", 0.05f, QAC_SIM_DOT}, {"tau005_cos", 0.05f, QAC_SIM_COS}};
+    for (int c = 0; c < 4; c++) {
+        qac_train_opts o;
+        opts_for(&o, cases[c].tau, cases[c].sim);
+        qac_trainer *t = NULL;
+        CHECK_OK(qac_trainer_create(&t, m, &o));
+        if (!t) exit(1);
+        qac_train_batch b = batch();
+        double loss = 0;
+        CHECK_OK(qac_trainer_grads(t, &b, &loss));
+        char key[128];
+        snprintf(key, sizeof key, "%s.%s.loss", which, cases[c].name);
+        /* A float32 loss over logits of size |s| carries about eps32 |s| of
+         * rounding whatever the order of operations: 1e-6 relative, or a
+         * few of those units where the logits are large (tiny, dot, tau
+         * 0.05: |s| ~ 1e3). */
+        double ref = f64_at(key, 0), lrel = fabs(loss - ref) / fabs(ref);
+        double ltol = fmax(1e-6, 4 * 0x1p-24 * f64_at(key, 1) / fabs(ref));
+        snprintf(key, sizeof key, "%s.%s.grad.", which, cases[c].name);
+        const char *wn = "?";
+        double worst = compare_tensors(m, qac_trainer_grad_mem(t), key, &wn, 0);
+        printf("grad %-6s %-10s loss %.9f (ref %.9f, rel %.2e, tol %.1e)  worst tensor %-10s rel %.2e\n", which,
+               cases[c].name, loss, ref, lrel, ltol, wn, worst);
+        CHECK_MSG(lrel <= ltol, "%s %s: loss relative error %.3e > %.1e", which, cases[c].name, lrel, ltol);
+        CHECK_MSG(worst <= 1e-4, "%s %s: gradient of %s off by %.3e relative (> 1e-4)", which, cases[c].name, wn,
+                  worst);
+        qac_trainer_free(t);
+    }
+    qac_model_free(m);
+}
+
+/* GradCache with chunks of 1, 3 and the whole batch equals the full-batch
+ * gradient, with dropout on (the re-forward must redraw the same masks). */
+static void gradcache(void) {
+    qac_model *m = load_model("tiny");
+    size_t n = m->n_params;
+    float *full = malloc(n * sizeof *full);
+    int chunks[] = {0, 1, 3, NQ * NP};
+    for (int k = 0; k < 4; k++) {
+        qac_train_opts o;
+        opts_for(&o, 0.05f, QAC_SIM_COS);
+        o.hidden_dropout = o.attn_dropout = 0.1f;
+        o.chunk = chunks[k];
+        qac_trainer *t = NULL;
+        CHECK_OK(qac_trainer_create(&t, m, &o));
+        qac_train_batch b = batch();
+        double loss = 0;
+        CHECK_OK(qac_trainer_grads(t, &b, &loss));
+        const float *g = qac_trainer_grad_mem(t);
+        if (k == 0) {
+            memcpy(full, g, n * sizeof *full);
+        } else {
+            double md = 0, mr = 0;
+            for (size_t i = 0; i < n; i++) {
+                double d = fabs((double)g[i] - full[i]);
+                md = d > md ? d : md;
+                mr = fabs(full[i]) > mr ? fabs(full[i]) : mr;
+            }
+            printf("gradcache chunk %2d: max |diff| / max |g| = %.2e (loss %.9f)\n", chunks[k], md / mr, loss);
+            CHECK_MSG(md / mr <= 1e-5, "GradCache chunk %d differs from the full batch by %.3e", chunks[k], md / mr);
+        }
+        qac_trainer_free(t);
+    }
+    free(full);
+    qac_model_free(m);
+}
+
+/* 10 AdamW steps with warmup and clipping against torch's trajectory */
+static void trajectory(void) {
+    qac_model *m = load_model("tiny");
+    qac_train_opts o;
+    opts_for(&o, 0.05f, QAC_SIM_COS);
+    o.lr = 1e-3;
+    o.warmup_steps = 3;
+    o.total_steps = 10;
+    o.weight_decay = 0.01;
+    o.max_grad_norm = 1.0;
+    qac_trainer *t = NULL;
+    CHECK_OK(qac_trainer_create(&t, m, &o));
+    qac_train_batch b = batch();
+    double worst_loss = 0;
+    for (int s = 0; s < 10; s++) {
+        qac_step_stats st;
+        CHECK_OK(qac_trainer_step(t, &b, &st));
+        double ref = f64_at("traj.loss", s), rel = fabs(st.loss - ref) / fabs(ref);
+        printf("traj step %2d loss %.9f ref %.9f rel %.2e lr %.3g norm %.4f\n", s + 1, st.loss, ref, rel, st.lr,
+               st.grad_norm);
+        worst_loss = rel > worst_loss ? rel : worst_loss;
+    }
+    CHECK_MSG(worst_loss <= 1e-5, "trajectory loss off by %.3e relative (> 1e-5)", worst_loss);
+    const char *wn = "?";
+    /* The key bias adds the same q.b_k to every score of a row, which the
+     * softmax cancels: its gradient is zero up to rounding, and AdamW turns
+     * rounding noise into full-size steps of either sign (lr m / sqrt(v)).
+     * Those 3 x 64 values cannot follow torch and are left out here; their
+     * gradients are checked by the parity cases. */
+    double worst = compare_tensors(m, m->param_mem, "traj.param.", &wn, 1);
+    printf("traj weights after 10 steps: worst tensor %s rel %.2e\n", wn, worst);
+    CHECK_MSG(worst <= 1e-5, "weights after 10 steps: %s off by %.3e relative (> 1e-5)", wn, worst);
+    qac_trainer_free(t);
+    qac_model_free(m);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 3) {
+        fprintf(stderr, "usage: %s FIXTURE grad|gradcache|traj [tiny|minilm]\n", argv[0]);
+        return 2;
+    }
+    CHECK_OK(qac_safetensors_open(&fx, argv[1]));
+    if (!fx) return 1;
+    int cols = 0;
+    q_ids = ints("q_ids", &NQ, &q_T);
+    p_ids = ints("p_ids", &NP, &p_T);
+    q_lens = ints("q_lens", &NQ, &cols);
+    p_lens = ints("p_lens", &NP, &cols);
+    NP /= NQ;
+    (void)cols;
+    if (!strcmp(argv[2], "grad")) grad_parity(argc > 3 ? argv[3] : "tiny");
+    else if (!strcmp(argv[2], "gradcache")) gradcache();
+    else trajectory();
+    qac_safetensors_close(fx);
+    free(q_ids), free(p_ids), free(q_lens), free(p_lens);
+    return qac_test_summary();
+}

@@ -1,0 +1,27 @@
+/* Internal to trainer/: the trainer's state, shared by the step and the
+ * training-state file. */
+#ifndef QAC_TRAINER_INTERNAL_H
+#define QAC_TRAINER_INTERNAL_H
+
+#include "bert_cpu.h"
+#include "qac_train.h"
+
+#define QAC_MAX_LAYERS 64
+
+struct qac_trainer {
+    qac_model *m;
+    qac_train_opts o;
+    qac_pool *pool;
+    float *grad_mem, *adam_m, *adam_v; /* each n_params floats, parameter layout */
+    qac_bert_params g;                 /* views into grad_mem */
+    qac_bert_packed pk;
+    qac_bert_acts acts_q, acts_p;
+    qac_bert_bwd bwd;
+    qac_dropout drop;
+    float *reps, *dlast;
+    size_t reps_cap, dlast_cap, seq_cap;
+    uint64_t *seq_ids;
+    long step;
+};
+
+#endif
