@@ -18,6 +18,7 @@
 
 #include "qac_common.h"
 #include "qac_model.h"
+#include "qac_tokenizer.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -84,6 +85,20 @@ typedef struct qac_train_batch {
     const int *p_lens;    /* [nq*n] */
 } qac_train_batch;
 
+/* A batch tokenized from text, buffers reused across calls: queries cut at
+ * q_max tokens and passages at p_max (with [CLS] and [SEP]), each side padded
+ * to its longest. */
+typedef struct qac_batch_buf {
+    qac_train_batch b;
+    int32_t *q_ids, *p_ids;
+    int *q_lens, *p_lens;
+    size_t q_cap, p_cap;
+    long tokens; /* real tokens in the batch */
+} qac_batch_buf;
+qac_status qac_batch_build(qac_batch_buf *bb, const qac_tokenizer *tok, const char *const *queries, int nq,
+                           const char *const *passages, int n, int q_max, int p_max);
+void qac_batch_buf_free(qac_batch_buf *bb);
+
 typedef struct qac_step_stats {
     long step;        /* optimiser steps done, this one included */
     double loss;
@@ -116,6 +131,38 @@ qac_status qac_trainer_save(qac_trainer *t, const char *dir, const void *cursor,
  * the same shape): parameters, optimiser state and step. The cursor is
  * copied into a malloc'd buffer the caller frees. */
 qac_status qac_trainer_resume(qac_trainer *t, const char *dir, void **cursor, size_t *cursor_len);
+
+/* ---- the training loop ---- */
+
+/* Batches with a resumable position. next gives the batch of the coming
+ * step (valid until the following call); the cursor is an opaque snapshot
+ * of the position, saved with every checkpoint and handed back on resume. */
+typedef struct qac_batch_source {
+    void *user;
+    qac_status (*next)(void *user, const qac_train_batch **out);
+    qac_status (*get_cursor)(void *user, void **bytes, size_t *len); /* malloc'd */
+    qac_status (*set_cursor)(void *user, const void *bytes, size_t len);
+} qac_batch_source;
+
+typedef struct qac_run_opts {
+    const char *out_dir;  /* checkpoints, log.jsonl, and `latest` */
+    long save_every;      /* steps between checkpoints; <= 0: only the last */
+    int keep;             /* checkpoints kept (the newest); <= 0: 2 */
+    int resume;           /* continue from out_dir/latest; without it an existing run is an error */
+    /* called after every step (NULL: nothing) */
+    void (*on_step)(void *user, const qac_step_stats *st, long total);
+    void *user;
+} qac_run_opts;
+
+/* Train until opts.total_steps. out_dir/checkpoint-<step>/ is written every
+ * save_every steps and at the end (qac_trainer_save), then out_dir/latest
+ * names it (written atomically), then older checkpoints beyond `keep` are
+ * removed. out_dir/log.jsonl gets one line per step (step, loss, lr,
+ * grad_norm, seconds); on resume, lines past the checkpoint are dropped so
+ * the log reads as one uninterrupted run. A kill at any moment loses at
+ * most the steps since the last checkpoint. *resumed_at (may be NULL)
+ * receives the step the run continued from (0 for a fresh run). */
+qac_status qac_train_run(qac_trainer *t, const qac_batch_source *src, const qac_run_opts *ro, long *resumed_at);
 
 #ifdef __cplusplus
 }

@@ -238,9 +238,15 @@ void qac_matmul_gelu_forward(float *out, float *pre, const float *inp, const flo
     qac_gemm_packed_free(&pw);
 }
 
+/* dw accumulates over row blocks of KB: each block's operands stay in cache
+ * (one long chain over all N rows streamed both through memory). The block
+ * sums add into dw in row order, so the result depends on neither the
+ * thread count nor anything but N. */
+#define KB 256
+
 size_t qac_matmul_backward_scratch(int N, int IC, int OC) {
-    size_t wt = qac_gemm_packed_floats(IC, OC);            /* W^T packed for dinp */
-    size_t dw = (size_t)OC * N + qac_gemm_packed_floats(IC, N); /* dout^T and inp^T packed for dw */
+    size_t wt = qac_gemm_packed_floats(IC, OC);                  /* W^T packed for dinp */
+    size_t dw = (size_t)OC * KB + qac_gemm_packed_floats(IC, KB); /* a block of dout^T and of inp^T */
     return wt > dw ? wt : dw;
 }
 
@@ -250,11 +256,16 @@ typedef struct tr_ctx {
     int N, OC;
 } tr_ctx;
 
-/* out [OC, N] = inp [N, OC]^T, by blocks of output rows */
+/* out [OC, N] = inp [N, OC]^T, by blocks of 16 output rows */
 static void transpose_task(void *vctx, int64_t begin, int64_t end, int tid) {
     const tr_ctx *c = vctx;
-    for (int64_t o = begin; o < end; o++)
-        for (int n = 0; n < c->N; n++) c->out[(size_t)o * c->N + n] = c->inp[(size_t)n * c->OC + o];
+    for (int64_t blk = begin; blk < end; blk++) {
+        int o0 = (int)blk * 16, no = c->OC - o0 < 16 ? c->OC - o0 : 16;
+        for (int n = 0; n < c->N; n++) {
+            const float *src = c->inp + (size_t)n * c->OC + o0;
+            for (int o = 0; o < no; o++) c->out[(size_t)(o0 + o) * c->N + n] = src[o];
+        }
+    }
 }
 
 typedef struct pack_ctx {
@@ -302,13 +313,16 @@ void qac_matmul_backward(float *dinp, float *dw, float *db, const float *dout, c
         qac_pool_for(pool, (OC + COLS - 1) / COLS, 1, colsum_task, &c);
     }
     if (dw) {
-        /* dw [OC, IC] += dout^T [OC, N] . inp [N, IC]: rows of dout^T against inp's columns */
-        float *dT = scratch, *inpT = scratch + (size_t)OC * N;
-        tr_ctx t = {dT, dout, N, OC};
-        qac_pool_for(pool, OC, 0, transpose_task, &t);
-        qac_gemm_pack_parallel(inpT, inp, IC, N, IC, 1, pool);
-        qac_packed_w pw = {inpT, N, IC};
-        qac_gemm(dw, dT, &pw, NULL, dw, OC, pool);
+        /* dw [OC, IC] += dout^T [OC, N] . inp [N, IC], KB rows at a time */
+        float *dT = scratch, *inpT = scratch + (size_t)OC * KB;
+        for (int n0 = 0; n0 < N; n0 += KB) {
+            int nb = N - n0 < KB ? N - n0 : KB;
+            tr_ctx t = {dT, dout + (size_t)n0 * OC, nb, OC};
+            qac_pool_for(pool, (OC + 15) / 16, 1, transpose_task, &t);
+            qac_gemm_pack_parallel(inpT, inp + (size_t)n0 * IC, IC, nb, IC, 1, pool);
+            qac_packed_w pw = {inpT, nb, IC};
+            qac_gemm(dw, dT, &pw, NULL, dw, OC, pool);
+        }
     }
     if (dinp) {
         /* dinp [N, IC] = dout [N, OC] . W [OC, IC] (+ dresid) */

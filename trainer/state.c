@@ -83,7 +83,7 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
 }
 
 /* rm -rf dir (absent is fine) */
-static qac_status remove_tree(const char *dir) {
+qac_status qac_trainer_remove_dir(const char *dir) {
     struct stat sb;
     if (lstat(dir, &sb) != 0) return QAC_OK;
     if (nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0)
@@ -96,18 +96,18 @@ qac_status qac_trainer_save(qac_trainer *t, const char *dir, const void *cursor,
     if (snprintf(tmp, sizeof tmp, "%s.tmp", dir) >= (int)sizeof tmp ||
         snprintf(old, sizeof old, "%s.old", dir) >= (int)sizeof old)
         return qac_set_error(QAC_ERR_INVALID, "checkpoint path too long: %s", dir);
-    qac_status st = remove_tree(tmp);
+    qac_status st = qac_trainer_remove_dir(tmp);
     if (st) return st;
     if ((st = qac_model_save(t->m, tmp))) return st;
     if ((st = qac_path_join(path, sizeof path, tmp, STATE_FILE)) || (st = write_state(t, path, cursor, cursor_len)))
         return st;
     struct stat sb;
     if (stat(dir, &sb) == 0) {
-        if ((st = remove_tree(old))) return st;
+        if ((st = qac_trainer_remove_dir(old))) return st;
         if (rename(dir, old) != 0) return qac_set_error(QAC_ERR_IO, "rename %s: %s", dir, strerror(errno));
     }
     if (rename(tmp, dir) != 0) return qac_set_error(QAC_ERR_IO, "rename %s -> %s: %s", tmp, dir, strerror(errno));
-    return remove_tree(old);
+    return qac_trainer_remove_dir(old);
 }
 
 typedef struct hreader {

@@ -24,4 +24,7 @@ struct qac_trainer {
     long step;
 };
 
+/* rm -rf dir (absent is fine) */
+qac_status qac_trainer_remove_dir(const char *dir);
+
 #endif
