@@ -57,6 +57,7 @@ struct qac_batcher {
     job *head, *tail;
     int depth;
     int stop;
+    int last_sliced; /* the last round encoded a slice of a large job */
     pthread_t worker;
     /* the worker's reusable buffers */
     const int32_t **b_ids;
@@ -214,7 +215,9 @@ static int take_batch(qac_batcher *b, int *n_texts, int *n_tokens) {
         j->state = JOB_RUNNING;
         unlink_job(b, j);
     }
-    if (large && (n == 0 || tokens < budget)) {
+    /* A round that serves short jobs adds a slice only every other time:
+     * a short job then waits for at most the slice already running. */
+    if (large && (n == 0 || (!b->last_sliced && tokens < budget))) {
         int room = budget - tokens < slice ? budget - tokens : slice;
         int from = large->taken, cnt = 0, t = 0;
         while (from + cnt < large->n && (cnt == 0 || t + large->lens[from + cnt] <= room)) t += large->lens[from + cnt++];
@@ -230,6 +233,9 @@ static int take_batch(qac_batcher *b, int *n_texts, int *n_tokens) {
             unlink_job(b, large);
             if (large->taken < large->n) push_back(b, large);
         }
+        b->last_sliced = 1;
+    } else {
+        b->last_sliced = 0;
     }
     *n_texts = n;
     *n_tokens = tokens;

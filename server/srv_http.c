@@ -27,6 +27,8 @@
 #include "srv_internal.h"
 #include "qac_util.h"
 
+#define DISCARD_CAP (64u << 20) /* past this, a rejected body closes the connection */
+
 typedef enum conn_phase { PHASE_HEAD = 0, PHASE_BODY, PHASE_HANDLING, PHASE_IDLE } conn_phase;
 
 /* One TCP connection, from accept to close (MHD's socket context). */
@@ -43,6 +45,8 @@ typedef struct req_state {
     char *buf;
     size_t len, cap;
     int counted;          /* holds a slot in s->handling */
+    int too_large;        /* the body passed max_body_bytes: drop the rest */
+    size_t discarded;
     conn *cn;
 } req_state;
 
@@ -245,15 +249,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             st->cn->body_bytes += chunk;
             pthread_mutex_unlock(&hs_of(s)->mu);
         }
-        if (st->len + chunk > (size_t)s->cfg.max_body_bytes) { /* chunked, or a short Content-Length lie */
-            qac_http_response r;
-            memset(&r, 0, sizeof r);
-            qac_server_error(&r, 413, "payload_too_large", "the request body is larger than %lld bytes",
-                             s->cfg.max_body_bytes);
+        if (st->too_large || st->len + chunk > (size_t)s->cfg.max_body_bytes) {
+            /* A chunked body past the limit: MHD cannot answer mid-body, so
+             * the rest is dropped unread-into-memory and the 413 goes out at
+             * the end (the body deadline and rate bound how long that is). */
+            st->too_large = 1;
             free(st->buf);
             st->buf = NULL;
             st->len = st->cap = 0;
-            return early(s, c, qac_server_route(url, strcspn(url, "?#"), NULL), &r);
+            st->discarded += chunk;
+            return st->discarded > DISCARD_CAP ? MHD_NO : MHD_YES;
         }
         if (st->len + chunk + 1 > st->cap) {
             size_t cap = st->cap ? st->cap : 4096;
@@ -272,6 +277,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     set_phase(s, st->cn, PHASE_HANDLING);
     qac_http_response r;
     qac_route route = qac_server_route(url, strcspn(url, "?#"), NULL);
+    if (st->too_large) {
+        memset(&r, 0, sizeof r);
+        qac_server_error(&r, 413, "payload_too_large", "the request body is larger than %lld bytes",
+                         s->cfg.max_body_bytes);
+        return early(s, c, route, &r);
+    }
     if (!is_reserved(route)) {
         int n = atomic_fetch_add(&hs_of(s)->handling, 1) + 1;
         st->counted = 1;

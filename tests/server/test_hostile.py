@@ -145,8 +145,12 @@ p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] if lat else 0
 print(f"fair batching: {len(lat)} searches beside the bulk encode, p50 {lat[len(lat) // 2] * 1000:.0f} ms, "
       f"p99 {p99 * 1000:.0f} ms; bulk encode {result.get('status')} in {result.get('secs', 0):.1f} s")
 check(result.get("status") == 200, "the bulk encode still answers")
-check(len(lat) >= 3 and p99 < 1.0, f"one-query search p99 beside a bulk encode: {p99 * 1000:.0f} ms (limit 1000 ms "
-                                   "here for a loaded machine; the target is 250 ms)")
+# Unsliced, a search waits for the whole bulk call (about its full time);
+# sliced, for one slice. Relative, so that a loaded machine does not fail it.
+limit = max(0.25, result.get("secs", 0) / 10)
+check(len(lat) >= 10 and p99 < limit,
+      f"one-query search p99 beside a bulk encode: {p99 * 1000:.0f} ms over {len(lat)} searches "
+      f"(limit {limit * 1000:.0f} ms: a tenth of the bulk request's time)")
 
 # ---- 1b. cancellation: a bulk /encode whose client leaves stops early ----
 import json  # noqa: E402
