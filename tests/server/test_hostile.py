@@ -58,9 +58,16 @@ def raw(port, data, timeout=5.0, read=True):
 
 
 def serve_start_error(index_dir):
-    p = subprocess.run([QAC, "serve", "--port", "0", "--index", index_dir], capture_output=True, text=True,
-                       timeout=60)
-    return p.returncode, p.stderr
+    """(exit code, stderr) of a server that refuses to start; (0, ...) if it starts."""
+    p = subprocess.Popen([QAC, "serve", "--port", "0", "--index", index_dir], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    line = p.stdout.readline()  # the listening line, or "" when it exits
+    if "listening" in line:
+        p.kill()
+        p.wait()
+        return 0, "started: " + line
+    p.wait(30)
+    return p.returncode, p.stderr.read()
 
 
 # ---- 3. checksums: a flipped byte in index.faiss or the corpus refuses the start ----
@@ -162,7 +169,16 @@ s.sendall(b"POST /encode HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r
           % len(payload) + payload)
 time.sleep(0.5)
 s.close()
-time.sleep(1.0)
+t_left = time.time()
+# The request's thread ends soon after its client (the /metrics request
+# itself is the one left in flight); without cancellation it works on.
+freed = False
+while time.time() - t_left < 3.0 and not freed:
+    freed = metric("qac_inflight_requests") <= 1
+    time.sleep(0.1)
+freed_after = time.time() - t_left
+check(freed, f"the request ends once its client is gone ({'after %.2f s' % freed_after if freed else 'still running after 3 s'})")
+time.sleep(max(0, 1.5 - freed_after))
 tok1 = metric("qac_batch_tokens_sum")
 time.sleep(2.0)
 tok2 = metric("qac_batch_tokens_sum")
