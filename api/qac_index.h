@@ -50,8 +50,20 @@ qac_status qac_index_build_vectors(const char *out_dir, const char *npy_path, co
 
 typedef struct qac_index qac_index;
 
-/* device: CUDA uses GPU flat search when available (AUTO: if usable). */
+/* How much of index.faiss and the corpus to check against the manifest's
+ * checksums at open: FULL reads every byte (about 1 s per GB); SIZE only
+ * compares sizes, for very large indexes. Manifests without checksums
+ * (older builds) are not checked. */
+typedef enum qac_index_verify { QAC_VERIFY_FULL = 0, QAC_VERIFY_SIZE = 1 } qac_index_verify;
+
+/* device: CUDA uses GPU flat search when available (AUTO: if usable).
+ * Verifies index.faiss fully; a mismatch is QAC_ERR_FORMAT naming the file. */
 qac_status qac_index_open(qac_index **out, const char *dir, qac_device device);
+qac_status qac_index_open_verified(qac_index **out, const char *dir, qac_device device, qac_index_verify verify);
+/* Open the corpus recorded in the manifest once, for qac_index_text, after
+ * checking its size and (FULL) checksum. QAC_ERR_NOT_FOUND when it is gone
+ * or the index was built from vectors; QAC_ERR_FORMAT when it changed. */
+qac_status qac_index_open_corpus(qac_index *ix, qac_index_verify verify);
 void qac_index_free(qac_index *ix);
 
 int64_t qac_index_count(const qac_index *ix);
@@ -60,8 +72,10 @@ const char *qac_index_factory(const qac_index *ix);
 /* The model fingerprint the index was built with (see qac_model.fingerprint). */
 const char *qac_index_model_fingerprint(const qac_index *ix);
 const char *qac_index_docid(const qac_index *ix, int64_t row);
-/* Passage text of a row, read from the corpus file recorded in the manifest.
- * Writes a malloc'd NUL-terminated copy into *text (caller frees). */
+/* Passage text of a row, read by offset from the corpus file recorded in
+ * the manifest (opened once, by qac_index_open_corpus or on first use).
+ * Writes a malloc'd NUL-terminated copy into *text (caller frees).
+ * Thread-safe; error messages do not name the corpus path. */
 qac_status qac_index_text(const qac_index *ix, int64_t row, char **text);
 
 /* Set a FAISS search-time parameter by ParameterSpace name: "nprobe"

@@ -438,10 +438,20 @@ static qac_status build_faiss(builder *b) {
     if ((st = qac_atomic_commit(&af))) goto done;
     if ((st = qac_path_join(path, sizeof path, b->dir, "docids.qdoc")) || (st = docs_write(path, &t))) goto done;
     progress(b, "write/files", 1, 1);
+    /* Checksums of the FAISS file and the source, verified at open: FAISS
+     * itself reads a corrupt file without noticing (or aborts). */
+    uint64_t faiss_sum = 0, faiss_bytes = 0, src_sum = 0, src_size = 0;
+    const char *src = json_string_value(json_object_get(json_object_get(json_object_get(b->man, "build"), "source"), "path"));
+    if ((st = qac_path_join(path, sizeof path, b->dir, "index.faiss")) ||
+        (st = qac_index_hash_file(path, &faiss_sum, &faiss_bytes)))
+        goto done;
+    if (src && (st = qac_index_hash_file(src, &src_sum, &src_size))) goto done;
     json_object_set_new(b->man, "faiss",
-                        json_pack("{s:s, s:s, s:s, s:I, s:I}", "file", "index.faiss", "factory", b->factory,
+                        json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I}", "file", "index.faiss", "factory", b->factory,
                                   "metric", "inner_product", "ntotal", (json_int_t)faiss_Index_ntotal(idx),
-                                  "train_size", (json_int_t)train_n));
+                                  "train_size", (json_int_t)train_n, "bytes", (json_int_t)faiss_bytes,
+                                  "checksum", (json_int_t)faiss_sum));
+    if (src) json_object_set_new(json_object_get(b->man, "faiss"), "source_checksum", json_integer((json_int_t)src_sum));
     json_object_set_new(b->man, "docids", json_string("docids.qdoc"));
     st = write_manifest(b);
 done:

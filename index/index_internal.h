@@ -5,6 +5,11 @@
  *   docids.qdoc        docid table for all rows (written with the FAISS index)
  *   index.faiss        FAISS's own index format (faiss.read_index opens it)
  *
+ * The manifest's "faiss" object records "checksum" (qac_index_hash64 of
+ * index.faiss) and "source_checksum" (of the corpus or .npy file), checked
+ * when the index is opened; manifests written before they existed have
+ * neither and are opened unchecked.
+ *
  * Shard (little-endian):
  *   char magic[8] = "QACEMB\0\0"; u32 version = 1; u32 dtype (0 fp32, 1 fp16);
  *   u64 count; u32 dim; u32 reserved = 0; u64 first_row; u64 checksum
@@ -51,6 +56,8 @@ typedef struct qac_docs_header {
 /* 64-bit FNV-1a over 8-byte words (then the tail bytes); chainable. */
 #define QAC_HASH64_INIT 0xcbf29ce484222325ULL
 uint64_t qac_index_hash64(uint64_t h, const void *data, size_t n);
+/* qac_index_hash64 of a whole file, and its size. */
+qac_status qac_index_hash_file(const char *path, uint64_t *sum, uint64_t *size);
 
 /* One shard read back: vectors converted to fp32. Freed with qac_shard_free. */
 typedef struct qac_shard {

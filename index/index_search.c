@@ -41,6 +41,12 @@ struct qac_index {
     const uint64_t *str_off, *offsets;
     const int64_t *lines;
     const char *blob;
+    uint64_t source_checksum; /* 0: not recorded */
+    int has_source_checksum;
+    qac_reader *corpus;       /* opened once; reads are serialised by corpus_mu */
+    int corpus_tried;
+    qac_status corpus_status;
+    pthread_mutex_t corpus_mu;
 };
 
 static char *dup_or_empty(const char *s) { return strdup(s ? s : ""); }
@@ -138,7 +144,30 @@ static qac_status load_cpu_flat(qac_index *ix, json_t *man) {
     return QAC_OK;
 }
 
+/* index.faiss against the manifest's size and checksum (when recorded). */
+static qac_status verify_faiss(const char *path, json_t *fa, qac_index_verify verify) {
+    json_t *sum = json_object_get(fa, "checksum"), *bytes = json_object_get(fa, "bytes");
+    if (!json_is_integer(sum)) return QAC_OK; /* built before checksums */
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return qac_set_error(errno == ENOENT ? QAC_ERR_NOT_FOUND : QAC_ERR_IO, "%s: %s", path, strerror(errno));
+    if (json_is_integer(bytes) && (uint64_t)sb.st_size != (uint64_t)json_integer_value(bytes))
+        return qac_set_error(QAC_ERR_FORMAT, "%s: %llu bytes, the manifest says %llu (corrupt or modified FAISS index)",
+                             path, (unsigned long long)sb.st_size, (unsigned long long)json_integer_value(bytes));
+    if (verify == QAC_VERIFY_SIZE) return QAC_OK;
+    uint64_t h;
+    qac_status st = qac_index_hash_file(path, &h, NULL);
+    if (st) return st;
+    if (h != (uint64_t)json_integer_value(sum))
+        return qac_set_error(QAC_ERR_FORMAT, "%s: checksum mismatch (corrupt or modified FAISS index; rebuild it)", path);
+    return QAC_OK;
+}
+
 qac_status qac_index_open(qac_index **out, const char *dir, qac_device device) {
+    return qac_index_open_verified(out, dir, device, QAC_VERIFY_FULL);
+}
+
+qac_status qac_index_open_verified(qac_index **out, const char *dir, qac_device device, qac_index_verify verify) {
     *out = NULL;
     char path[4096];
     qac_status st = qac_path_join(path, sizeof path, dir, "manifest.json");
@@ -167,6 +196,11 @@ qac_status qac_index_open(qac_index **out, const char *dir, qac_device device) {
         return qac_set_error(QAC_ERR_NOMEM, "out of memory");
     }
     pthread_mutex_init(&ix->pool_mu, NULL);
+    pthread_mutex_init(&ix->corpus_mu, NULL);
+    if (json_is_integer(json_object_get(fa, "source_checksum"))) {
+        ix->has_source_checksum = 1;
+        ix->source_checksum = (uint64_t)json_integer_value(json_object_get(fa, "source_checksum"));
+    }
     json_t *model = json_object_get(build, "model"), *src = json_object_get(build, "source");
     ix->dir = strdup(dir);
     ix->factory = dup_or_empty(json_string_value(json_object_get(fa, "factory")));
@@ -189,6 +223,10 @@ qac_status qac_index_open(qac_index **out, const char *dir, qac_device device) {
     }
     if ((st = qac_path_join(path, sizeof path, dir, json_string_value(json_object_get(man, "docids")) ? json_string_value(json_object_get(man, "docids")) : "docids.qdoc")) ||
         (st = map_docids(ix, path)))
+        goto fail;
+    /* Before FAISS reads it: a flipped byte can make FAISS abort or serve wrong scores. */
+    if ((st = qac_path_join(path, sizeof path, dir, json_string_value(json_object_get(fa, "file")) ? json_string_value(json_object_get(fa, "file")) : "index.faiss")) ||
+        (st = verify_faiss(path, fa, verify)))
         goto fail;
     int flat = !strcmp(ix->factory, "Flat");
     int want_gpu = flat && (device == QAC_DEVICE_CUDA || (device == QAC_DEVICE_AUTO && qac_cuda_available()));
@@ -259,6 +297,8 @@ void qac_index_free(qac_index *ix) {
     free(ix->vecs);
     qac_pool_free(ix->pool);
     pthread_mutex_destroy(&ix->pool_mu);
+    qac_reader_free(ix->corpus);
+    pthread_mutex_destroy(&ix->corpus_mu);
     if (ix->docs_map) munmap(ix->docs_map, ix->docs_len);
     free(ix->dir);
     free(ix->factory);
@@ -290,32 +330,71 @@ const char *qac_index_docid(const qac_index *ix, int64_t row) {
     return ix->blob + ix->str_off[row];
 }
 
-qac_status qac_index_text(const qac_index *ix, int64_t row, char **text) {
-    *text = NULL;
-    if (row < 0 || row >= ix->count)
-        return qac_set_error(QAC_ERR_INVALID, "row %lld out of range [0, %lld)", (long long)row, (long long)ix->count);
+static qac_status open_corpus_locked(qac_index *ix, qac_index_verify verify) {
+    if (ix->corpus) return QAC_OK;
     if (!ix->corpus_path)
         return qac_set_error(QAC_ERR_NOT_FOUND, "this index was built from vectors: it has no passage text");
     struct stat sb;
     if (stat(ix->corpus_path, &sb) != 0)
         return qac_set_error(QAC_ERR_NOT_FOUND, "corpus %s: %s", ix->corpus_path, strerror(errno));
     if ((uint64_t)sb.st_size != ix->corpus_size)
-        return qac_set_error(QAC_ERR_INVALID, "corpus %s changed since indexing (%llu bytes, was %llu)",
+        return qac_set_error(QAC_ERR_FORMAT, "corpus %s changed since indexing (%llu bytes, was %llu)",
                              ix->corpus_path, (unsigned long long)sb.st_size, (unsigned long long)ix->corpus_size);
     qac_reader *r = NULL;
     qac_status st = qac_reader_open(&r, ix->corpus_path, QAC_READ_CORPUS, ix->corpus_fmt);
     if (st) return st;
+    if (verify == QAC_VERIFY_FULL && ix->has_source_checksum) {
+        uint64_t h;
+        if ((st = qac_index_hash_file(ix->corpus_path, &h, NULL))) {
+            qac_reader_free(r);
+            return st;
+        }
+        if (h != ix->source_checksum) {
+            qac_reader_free(r);
+            return qac_set_error(QAC_ERR_FORMAT, "corpus %s changed since indexing (checksum mismatch)", ix->corpus_path);
+        }
+    }
+    ix->corpus = r;
+    return QAC_OK;
+}
+
+qac_status qac_index_open_corpus(qac_index *ix, qac_index_verify verify) {
+    pthread_mutex_lock(&ix->corpus_mu);
+    qac_status st = open_corpus_locked(ix, verify);
+    ix->corpus_tried = 1;
+    ix->corpus_status = st;
+    pthread_mutex_unlock(&ix->corpus_mu);
+    return st;
+}
+
+qac_status qac_index_text(const qac_index *cix, int64_t row, char **text) {
+    qac_index *ix = (qac_index *)cix;
+    *text = NULL;
+    if (row < 0 || row >= ix->count)
+        return qac_set_error(QAC_ERR_INVALID, "row %lld out of range [0, %lld)", (long long)row, (long long)ix->count);
+    pthread_mutex_lock(&ix->corpus_mu);
+    qac_status st = QAC_OK;
+    if (!ix->corpus) {
+        if (ix->corpus_tried) st = qac_set_error(ix->corpus_status ? ix->corpus_status : QAC_ERR_NOT_FOUND,
+                                                 "the corpus was not available when the index was opened");
+        else st = open_corpus_locked(ix, QAC_VERIFY_SIZE);
+        ix->corpus_tried = 1;
+        ix->corpus_status = st;
+    }
     qac_record rec;
     int got = 0;
     const char *want = qac_index_docid(ix, row);
-    if (!(st = qac_reader_seek(r, ix->offsets[row], ix->lines[row])) && !(st = qac_reader_next(r, &rec, &got))) {
+    if (!st && !(st = qac_reader_seek(ix->corpus, ix->offsets[row], ix->lines[row])) &&
+        !(st = qac_reader_next(ix->corpus, &rec, &got))) {
         if (!got || strcmp(rec.id, want) != 0)
-            st = qac_set_error(QAC_ERR_INVALID, "corpus %s changed since indexing: passage %s not found at its offset",
-                               ix->corpus_path, want);
+            st = qac_set_error(QAC_ERR_FORMAT, "the corpus changed since indexing: passage %s is not at its offset", want);
         else if (!(*text = strndup(rec.text, rec.text_len)))
             st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    } else if (st && ix->corpus) {
+        /* reader messages carry the absolute path: keep it out of responses */
+        st = qac_set_error(st, "the corpus changed since indexing: passage %s cannot be read", want);
     }
-    qac_reader_free(r);
+    pthread_mutex_unlock(&ix->corpus_mu);
     return st;
 }
 

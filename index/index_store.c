@@ -21,6 +21,30 @@ uint64_t qac_index_hash64(uint64_t h, const void *data, size_t n) {
     return h;
 }
 
+qac_status qac_index_hash_file(const char *path, uint64_t *sum, uint64_t *size) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return qac_set_error(errno == ENOENT ? QAC_ERR_NOT_FOUND : QAC_ERR_IO, "open %s: %s", path, strerror(errno));
+    enum { CHUNK = 1 << 20 }; /* a multiple of 8: chunks chain like one call */
+    char *buf = malloc(CHUNK);
+    if (!buf) {
+        fclose(f);
+        return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    }
+    uint64_t h = QAC_HASH64_INIT, n = 0;
+    size_t got;
+    while ((got = fread(buf, 1, CHUNK, f)) > 0) {
+        h = qac_index_hash64(h, buf, got);
+        n += got;
+    }
+    int bad = ferror(f);
+    free(buf);
+    fclose(f);
+    if (bad) return qac_set_error(QAC_ERR_IO, "read %s: %s", path, strerror(errno));
+    *sum = h;
+    if (size) *size = n;
+    return QAC_OK;
+}
+
 static size_t elsize(uint32_t dtype) { return dtype == QAC_DTYPE_F16 ? 2 : 4; }
 
 /* fwrite that also folds the bytes into the running checksum. */

@@ -506,7 +506,8 @@ qac_status qac_reader_seek(qac_reader *r, uint64_t offset, int64_t line) {
                              r->path, (unsigned long long)offset, (long long)line, (unsigned long long)r->size);
     idset_clear(&r->ids);
     qac_status st;
-    if (r->fmt != QAC_FMT_CRANFIELD || offset == r->start) {
+    /* Only Cranfield query ids are ordinals that need the records before. */
+    if (r->fmt != QAC_FMT_CRANFIELD || r->kind != QAC_READ_QUERIES || offset == r->start) {
         r->ordinal = 0;
         return position(r, offset, line);
     }

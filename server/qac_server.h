@@ -50,7 +50,14 @@ typedef struct qac_server_config {
     int query_max_len;        /* tokens, specials included */
     int passage_max_len;
     int idle_timeout_s;       /* idle keep-alive connections are closed after this */
-    int drain_timeout_ms;     /* SIGTERM: longest wait for in-flight requests */
+    int drain_timeout_ms;     /* SIGTERM: longest wait for in-flight requests, then exit */
+    int slice_tokens;         /* large jobs are encoded this many tokens at a time */
+    int max_text_hits;        /* queries x k with return_text (413 past it, before any work) */
+    long long max_response_bytes; /* 413 when a response would be larger */
+    int max_connections;
+    int header_timeout_ms;    /* whole request head, from accept */
+    int body_timeout_ms;      /* whole body, from the end of the head */
+    int min_body_rate;        /* bytes/s a body must average after its first second */
 } qac_server_config;
 
 /* Defaults of the table, without parsing anything. */
@@ -86,6 +93,7 @@ typedef struct qac_server_backend {
     qac_status (*search)(void *index, const float *q, int nq, int k, float *scores, int64_t *rows);
     const char *(*docid)(void *index, int64_t row);
     qac_status (*text)(void *index, int64_t row, char **text); /* malloc'd */
+    const char *text_unavailable; /* why text() cannot work (no corpus), or NULL */
 
     /* BM25 (optional: bm25_search == NULL means none loaded). */
     void *bm25;
@@ -95,11 +103,12 @@ typedef struct qac_server_backend {
 } qac_server_backend;
 
 /* The real backend: loads the model (and index / BM25 when the directory is
- * not NULL) and checks that they fit together. device: "auto"|"cpu"|"cuda". */
+ * not NULL) and checks that they fit together. device: "auto"|"cpu"|"cuda";
+ * verify: "full"|"size" (how index.faiss and the corpus are checked). */
 typedef struct qac_server_real qac_server_real;
 qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, const char *model_dir,
                                 const char *index_dir, const char *bm25_dir, const char *device,
-                                int threads);
+                                int threads, const char *verify);
 void qac_server_real_free(qac_server_real *r);
 
 /* ---- the server ---- */
@@ -128,6 +137,9 @@ typedef struct qac_http_request {
     const char *authorization; /* header value or NULL */
     const char *body;
     size_t body_len;
+    /* Optional: returns 1 once the client has gone, so work stops early. */
+    int (*gone)(void *ctx);
+    void *gone_ctx;
 } qac_http_request;
 
 typedef struct qac_http_response {

@@ -15,6 +15,7 @@ struct qac_server_real {
     qac_encoder *enc;
     qac_index *index;
     qac_bm25 *bm25;
+    char text_unavailable[512];
 };
 
 static qac_status r_encode_text(void *u, const char *text, size_t len, int max_len, int32_t *ids, int *n) {
@@ -52,7 +53,8 @@ static qac_status r_bm25_search(void *u, const char *q, int k, float *scores, in
 static const char *r_bm25_docid(void *u, int64_t row) { return qac_bm25_docid(u, row); }
 
 qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, const char *model_dir,
-                                const char *index_dir, const char *bm25_dir, const char *device, int threads) {
+                                const char *index_dir, const char *bm25_dir, const char *device, int threads,
+                                const char *verify) {
     *out = NULL;
     memset(be, 0, sizeof *be);
     qac_server_real *r = calloc(1, sizeof *r);
@@ -82,13 +84,24 @@ qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, c
     }
     int dim = qac_encoder_dim(r->enc);
     if (index_dir) {
-        if ((st = qac_index_open(&r->index, index_dir, dev)) || (st = qac_index_set_threads(r->index, threads))) {
+        qac_index_verify vm = verify && !strcmp(verify, "size") ? QAC_VERIFY_SIZE : QAC_VERIFY_FULL;
+        if ((st = qac_index_open_verified(&r->index, index_dir, dev, vm)) ||
+            (st = qac_index_set_threads(r->index, threads))) {
             qac_wrap_error(st, "index %s", index_dir);
             goto fail;
         }
         if (qac_index_dim(r->index) != dim) {
             st = qac_set_error(QAC_ERR_INVALID, "index %s has dimension %d but the model has %d", index_dir,
                                qac_index_dim(r->index), dim);
+            goto fail;
+        }
+        /* The corpus is opened once, here: a changed one refuses the start;
+         * a missing one (an index moved without it) only disables return_text. */
+        qac_status cst = qac_index_open_corpus(r->index, vm);
+        if (cst == QAC_ERR_NOT_FOUND) {
+            snprintf(r->text_unavailable, sizeof r->text_unavailable, "%s", qac_last_error());
+        } else if (cst) {
+            st = qac_wrap_error(cst, "index %s", index_dir);
             goto fail;
         }
         const char *fp = qac_index_model_fingerprint(r->index);
@@ -125,6 +138,7 @@ qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, c
         be->search = r_search;
         be->docid = r_docid;
         be->text = r_text;
+        if (r->text_unavailable[0]) be->text_unavailable = r->text_unavailable;
     }
     if (r->bm25) {
         be->bm25 = r->bm25;

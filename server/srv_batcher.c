@@ -1,9 +1,15 @@
-/* Dynamic batching, TEI-style: the worker takes the first queued job, keeps
- * adding jobs while the token budget allows and max_wait has not passed,
- * then makes one encode call for all of them, and one search call for all
- * the batch's queries that asked for one (depth: the largest k; each job
- * keeps its own k first hits, which is its own top-k because the index
- * orders hits totally). */
+/* Dynamic batching, TEI-style: the worker gathers queued texts up to a
+ * token budget (waiting at most max_wait for company), makes one encode
+ * call for them, then one search call for the queries of every job whose
+ * texts are now all encoded (depth: the largest k; each job keeps its own
+ * k first hits, which is its own top-k because the index orders hits
+ * totally).
+ *
+ * Fairness: a job of at most slice_tokens is taken whole; a larger one is
+ * cut into slices of slice_tokens, one slice per encoder call, and goes to
+ * the back of the queue after each, so a short request waits for at most
+ * one slice, never for a whole bulk job. The encoder gives a text the same
+ * vector in any batch, so slicing changes no answer. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,16 +23,26 @@ typedef enum job_state { JOB_QUEUED = 0, JOB_RUNNING, JOB_DONE } job_state;
 typedef struct job {
     const int32_t *const *ids;
     const int *lens;
-    int n, tokens;
+    int n;
     float *out;
     int k;           /* > 0: also search, into scores/rows [n, k] */
     float *scores;
     int64_t *rows;
+    int taken;       /* texts handed to the worker */
+    int encoded;     /* texts whose vectors are in out */
+    int busy;        /* a slice of it is being encoded (its buffers are borrowed) */
+    int cancelled;   /* the client went away: take no more of it */
+    long long tokens_left; /* tokens not yet taken */
     job_state state;
     qac_status status;
     char err[256];
     struct job *next;
 } job;
+
+typedef struct seg {
+    job *j;
+    int from, count;
+} seg;
 
 struct qac_batcher {
     qac_encode_fn fn;
@@ -41,12 +57,15 @@ struct qac_batcher {
     job *head, *tail;
     int depth;
     int stop;
+    int last_sliced; /* the last round encoded a slice of a large job */
     pthread_t worker;
     /* the worker's reusable buffers */
     const int32_t **b_ids;
     int *b_lens;
     float *b_out;
     int b_cap;
+    seg *segs;
+    int seg_cap;
     float *s_q, *s_scores; /* search: queries [n, dim], hits [n, kmax] */
     int64_t *s_rows;
     size_t s_qcap, s_hcap;
@@ -94,26 +113,51 @@ static int grow_search(qac_batcher *b, int nq, int kmax) {
     return 1;
 }
 
-/* One search call for every query of the batch's search jobs; b_out holds
- * the batch's vectors in job order. */
-static qac_status search_batch(qac_batcher *b, job *batch, char *err, size_t errsz) {
+static void unlink_job(qac_batcher *b, job *target) {
+    job *prev = NULL;
+    for (job *j = b->head; j; prev = j, j = j->next) {
+        if (j != target) continue;
+        if (prev) prev->next = j->next;
+        else b->head = j->next;
+        if (b->tail == j) b->tail = prev;
+        j->next = NULL;
+        b->depth--;
+        return;
+    }
+}
+
+static void push_back(qac_batcher *b, job *j) {
+    j->next = NULL;
+    if (b->tail) b->tail->next = j;
+    else b->head = j;
+    b->tail = j;
+    b->depth++;
+}
+
+/* One search call for the queries of the jobs finished by this batch
+ * (segments whose job has every text encoded and wants hits). */
+static qac_status search_batch(qac_batcher *b, const seg *segs, int nseg, char *err, size_t errsz) {
     int nq = 0, kmax = 0;
-    for (job *j = batch; j; j = j->next)
-        if (j->k > 0) {
+    for (int s = 0; s < nseg; s++) {
+        job *j = segs[s].j;
+        if (j->k > 0 && segs[s].from + segs[s].count == j->n) {
             nq += j->n;
             if (j->k > kmax) kmax = j->k;
         }
+    }
     if (nq == 0) return QAC_OK;
     if (!grow_search(b, nq, kmax)) {
         snprintf(err, errsz, "out of memory for a search of %d queries", nq);
         return QAC_ERR_NOMEM;
     }
-    int at = 0, q = 0, dim = b->o.dim;
-    for (job *j = batch; j; at += j->n, j = j->next)
-        if (j->k > 0) {
-            memcpy(b->s_q + (size_t)q * dim, b->b_out + (size_t)at * dim, (size_t)j->n * dim * sizeof(float));
+    int q = 0, dim = b->o.dim;
+    for (int s = 0; s < nseg; s++) {
+        job *j = segs[s].j;
+        if (j->k > 0 && segs[s].from + segs[s].count == j->n) {
+            memcpy(b->s_q + (size_t)q * dim, j->out, (size_t)j->n * dim * sizeof(float));
             q += j->n;
         }
+    }
     double t0 = qac_now();
     qac_status st = b->search(b->search_user, b->s_q, nq, kmax, b->s_scores, b->s_rows);
     if (b->metrics) qac_metrics_search_batch(b->metrics, nq, qac_now() - t0);
@@ -122,14 +166,80 @@ static qac_status search_batch(qac_batcher *b, job *batch, char *err, size_t err
         return st;
     }
     q = 0;
-    for (job *j = batch; j; j = j->next) {
-        if (j->k <= 0) continue;
+    for (int s = 0; s < nseg; s++) {
+        job *j = segs[s].j;
+        if (!(j->k > 0 && segs[s].from + segs[s].count == j->n)) continue;
         for (int i = 0; i < j->n; i++, q++) {
             memcpy(j->scores + (size_t)i * j->k, b->s_scores + (size_t)q * kmax, (size_t)j->k * sizeof(float));
             memcpy(j->rows + (size_t)i * j->k, b->s_rows + (size_t)q * kmax, (size_t)j->k * sizeof(int64_t));
         }
     }
     return QAC_OK;
+}
+
+static int add_seg(qac_batcher *b, int nseg, job *j, int from, int count) {
+    if (nseg == b->seg_cap) {
+        int cap = b->seg_cap ? b->seg_cap * 2 : 64;
+        seg *p = realloc(b->segs, (size_t)cap * sizeof *p);
+        if (!p) return -1;
+        b->segs = p;
+        b->seg_cap = cap;
+    }
+    b->segs[nseg] = (seg){j, from, count};
+    return nseg + 1;
+}
+
+/* Take this round's texts, under the lock: small jobs whole in arrival
+ * order while the budget allows, then one slice of the first large job
+ * (which then goes to the back). Returns the number of segments. */
+static int take_batch(qac_batcher *b, int *n_texts, int *n_tokens) {
+    int budget = b->o.max_batch_tokens;
+    int slice = b->o.slice_tokens > 0 && b->o.slice_tokens < budget ? b->o.slice_tokens : budget;
+    int nseg = 0, n = 0, tokens = 0;
+    job *large = NULL;
+    for (job *j = b->head, *next; j; j = next) {
+        next = j->next;
+        if (j->tokens_left > slice) {
+            if (!large) large = j;
+            continue;
+        }
+        if (n > 0 && tokens + j->tokens_left > budget) continue;
+        int got = add_seg(b, nseg, j, j->taken, j->n - j->taken);
+        if (got < 0) break;
+        nseg = got;
+        n += j->n - j->taken;
+        tokens += (int)j->tokens_left;
+        j->taken = j->n;
+        j->tokens_left = 0;
+        j->busy = 1;
+        j->state = JOB_RUNNING;
+        unlink_job(b, j);
+    }
+    /* A round that serves short jobs adds a slice only every other time:
+     * a short job then waits for at most the slice already running. */
+    if (large && (n == 0 || (!b->last_sliced && tokens < budget))) {
+        int room = budget - tokens < slice ? budget - tokens : slice;
+        int from = large->taken, cnt = 0, t = 0;
+        while (from + cnt < large->n && (cnt == 0 || t + large->lens[from + cnt] <= room)) t += large->lens[from + cnt++];
+        int got = add_seg(b, nseg, large, from, cnt);
+        if (got >= 0) {
+            nseg = got;
+            n += cnt;
+            tokens += t;
+            large->taken += cnt;
+            large->tokens_left -= t;
+            large->busy = 1;
+            large->state = JOB_RUNNING;
+            unlink_job(b, large);
+            if (large->taken < large->n) push_back(b, large);
+        }
+        b->last_sliced = 1;
+    } else {
+        b->last_sliced = 0;
+    }
+    *n_texts = n;
+    *n_tokens = tokens;
+    return nseg;
 }
 
 static void *worker_main(void *arg) {
@@ -143,61 +253,62 @@ static void *worker_main(void *arg) {
             struct timespec dl;
             abs_deadline(&dl, b->o.max_wait_ms);
             for (;;) {
-                int queued_tokens = 0;
-                for (job *j = b->head; j; j = j->next) queued_tokens += j->tokens;
-                if (queued_tokens >= b->o.max_batch_tokens || b->stop) break;
+                long long queued_tokens = 0;
+                for (job *j = b->head; j; j = j->next) queued_tokens += j->tokens_left;
+                if (queued_tokens >= b->o.max_batch_tokens || b->stop || !b->head) break;
                 if (pthread_cond_timedwait(&b->work, &b->mu, &dl) == ETIMEDOUT) break;
             }
+            if (!b->head) continue;
         }
-        /* Take jobs in arrival order while they fit; the first always goes. */
-        job *batch = NULL, **tailp = &batch;
         int n = 0, tokens = 0;
-        while (b->head && (n == 0 || tokens + b->head->tokens <= b->o.max_batch_tokens)) {
-            job *j = b->head;
-            b->head = j->next;
-            if (!b->head) b->tail = NULL;
-            b->depth--;
-            j->state = JOB_RUNNING;
-            j->next = NULL;
-            *tailp = j;
-            tailp = &j->next;
-            n += j->n;
-            tokens += j->tokens;
-        }
+        int nseg = take_batch(b, &n, &tokens);
         if (b->metrics) qac_metrics_queue_depth(b->metrics, b->depth);
         pthread_mutex_unlock(&b->mu);
 
         qac_status st = QAC_OK, sst = QAC_OK;
         char err[256] = "", serr[256] = "";
         double t0 = qac_now();
-        if (!grow(b, n)) {
+        if (nseg == 0 || !grow(b, n)) {
             st = QAC_ERR_NOMEM;
             snprintf(err, sizeof err, "out of memory for a batch of %d texts", n);
         } else {
             int at = 0;
-            for (job *j = batch; j; j = j->next)
-                for (int i = 0; i < j->n; i++, at++) {
-                    b->b_ids[at] = j->ids[i];
-                    b->b_lens[at] = j->lens[i];
+            for (int s = 0; s < nseg; s++)
+                for (int i = 0; i < b->segs[s].count; i++, at++) {
+                    b->b_ids[at] = b->segs[s].j->ids[b->segs[s].from + i];
+                    b->b_lens[at] = b->segs[s].j->lens[b->segs[s].from + i];
                 }
             st = b->fn(b->user, (const int32_t *const *)b->b_ids, b->b_lens, n, b->b_out);
             if (st) snprintf(err, sizeof err, "%s", qac_last_error());
         }
         double secs = qac_now() - t0;
-        if (b->metrics) qac_metrics_batch(b->metrics, n, tokens, secs);
-        if (st == QAC_OK && b->search) sst = search_batch(b, batch, serr, sizeof serr);
+        if (b->metrics && nseg) qac_metrics_batch(b->metrics, n, tokens, secs);
+        if (st == QAC_OK) {
+            int at = 0;
+            for (int s = 0; s < nseg; s++) {
+                job *j = b->segs[s].j;
+                memcpy(j->out + (size_t)b->segs[s].from * b->o.dim, b->b_out + (size_t)at * b->o.dim,
+                       (size_t)b->segs[s].count * b->o.dim * sizeof(float));
+                at += b->segs[s].count;
+            }
+            if (b->search) sst = search_batch(b, b->segs, nseg, serr, sizeof serr);
+        }
 
         pthread_mutex_lock(&b->mu);
-        int at = 0;
-        for (job *j = batch; j;) {
-            job *next = j->next;
-            if (st == QAC_OK) memcpy(j->out, b->b_out + (size_t)at * b->o.dim, (size_t)j->n * b->o.dim * sizeof(float));
-            at += j->n;
-            int failed_search = st == QAC_OK && j->k > 0 && sst != QAC_OK;
-            j->status = failed_search ? sst : st;
-            memcpy(j->err, failed_search ? serr : err, sizeof err);
-            j->state = JOB_DONE;
-            j = next;
+        for (int s = 0; s < nseg; s++) {
+            job *j = b->segs[s].j;
+            j->busy = 0;
+            j->encoded += b->segs[s].count;
+            int last = j->encoded == j->n;
+            int failed_search = st == QAC_OK && last && j->k > 0 && sst != QAC_OK;
+            if (st != QAC_OK || failed_search || j->cancelled || last) {
+                if (j->taken < j->n) unlink_job(b, j); /* a sliced job still queued */
+                j->status = st != QAC_OK ? st : failed_search ? sst : j->cancelled ? QAC_ERR_CANCELLED : QAC_OK;
+                memcpy(j->err, st != QAC_OK ? err : failed_search ? serr : "the client went away", sizeof j->err);
+                j->state = JOB_DONE;
+            } else {
+                j->state = JOB_QUEUED; /* more slices to come */
+            }
         }
         pthread_cond_broadcast(&b->done);
     }
@@ -236,18 +347,6 @@ qac_status qac_batcher_create(qac_batcher **out, qac_encode_fn fn, void *user, q
     return QAC_OK;
 }
 
-static void unlink_job(qac_batcher *b, job *target) {
-    job *prev = NULL;
-    for (job *j = b->head; j; prev = j, j = j->next) {
-        if (j != target) continue;
-        if (prev) prev->next = j->next;
-        else b->head = j->next;
-        if (b->tail == j) b->tail = prev;
-        b->depth--;
-        return;
-    }
-}
-
 qac_status qac_batcher_encode(qac_batcher *b, const int32_t *const *ids, const int *lens, int n, float *out,
                               int timeout_ms) {
     return qac_batcher_search(b, ids, lens, n, out, 0, NULL, NULL, timeout_ms);
@@ -255,6 +354,13 @@ qac_status qac_batcher_encode(qac_batcher *b, const int32_t *const *ids, const i
 
 qac_status qac_batcher_search(qac_batcher *b, const int32_t *const *ids, const int *lens, int n, float *out, int k,
                               float *scores, int64_t *rows, int timeout_ms) {
+    return qac_batcher_run(b, ids, lens, n, out, k, scores, rows, timeout_ms, NULL);
+}
+
+#define CANCEL_POLL_MS 50 /* how often a waiting request checks its client */
+
+qac_status qac_batcher_run(qac_batcher *b, const int32_t *const *ids, const int *lens, int n, float *out, int k,
+                           float *scores, int64_t *rows, int timeout_ms, const qac_cancel *cancel) {
     if (n <= 0) return QAC_OK;
     if (k > 0 && (!b->search || !scores || !rows))
         return qac_set_error(QAC_ERR_INVALID, "batcher: no search function, or no room for the hits");
@@ -267,7 +373,8 @@ qac_status qac_batcher_search(qac_batcher *b, const int32_t *const *ids, const i
     j.k = k > 0 ? k : 0;
     j.scores = scores;
     j.rows = rows;
-    for (int i = 0; i < n; i++) j.tokens += lens[i];
+    for (int i = 0; i < n; i++) j.tokens_left += lens[i];
+    if (cancel && !cancel->gone) cancel = NULL;
 
     pthread_mutex_lock(&b->mu);
     if (b->stop) {
@@ -278,25 +385,35 @@ qac_status qac_batcher_search(qac_batcher *b, const int32_t *const *ids, const i
         pthread_mutex_unlock(&b->mu);
         return qac_set_error(QAC_ERR_BUSY, "the encode queue is full (%d requests waiting)", b->o.queue_size);
     }
-    if (b->tail) b->tail->next = &j;
-    else b->head = &j;
-    b->tail = &j;
-    b->depth++;
+    push_back(b, &j);
     if (b->metrics) qac_metrics_queue_depth(b->metrics, b->depth);
     pthread_cond_signal(&b->work);
 
-    struct timespec dl;
-    if (timeout_ms > 0) abs_deadline(&dl, timeout_ms);
+    double start = qac_now();
     while (j.state != JOB_DONE) {
-        if (timeout_ms > 0 && j.state == JOB_QUEUED) {
-            if (pthread_cond_timedwait(&b->done, &b->mu, &dl) == ETIMEDOUT && j.state == JOB_QUEUED) {
-                /* Still queued: withdraw it. A running job always completes,
-                 * since the worker borrows our buffers. */
-                unlink_job(b, &j);
+        int started = j.encoded > 0 || j.busy;
+        if ((timeout_ms > 0 && !started) || cancel) {
+            struct timespec dl;
+            double wait_ms = cancel ? CANCEL_POLL_MS : 1e9;
+            if (timeout_ms > 0 && !started) {
+                double left = timeout_ms - (qac_now() - start) * 1000.0;
+                if (left < wait_ms) wait_ms = left > 0 ? left : 0;
+            }
+            abs_deadline(&dl, wait_ms);
+            pthread_cond_timedwait(&b->done, &b->mu, &dl);
+            if (j.state == JOB_DONE) break;
+            started = j.encoded > 0 || j.busy;
+            int gone = cancel && !j.cancelled && cancel->gone(cancel->ctx);
+            if (gone) j.cancelled = 1;
+            int timed_out = timeout_ms > 0 && !started && (qac_now() - start) * 1000.0 >= timeout_ms;
+            if ((j.cancelled || timed_out) && !j.busy) {
+                /* Not being encoded: withdraw it. A running slice always
+                 * completes first, since the worker borrows our buffers. */
+                if (j.taken < j.n) unlink_job(b, &j);
                 if (b->metrics) qac_metrics_queue_depth(b->metrics, b->depth);
                 pthread_mutex_unlock(&b->mu);
-                return qac_set_error(QAC_ERR_CANCELLED, "timed out after %d ms waiting for the encoder",
-                                     timeout_ms);
+                if (j.cancelled) return qac_set_error(QAC_ERR_CANCELLED, "the client went away");
+                return qac_set_error(QAC_ERR_CANCELLED, "timed out after %d ms waiting for the encoder", timeout_ms);
             }
         } else {
             pthread_cond_wait(&b->done, &b->mu);
@@ -327,6 +444,7 @@ void qac_batcher_free(qac_batcher *b) {
     free(b->b_ids);
     free(b->b_lens);
     free(b->b_out);
+    free(b->segs);
     free(b->s_q);
     free(b->s_scores);
     free(b->s_rows);

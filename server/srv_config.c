@@ -13,6 +13,7 @@ static const qac_opt serve_opts[] = {
     {"port", QAC_OPT_INT, "8080", 0, 65535, NULL, "QAC_PORT", "TCP port (0: any free port)", 0},
     {"threads", QAC_OPT_INT, "0", 0, 1024, NULL, "QAC_THREADS", "CPU threads for the encoder and the flat scan (0: all cores)", 0},
     {"device", QAC_OPT_ENUM, "auto", 1, 0, "auto|cpu|cuda", "QAC_DEVICE", "encoder and index device", 0},
+    {"verify", QAC_OPT_ENUM, "full", 1, 0, "full|size", "QAC_VERIFY", "check index.faiss and the corpus at start: every byte against the manifest's checksums, or sizes only (very large indexes)", 0},
     {"api-key", QAC_OPT_STR, NULL, 1, 0, NULL, "QAC_API_KEY", "require 'Authorization: Bearer KEY' (not on /health)", 0},
     {"max-batch-tokens", QAC_OPT_INT, "8192", 1, 1 << 24, NULL, "QAC_MAX_BATCH_TOKENS", "token budget of one encoder call", 0},
     {"max-wait-ms", QAC_OPT_INT, "2", 0, 1000, NULL, "QAC_MAX_WAIT_MS", "how long a batch waits for more texts", 0},
@@ -27,6 +28,13 @@ static const qac_opt serve_opts[] = {
     {"passage-max-len", QAC_OPT_INT, "256", 2, 8192, NULL, "QAC_PASSAGE_MAX_LEN", "passage length in tokens, specials included", 0},
     {"idle-timeout-s", QAC_OPT_INT, "30", 1, 86400, NULL, "QAC_IDLE_TIMEOUT_S", "close idle connections after this", 0},
     {"drain-timeout-ms", QAC_OPT_INT, "30000", 0, 3600000, NULL, "QAC_DRAIN_TIMEOUT_MS", "on SIGTERM, wait this long for in-flight requests", 0},
+    {"slice-tokens", QAC_OPT_INT, "512", 16, 1 << 24, NULL, "QAC_SLICE_TOKENS", "a request with more tokens is encoded in slices of this many, between other requests' batches", 0},
+    {"max-text-hits", QAC_OPT_INT, "10000", 1, 100000000, NULL, "QAC_MAX_TEXT_HITS", "queries x k allowed with return_text (413 past it)", 0},
+    {"max-response-bytes", QAC_OPT_INT, "67108864", 4096, 1 << 30, NULL, "QAC_MAX_RESPONSE_BYTES", "largest response body (413 past it)", 0},
+    {"max-connections", QAC_OPT_INT, "4096", 16, 60000, NULL, "QAC_MAX_CONNECTIONS", "open connections at once (needs as many file descriptors)", 0},
+    {"header-timeout-ms", QAC_OPT_INT, "10000", 100, 3600000, NULL, "QAC_HEADER_TIMEOUT_MS", "close a connection whose request head is not complete this long after it starts", 0},
+    {"body-timeout-ms", QAC_OPT_INT, "30000", 100, 3600000, NULL, "QAC_BODY_TIMEOUT_MS", "close a connection whose body is not complete this long after its head", 0},
+    {"min-body-rate", QAC_OPT_INT, "4096", 0, 1 << 30, NULL, "QAC_MIN_BODY_RATE", "bytes/s a body must average after its first 2 s (0: no minimum)", 0},
 };
 
 const qac_opt *qac_server_opt_table(int *n) {
@@ -64,6 +72,13 @@ qac_server_config qac_server_default_config(void) {
     c.passage_max_len = def_int("passage-max-len");
     c.idle_timeout_s = def_int("idle-timeout-s");
     c.drain_timeout_ms = def_int("drain-timeout-ms");
+    c.slice_tokens = def_int("slice-tokens");
+    c.max_text_hits = def_int("max-text-hits");
+    c.max_response_bytes = def_int("max-response-bytes");
+    c.max_connections = def_int("max-connections");
+    c.header_timeout_ms = def_int("header-timeout-ms");
+    c.body_timeout_ms = def_int("body-timeout-ms");
+    c.min_body_rate = def_int("min-body-rate");
     return c;
 }
 
@@ -90,6 +105,13 @@ qac_status qac_server_config_from_opts(qac_server_config *c, const qac_opts *o) 
     c->passage_max_len = (int)qac_opts_int(o, "passage-max-len");
     c->idle_timeout_s = (int)qac_opts_int(o, "idle-timeout-s");
     c->drain_timeout_ms = (int)qac_opts_int(o, "drain-timeout-ms");
+    c->slice_tokens = (int)qac_opts_int(o, "slice-tokens");
+    c->max_text_hits = (int)qac_opts_int(o, "max-text-hits");
+    c->max_response_bytes = qac_opts_int(o, "max-response-bytes");
+    c->max_connections = (int)qac_opts_int(o, "max-connections");
+    c->header_timeout_ms = (int)qac_opts_int(o, "header-timeout-ms");
+    c->body_timeout_ms = (int)qac_opts_int(o, "body-timeout-ms");
+    c->min_body_rate = (int)qac_opts_int(o, "min-body-rate");
     return QAC_OK;
 }
 

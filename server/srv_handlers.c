@@ -11,6 +11,8 @@
 #include "srv_internal.h"
 #include "qac_util.h"
 
+int qac_srv_gone(void) { return qac_srv_cancel && qac_srv_cancel->gone(qac_srv_cancel->ctx); }
+
 #define JSON_OUT_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(9)) /* 9 digits: floats round-trip */
 
 static void set_json(qac_http_response *r, json_t *o) {
@@ -210,8 +212,12 @@ static int encode_texts(qac_server *s, const texts *t, int max_len, float *out, 
         }
         total += lens[i];
     }
-    qac_status st = qac_batcher_search(s->batcher, (const int32_t *const *)ptrs, lens, n, out, k, scores, rows,
-                                       s->cfg.timeout_ms);
+    qac_status st = qac_batcher_run(s->batcher, (const int32_t *const *)ptrs, lens, n, out, k, scores, rows,
+                                    s->cfg.timeout_ms, qac_srv_cancel);
+    if (st == QAC_ERR_CANCELLED && qac_srv_gone()) { /* nobody to answer */
+        qac_server_error(r, 499, "client_closed", "the client went away");
+        goto done;
+    }
     if (st == QAC_ERR_BUSY) {
         qac_server_error(r, 503, "overloaded", "%s; retry later", qac_last_error());
         r->retry_after = 1;
@@ -437,6 +443,27 @@ void qac_handle_search(qac_server *s, const char *body, size_t len, qac_http_res
     if (!get_texts(s, o, "query", "queries", &t, r) || !get_int(o, "k", 1, s->cfg.max_k, &k, r) ||
         !get_enum(o, "mode", modes, &mode, r) || !get_bool(o, "return_text", &return_text, r))
         goto done;
+    for (int q = 0; q < t.n; q++) {
+        size_t i = 0;
+        while (i < t.len[q] && strchr(" \t\r\n\f\v", t.s[q][i])) i++;
+        if (i == t.len[q]) {
+            qac_server_error(r, 422, "validation_error", "query %d is only whitespace", q);
+            goto done;
+        }
+    }
+    if (return_text && s->be.text_unavailable) {
+        qac_server_error(r, 422, "validation_error", "return_text: this server has no passage text (%s)",
+                         s->be.search ? "the corpus was not found when it started" : "no dense index");
+        goto done;
+    }
+    /* Refused before any work: every hit's text is read and sent. */
+    if (return_text && (long long)t.n * k > s->cfg.max_text_hits) {
+        qac_server_error(r, 413, "payload_too_large",
+                         "return_text with %d queries x k %lld = %lld passages, more than the limit of %d "
+                         "(max-text-hits); lower k or send fewer queries",
+                         t.n, k, (long long)t.n * k, s->cfg.max_text_hits);
+        goto done;
+    }
     int need_dense = mode != MODE_BM25, need_bm25 = mode != MODE_DENSE;
     if (need_bm25 && !s->be.bm25_search) {
         qac_server_error(r, 422, "validation_error", "mode '%s' needs a BM25 index: start the server with --bm25 DIR",
@@ -470,8 +497,13 @@ void qac_handle_search(qac_server *s, const char *body, size_t len, qac_http_res
         qac_server_error(r, 500, "internal", "out of memory");
         goto done;
     }
+    size_t out_bytes = 0; /* an estimate of the response body, for max_response_bytes */
     for (int q = 0; q < nq; q++) {
         int nh = 0, nb = 0;
+        if (qac_srv_gone()) {
+            qac_server_error(r, 499, "client_closed", "the client went away");
+            goto done;
+        }
         if (need_bm25) {
             /* BM25 reads the text itself; copy since JSON strings may hold no NUL but are not ours to cut */
             char *qs = strndup(t.s[q], t.len[q]);
@@ -522,6 +554,7 @@ void qac_handle_search(qac_server *s, const char *body, size_t len, qac_http_res
         for (int i = 0; i < nh; i++) {
             json_t *h = json_pack("{s:s,s:f,s:i}", "docid", hits[i].docid, "score",
                                   mode == MODE_HYBRID ? hits[i].score : (double)(float)hits[i].score, "rank", i + 1);
+            out_bytes += 48 + strlen(hits[i].docid);
             if (return_text && hits[i].row >= 0) {
                 char *text = NULL;
                 if (s->be.text(s->be.index, hits[i].row, &text)) {
@@ -529,10 +562,18 @@ void qac_handle_search(qac_server *s, const char *body, size_t len, qac_http_res
                     qac_server_error(r, 500, "internal", "passage text: %s", qac_last_error());
                     goto done;
                 }
+                out_bytes += 10 + (text ? strlen(text) * 11 / 10 : 0); /* ~10% JSON escaping */
                 json_object_set_new(h, "text", json_string(text ? text : ""));
                 free(text);
             }
             json_array_append_new(list, h);
+            if (out_bytes > (size_t)s->cfg.max_response_bytes) {
+                qac_server_error(r, 413, "payload_too_large",
+                                 "the response would be larger than %lld bytes (max-response-bytes); lower k, "
+                                 "send fewer queries or drop return_text",
+                                 s->cfg.max_response_bytes);
+                goto done;
+            }
         }
     }
     set_json(r, json_pack("{s:O,s:s,s:f}", "results", results, "mode", modes[mode], "took_ms",

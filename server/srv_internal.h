@@ -27,8 +27,16 @@ typedef struct qac_batcher_opts {
     int dim;
     int max_batch_tokens;
     int max_wait_ms;
-    int queue_size; /* jobs waiting (not yet taken) before QAC_ERR_BUSY */
+    int queue_size;   /* jobs waiting (not yet taken) before QAC_ERR_BUSY */
+    int slice_tokens; /* a job with more tokens is encoded this many at a time,
+                         interleaved with smaller jobs (0: max_batch_tokens) */
 } qac_batcher_opts;
+
+/* Asks whether the request's client has gone (1), so its work can stop. */
+typedef struct qac_cancel {
+    int (*gone)(void *ctx);
+    void *ctx;
+} qac_cancel;
 
 /* search may be NULL: an encode-only batcher. */
 qac_status qac_batcher_create(qac_batcher **out, qac_encode_fn fn, void *user, qac_search_fn search,
@@ -42,6 +50,10 @@ qac_status qac_batcher_encode(qac_batcher *b, const int32_t *const *ids, const i
 /* Encode, then search k deep: scores and rows [n, k]. k <= 0 is encode. */
 qac_status qac_batcher_search(qac_batcher *b, const int32_t *const *ids, const int *lens, int n, float *out, int k,
                               float *scores, int64_t *rows, int timeout_ms);
+/* Same, and gives up (QAC_ERR_CANCELLED) soon after cancel->gone says so:
+ * queued texts are dropped, a slice already running finishes first. */
+qac_status qac_batcher_run(qac_batcher *b, const int32_t *const *ids, const int *lens, int n, float *out, int k,
+                           float *scores, int64_t *rows, int timeout_ms, const qac_cancel *cancel);
 int qac_batcher_queue_depth(qac_batcher *b);
 /* Finishes queued jobs, then stops the worker. */
 void qac_batcher_free(qac_batcher *b);
@@ -81,6 +93,8 @@ struct qac_server {
     atomic_int draining;
     void *daemon;              /* struct MHD_Daemon * */
     void (*http_stop)(qac_server *s); /* set by the HTTP layer once listening */
+    void *http;                /* the HTTP layer's state (srv_http.c) */
+    int drain_failed;          /* a drain timed out: requests are still running */
     int bound_port;
     double started;
 };
@@ -91,8 +105,15 @@ void qac_server_log(qac_server *s, qac_log_level level, const char *fmt, ...)
 #endif
     ;
 
+/* Whether the Authorization header value admits a request to route. */
+int qac_server_authorized(const qac_server *s, qac_route route, const char *authorization);
+
 /* Route table lookup: the route and the methods it allows ("GET", "POST"). */
 qac_route qac_server_route(const char *path, size_t path_len, const char **allow);
+
+/* The cancel check of the request this thread is serving (NULL: none). */
+extern _Thread_local const qac_cancel *qac_srv_cancel;
+int qac_srv_gone(void);
 
 /* JSON endpoint handlers (srv_handlers.c). */
 void qac_handle_search(qac_server *s, const char *body, size_t len, qac_http_response *resp);

@@ -128,6 +128,11 @@ static int key_matches(const char *want, const char *authorization) {
     return diff == 0;
 }
 
+int qac_server_authorized(const qac_server *s, qac_route route, const char *authorization) {
+    return !s->cfg.api_key || route == QAC_ROUTE_HEALTH || route == QAC_ROUTE_PAGE ||
+           key_matches(s->cfg.api_key, authorization);
+}
+
 static void handle_metrics(qac_server *s, qac_http_response *r) {
     qac_metrics_queue_depth(s->metrics, s->batcher ? qac_batcher_queue_depth(s->batcher) : 0);
     qac_metrics_inflight(s->metrics, atomic_load(&s->inflight));
@@ -139,8 +144,12 @@ static void handle_metrics(qac_server *s, qac_http_response *r) {
     set_body(r, 200, text, "text/plain; version=0.0.4; charset=utf-8");
 }
 
+_Thread_local const qac_cancel *qac_srv_cancel;
+
 void qac_server_handle(qac_server *s, const qac_http_request *req, qac_http_response *r) {
     memset(r, 0, sizeof *r);
+    qac_cancel cancel = {req->gone, req->gone_ctx};
+    qac_srv_cancel = req->gone ? &cancel : NULL;
     double t0 = qac_now();
     const char *path = req->path ? req->path : "/";
     size_t plen = strcspn(path, "?#");
@@ -158,8 +167,7 @@ void qac_server_handle(qac_server *s, const qac_http_request *req, qac_http_resp
         qac_server_error(r, 405, "method_not_allowed", "%s is not allowed on %s (allowed: %s)",
                          strlen(method) > 16 ? "this method" : method, qac_route_path(route), allow);
         snprintf(r->allow, sizeof r->allow, "%s", allow);
-    } else if (s->cfg.api_key && route != QAC_ROUTE_HEALTH && route != QAC_ROUTE_PAGE &&
-               !key_matches(s->cfg.api_key, req->authorization)) {
+    } else if (!qac_server_authorized(s, route, req->authorization)) {
         qac_server_error(r, 401, "unauthorized", "missing or wrong API key (send 'Authorization: Bearer KEY')");
         r->www_authenticate = 1;
     } else {
@@ -176,6 +184,7 @@ void qac_server_handle(qac_server *s, const qac_http_request *req, qac_http_resp
         }
         if (!r->body) qac_server_error(r, 500, "internal", "out of memory");
     }
+    qac_srv_cancel = NULL;
     qac_metrics_request(s->metrics, route, r->status, qac_now() - t0);
 }
 
@@ -198,7 +207,7 @@ qac_status qac_server_create(qac_server **out, const qac_server_config *cfg, con
     qac_status st = s->cfg.host ? QAC_OK : qac_set_error(QAC_ERR_NOMEM, "out of memory");
     if (!st) st = qac_metrics_create(&s->metrics);
     if (!st) {
-        qac_batcher_opts bo = {be->dim, cfg->max_batch_tokens, cfg->max_wait_ms, cfg->queue_size};
+        qac_batcher_opts bo = {be->dim, cfg->max_batch_tokens, cfg->max_wait_ms, cfg->queue_size, cfg->slice_tokens};
         st = qac_batcher_create(&s->batcher, be->encode, be->enc, be->search, be->index, &bo, s->metrics);
     }
     if (!st && be->bm25_search && be->search) st = qac_docid_map_build(&s->docid_rows, be);

@@ -47,7 +47,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     char *b = malloc(blen ? blen : 1);
     if (!b) return 0;
     memcpy(b, body, blen);
-    qac_http_request req = {method, path, NULL, b, blen};
+    qac_http_request req = {method, path, NULL, b, blen, NULL, NULL};
     qac_http_response r;
     qac_server_handle(server, &req, &r);
     int known = r.status == 200 || r.status == 400 || r.status == 404 || r.status == 405 || r.status == 413 ||

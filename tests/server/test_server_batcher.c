@@ -62,7 +62,7 @@ static void test_concurrent_batching(void) {
     st.sleep_ms = 2;
     fake_backend_init(&backend, &st, 0, 0);
     qac_batcher *b = NULL;
-    qac_batcher_opts o = {FAKE_DIM, 600, 2, 1000};
+    qac_batcher_opts o = {FAKE_DIM, 600, 2, 1000, 0};
     CHECK_OK(qac_batcher_create(&b, encode_fn, NULL, NULL, NULL, &o, NULL));
     pthread_t th[THREADS];
     worker w[THREADS];
@@ -115,7 +115,7 @@ static void test_queue_full_and_timeout(void) {
     fake_backend_init(&backend, &st, 0, 0);
     qac_batcher *b = NULL;
     /* budget of 3 tokens: each job runs alone */
-    qac_batcher_opts o = {FAKE_DIM, 3, 0, 1};
+    qac_batcher_opts o = {FAKE_DIM, 3, 0, 1, 0};
     CHECK_OK(qac_batcher_create(&b, encode_fn, NULL, NULL, NULL, &o, NULL));
     slow_arg a1 = {b, QAC_OK, 0}, a2 = {b, QAC_OK, 100};
     pthread_t t1, t2;
@@ -211,7 +211,7 @@ static void test_batched_search(void) {
     st.sleep_ms = 2;
     fake_backend_init(&backend, &st, 0, 0);
     qac_batcher *b = NULL;
-    qac_batcher_opts o = {FAKE_DIM, 600, 2, 1000};
+    qac_batcher_opts o = {FAKE_DIM, 600, 2, 1000, 0};
     CHECK_OK(qac_batcher_create(&b, encode_fn, NULL, search_fn, NULL, &o, NULL));
     pthread_t th[THREADS];
     sworker w[THREADS];

@@ -30,7 +30,7 @@ static qac_server *make_server(int with_index, int with_bm25, const char *key, i
 /* Run one request; returns the parsed JSON body (NULL for non-JSON). */
 static json_t *call(qac_server *s, const char *method, const char *path, const char *body, const char *auth,
                     qac_http_response *r) {
-    qac_http_request req = {method, path, auth, body, body ? strlen(body) : 0};
+    qac_http_request req = {method, path, auth, body, body ? strlen(body) : 0, NULL, NULL};
     qac_server_handle(s, &req, r);
     if (!r->content_type || strncmp(r->content_type, "application/json", 16)) return NULL;
     json_error_t e;

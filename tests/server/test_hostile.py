@@ -1,0 +1,293 @@
+"""The server under a hostile but realistic client, on loopback only: each
+probe is bounded in count and time, and checks the server's answer.
+
+  corrupt index.faiss / corpus   refused at start, naming the file
+  drain deadline                 SIGTERM exits by drain timeout + 1 s, non-zero
+  response size / cancellation   a huge return_text search is refused at once;
+                                 a bulk /encode stops when its client goes
+  fair batching                  one-query searches stay fast beside a bulk /encode
+  slow heads and bodies          /health and /search answer under 600 + 515 of them
+  limits before the body         413 / 401 / 404 without 100 Continue
+  framing                        Content-Length with Transfer-Encoding, or two lengths: 400
+  contract                       encoded paths, whitespace queries, 5xx log rate
+"""
+import os
+import re
+import resource
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from srvlib import QAC, Server, build_indexes, check, finish, http, workdir  # noqa: E402
+
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+d = workdir("hostile")
+corpus, ix, _ = build_indexes(d, n_docs=60, bm25=False)
+
+
+def port_of(srv):
+    return int(srv.base.rsplit(":", 1)[1])
+
+
+def raw(port, data, timeout=5.0, read=True):
+    """Send raw bytes; return what the server answered before closing (or the timeout)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s.sendall(data)
+    out = b""
+    end = time.time() + timeout
+    while read and time.time() < end:
+        try:
+            chunk = s.recv(65536)
+        except socket.timeout:
+            break
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        out += chunk
+    s.close()
+    return out
+
+
+def serve_start_error(index_dir):
+    """(exit code, stderr) of a server that refuses to start; (0, ...) if it starts."""
+    p = subprocess.Popen([QAC, "serve", "--port", "0", "--index", index_dir], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    line = p.stdout.readline()  # the listening line, or "" when it exits
+    if "listening" in line:
+        p.kill()
+        p.wait()
+        return 0, "started: " + line
+    p.wait(30)
+    return p.returncode, p.stderr.read()
+
+
+# ---- 3. checksums: a flipped byte in index.faiss or the corpus refuses the start ----
+t0 = time.time()
+sq = os.path.join(d, "index-sq")
+shutil.copytree(ix, sq)
+subprocess.run([QAC, "index", "build", "--corpus", corpus, "--format", "cranfield", "--out", sq, "--max-len", "128",
+                "--factory", "SQfp16"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+for name, src in (("Flat", ix), ("SQfp16", sq)):
+    bad = os.path.join(d, f"bad-{name}")
+    shutil.copytree(src, bad)
+    path = os.path.join(bad, "index.faiss")
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:  # one byte in the vectors / codes, past the header
+        f.seek(size // 2)
+        b = f.read(1)
+        f.seek(size // 2)
+        f.write(bytes([b[0] ^ 0x10]))
+    rc, err = serve_start_error(bad)
+    check(rc != 0 and "index.faiss" in err and "checksum" in err,
+          f"{name}: a flipped byte in index.faiss refuses the start (rc {rc}): {err.strip()[-200:]}")
+# the corpus, same size, one byte changed
+corpus2 = corpus + ".orig"
+shutil.copy(corpus, corpus2)
+with open(corpus, "r+b") as f:
+    data = f.read()
+    i = data.index(b"aerodynamic") if b"aerodynamic" in data else len(data) // 2
+    f.seek(i)
+    f.write(b"A")
+rc, err = serve_start_error(ix)
+check(rc != 0 and os.path.basename(corpus) in err,
+      f"a changed corpus refuses the start, naming it (rc {rc}): {err.strip()[-200:]}")
+shutil.copy(corpus2, corpus)
+print(f"checksums: {time.time() - t0:.1f} s")
+
+# ---- a server for the load probes ----
+srv = Server("--index", ix, "--drain-timeout-ms", "1500", "--header-timeout-ms", "8000", "--min-body-rate", "0",
+             "--body-timeout-ms", "20000")
+base, port = srv.base, port_of(srv)
+words = ("aerodynamic heating of a slender cone in hypersonic flow with boundary layer transition " * 40).split()
+long_text = " ".join(words[:230])  # ~256 tokens with specials
+bulk = {"texts": [f"{i} {long_text}" for i in range(256)], "kind": "passage"}
+
+
+def metric(name):
+    st, _, text = http(base, "GET", "/metrics")
+    m = re.search(rf"^{name} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+# ---- 1. response size: refused at once, with the documented limit ----
+t0 = time.time()
+st, _, body = http(base, "POST", "/search",
+                   {"queries": [f"query {i} about flow" for i in range(256)], "k": 1000, "return_text": True})
+took = time.time() - t0
+check(st == 413 and "max-text-hits" in body["error"]["message"] and took < 2.0,
+      f"256 queries x k 1000 with return_text: 413 at once (got {st} in {took:.2f} s)")
+print(f"return_text blow-up: {st} in {took:.3f} s")
+
+# ---- 4. fair batching: one-query searches beside a 256 x 256-token /encode ----
+result = {}
+
+
+def run_bulk():
+    t = time.time()
+    result["status"] = http(base, "POST", "/encode", bulk, timeout=120)[0]
+    result["secs"] = time.time() - t
+
+
+th = threading.Thread(target=run_bulk)
+th.start()
+time.sleep(0.3)
+lat = []
+while th.is_alive() and len(lat) < 40:
+    t = time.time()
+    st, _, _ = http(base, "POST", "/search", {"query": "heat transfer in hypersonic flow", "k": 10}, timeout=30)
+    lat.append(time.time() - t)
+    check(st == 200, f"search beside a bulk encode: {st}")
+th.join(120)
+lat.sort()
+p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] if lat else 0
+print(f"fair batching: {len(lat)} searches beside the bulk encode, p50 {lat[len(lat) // 2] * 1000:.0f} ms, "
+      f"p99 {p99 * 1000:.0f} ms; bulk encode {result.get('status')} in {result.get('secs', 0):.1f} s")
+check(result.get("status") == 200, "the bulk encode still answers")
+# Unsliced, a search waits for the whole bulk call (about its full time);
+# sliced, for one slice. Relative, so that a loaded machine does not fail it.
+limit = max(0.25, result.get("secs", 0) / 10)
+check(len(lat) >= 10 and p99 < limit,
+      f"one-query search p99 beside a bulk encode: {p99 * 1000:.0f} ms over {len(lat)} searches "
+      f"(limit {limit * 1000:.0f} ms: a tenth of the bulk request's time)")
+
+# ---- 1b. cancellation: a bulk /encode whose client leaves stops early ----
+import json  # noqa: E402
+
+payload = json.dumps(bulk).encode()
+tok0 = metric("qac_batch_tokens_sum")
+s = socket.create_connection(("127.0.0.1", port))
+s.sendall(b"POST /encode HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+          % len(payload) + payload)
+time.sleep(0.5)
+s.close()
+t_left = time.time()
+# The request's thread ends soon after its client (the /metrics request
+# itself is the one left in flight); without cancellation it works on.
+freed = False
+while time.time() - t_left < 3.0 and not freed:
+    freed = metric("qac_inflight_requests") <= 1
+    time.sleep(0.1)
+freed_after = time.time() - t_left
+check(freed, f"the request ends once its client is gone ({'after %.2f s' % freed_after if freed else 'still running after 3 s'})")
+time.sleep(max(0, 1.5 - freed_after))
+tok1 = metric("qac_batch_tokens_sum")
+time.sleep(2.0)
+tok2 = metric("qac_batch_tokens_sum")
+total = sum(min(len(x.split()) + 30, 256) for x in bulk["texts"])
+print(f"cancellation: {tok1 - tok0:.0f} tokens encoded 1.5 s after the client left, {tok2 - tok1:.0f} in the next 2 s "
+      f"(the request had about {total})")
+check(tok2 - tok1 == 0 and tok1 - tok0 < 0.5 * total * 2,
+      f"encoding stops once the client is gone ({tok2 - tok1:.0f} tokens after it left)")
+
+# ---- 7. limits and auth from the head, before any body ----
+big = b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Length: 104857600\r\nExpect: 100-continue\r\n\r\n"
+out = raw(port, big, timeout=5)
+check(out.startswith(b"HTTP/1.1 413") and b"100 Continue" not in out and b'"error"' in out,
+      f"100 MB upload: 413 from the head, no 100 Continue: {out[:60]!r}")
+out = raw(port, b"POST /nowhere HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\nExpect: 100-continue\r\n\r\n")
+check(out.startswith(b"HTTP/1.1 404") and b"100 Continue" not in out, f"404 route with Expect: {out[:40]!r}")
+
+# ---- 8. framing ----
+out = raw(port, b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n"
+          b"0\r\n\r\nGET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+check(out.startswith(b"HTTP/1.1 400") and out.count(b"HTTP/1.1") == 1,
+      f"Content-Length with Transfer-Encoding: one 400, nothing smuggled: {out[:40]!r} ({out.count(b'HTTP/1.1')})")
+out = raw(port, b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 20\r\n\r\n{}")
+check(out.startswith(b"HTTP/1.1 400"), f"two different Content-Length headers: {out[:40]!r}")
+
+# ---- 9. contract gaps ----
+for p in ("/health%00x", "/search%3fx"):
+    out = raw(port, f"GET {p} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    check(out.startswith(b"HTTP/1.1 404"), f"{p} is not a route: {out[:40]!r}")
+st, _, body = http(base, "POST", "/search", {"query": " \t\n ", "k": 3})
+check(st == 422, f"whitespace-only query: {st}")
+
+# ---- 5 + 6. slow heads and slow bodies: /health and /search still answer ----
+t0 = time.time()
+socks = []
+try:
+    for i in range(600):
+        c = socket.create_connection(("127.0.0.1", port), timeout=5)
+        c.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        socks.append(c)
+    for i in range(515):
+        c = socket.create_connection(("127.0.0.1", port), timeout=5)
+        c.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+        socks.append(c)
+except OSError as e:
+    check(False, f"opening slow connections: {e}")
+opened = time.time() - t0
+ok_h = ok_s = 0
+n_probe = 20
+for i in range(n_probe):
+    try:
+        st, _, _ = http(base, "GET", "/health", timeout=5)
+        ok_h += st == 200
+        st, _, _ = http(base, "POST", "/search", {"query": "boundary layer", "k": 5}, timeout=5)
+        ok_s += st == 200
+    except Exception as e:  # noqa: BLE001
+        print("probe failed:", e)
+    for c in socks[i::n_probe]:  # trickle: one byte each, now and then
+        try:
+            c.send(b"a")
+        except OSError:
+            pass
+    time.sleep(0.1)
+print(f"slow connections: {len(socks)} open ({opened:.1f} s), /health {ok_h}/{n_probe}, /search {ok_s}/{n_probe}")
+check(ok_h == n_probe, f"/health under 600 slow heads + 515 slow bodies: {ok_h}/{n_probe}")
+check(ok_s == n_probe, f"/search under 600 slow heads + 515 slow bodies: {ok_s}/{n_probe}")
+# the head deadline (8 s here) closes the slow heads
+time.sleep(max(0, 8.0 + 1.5 - (time.time() - t0)))
+r, _, _ = select.select(socks[:600], [], [], 0.5)
+closed = 0
+for c in r:
+    try:
+        closed += c.recv(1) == b""
+    except OSError:
+        closed += 1
+check(closed >= 590, f"slow heads closed by the head deadline: {closed}/600")
+for c in socks:
+    c.close()
+
+# ---- 2. drain deadline: SIGTERM with a busy request exits on time, non-zero ----
+th = threading.Thread(target=lambda: http(base, "POST", "/encode", bulk, timeout=60))
+th.daemon = True
+th.start()
+time.sleep(0.5)
+t0 = time.time()
+srv.proc.send_signal(signal.SIGTERM)
+try:
+    rc = srv.proc.wait(10)
+except subprocess.TimeoutExpired:
+    rc = None
+took = time.time() - t0
+print(f"drain: exit {rc} after {took:.2f} s (drain timeout 1.5 s)")
+check(rc is not None and rc != 0 and took <= 1.5 + 1.0, f"SIGTERM with a busy request: rc {rc} after {took:.2f} s")
+if rc is None:
+    srv.proc.kill()
+
+# ---- 9b. 5xx log rate: an encode-only server answers 503 to /search ---
+eo = Server()
+t0 = time.time()
+n503 = 0
+while n503 < 300 and time.time() - t0 < 20:
+    n503 += http(eo.base, "POST", "/search", {"query": "x"})[0] == 503
+eo.proc.send_signal(signal.SIGTERM)
+eo.proc.wait(30)
+err = eo.proc.stderr.read()
+lines = err.count("HTTP 503")
+secs = time.time() - t0
+print(f"5xx log: {n503} answers of 503 in {secs:.1f} s, {lines} log lines")
+check(n503 >= 100 and lines <= secs + 2, f"503s are logged at most once a second: {lines} lines for {n503}")
+
+shutil.rmtree(d, ignore_errors=True)
+finish()
