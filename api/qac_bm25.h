@@ -1,5 +1,5 @@
 /* BM25 (Lucene/Anserini flavour) over an English analyzer: lower-casing,
- * stopwords, Porter stemming (libstemmer); see index/qac_analyzer.h.
+ * stopwords, Porter stemming (Lucene's PorterStemmer); see index/qac_analyzer.h.
  * Exact top-k with MaxScore dynamic pruning over block-skipping postings.
  *
  * Scoring is Lucene >= 8 BM25Similarity, as used by Anserini:

@@ -2,7 +2,6 @@
  * from Lucene's StandardTokenizer. */
 #include "qac_analyzer.h"
 
-#include <libstemmer.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +30,6 @@ typedef struct stem_entry {
 } stem_entry;
 
 struct qac_analyzer {
-    struct sb_stemmer *stemmer;
     stem_entry *cache;
     size_t cache_mask;
     int32_t cps[MAX_TOKEN_CHARS];
@@ -94,11 +92,6 @@ qac_status qac_analyzer_create(qac_analyzer **out) {
     *out = NULL;
     qac_analyzer *a = calloc(1, sizeof *a);
     if (!a) return qac_set_error(QAC_ERR_NOMEM, "analyzer: out of memory");
-    a->stemmer = sb_stemmer_new("porter", NULL);
-    if (!a->stemmer) {
-        free(a);
-        return qac_set_error(QAC_ERR_UNSUPPORTED, "analyzer: libstemmer has no UTF-8 'porter' stemmer");
-    }
     *out = a;
     return QAC_OK;
 }
@@ -117,22 +110,29 @@ qac_status qac_analyzer_enable_cache(qac_analyzer *a, size_t entries) {
 void qac_analyzer_free(qac_analyzer *a) {
     if (!a) return;
     free(a->cache);
-    sb_stemmer_delete(a->stemmer);
     free(a);
 }
 
 static int is_apostrophe(int32_t c) { return c == '\'' || c == 0x2019 || c == 0xFF07; }
 
-/* Possessive, lower-case, stopword, stem, emit. Returns <0 on OOM, >0 to stop. */
+static size_t encode_utf8(uint8_t *dst, const int32_t *cps, int n) {
+    size_t len = 0;
+    for (int i = 0; i < n; i++) {
+        if (cps[i] < 128) dst[len++] = (uint8_t)cps[i];
+        else len += (size_t)utf8proc_encode_char(cps[i], dst + len);
+    }
+    return len;
+}
+
+/* Possessive, lower-case, stopword, stem, emit. Returns >0 to stop. */
 static int finish_token(qac_analyzer *a, int n, qac_token_fn fn, void *user) {
     if (n >= 2 && is_apostrophe(a->cps[n - 2]) && (a->cps[n - 1] == 's' || a->cps[n - 1] == 'S')) n -= 2;
     if (n == 0) return 0;
-    size_t len = 0;
     for (int i = 0; i < n; i++) {
         int32_t c = a->cps[i];
-        if (c < 128) a->utf8[len++] = (uint8_t)(c >= 'A' && c <= 'Z' ? c + 32 : c);
-        else len += (size_t)utf8proc_encode_char(utf8proc_tolower(c), a->utf8 + len);
+        a->cps[i] = c < 128 ? (c >= 'A' && c <= 'Z' ? c + 32 : c) : utf8proc_tolower(c);
     }
+    size_t len = encode_utf8(a->utf8, a->cps, n);
     if (qac_analyzer_is_stopword((const char *)a->utf8, len)) return 0;
     stem_entry *e = NULL;
     if (a->cache && len <= CACHE_KEY) {
@@ -141,18 +141,21 @@ static int finish_token(qac_analyzer *a, int n, qac_token_fn fn, void *user) {
         e = &a->cache[(h ^ (h >> 29)) & a->cache_mask];
         if (e->klen == len && memcmp(e->key, a->utf8, len) == 0)
             return e->slen && fn(user, e->stem, e->slen) ? 1 : 0;
-    }
-    const sb_symbol *s = sb_stemmer_stem(a->stemmer, a->utf8, (int)len);
-    if (!s) return -1;
-    int sl = sb_stemmer_length(a->stemmer);
-    if (e && sl >= 0 && sl <= CACHE_KEY) {
         e->klen = (uint8_t)len;
-        e->slen = (uint8_t)sl;
         memcpy(e->key, a->utf8, len);
-        memcpy(e->stem, s, (size_t)sl);
     }
-    if (sl <= 0) return 0;
-    return fn(user, (const char *)s, (size_t)sl) ? 1 : 0;
+    /* the stem is a prefix of the word plus at most a few ASCII letters, so it fits */
+    size_t sl = encode_utf8(a->utf8, a->cps, qac_porter_stem(a->cps, n));
+    if (e) {
+        if (sl <= CACHE_KEY) {
+            e->slen = (uint8_t)sl;
+            memcpy(e->stem, a->utf8, sl);
+        } else {
+            e->klen = 0;
+        }
+    }
+    if (sl == 0) return 0;
+    return fn(user, (const char *)a->utf8, sl) ? 1 : 0;
 }
 
 qac_status qac_analyzer_run(qac_analyzer *a, const char *text, size_t len, qac_token_fn fn, void *user) {
@@ -223,6 +226,5 @@ qac_status qac_analyzer_run(qac_analyzer *a, const char *text, size_t len, qac_t
     }
     if (rc == 0) FLUSH();
 #undef FLUSH
-    if (rc < 0) return qac_set_error(QAC_ERR_NOMEM, "analyzer: stemmer out of memory");
     return QAC_OK;
 }

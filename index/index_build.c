@@ -253,6 +253,7 @@ static qac_status flush_shard(builder *b) {
     if ((st = qac_shard_write(path, b->dtype, b->dim, first, b->fill, b->vecs, (const char *const *)b->ids,
                               b->offsets, b->lines, &sum)))
         return st;
+    qac_crash_point("shard_unlisted"); /* renamed into place, not yet in the manifest */
     uint64_t last = b->fill - 1;
     json_t *e = json_pack("{s:s, s:I, s:I, s:I, s:I, s:I, s:s}", "file", name, "first_row", (json_int_t)first,
                           "count", (json_int_t)b->fill, "checksum", (json_int_t)sum, "last_offset",

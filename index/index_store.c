@@ -79,6 +79,8 @@ qac_status qac_shard_write(const char *path, uint32_t dtype, int dim, uint64_t f
             bad = put(af.f, &sum, buf, m * 2) != 0;
         }
     } else if (!bad) bad = put(af.f, &sum, vectors, nv * 4) != 0;
+    if (!bad) fflush(af.f);
+    qac_crash_point("shard_partial"); /* vectors on disk, ids and checksum not yet */
     if (!bad) bad = put(af.f, &sum, offsets, count * 8) != 0;
     if (!bad) bad = put(af.f, &sum, lines, count * 8) != 0;
     /* lengths and bytes each hashed as one segment, exactly as the reader does */

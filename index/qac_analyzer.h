@@ -1,7 +1,10 @@
 /* English analyzer for BM25, modelled on Lucene's EnglishAnalyzer (the one
  * Anserini's DefaultEnglishAnalyzer builds): tokenize, drop a trailing
  * possessive 's, lower-case, remove Lucene's 33 English stopwords, Porter
- * stem (Snowball "porter" from libstemmer).
+ * stem exactly as Lucene's PorterStemFilter (index/porter.c; Snowball's
+ * "porter" differs: "analogy" -> "analogi", "possibly" -> "possibli", "us"
+ * -> "u"). tests/bm25/anserini_compare.py checks tokens and rankings against
+ * Anserini itself.
  *
  * Tokenisation follows the word rules of UAX#29 that matter for English
  * text, over Unicode general categories from utf8proc:
@@ -26,6 +29,7 @@
 #define QAC_ANALYZER_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "qac_common.h"
 
@@ -35,7 +39,7 @@ extern "C" {
 
 /* Bumped whenever the analyzer's output could change; stored in indexes so
  * an index is never searched with a different analysis. */
-#define QAC_ANALYZER_VERSION 1u
+#define QAC_ANALYZER_VERSION 2u
 
 typedef struct qac_analyzer qac_analyzer;
 
@@ -53,6 +57,10 @@ qac_status qac_analyzer_enable_cache(qac_analyzer *a, size_t entries);
 /* Analyze len bytes of text. Never fails on bad UTF-8 (bad bytes separate
  * tokens); returns an error only when memory runs out. */
 qac_status qac_analyzer_run(qac_analyzer *a, const char *text, size_t len, qac_token_fn fn, void *user);
+
+/* Porter-stem w[0..len) (lower-case code points) in place, as Lucene's
+ * PorterStemmer does; returns the stem's length (never more than len). */
+int qac_porter_stem(int32_t *w, int len);
 
 /* Whether a lower-cased word is in the stopword set. */
 int qac_analyzer_is_stopword(const char *w, size_t len);

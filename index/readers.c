@@ -347,26 +347,26 @@ static qac_status next_json(qac_reader *r, qac_record *rec, int *got) {
     json_error_t je;
     json_t *o = json_loadb(r->line, r->line_len, 0, &je);
     if (!o) return rd_err(r, r->lineno, "bad JSON: %s (column %d)", je.text, je.column);
-    const char *idk, *titlek, *textk;
-    if (r->fmt == QAC_FMT_BEIR) {
-        idk = "_id";
-        titlek = r->kind == QAC_READ_CORPUS ? "title" : NULL;
-        textk = "text";
-    } else if (r->kind == QAC_READ_CORPUS) {
-        idk = "docid";
-        titlek = "title";
-        textk = "text";
-    } else {
-        idk = "query_id";
-        titlek = NULL;
-        textk = "query";
-    }
+    /* Any of the id fields of BEIR (_id), Tevatron (docid, query_id) and
+     * plain JSONL (id); the text under "text", or Tevatron's "query". */
+    static const char *const corpus_ids[] = {"_id", "id", "docid", NULL};
+    static const char *const query_ids[] = {"_id", "id", "query_id", "docid", NULL};
+    const char *const *idkeys = r->kind == QAC_READ_CORPUS ? corpus_ids : query_ids;
+    const char *idk = NULL, *titlek = r->kind == QAC_READ_CORPUS ? "title" : NULL, *textk = "text";
     const char *id, *title = NULL, *text;
     size_t idn, titlen = 0, textn;
     if (!json_is_object(o)) {
         st = rd_err(r, r->lineno, "bad JSON: expected an object");
         goto done;
     }
+    for (int i = 0; idkeys[i] && !idk; i++)
+        if (json_object_get(o, idkeys[i])) idk = idkeys[i];
+    if (!idk) {
+        st = rd_err(r, r->lineno, "missing id field (one of %s)",
+                    r->kind == QAC_READ_CORPUS ? "\"_id\", \"id\", \"docid\"" : "\"_id\", \"id\", \"query_id\", \"docid\"");
+        goto done;
+    }
+    if (r->kind != QAC_READ_CORPUS && !json_object_get(o, "text") && json_object_get(o, "query")) textk = "query";
     if ((st = json_field(r, o, idk, 1, &id, &idn))) goto done;
     if (idn == 0) {
         st = rd_err(r, r->lineno, "empty id in field \"%s\"", idk);

@@ -12,8 +12,8 @@ want_test=0
 DEB_PACKAGES=(build-essential cmake ninja-build pkg-config git curl ca-certificates
   python3 python3-venv python3-pip
   libopenblas-dev libfaiss-dev libmicrohttpd-dev libjansson-dev libutf8proc-dev
-  libsentencepiece-dev libstemmer-dev)
-TEST_PACKAGES=(clang libclang-rt-14-dev wrk chromium libxxhash0)
+  libsentencepiece-dev)
+TEST_PACKAGES=(clang libclang-rt-14-dev wrk chromium libxxhash0 openjdk-17-jre-headless)
 
 need=()
 for p in "${DEB_PACKAGES[@]}" $([ $want_test = 1 ] && echo "${TEST_PACKAGES[@]}"); do
@@ -55,6 +55,7 @@ if [ $want_test = 1 ]; then
   if ! cmp -s tests/requirements.txt "$stamp" 2>/dev/null; then
     echo "setup: installing the Python reference stack (tests/requirements.txt)" >&2
     "${PIP[@]}" -r tests/requirements.txt >&2
+    "${PIP[@]}" --no-deps -r tests/requirements-nodeps.txt >&2
     cp tests/requirements.txt "$stamp"
   fi
 fi

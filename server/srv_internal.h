@@ -61,7 +61,7 @@ void qac_batcher_free(qac_batcher *b);
 /* ---- metrics ---- */
 typedef enum qac_route {
     QAC_ROUTE_PAGE = 0, QAC_ROUTE_SEARCH, QAC_ROUTE_ENCODE, QAC_ROUTE_EMBEDDINGS, QAC_ROUTE_TOKENIZE,
-    QAC_ROUTE_HEALTH, QAC_ROUTE_INFO, QAC_ROUTE_METRICS, QAC_ROUTE_OTHER, QAC_ROUTE_COUNT
+    QAC_ROUTE_HEALTH, QAC_ROUTE_INFO, QAC_ROUTE_METRICS, QAC_ROUTE_EMBED, QAC_ROUTE_OTHER, QAC_ROUTE_COUNT
 } qac_route;
 
 const char *qac_route_path(qac_route r);
@@ -122,6 +122,8 @@ void qac_handle_embeddings(qac_server *s, const char *body, size_t len, qac_http
 void qac_handle_tokenize(qac_server *s, const char *body, size_t len, qac_http_response *resp);
 void qac_handle_info(qac_server *s, qac_http_response *resp);
 void qac_handle_health(qac_server *s, qac_http_response *resp);
+/* POST /embed, text-embeddings-inference's form (srv_tei.c). */
+void qac_handle_tei_embed(qac_server *s, const char *body, size_t len, qac_http_response *resp);
 
 /* docid -> row map (srv_handlers.c). */
 qac_status qac_docid_map_build(qac_docid_map **out, const qac_server_backend *be);

@@ -34,7 +34,7 @@ struct qac_metrics {
 };
 
 static const char *route_paths[QAC_ROUTE_COUNT] = {"/", "/search", "/encode", "/v1/embeddings", "/tokenize",
-                                                   "/health", "/info", "/metrics", "other"};
+                                                   "/health", "/info", "/metrics", "/embed", "other"};
 
 const char *qac_route_path(qac_route r) { return r >= 0 && r < QAC_ROUTE_COUNT ? route_paths[r] : "other"; }
 

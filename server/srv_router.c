@@ -26,6 +26,7 @@ static const route_entry routes[] = {
     {"/health", QAC_ROUTE_HEALTH, "GET, HEAD"},
     {"/info", QAC_ROUTE_INFO, "GET, HEAD"},
     {"/metrics", QAC_ROUTE_METRICS, "GET, HEAD"},
+    {"/embed", QAC_ROUTE_EMBED, "POST"},
 };
 #define N_ROUTES (int)(sizeof routes / sizeof routes[0])
 
@@ -180,6 +181,7 @@ void qac_server_handle(qac_server *s, const qac_http_request *req, qac_http_resp
         case QAC_ROUTE_HEALTH: qac_handle_health(s, r); break;
         case QAC_ROUTE_INFO: qac_handle_info(s, r); break;
         case QAC_ROUTE_METRICS: handle_metrics(s, r); break;
+        case QAC_ROUTE_EMBED: qac_handle_tei_embed(s, body, req->body_len, r); break;
         default: qac_server_error(r, 500, "internal", "unhandled route"); break;
         }
         if (!r->body) qac_server_error(r, 500, "internal", "out of memory");

@@ -64,4 +64,10 @@ qac_status qac_mkdirs(const char *path);
 /* Join a directory and a file name into buf; error if it does not fit. */
 qac_status qac_path_join(char *buf, size_t cap, const char *dir, const char *name);
 
+/* Crash-test hook: with QAC_TEST_CRASH="name:n" in the environment, the n-th
+ * pass through crash point `name` SIGKILLs the process, so a resume test can
+ * die at a chosen moment (a shard half written, written but unlisted).
+ * Without the variable it does nothing. */
+void qac_crash_point(const char *name);
+
 #endif

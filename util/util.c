@@ -2,6 +2,9 @@
 #include "qac_util.h"
 
 #include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <fcntl.h>
 #include <libgen.h>
 #include <stdlib.h>
@@ -207,4 +210,14 @@ qac_status qac_arena_put(char **arena, size_t *len, size_t *cap, const char *s, 
     *off = *len;
     *len += n;
     return QAC_OK;
+}
+
+void qac_crash_point(const char *name) {
+    static atomic_int passes;
+    const char *spec = getenv("QAC_TEST_CRASH");
+    if (!spec) return;
+    const char *colon = strrchr(spec, ':');
+    size_t n = strlen(name);
+    if (!colon || (size_t)(colon - spec) != n || strncmp(spec, name, n) != 0) return;
+    if (atomic_fetch_add(&passes, 1) + 1 == atoi(colon + 1)) raise(SIGKILL);
 }

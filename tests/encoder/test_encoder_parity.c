@@ -1,8 +1,10 @@
 /* Encoder parity against Hugging Face / sentence-transformers fixtures
  * (tests/reference/gen_encoder_fixtures.py). argv[1]: minilm | bertbase.
- * Pooled embeddings: max |diff| <= 1e-4 and cosine >= 0.99999 for every
+ * Pooled embeddings: max |diff| <= emb_tol and cosine >= COS_MIN for every
  * sequence; per-layer hidden states of a padded mixed-length batch at a few
- * positions: max |diff| <= HIDDEN_TOL. */
+ * positions: max |diff| <= hidden_tol. The tolerances sit at 4-6 times the
+ * error measured on an AVX-512 Xeon (set in main), so a wrong constant (a
+ * GELU of 0.7072) or a dropped term fails; they are not loose bounds. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,9 +15,8 @@
 #include "qac_encoder.h"
 #include "testutil.h"
 
-#define EMB_TOL 1e-4
-#define COS_MIN 0.99999
-#define HIDDEN_TOL 2e-4
+static double emb_tol, hidden_tol;
+#define COS_MIN 0.9999999999
 
 static void compare_emb(const char *what, const float *got, const float *want, int n, int C) {
     double maxd = 0, mincos = 1;
@@ -37,8 +38,8 @@ static void compare_emb(const char *what, const float *got, const float *want, i
         if (cs < mincos || isnan(cs)) mincos = isnan(cs) ? -1 : cs;
     }
     printf("%-34s n=%3d  max|diff| %.3e (row %d)  min cos %.8f\n", what, n, maxd, worst, mincos);
-    CHECK_MSG(maxd <= EMB_TOL, "%s: max |diff| %.3e > %.0e", what, maxd, EMB_TOL);
-    CHECK_MSG(mincos >= COS_MIN, "%s: min cosine %.8f < %.5f", what, mincos, COS_MIN);
+    CHECK_MSG(maxd <= emb_tol, "%s: max |diff| %.3e > %.1e", what, maxd, emb_tol);
+    CHECK_MSG(mincos >= COS_MIN, "%s: min cosine %.12f < %.10f", what, mincos, COS_MIN);
 }
 
 /* Texts of the Cranfield documents, by 0-based ordinal. */
@@ -97,7 +98,7 @@ static void check_hidden(const qac_model *m, const enc_fixture *fx, qac_pool *po
             }
         printf("hidden states, len %3d in batch T=%3d: max|diff| %.3e over %d layers x %d positions (worst layer %d)\n",
                lens[k], T, maxd, L + 1, h->n_pos, worst_layer);
-        CHECK_MSG(maxd <= HIDDEN_TOL, "hidden states item %d: max |diff| %.3e > %.0e", k, maxd, HIDDEN_TOL);
+        CHECK_MSG(maxd <= hidden_tol, "hidden states item %d: max |diff| %.3e > %.1e", k, maxd, hidden_tol);
     }
     /* the training layout (every activation kept) computes the same thing */
     CHECK_OK(qac_bert_acts_alloc(&ak, &m->cfg, nh, T, 1, qac_pool_size(pool)));
@@ -130,6 +131,12 @@ static void check_hidden(const qac_model *m, const enc_fixture *fx, qac_pool *po
 int main(int argc, char **argv) {
     const char *which = argc > 1 ? argv[1] : "minilm";
     int is_minilm = !strcmp(which, "minilm");
+    /* Measured against the fp32 PyTorch fixtures: MiniLM pooled (normalised,
+     * mean) 1.8e-7, hidden states 3.2e-6; BERT-base pooled (CLS, not
+     * normalised, |x| up to ~1) 6.1e-6, hidden states 5.5e-6 (12 layers
+     * accumulate more rounding). Each bound is about 5x that. */
+    emb_tol = is_minilm ? 1e-6 : 3e-5;
+    hidden_tol = is_minilm ? 1.5e-5 : 3e-5;
     char path[4096];
     snprintf(path, sizeof path, "%s/reference/encoder/%s.bin", QAC_TEST_DATA, which);
     enc_fixture fx;

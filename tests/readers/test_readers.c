@@ -138,8 +138,23 @@ static void test_json(void) {
     p = WRITE("tev_queries.jsonl", "{\"query_id\": \"3\", \"query\": \"hello\"}\n");
     CHECK_OK(open_read(p, QAC_READ_QUERIES, QAC_FMT_AUTO, &g, &f));
     CHECK(f == QAC_FMT_TEVATRON && strcmp(g.ids, "3|") == 0 && strcmp(g.texts, "hello|") == 0);
-    /* forcing BEIR on a Tevatron file names the missing field */
-    CHECK_ERR(open_read(p, QAC_READ_QUERIES, QAC_FMT_BEIR, &g, NULL), QAC_ERR_FORMAT, ":1: missing field \"_id\"");
+    /* any JSONL takes _id, id or docid (query_id for queries), whatever the flavour */
+    CHECK_OK(open_read(p, QAC_READ_QUERIES, QAC_FMT_BEIR, &g, NULL));
+    CHECK(strcmp(g.ids, "3|") == 0 && strcmp(g.texts, "hello|") == 0);
+    p = WRITE("plain.jsonl", "{\"id\": \"a1\", \"text\": \"first\"}\n{\"id\": \"a2\", \"title\": \"T\", \"text\": \"second\"}\n");
+    CHECK_OK(open_read(p, QAC_READ_CORPUS, QAC_FMT_AUTO, &g, NULL));
+    CHECK(strcmp(g.ids, "a1|a2|") == 0 && strcmp(g.texts, "first|T second|") == 0);
+    CHECK_OK(open_read(p, QAC_READ_QUERIES, QAC_FMT_AUTO, &g, NULL));
+    CHECK(strcmp(g.ids, "a1|a2|") == 0 && strcmp(g.texts, "first|second|") == 0);
+    p = WRITE("tev_docid_queries.jsonl", "{\"docid\": \"9\", \"text\": \"q\"}\n");
+    CHECK_OK(open_read(p, QAC_READ_QUERIES, QAC_FMT_AUTO, &g, NULL));
+    CHECK(strcmp(g.ids, "9|") == 0);
+    /* no id field: the error names every accepted one */
+    p = WRITE("noid.jsonl", "{\"pid\": \"1\", \"text\": \"x\"}\n");
+    CHECK_ERR(open_read(p, QAC_READ_CORPUS, QAC_FMT_AUTO, &g, NULL), QAC_ERR_FORMAT,
+              "noid.jsonl:1: missing id field (one of \"_id\", \"id\", \"docid\")");
+    CHECK_ERR(open_read(p, QAC_READ_QUERIES, QAC_FMT_AUTO, &g, NULL), QAC_ERR_FORMAT,
+              "missing id field (one of \"_id\", \"id\", \"query_id\", \"docid\")");
 }
 
 static void test_errors(void) {

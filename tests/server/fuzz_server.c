@@ -50,13 +50,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     qac_http_request req = {method, path, NULL, b, blen, NULL, NULL};
     qac_http_response r;
     qac_server_handle(server, &req, &r);
-    int known = r.status == 200 || r.status == 400 || r.status == 404 || r.status == 405 || r.status == 413 ||
+    int tei_route = strncmp(path, "/embed", 6) == 0 && strchr("?#", path[6]); /* strchr finds the NUL too */
+    int known = (tei_route && (r.status == 424 || r.status == 429)) || r.status == 200 || r.status == 400 || r.status == 404 || r.status == 405 || r.status == 413 ||
                 r.status == 422 || r.status == 503;
     if (!known || !r.body || !r.content_type) abort();
     if (r.status != 200 && strncmp(r.content_type, "application/json", 16) == 0) {
         json_t *o = json_loadb(r.body, r.body_len, 0, NULL);
         json_t *e = json_object_get(o, "error");
-        if (!e || json_integer_value(json_object_get(e, "code")) != r.status || !json_is_string(json_object_get(e, "message")))
+        /* /embed answers errors in text-embeddings-inference's shape */
+        int tei = json_is_string(e) && json_is_string(json_object_get(o, "error_type")) && tei_route;
+        if (!tei && (!e || json_integer_value(json_object_get(e, "code")) != r.status ||
+                     !json_is_string(json_object_get(e, "message"))))
             abort();
         json_decref(o);
     }
