@@ -14,6 +14,10 @@ model's WordPiece vocabulary. Two models:
           CLS pooling, no normalisation;
   minilm  the default model (mean pooling, normalised).
 Cases: InfoNCE with tau 1 and 0.05, dot and cosine similarity; dropout off.
+Plus, for the tiny model, "dropout": dropout 0.1 at all four of BERT's
+sites with exactly the masks qac draws (its counter-based generator is
+reproduced here and torch's dropout replaced by those masks), tau 0.05,
+cosine.
 For each: the loss, the largest |logit| (it bounds the loss's float32
 rounding), and every parameter's gradient in qac's layout (Q, K, V
 fused per layer, layers stacked). Then, for the tiny model, 10 steps of
@@ -143,6 +147,68 @@ def qac_layout(model, c, attr):
     return {k: np.ascontiguousarray(v, dtype=np.float32) for k, v in out.items()}
 
 
+# ---- qac's dropout masks (util/qac_rng.h, model/layers.c), reproduced so
+# torch can train with exactly the masks qac draws ----
+M64 = (1 << 64) - 1
+
+
+def rng_mix(z):
+    with np.errstate(over="ignore"):
+        z = np.asarray(z, dtype=np.uint64)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return z ^ (z >> np.uint64(31))
+
+
+def rng_key(seed, a, b, c):
+    g = lambda x, k: np.uint64((x + k) & M64)
+    k = rng_mix(g(seed, 0x9E3779B97F4A7C15))
+    k = rng_mix(k ^ g(a, 0x9E3779B97F4A7C15))
+    k = rng_mix(k ^ g(b, 0x632BE59BD9B4E019))
+    return rng_mix(k ^ g(c, 0x85157AF5))
+
+
+def keep_scale(stream, counters, p):
+    with np.errstate(over="ignore"):
+        u = rng_mix(stream + (counters.astype(np.uint64) + np.uint64(1)) * np.uint64(0x9E3779B97F4A7C15))
+    thresh = np.uint64(int(np.float32(p) * np.float32(16777216.0)))
+    scale = np.float32(1.0) / (np.float32(1.0) - np.float32(p))
+    return np.where((u >> np.uint64(40)) >= thresh, scale, np.float32(0)).astype(np.float32)
+
+
+def qac_dropout_masks(key, seq0, B, T, c, p):
+    """The masks of one encoder call, in the order BERT's forward applies them:
+    embeddings, then per layer attention probabilities, attention output, FFN
+    output. Sites 0..3 as model/bert_cpu.h numbers them."""
+    C, NH, L = c["hidden_size"], c["num_attention_heads"], c["num_hidden_layers"]
+    tc = (np.arange(T, dtype=np.uint64)[:, None] * np.uint64(C) + np.arange(C, dtype=np.uint64)[None, :])
+    att = ((np.arange(NH, dtype=np.uint64)[:, None, None] << np.uint64(40)) |
+           (np.arange(T, dtype=np.uint64)[None, :, None] << np.uint64(20)) | np.arange(T, dtype=np.uint64)[None, None, :])
+    def hidden(layer, site):
+        return np.stack([keep_scale(rng_key(int(key), seq0 + b, layer, site), tc, p) for b in range(B)])
+    out = [hidden(0, 0)]
+    for l in range(L):
+        out.append(np.stack([keep_scale(rng_key(int(key), seq0 + b, l, 1), att, p) for b in range(B)]))
+        out += [hidden(l, 2), hidden(l, 3)]
+    return out
+
+
+class InjectedDropout:
+    """Stands in for torch.nn.functional.dropout: multiplies by the next mask."""
+    def __init__(self):
+        self.queue, self.orig = [], torch.nn.functional.dropout
+
+    def __call__(self, x, p=0.5, training=True, inplace=False):
+        return x * torch.from_numpy(self.queue.pop(0))
+
+    def __enter__(self):
+        torch.nn.functional.dropout = self
+        return self
+
+    def __exit__(self, *exc):
+        torch.nn.functional.dropout = self.orig
+
+
 def load_models(model_dir):
     from transformers import BertConfig, BertModel
     tcfg = BertConfig(**TINY)
@@ -206,6 +272,21 @@ def main():
             for k, v in qac_layout(model, cfg, "grad").items():
                 tensors[f"{mname}.{cname}.grad.{k}"] = v
         if mname == "tiny":
+            # dropout 0.1 with qac's masks (trainer key: seed 42, step 0;
+            # sequence ids: queries 0.., passages after them)
+            key = rng_key(42, 0, 0x64726F70, 0)
+            model.zero_grad(set_to_none=True)
+            with InjectedDropout() as inj:
+                inj.queue = qac_dropout_masks(key, 0, q[0].shape[0], q[0].shape[1], cfg, 0.1)
+                qv = encode(model, *q, pooling, norm)
+                inj.queue = qac_dropout_masks(key, q[0].shape[0], p[0].shape[0], p[0].shape[1], cfg, 0.1)
+                pv = encode(model, *p, pooling, norm)
+                assert not inj.queue
+            loss = infonce(qv, pv, 0.05, "cos")
+            loss.backward()
+            tensors["tiny.dropout.loss"] = np.array([loss.item(), infonce.max_logit], dtype=np.float64)
+            for k, v in qac_layout(model, cfg, "grad").items():
+                tensors[f"tiny.dropout.grad.{k}"] = v
             tensors["traj.loss"] = trajectory(model, cfg, q, p)
             for k, v in qac_layout(model, cfg, "data").items():
                 tensors[f"traj.param.{k}"] = v

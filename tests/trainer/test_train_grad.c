@@ -122,12 +122,15 @@ static void opts_for(qac_train_opts *o, float tau, qac_similarity sim) {
 
 static void grad_parity(const char *which) {
     qac_model *m = load_model(which);
-    static const struct { const char *name; float tau; qac_similarity sim; } cases[] = {
-        {"tau1_dot", 1.0f, QAC_SIM_DOT}, {"tau1_cos", 1.0f, QAC_SIM_COS},
-        {"tau005_dot", 0.05f, QAC_SIM_DOT}, {"tau005_cos", 0.05f, QAC_SIM_COS}};
-    for (int c = 0; c < 4; c++) {
+    static const struct { const char *name; float tau; qac_similarity sim; float drop; } cases[] = {
+        {"tau1_dot", 1.0f, QAC_SIM_DOT, 0}, {"tau1_cos", 1.0f, QAC_SIM_COS, 0},
+        {"tau005_dot", 0.05f, QAC_SIM_DOT, 0}, {"tau005_cos", 0.05f, QAC_SIM_COS, 0},
+        {"dropout", 0.05f, QAC_SIM_COS, 0.1f}};
+    int ncases = strcmp(which, "tiny") ? 4 : 5;
+    for (int c = 0; c < ncases; c++) {
         qac_train_opts o;
         opts_for(&o, cases[c].tau, cases[c].sim);
+        o.hidden_dropout = o.attn_dropout = cases[c].drop; /* the fixture's torch run used qac's masks */
         qac_trainer *t = NULL;
         CHECK_OK(qac_trainer_create(&t, m, &o));
         if (!t) exit(1);
@@ -185,6 +188,24 @@ static void gradcache(void) {
             printf("gradcache chunk %2d: max |diff| / max |g| = %.2e (loss %.9f)\n", chunks[k], md / mr, loss);
             CHECK_MSG(md / mr <= 1e-5, "GradCache chunk %d differs from the full batch by %.3e", chunks[k], md / mr);
         }
+        qac_trainer_free(t);
+    }
+    /* Recomputing each layer in backward, and running on one thread instead
+     * of two, change nothing: the same operations in the same order */
+    for (int k = 0; k < 2; k++) {
+        qac_train_opts o;
+        opts_for(&o, 0.05f, QAC_SIM_COS);
+        o.hidden_dropout = o.attn_dropout = 0.1f;
+        if (k == 0) o.recompute = 1;
+        else o.threads = 1;
+        qac_trainer *t = NULL;
+        CHECK_OK(qac_trainer_create(&t, m, &o));
+        qac_train_batch b = batch();
+        double loss = 0;
+        CHECK_OK(qac_trainer_grads(t, &b, &loss));
+        int same = !memcmp(qac_trainer_grad_mem(t), full, n * sizeof *full);
+        printf("%s: gradients %s the full batch's\n", k == 0 ? "recompute" : "1 thread", same ? "bit-identical to" : "DIFFER from");
+        CHECK_MSG(same, "%s changed the gradients", k == 0 ? "recompute" : "one thread");
         qac_trainer_free(t);
     }
     free(full);
