@@ -304,7 +304,8 @@ static void *worker_main(void *arg) {
             if (st != QAC_OK || failed_search || j->cancelled || last) {
                 if (j->taken < j->n) unlink_job(b, j); /* a sliced job still queued */
                 j->status = st != QAC_OK ? st : failed_search ? sst : j->cancelled ? QAC_ERR_CANCELLED : QAC_OK;
-                memcpy(j->err, st != QAC_OK ? err : failed_search ? serr : "the client went away", sizeof j->err);
+                snprintf(j->err, sizeof j->err, "%s",
+                         st != QAC_OK ? err : failed_search ? serr : j->cancelled ? "the client went away" : "");
                 j->state = JOB_DONE;
             } else {
                 j->state = JOB_QUEUED; /* more slices to come */
