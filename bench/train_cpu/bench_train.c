@@ -2,7 +2,7 @@
  * first NQ queries, each with the next N documents in order as its group),
  * InfoNCE with in-batch negatives, AdamW. Prints one line
  * "qac steps=<s> seconds=<t> passages_per_s=<r> tokens_per_s=<r>
- *  peak_rss_mib=<m> first_loss=<l> last_loss=<l>".
+ *  cpu_s_per_step=<c> peak_rss_mib=<m> first_loss=<l> last_loss=<l>".
  * Usage: qac_bench_train CRAN_DIR MODEL_DIR NQ N Q_LEN P_LEN STEPS THREADS */
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,16 +61,19 @@ int main(int argc, char **argv) {
         return fail("batch");
     qac_step_stats st;
     if (qac_trainer_step(t, &bb.b, &st)) return fail("warm-up step");
+    struct rusage ru0, ru;
+    getrusage(RUSAGE_SELF, &ru0);
     double first = st.loss, t0 = qac_now();
     for (int s = 0; s < steps; s++)
         if (qac_trainer_step(t, &bb.b, &st)) return fail("step");
     double secs = qac_now() - t0;
-    struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    printf("qac steps=%d seconds=%.3f passages_per_s=%.2f tokens_per_s=%.1f peak_rss_mib=%.0f first_loss=%.6f "
-           "last_loss=%.6f\n",
-           steps, secs, (double)steps * nq * n / secs, (double)steps * bb.tokens / secs, ru.ru_maxrss / 1024.0, first,
-           st.loss);
+    double cpu = (double)(ru.ru_utime.tv_sec - ru0.ru_utime.tv_sec + ru.ru_stime.tv_sec - ru0.ru_stime.tv_sec) +
+                 (double)(ru.ru_utime.tv_usec - ru0.ru_utime.tv_usec + ru.ru_stime.tv_usec - ru0.ru_stime.tv_usec) / 1e6;
+    printf("qac steps=%d seconds=%.3f passages_per_s=%.2f tokens_per_s=%.1f cpu_s_per_step=%.2f peak_rss_mib=%.0f "
+           "first_loss=%.6f last_loss=%.6f\n",
+           steps, secs, (double)steps * nq * n / secs, (double)steps * bb.tokens / secs, cpu / steps,
+           ru.ru_maxrss / 1024.0, first, st.loss);
     qac_batch_buf_free(&bb);
     qac_trainer_free(t);
     qac_model_free(m);

@@ -52,13 +52,16 @@ def main():
         return loss.item()
 
     first = step()
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
     for _ in range(steps):
         last = step()
     secs = time.perf_counter() - t0
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime) / steps
+    rss = r1.ru_maxrss / 1024
     print(f"torch steps={steps} seconds={secs:.3f} passages_per_s={steps * nq * n / secs:.2f} "
-          f"tokens_per_s={steps * tokens / secs:.1f} peak_rss_mib={rss:.0f} first_loss={first:.6f} "
+          f"tokens_per_s={steps * tokens / secs:.1f} cpu_s_per_step={cpu:.2f} peak_rss_mib={rss:.0f} first_loss={first:.6f} "
           f"last_loss={last:.6f}")
 
 
