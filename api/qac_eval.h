@@ -9,12 +9,16 @@
  * Runs: "qid Q0 docid rank score run_id"; the rank column is ignored, as
  * trec_eval ignores it. Blank lines and lines starting with '#' are skipped.
  *
- * Scoring follows trec_eval exactly: per query, documents are ordered by
+ * Scoring follows trec_eval 9.0.x exactly (tests compare the output of the
+ * real trec_eval 9.0.8 byte for byte): per query, documents are ordered by
  * score descending, ties by docid descending (strcmp); the -M cutoff is
  * applied after that sort; a docid twice in the kept list is an error; a
  * run query with no qrels is skipped; averages are over the evaluated
  * queries, or with `complete` (-c) over every qrels query (missing ones
- * count 0).
+ * count 0, get no per-query rows, and the num_rel summary counts rel > 0 in
+ * every qrels query whatever -l is). num_q has no per-query rows.
+ * trec_eval 10.0 differs on -c: without it, a qrels query missing from the
+ * run is a fatal error there; with -c -q it prints zero rows for them.
  *
  * Ownership: every object is freed with its _free (NULL accepted). Strings
  * and arrays returned by accessors are borrowed and live as long as the

@@ -289,6 +289,16 @@ static qac_status score_query(const measure_set *m, const qac_qrels *qrels, size
     return QAC_OK;
 }
 
+static long count_positive(const qac_qrels *qrels) {
+    long n = 0;
+    for (size_t qi = 0; qi < qac_qrels_num_queries(qrels); qi++) {
+        const int *rels;
+        size_t nj = qac_qrels_judged(qrels, qi, NULL, &rels);
+        for (size_t j = 0; j < nj; j++) n += rels[j] > 0;
+    }
+    return n;
+}
+
 qac_status qac_eval_compute(qac_eval_result **out, const qac_qrels *qrels, const qac_run *run,
                             const char *const *measures, int n, const qac_eval_params *params) {
     *out = NULL;
@@ -360,6 +370,9 @@ qac_status qac_eval_compute(qac_eval_result **out, const qac_qrels *qrels, const
         for (int c = 0; c < reps; c++, slot++) {
             double v = sums[slot];
             if (k == M_NUM_Q) v = (double)denom;
+            /* trec_eval 9.0.x with -c counts rel > 0 over every qrels query,
+             * whatever -l says */
+            else if (k == M_NUM_REL && p.complete) v = (double)count_positive(qrels);
             else if (!measure_info[k].is_count && denom > 0) v /= (double)denom;
             if ((st = add_row(res, slot, "all", v))) goto done;
         }
@@ -402,6 +415,8 @@ qac_status qac_eval_write(FILE *f, const qac_eval_result *res, int per_query, in
     if (!f || !res || digits < 0 || digits > 17) return qac_set_error(QAC_ERR_INVALID, "eval: bad arguments");
     for (size_t i = per_query ? 0 : res->first_summary; i < res->nrows; i++) {
         const eval_row *r = &res->rows[i];
+        /* trec_eval prints num_q only in the summary */
+        if (i < res->first_summary && strcmp(res->names[r->slot], "num_q") == 0) continue;
         int rc = res->is_count[r->slot]
                      ? fprintf(f, "%-22s\t%s\t%ld\n", res->names[r->slot], r->qid, (long)r->value)
                      : fprintf(f, "%-22s\t%s\t%*.*f\n", res->names[r->slot], r->qid, digits + 2, digits, r->value);

@@ -1,8 +1,14 @@
 """The search page in headless Chromium: load /?q=..., let the script run,
 check that the DOM holds ranked results with passage text, and that a
-screenshot is a plausible PNG. Skips (77) when no Chromium is installed."""
+screenshot is a plausible PNG. Then, driving Chromium over the DevTools
+protocol: long passages show a snippet of at most 30 words with the query
+terms in <mark>, the full text (equal to /search's) stays hidden until a real
+mouse click on "Show the full passage" opens it, and a second click closes
+it. Skips (77) when no Chromium is installed."""
+import json
 import os
 import re
+import time
 import shutil
 import struct
 import subprocess
@@ -24,6 +30,147 @@ def run_chromium(exe, d, *args):
     base = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
             f"--user-data-dir={os.path.join(d, 'profile')}", "--virtual-time-budget=15000", "--window-size=1200,900"]
     return subprocess.run(base + list(args), capture_output=True, timeout=180)
+
+
+class DevTools:
+    """Chromium's DevTools protocol over --remote-debugging-pipe (fd 3 in,
+    fd 4 out, messages ending in NUL): no extra Python package needed."""
+
+    def __init__(self, exe, d):
+        to_r, self.to_w = os.pipe()
+        self.from_r, from_w = os.pipe()
+
+        def fds():
+            os.dup2(to_r, 3)
+            os.dup2(from_w, 4)
+
+        self.p = subprocess.Popen([exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                                   "--no-first-run", f"--user-data-dir={os.path.join(d, 'profile-cdp')}",
+                                   "--remote-debugging-pipe", "--window-size=1200,900"],
+                                  preexec_fn=fds, pass_fds=(3, 4), stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        os.close(to_r)
+        os.close(from_w)
+        self.buf, self.next_id, self.session = b"", 0, None
+
+    def call(self, method, **params):
+        self.next_id += 1
+        msg = {"id": self.next_id, "method": method, "params": params}
+        if self.session:
+            msg["sessionId"] = self.session
+        os.write(self.to_w, json.dumps(msg).encode() + b"\0")
+        while True:
+            while b"\0" not in self.buf:
+                chunk = os.read(self.from_r, 1 << 16)
+                if not chunk:
+                    raise RuntimeError("chromium closed the DevTools pipe")
+                self.buf += chunk
+            raw, self.buf = self.buf.split(b"\0", 1)
+            reply = json.loads(raw)
+            if reply.get("id") == self.next_id:
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                return reply.get("result", {})
+
+    def open(self, url):
+        target = self.call("Target.createTarget", url=url)["targetId"]
+        self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+
+    def js(self, expr):
+        r = self.call("Runtime.evaluate", expression=expr, returnByValue=True)
+        if "exceptionDetails" in r:
+            raise RuntimeError(f"{expr}: {r['exceptionDetails']}")
+        return r["result"].get("value")
+
+    def click(self, x, y):
+        for kind in ("mousePressed", "mouseReleased"):
+            self.call("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
+
+    def close(self):
+        self.p.kill()
+        self.p.wait()
+
+
+HITS_JS = """[...document.querySelectorAll('li.hit')].map(li => {
+  // closed <details> hide their content with content-visibility, which checkVisibility sees
+  const vis = e => !!e && e.checkVisibility({visibilityProperty: true, opacityProperty: true});
+  const snip = li.querySelector('.snippet'), full = li.querySelector('.full'), more = li.querySelector('details');
+  const text = li.querySelector('.text');
+  return {docid: li.dataset.docid, snippet: snip ? snip.textContent : null, snippetVisible: vis(snip),
+          full: full ? full.textContent : text.textContent, fullVisible: full ? vis(full) : vis(text),
+          open: more ? more.open : null, summary: more ? more.querySelector('summary').textContent : null,
+          marks: [...li.querySelectorAll('.snippet mark, .text > mark')].map(m => m.textContent),
+          fullMarks: [...li.querySelectorAll('.full mark')].map(m => m.textContent),
+          markup: li.querySelectorAll('.text *:not(mark):not(.snippet):not(details):not(summary):not(.full)').length};
+})"""
+
+
+def words_of(s):
+    return re.findall(r"\S+", s.replace("\u2026", " "))
+
+
+def check_snippets(exe, d, srv, query, k):
+    terms = [t for t in re.findall(r"\w+", query.lower()) if t not in ("of", "the", "and", "in", "on")]
+    _, _, api = http(srv.base, "POST", "/search", {"query": query, "k": k, "return_text": True})
+    texts = {h["docid"]: h["text"] for h in api["results"][0]}
+    cdp = DevTools(exe, d)
+    try:
+        from urllib.parse import quote_plus
+        cdp.open(srv.base + "/?q=" + quote_plus(query) + "&k=%d" % k)
+        deadline = time.time() + 60
+        hits = []
+        while time.time() < deadline and len(hits) < k:
+            time.sleep(0.2)
+            hits = cdp.js(HITS_JS) or []
+        check(len(hits) == k, f"DevTools: {len(hits)} hits rendered")
+        long_hits = [h for h in hits if len(words_of(texts[h["docid"]])) > 30]
+        check(len(long_hits) >= 2, f"{len(long_hits)} hits longer than 30 words (the snippet is exercised)")
+        n_marks = 0
+        for h in hits:
+            tid, text = h["docid"], texts[h["docid"]]
+            check(h["full"] == text, f"{tid}: the full passage equals /search's text")
+            check(h["markup"] == 0, f"{tid}: passage text became text nodes and <mark> only")
+            check(all(any(m.lower() == t or m.lower().startswith(t) for t in terms) for m in h["marks"] + h["fullMarks"]),
+                  f"{tid}: every highlight is a query term: {sorted(set(h['marks'] + h['fullMarks']))}")
+            # every whole-word occurrence of a query term in what is shown is highlighted
+            shown = h["snippet"] if h["snippet"] is not None else text
+            want = sum(1 for w in re.findall(r"\w+", shown.lower()) if w in terms)
+            got = sum(1 for m in h["marks"] if m.lower() in terms)
+            check(got == want, f"{tid}: {got} of {want} query-term occurrences in the shown text highlighted")
+            n_marks += len(h["marks"])
+            if h in long_hits:
+                sw = words_of(h["snippet"] or "")
+                check(h["snippet"] is not None and 0 < len(sw) <= 30 and h["snippetVisible"] and not h["fullVisible"]
+                      and h["open"] is False, f"{tid}: snippet of {len(sw)} words shown ({h['snippetVisible']}), "
+                      f"full text hidden ({not h['fullVisible']}), closed ({h['open'] is False})")
+                check(" ".join(sw) in " ".join(words_of(text)), f"{tid}: the snippet is a piece of the passage")
+                # the snippet is the best window: no 30 words of the passage hold more exact term matches
+                exact = [any(t in terms for t in re.findall(r"\w+", w.lower())) for w in words_of(text)]
+                best = max(sum(exact[i:i + 30]) for i in range(len(exact) - 29))
+                check(len(h["marks"]) >= best, f"{tid}: {len(h['marks'])} highlights in the snippet, "
+                      f"a 30-word window holds {best} term matches")
+            else:
+                check(h["snippet"] is None and h["fullVisible"], f"{tid}: a short passage is shown whole")
+        check(n_marks > 0, f"{n_marks} highlighted terms in the shown snippets")
+        print(f"snippets: {len(long_hits)} of {len(hits)} hits longer than 30 words, {n_marks} highlights shown")
+        if long_hits:
+            i = hits.index(long_hits[0])
+            where = (f"(() => {{ const s = document.querySelectorAll('li.hit')[{i}].querySelector('summary');"
+                     f" s.scrollIntoView(); const r = s.getBoundingClientRect();"
+                     f" return [r.x + r.width / 4, r.y + r.height / 2]; }})()")
+            cdp.click(*cdp.js(where))
+            time.sleep(0.3)
+            h = cdp.js(HITS_JS)[i]
+            check(h["open"] is True and h["fullVisible"] and not h["snippetVisible"] and h["summary"] == "Show less",
+                  f"a mouse click expands: open={h['open']} full shown={h['fullVisible']} "
+                  f"snippet shown={h['snippetVisible']} label={h['summary']!r}")
+            cdp.click(*cdp.js(where))  # the summary moved up: the snippet above it is hidden
+            time.sleep(0.3)
+            h = cdp.js(HITS_JS)[i]
+            check(h["open"] is False and not h["fullVisible"] and h["snippetVisible"],
+                  "a second click collapses back to the snippet")
+    finally:
+        cdp.close()
 
 
 def main():
@@ -56,6 +203,7 @@ def main():
             check(data[:8] == b"\x89PNG\r\n\x1a\n", "the screenshot is a PNG")
             check(len(data) > 20000 and w == 1200 and h == 900, f"plausible screenshot: {len(data)} bytes, {w}x{h}")
             print(f"screenshot: {png} ({len(data)} bytes, {w}x{h}); {len(hits)} hits in the DOM")
+        check_snippets(exe, d, srv, "aeroelastic models of wings", 5)
     finally:
         rc = srv.stop()
         check(rc == 0, f"exit code {rc}")
