@@ -2,10 +2,10 @@
 """Fixtures for tests/eval/test_trec_eval_fixtures.py: the output of the real
 trec_eval program on a small qrels file and run, for -c, -q, -M and -l.
 
-qac eval follows trec_eval 9.0.x (9.0.8, the last 9.0 release). Build it from
-https://github.com/usnistgov/trec_eval, tag v9.0.8 (`make`; that tag's binary
-still prints "trec_eval version 9.0.7"). Optionally pass a trec_eval 10.0
-binary (tag v10.0) with --trec-eval-10: its output is recorded beside, for
+qac eval follows trec_eval 9.0.x (9.0.8, the last 9.0 release; that
+release's program still prints "trec_eval version 9.0.7"); the script runs
+the trec_eval program it is given. Optionally pass a trec_eval 10.0 program
+with --trec-eval-10: its output is recorded beside, for
 the cases where it differs, to document why qac follows 9.0.x. 10.0 exits
 with an error when a qrels query is missing from the run and -c is not given,
 and with -c -q prints per-query rows for those missing queries.
