@@ -20,7 +20,8 @@ reproduced here and torch's dropout replaced by those masks), tau 0.05,
 cosine.
 For each: the loss, the largest |logit| (it bounds the loss's float32
 rounding), and every parameter's gradient in qac's layout (Q, K, V
-fused per layer, layers stacked). Then, for the tiny model, 10 steps of
+fused per layer, layers stacked). Then, for the tiny model: the MLM head (BertOnlyMLMHead, decoder tied to
+the word embeddings) on the passages with 15% of tokens masked, and 10 steps of
 torch.optim.AdamW (weight decay 0.01 on all but biases and LayerNorm
 weights, linear warmup 3 then decay over 10, grad-norm clip 1.0): the loss
 of every step and every parameter after step 10.
@@ -209,6 +210,46 @@ class InjectedDropout:
         torch.nn.functional.dropout = self.orig
 
 
+def mlm_case(model, c, p, tensors):
+    """The tiny encoder plus BertOnlyMLMHead (dense, GELU, LayerNorm, decoder
+    tied to the word embeddings, vocabulary bias) on the batch's passages
+    with 15% of their non-special tokens replaced by [MASK] (numpy seed 0);
+    mean cross-entropy over the masked positions."""
+    ids, lens = p[0].copy(), p[1]
+    labels = np.full(ids.shape, -100, dtype=np.int32)
+    rs = np.random.RandomState(0)
+    for b in range(ids.shape[0]):
+        cand = np.arange(1, lens[b] - 1)
+        pick = rs.choice(cand, max(1, int(round(0.15 * len(cand)))), replace=False)
+        labels[b, pick] = ids[b, pick]
+        ids[b, pick] = 103
+    C, V = c["hidden_size"], c["vocab_size"]
+    head = {"dense_w": (rs.standard_normal((C, C)) * 0.02).astype(np.float32),
+            "dense_b": (rs.standard_normal(C) * 0.02).astype(np.float32),
+            "ln_w": (1 + rs.standard_normal(C) * 0.1).astype(np.float32),
+            "ln_b": (rs.standard_normal(C) * 0.02).astype(np.float32),
+            "bias": (rs.standard_normal(V) * 0.02).astype(np.float32)}
+    ht = {k: torch.tensor(v, requires_grad=True) for k, v in head.items()}
+    model.zero_grad(set_to_none=True)
+    ids_t = torch.from_numpy(ids.astype(np.int64))
+    mask = (torch.arange(ids.shape[1])[None, :] < torch.from_numpy(lens.astype(np.int64))[:, None]).long()
+    h = model(input_ids=ids_t, attention_mask=mask, token_type_ids=torch.zeros_like(ids_t)).last_hidden_state
+    sel = torch.from_numpy(labels >= 0)
+    x = h[sel]
+    t = torch.nn.functional.gelu(x @ ht["dense_w"].T + ht["dense_b"])
+    u = torch.nn.functional.layer_norm(t, (C,), ht["ln_w"], ht["ln_b"], eps=c["layer_norm_eps"])
+    logits = u @ model.embeddings.word_embeddings.weight.T + ht["bias"]
+    loss = torch.nn.functional.cross_entropy(logits, torch.from_numpy(labels[labels >= 0].astype(np.int64)))
+    loss.backward()
+    tensors["mlm.ids"], tensors["mlm.labels"] = ids, labels
+    tensors["mlm.loss"] = np.array([loss.item(), logits.detach().abs().max().item()], dtype=np.float64)
+    for k, v in head.items():
+        tensors[f"mlm.init.{k}"] = v
+        tensors[f"mlm.head_grad.{k}"] = ht[k].grad.numpy()
+    for k, v in qac_layout(model, c, "grad").items():
+        tensors[f"mlm.grad.{k}"] = v
+
+
 def load_models(model_dir):
     from transformers import BertConfig, BertModel
     tcfg = BertConfig(**TINY)
@@ -287,6 +328,7 @@ def main():
             tensors["tiny.dropout.loss"] = np.array([loss.item(), infonce.max_logit], dtype=np.float64)
             for k, v in qac_layout(model, cfg, "grad").items():
                 tensors[f"tiny.dropout.grad.{k}"] = v
+            mlm_case(model, cfg, p, tensors)
             tensors["traj.loss"] = trajectory(model, cfg, q, p)
             for k, v in qac_layout(model, cfg, "data").items():
                 tensors[f"traj.param.{k}"] = v

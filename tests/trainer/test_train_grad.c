@@ -12,9 +12,14 @@
 #include <string.h>
 
 #include "../encoder/fixture.h"
+#include "bert_cpu.h"
+#include "qac_heads.h"
+#include "qac_pool.h"
 #include "qac_safetensors.h"
 #include "qac_train.h"
 #include "testutil.h"
+
+#define QAC_MAX_LAYERS_TEST 64
 
 static qac_safetensors *fx;
 static int NQ, NP;
@@ -248,6 +253,101 @@ static void trajectory(void) {
     qac_model_free(m);
 }
 
+/* max |got - ref| / max |ref| of one named fixture tensor */
+static double compare_named(const float *got, const char *name, size_t n) {
+    const qac_st_tensor *t = need(name);
+    if (t->numel != n) {
+        fprintf(stderr, "%s: %llu values, expected %zu\n", name, (unsigned long long)t->numel, n);
+        exit(1);
+    }
+    float *ref = malloc(n * sizeof *ref);
+    qac_safetensors_read_f32(t, ref);
+    double md = 0, mr = 0;
+    for (size_t j = 0; j < n; j++) {
+        double d = fabs((double)got[j] - ref[j]);
+        md = d > md ? d : md;
+        mr = fabs(ref[j]) > mr ? fabs(ref[j]) : mr;
+    }
+    free(ref);
+    return mr > 0 ? md / mr : md;
+}
+
+/* The tiny encoder + the tied MLM head against torch, on masked passages. */
+static void mlm(void) {
+    qac_model *m = load_model("tiny");
+    const qac_bert_config *c = &m->cfg;
+    int C = c->hidden_size, V = c->vocab_size, L = c->num_layers, B = NQ * NP, T = p_T;
+    qac_pool *pool = NULL;
+    CHECK_OK(qac_pool_create(&pool, 2));
+    float *head = calloc(qac_mlm_param_count(C, V), sizeof(float)), *hgrad = calloc(qac_mlm_param_count(C, V), sizeof(float));
+    float *grad = calloc(m->n_params, sizeof(float));
+    qac_mlm_head h, hg;
+    qac_bert_params g;
+    qac_mlm_bind(&h, head, C, V);
+    qac_mlm_bind(&hg, hgrad, C, V);
+    qac_bert_params_bind(&g, c, grad);
+    float *hv[QAC_MLM_NUM_TENSORS] = {h.dense_w, h.dense_b, h.ln_w, h.ln_b, h.bias};
+    float *gv[QAC_MLM_NUM_TENSORS] = {hg.dense_w, hg.dense_b, hg.ln_w, hg.ln_b, hg.bias};
+    size_t hn[QAC_MLM_NUM_TENSORS] = {(size_t)C * C, (size_t)C, (size_t)C, (size_t)C, (size_t)V};
+    const char *names[QAC_MLM_NUM_TENSORS] = {"dense_w", "dense_b", "ln_w", "ln_b", "bias"};
+    char key[128];
+    for (int i = 0; i < QAC_MLM_NUM_TENSORS; i++) {
+        snprintf(key, sizeof key, "mlm.init.%s", names[i]);
+        qac_safetensors_read_f32(need(key), hv[i]);
+    }
+    int rows, cols;
+    int32_t *ids = ints("mlm.ids", &rows, &cols), *labels = ints("mlm.labels", &rows, &cols);
+    qac_bert_packed pk;
+    qac_bert_acts a = {0};
+    qac_bert_bwd w = {0};
+    CHECK_OK(qac_bert_pack(&pk, c, &m->p));
+    CHECK_OK(qac_bert_acts_alloc(&a, c, B, T, QAC_ACTS_KEEP, 2));
+    CHECK_OK(qac_bert_bwd_alloc(&w, c, B, T));
+    CHECK_OK(qac_bert_forward_train(&a, c, &m->p, &pk, ids, NULL, p_lens, B, T, NULL, pool));
+    /* gather the labelled positions, run the head, scatter its gradient */
+    int M = 0;
+    for (int i = 0; i < B * T; i++) M += labels[i] >= 0;
+    float *states = malloc((size_t)M * C * sizeof(float)), *dstates = malloc((size_t)M * C * sizeof(float));
+    float *dlast = calloc((size_t)B * T * C, sizeof(float));
+    int32_t *lab = malloc((size_t)M * sizeof *lab);
+    for (int i = 0, k = 0; i < B * T; i++)
+        if (labels[i] >= 0) {
+            memcpy(states + (size_t)k * C, a.last + (size_t)i * C, (size_t)C * sizeof(float));
+            lab[k++] = labels[i];
+        }
+    double loss = 0;
+    CHECK_OK(qac_mlm_loss(&loss, dstates, &hg, g.word_emb, &h, m->p.word_emb, states, lab, M, C, V,
+                          c->layer_norm_eps, pool));
+    for (int i = 0, k = 0; i < B * T; i++)
+        if (labels[i] >= 0) memcpy(dlast + (size_t)i * C, dstates + (size_t)(k++) * C, (size_t)C * sizeof(float));
+    const float *dh[QAC_MAX_LAYERS_TEST + 1] = {0};
+    dh[L] = dlast;
+    CHECK_OK(qac_bert_backward(&g, &w, dh, &a, c, &m->p, &pk, ids, NULL, p_lens, B, T, NULL, pool));
+    double ref = f64_at("mlm.loss", 0), lrel = fabs(loss - ref) / fabs(ref);
+    double ltol = fmax(1e-6, 4 * 0x1p-24 * f64_at("mlm.loss", 1) / fabs(ref));
+    const char *wn = "?";
+    double worst = compare_tensors(m, grad, "mlm.grad.", &wn, 0);
+    double hworst = 0;
+    const char *hwn = "?";
+    for (int i = 0; i < QAC_MLM_NUM_TENSORS; i++) {
+        snprintf(key, sizeof key, "mlm.head_grad.%s", names[i]);
+        double r = compare_named(gv[i], key, hn[i]);
+        if (r >= hworst) hworst = r, hwn = names[i];
+    }
+    printf("mlm: %d masked positions, loss %.9f (ref %.9f, rel %.2e, tol %.1e); encoder worst %s %.2e; head worst %s "
+           "%.2e\n",
+           M, loss, ref, lrel, ltol, wn, worst, hwn, hworst);
+    CHECK_MSG(lrel <= ltol, "mlm loss off by %.3e relative", lrel);
+    CHECK_MSG(worst <= 1e-4, "mlm: encoder gradient of %s off by %.3e relative", wn, worst);
+    CHECK_MSG(hworst <= 1e-4, "mlm: head gradient of %s off by %.3e relative", hwn, hworst);
+    free(states), free(dstates), free(dlast), free(lab), free(ids), free(labels), free(head), free(hgrad), free(grad);
+    qac_bert_acts_free(&a);
+    qac_bert_bwd_free(&w);
+    qac_bert_packed_free(&pk);
+    qac_pool_free(pool);
+    qac_model_free(m);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: %s FIXTURE grad|gradcache|traj [tiny|minilm]\n", argv[0]);
@@ -264,6 +364,7 @@ int main(int argc, char **argv) {
     (void)cols;
     if (!strcmp(argv[2], "grad")) grad_parity(argc > 3 ? argv[3] : "tiny");
     else if (!strcmp(argv[2], "gradcache")) gradcache();
+    else if (!strcmp(argv[2], "mlm")) mlm();
     else trajectory();
     qac_safetensors_close(fx);
     free(q_ids), free(p_ids), free(q_lens), free(p_lens);
