@@ -54,4 +54,19 @@ qac_status qac_mlm_loss(double *loss, float *dstates, qac_mlm_head *g, float *dw
                         const float *word_emb, const float *states, const int32_t *labels, int M, int C, int V,
                         float ln_eps, qac_pool *pool);
 
+/* ---- coCondenser's contrastive loss ----
+ * x [n2, C] holds n2 = 2B representations, siblings adjacent (two spans of
+ * one document, or a passage and one of its queries). S = x x^T / tau with
+ * the diagonal excluded; the target of row 2i is 2i+1 and of 2i+1 is 2i;
+ * mean cross-entropy over all rows (every representation is an anchor).
+ * dx [n2, C] (NULL: none) receives dL/dx. */
+qac_status qac_cocondenser_loss(double *loss, float *dx, const float *x, int n2, int C, float tau);
+
+/* ---- the Condenser head's input ----
+ * x [B,T,C]: position 0 from last (the backbone's last-layer [CLS]),
+ * positions 1.. from mid (the states after layer skip_from). The backward
+ * splits dx the same way, adding into dlast and dmid. */
+void qac_condenser_input(float *x, const float *last, const float *mid, int B, int T, int C);
+void qac_condenser_input_backward(float *dlast, float *dmid, const float *dx, int B, int T, int C);
+
 #endif

@@ -348,6 +348,126 @@ static void mlm(void) {
     qac_model_free(m);
 }
 
+/* gather the rows of states [B*T,C] whose label is >= 0 */
+static int gather(float *out, int32_t *lab, const float *states, const int32_t *labels, int BT, int C) {
+    int k = 0;
+    for (int i = 0; i < BT; i++)
+        if (labels[i] >= 0) {
+            memcpy(out + (size_t)k * C, states + (size_t)i * C, (size_t)C * sizeof(float));
+            lab[k++] = labels[i];
+        }
+    return k;
+}
+
+static void scatter_add(float *d, const float *rows, const int32_t *labels, int BT, int C) {
+    for (int i = 0, k = 0; i < BT; i++)
+        if (labels[i] >= 0) {
+            for (int j = 0; j < C; j++) d[(size_t)i * C + j] += rows[(size_t)k * C + j];
+            k++;
+        }
+}
+
+/* The whole coCondenser objective against torch: Condenser head (2 layers
+ * on the last [CLS] and the states after layer 1) with MLM, late MLM, and
+ * the contrastive loss over the [CLS] of query-as-context pairs. */
+static void cocondenser(void) {
+    qac_model *m = load_model("tiny");
+    const qac_bert_config *c = &m->cfg;
+    int C = c->hidden_size, V = c->vocab_size, L = c->num_layers, skip = 1;
+    int rows, T;
+    int32_t *ids = ints("coc.ids", &rows, &T), *labels = ints("coc.labels", &rows, &T);
+    int *lens = ints("coc.lens", &rows, NULL), B = rows, BT = B * T;
+    qac_pool *pool = NULL;
+    CHECK_OK(qac_pool_create(&pool, 2));
+    /* the head: 2 BERT layers in the encoder's layout (embedding views unused) */
+    qac_bert_config hc = *c;
+    hc.num_layers = 2, hc.vocab_size = 1, hc.type_vocab_size = 1;
+    size_t hn = qac_bert_param_count(&hc), mn = qac_mlm_param_count(C, V);
+    float *hmem = calloc(hn, 4), *hgrad = calloc(hn, 4), *mmem = calloc(mn, 4), *mgrad = calloc(mn, 4);
+    float *grad = calloc(m->n_params, sizeof(float));
+    qac_bert_params hp, hg, g;
+    qac_mlm_head mh, mg;
+    qac_bert_params_bind(&hp, &hc, hmem), qac_bert_params_bind(&hg, &hc, hgrad), qac_bert_params_bind(&g, c, grad);
+    qac_mlm_bind(&mh, mmem, C, V), qac_mlm_bind(&mg, mgrad, C, V);
+    float **hviews = (float **)&hp, **hgviews = (float **)&hg; /* qac_bert_params is an array of views */
+    char key[128];
+    for (int i = 5; i < 17; i++) { /* the per-layer tensors, qkv_w .. ln2_b */
+        snprintf(key, sizeof key, "coc.head_init.%s", qac_bert_tensor_name(i));
+        qac_safetensors_read_f32(need(key), hviews[i]);
+    }
+    float *mv[QAC_MLM_NUM_TENSORS] = {mh.dense_w, mh.dense_b, mh.ln_w, mh.ln_b, mh.bias};
+    float *mgv[QAC_MLM_NUM_TENSORS] = {mg.dense_w, mg.dense_b, mg.ln_w, mg.ln_b, mg.bias};
+    size_t msz[QAC_MLM_NUM_TENSORS] = {(size_t)C * C, (size_t)C, (size_t)C, (size_t)C, (size_t)V};
+    const char *mnames[QAC_MLM_NUM_TENSORS] = {"dense_w", "dense_b", "ln_w", "ln_b", "bias"};
+    for (int i = 0; i < QAC_MLM_NUM_TENSORS; i++) {
+        snprintf(key, sizeof key, "coc.mlm_init.%s", mnames[i]);
+        qac_safetensors_read_f32(need(key), mv[i]);
+    }
+    qac_bert_packed pk, hpk;
+    qac_bert_acts a = {0}, ha = {0};
+    qac_bert_bwd w = {0}, hw = {0};
+    CHECK_OK(qac_bert_pack(&pk, c, &m->p));
+    CHECK_OK(qac_bert_pack(&hpk, &hc, &hp));
+    CHECK_OK(qac_bert_acts_alloc(&a, c, B, T, QAC_ACTS_KEEP, 2));
+    CHECK_OK(qac_bert_acts_alloc(&ha, &hc, B, T, QAC_ACTS_KEEP, 2));
+    CHECK_OK(qac_bert_bwd_alloc(&w, c, B, T));
+    CHECK_OK(qac_bert_bwd_alloc(&hw, &hc, B, T));
+    size_t NC = (size_t)BT * C;
+    float *x = malloc(NC * 4), *dlast = calloc(NC, 4), *dmid = calloc(NC, 4), *st = malloc(NC * 4), *dst = malloc(NC * 4);
+    float *cls = malloc((size_t)B * C * 4), *dcls = malloc((size_t)B * C * 4);
+    int32_t *lab = malloc((size_t)BT * sizeof *lab);
+    CHECK_OK(qac_bert_forward_train(&a, c, &m->p, &pk, ids, NULL, lens, B, T, NULL, pool));
+    const float *mid = a.hidden + (size_t)skip * NC;
+    qac_condenser_input(x, a.last, mid, B, T, C);
+    CHECK_OK(qac_bert_layers_forward(&ha, &hc, &hp, &hpk, x, lens, B, T, NULL, pool));
+    double l_head = 0, l_late = 0, l_cl = 0;
+    int M = gather(st, lab, ha.last, labels, BT, C);
+    CHECK_OK(qac_mlm_loss(&l_head, dst, &mg, g.word_emb, &mh, m->p.word_emb, st, lab, M, C, V, c->layer_norm_eps, pool));
+    float *dhead = calloc(NC, 4);
+    scatter_add(dhead, dst, labels, BT, C);
+    CHECK_OK(qac_bert_layers_backward(&hg, &hw, dhead, &ha, &hc, &hp, &hpk, lens, B, T, NULL, pool));
+    qac_condenser_input_backward(dlast, dmid, hw.dy, B, T, C);
+    gather(st, lab, a.last, labels, BT, C);
+    CHECK_OK(qac_mlm_loss(&l_late, dst, &mg, g.word_emb, &mh, m->p.word_emb, st, lab, M, C, V, c->layer_norm_eps, pool));
+    scatter_add(dlast, dst, labels, BT, C);
+    for (int b = 0; b < B; b++) memcpy(cls + (size_t)b * C, a.last + (size_t)b * T * C, (size_t)C * 4);
+    CHECK_OK(qac_cocondenser_loss(&l_cl, dcls, cls, B, C, 1.0f));
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < C; j++) dlast[(size_t)b * T * C + j] += dcls[(size_t)b * C + j];
+    const float *dh[QAC_MAX_LAYERS_TEST + 1] = {0};
+    dh[L] = dlast, dh[skip] = dmid;
+    CHECK_OK(qac_bert_backward(&g, &w, dh, &a, c, &m->p, &pk, ids, NULL, lens, B, T, NULL, pool));
+
+    double loss = l_head + l_late + l_cl, ref = f64_at("coc.loss", 0);
+    double lrel = fabs(loss - ref) / fabs(ref), ltol = fmax(1e-6, 4 * 0x1p-24 * f64_at("coc.loss", 4) / fabs(ref));
+    const char *wn = "?", *hwn = "?", *mwn = "?";
+    double worst = compare_tensors(m, grad, "coc.grad.", &wn, 0), hworst = 0, mworst = 0;
+    for (int i = 5; i < 17; i++) {
+        snprintf(key, sizeof key, "coc.head_grad.%s", qac_bert_tensor_name(i));
+        double r = compare_named(hgviews[i], key, qac_bert_tensor_size(&hc, i));
+        if (r >= hworst) hworst = r, hwn = qac_bert_tensor_name(i);
+    }
+    for (int i = 0; i < QAC_MLM_NUM_TENSORS; i++) {
+        snprintf(key, sizeof key, "coc.mlm_grad.%s", mnames[i]);
+        double r = compare_named(mgv[i], key, msz[i]);
+        if (r >= mworst) mworst = r, mwn = mnames[i];
+    }
+    printf("cocondenser: loss %.9f = head MLM %.6f + late MLM %.6f + contrastive %.6f (ref %.9f: %.6f %.6f %.6f; rel "
+           "%.2e, tol %.1e)\n  worst gradient: encoder %s %.2e, head layers %s %.2e, MLM head %s %.2e\n",
+           loss, l_head, l_late, l_cl, ref, f64_at("coc.loss", 1), f64_at("coc.loss", 2), f64_at("coc.loss", 3), lrel,
+           ltol, wn, worst, hwn, hworst, mwn, mworst);
+    CHECK_MSG(lrel <= ltol, "cocondenser loss off by %.3e relative", lrel);
+    CHECK_MSG(worst <= 1e-4, "cocondenser: encoder gradient of %s off by %.3e", wn, worst);
+    CHECK_MSG(hworst <= 1e-4, "cocondenser: head-layer gradient of %s off by %.3e", hwn, hworst);
+    CHECK_MSG(mworst <= 1e-4, "cocondenser: MLM-head gradient of %s off by %.3e", mwn, mworst);
+    free(x), free(dlast), free(dmid), free(st), free(dst), free(cls), free(dcls), free(lab), free(dhead);
+    free(hmem), free(hgrad), free(mmem), free(mgrad), free(grad), free(ids), free(labels), free(lens);
+    qac_bert_acts_free(&a), qac_bert_acts_free(&ha), qac_bert_bwd_free(&w), qac_bert_bwd_free(&hw);
+    qac_bert_packed_free(&pk), qac_bert_packed_free(&hpk);
+    qac_pool_free(pool);
+    qac_model_free(m);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: %s FIXTURE grad|gradcache|traj [tiny|minilm]\n", argv[0]);
@@ -365,6 +485,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[2], "grad")) grad_parity(argc > 3 ? argv[3] : "tiny");
     else if (!strcmp(argv[2], "gradcache")) gradcache();
     else if (!strcmp(argv[2], "mlm")) mlm();
+    else if (!strcmp(argv[2], "cocondenser")) cocondenser();
     else trajectory();
     qac_safetensors_close(fx);
     free(q_ids), free(p_ids), free(q_lens), free(p_lens);
