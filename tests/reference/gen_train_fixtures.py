@@ -17,7 +17,7 @@ Cases: InfoNCE with tau 1 and 0.05, dot and cosine similarity; dropout off.
 Plus, for the tiny model, "dropout": dropout 0.1 at all four of BERT's
 sites with exactly the masks qac draws (its counter-based generator is
 reproduced here and torch's dropout replaced by those masks), tau 0.05,
-cosine.
+cosine; and "pair": the PAIR loss (alpha 0.1, raw dot products).
 For each: the loss, the largest |logit| (it bounds the loss's float32
 rounding), and every parameter's gradient in qac's layout (Q, K, V
 fused per layer, layers stacked). Then, for the tiny model: the MLM head (BertOnlyMLMHead, decoder tied to
@@ -426,6 +426,20 @@ def main():
             tensors["tiny.dropout.loss"] = np.array([loss.item(), infonce.max_logit], dtype=np.float64)
             for k, v in qac_layout(model, cfg, "grad").items():
                 tensors[f"tiny.dropout.grad.{k}"] = v
+            # PAIR (alpha 0.1, raw dot products over CLS)
+            model.zero_grad(set_to_none=True)
+            qv, pv = encode(model, *q, pooling, norm), encode(model, *p, pooling, norm)
+            nq_ = qv.shape[0]
+            pos = torch.arange(nq_) * NPASS
+            l_q = torch.nn.functional.cross_entropy(qv @ pv.T, pos)
+            negs = pv[torch.tensor([j for j in range(pv.shape[0]) if j % NPASS])]
+            l_p = torch.nn.functional.cross_entropy(pv[pos] @ torch.cat([qv, negs]).T, torch.arange(nq_))
+            loss = 0.9 * l_q + 0.1 * l_p
+            loss.backward()
+            tensors["tiny.pair.loss"] = np.array([loss.item(), max((qv @ pv.T).abs().max().item(),
+                                                                  (pv @ pv.T).abs().max().item())], dtype=np.float64)
+            for k, v in qac_layout(model, cfg, "grad").items():
+                tensors[f"tiny.pair.grad.{k}"] = v
             mlm_case(model, cfg, p, tensors)
             cocondenser_case(model, cfg, q, p, tensors)
             tensors["traj.loss"] = trajectory(model, cfg, q, p)

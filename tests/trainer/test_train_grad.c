@@ -130,12 +130,13 @@ static void grad_parity(const char *which) {
     static const struct { const char *name; float tau; qac_similarity sim; float drop; } cases[] = {
         {"tau1_dot", 1.0f, QAC_SIM_DOT, 0}, {"tau1_cos", 1.0f, QAC_SIM_COS, 0},
         {"tau005_dot", 0.05f, QAC_SIM_DOT, 0}, {"tau005_cos", 0.05f, QAC_SIM_COS, 0},
-        {"dropout", 0.05f, QAC_SIM_COS, 0.1f}};
-    int ncases = strcmp(which, "tiny") ? 4 : 5;
+        {"dropout", 0.05f, QAC_SIM_COS, 0.1f}, {"pair", 1.0f, QAC_SIM_DOT, 0}};
+    int ncases = strcmp(which, "tiny") ? 4 : 6;
     for (int c = 0; c < ncases; c++) {
         qac_train_opts o;
         opts_for(&o, cases[c].tau, cases[c].sim);
         o.hidden_dropout = o.attn_dropout = cases[c].drop; /* the fixture's torch run used qac's masks */
+        if (!strcmp(cases[c].name, "pair")) o.pair_alpha = 0.1f;
         qac_trainer *t = NULL;
         CHECK_OK(qac_trainer_create(&t, m, &o));
         if (!t) exit(1);
