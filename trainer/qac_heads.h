@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "qac_common.h"
+#include "qac_model.h"
 #include "qac_pool.h"
 #include "qac_tokenizer.h"
 
@@ -68,5 +69,17 @@ qac_status qac_cocondenser_loss(double *loss, float *dx, const float *x, int n2,
  * splits dx the same way, adding into dlast and dmid. */
 void qac_condenser_input(float *x, const float *last, const float *mid, int B, int T, int C);
 void qac_condenser_input_backward(float *dlast, float *dmid, const float *dx, int B, int T, int C);
+
+/* ---- CoT-MAE's decoder input ----
+ * The backbone's embedding layer on the other text's ids [B,T] (word +
+ * position + type 0, LayerNorm), with position 0 replaced by the encoder's
+ * raw last-layer [CLS] cls [B,C]. emb [B,T,C] and mean, rstd [B,T] are kept
+ * for the backward, which adds dL/dcls into dcls [B,C] and the embedding
+ * gradients into g (scratch: 2 B T C floats). */
+void qac_cotmae_input(float *x, float *emb, float *mean, float *rstd, const int32_t *ids, const float *cls,
+                      const qac_bert_config *c, const qac_bert_params *p, int B, int T, qac_pool *pool);
+void qac_cotmae_input_backward(float *dcls, qac_bert_params *g, const float *dx, const float *emb, const float *mean,
+                               const float *rstd, const int32_t *ids, const qac_bert_config *c, const qac_bert_params *p,
+                               int B, int T, float *scratch, qac_pool *pool);
 
 #endif
