@@ -29,7 +29,7 @@ static const qac_opt serve_opts[] = {
     {"passage-max-len", QAC_OPT_INT, "256", 2, 8192, NULL, "QAC_PASSAGE_MAX_LEN", "passage length in tokens, specials included", 0},
     {"idle-timeout-s", QAC_OPT_INT, "30", 1, 86400, NULL, "QAC_IDLE_TIMEOUT_S", "close idle connections after this", 0},
     {"drain-timeout-ms", QAC_OPT_INT, "30000", 0, 3600000, NULL, "QAC_DRAIN_TIMEOUT_MS", "on SIGTERM, wait this long for in-flight requests", 0},
-    {"slice-tokens", QAC_OPT_INT, "512", 16, 1 << 24, NULL, "QAC_SLICE_TOKENS", "a request with more tokens is encoded in slices of this many, between other requests' batches", 0},
+    {"slice-tokens", QAC_OPT_INT, "256", 16, 1 << 24, NULL, "QAC_SLICE_TOKENS", "a request with more tokens is encoded in slices of this many (at least one text), between other requests' batches: a short request waits for one slice at most", 0},
     {"max-text-hits", QAC_OPT_INT, "10000", 1, 100000000, NULL, "QAC_MAX_TEXT_HITS", "queries x k allowed with return_text (413 past it)", 0},
     {"max-response-bytes", QAC_OPT_INT, "67108864", 4096, 1 << 30, NULL, "QAC_MAX_RESPONSE_BYTES", "largest response body (413 past it)", 0},
     {"max-head-bytes", QAC_OPT_INT, "16384", 1024, 65536, NULL, "QAC_MAX_HEAD_BYTES", "largest request line plus headers (414 or 431 past it)", 0},

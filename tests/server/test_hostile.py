@@ -166,6 +166,7 @@ def run_bulk():
     result["secs"] = time.time() - t
 
 
+calls0, small0 = metric("qac_batch_tokens_count"), metric(re.escape('qac_batch_tokens_bucket{le="256"}'))
 th = threading.Thread(target=run_bulk)
 th.start()
 time.sleep(0.3)
@@ -181,6 +182,13 @@ p99 = lat[min(len(lat) - 1, int(len(lat) * 0.99))] if lat else 0
 print(f"fair batching: {len(lat)} searches beside the bulk encode, p50 {lat[len(lat) // 2] * 1000:.0f} ms, "
       f"p99 {p99 * 1000:.0f} ms; bulk encode {result.get('status')} in {result.get('secs', 0):.1f} s")
 check(result.get("status") == 200, "the bulk encode still answers")
+# A search waits for the slice being encoded: one passage (256 tokens), not
+# two. Counted, so that a loaded machine does not blur it.
+calls = metric("qac_batch_tokens_count") - calls0
+big = calls - (metric(re.escape('qac_batch_tokens_bucket{le="256"}')) - small0)
+print(f"fair batching: {calls:.0f} encoder calls, {big:.0f} of them over 256 tokens")
+check(calls >= 256 and big <= 0.1 * calls,
+      f"the bulk encode is sliced one 256-token passage at a time: {big:.0f} of {calls:.0f} calls over 256 tokens")
 # Unsliced, a search waits for the whole bulk call (about its full time);
 # sliced, for one slice. Relative, so that a loaded machine does not fail it.
 limit = max(0.25, result.get("secs", 0) / 10)
