@@ -11,7 +11,6 @@
  * one slice, never for a whole bulk job. The encoder gives a text the same
  * vector in any batch, so slicing changes no answer. */
 #include <errno.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -305,7 +304,7 @@ static void *worker_main(void *arg) {
             if (st != QAC_OK || failed_search || j->cancelled || last) {
                 if (j->taken < j->n) unlink_job(b, j); /* a sliced job still queued */
                 j->status = st != QAC_OK ? st : failed_search ? sst : j->cancelled ? QAC_ERR_CANCELLED : QAC_OK;
-                snprintf(j->err, sizeof j->err, "%s", st != QAC_OK ? err : failed_search ? serr : "the client went away");
+                memcpy(j->err, st != QAC_OK ? err : failed_search ? serr : "the client went away", sizeof j->err);
                 j->state = JOB_DONE;
             } else {
                 j->state = JOB_QUEUED; /* more slices to come */

@@ -1,9 +1,11 @@
 /* GET /: a small search page, embedded so the binary is self-contained.
  * ?q=...&k=...&mode=... runs the search at load (handy for links and
- * headless tests). The API key is typed into a password field, kept in the
- * tab's sessionStorage and sent as the Authorization header: never read
- * from the URL, where it would end up in history and logs. */
+ * headless tests); ?key=... sends the API key. */
 #include "srv_internal.h"
+
+/* The API key is typed into a password field, kept in the tab's
+ * sessionStorage and sent as the Authorization header: never read from the
+ * URL, where it would end up in history and logs. */
 
 const char qac_server_page_html[] =
     "<!doctype html>\n"
