@@ -1,6 +1,8 @@
 /* GET /: a small search page, embedded so the binary is self-contained.
  * ?q=...&k=...&mode=... runs the search at load (handy for links and
- * headless tests); ?key=... sends the API key. Long passages show a snippet
+ * headless tests); the API key is typed into the page, kept in
+ * sessionStorage and sent as a bearer header, never read from the URL. Long
+ * passages show a snippet
  * with the query terms highlighted and expand in place; passage text only
  * ever becomes text nodes, never markup. */
 #include "srv_internal.h"
