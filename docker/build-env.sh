@@ -2,10 +2,14 @@
 # Runs one build step behind an optional proxy, trusting optional extra CA
 # certificates. Everything it writes lives in a temporary directory that is
 # gone when the step ends, so no proxy setting or certificate reaches a layer.
-#   APT_PROXY        http(s) proxy for apt (build argument)
+#   APT_PROXY        http(s) proxy for apt (build argument; in the runtime
+#                    stage, the build stage's /out/apt-proxy)
 #   /run/secrets/extra_ca   PEM bundle (build secret "extra_ca")
 # pip reads its own settings from the PIP_* build arguments.
 set -eu
+if [ -z "${APT_PROXY:-}" ] && [ -r /run/qac-build/apt-proxy ]; then
+  APT_PROXY=$(cat /run/qac-build/apt-proxy)
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT INT TERM
 : > "$tmp/apt.conf"

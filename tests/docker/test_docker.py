@@ -216,16 +216,17 @@ def build_image(pm, work):
 
 
 def check_image_config(pm, ca):
-    cfg = json.loads(pm.out("image", "inspect", IMAGE))[0]["Config"]
+    info = json.loads(pm.out("image", "inspect", IMAGE))[0]
+    cfg = info["Config"]
     check(cfg.get("User") == IMAGE_USER, f"image user is {cfg.get('User')!r}, not {IMAGE_USER}")
-    hc = (cfg.get("Healthcheck") or {}).get("Test") or []
+    hc = (info.get("Healthcheck") or cfg.get("Healthcheck") or {}).get("Test") or []
     check(any("/health" in t for t in hc), f"image has no HEALTHCHECK on /health: {hc}")
     vols = set((cfg.get("Volumes") or {}).keys())
     check({"/data", "/models"} <= vols, f"image volumes {sorted(vols)}")
     # Neither the proxy settings nor the extra certificates may reach it.
     hist = pm.out("history", "--no-trunc", "--format", "{{.CreatedBy}}", IMAGE)
-    check("APT_PROXY=" not in hist.replace('APT_PROXY=""', "") and "PIP_INDEX_URL" not in hist,
-          "build arguments appear in the final image's history")
+    leaked = [w for w in ("APT_PROXY", "PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST") if w in hist]
+    check(not leaked, f"build arguments {leaked} are recorded in the final image's history")
     if ca:
         with open(ca) as f:
             lines = [ln for ln in f.read().splitlines() if len(ln) == 64 and not ln.startswith("-")]
