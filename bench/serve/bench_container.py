@@ -5,7 +5,8 @@ overlay filesystem, namespaces) costs in throughput.
 Both servers read one Flat index of synthetic Cranfield passages (as
 bench_serve.py builds it); wrk drives POST /search with the Cranfield
 queries. The two are measured in alternation, `--rounds` times, so that
-load from elsewhere on the machine falls on both.
+load from elsewhere on the machine falls on both (ABBA order, both
+servers up throughout); the per-round ratios and their median are printed.
 
   .venv/bin/python3 bench/serve/bench_container.py --qac build/qac --image localhost/qac:test \
       --passages 20000 --duration 20 --concurrency 32
@@ -47,9 +48,9 @@ def main():
     ap.add_argument("--qac", default=os.path.join(ROOT, "build", "qac"))
     ap.add_argument("--image", default="localhost/qac:test")
     ap.add_argument("--passages", type=int, default=20000)
-    ap.add_argument("--duration", type=int, default=20, help="seconds per wrk run")
+    ap.add_argument("--duration", type=int, default=10, help="seconds per wrk run")
     ap.add_argument("--concurrency", default="32")
-    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--data", default=os.path.join(ROOT, "..", "shared", "data", "cranfield"))
     ap.add_argument("--work", default=None)
     a = ap.parse_args()
@@ -104,24 +105,31 @@ def main():
             subprocess.run(["podman", "rm", "-f", name], env=env, capture_output=True)
         return Container(name, env), f"http://127.0.0.1:{port}", down
 
-    for rnd_i in range(a.rounds):
+    # Both servers stay up (an idle one costs nothing); the wrk runs
+    # alternate in ABBA order so that a trend in the machine's load falls
+    # on both alike.
+    servers = {}
+    try:
         for kind, start in (("bare", bare), ("container", container)):
-            proc, base, down = start()
-            try:
-                wait_health(base, proc)
-                run_wrk(base, 4, 3, lua, wenv)  # warm-up
+            servers[kind] = start()
+            wait_health(servers[kind][1], servers[kind][0])
+            run_wrk(servers[kind][1], 4, 3, lua, wenv)  # warm-up
+        for rnd_i in range(a.rounds):
+            order = ("bare", "container") if rnd_i % 2 == 0 else ("container", "bare")
+            for kind in order:
                 for c in conc:
-                    r = run_wrk(base, c, a.duration, lua, wenv)
+                    r = run_wrk(servers[kind][1], c, a.duration, lua, wenv)
                     results[(kind, c)].append(r)
                     print(f"bench: round {rnd_i + 1} {kind:9s} c={c:<3d} {r['rps']:8.1f} req/s  "
                           f"p50 {r['p50_ms']:7.2f} ms  p99 {r['p99_ms']:7.2f} ms  errors {r['errors']}",
                           file=sys.stderr)
-            finally:
-                down()
+    finally:
+        for _, _, down in servers.values():
+            down()
 
     print(f"\n### serve: container vs bare binary ({time.strftime('%Y-%m-%d')})\n")
     print(f"{a.passages} synthetic Cranfield passages, Flat index, k=10, wrk {a.duration} s per run, "
-          f"{a.rounds} alternating rounds, image {a.image}.\n")
+          f"{a.rounds} rounds in ABBA order, both servers up throughout, image {a.image}.\n")
     print("| concurrency | bare req/s | container req/s | ratio (container/bare) | bare p50 ms | container p50 ms |"
           " bare p99 ms | container p99 ms | errors |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -133,8 +141,10 @@ def main():
         print(f"| {c} | {mean(b, 'rps'):.1f} | {mean(k, 'rps'):.1f} | {mean(k, 'rps') / mean(b, 'rps'):.3f} |"
               f" {mean(b, 'p50_ms'):.2f} | {mean(k, 'p50_ms'):.2f} | {mean(b, 'p99_ms'):.2f} |"
               f" {mean(k, 'p99_ms'):.2f} | {sum(r['errors'] for r in b + k)} |")
+        ratios = sorted(kr["rps"] / br["rps"] for br, kr in zip(b, k))
         print(f"\nper round, container/bare at c={c}: " +
-              ", ".join(f"{kr['rps'] / br['rps']:.3f}" for br, kr in zip(b, k)))
+              ", ".join(f"{kr['rps'] / br['rps']:.3f}" for br, kr in zip(b, k)) +
+              f"; median {ratios[len(ratios) // 2] if len(ratios) % 2 else (ratios[len(ratios) // 2 - 1] + ratios[len(ratios) // 2]) / 2:.3f}")
 
 
 if __name__ == "__main__":

@@ -30,7 +30,7 @@ RUN ln -s cuda-$nvcc_ver /usr/local/cuda && echo /usr/local/cuda/lib64 > /etc/ld
 ENV PATH=/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \\
     NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility CUDA_VERSION=$ver
 EOT
-rt="nvidia/cuda:$ver-runtime-$distro"
+rt="docker.io/nvidia/cuda:$ver-runtime-$distro"
 podman build --pull=never --format docker -t "$rt" "$ctx/rt"
 
 # devel: the compiler, NVVM, headers, the static runtime and the driver stub
@@ -42,6 +42,6 @@ cat > "$ctx/dev/Containerfile" <<EOT
 FROM $rt
 COPY cuda/ /usr/local/cuda-$nvcc_ver/
 EOT
-dev="nvidia/cuda:$ver-devel-$distro"
+dev="docker.io/nvidia/cuda:$ver-devel-$distro"
 podman build --pull=never --format docker -t "$dev" "$ctx/dev"
 podman images --format '{{.Repository}}:{{.Tag}} {{.Size}}' | grep nvidia/cuda
