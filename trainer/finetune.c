@@ -82,6 +82,7 @@ static qac_status fill_texts(ft_src *s) {
 static qac_status src_next(void *user, const qac_train_batch **out) {
     ft_src *s = user;
     if (s->deferred) return s->deferred;
+    qac_crash_point("finetune_batch"); /* resume tests kill here */
     qac_status st = fill_texts(s);
     if (!st) st = qac_batch_build(&s->bb, s->tok, s->qt, s->nq, s->pt, s->n, s->q_max, s->p_max);
     *out = &s->bb.b;
