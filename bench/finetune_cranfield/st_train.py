@@ -10,6 +10,8 @@ Usage: st_train.py --model INIT --batches B.jsonl --out DIR --lr LR --warmup W
        --wd WD --tau TAU --q-max Q --p-max P --threads T --seed S --epochs E"""
 import argparse
 import json
+import os
+import shutil
 import time
 
 import torch
@@ -57,5 +59,10 @@ for b in batches:
 seconds = time.time() - t0
 model.max_seq_length = orig_max  # as the checkpoint had it, like qac's
 model.save(args.out)
+# newer sentence-transformers save only tokenizer.json; qac reads vocab.txt
+for f in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
+    src, dst = os.path.join(args.model, f), os.path.join(args.out, f)
+    if os.path.exists(src) and not os.path.exists(dst):
+        shutil.copy(src, dst)
 print(json.dumps({"steps": len(batches), "seconds": seconds, "seconds_per_epoch": seconds / args.epochs,
-                  "final_loss": float(loss)}))
+                  "final_loss": loss.item()}))
