@@ -47,6 +47,8 @@ for s in ("zs", "bm25", "r1", "st1", "r2"):
     if s in vals:
         print(f"| {names[s]} | " + " | ".join(f"{v:.4f}" for v in vals[s]["ndcg_cut_10"]) + " |")
 if folds:
+    print("\nseconds per epoch of retriever 1, per fold (qac / sentence-transformers): " +
+          ", ".join(f"{f} {a:.0f} / {b:.0f}" for f, a, b in zip(folds, qac_epoch, st_epoch)))
     print(f"\ntraining time per epoch of retriever 1 (same batches): qac {cell(qac_epoch)} s, "
           f"sentence-transformers {cell(st_epoch)} s; ratio ST/qac "
           f"{statistics.mean(st_epoch) / statistics.mean(qac_epoch):.2f}")
