@@ -16,6 +16,9 @@ int qac_cmd_search(int argc, char **argv);
 int qac_cmd_bm25(int argc, char **argv);
 int qac_cmd_eval(int argc, char **argv);
 int qac_cmd_serve(int argc, char **argv);
+int qac_cmd_finetune(int argc, char **argv);
+int qac_cmd_mine(int argc, char **argv);
+int qac_cmd_plot(int argc, char **argv);
 
 /* `qac search --server URL`: read queries (any qac_data.h format), POST them
  * to URL/search in batches and write a TREC run to `out`, identical to

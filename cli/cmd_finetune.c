@@ -1,0 +1,174 @@
+/* qac finetune: train a retriever from a checkpoint on Tevatron-style
+ * groups (logic in trainer/finetune.c and trainer/ftdata.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "qac_finetune.h"
+
+static const qac_opt ft_opts[] = {
+    {"model", QAC_OPT_STR, NULL, 0, -1, NULL, "QAC_MODEL", "initial checkpoint (default: the embedded default model)", 0},
+    {"train", QAC_OPT_LIST, NULL, 0, -1, NULL, NULL, "Tevatron jsonl training file (repeatable)", 0},
+    {"train-triples", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "MS MARCO qidpidtriples (needs --train-queries/--train-corpus)", 0},
+    {"train-qrels", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "qrels as positives only (needs --train-queries/--train-corpus)", 0},
+    {"train-queries", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "queries for --train-triples / --train-qrels", 0},
+    {"train-corpus", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "corpus for --train-triples / --train-qrels", 0},
+    {"out", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "run directory: checkpoints, log.jsonl, dev.jsonl", 1},
+    {"lr", QAC_OPT_FLOAT, "2e-5", 0, 1, NULL, NULL, "peak learning rate", 0},
+    {"schedule", QAC_OPT_ENUM, "linear", 0, -1, "linear|cosine|constant", NULL, "learning-rate schedule after warmup", 0},
+    {"warmup-ratio", QAC_OPT_FLOAT, "0.1", 0, 1, NULL, NULL, "warmup as a fraction of the steps", 0},
+    {"warmup-steps", QAC_OPT_INT, NULL, 0, 1e12, NULL, NULL, "warmup steps (overrides --warmup-ratio)", 0},
+    {"weight-decay", QAC_OPT_FLOAT, "0.01", 0, 10, NULL, NULL, "AdamW weight decay (not on biases or LayerNorm)", 0},
+    {"max-grad-norm", QAC_OPT_FLOAT, "1.0", 0, 1e9, NULL, NULL, "global gradient-norm clip (0 = none)", 0},
+    {"epochs", QAC_OPT_FLOAT, "3", 0, 1e6, NULL, NULL, "epochs over the training examples", 0},
+    {"steps", QAC_OPT_INT, "0", 0, 1e12, NULL, NULL, "optimiser steps (0 = from --epochs)", 0},
+    {"batch", QAC_OPT_INT, "8", 1, 65536, NULL, NULL, "queries per batch", 0},
+    {"n-passages", QAC_OPT_INT, "8", 1, 1024, NULL, NULL, "passages per query: 1 positive + n-1 negatives", 0},
+    {"q-max-len", QAC_OPT_INT, "32", 2, 8192, NULL, NULL, "query max tokens incl. specials", 0},
+    {"p-max-len", QAC_OPT_INT, "128", 2, 8192, NULL, NULL, "passage max tokens incl. specials", 0},
+    {"tau", QAC_OPT_FLOAT, "1.0", 1e-6, 1e6, NULL, NULL, "InfoNCE temperature", 0},
+    {"sim", QAC_OPT_ENUM, "dot", 0, -1, "dot|cos", NULL, "similarity (after the checkpoint's pooling/normalisation)", 0},
+    {"chunk", QAC_OPT_INT, "0", 0, 1 << 20, NULL, NULL, "GradCache chunk in sequences (0 = whole batch at once)", 0},
+    {"dropout", QAC_OPT_FLOAT, "-1", -1, 1, NULL, NULL, "hidden and attention dropout (-1 = the checkpoint's)", 0},
+    {"recompute", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL, "keep only layer inputs; recompute in backward", 0},
+    {"seed", QAC_OPT_INT, "42", 0, 9.2e18, NULL, "QAC_SEED", "seed for sampling, order and dropout", 0},
+    {"threads", QAC_OPT_INT, "0", 0, 1024, NULL, "QAC_THREADS", "CPU threads (0 = all cores)", 0},
+    {"device", QAC_OPT_ENUM, "auto", 0, -1, "auto|cpu|cuda", "QAC_DEVICE", "training device (the CPU today)", 0},
+    {"save-every", QAC_OPT_INT, "0", 0, 1e12, NULL, NULL, "steps between checkpoints (0 = only at the end)", 0},
+    {"keep", QAC_OPT_INT, "2", 1, 1e6, NULL, NULL, "checkpoints kept", 0},
+    {"resume", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL, "continue the run in --out from its latest checkpoint", 0},
+    {"dev-queries", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "dev queries, scored at every save", 0},
+    {"dev-qrels", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "dev qrels", 0},
+    {"dev-corpus", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "dev corpus (ranked exhaustively)", 0},
+    {"dev-depth", QAC_OPT_INT, "100", 1, 100000, NULL, NULL, "passages ranked per dev query", 0},
+    {"title-join", QAC_OPT_ENUM, "sep", 0, -1, "sep|space", NULL, "passage text: 'title [SEP] text' or 'title text'", 0},
+    {"dump-batches", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "write every step's query and passage texts as jsonl", 0},
+    {"dry-run", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL, "sample (and --dump-batches) without training", 0},
+};
+#define N_FT_OPTS (int)(sizeof ft_opts / sizeof ft_opts[0])
+
+typedef struct ui {
+    int quiet;
+    long resumed;
+} ui;
+
+static void fmt_eta(char *buf, size_t cap, double s) {
+    if (s >= 3600) snprintf(buf, cap, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
+    else snprintf(buf, cap, "%dm%02ds", (int)(s / 60), (int)s % 60);
+}
+
+static void print_step(void *user, const qac_ft_progress *p) {
+    ui *u = user;
+    if (u->quiet) return;
+    double per = p->elapsed / (double)p->steps_run;
+    char eta[32];
+    fmt_eta(eta, sizeof eta, per * (double)(p->total - p->step));
+    fprintf(stderr, "step %ld/%ld  epoch %.2f  loss %.4f  lr %.3g  grad_norm %.3f  %.1f passages/s  ETA %s\n", p->step,
+            p->total, p->epoch, p->loss, p->lr, p->grad_norm, p->passages / p->seconds, eta);
+}
+
+static void print_dev(void *user, const qac_ft_dev *r) {
+    ui *u = user;
+    if (u->quiet) return;
+    fprintf(stderr, "dev at step %ld: ndcg_cut_10 %.4f  map %.4f  recall_100 %.4f  recip_rank@10 %.4f  (%.1f s)\n",
+            r->step, r->ndcg10, r->map, r->recall100, r->mrr10, r->seconds);
+}
+
+int qac_cmd_finetune(int argc, char **argv) {
+    qac_opts o;
+    int rc = qac_cli_parse(&o, "finetune", "--model INIT --train FILE... --out DIR [options]", ft_opts, N_FT_OPTS,
+                           argc, argv);
+    if (rc) return rc < 0 ? 0 : rc;
+    const char *train = qac_opts_str(&o, "train"), *triples = qac_opts_str(&o, "train-triples"),
+               *tq = qac_opts_str(&o, "train-qrels"), *queries = qac_opts_str(&o, "train-queries"),
+               *corpus = qac_opts_str(&o, "train-corpus");
+    if (!train && !triples && !tq) {
+        fprintf(stderr, "qac finetune: give --train FILE, --train-triples or --train-qrels\n");
+        qac_opts_free(&o);
+        return 2;
+    }
+    if ((triples || tq) && (!queries || !corpus)) {
+        fprintf(stderr, "qac finetune: --train-triples and --train-qrels need --train-queries and --train-corpus\n");
+        qac_opts_free(&o);
+        return 2;
+    }
+    if (!strcmp(qac_opts_str(&o, "device"), "cuda")) {
+        fprintf(stderr, "qac finetune: training runs on the CPU in this version (--device cpu)\n");
+        qac_opts_free(&o);
+        return 2;
+    }
+    ui u = {getenv("QAC_QUIET") && strcmp(getenv("QAC_QUIET"), "0") != 0, 0};
+    qac_finetune_opts fo;
+    qac_finetune_opts_default(&fo);
+    fo.train.lr = qac_opts_float(&o, "lr");
+    const char *sch = qac_opts_str(&o, "schedule");
+    fo.train.schedule = !strcmp(sch, "cosine") ? QAC_SCHED_COSINE : !strcmp(sch, "constant") ? QAC_SCHED_CONSTANT
+                                                                                               : QAC_SCHED_LINEAR;
+    fo.warmup_ratio = qac_opts_float(&o, "warmup-ratio");
+    fo.train.warmup_steps = qac_opts_isset(&o, "warmup-steps") ? (long)qac_opts_int(&o, "warmup-steps") : -1;
+    fo.train.weight_decay = qac_opts_float(&o, "weight-decay");
+    fo.train.max_grad_norm = qac_opts_float(&o, "max-grad-norm");
+    fo.epochs = qac_opts_float(&o, "epochs");
+    fo.train.total_steps = (long)qac_opts_int(&o, "steps");
+    fo.queries_per_batch = (int)qac_opts_int(&o, "batch");
+    fo.n_passages = (int)qac_opts_int(&o, "n-passages");
+    fo.q_max = (int)qac_opts_int(&o, "q-max-len");
+    fo.p_max = (int)qac_opts_int(&o, "p-max-len");
+    fo.train.tau = (float)qac_opts_float(&o, "tau");
+    fo.train.sim = !strcmp(qac_opts_str(&o, "sim"), "cos") ? QAC_SIM_COS : QAC_SIM_DOT;
+    fo.train.chunk = (int)qac_opts_int(&o, "chunk");
+    fo.train.hidden_dropout = fo.train.attn_dropout = (float)qac_opts_float(&o, "dropout");
+    fo.train.recompute = qac_opts_bool(&o, "recompute");
+    fo.train.seed = (uint64_t)qac_opts_int(&o, "seed");
+    fo.train.threads = (int)qac_opts_int(&o, "threads");
+    fo.out_dir = qac_opts_str(&o, "out");
+    fo.save_every = (long)qac_opts_int(&o, "save-every");
+    fo.keep = (int)qac_opts_int(&o, "keep");
+    fo.resume = qac_opts_bool(&o, "resume");
+    fo.dev_queries = qac_opts_str(&o, "dev-queries");
+    fo.dev_qrels = qac_opts_str(&o, "dev-qrels");
+    fo.dev_corpus = qac_opts_str(&o, "dev-corpus");
+    fo.dev_depth = (int)qac_opts_int(&o, "dev-depth");
+    fo.dump_batches = qac_opts_str(&o, "dump-batches");
+    fo.dry_run = qac_opts_bool(&o, "dry-run");
+    fo.on_step = print_step;
+    fo.on_dev = print_dev;
+    fo.user = &u;
+
+    qac_ft_data *d = NULL;
+    qac_model *m = NULL;
+    char buf[4096];
+    const char *model_dir = qac_cli_model_dir(&o, buf, sizeof buf);
+    qac_status st = model_dir ? QAC_OK : QAC_ERR_NOT_FOUND;
+    if (!st) st = qac_ft_data_create(&d, !strcmp(qac_opts_str(&o, "title-join"), "space") ? QAC_TITLE_SPACE
+                                                                                          : QAC_TITLE_SEP);
+    if (!st && train) {
+        /* the LIST option joins repeated values with ',' */
+        char *copy = strdup(train), *save = NULL;
+        for (char *f = strtok_r(copy, ",", &save); f && !st; f = strtok_r(NULL, ",", &save))
+            st = qac_ft_data_add_tevatron(d, f);
+        free(copy);
+    }
+    if (!st && triples) st = qac_ft_data_add_triples(d, triples, queries, corpus);
+    if (!st && tq) st = qac_ft_data_add_qrels(d, tq, queries, corpus);
+    if (!st) st = qac_ft_data_finish(d, fo.n_passages);
+    if (d && !u.quiet && (qac_ft_data_skipped_no_positive(d) || qac_ft_data_skipped_no_negative(d)))
+        fprintf(stderr, "qac finetune: skipped %ld queries without a positive and %ld without negatives\n",
+                qac_ft_data_skipped_no_positive(d), qac_ft_data_skipped_no_negative(d));
+    if (!st) st = qac_model_load(&m, model_dir);
+    long total = 0, from = 0;
+    double t0 = qac_now();
+    if (!st && !u.quiet)
+        fprintf(stderr, "qac finetune: %zu examples, model %s, %d x %d passages per step\n", qac_ft_data_count(d),
+                model_dir, fo.queries_per_batch, fo.n_passages);
+    if (!st) st = qac_finetune_run(m, d, &fo, &total, &from);
+    if (st) rc = qac_cli_fail("finetune");
+    else if (!u.quiet && !fo.dry_run)
+        fprintf(stderr, "qac finetune: steps %ld..%ld done in %.1f s; checkpoints in %s\n", from + 1, total,
+                qac_now() - t0, fo.out_dir);
+    qac_model_free(m);
+    qac_ft_data_free(d);
+    qac_opts_free(&o);
+    return rc;
+}

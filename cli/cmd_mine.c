@@ -1,0 +1,88 @@
+/* qac mine: hard negatives from a run or a model and index, as Tevatron
+ * jsonl (logic in trainer/mine.c). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "qac_finetune.h"
+
+static const qac_opt mine_opts[] = {
+    {"run", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "TREC run to mine (e.g. from qac bm25 search)", 0},
+    {"model", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "query encoder, with --index (instead of --run)", 0},
+    {"index", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "dense index built with --model", 0},
+    {"queries", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "training queries (TSV, BEIR jsonl, cran.qry)", 1},
+    {"queries-format", QAC_OPT_ENUM, "auto", 0, -1, "auto|tsv|beir|tevatron|cranfield", NULL, "queries format", 0},
+    {"qrels", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "judgements: relevance >= 1 is a positive (TREC, BEIR, Cranfield)", 1},
+    {"corpus", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "corpus the run's docids come from (texts are looked up here)", 1},
+    {"corpus-format", QAC_OPT_ENUM, "auto", 0, -1, "auto|tsv|beir|tevatron|cranfield", NULL, "corpus format", 0},
+    {"n", QAC_OPT_INT, "30", 1, 100000, NULL, NULL, "negatives kept per query", 0},
+    {"depth", QAC_OPT_INT, "200", 1, 1000000, NULL, NULL, "top ranks considered (at most 1000 when searching)", 0},
+    {"seed", QAC_OPT_INT, "42", 0, 9.2e18, NULL, "QAC_SEED", "shuffle seed", 0},
+    {"out", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "output Tevatron jsonl", 1},
+    {"max-len", QAC_OPT_INT, "32", 2, 8192, NULL, NULL, "query max tokens when searching", 0},
+    {"threads", QAC_OPT_INT, "0", 0, 1024, NULL, "QAC_THREADS", "CPU threads when searching (0 = all cores)", 0},
+    {"device", QAC_OPT_ENUM, "auto", 0, -1, "auto|cpu|cuda", "QAC_DEVICE", "encoder and search device", 0},
+};
+#define N_MINE_OPTS (int)(sizeof mine_opts / sizeof mine_opts[0])
+
+int qac_cmd_mine(int argc, char **argv) {
+    qac_opts o;
+    int rc = qac_cli_parse(&o, "mine",
+                           "--run RUN | --model M --index I, --queries Q --qrels R --corpus C [--n N --depth D] --out FILE",
+                           mine_opts, N_MINE_OPTS, argc, argv);
+    if (rc) return rc < 0 ? 0 : rc;
+    const char *run = qac_opts_str(&o, "run"), *model = qac_opts_str(&o, "model"), *index = qac_opts_str(&o, "index");
+    if (!!run == !!(model || index) || (!run && (!model || !index))) {
+        fprintf(stderr, "qac mine: give --run RUN, or both --model M and --index I\n");
+        qac_opts_free(&o);
+        return 2;
+    }
+    qac_mine_opts mo;
+    qac_mine_opts_default(&mo);
+    mo.run = run;
+    mo.queries = qac_opts_str(&o, "queries");
+    mo.qrels = qac_opts_str(&o, "qrels");
+    mo.corpus = qac_opts_str(&o, "corpus");
+    mo.queries_format = qac_cli_format(qac_opts_str(&o, "queries-format"));
+    mo.corpus_format = qac_cli_format(qac_opts_str(&o, "corpus-format"));
+    mo.n = (int)qac_opts_int(&o, "n");
+    mo.depth = (int)qac_opts_int(&o, "depth");
+    mo.seed = (uint64_t)qac_opts_int(&o, "seed");
+    mo.out = qac_opts_str(&o, "out");
+    mo.q_max = (int)qac_opts_int(&o, "max-len");
+    qac_progress_state ps;
+    qac_progress_init(&ps, "queries");
+    mo.progress = qac_progress_stderr;
+    mo.progress_user = &ps;
+    qac_model *m = NULL;
+    qac_encoder *enc = NULL;
+    qac_index *ix = NULL;
+    qac_status st = QAC_OK;
+    if (!run) {
+        qac_device dev = qac_cli_device(qac_opts_str(&o, "device"));
+        qac_encoder_opts eo = qac_encoder_default_opts();
+        eo.device = dev;
+        eo.threads = (int)qac_opts_int(&o, "threads");
+        st = qac_model_load(&m, model);
+        if (!st) st = qac_index_open(&ix, index, dev);
+        if (!st) st = qac_index_set_threads(ix, eo.threads);
+        if (!st && strcmp(m->fingerprint, qac_index_model_fingerprint(ix)) != 0)
+            st = qac_set_error(QAC_ERR_INVALID, "the index %s was built with model fingerprint %s, but --model %s has %s",
+                               index, qac_index_model_fingerprint(ix), model, m->fingerprint);
+        if (!st) st = qac_encoder_create(&enc, m, &eo);
+        mo.enc = enc, mo.index = ix;
+    }
+    qac_mine_stats ms;
+    if (!st) st = qac_mine(&mo, &ms);
+    if (st) rc = qac_cli_fail("mine");
+    else if (!ps.quiet)
+        fprintf(stderr,
+                "qac mine: %ld queries, %ld written (%ld negatives, %ld with fewer than %d), %ld without a judged "
+                "positive skipped -> %s\n",
+                ms.queries, ms.written, ms.negatives, ms.short_of_negatives, mo.n, ms.skipped_no_positive, mo.out);
+    qac_encoder_free(enc);
+    qac_index_free(ix);
+    qac_model_free(m);
+    qac_opts_free(&o);
+    return rc;
+}

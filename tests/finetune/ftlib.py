@@ -1,0 +1,171 @@
+"""Independent references for the fine-tuning tests, written from the
+rules in TRAINING.md and api/qac_finetune.h: the counter-based generator,
+Tevatron's group sampling, the epoch order, XXH64 and mining."""
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+QAC = os.environ.get("QAC_BIN", "qac")
+SHARED = os.environ.get("QAC_SHARED_DATA", "")
+CRAN = os.path.join(SHARED, "cranfield")
+M = (1 << 64) - 1
+STREAM_POS, STREAM_NEG, STREAM_REPL, STREAM_ORDER, STREAM_MINE = 0x46540001, 0x46540002, 0x46540003, 0x46540004, 0x46540005
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+    return cond
+
+
+def finish():
+    if failures:
+        print(f"{len(failures)} checks failed: {failures}")
+        sys.exit(1)
+    print("all checks passed")
+
+
+# ---- qac_rng.h: splitmix64's finaliser, keys chained through it ----
+def mix(z):
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M
+    return z ^ (z >> 31)
+
+
+def key(seed, a, b, c):
+    k = mix((seed + 0x9E3779B97F4A7C15) & M)
+    k = mix(k ^ ((a + 0x9E3779B97F4A7C15) & M))
+    k = mix(k ^ ((b + 0x632BE59BD9B4E019) & M))
+    return mix(k ^ ((c + 0x85157AF5) & M))
+
+
+def below(k, ctr, n):
+    return mix((k + (ctr + 1) * 0x9E3779B97F4A7C15) & M) % n
+
+
+def shuffle(k, items):
+    items = list(items)
+    for i in range(len(items) - 1, 0, -1):
+        j = below(k, i, i + 1)
+        items[i], items[j] = items[j], items[i]
+    return items
+
+
+# ---- Tevatron sampling (TRAINING.md "Fine-tuning (Tevatron)") ----
+def sample(seed, ex, epoch, npos, nneg, n):
+    pos = ((key(seed, ex, STREAM_POS, 0) + epoch) & M) % npos   # (hash(example, seed) + epoch) mod n_pos
+    k = n - 1
+    if k <= 0 or nneg == 0:
+        return pos, []
+    if nneg < k:                                                 # too few: with replacement
+        r = key(seed, ex, STREAM_REPL, epoch)
+        return pos, [below(r, j, nneg) for j in range(k)]
+    perm = shuffle(key(seed, ex, STREAM_NEG, 0), range(nneg))    # one fixed shuffle per example
+    off = (epoch * k) % nneg                                     # window moves by n-1 per epoch, wrapping
+    return pos, [perm[(off + j) % nneg] for j in range(k)]
+
+
+def order(seed, epoch, n):
+    return shuffle(key(seed, epoch, STREAM_ORDER, 0), range(n))
+
+
+# ---- XXH64, seed 0 ----
+P1, P2, P3, P4, P5 = (11400714785074694791, 14029467366897019727, 1609587929392839161, 9650029242287828579,
+                      2870177450012600261)
+
+
+def _rotl(x, r):
+    return ((x << r) | (x >> (64 - r))) & M
+
+
+def _round(acc, inp):
+    return (_rotl((acc + inp * P2) & M, 31) * P1) & M
+
+
+def xxh64(data):
+    n, i = len(data), 0
+    if n >= 32:
+        v = [(P1 + P2) & M, P2, 0, (-P1) & M]
+        while i + 32 <= n:
+            for j in range(4):
+                v[j] = _round(v[j], int.from_bytes(data[i + 8 * j:i + 8 * j + 8], "little"))
+            i += 32
+        h = (_rotl(v[0], 1) + _rotl(v[1], 7) + _rotl(v[2], 12) + _rotl(v[3], 18)) & M
+        for j in range(4):
+            h = ((h ^ _round(0, v[j])) * P1 + P4) & M
+    else:
+        h = P5
+    h = (h + n) & M
+    while i + 8 <= n:
+        h = (_rotl(h ^ _round(0, int.from_bytes(data[i:i + 8], "little")), 27) * P1 + P4) & M
+        i += 8
+    if i + 4 <= n:
+        h = (_rotl(h ^ ((int.from_bytes(data[i:i + 4], "little") * P1) & M), 23) * P2 + P3) & M
+        i += 4
+    while i < n:
+        h = (_rotl(h ^ ((data[i] * P5) & M), 11) * P1) & M
+        i += 1
+    h = ((h ^ (h >> 33)) * P2) & M
+    h = ((h ^ (h >> 29)) * P3) & M
+    return h ^ (h >> 32)
+
+
+assert xxh64(b"") == 0xEF46DB3751D8E999 and xxh64(b"abc") == 0x44BC2CF5AD770999
+
+
+# ---- data helpers ----
+def cranfield_docs(path):
+    """id -> (title, body) as qac's reader: lines of .T and .W joined by spaces."""
+    docs, cur, field = {}, None, None
+    for line in open(path):
+        s = line.strip()
+        if line.startswith(".I "):
+            cur = [line[3:].strip(), [], []]
+            docs[cur[0]] = cur
+            field = None
+        elif len(s) == 2 and s[0] == "." and s[1].isupper() and line.startswith("."):
+            field = s[1]
+        elif s and field in ("T", "W"):
+            cur[1 if field == "T" else 2].append(s)
+    out = {}
+    for d, t, w in docs.values():
+        title, body = " ".join(t), " ".join(w)
+        out[d] = (title, body)
+    return out
+
+
+def run(args, **kw):
+    return subprocess.run([QAC, *args], capture_output=True, text=True, **kw)
+
+
+def default_model_dir():
+    r = run(["info"])
+    for line in r.stdout.splitlines():
+        if line.startswith("directory"):
+            return line.split(None, 1)[1].strip()
+    raise RuntimeError("no default model: " + r.stderr)
+
+
+def tiny_model(out, hidden=32, layers=2, heads=2, seed=0):
+    """A random BERT with the default model's vocabulary (fast to train)."""
+    import torch
+    from transformers import BertConfig, BertModel
+    torch.manual_seed(seed)
+    cfg = BertConfig(vocab_size=30522, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+                     intermediate_size=2 * hidden, max_position_embeddings=128, hidden_dropout_prob=0.1,
+                     attention_probs_dropout_prob=0.1)
+    BertModel(cfg).save_pretrained(out, safe_serialization=True)
+    src = default_model_dir()
+    for f in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
+        if os.path.exists(os.path.join(src, f)):
+            shutil.copy(os.path.join(src, f), out)
+    return out
+
+
+def read_jsonl(path):
+    return [json.loads(l) for l in open(path) if l.strip()]
