@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "bert_cpu.h"
+#include "qac_cpu.h"
 #include "qac_encoder.h"
 #include "qac_matrix.h"
 #include "qac_pool.h"
@@ -129,7 +130,7 @@ static void test_encoder(void) {
     CHECK_OK(qac_encoder_encode_texts(e2, texts, NULL, n, 64, b));
     /* The CPU encoder is batch-invariant: a text's vector is the same bits
      * alone or in a batch padded to a longer neighbour, with 1 or 2 threads,
-     * with the AVX2 or the portable matrix kernel. */
+     * on every ISA path. */
     int differ = 0;
     for (int i = 0; i < n; i++) differ += memcmp(a + (size_t)i * C, b + (size_t)i * C, sizeof(float) * C) != 0;
     printf("batch of %d (2 threads) vs one at a time (1 thread): %d of %d vectors differ\n", n, differ, n);
@@ -138,13 +139,23 @@ static void test_encoder(void) {
     /* reused buffers: a second, smaller call gives the same rows */
     CHECK_OK(qac_encoder_encode_texts(e1, texts + 2, NULL, 2, 64, b));
     CHECK_MSG(memcmp(a + 2 * C, b, sizeof(float) * 2 * C) == 0, "re-encoding a subset differs");
-    setenv("QAC_GEMM_PORTABLE", "1", 1);
-    CHECK_OK(qac_encoder_encode_texts(e1, texts, NULL, n, 64, b));
-    unsetenv("QAC_GEMM_PORTABLE");
-    double maxd = 0;
-    for (int i = 0; i < n * C; i++) maxd = fmax(maxd, fabs((double)a[i] - b[i]));
-    printf("portable matrix kernel vs SIMD: max|diff| %.3e\n", maxd);
-    CHECK_MSG(memcmp(a, b, sizeof(float) * n * C) == 0, "portable kernel differs by %.3e", maxd);
+    /* every ISA path the CPU has (kernels and element-wise math), batched
+     * with 2 threads and one text at a time on 1 */
+    qac_isa best = qac_cpu_isa_best();
+    for (int isa = QAC_ISA_GENERIC; isa <= (int)best; isa++) {
+        if (isa == (int)best) continue; /* the default path, checked above */
+        qac_cpu_set_isa((qac_isa)isa);
+        for (int alone = 0; alone < 2; alone++) {
+            CHECK_OK(qac_encoder_encode_texts(alone ? e2 : e1, texts, NULL, n, 64, b));
+            double maxd = 0;
+            for (int i = 0; i < n * C; i++) maxd = fmax(maxd, fabs((double)a[i] - b[i]));
+            printf("%s path (%s) vs %s: max|diff| %.3e\n", qac_cpu_isa_name((qac_isa)isa),
+                   alone ? "one at a time" : "batched", qac_cpu_isa_name(best), maxd);
+            CHECK_MSG(memcmp(a, b, sizeof(float) * n * C) == 0, "the %s path differs by %.3e",
+                      qac_cpu_isa_name((qac_isa)isa), maxd);
+        }
+    }
+    qac_cpu_set_isa(best);
     /* bad input */
     int32_t bad_ids[3] = {101, 999999, 102};
     const int32_t *pids[1] = {bad_ids};

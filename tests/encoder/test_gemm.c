@@ -2,7 +2,8 @@
  *  - every element equals the sequential FMA chain computed here in scalar
  *    code, bit for bit (so also for odd shapes and padded panels);
  *  - a row's result does not depend on the rows beside it, the row count,
- *    the thread count or the kernel (AVX2 or portable);
+ *    the thread count or the kernel: each check runs on every ISA path the
+ *    CPU has (portable, AVX2, AVX-512);
  *  - bias and residual are added after the product, residual aliasing out;
  *  - the strided and transposed packing used by attention gives the same. */
 #include <math.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include "gemm.h"
+#include "qac_cpu.h"
 #include "testutil.h"
 
 static unsigned long long rng = 88172645463325252ULL;
@@ -27,7 +29,8 @@ static float ref_elem(const float *a, const float *w, int IC, float alpha, const
     return acc;
 }
 
-static void check_shape(int N, int IC, int OC) {
+static void check_shape_isa(int N, int IC, int OC, qac_isa isa) {
+    CHECK(qac_cpu_set_isa(isa) == isa);
     float *a = malloc(sizeof(float) * (size_t)N * IC), *w = malloc(sizeof(float) * (size_t)OC * IC);
     float *bias = malloc(sizeof(float) * OC), *res = malloc(sizeof(float) * (size_t)N * OC);
     float *out = malloc(sizeof(float) * (size_t)N * OC), *out2 = malloc(sizeof(float) * (size_t)N * OC);
@@ -47,7 +50,8 @@ static void check_shape(int N, int IC, int OC) {
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++)
             bad += out2[(size_t)n * OC + o] != ref_elem(a + (size_t)n * IC, w, IC, 1.0f, bias, res + (size_t)n * OC, o);
-    CHECK_MSG(bad == 0, "%d x %d x %d: %d elements differ from the sequential FMA chain", N, IC, OC, bad);
+    CHECK_MSG(bad == 0, "%s %d x %d x %d: %d elements differ from the sequential FMA chain", qac_cpu_isa_name(isa), N,
+              IC, OC, bad);
     /* rows alone, in odd sub-batches, with threads, with the portable kernel */
     int differ = 0;
     for (int n = 0; n < N; n += 1 + n % 5) {
@@ -63,11 +67,14 @@ static void check_shape(int N, int IC, int OC) {
         differ += memcmp(out2, out, sizeof(float) * (size_t)N * OC) != 0;
         qac_pool_free(p);
     }
-    setenv("QAC_GEMM_PORTABLE", "1", 1);
-    qac_gemm(out2, a, &pw, NULL, NULL, N, NULL);
-    unsetenv("QAC_GEMM_PORTABLE");
-    differ += memcmp(out2, out, sizeof(float) * (size_t)N * OC) != 0;
-    CHECK_MSG(differ == 0, "%d x %d x %d: %d results depend on batching, threads or kernel", N, IC, OC, differ);
+    for (int other = QAC_ISA_GENERIC; other <= (int)qac_cpu_isa_best(); other++) {
+        qac_cpu_set_isa((qac_isa)other);
+        qac_gemm(out2, a, &pw, NULL, NULL, N, NULL);
+        differ += memcmp(out2, out, sizeof(float) * (size_t)N * OC) != 0;
+    }
+    qac_cpu_set_isa(isa);
+    CHECK_MSG(differ == 0, "%s %d x %d x %d: %d results depend on batching, threads or kernel", qac_cpu_isa_name(isa), N,
+              IC, OC, differ);
     /* strided / transposed packing: W^T given as [IC, OC] with a wider stride */
     int ld = OC + 3;
     float *wt = malloc(sizeof(float) * (size_t)IC * ld), *pk = malloc(sizeof(float) * qac_gemm_packed_floats(OC, IC));
@@ -79,16 +86,24 @@ static void check_shape(int N, int IC, int OC) {
     bad = 0;
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++) bad += out2[(size_t)n * OC + o] != ref_elem(a + (size_t)n * IC, w, IC, 0.125f, NULL, NULL, o);
-    CHECK_MSG(bad == 0, "%d x %d x %d strided: %d elements differ", N, IC, OC, bad);
-    printf("gemm %4d x %4d x %4d: bit-equal to the scalar chain, batch/thread/kernel-invariant\n", N, IC, OC);
+    CHECK_MSG(bad == 0, "%s %d x %d x %d strided: %d elements differ", qac_cpu_isa_name(isa), N, IC, OC, bad);
+    printf("gemm %-7s %4d x %4d x %4d: bit-equal to the scalar chain, batch/thread/kernel-invariant\n",
+           qac_cpu_isa_name(isa), N, IC, OC);
     qac_gemm_packed_free(&pw);
     free(a), free(w), free(bias), free(res), free(out), free(out2), free(wt), free(pk);
 }
 
+/* every path this CPU runs; the portable one everywhere */
+static void check_shape(int N, int IC, int OC) {
+    for (int isa = QAC_ISA_GENERIC; isa <= (int)qac_cpu_isa_best(); isa++) check_shape_isa(N, IC, OC, (qac_isa)isa);
+}
+
 int main(void) {
+    printf("ISA paths on this CPU: generic..%s\n", qac_cpu_isa_name(qac_cpu_isa_best()));
     check_shape(37, 384, 1152);
     check_shape(100, 1536, 384);
     check_shape(13, 32, 20);  /* attention-sized, a padded panel */
+    check_shape(25, 64, 40);  /* a panel pair, then a lone padded panel */
     check_shape(7, 5, 3);
     check_shape(1, 1, 1);
     qac_packed_w pw;
