@@ -320,14 +320,14 @@ void qac_matmul_backward(float *dinp, float *dw, float *db, const float *dout, c
             tr_ctx t = {dT, dout + (size_t)n0 * OC, nb, OC};
             qac_pool_for(pool, (OC + 15) / 16, 1, transpose_task, &t);
             qac_gemm_pack_parallel(inpT, inp + (size_t)n0 * IC, IC, nb, IC, 1, pool);
-            qac_packed_w pw = {inpT, nb, IC};
+            qac_packed_w pw = {inpT, nb, IC, NULL};
             qac_gemm(dw, dT, &pw, NULL, dw, OC, pool);
         }
     }
     if (dinp) {
         /* dinp [N, IC] = dout [N, OC] . W [OC, IC] (+ dresid) */
         qac_gemm_pack_parallel(scratch, w, IC, OC, IC, 1, pool);
-        qac_packed_w pw = {scratch, OC, IC};
+        qac_packed_w pw = {scratch, OC, IC, NULL};
         qac_gemm(dinp, dout, &pw, NULL, dresid, N, pool);
     }
 }

@@ -39,3 +39,11 @@ qac_isa qac_cpu_isa(void) {
 const char *qac_cpu_isa_name(qac_isa isa) {
     return isa == QAC_ISA_AVX512 ? "avx512" : isa == QAC_ISA_AVX2 ? "avx2" : "generic";
 }
+
+int qac_cpu_bf16(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    return qac_cpu_isa() == QAC_ISA_AVX512 && __builtin_cpu_supports("avx512bf16");
+#else
+    return 0;
+#endif
+}

@@ -21,5 +21,7 @@ qac_isa qac_cpu_isa_best(void); /* the widest this CPU runs */
  * taken. Not for use while kernels run on other threads. */
 qac_isa qac_cpu_set_isa(qac_isa want);
 const char *qac_cpu_isa_name(qac_isa isa);
+/* The AVX-512 path is in use and the CPU has AVX512_BF16 (vdpbf16ps). */
+int qac_cpu_bf16(void);
 
 #endif
