@@ -69,6 +69,8 @@ int main(int argc, char **argv) {
     o.device = QAC_DEVICE_CPU;
     o.threads = threads;
     o.max_batch = batch;
+    const char *dtype = getenv("QAC_BENCH_DTYPE"); /* "bf16": the CPU bf16 mode */
+    if (dtype && !strcmp(dtype, "bf16")) o.cpu_precision = QAC_PREC_BF16;
     qac_encoder *e;
     if (qac_encoder_create(&e, m, &o)) return fail("create encoder");
     float *out = malloc((size_t)n * m->cfg.hidden_size * sizeof *out);

@@ -7,8 +7,8 @@
 # the BERT-base configurations, default N),
 # QAC_PYTHON (python with torch + sentence-transformers, default .venv),
 # QAC_SHARED_DATA (folder holding cranfield/), ISAS (qac's SIMD paths to run,
-# e.g. "avx2 avx512", one column each through QAC_CPU_ISA; default: the
-# CPU's best), ROUNDS (1: each side runs ROUNDS times, alternating, and keeps
+# e.g. "avx2 avx512 bf16", one line each through QAC_CPU_ISA; "bf16" is the
+# bf16 mode on the best path; default: the CPU's best), ROUNDS (1: each side runs ROUNDS times, alternating, and keeps
 # its best, so a burst of other load does not decide the ratio).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -43,6 +43,7 @@ for cfg in "$model 128 minilm" "bertbase 128 bertbase" "bertbase 32 bertbase"; d
   for r in $(seq "$rounds"); do
     for isa in $isas; do
       if [ "$isa" = default ]; then out=$("$bench" "$cran" "$1" "$2" "$n" "$threads")
+      elif [ "$isa" = bf16 ]; then out=$(QAC_BENCH_DTYPE=bf16 "$bench" "$cran" "$1" "$2" "$n" "$threads")
       else out=$(QAC_CPU_ISA=$isa "$bench" "$cran" "$1" "$2" "$n" "$threads"); fi
       q[$isa]=$(best "${q[$isa]:-}" "$out")
     done
