@@ -7,7 +7,9 @@
  * Each number is the best of the rounds. Besides wall-clock GFLOP/s, each
  * is also given per core from the process's CPU time (time on a core, not
  * time waiting for one), and %peak compares those: on a shared machine the
- * wall clock counts other programs' turns, CPU time does not. */
+ * wall clock counts other programs' turns, CPU time does not. Where the
+ * CPU has AVX512_BF16, the bf16 mode gets its own lines against the
+ * vdpbf16ps peak (two products per lane per instruction). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +61,22 @@ typedef struct { double wall, cpu; } best_t;
     }
 PEAK_FN(peak_avx2, "avx2,fma", __m256, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps, 12, 8)
 PEAK_FN(peak_avx512, "avx512f,avx2,fma", __m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, 24, 16)
+
+/* vdpbf16ps: 16 lanes x 2 products per instruction */
+__attribute__((target("avx512f,avx512bf16"))) static double peak_bf16(long iters) {
+    __m512 acc[24];
+    __m512bh m = (__m512bh)_mm512_set1_epi32(0x3f803f80); /* (1.0, 1.0) */
+    for (int i = 0; i < 24; i++) acc[i] = _mm512_set1_ps((float)i);
+    for (long it = 0; it < iters; it++) {
+        _Pragma("GCC unroll 24") for (int i = 0; i < 24; i++) acc[i] = _mm512_dpbf16_ps(acc[i], m, m);
+        __asm__ volatile("" : "+v"(m));
+    }
+    __m512 s = acc[0];
+    for (int i = 1; i < 24; i++) s = _mm512_add_ps(s, acc[i]);
+    float out[16];
+    memcpy(out, &s, sizeof out);
+    return out[0];
+}
 #endif
 
 static double peak_generic(long iters) { /* scalar chains, as the portable kernels run */
@@ -69,8 +87,10 @@ static double peak_generic(long iters) { /* scalar chains, as the portable kerne
     return acc[0] + acc[7];
 }
 
+#define PEAK_BF16 3 /* the bf16 line: vdpbf16ps on the AVX-512 path */
+
 typedef struct {
-    qac_isa isa;
+    int isa; /* a qac_isa, or PEAK_BF16 */
     long iters;
     volatile double sink;
 } peak_ctx;
@@ -79,7 +99,8 @@ static void peak_task(void *vctx, int64_t b, int64_t e, int tid) {
     peak_ctx *c = vctx;
     double s = 0;
 #if defined(__x86_64__) && defined(__GNUC__)
-    if (c->isa == QAC_ISA_AVX512) s = peak_avx512(c->iters);
+    if (c->isa == PEAK_BF16) s = peak_bf16(c->iters);
+    else if (c->isa == QAC_ISA_AVX512) s = peak_avx512(c->iters);
     else if (c->isa == QAC_ISA_AVX2) s = peak_avx2(c->iters);
     else
 #endif
@@ -87,10 +108,12 @@ static void peak_task(void *vctx, int64_t b, int64_t e, int tid) {
     c->sink += s;
 }
 
-static double flops_per_iter(qac_isa isa) { return isa == QAC_ISA_AVX512 ? 24.0 * 16 * 2 : isa == QAC_ISA_AVX2 ? 12.0 * 8 * 2 : 8.0 * 2; }
+static double flops_per_iter(int isa) {
+    return isa == PEAK_BF16 ? 24.0 * 32 * 2 : isa == QAC_ISA_AVX512 ? 24.0 * 16 * 2 : isa == QAC_ISA_AVX2 ? 12.0 * 8 * 2 : 8.0 * 2;
+}
 
 /* GFLOP/s: .wall for all threads by the wall clock, .cpu per core-second */
-static best_t peak_gflops(qac_isa isa, qac_pool *pool, int threads, int rounds) {
+static best_t peak_gflops(int isa, qac_pool *pool, int threads, int rounds) {
     peak_ctx c = {isa, isa == QAC_ISA_GENERIC ? FMA_ITERS / 50 : FMA_ITERS / 4, 0};
     best_t b = {1e30, 1e30};
     for (int r = 0; r < rounds; r++) TIMED(b, qac_pool_for(pool, threads, 1, peak_task, &c));
@@ -136,7 +159,7 @@ static float frand(unsigned long long *s) {
     return (float)((double)(*s >> 11) / 9007199254740992.0 - 0.5);
 }
 
-static best_t gemm_gflops(int N, int IC, int OC, qac_pool *pool, int rounds) {
+static best_t gemm_gflops(int N, int IC, int OC, int bf16, qac_pool *pool, int rounds) {
     unsigned long long s = 42;
     float *a = malloc(sizeof(float) * (size_t)N * IC), *w = malloc(sizeof(float) * (size_t)OC * IC);
     float *out = malloc(sizeof(float) * (size_t)N * OC), *bias = malloc(sizeof(float) * OC);
@@ -145,7 +168,7 @@ static best_t gemm_gflops(int N, int IC, int OC, qac_pool *pool, int rounds) {
     for (int i = 0; i < OC; i++) bias[i] = frand(&s);
     qac_packed_w pw;
     best_t b = {1e30, 1e30};
-    if (qac_gemm_pack(&pw, w, OC, IC) != QAC_OK) return b;
+    if ((bf16 ? qac_gemm_pack_bf16(&pw, w, OC, IC) : qac_gemm_pack(&pw, w, OC, IC)) != QAC_OK) return b;
     for (int r = 0; r < rounds; r++) TIMED(b, qac_gemm(out, a, &pw, bias, NULL, N, pool));
     qac_gemm_packed_free(&pw);
     free(a), free(w), free(out), free(bias);
@@ -179,12 +202,19 @@ int main(int argc, char **argv) {
     if (threads < 1 || qac_pool_create(&pool, threads) != QAC_OK) return 2;
     qac_isa best = qac_cpu_isa_best();
     printf("cpu_peak: threads=%d rounds=%d best_isa=%s\n", threads, rounds, qac_cpu_isa_name(best));
-    best_t peak[3] = {{0, 0}};
+    best_t peak[4] = {{0, 0}};
     for (int isa = QAC_ISA_GENERIC; isa <= (int)best; isa++) {
         best_t p1 = peak_gflops((qac_isa)isa, NULL, 1, rounds);
         peak[isa] = peak_gflops((qac_isa)isa, pool, threads, rounds);
         printf("peak %-7s fma GFLOP/s: %d threads %7.1f (wall), per core %7.1f (1 thread %7.1f)\n",
                qac_cpu_isa_name((qac_isa)isa), threads, peak[isa].wall, peak[isa].cpu, p1.cpu);
+    }
+    int bf16 = best == QAC_ISA_AVX512 && qac_cpu_bf16();
+    if (bf16) {
+        best_t p1 = peak_gflops(PEAK_BF16, NULL, 1, rounds);
+        peak[PEAK_BF16] = peak_gflops(PEAK_BF16, pool, threads, rounds);
+        printf("peak %-7s dot GFLOP/s: %d threads %7.1f (wall), per core %7.1f (1 thread %7.1f)\n", "bf16", threads,
+               peak[PEAK_BF16].wall, peak[PEAK_BF16].cpu, p1.cpu);
     }
     printf("peak read bandwidth, %d threads: %.1f GB/s\n", threads, read_gbps(pool, rounds));
     static const struct { const char *name; int N, IC, OC; } shapes[] = {
@@ -198,9 +228,14 @@ int main(int argc, char **argv) {
         for (int isa = QAC_ISA_GENERIC; isa <= (int)best; isa++) {
             if (isa == QAC_ISA_GENERIC && i > 0) continue; /* one line is enough for the portable path */
             qac_cpu_set_isa((qac_isa)isa);
-            best_t g = gemm_gflops(shapes[i].N, shapes[i].IC, shapes[i].OC, isa ? pool : NULL, isa ? rounds : 1);
+            best_t g = gemm_gflops(shapes[i].N, shapes[i].IC, shapes[i].OC, 0, isa ? pool : NULL, isa ? rounds : 1);
             printf("%-22s %5d x%5d x%5d %-7s %12.1f %13.1f %5.1f%%\n", shapes[i].name, shapes[i].N, shapes[i].IC,
                    shapes[i].OC, qac_cpu_isa_name((qac_isa)isa), g.wall, g.cpu, 100 * g.cpu / peak[isa].cpu);
+            if (isa == (int)best && bf16) {
+                g = gemm_gflops(shapes[i].N, shapes[i].IC, shapes[i].OC, 1, pool, rounds);
+                printf("%-22s %5d x%5d x%5d %-7s %12.1f %13.1f %5.1f%%\n", shapes[i].name, shapes[i].N, shapes[i].IC,
+                       shapes[i].OC, "bf16", g.wall, g.cpu, 100 * g.cpu / peak[PEAK_BF16].cpu);
+            }
         }
     for (int hs = 32; hs <= 64; hs += 32)
         for (int isa = QAC_ISA_GENERIC; isa <= (int)best; isa++) {
