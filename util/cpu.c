@@ -9,7 +9,11 @@ static int isa_in_use = -1; /* -1: not decided yet */
 qac_isa qac_cpu_isa_best(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
     __builtin_cpu_init();
+#if defined(__clang__) && __clang_major__ < 16 /* no "f16c" in its __builtin_cpu_supports; every AVX2 CPU has it */
+    int v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
     int v3 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#endif
     if (v3 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
         return QAC_ISA_AVX512;
