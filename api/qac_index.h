@@ -28,6 +28,7 @@ typedef struct qac_index_build_opts {
                               256 x nlist for IVF<nlist>, else 100k; capped at the count */
     qac_text_format format; /* corpus format; QAC_FMT_AUTO detects it */
     qac_progress_fn progress; /* phases: encode, train-sample/vectors, train/steps, add/vectors, write/files */
+    const qac_model *vectors_model; /* build_vectors only: the model that made the vectors (NULL: unknown) */
     void *progress_user;
 } qac_index_build_opts;
 
@@ -44,8 +45,10 @@ qac_status qac_index_build(const char *out_dir, qac_encoder *enc, const char *co
                            const qac_index_build_opts *o);
 
 /* Same, from precomputed vectors: a float32 or float16 C-order .npy of
- * shape [n, dim]. Row i gets docid "i"; there is no passage text and the
- * model fingerprint is "none". Resumable the same way. */
+ * shape [n, dim]. Row i gets docid "i"; there is no passage text. The
+ * manifest records o->vectors_model's identity and fingerprint (its hidden
+ * size must equal dim), or fingerprint "none" without one, which servers
+ * and searches refuse unless told to ignore the model. Resumable the same way. */
 qac_status qac_index_build_vectors(const char *out_dir, const char *npy_path, const qac_index_build_opts *o);
 
 typedef struct qac_index qac_index;

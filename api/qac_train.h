@@ -36,6 +36,13 @@ typedef enum qac_similarity { QAC_SIM_DOT = 0, QAC_SIM_COS = 1 } qac_similarity;
 qac_status qac_infonce(double *loss, float *dq, float *dp, const float *q, const float *p, int nq, int n, int C,
                        float tau, qac_similarity sim);
 
+/* PAIR (passage-centric similarity, pre-training only), raw dot products
+ * over the same group layout: L_q = CE of q_i over all passages (target
+ * i*n), L_p = CE of the positive p_{i*n} over [every query; every negative
+ * passage] (target q_i). Loss = (1 - alpha) mean L_q + alpha mean L_p. */
+qac_status qac_pair_loss(double *loss, float *dq, float *dp, const float *q, const float *p, int nq, int n, int C,
+                         float alpha);
+
 /* ---- optimiser ---- */
 
 typedef enum qac_schedule { QAC_SCHED_LINEAR = 0, QAC_SCHED_COSINE = 1, QAC_SCHED_CONSTANT = 2 } qac_schedule;
@@ -62,6 +69,7 @@ typedef struct qac_train_opts {
     long warmup_steps, total_steps;
     float tau;             /* InfoNCE temperature */
     qac_similarity sim;
+    float pair_alpha;      /* > 0: the PAIR loss with this alpha instead of InfoNCE (tau, sim unused) */
     int chunk;             /* GradCache chunk in sequences; 0 = no GradCache */
     float hidden_dropout, attn_dropout; /* < 0: the checkpoint's probabilities */
     int recompute;         /* keep only layer inputs; re-run each layer in backward */

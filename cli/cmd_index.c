@@ -7,7 +7,7 @@
 #include "qac_index.h"
 
 static const qac_opt build_opts[] = {
-    {"model", QAC_OPT_STR, NULL, 0, -1, NULL, "QAC_MODEL", "model directory (default: the embedded default model)", 0},
+    {"model", QAC_OPT_STR, NULL, 0, -1, NULL, "QAC_MODEL", "model directory (default: the embedded default model); with --vectors, the model that made them, recorded in the manifest so that `qac serve` accepts the index", 0},
     {"corpus", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "corpus file: collection.tsv, BEIR/Tevatron jsonl, Cranfield", 0},
     {"vectors", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "precomputed float32/float16 .npy [n, dim] instead of --corpus", 0},
     {"format", QAC_OPT_ENUM, "auto", 0, -1, "auto|tsv|beir|tevatron|cranfield", NULL, "corpus format", 0},
@@ -27,7 +27,7 @@ static const qac_opt build_opts[] = {
 
 static int cmd_build(int argc, char **argv) {
     qac_opts o;
-    int rc = qac_cli_parse(&o, "index build", "--corpus FILE | --vectors FILE.npy --out DIR [options]", build_opts,
+    int rc = qac_cli_parse(&o, "index build", "--corpus FILE | --vectors FILE.npy [--model DIR] --out DIR [options]", build_opts,
                            N_BUILD_OPTS, argc, argv);
     if (rc) return rc < 0 ? 0 : rc;
     const char *corpus = qac_opts_str(&o, "corpus"), *vectors = qac_opts_str(&o, "vectors");
@@ -52,7 +52,13 @@ static int cmd_build(int argc, char **argv) {
     double t0 = qac_now();
     qac_status st;
     if (vectors) {
-        st = qac_index_build_vectors(out, vectors, &bo);
+        /* Only a model named explicitly is recorded: vectors from an unknown
+         * model keep fingerprint "none". */
+        qac_model *vm = NULL;
+        st = qac_opts_isset(&o, "model") ? qac_model_load(&vm, qac_opts_str(&o, "model")) : QAC_OK;
+        bo.vectors_model = vm;
+        if (!st) st = qac_index_build_vectors(out, vectors, &bo);
+        qac_model_free(vm);
     } else {
         char buf[4096];
         const char *model_dir = qac_cli_model_dir(&o, buf, sizeof buf);
@@ -84,7 +90,7 @@ static int cmd_build(int argc, char **argv) {
 int qac_cmd_index(int argc, char **argv) {
     if (argc >= 1 && !strcmp(argv[0], "build")) return cmd_build(argc - 1, argv + 1);
     FILE *f = argc >= 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) ? stdout : stderr;
-    fprintf(f, "usage: qac index build --corpus FILE | --vectors FILE.npy --out DIR [options]\n"
+    fprintf(f, "usage: qac index build --corpus FILE | --vectors FILE.npy [--model DIR] --out DIR [options]\n"
                "       (qac index build --help lists the options)\n");
     return f == stdout ? 0 : 2;
 }

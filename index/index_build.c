@@ -729,9 +729,17 @@ qac_status qac_index_build_vectors(const char *out_dir, const char *npy_path, co
         if (a.f) fclose(a.f);
         return st;
     }
+    const qac_model *vm = o->vectors_model;
+    if (vm && vm->cfg.hidden_size != a.dim) {
+        fclose(a.f);
+        return qac_set_error(QAC_ERR_INVALID, "%s has dimension %d but model %s has %d", abs, a.dim, vm->name,
+                             vm->cfg.hidden_size);
+    }
     json_t *identity = json_pack("{s:{s:s, s:s, s:i, s:s, s:b}, s:{s:s, s:s, s:I, s:s}, s:i, s:i, s:s, s:i}",
-                                 "model", "name", "precomputed", "fingerprint", "none", "dim", a.dim, "pooling",
-                                 "none", "normalize", 0, "source", "kind", "vectors", "path", abs, "size",
+                                 "model", "name", vm ? vm->name : "precomputed", "fingerprint",
+                                 vm ? vm->fingerprint : "none", "dim", a.dim, "pooling",
+                                 vm ? qac_pooling_name(vm->pooling) : "none", "normalize", vm ? vm->normalize : 0,
+                                 "source", "kind", "vectors", "path", abs, "size",
                                  (json_int_t)size, "format", a.fp16 ? "npy-f2" : "npy-f4", "max_len", 0, "dim",
                                  a.dim, "dtype", o->fp16 ? "fp16" : "fp32", "shard_size", o->shard_size);
     if (!identity) {

@@ -262,6 +262,20 @@ static qac_status forward(qac_bert_acts *a, const qac_bert_config *c, const qac_
     return QAC_OK;
 }
 
+qac_status qac_bert_layers_forward(qac_bert_acts *a, const qac_bert_config *c, const qac_bert_params *p,
+                                   const qac_bert_packed *pk, const float *x, const int *lens, int B, int T,
+                                   const qac_dropout *drop, qac_pool *pool) {
+    if (!pk || pk->L != c->num_layers) return qac_set_error(QAC_ERR_INVALID, "layer stack: weights not packed");
+    if (!a->mem || a->B != B || a->T != T || a->keep == QAC_ACTS_INFER)
+        return qac_set_error(QAC_ERR_INVALID, "layer stack: activations not kept for B=%d T=%d", B, T);
+    size_t NC = (size_t)B * T * c->hidden_size;
+    memcpy(a->hidden, x, NC * sizeof(float));
+    for (int l = 0; l < c->num_layers; l++)
+        qac_bert_layer_forward(a, l, a->keep == QAC_ACTS_KEEP ? l : 0, a->hidden + (size_t)l * NC,
+                               a->hidden + (size_t)(l + 1) * NC, c, p, pk, lens, B, T, drop, pool);
+    return QAC_OK;
+}
+
 qac_status qac_bert_forward(qac_bert_acts *a, const qac_bert_config *c, const qac_bert_params *p,
                             const qac_bert_packed *pk, const int32_t *ids, const int *lens, int B, int T,
                             float *hidden_out, qac_pool *pool) {

@@ -220,6 +220,24 @@ qac_status qac_bert_backward(qac_bert_params *g, qac_bert_bwd *w, const float *c
                              const int32_t *ids, const int32_t *type_ids, const int *lens, int B, int T,
                              const qac_dropout *drop, qac_pool *pool);
 
+/* One layer's backward: w->dy holds dL/d(layer l output) on entry and
+ * dL/d(layer l input) on exit; parameter gradients accumulate into g. */
+void qac_bert_layer_backward(qac_bert_params *g, qac_bert_bwd *w, qac_bert_acts *a, int l, const qac_bert_config *c,
+                             const qac_bert_params *p, const qac_bert_packed *pk, const int *lens, int B, int T,
+                             const qac_dropout *drop, qac_pool *pool);
+
+/* ---- layer stacks without embeddings (heads: Condenser, CoT-MAE) ----
+ * The same layers fed hidden states x [B,T,C] instead of token ids; the
+ * stack's own parameters use the qac_bert_params layout (its embedding
+ * views unused). Forward leaves the output in a->last; backward takes dL/d
+ * output and leaves dL/dx in w->dy. */
+qac_status qac_bert_layers_forward(qac_bert_acts *a, const qac_bert_config *c, const qac_bert_params *p,
+                                   const qac_bert_packed *pk, const float *x, const int *lens, int B, int T,
+                                   const qac_dropout *drop, qac_pool *pool);
+qac_status qac_bert_layers_backward(qac_bert_params *g, qac_bert_bwd *w, const float *dout, qac_bert_acts *a,
+                                    const qac_bert_config *c, const qac_bert_params *p, const qac_bert_packed *pk,
+                                    const int *lens, int B, int T, const qac_dropout *drop, qac_pool *pool);
+
 #ifdef __cplusplus
 }
 #endif

@@ -245,27 +245,8 @@ void qac_matmul_gelu_forward(float *out, float *pre, const float *inp, const flo
 #define KB 256
 
 size_t qac_matmul_backward_scratch(int N, int IC, int OC) {
-    size_t wt = qac_gemm_packed_floats(IC, OC);                  /* W^T packed for dinp */
-    size_t dw = (size_t)OC * KB + qac_gemm_packed_floats(IC, KB); /* a block of dout^T and of inp^T */
-    return wt > dw ? wt : dw;
-}
-
-typedef struct tr_ctx {
-    float *out;
-    const float *inp;
-    int N, OC;
-} tr_ctx;
-
-/* out [OC, N] = inp [N, OC]^T, by blocks of 16 output rows */
-static void transpose_task(void *vctx, int64_t begin, int64_t end, int tid) {
-    const tr_ctx *c = vctx;
-    for (int64_t blk = begin; blk < end; blk++) {
-        int o0 = (int)blk * 16, no = c->OC - o0 < 16 ? c->OC - o0 : 16;
-        for (int n = 0; n < c->N; n++) {
-            const float *src = c->inp + (size_t)n * c->OC + o0;
-            for (int o = 0; o < no; o++) c->out[(size_t)(o0 + o) * c->N + n] = src[o];
-        }
-    }
+    (void)N;
+    return qac_gemm_packed_floats(IC, OC); /* W^T packed for dinp; dw's blocks are per thread */
 }
 
 typedef struct pack_ctx {
@@ -289,40 +270,53 @@ void qac_gemm_pack_parallel(float *packed, const float *w, int OC, int IC, int l
     qac_pool_for(pool, (OC + QAC_GEMM_PANEL - 1) / QAC_GEMM_PANEL, 1, pack_task, &c);
 }
 
-typedef struct colsum_ctx {
-    float *db;
-    const float *dout;
-    int N, OC;
-} colsum_ctx;
+/* dw [OC, IC] += dout^T inp and db [OC] += column sums of dout, for a range
+ * of output rows per task: one parallel section per call (a K-blocked loop
+ * of parallel sections waits on every thread hundreds of times a step).
+ * Every element keeps its chain: block sums in row order, added into dw. */
+typedef struct dw_ctx {
+    float *dw, *db;
+    const float *dout, *inp;
+    int N, IC, OC;
+} dw_ctx;
 
-static void colsum_task(void *vctx, int64_t begin, int64_t end, int tid) {
-    const colsum_ctx *c = vctx;
-    for (int64_t blk = begin; blk < end; blk++) {
-        int c0 = (int)blk * COLS, nc = c->OC - c0 < COLS ? c->OC - c0 : COLS;
-        float s[COLS] = {0};
-        for (int r = 0; r < c->N; r++)
-            for (int i = 0; i < nc; i++) s[i] += c->dout[(size_t)r * c->OC + c0 + i];
-        for (int i = 0; i < nc; i++) c->db[c0 + i] += s[i];
+static void dw_task(void *vctx, int64_t begin, int64_t end, int tid) {
+    const dw_ctx *c = vctx;
+    int o0 = (int)begin * COLS, o1 = (int)end * COLS < c->OC ? (int)end * COLS : c->OC, no = o1 - o0, IC = c->IC;
+    if (c->db)
+        for (int blk = o0; blk < o1; blk += COLS) {
+            int nc = o1 - blk < COLS ? o1 - blk : COLS;
+            float s[COLS] = {0};
+            for (int r = 0; r < c->N; r++)
+                for (int i = 0; i < nc; i++) s[i] += c->dout[(size_t)r * c->OC + blk + i];
+            for (int i = 0; i < nc; i++) c->db[blk + i] += s[i];
+        }
+    if (!c->dw) return;
+    size_t ndt = (size_t)no * KB, npk = qac_gemm_packed_floats(IC, KB), ntmp = (size_t)no * IC;
+    float *dT = malloc((ndt + npk + ntmp) * sizeof *dT), *inpT = dT + ndt, *tmp = inpT + npk;
+    if (!dT) abort(); /* out of memory: no status to return here */
+    for (int n0 = 0; n0 < c->N; n0 += KB) {
+        int nb = c->N - n0 < KB ? c->N - n0 : KB;
+        for (int n = 0; n < nb; n++) {
+            const float *src = c->dout + (size_t)(n0 + n) * c->OC + o0;
+            for (int o = 0; o < no; o++) dT[(size_t)o * nb + n] = src[o];
+        }
+        qac_gemm_pack_into(inpT, c->inp + (size_t)n0 * IC, IC, nb, IC, 1);
+        qac_gemm_strided(tmp, IC, dT, nb, inpT, nb, IC, 1.0f, no);
+        for (int o = 0; o < no; o++) {
+            float *d = c->dw + (size_t)(o0 + o) * IC;
+            const float *t = tmp + (size_t)o * IC;
+            for (int i = 0; i < IC; i++) d[i] = t[i] + d[i];
+        }
     }
+    free(dT);
 }
 
 void qac_matmul_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                          const float *dresid, int N, int IC, int OC, float *scratch, qac_pool *pool) {
-    if (db) {
-        colsum_ctx c = {db, dout, N, OC};
-        qac_pool_for(pool, (OC + COLS - 1) / COLS, 1, colsum_task, &c);
-    }
-    if (dw) {
-        /* dw [OC, IC] += dout^T [OC, N] . inp [N, IC], KB rows at a time */
-        float *dT = scratch, *inpT = scratch + (size_t)OC * KB;
-        for (int n0 = 0; n0 < N; n0 += KB) {
-            int nb = N - n0 < KB ? N - n0 : KB;
-            tr_ctx t = {dT, dout + (size_t)n0 * OC, nb, OC};
-            qac_pool_for(pool, (OC + 15) / 16, 1, transpose_task, &t);
-            qac_gemm_pack_parallel(inpT, inp + (size_t)n0 * IC, IC, nb, IC, 1, pool);
-            qac_packed_w pw = {inpT, nb, IC, NULL};
-            qac_gemm(dw, dT, &pw, NULL, dw, OC, pool);
-        }
+    if (db || dw) {
+        dw_ctx c = {dw, db, dout, inp, N, IC, OC};
+        qac_pool_for(pool, (OC + COLS - 1) / COLS, 0, dw_task, &c);
     }
     if (dinp) {
         /* dinp [N, IC] = dout [N, OC] . W [OC, IC] (+ dresid) */

@@ -14,6 +14,8 @@ DEB_PACKAGES=(build-essential cmake ninja-build pkg-config git curl ca-certifica
   libopenblas-dev libfaiss-dev libmicrohttpd-dev libjansson-dev libutf8proc-dev
   libsentencepiece-dev)
 TEST_PACKAGES=(clang libclang-rt-14-dev wrk chromium libxxhash0 openjdk-17-jre-headless)
+# tests/docker builds and runs the container image (base image by debootstrap)
+TEST_PACKAGES+=(podman runc debootstrap)
 
 need=()
 for p in "${DEB_PACKAGES[@]}" $([ $want_test = 1 ] && echo "${TEST_PACKAGES[@]}"); do

@@ -55,6 +55,7 @@ typedef struct qac_server_config {
     int max_text_hits;        /* queries x k with return_text (413 past it, before any work) */
     long long max_response_bytes; /* 413 when a response would be larger */
     int max_connections;
+    int max_head_bytes;       /* request line + headers (414 / 431 past it) */
     int header_timeout_ms;    /* whole request head, from accept */
     int body_timeout_ms;      /* whole body, from the end of the head */
     int min_body_rate;        /* bytes/s a body must average after its first second */
@@ -104,11 +105,13 @@ typedef struct qac_server_backend {
 
 /* The real backend: loads the model (and index / BM25 when the directory is
  * not NULL) and checks that they fit together. device: "auto"|"cpu"|"cuda";
- * verify: "full"|"size" (how index.faiss and the corpus are checked). */
+ * verify: "full"|"size" (how index.faiss and the corpus are checked).
+ * allow_model_mismatch: serve an index whose recorded model fingerprint
+ * differs from the model's (or is "none": built from vectors). */
 typedef struct qac_server_real qac_server_real;
 qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, const char *model_dir,
                                 const char *index_dir, const char *bm25_dir, const char *device,
-                                int threads, const char *verify);
+                                int threads, const char *verify, int allow_model_mismatch);
 void qac_server_real_free(qac_server_real *r);
 
 /* ---- the server ---- */

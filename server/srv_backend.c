@@ -54,7 +54,7 @@ static const char *r_bm25_docid(void *u, int64_t row) { return qac_bm25_docid(u,
 
 qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, const char *model_dir,
                                 const char *index_dir, const char *bm25_dir, const char *device, int threads,
-                                const char *verify) {
+                                const char *verify, int allow_model_mismatch) {
     *out = NULL;
     memset(be, 0, sizeof *be);
     qac_server_real *r = calloc(1, sizeof *r);
@@ -105,10 +105,18 @@ qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, c
             goto fail;
         }
         const char *fp = qac_index_model_fingerprint(r->index);
-        if (fp && strcmp(fp, r->model->fingerprint) != 0) {
+        if (fp && !strcmp(fp, "none") && !allow_model_mismatch) {
+            st = qac_set_error(QAC_ERR_INVALID,
+                               "index %s was built from precomputed vectors and records no model: rebuild it "
+                               "with `qac index build --vectors FILE --model DIR` naming the model that made "
+                               "them, or serve it with --allow-model-mismatch",
+                               index_dir);
+            goto fail;
+        }
+        if (fp && strcmp(fp, r->model->fingerprint) != 0 && !allow_model_mismatch) {
             st = qac_set_error(QAC_ERR_INVALID,
                                "index %s was built with model fingerprint %s, but model %s has %s "
-                               "(queries and passages must share an encoder)",
+                               "(queries and passages must share an encoder; --allow-model-mismatch overrides)",
                                index_dir, fp, model_dir, r->model->fingerprint);
             goto fail;
         }

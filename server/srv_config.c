@@ -14,6 +14,7 @@ static const qac_opt serve_opts[] = {
     {"threads", QAC_OPT_INT, "0", 0, 1024, NULL, "QAC_THREADS", "CPU threads for the encoder and the flat scan (0: all cores)", 0},
     {"device", QAC_OPT_ENUM, "auto", 1, 0, "auto|cpu|cuda", "QAC_DEVICE", "encoder and index device", 0},
     {"verify", QAC_OPT_ENUM, "full", 1, 0, "full|size", "QAC_VERIFY", "check index.faiss and the corpus at start: every byte against the manifest's checksums, or sizes only (very large indexes)", 0},
+    {"allow-model-mismatch", QAC_OPT_BOOL, "false", 1, 0, NULL, "QAC_ALLOW_MODEL_MISMATCH", "serve an index whose recorded model differs from --model, or records none (built from --vectors without --model)", 0},
     {"api-key", QAC_OPT_STR, NULL, 1, 0, NULL, "QAC_API_KEY", "require 'Authorization: Bearer KEY' (not on /health)", 0},
     {"max-batch-tokens", QAC_OPT_INT, "8192", 1, 1 << 24, NULL, "QAC_MAX_BATCH_TOKENS", "token budget of one encoder call", 0},
     {"max-wait-ms", QAC_OPT_INT, "2", 0, 1000, NULL, "QAC_MAX_WAIT_MS", "how long a batch waits for more texts", 0},
@@ -28,9 +29,10 @@ static const qac_opt serve_opts[] = {
     {"passage-max-len", QAC_OPT_INT, "256", 2, 8192, NULL, "QAC_PASSAGE_MAX_LEN", "passage length in tokens, specials included", 0},
     {"idle-timeout-s", QAC_OPT_INT, "30", 1, 86400, NULL, "QAC_IDLE_TIMEOUT_S", "close idle connections after this", 0},
     {"drain-timeout-ms", QAC_OPT_INT, "30000", 0, 3600000, NULL, "QAC_DRAIN_TIMEOUT_MS", "on SIGTERM, wait this long for in-flight requests", 0},
-    {"slice-tokens", QAC_OPT_INT, "512", 16, 1 << 24, NULL, "QAC_SLICE_TOKENS", "a request with more tokens is encoded in slices of this many, between other requests' batches", 0},
+    {"slice-tokens", QAC_OPT_INT, "256", 16, 1 << 24, NULL, "QAC_SLICE_TOKENS", "a request with more tokens is encoded in slices of this many (at least one text), between other requests' batches: a short request waits for one slice at most", 0},
     {"max-text-hits", QAC_OPT_INT, "10000", 1, 100000000, NULL, "QAC_MAX_TEXT_HITS", "queries x k allowed with return_text (413 past it)", 0},
     {"max-response-bytes", QAC_OPT_INT, "67108864", 4096, 1 << 30, NULL, "QAC_MAX_RESPONSE_BYTES", "largest response body (413 past it)", 0},
+    {"max-head-bytes", QAC_OPT_INT, "16384", 1024, 65536, NULL, "QAC_MAX_HEAD_BYTES", "largest request line plus headers (414 or 431 past it)", 0},
     {"max-connections", QAC_OPT_INT, "4096", 16, 60000, NULL, "QAC_MAX_CONNECTIONS", "open connections at once (needs as many file descriptors)", 0},
     {"header-timeout-ms", QAC_OPT_INT, "10000", 100, 3600000, NULL, "QAC_HEADER_TIMEOUT_MS", "close a connection whose request head is not complete this long after it starts", 0},
     {"body-timeout-ms", QAC_OPT_INT, "30000", 100, 3600000, NULL, "QAC_BODY_TIMEOUT_MS", "close a connection whose body is not complete this long after its head", 0},
@@ -76,6 +78,7 @@ qac_server_config qac_server_default_config(void) {
     c.max_text_hits = def_int("max-text-hits");
     c.max_response_bytes = def_int("max-response-bytes");
     c.max_connections = def_int("max-connections");
+    c.max_head_bytes = def_int("max-head-bytes");
     c.header_timeout_ms = def_int("header-timeout-ms");
     c.body_timeout_ms = def_int("body-timeout-ms");
     c.min_body_rate = def_int("min-body-rate");
@@ -109,6 +112,7 @@ qac_status qac_server_config_from_opts(qac_server_config *c, const qac_opts *o) 
     c->max_text_hits = (int)qac_opts_int(o, "max-text-hits");
     c->max_response_bytes = qac_opts_int(o, "max-response-bytes");
     c->max_connections = (int)qac_opts_int(o, "max-connections");
+    c->max_head_bytes = (int)qac_opts_int(o, "max-head-bytes");
     c->header_timeout_ms = (int)qac_opts_int(o, "header-timeout-ms");
     c->body_timeout_ms = (int)qac_opts_int(o, "body-timeout-ms");
     c->min_body_rate = (int)qac_opts_int(o, "min-body-rate");

@@ -38,6 +38,7 @@ typedef struct conn {
     conn_phase phase;
     double since;         /* start of the current phase */
     unsigned long long body_bytes;
+    size_t uri_len;       /* the current request's target, as sent */
     int reaped;           /* shut down by the reaper */
 } conn;
 
@@ -126,11 +127,13 @@ typedef struct head_scan {
     int n_cl, n_te;
     const char *cl;
     int cl_differs;
+    size_t bytes; /* header lines, as "key: value\r\n" */
 } head_scan;
 
 static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
     head_scan *h = cls;
     (void)kind;
+    h->bytes += strlen(key) + (value ? strlen(value) : 0) + 4;
     if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
         if (h->n_cl++ && value && h->cl && strcmp(value, h->cl)) h->cl_differs = 1;
         h->cl = value;
@@ -185,6 +188,19 @@ static enum MHD_Result first_call(qac_server *s, struct MHD_Connection *c, const
     head_scan h = {0};
     MHD_get_connection_values(c, MHD_HEADER_KIND, scan_header, &h);
     long long cl = h.cl ? parse_length(h.cl) : 0;
+
+    /* Head limits of our own, well inside MHD's buffer (see qac_server_listen),
+     * so that the answer is JSON: past the buffer MHD answers by itself. */
+    size_t line = strlen(method) + (st->cn ? st->cn->uri_len : strlen(url)) + 12;
+    if (line > (size_t)s->cfg.max_head_bytes) {
+        qac_server_error(&r, 414, "invalid_request", "the request line is longer than %d bytes", s->cfg.max_head_bytes);
+        return early(s, c, route, &r);
+    }
+    if (line + h.bytes > (size_t)s->cfg.max_head_bytes) {
+        qac_server_error(&r, 431, "invalid_request", "the request head is larger than %d bytes",
+                         s->cfg.max_head_bytes);
+        return early(s, c, route, &r);
+    }
 
     /* RFC 9112 6.3: a message with both, or with conflicting lengths, is
      * refused and the connection closed (request smuggling). */
@@ -382,6 +398,20 @@ static void *reaper_main(void *arg) {
     return NULL;
 }
 
+/* Called once the request line is parsed: keeps the target's length (MHD
+ * hands the handler the path and the query separately). */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
+    qac_server *s = cls;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    conn *cn = ci ? ci->socket_context : NULL;
+    if (cn) {
+        pthread_mutex_lock(&hs_of(s)->mu);
+        cn->uri_len = strlen(uri);
+        pthread_mutex_unlock(&hs_of(s)->mu);
+    }
+    return NULL;
+}
+
 /* Paths are routed as sent: no percent-decoding, so "/health%00x" or
  * "/search%3fx" are not /health or /search. */
 static size_t no_unescape(void *cls, struct MHD_Connection *c, char *s) {
@@ -461,6 +491,11 @@ qac_status qac_server_listen(qac_server *s) {
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)s->cfg.idle_timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, s,
+        MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
+        /* Each connection's buffer: a head must fit in it, or MHD answers
+         * 414/431 itself, in HTML. Heads past max_head_bytes but inside this
+         * get our JSON answer. Pages are touched only as bytes arrive. */
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)s->cfg.max_head_bytes * 8,
         /* thousands of mostly idle connection threads: small stacks */
         MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20), MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);

@@ -1,9 +1,15 @@
 /* GET /: a small search page, embedded so the binary is self-contained.
  * ?q=...&k=...&mode=... runs the search at load (handy for links and
- * headless tests); ?key=... sends the API key. Long passages show a snippet
+ * headless tests); the API key is typed into the page, kept in
+ * sessionStorage and sent as a bearer header, never read from the URL. Long
+ * passages show a snippet
  * with the query terms highlighted and expand in place; passage text only
  * ever becomes text nodes, never markup. */
 #include "srv_internal.h"
+
+/* The API key is typed into a password field, kept in the tab's
+ * sessionStorage and sent as the Authorization header: never read from the
+ * URL, where it would end up in history and logs. */
 
 const char qac_server_page_html[] =
     "<!doctype html>\n"
@@ -32,13 +38,15 @@ const char qac_server_page_html[] =
     "<input id=\"q\" name=\"q\" placeholder=\"Type a query\" autofocus>\n"
     "<select id=\"mode\" name=\"mode\"><option>dense</option><option>bm25</option><option>hybrid</option></select>\n"
     "<input id=\"k\" name=\"k\" type=\"number\" min=\"1\" max=\"100\" value=\"10\" style=\"width:4.5rem\">\n"
+    "<input id=\"key\" type=\"password\" placeholder=\"API key\" autocomplete=\"off\" style=\"width:7rem\">\n"
     "<button type=\"submit\">Search</button>\n"
     "</form>\n"
     "<div id=\"status\"></div>\n"
     "<ol id=\"results\"></ol>\n"
     "<script>\n"
     "const params = new URLSearchParams(location.search);\n"
-    "const key = params.get('key');\n"
+    "if (params.has('key')) { params.delete('key');  /* an old link's key: drop it from the address bar */\n"
+    "  history.replaceState(null, '', location.pathname + (params.toString() ? '?' + params : '')); }\n"
     "const $ = id => document.getElementById(id);\n"
     "function el(tag, cls, text) { const e = document.createElement(tag); if (cls) e.className = cls;\n"
     "  if (text !== undefined) e.textContent = text; return e; }\n"
@@ -76,7 +84,9 @@ const char qac_server_page_html[] =
     "  const status = $('status'), list = $('results');\n"
     "  list.textContent = ''; status.className = ''; status.textContent = 'Searching\\u2026';\n"
     "  const headers = {'Content-Type': 'application/json'};\n"
-    "  if (key) headers['Authorization'] = 'Bearer ' + key;\n"
+    "  const key = $('key').value;\n"
+    "  if (key) { sessionStorage.setItem('qac-key', key); headers['Authorization'] = 'Bearer ' + key; }\n"
+    "  else sessionStorage.removeItem('qac-key');\n"
     "  try {\n"
     "    const r = await fetch('search', {method: 'POST', headers,\n"
     "      body: JSON.stringify({query: q, k: k, mode: mode, return_text: true})});\n"
@@ -99,6 +109,7 @@ const char qac_server_page_html[] =
     "  const u = new URL(location); u.searchParams.set('q', q); u.searchParams.set('k', $('k').value);\n"
     "  u.searchParams.set('mode', $('mode').value); history.replaceState(null, '', u);\n"
     "  search(q, parseInt($('k').value, 10) || 10, $('mode').value); });\n"
+    "$('key').value = sessionStorage.getItem('qac-key') || '';\n"
     "if (params.get('mode')) $('mode').value = params.get('mode');\n"
     "if (params.get('k')) $('k').value = params.get('k');\n"
     "if (params.get('q')) { $('q').value = params.get('q');\n"

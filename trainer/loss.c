@@ -82,3 +82,58 @@ qac_status qac_infonce(double *loss, float *dq, float *dp, const float *q, const
     free(norm), free(gq), free(s);
     return QAC_OK;
 }
+
+/* CE of anchor a over candidates c[0..m) (target t) with weight w: adds
+ * w * loss to *total and w * dL/d(anchor), dL/d(candidate j) into ga, gc[j] */
+static void ce_row(double *total, float *ga, float **gc, const float *a, const float *const *c, int m, int t, int C,
+                   double w, double *s) {
+    double mx = -INFINITY, z = 0;
+    for (int j = 0; j < m; j++) {
+        s[j] = dot(a, c[j], C);
+        mx = s[j] > mx ? s[j] : mx;
+    }
+    for (int j = 0; j < m; j++) z += exp(s[j] - mx);
+    double lse = mx + log(z);
+    *total += w * (lse - s[t]);
+    if (!ga) return;
+    for (int j = 0; j < m; j++) {
+        double g = w * (exp(s[j] - lse) - (j == t));
+        for (int k = 0; k < C; k++) {
+            ga[k] += (float)(g * c[j][k]);
+            gc[j][k] += (float)(g * a[k]);
+        }
+    }
+}
+
+qac_status qac_pair_loss(double *loss, float *dq, float *dp, const float *q, const float *p, int nq, int n, int C,
+                         float alpha) {
+    if (nq < 1 || n < 1 || C < 1 || !(alpha >= 0 && alpha <= 1))
+        return qac_set_error(QAC_ERR_INVALID, "pair loss: bad shape or alpha (nq=%d n=%d alpha=%g)", nq, n,
+                             (double)alpha);
+    int np = nq * n, m = np; /* both sides have np candidates: np passages, or nq queries + np - nq negatives */
+    const float **cand = malloc((size_t)m * sizeof *cand);
+    float **grad = malloc((size_t)m * sizeof *grad);
+    double *s = malloc((size_t)m * sizeof *s);
+    if (!cand || !grad || !s) {
+        free(cand), free(grad), free(s);
+        return qac_set_error(QAC_ERR_NOMEM, "pair loss: out of memory");
+    }
+    if (dq) memset(dq, 0, (size_t)nq * C * sizeof *dq), memset(dp, 0, (size_t)np * C * sizeof *dp);
+    double total = 0;
+    /* L_q: every passage of the batch */
+    for (int j = 0; j < np; j++) cand[j] = p + (size_t)j * C, grad[j] = dp ? dp + (size_t)j * C : NULL;
+    for (int i = 0; i < nq; i++)
+        ce_row(&total, dq ? dq + (size_t)i * C : NULL, grad, q + (size_t)i * C, cand, np, i * n, C,
+               (1.0 - alpha) / nq, s);
+    /* L_p: the queries, then the negative passages */
+    int k = 0;
+    for (int i = 0; i < nq; i++) cand[k] = q + (size_t)i * C, grad[k++] = dq ? dq + (size_t)i * C : NULL;
+    for (int j = 0; j < np; j++)
+        if (j % n) cand[k] = p + (size_t)j * C, grad[k++] = dp ? dp + (size_t)j * C : NULL;
+    for (int i = 0; i < nq; i++)
+        ce_row(&total, dp ? dp + (size_t)i * n * C : NULL, grad, p + (size_t)i * n * C, cand, k, i, C,
+               (double)alpha / nq, s);
+    *loss = total;
+    free(cand), free(grad), free(s);
+    return QAC_OK;
+}

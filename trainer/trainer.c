@@ -137,6 +137,12 @@ static qac_status backward_range(qac_trainer *t, qac_bert_acts *a, const seqs *s
                              s->lens + b0, nb, s->T, &d, t->pool);
 }
 
+static qac_status batch_loss(qac_trainer *t, double *loss, const seqs *q, const seqs *p, int nq, int n) {
+    int C = t->m->cfg.hidden_size;
+    if (t->o.pair_alpha > 0) return qac_pair_loss(loss, q->dreps, p->dreps, q->reps, p->reps, nq, n, C, t->o.pair_alpha);
+    return qac_infonce(loss, q->dreps, p->dreps, q->reps, p->reps, nq, n, C, t->o.tau, t->o.sim);
+}
+
 static int kept_mode(const qac_trainer *t) { return t->o.recompute ? QAC_ACTS_RECOMPUTE : QAC_ACTS_KEEP; }
 
 qac_status qac_trainer_grads(qac_trainer *t, const qac_train_batch *b, double *loss) {
@@ -172,7 +178,7 @@ qac_status qac_trainer_grads(qac_trainer *t, const qac_train_batch *b, double *l
     if (t->o.chunk == 0) {
         /* the whole batch with activations kept for both sides */
         if ((st = forward_range(t, &t->acts_q, mode, &q, 0, nq)) || (st = forward_range(t, &t->acts_p, mode, &p, 0, np)) ||
-            (st = qac_infonce(loss, q.dreps, p.dreps, q.reps, p.reps, nq, b->n, C, t->o.tau, t->o.sim)) ||
+            (st = batch_loss(t, loss, &q, &p, nq, b->n)) ||
             (st = backward_range(t, &t->acts_p, &p, 0, np)) || (st = backward_range(t, &t->acts_q, &q, 0, nq)))
             return st;
         return QAC_OK;
@@ -185,7 +191,7 @@ qac_status qac_trainer_grads(qac_trainer *t, const qac_train_batch *b, double *l
         for (int b0 = 0; b0 < sides[sd]->count && !st; b0 += k)
             st = forward_range(t, &t->acts_q, QAC_ACTS_INFER, sides[sd], b0,
                                sides[sd]->count - b0 < k ? sides[sd]->count - b0 : k);
-    if (st || (st = qac_infonce(loss, q.dreps, p.dreps, q.reps, p.reps, nq, b->n, C, t->o.tau, t->o.sim))) return st;
+    if (st || (st = batch_loss(t, loss, &q, &p, nq, b->n))) return st;
     for (int sd = 0; sd < 2; sd++)
         for (int b0 = 0; b0 < sides[sd]->count && !st; b0 += k) {
             int nb = sides[sd]->count - b0 < k ? sides[sd]->count - b0 : k;

@@ -17,10 +17,15 @@ Cases: InfoNCE with tau 1 and 0.05, dot and cosine similarity; dropout off.
 Plus, for the tiny model, "dropout": dropout 0.1 at all four of BERT's
 sites with exactly the masks qac draws (its counter-based generator is
 reproduced here and torch's dropout replaced by those masks), tau 0.05,
-cosine.
+cosine; and "pair": the PAIR loss (alpha 0.1, raw dot products).
 For each: the loss, the largest |logit| (it bounds the loss's float32
 rounding), and every parameter's gradient in qac's layout (Q, K, V
-fused per layer, layers stacked). Then, for the tiny model, 10 steps of
+fused per layer, layers stacked). Then, for the tiny model: the MLM head (BertOnlyMLMHead, decoder tied to
+the word embeddings) on the passages with 15% of tokens masked; the whole
+coCondenser objective (Condenser head, late MLM, contrastive) on
+query-as-context pairs; CoT-MAE (encoder MLM 0.30, a 1-layer decoder on the
+partner text masked at 0.45 with the encoder's [CLS] at position 0); and 10
+steps of
 torch.optim.AdamW (weight decay 0.01 on all but biases and LayerNorm
 weights, linear warmup 3 then decay over 10, grad-norm clip 1.0): the loss
 of every step and every parameter after step 10.
@@ -209,6 +214,224 @@ class InjectedDropout:
         torch.nn.functional.dropout = self.orig
 
 
+def mlm_case(model, c, p, tensors):
+    """The tiny encoder plus BertOnlyMLMHead (dense, GELU, LayerNorm, decoder
+    tied to the word embeddings, vocabulary bias) on the batch's passages
+    with 15% of their non-special tokens replaced by [MASK] (numpy seed 0);
+    mean cross-entropy over the masked positions."""
+    ids, lens = p[0].copy(), p[1]
+    labels = np.full(ids.shape, -100, dtype=np.int32)
+    rs = np.random.RandomState(0)
+    for b in range(ids.shape[0]):
+        cand = np.arange(1, lens[b] - 1)
+        pick = rs.choice(cand, max(1, int(round(0.15 * len(cand)))), replace=False)
+        labels[b, pick] = ids[b, pick]
+        ids[b, pick] = 103
+    C, V = c["hidden_size"], c["vocab_size"]
+    head = {"dense_w": (rs.standard_normal((C, C)) * 0.02).astype(np.float32),
+            "dense_b": (rs.standard_normal(C) * 0.02).astype(np.float32),
+            "ln_w": (1 + rs.standard_normal(C) * 0.1).astype(np.float32),
+            "ln_b": (rs.standard_normal(C) * 0.02).astype(np.float32),
+            "bias": (rs.standard_normal(V) * 0.02).astype(np.float32)}
+    ht = {k: torch.tensor(v, requires_grad=True) for k, v in head.items()}
+    model.zero_grad(set_to_none=True)
+    ids_t = torch.from_numpy(ids.astype(np.int64))
+    mask = (torch.arange(ids.shape[1])[None, :] < torch.from_numpy(lens.astype(np.int64))[:, None]).long()
+    h = model(input_ids=ids_t, attention_mask=mask, token_type_ids=torch.zeros_like(ids_t)).last_hidden_state
+    sel = torch.from_numpy(labels >= 0)
+    x = h[sel]
+    t = torch.nn.functional.gelu(x @ ht["dense_w"].T + ht["dense_b"])
+    u = torch.nn.functional.layer_norm(t, (C,), ht["ln_w"], ht["ln_b"], eps=c["layer_norm_eps"])
+    logits = u @ model.embeddings.word_embeddings.weight.T + ht["bias"]
+    loss = torch.nn.functional.cross_entropy(logits, torch.from_numpy(labels[labels >= 0].astype(np.int64)))
+    loss.backward()
+    tensors["mlm.ids"], tensors["mlm.labels"] = ids, labels
+    tensors["mlm.loss"] = np.array([loss.item(), logits.detach().abs().max().item()], dtype=np.float64)
+    for k, v in head.items():
+        tensors[f"mlm.init.{k}"] = v
+        tensors[f"mlm.head_grad.{k}"] = ht[k].grad.numpy()
+    for k, v in qac_layout(model, c, "grad").items():
+        tensors[f"mlm.grad.{k}"] = v
+
+
+LAYER_TENSORS = ["qkv_w", "qkv_b", "attn_out_w", "attn_out_b", "ln1_w", "ln1_b", "ffn_in_w", "ffn_in_b", "ffn_out_w",
+                 "ffn_out_b", "ln2_w", "ln2_b"]
+
+
+def bert_layer(x, keep, P, l, C, NH, eps):
+    """One post-LN BERT layer written out in torch (qac's layout, layer l)."""
+    B, T, _ = x.shape
+    hs = C // NH
+    qkv = x @ P["qkv_w"][l].T + P["qkv_b"][l]
+    q, k, v = (t.reshape(B, T, NH, hs).transpose(1, 2) for t in qkv.split(C, dim=-1))
+    sc = (q @ k.transpose(-1, -2)) / hs ** 0.5
+    sc = sc.masked_fill(~keep[:, None, None, :], float("-inf"))
+    ctx = (torch.softmax(sc, dim=-1) @ v).transpose(1, 2).reshape(B, T, C)
+    h1 = torch.nn.functional.layer_norm(ctx @ P["attn_out_w"][l].T + P["attn_out_b"][l] + x, (C,), P["ln1_w"][l],
+                                        P["ln1_b"][l], eps)
+    f = torch.nn.functional.gelu(h1 @ P["ffn_in_w"][l].T + P["ffn_in_b"][l]) @ P["ffn_out_w"][l].T + P["ffn_out_b"][l]
+    return torch.nn.functional.layer_norm(f + h1, (C,), P["ln2_w"][l], P["ln2_b"][l], eps)
+
+
+def cocondenser_case(model, c, q, p, tensors, skip=1, head_layers=2):
+    """coCondenser on query-as-context pairs: sequences [p_0, q_0, p_1, q_1,
+    ...] (each query group's positive passage and its query), 15% of tokens
+    masked (numpy seed 1). Loss = Condenser-head MLM + late (backbone) MLM
+    through one tied MLM head + the symmetric contrastive loss over the
+    last-layer [CLS] (tau 1, diagonal excluded). The head: 2 fresh post-LN
+    layers fed the last [CLS] at position 0 and hidden_states[skip] after."""
+    C, NH, V, eps = c["hidden_size"], c["num_attention_heads"], c["vocab_size"], c["layer_norm_eps"]
+    nq, T = q[0].shape[0], p[0].shape[1]
+    seqs, lens = [], []
+    for i in range(nq):
+        for ids, ln in ((p[0][i * NPASS], p[1][i * NPASS]), (q[0][i], q[1][i])):
+            row = np.zeros(T, dtype=np.int32)
+            row[:ln] = ids[:ln]
+            seqs.append(row)
+            lens.append(ln)
+    ids, lens = np.stack(seqs), np.array(lens, dtype=np.int32)
+    labels = np.full(ids.shape, -100, dtype=np.int32)
+    rs = np.random.RandomState(1)
+    for b in range(ids.shape[0]):
+        cand = np.arange(1, lens[b] - 1)
+        pick = rs.choice(cand, max(1, int(round(0.15 * len(cand)))), replace=False)
+        labels[b, pick] = ids[b, pick]
+        ids[b, pick] = 103
+    I, L = c["intermediate_size"], head_layers
+    shapes = {"qkv_w": (L, 3 * C, C), "qkv_b": (L, 3 * C), "attn_out_w": (L, C, C), "attn_out_b": (L, C),
+              "ln1_w": (L, C), "ln1_b": (L, C), "ffn_in_w": (L, I, C), "ffn_in_b": (L, I), "ffn_out_w": (L, C, I),
+              "ffn_out_b": (L, C), "ln2_w": (L, C), "ln2_b": (L, C)}
+    head = {}
+    for k in LAYER_TENSORS:
+        base = 1.0 if k.startswith("ln") and k.endswith("_w") else 0.0
+        head[k] = (base + rs.standard_normal(shapes[k]) * (0.1 if base else 0.05)).astype(np.float32)
+    mlm = {"dense_w": (rs.standard_normal((C, C)) * 0.05).astype(np.float32),
+           "dense_b": (rs.standard_normal(C) * 0.02).astype(np.float32),
+           "ln_w": (1 + rs.standard_normal(C) * 0.1).astype(np.float32),
+           "ln_b": (rs.standard_normal(C) * 0.02).astype(np.float32),
+           "bias": (rs.standard_normal(V) * 0.02).astype(np.float32)}
+    HT = {k: torch.tensor(v, requires_grad=True) for k, v in head.items()}
+    MT = {k: torch.tensor(v, requires_grad=True) for k, v in mlm.items()}
+    model.zero_grad(set_to_none=True)
+    ids_t = torch.from_numpy(ids.astype(np.int64))
+    keep = torch.arange(T)[None, :] < torch.from_numpy(lens.astype(np.int64))[:, None]
+    out = model(input_ids=ids_t, attention_mask=keep.long(), token_type_ids=torch.zeros_like(ids_t),
+                output_hidden_states=True)
+    last, mid = out.last_hidden_state, out.hidden_states[skip]
+    E = model.embeddings.word_embeddings.weight
+    sel = torch.from_numpy(labels >= 0)
+    tgt = torch.from_numpy(labels[labels >= 0].astype(np.int64))
+
+    def mlm_loss(h):
+        t = torch.nn.functional.gelu(h[sel] @ MT["dense_w"].T + MT["dense_b"])
+        u = torch.nn.functional.layer_norm(t, (C,), MT["ln_w"], MT["ln_b"], eps=eps)
+        return torch.nn.functional.cross_entropy(u @ E.T + MT["bias"], tgt)
+
+    x = torch.cat([last[:, :1], mid[:, 1:]], dim=1)
+    for l in range(L):
+        x = bert_layer(x, keep, HT, l, C, NH, eps)
+    cls = last[:, 0]
+    S = cls @ cls.T
+    S = S.masked_fill(torch.eye(S.shape[0], dtype=torch.bool), float("-inf"))
+    target = torch.arange(S.shape[0]) ^ 1
+    l_head, l_late, l_cl = mlm_loss(x), mlm_loss(last), torch.nn.functional.cross_entropy(S, target)
+    loss = l_head + l_late + l_cl
+    loss.backward()
+    tensors["coc.ids"], tensors["coc.lens"], tensors["coc.labels"] = ids, lens, labels
+    tensors["coc.loss"] = np.array([loss.item(), l_head.item(), l_late.item(), l_cl.item(),
+                                    S[~torch.eye(S.shape[0], dtype=torch.bool)].abs().max().item()], dtype=np.float64)
+    for k, v in head.items():
+        tensors[f"coc.head_init.{k}"] = v
+        tensors[f"coc.head_grad.{k}"] = HT[k].grad.numpy()
+    for k, v in mlm.items():
+        tensors[f"coc.mlm_init.{k}"] = v
+        tensors[f"coc.mlm_grad.{k}"] = MT[k].grad.numpy()
+    for k, v in qac_layout(model, c, "grad").items():
+        tensors[f"coc.grad.{k}"] = v
+
+
+def mask_rows(ids, lens, rate, rs):
+    ids, labels = ids.copy(), np.full(ids.shape, -100, dtype=np.int32)
+    for b in range(ids.shape[0]):
+        cand = np.arange(1, lens[b] - 1)
+        pick = rs.choice(cand, max(1, int(round(rate * len(cand)))), replace=False)
+        labels[b, pick] = ids[b, pick]
+        ids[b, pick] = 103
+    return ids, labels
+
+
+def cotmae_case(model, c, q, p, tensors, dec_layers=1):
+    """CoT-MAE, symmetric, on [p_i, q_i] pairs: the encoder reads each text
+    masked at 0.30 (MLM through the tied head); a fresh 1-layer decoder reads
+    the partner text masked at 0.45 through the backbone's embedding layer,
+    position 0 replaced by the encoder's last-layer [CLS], and reconstructs
+    it by MLM through the same head. Loss = encoder MLM + decoder MLM."""
+    C, NH, V, eps, I = (c["hidden_size"], c["num_attention_heads"], c["vocab_size"], c["layer_norm_eps"],
+                        c["intermediate_size"])
+    nq, T = q[0].shape[0], p[0].shape[1]
+    seqs, lens = [], []
+    for i in range(nq):
+        for ids, ln in ((p[0][i * NPASS], p[1][i * NPASS]), (q[0][i], q[1][i])):
+            row = np.zeros(T, dtype=np.int32)
+            row[:ln] = ids[:ln]
+            seqs.append(row)
+            lens.append(ln)
+    text, lens = np.stack(seqs), np.array(lens, dtype=np.int32)
+    rs = np.random.RandomState(2)
+    enc_ids, enc_labels = mask_rows(text, lens, 0.30, rs)
+    partner = np.arange(text.shape[0]) ^ 1
+    dec_ids, dec_labels = mask_rows(text[partner], lens[partner], 0.45, rs)
+    L = dec_layers
+    shapes = {"qkv_w": (L, 3 * C, C), "qkv_b": (L, 3 * C), "attn_out_w": (L, C, C), "attn_out_b": (L, C),
+              "ln1_w": (L, C), "ln1_b": (L, C), "ffn_in_w": (L, I, C), "ffn_in_b": (L, I), "ffn_out_w": (L, C, I),
+              "ffn_out_b": (L, C), "ln2_w": (L, C), "ln2_b": (L, C)}
+    head = {}
+    for k in LAYER_TENSORS:
+        base = 1.0 if k.startswith("ln") and k.endswith("_w") else 0.0
+        head[k] = (base + rs.standard_normal(shapes[k]) * (0.1 if base else 0.05)).astype(np.float32)
+    mlm = {"dense_w": (rs.standard_normal((C, C)) * 0.05).astype(np.float32),
+           "dense_b": (rs.standard_normal(C) * 0.02).astype(np.float32),
+           "ln_w": (1 + rs.standard_normal(C) * 0.1).astype(np.float32),
+           "ln_b": (rs.standard_normal(C) * 0.02).astype(np.float32),
+           "bias": (rs.standard_normal(V) * 0.02).astype(np.float32)}
+    HT = {k: torch.tensor(v, requires_grad=True) for k, v in head.items()}
+    MT = {k: torch.tensor(v, requires_grad=True) for k, v in mlm.items()}
+    model.zero_grad(set_to_none=True)
+    E = model.embeddings.word_embeddings.weight
+    lt = torch.from_numpy(lens.astype(np.int64))
+    keep = torch.arange(T)[None, :] < lt[:, None]
+    dkeep = torch.arange(T)[None, :] < lt[torch.from_numpy(partner)][:, None]
+
+    def mlm_loss(h, labels):
+        sel = torch.from_numpy(labels >= 0)
+        t = torch.nn.functional.gelu(h[sel] @ MT["dense_w"].T + MT["dense_b"])
+        u = torch.nn.functional.layer_norm(t, (C,), MT["ln_w"], MT["ln_b"], eps=eps)
+        return torch.nn.functional.cross_entropy(u @ E.T + MT["bias"],
+                                                 torch.from_numpy(labels[labels >= 0].astype(np.int64)))
+
+    ids_t = torch.from_numpy(enc_ids.astype(np.int64))
+    last = model(input_ids=ids_t, attention_mask=keep.long(), token_type_ids=torch.zeros_like(ids_t)).last_hidden_state
+    d_t = torch.from_numpy(dec_ids.astype(np.int64))
+    x = model.embeddings(input_ids=d_t, token_type_ids=torch.zeros_like(d_t))
+    x = torch.cat([last[:, :1], x[:, 1:]], dim=1)
+    for l in range(L):
+        x = bert_layer(x, dkeep, HT, l, C, NH, eps)
+    l_enc, l_dec = mlm_loss(last, enc_labels), mlm_loss(x, dec_labels)
+    loss = l_enc + l_dec
+    loss.backward()
+    tensors.update({"cot.enc_ids": enc_ids, "cot.enc_labels": enc_labels, "cot.dec_ids": dec_ids,
+                    "cot.dec_labels": dec_labels, "cot.lens": lens, "cot.dec_lens": lens[partner].astype(np.int32)})
+    tensors["cot.loss"] = np.array([loss.item(), l_enc.item(), l_dec.item(), 0.0], dtype=np.float64)
+    for k, v in head.items():
+        tensors[f"cot.head_init.{k}"] = v
+        tensors[f"cot.head_grad.{k}"] = HT[k].grad.numpy()
+    for k, v in mlm.items():
+        tensors[f"cot.mlm_init.{k}"] = v
+        tensors[f"cot.mlm_grad.{k}"] = MT[k].grad.numpy()
+    for k, v in qac_layout(model, c, "grad").items():
+        tensors[f"cot.grad.{k}"] = v
+
+
 def load_models(model_dir):
     from transformers import BertConfig, BertModel
     tcfg = BertConfig(**TINY)
@@ -287,6 +510,23 @@ def main():
             tensors["tiny.dropout.loss"] = np.array([loss.item(), infonce.max_logit], dtype=np.float64)
             for k, v in qac_layout(model, cfg, "grad").items():
                 tensors[f"tiny.dropout.grad.{k}"] = v
+            # PAIR (alpha 0.1, raw dot products over CLS)
+            model.zero_grad(set_to_none=True)
+            qv, pv = encode(model, *q, pooling, norm), encode(model, *p, pooling, norm)
+            nq_ = qv.shape[0]
+            pos = torch.arange(nq_) * NPASS
+            l_q = torch.nn.functional.cross_entropy(qv @ pv.T, pos)
+            negs = pv[torch.tensor([j for j in range(pv.shape[0]) if j % NPASS])]
+            l_p = torch.nn.functional.cross_entropy(pv[pos] @ torch.cat([qv, negs]).T, torch.arange(nq_))
+            loss = 0.9 * l_q + 0.1 * l_p
+            loss.backward()
+            tensors["tiny.pair.loss"] = np.array([loss.item(), max((qv @ pv.T).abs().max().item(),
+                                                                  (pv @ pv.T).abs().max().item())], dtype=np.float64)
+            for k, v in qac_layout(model, cfg, "grad").items():
+                tensors[f"tiny.pair.grad.{k}"] = v
+            mlm_case(model, cfg, p, tensors)
+            cocondenser_case(model, cfg, q, p, tensors)
+            cotmae_case(model, cfg, q, p, tensors)
             tensors["traj.loss"] = trajectory(model, cfg, q, p)
             for k, v in qac_layout(model, cfg, "data").items():
                 tensors[f"traj.param.{k}"] = v

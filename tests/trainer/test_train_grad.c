@@ -12,9 +12,14 @@
 #include <string.h>
 
 #include "../encoder/fixture.h"
+#include "bert_cpu.h"
+#include "qac_heads.h"
+#include "qac_pool.h"
 #include "qac_safetensors.h"
 #include "qac_train.h"
 #include "testutil.h"
+
+#define QAC_MAX_LAYERS_TEST 64
 
 static qac_safetensors *fx;
 static int NQ, NP;
@@ -125,12 +130,13 @@ static void grad_parity(const char *which) {
     static const struct { const char *name; float tau; qac_similarity sim; float drop; } cases[] = {
         {"tau1_dot", 1.0f, QAC_SIM_DOT, 0}, {"tau1_cos", 1.0f, QAC_SIM_COS, 0},
         {"tau005_dot", 0.05f, QAC_SIM_DOT, 0}, {"tau005_cos", 0.05f, QAC_SIM_COS, 0},
-        {"dropout", 0.05f, QAC_SIM_COS, 0.1f}};
-    int ncases = strcmp(which, "tiny") ? 4 : 5;
+        {"dropout", 0.05f, QAC_SIM_COS, 0.1f}, {"pair", 1.0f, QAC_SIM_DOT, 0}};
+    int ncases = strcmp(which, "tiny") ? 4 : 6;
     for (int c = 0; c < ncases; c++) {
         qac_train_opts o;
         opts_for(&o, cases[c].tau, cases[c].sim);
         o.hidden_dropout = o.attn_dropout = cases[c].drop; /* the fixture's torch run used qac's masks */
+        if (!strcmp(cases[c].name, "pair")) o.pair_alpha = 0.1f;
         qac_trainer *t = NULL;
         CHECK_OK(qac_trainer_create(&t, m, &o));
         if (!t) exit(1);
@@ -248,6 +254,329 @@ static void trajectory(void) {
     qac_model_free(m);
 }
 
+/* max |got - ref| / max |ref| of one named fixture tensor */
+static double compare_named(const float *got, const char *name, size_t n) {
+    const qac_st_tensor *t = need(name);
+    if (t->numel != n) {
+        fprintf(stderr, "%s: %llu values, expected %zu\n", name, (unsigned long long)t->numel, n);
+        exit(1);
+    }
+    float *ref = malloc(n * sizeof *ref);
+    qac_safetensors_read_f32(t, ref);
+    double md = 0, mr = 0;
+    for (size_t j = 0; j < n; j++) {
+        double d = fabs((double)got[j] - ref[j]);
+        md = d > md ? d : md;
+        mr = fabs(ref[j]) > mr ? fabs(ref[j]) : mr;
+    }
+    free(ref);
+    return mr > 0 ? md / mr : md;
+}
+
+/* The tiny encoder + the tied MLM head against torch, on masked passages. */
+static void mlm(void) {
+    qac_model *m = load_model("tiny");
+    const qac_bert_config *c = &m->cfg;
+    int C = c->hidden_size, V = c->vocab_size, L = c->num_layers, B = NQ * NP, T = p_T;
+    qac_pool *pool = NULL;
+    CHECK_OK(qac_pool_create(&pool, 2));
+    float *head = calloc(qac_mlm_param_count(C, V), sizeof(float)), *hgrad = calloc(qac_mlm_param_count(C, V), sizeof(float));
+    float *grad = calloc(m->n_params, sizeof(float));
+    qac_mlm_head h, hg;
+    qac_bert_params g;
+    qac_mlm_bind(&h, head, C, V);
+    qac_mlm_bind(&hg, hgrad, C, V);
+    qac_bert_params_bind(&g, c, grad);
+    float *hv[QAC_MLM_NUM_TENSORS] = {h.dense_w, h.dense_b, h.ln_w, h.ln_b, h.bias};
+    float *gv[QAC_MLM_NUM_TENSORS] = {hg.dense_w, hg.dense_b, hg.ln_w, hg.ln_b, hg.bias};
+    size_t hn[QAC_MLM_NUM_TENSORS] = {(size_t)C * C, (size_t)C, (size_t)C, (size_t)C, (size_t)V};
+    const char *names[QAC_MLM_NUM_TENSORS] = {"dense_w", "dense_b", "ln_w", "ln_b", "bias"};
+    char key[128];
+    for (int i = 0; i < QAC_MLM_NUM_TENSORS; i++) {
+        snprintf(key, sizeof key, "mlm.init.%s", names[i]);
+        qac_safetensors_read_f32(need(key), hv[i]);
+    }
+    int rows, cols;
+    int32_t *ids = ints("mlm.ids", &rows, &cols), *labels = ints("mlm.labels", &rows, &cols);
+    qac_bert_packed pk;
+    qac_bert_acts a = {0};
+    qac_bert_bwd w = {0};
+    CHECK_OK(qac_bert_pack(&pk, c, &m->p));
+    CHECK_OK(qac_bert_acts_alloc(&a, c, B, T, QAC_ACTS_KEEP, 2));
+    CHECK_OK(qac_bert_bwd_alloc(&w, c, B, T));
+    CHECK_OK(qac_bert_forward_train(&a, c, &m->p, &pk, ids, NULL, p_lens, B, T, NULL, pool));
+    /* gather the labelled positions, run the head, scatter its gradient */
+    int M = 0;
+    for (int i = 0; i < B * T; i++) M += labels[i] >= 0;
+    float *states = malloc((size_t)M * C * sizeof(float)), *dstates = malloc((size_t)M * C * sizeof(float));
+    float *dlast = calloc((size_t)B * T * C, sizeof(float));
+    int32_t *lab = malloc((size_t)M * sizeof *lab);
+    for (int i = 0, k = 0; i < B * T; i++)
+        if (labels[i] >= 0) {
+            memcpy(states + (size_t)k * C, a.last + (size_t)i * C, (size_t)C * sizeof(float));
+            lab[k++] = labels[i];
+        }
+    double loss = 0;
+    CHECK_OK(qac_mlm_loss(&loss, dstates, &hg, g.word_emb, &h, m->p.word_emb, states, lab, M, C, V,
+                          c->layer_norm_eps, pool));
+    for (int i = 0, k = 0; i < B * T; i++)
+        if (labels[i] >= 0) memcpy(dlast + (size_t)i * C, dstates + (size_t)(k++) * C, (size_t)C * sizeof(float));
+    const float *dh[QAC_MAX_LAYERS_TEST + 1] = {0};
+    dh[L] = dlast;
+    CHECK_OK(qac_bert_backward(&g, &w, dh, &a, c, &m->p, &pk, ids, NULL, p_lens, B, T, NULL, pool));
+    double ref = f64_at("mlm.loss", 0), lrel = fabs(loss - ref) / fabs(ref);
+    double ltol = fmax(1e-6, 4 * 0x1p-24 * f64_at("mlm.loss", 1) / fabs(ref));
+    const char *wn = "?";
+    double worst = compare_tensors(m, grad, "mlm.grad.", &wn, 0);
+    double hworst = 0;
+    const char *hwn = "?";
+    for (int i = 0; i < QAC_MLM_NUM_TENSORS; i++) {
+        snprintf(key, sizeof key, "mlm.head_grad.%s", names[i]);
+        double r = compare_named(gv[i], key, hn[i]);
+        if (r >= hworst) hworst = r, hwn = names[i];
+    }
+    printf("mlm: %d masked positions, loss %.9f (ref %.9f, rel %.2e, tol %.1e); encoder worst %s %.2e; head worst %s "
+           "%.2e\n",
+           M, loss, ref, lrel, ltol, wn, worst, hwn, hworst);
+    CHECK_MSG(lrel <= ltol, "mlm loss off by %.3e relative", lrel);
+    CHECK_MSG(worst <= 1e-4, "mlm: encoder gradient of %s off by %.3e relative", wn, worst);
+    CHECK_MSG(hworst <= 1e-4, "mlm: head gradient of %s off by %.3e relative", hwn, hworst);
+    free(states), free(dstates), free(dlast), free(lab), free(ids), free(labels), free(head), free(hgrad), free(grad);
+    qac_bert_acts_free(&a);
+    qac_bert_bwd_free(&w);
+    qac_bert_packed_free(&pk);
+    qac_pool_free(pool);
+    qac_model_free(m);
+}
+
+/* gather the rows of states [B*T,C] whose label is >= 0 */
+static int gather(float *out, int32_t *lab, const float *states, const int32_t *labels, int BT, int C) {
+    int k = 0;
+    for (int i = 0; i < BT; i++)
+        if (labels[i] >= 0) {
+            memcpy(out + (size_t)k * C, states + (size_t)i * C, (size_t)C * sizeof(float));
+            lab[k++] = labels[i];
+        }
+    return k;
+}
+
+static void scatter_add(float *d, const float *rows, const int32_t *labels, int BT, int C) {
+    for (int i = 0, k = 0; i < BT; i++)
+        if (labels[i] >= 0) {
+            for (int j = 0; j < C; j++) d[(size_t)i * C + j] += rows[(size_t)k * C + j];
+            k++;
+        }
+}
+
+/* A head's flat blocks: fresh BERT layers in the encoder's layout (the
+ * embedding views unused) and the MLM head, initial values from the fixture. */
+typedef struct heads {
+    qac_bert_config hc;
+    float *hmem, *hgrad, *mmem, *mgrad;
+    qac_bert_params hp, hg;
+    qac_mlm_head mh, mg;
+} heads;
+
+static const char *mlm_names[QAC_MLM_NUM_TENSORS] = {"dense_w", "dense_b", "ln_w", "ln_b", "bias"};
+
+static float **mlm_views(qac_mlm_head *h) {
+    static float *v[QAC_MLM_NUM_TENSORS];
+    v[0] = h->dense_w, v[1] = h->dense_b, v[2] = h->ln_w, v[3] = h->ln_b, v[4] = h->bias;
+    return v;
+}
+
+/* qac_bert_params is 19 float pointers in tensor order */
+static float *param_view(qac_bert_params *p, int i) { return ((float **)p)[i]; }
+
+static void heads_load(heads *h, const qac_bert_config *c, int layers, const char *prefix) {
+    char key[128];
+    h->hc = *c;
+    h->hc.num_layers = layers, h->hc.vocab_size = 1, h->hc.type_vocab_size = 1;
+    size_t hn = qac_bert_param_count(&h->hc), mn = qac_mlm_param_count(c->hidden_size, c->vocab_size);
+    h->hmem = calloc(hn, 4), h->hgrad = calloc(hn, 4), h->mmem = calloc(mn, 4), h->mgrad = calloc(mn, 4);
+    qac_bert_params_bind(&h->hp, &h->hc, h->hmem), qac_bert_params_bind(&h->hg, &h->hc, h->hgrad);
+    qac_mlm_bind(&h->mh, h->mmem, c->hidden_size, c->vocab_size), qac_mlm_bind(&h->mg, h->mgrad, c->hidden_size, c->vocab_size);
+    for (int i = 5; i < 17; i++) { /* the per-layer tensors, qkv_w .. ln2_b */
+        snprintf(key, sizeof key, "%s.head_init.%s", prefix, qac_bert_tensor_name(i));
+        qac_safetensors_read_f32(need(key), param_view(&h->hp, i));
+    }
+    float **mv = mlm_views(&h->mh);
+    for (int i = 0; i < QAC_MLM_NUM_TENSORS; i++) {
+        snprintf(key, sizeof key, "%s.mlm_init.%s", prefix, mlm_names[i]);
+        qac_safetensors_read_f32(need(key), mv[i]);
+    }
+}
+
+/* worst relative gradient error of the head layers (*hw) and the MLM head (*mw) */
+static void heads_compare(heads *h, const char *prefix, int C, int V, double *hw, const char **hwn, double *mw,
+                          const char **mwn) {
+    char key[128];
+    *hw = *mw = 0;
+    for (int i = 5; i < 17; i++) {
+        snprintf(key, sizeof key, "%s.head_grad.%s", prefix, qac_bert_tensor_name(i));
+        double r = compare_named(param_view(&h->hg, i), key, qac_bert_tensor_size(&h->hc, i));
+        if (r >= *hw) *hw = r, *hwn = qac_bert_tensor_name(i);
+    }
+    size_t msz[QAC_MLM_NUM_TENSORS] = {(size_t)C * C, (size_t)C, (size_t)C, (size_t)C, (size_t)V};
+    float **gv = mlm_views(&h->mg);
+    for (int i = 0; i < QAC_MLM_NUM_TENSORS; i++) {
+        snprintf(key, sizeof key, "%s.mlm_grad.%s", prefix, mlm_names[i]);
+        double r = compare_named(gv[i], key, msz[i]);
+        if (r >= *mw) *mw = r, *mwn = mlm_names[i];
+    }
+}
+
+static void heads_free(heads *h) { free(h->hmem), free(h->hgrad), free(h->mmem), free(h->mgrad); }
+
+/* The whole coCondenser objective against torch: Condenser head (2 layers
+ * on the last [CLS] and the states after layer 1) with MLM, late MLM, and
+ * the contrastive loss over the [CLS] of query-as-context pairs. */
+static void cocondenser(void) {
+    qac_model *m = load_model("tiny");
+    const qac_bert_config *c = &m->cfg;
+    int C = c->hidden_size, V = c->vocab_size, L = c->num_layers, skip = 1;
+    int rows, T;
+    int32_t *ids = ints("coc.ids", &rows, &T), *labels = ints("coc.labels", &rows, &T);
+    int *lens = ints("coc.lens", &rows, NULL), B = rows, BT = B * T;
+    qac_pool *pool = NULL;
+    CHECK_OK(qac_pool_create(&pool, 2));
+    heads h;
+    heads_load(&h, c, 2, "coc");
+    float *grad = calloc(m->n_params, sizeof(float));
+    qac_bert_params g;
+    qac_bert_params_bind(&g, c, grad);
+    qac_bert_packed pk, hpk;
+    qac_bert_acts a = {0}, ha = {0};
+    qac_bert_bwd w = {0}, hw = {0};
+    CHECK_OK(qac_bert_pack(&pk, c, &m->p));
+    CHECK_OK(qac_bert_pack(&hpk, &h.hc, &h.hp));
+    CHECK_OK(qac_bert_acts_alloc(&a, c, B, T, QAC_ACTS_KEEP, 2));
+    CHECK_OK(qac_bert_acts_alloc(&ha, &h.hc, B, T, QAC_ACTS_KEEP, 2));
+    CHECK_OK(qac_bert_bwd_alloc(&w, c, B, T));
+    CHECK_OK(qac_bert_bwd_alloc(&hw, &h.hc, B, T));
+    size_t NC = (size_t)BT * C;
+    float *x = malloc(NC * 4), *dlast = calloc(NC, 4), *dmid = calloc(NC, 4), *st = malloc(NC * 4), *dst = malloc(NC * 4);
+    float *cls = malloc((size_t)B * C * 4), *dcls = malloc((size_t)B * C * 4), *dhead = calloc(NC, 4);
+    int32_t *lab = malloc((size_t)BT * sizeof *lab);
+    CHECK_OK(qac_bert_forward_train(&a, c, &m->p, &pk, ids, NULL, lens, B, T, NULL, pool));
+    const float *mid = a.hidden + (size_t)skip * NC;
+    qac_condenser_input(x, a.last, mid, B, T, C);
+    CHECK_OK(qac_bert_layers_forward(&ha, &h.hc, &h.hp, &hpk, x, lens, B, T, NULL, pool));
+    double l_head = 0, l_late = 0, l_cl = 0;
+    int M = gather(st, lab, ha.last, labels, BT, C);
+    CHECK_OK(qac_mlm_loss(&l_head, dst, &h.mg, g.word_emb, &h.mh, m->p.word_emb, st, lab, M, C, V, c->layer_norm_eps,
+                          pool));
+    scatter_add(dhead, dst, labels, BT, C);
+    CHECK_OK(qac_bert_layers_backward(&h.hg, &hw, dhead, &ha, &h.hc, &h.hp, &hpk, lens, B, T, NULL, pool));
+    qac_condenser_input_backward(dlast, dmid, hw.dy, B, T, C);
+    gather(st, lab, a.last, labels, BT, C);
+    CHECK_OK(qac_mlm_loss(&l_late, dst, &h.mg, g.word_emb, &h.mh, m->p.word_emb, st, lab, M, C, V, c->layer_norm_eps,
+                          pool));
+    scatter_add(dlast, dst, labels, BT, C);
+    for (int b = 0; b < B; b++) memcpy(cls + (size_t)b * C, a.last + (size_t)b * T * C, (size_t)C * 4);
+    CHECK_OK(qac_cocondenser_loss(&l_cl, dcls, cls, B, C, 1.0f));
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < C; j++) dlast[(size_t)b * T * C + j] += dcls[(size_t)b * C + j];
+    const float *dh[QAC_MAX_LAYERS_TEST + 1] = {0};
+    dh[L] = dlast, dh[skip] = dmid;
+    CHECK_OK(qac_bert_backward(&g, &w, dh, &a, c, &m->p, &pk, ids, NULL, lens, B, T, NULL, pool));
+
+    double loss = l_head + l_late + l_cl, ref = f64_at("coc.loss", 0);
+    double lrel = fabs(loss - ref) / fabs(ref), ltol = fmax(1e-6, 4 * 0x1p-24 * f64_at("coc.loss", 4) / fabs(ref));
+    const char *wn = "?", *hwn = "?", *mwn = "?";
+    double worst = compare_tensors(m, grad, "coc.grad.", &wn, 0), hworst, mworst;
+    heads_compare(&h, "coc", C, V, &hworst, &hwn, &mworst, &mwn);
+    printf("cocondenser: loss %.9f = head MLM %.6f + late MLM %.6f + contrastive %.6f (ref %.9f: %.6f %.6f %.6f; rel "
+           "%.2e, tol %.1e)\n  worst gradient: encoder %s %.2e, head layers %s %.2e, MLM head %s %.2e\n",
+           loss, l_head, l_late, l_cl, ref, f64_at("coc.loss", 1), f64_at("coc.loss", 2), f64_at("coc.loss", 3), lrel,
+           ltol, wn, worst, hwn, hworst, mwn, mworst);
+    CHECK_MSG(lrel <= ltol, "cocondenser loss off by %.3e relative", lrel);
+    CHECK_MSG(worst <= 1e-4, "cocondenser: encoder gradient of %s off by %.3e", wn, worst);
+    CHECK_MSG(hworst <= 1e-4, "cocondenser: head-layer gradient of %s off by %.3e", hwn, hworst);
+    CHECK_MSG(mworst <= 1e-4, "cocondenser: MLM-head gradient of %s off by %.3e", mwn, mworst);
+    free(x), free(dlast), free(dmid), free(st), free(dst), free(cls), free(dcls), free(lab), free(dhead);
+    free(grad), free(ids), free(labels), free(lens);
+    heads_free(&h);
+    qac_bert_acts_free(&a), qac_bert_acts_free(&ha), qac_bert_bwd_free(&w), qac_bert_bwd_free(&hw);
+    qac_bert_packed_free(&pk), qac_bert_packed_free(&hpk);
+    qac_pool_free(pool);
+    qac_model_free(m);
+}
+
+/* CoT-MAE against torch: encoder MLM at 0.30 plus a 1-layer decoder that
+ * reads the partner text (masked at 0.45) through the backbone's embedding
+ * layer with the encoder's [CLS] at position 0. */
+static void cotmae(void) {
+    qac_model *m = load_model("tiny");
+    const qac_bert_config *c = &m->cfg;
+    int C = c->hidden_size, V = c->vocab_size, L = c->num_layers;
+    int rows, T;
+    int32_t *ids = ints("cot.enc_ids", &rows, &T), *labels = ints("cot.enc_labels", &rows, &T);
+    int32_t *dids = ints("cot.dec_ids", &rows, &T), *dlabels = ints("cot.dec_labels", &rows, &T);
+    int *lens = ints("cot.lens", &rows, NULL), *dlens = ints("cot.dec_lens", &rows, NULL), B = rows, BT = B * T;
+    qac_pool *pool = NULL;
+    CHECK_OK(qac_pool_create(&pool, 2));
+    heads h;
+    heads_load(&h, c, 1, "cot");
+    float *grad = calloc(m->n_params, sizeof(float));
+    qac_bert_params g;
+    qac_bert_params_bind(&g, c, grad);
+    qac_bert_packed pk, hpk;
+    qac_bert_acts a = {0}, ha = {0};
+    qac_bert_bwd w = {0}, hw = {0};
+    CHECK_OK(qac_bert_pack(&pk, c, &m->p));
+    CHECK_OK(qac_bert_pack(&hpk, &h.hc, &h.hp));
+    CHECK_OK(qac_bert_acts_alloc(&a, c, B, T, QAC_ACTS_KEEP, 2));
+    CHECK_OK(qac_bert_acts_alloc(&ha, &h.hc, B, T, QAC_ACTS_KEEP, 2));
+    CHECK_OK(qac_bert_bwd_alloc(&w, c, B, T));
+    CHECK_OK(qac_bert_bwd_alloc(&hw, &h.hc, B, T));
+    size_t NC = (size_t)BT * C;
+    float *x = malloc(NC * 4), *emb = malloc(NC * 4), *mean = malloc((size_t)BT * 4), *rstd = malloc((size_t)BT * 4);
+    float *dlast = calloc(NC, 4), *st = malloc(NC * 4), *dst = malloc(NC * 4), *ddec = calloc(NC, 4);
+    float *cls = malloc((size_t)B * C * 4), *dcls = calloc((size_t)B * C, 4), *scratch = malloc(2 * NC * 4);
+    int32_t *lab = malloc((size_t)BT * sizeof *lab);
+    CHECK_OK(qac_bert_forward_train(&a, c, &m->p, &pk, ids, NULL, lens, B, T, NULL, pool));
+    for (int b = 0; b < B; b++) memcpy(cls + (size_t)b * C, a.last + (size_t)b * T * C, (size_t)C * 4);
+    qac_cotmae_input(x, emb, mean, rstd, dids, cls, c, &m->p, B, T, pool);
+    CHECK_OK(qac_bert_layers_forward(&ha, &h.hc, &h.hp, &hpk, x, dlens, B, T, NULL, pool));
+    double l_enc = 0, l_dec = 0;
+    int M = gather(st, lab, ha.last, dlabels, BT, C);
+    CHECK_OK(qac_mlm_loss(&l_dec, dst, &h.mg, g.word_emb, &h.mh, m->p.word_emb, st, lab, M, C, V, c->layer_norm_eps,
+                          pool));
+    scatter_add(ddec, dst, dlabels, BT, C);
+    CHECK_OK(qac_bert_layers_backward(&h.hg, &hw, ddec, &ha, &h.hc, &h.hp, &hpk, dlens, B, T, NULL, pool));
+    qac_cotmae_input_backward(dcls, &g, hw.dy, emb, mean, rstd, dids, c, &m->p, B, T, scratch, pool);
+    M = gather(st, lab, a.last, labels, BT, C);
+    CHECK_OK(qac_mlm_loss(&l_enc, dst, &h.mg, g.word_emb, &h.mh, m->p.word_emb, st, lab, M, C, V, c->layer_norm_eps,
+                          pool));
+    scatter_add(dlast, dst, labels, BT, C);
+    for (int b = 0; b < B; b++)
+        for (int j = 0; j < C; j++) dlast[(size_t)b * T * C + j] += dcls[(size_t)b * C + j];
+    const float *dh[QAC_MAX_LAYERS_TEST + 1] = {0};
+    dh[L] = dlast;
+    CHECK_OK(qac_bert_backward(&g, &w, dh, &a, c, &m->p, &pk, ids, NULL, lens, B, T, NULL, pool));
+
+    double loss = l_enc + l_dec, ref = f64_at("cot.loss", 0), lrel = fabs(loss - ref) / fabs(ref);
+    const char *wn = "?", *hwn = "?", *mwn = "?";
+    double worst = compare_tensors(m, grad, "cot.grad.", &wn, 0), hworst, mworst;
+    heads_compare(&h, "cot", C, V, &hworst, &hwn, &mworst, &mwn);
+    printf("cotmae: loss %.9f = encoder MLM %.6f + decoder MLM %.6f (ref %.9f: %.6f %.6f; rel %.2e)\n"
+           "  worst gradient: encoder %s %.2e, decoder layers %s %.2e, MLM head %s %.2e\n",
+           loss, l_enc, l_dec, ref, f64_at("cot.loss", 1), f64_at("cot.loss", 2), lrel, wn, worst, hwn, hworst, mwn,
+           mworst);
+    CHECK_MSG(lrel <= 1e-6, "cotmae loss off by %.3e relative", lrel);
+    CHECK_MSG(worst <= 1e-4, "cotmae: encoder gradient of %s off by %.3e", wn, worst);
+    CHECK_MSG(hworst <= 1e-4, "cotmae: decoder-layer gradient of %s off by %.3e", hwn, hworst);
+    CHECK_MSG(mworst <= 1e-4, "cotmae: MLM-head gradient of %s off by %.3e", mwn, mworst);
+    free(x), free(emb), free(mean), free(rstd), free(dlast), free(st), free(dst), free(ddec), free(cls), free(dcls);
+    free(scratch), free(lab), free(grad), free(ids), free(labels), free(dids), free(dlabels), free(lens), free(dlens);
+    heads_free(&h);
+    qac_bert_acts_free(&a), qac_bert_acts_free(&ha), qac_bert_bwd_free(&w), qac_bert_bwd_free(&hw);
+    qac_bert_packed_free(&pk), qac_bert_packed_free(&hpk);
+    qac_pool_free(pool);
+    qac_model_free(m);
+}
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: %s FIXTURE grad|gradcache|traj [tiny|minilm]\n", argv[0]);
@@ -264,6 +593,9 @@ int main(int argc, char **argv) {
     (void)cols;
     if (!strcmp(argv[2], "grad")) grad_parity(argc > 3 ? argv[3] : "tiny");
     else if (!strcmp(argv[2], "gradcache")) gradcache();
+    else if (!strcmp(argv[2], "mlm")) mlm();
+    else if (!strcmp(argv[2], "cocondenser")) cocondenser();
+    else if (!strcmp(argv[2], "cotmae")) cotmae();
     else trajectory();
     qac_safetensors_close(fx);
     free(q_ids), free(p_ids), free(q_lens), free(p_lens);

@@ -1,0 +1,142 @@
+/* Whole-word MLM masking and the tied MLM head (see qac_heads.h). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bert_cpu.h"
+#include "gemm.h"
+#include "qac_heads.h"
+#include "qac_rng.h"
+
+qac_status qac_word_starts(uint8_t **out, const qac_tokenizer *tok) {
+    int V = qac_tokenizer_vocab_size(tok);
+    uint8_t *ws = malloc((size_t)V);
+    if (!ws) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < V; i++) {
+        const char *t = qac_tokenizer_id_to_token(tok, i);
+        ws[i] = !(t && t[0] == '#' && t[1] == '#');
+    }
+    *out = ws;
+    return QAC_OK;
+}
+
+static int is_special(int32_t id, const qac_special_ids *sp) {
+    return id == sp->cls || id == sp->sep || id == sp->pad || id == sp->mask;
+}
+
+void qac_mask_whole_words(int32_t *ids, int32_t *labels, int len, const uint8_t *word_start, const qac_special_ids *sp,
+                          const qac_mask_opts *o, uint64_t key) {
+    /* word w spans [start[w], end[w]) of the original ids: spans are fixed
+     * before any token changes (a random replacement may be a "##" piece) */
+    int *start = malloc((size_t)(2 * len + 1) * sizeof *start), *end = start + len, nw = 0;
+    for (int t = 0; t < len; t++) {
+        labels[t] = -100;
+        if (is_special(ids[t], sp)) {
+            if (nw && end[nw - 1] < 0) end[nw - 1] = t;
+            continue;
+        }
+        if (nw == 0 || word_start[ids[t]] || is_special(ids[t - 1], sp)) {
+            if (nw && end[nw - 1] < 0) end[nw - 1] = t;
+            start[nw] = t, end[nw] = -1, nw++;
+        }
+    }
+    if (nw && end[nw - 1] < 0) end[nw - 1] = len;
+    if (nw == 0) {
+        free(start);
+        return;
+    }
+    int k = (int)lround(nw * (double)o->rate);
+    k = k < 1 ? 1 : k > nw ? nw : k;
+    /* the first k of a seeded Fisher-Yates shuffle of the words */
+    int *order = malloc((size_t)nw * sizeof *order);
+    for (int i = 0; i < nw; i++) order[i] = i;
+    for (int i = 0; i < k; i++) {
+        int j = i + (int)qac_rng_below(key, (uint64_t)i, (uint64_t)(nw - i));
+        int tmp = order[i];
+        order[i] = order[j], order[j] = tmp;
+    }
+    uint64_t tk = qac_rng_mix(key ^ 0x746F6B656E73ull);
+    for (int i = 0; i < k; i++) {
+        int w = order[i];
+        for (int t = start[w]; t < end[w]; t++) {
+            labels[t] = ids[t];
+            float u = qac_rng_uniform(tk, 2 * (uint64_t)t);
+            if (u < 0.8f) ids[t] = o->mask_id;
+            else if (qac_rng_uniform(tk, 2 * (uint64_t)t + 1) < 0.5f)
+                ids[t] = (int32_t)qac_rng_below(tk, ((uint64_t)1 << 32) + (uint64_t)t, (uint64_t)o->vocab_size);
+        }
+    }
+    free(order);
+    free(start);
+}
+
+size_t qac_mlm_param_count(int C, int V) { return (size_t)C * C + 3 * (size_t)C + (size_t)V; }
+
+void qac_mlm_bind(qac_mlm_head *h, float *base, int C, int V) {
+    (void)V;
+    h->dense_w = base;
+    h->dense_b = h->dense_w + (size_t)C * C;
+    h->ln_w = h->dense_b + C;
+    h->ln_b = h->ln_w + C;
+    h->bias = h->ln_b + C;
+}
+
+void qac_mlm_init(qac_mlm_head *h, int C, int V, uint64_t seed) {
+    uint64_t key = qac_rng_key(seed, 0x6D6C6D, 0, 0);
+    for (size_t i = 0; i < (size_t)C * C; i += 2) { /* Box-Muller pairs */
+        double u1 = (qac_rng_u64(key, i) >> 11) * 0x1p-53, u2 = (qac_rng_u64(key, i + 1) >> 11) * 0x1p-53;
+        double r = sqrt(-2.0 * log(u1 > 0 ? u1 : 0x1p-53)) * 0.02;
+        h->dense_w[i] = (float)(r * cos(2 * M_PI * u2));
+        if (i + 1 < (size_t)C * C) h->dense_w[i + 1] = (float)(r * sin(2 * M_PI * u2));
+    }
+    for (int i = 0; i < C; i++) h->dense_b[i] = 0, h->ln_w[i] = 1, h->ln_b[i] = 0;
+    memset(h->bias, 0, (size_t)V * sizeof(float));
+}
+
+qac_status qac_mlm_loss(double *loss, float *dstates, qac_mlm_head *g, float *dword, const qac_mlm_head *h,
+                        const float *word_emb, const float *states, const int32_t *labels, int M, int C, int V,
+                        float ln_eps, qac_pool *pool) {
+    *loss = 0;
+    if (M < 1) return QAC_OK;
+    for (int i = 0; i < M; i++)
+        if (labels[i] < 0 || labels[i] >= V)
+            return qac_set_error(QAC_ERR_INVALID, "mlm: label %d out of range [0, %d)", labels[i], V);
+    size_t MC = (size_t)M * C, MV = (size_t)M * V;
+    size_t nW = qac_gemm_packed_floats(C, C), nE = qac_gemm_packed_floats(V, C);
+    size_t scratch = g ? qac_matmul_backward_scratch(M, C, V) : 0;
+    size_t total = 4 * MC + 2 * (size_t)M + MV + nW + nE + scratch;
+    float *mem = malloc(total * sizeof *mem);
+    if (!mem) return qac_set_error(QAC_ERR_NOMEM, "mlm: cannot allocate %.1f MiB for %d positions",
+                                   (double)total * 4 / (1 << 20), M);
+    float *pre = mem, *act = pre + MC, *u = act + MC, *du = u + MC, *mean = du + MC, *rstd = mean + M;
+    float *logits = rstd + M, *pw = logits + MV, *pe = pw + nW, *scr = pe + nE;
+    qac_gemm_pack_parallel(pw, h->dense_w, C, C, C, 0, pool);
+    qac_gemm_pack_parallel(pe, word_emb, V, C, C, 0, pool);
+    qac_packed_w W = {pw, C, C, NULL}, E = {pe, C, V, NULL};
+    qac_matmul_gelu_packed(act, pre, states, &W, h->dense_b, M, pool);
+    qac_layernorm_forward(u, mean, rstd, act, h->ln_w, h->ln_b, M, C, ln_eps, pool);
+    qac_gemm(logits, u, &E, h->bias, NULL, M, pool);
+    double total_loss = 0;
+    for (int i = 0; i < M; i++) {
+        float *row = logits + (size_t)i * V;
+        double mx = row[0];
+        for (int v = 1; v < V; v++) mx = row[v] > mx ? row[v] : mx;
+        double z = 0;
+        for (int v = 0; v < V; v++) z += exp(row[v] - mx);
+        double lse = mx + log(z);
+        total_loss += lse - row[labels[i]];
+        if (g) { /* dL/dlogits = (softmax - onehot) / M */
+            for (int v = 0; v < V; v++) row[v] = (float)(exp(row[v] - lse) / M);
+            row[labels[i]] -= 1.0f / M;
+        }
+    }
+    *loss = total_loss / M;
+    if (g) {
+        qac_matmul_backward(du, dword, g->bias, logits, u, word_emb, NULL, M, C, V, scr, pool);
+        qac_layernorm_backward(du, g->ln_w, g->ln_b, du, act, mean, rstd, h->ln_w, M, C, pool);
+        qac_gelu_backward(du, du, pre, MC, pool);
+        qac_matmul_backward(dstates, g->dense_w, g->dense_b, du, states, h->dense_w, NULL, M, C, C, scr, pool);
+    }
+    free(mem);
+    return QAC_OK;
+}
