@@ -25,7 +25,11 @@ typedef struct qac_encoder_opts {
     qac_device device;       /* AUTO picks CUDA when a GPU is usable */
     int threads;             /* CPU threads; 0 = all cores */
     int max_batch;           /* sequences per forward pass; 0 = backend default */
-    qac_precision precision; /* CUDA only; the CPU backend is always fp32 */
+    qac_precision precision; /* CUDA only */
+    /* CPU: QAC_PREC_FP32 (the default, 0) or QAC_PREC_BF16: the linear
+     * layers' weights and inputs in bf16, products summed in fp32
+     * (vdpbf16ps where the CPU has AVX512_BF16); the rest stays fp32. */
+    qac_precision cpu_precision;
 } qac_encoder_opts;
 
 /* Defaults: AUTO, all cores, backend batch, bf16 on CUDA. */

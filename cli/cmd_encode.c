@@ -24,6 +24,8 @@ static const qac_opt encode_opts[] = {
     {"batch", QAC_OPT_INT, "0", 0, 4096, NULL, "QAC_BATCH", "sequences per forward pass; 0 = backend default", 0},
     {"threads", QAC_OPT_INT, "0", 0, 1024, NULL, "QAC_THREADS", "CPU threads; 0 = all cores", 0},
     {"device", QAC_OPT_ENUM, "auto", 0, -1, "auto|cpu|cuda", "QAC_DEVICE", "encoder backend", 0},
+    {"dtype", QAC_OPT_ENUM, "fp32", 0, -1, "fp32|bf16", "QAC_DTYPE",
+     "CPU encoder precision: bf16 runs the linear layers in bf16 (fp32 sums)", 0},
 };
 #define N_OPTS (int)(sizeof encode_opts / sizeof encode_opts[0])
 
@@ -75,6 +77,7 @@ int qac_cmd_encode(int argc, char **argv) {
     eo.device = qac_cli_device(dev);
     eo.threads = (int)qac_opts_int(&o, "threads");
     eo.max_batch = (int)qac_opts_int(&o, "batch");
+    eo.cpu_precision = strcmp(qac_opts_str(&o, "dtype"), "bf16") ? QAC_PREC_FP32 : QAC_PREC_BF16;
 
     qac_model *m = NULL;
     qac_encoder *e = NULL;

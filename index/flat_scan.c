@@ -3,14 +3,17 @@
  * thread, then merge the threads' heaps.
  *
  * The AVX2 kernel scores 4 queries x 3 rows per step (12 accumulators);
- * the portable kernel does the same sums one pair at a time. Both give
- * bit-identical scores. fp16 rows are widened exactly (F16C or in
+ * the AVX-512 one 4 queries x 8 rows (16 registers, each two queries' 8
+ * lanes against one row); the portable kernel does the same sums one pair
+ * at a time. Each score is the same 8 lane chains and the same final sum
+ * tree in all three: bit-identical scores. fp16 rows are widened exactly (F16C or in
  * software) and then scored like fp32 ones. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "flat_scan.h"
+#include "qac_cpu.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -188,13 +191,113 @@ SCORE_AVX2(score_avx2_f32, float, LOAD_F32, tail_f32)
 SCORE_AVX2(score_avx2_f16, uint16_t, LOAD_F16, tail_f16)
 #undef SCORE_AVX2
 #undef TILE
+
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
+
+/* One row's 8 dims, broadcast to both halves; the tail zero-padded by mask. */
+#define BCAST_F32(p) _mm512_broadcast_f32x8(_mm256_loadu_ps(p))
+#define BCAST_F16(p) _mm512_cvtph_ps(_mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(p))))
+#define BTAIL_F32(p, mk) _mm512_broadcast_f32x8(_mm256_maskz_loadu_ps(mk, p))
+#define BTAIL_F16(p, mk) _mm512_cvtph_ps(_mm256_broadcastsi128_si256(_mm_maskz_loadu_epi16(mk, p)))
+
+/* QN (2 or 4) queries x RN rows: acc[a][b] holds query 2a in its low
+ * 8 lanes and query 2a + 1 in its high 8, both against row b. */
+#define TILE512(QN, RN, BX, BTX)                                                                             \
+    do {                                                                                                     \
+        __m512 acc[QN / 2][RN];                                                                              \
+        _Pragma("GCC unroll 2") for (int a_ = 0; a_ < QN / 2; a_++)                                          \
+            _Pragma("GCC unroll 8") for (int b_ = 0; b_ < RN; b_++) acc[a_][b_] = _mm512_setzero_ps();        \
+        int d = 0;                                                                                           \
+        for (; d + 8 <= dim; d += 8) {                                                                       \
+            __m512 qv[QN / 2];                                                                               \
+            _Pragma("GCC unroll 2") for (int a_ = 0; a_ < QN / 2; a_++) qv[a_] = _mm512_insertf32x8(         \
+                _mm512_castps256_ps512(_mm256_loadu_ps(q0 + (size_t)(2 * a_) * dim + d)),                    \
+                _mm256_loadu_ps(q0 + (size_t)(2 * a_ + 1) * dim + d), 1);                                     \
+            _Pragma("GCC unroll 8") for (int b_ = 0; b_ < RN; b_++) {                                        \
+                __m512 xv = BX(x0 + (size_t)b_ * dim + d);                                                   \
+                _Pragma("GCC unroll 2") for (int a_ = 0; a_ < QN / 2; a_++)                                  \
+                    acc[a_][b_] = _mm512_fmadd_ps(qv[a_], xv, acc[a_][b_]);                                  \
+            }                                                                                                \
+        }                                                                                                    \
+        if (d < dim) {                                                                                       \
+            __mmask8 mk = (__mmask8)((1u << (dim - d)) - 1);                                                 \
+            __m512 qv[QN / 2];                                                                               \
+            for (int a_ = 0; a_ < QN / 2; a_++) qv[a_] = _mm512_insertf32x8(                                 \
+                _mm512_castps256_ps512(_mm256_maskz_loadu_ps(mk, q0 + (size_t)(2 * a_) * dim + d)),          \
+                _mm256_maskz_loadu_ps(mk, q0 + (size_t)(2 * a_ + 1) * dim + d), 1);                           \
+            for (int b_ = 0; b_ < RN; b_++) {                                                                \
+                __m512 xv = BTX(x0 + (size_t)b_ * dim + d, mk);                                              \
+                for (int a_ = 0; a_ < QN / 2; a_++) acc[a_][b_] = _mm512_fmadd_ps(qv[a_], xv, acc[a_][b_]);  \
+            }                                                                                                \
+        }                                                                                                    \
+        /* lane sums four at a time, as the AVX2 kernel does them */                                         \
+        __m256 h_[QN * RN + 3];                                                                              \
+        float *dst_[QN * RN + 3];                                                                            \
+        float sink_[4];                                                                                      \
+        int nh_ = 0;                                                                                         \
+        _Pragma("GCC unroll 2") for (int a_ = 0; a_ < QN / 2; a_++)                                          \
+            _Pragma("GCC unroll 8") for (int b_ = 0; b_ < RN; b_++) {                                        \
+                h_[nh_] = _mm512_castps512_ps256(acc[a_][b_]), dst_[nh_++] = o0 + (size_t)(2 * a_) * ldo + b_; \
+                h_[nh_] = _mm512_extractf32x8_ps(acc[a_][b_], 1);                                             \
+                dst_[nh_++] = o0 + (size_t)(2 * a_ + 1) * ldo + b_;                                          \
+            }                                                                                                \
+        for (int t_ = nh_; t_ < QN * RN + 3; t_++) h_[t_] = _mm256_setzero_ps(), dst_[t_] = sink_;           \
+        for (int t_ = 0; t_ < nh_; t_ += 4) {                                                                \
+            float s_[4];                                                                                     \
+            _mm_storeu_ps(s_, reduce4(h_[t_], h_[t_ + 1], h_[t_ + 2], h_[t_ + 3]));                          \
+            for (int u_ = 0; u_ < 4; u_++) *dst_[t_ + u_] = s_[u_];                                          \
+        }                                                                                                    \
+    } while (0)
+
+/* query pairs (4, then 2) x 8 rows; a last odd query through the AVX2 kernel */
+#define SCORE_AVX512(NAME, XT, BX, BTX, AVX2_NAME)                                                         \
+    AVX512 static void NAME(const void *xp, int m, int dim, const float *q, int nq, float *out, int ldo) { \
+        const XT *x = xp;                                                                                  \
+        int i = 0;                                                                                         \
+        for (; i + 2 <= nq; i += 4) {                                                                      \
+            int qn = nq - i < 4 ? 2 : 4;                                                                   \
+            const float *q0 = q + (size_t)i * dim;                                                         \
+            for (int r = 0; r < m; r += 8) {                                                               \
+                int rn = m - r < 8 ? m - r : 8;                                                            \
+                const XT *x0 = x + (size_t)r * dim;                                                        \
+                float *o0 = out + (size_t)i * ldo + r;                                                     \
+                switch (qn * 8 + rn) {                                                                     \
+                case 4 * 8 + 8: TILE512(4, 8, BX, BTX); break;                                             \
+                case 4 * 8 + 7: TILE512(4, 7, BX, BTX); break;                                             \
+                case 4 * 8 + 6: TILE512(4, 6, BX, BTX); break;                                             \
+                case 4 * 8 + 5: TILE512(4, 5, BX, BTX); break;                                             \
+                case 4 * 8 + 4: TILE512(4, 4, BX, BTX); break;                                             \
+                case 4 * 8 + 3: TILE512(4, 3, BX, BTX); break;                                             \
+                case 4 * 8 + 2: TILE512(4, 2, BX, BTX); break;                                             \
+                case 4 * 8 + 1: TILE512(4, 1, BX, BTX); break;                                             \
+                case 2 * 8 + 8: TILE512(2, 8, BX, BTX); break;                                             \
+                case 2 * 8 + 7: TILE512(2, 7, BX, BTX); break;                                             \
+                case 2 * 8 + 6: TILE512(2, 6, BX, BTX); break;                                             \
+                case 2 * 8 + 5: TILE512(2, 5, BX, BTX); break;                                             \
+                case 2 * 8 + 4: TILE512(2, 4, BX, BTX); break;                                             \
+                case 2 * 8 + 3: TILE512(2, 3, BX, BTX); break;                                             \
+                case 2 * 8 + 2: TILE512(2, 2, BX, BTX); break;                                             \
+                default: TILE512(2, 1, BX, BTX); break;                                                    \
+                }                                                                                          \
+            }                                                                                              \
+            if (qn == 2) i -= 2;                                                                           \
+        }                                                                                                  \
+        if (i < nq) AVX2_NAME(xp, m, dim, q + (size_t)i * dim, 1, out + (size_t)i * ldo, ldo);             \
+    }
+
+SCORE_AVX512(score_avx512_f32, float, BCAST_F32, BTAIL_F32, score_avx2_f32)
+SCORE_AVX512(score_avx512_f16, uint16_t, BCAST_F16, BTAIL_F16, score_avx2_f16)
+#undef SCORE_AVX512
+#undef TILE512
 #endif
 
 static score_fn pick_kernel(int f16) {
 #ifdef QAC_SCAN_X86
-    if (!getenv("QAC_SCAN_PORTABLE") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c"))
-        return f16 ? score_avx2_f16 : score_avx2_f32;
+    switch (qac_cpu_isa()) {
+    case QAC_ISA_AVX512: return f16 ? score_avx512_f16 : score_avx512_f32;
+    case QAC_ISA_AVX2: return f16 ? score_avx2_f16 : score_avx2_f32;
+    default: break;
+    }
 #endif
     return f16 ? score_portable_f16 : score_portable_f32;
 }

@@ -134,7 +134,8 @@ void qac_bert_packed_free(qac_bert_packed *pk) {
     memset(pk, 0, sizeof *pk);
 }
 
-qac_status qac_bert_pack(qac_bert_packed *pk, const qac_bert_config *c, const qac_bert_params *p) {
+static qac_status pack_all(qac_bert_packed *pk, const qac_bert_config *c, const qac_bert_params *p,
+                           qac_status (*pack)(qac_packed_w *, const float *, int, int)) {
     memset(pk, 0, sizeof *pk);
     int C = c->hidden_size, I = c->intermediate_size, L = c->num_layers;
     pk->qkv = calloc((size_t)L, sizeof *pk->qkv);
@@ -147,14 +148,22 @@ qac_status qac_bert_pack(qac_bert_packed *pk, const qac_bert_config *c, const qa
                         : qac_set_error(QAC_ERR_NOMEM, "out of memory packing the encoder weights");
     for (int l = 0; !st && l < L; l++) {
         size_t lc = (size_t)l * C;
-        if ((st = qac_gemm_pack(&pk->qkv[l], p->qkv_w + lc * 3 * C, 3 * C, C)) ||
-            (st = qac_gemm_pack(&pk->attn_out[l], p->attn_out_w + lc * C, C, C)) ||
-            (st = qac_gemm_pack(&pk->ffn_in[l], p->ffn_in_w + (size_t)l * I * C, I, C)))
+        if ((st = pack(&pk->qkv[l], p->qkv_w + lc * 3 * C, 3 * C, C)) ||
+            (st = pack(&pk->attn_out[l], p->attn_out_w + lc * C, C, C)) ||
+            (st = pack(&pk->ffn_in[l], p->ffn_in_w + (size_t)l * I * C, I, C)))
             break;
-        st = qac_gemm_pack(&pk->ffn_out[l], p->ffn_out_w + (size_t)l * C * I, C, I);
+        st = pack(&pk->ffn_out[l], p->ffn_out_w + (size_t)l * C * I, C, I);
     }
     if (st) qac_bert_packed_free(pk);
     return st;
+}
+
+qac_status qac_bert_pack(qac_bert_packed *pk, const qac_bert_config *c, const qac_bert_params *p) {
+    return pack_all(pk, c, p, qac_gemm_pack);
+}
+
+qac_status qac_bert_pack_bf16(qac_bert_packed *pk, const qac_bert_config *c, const qac_bert_params *p) {
+    return pack_all(pk, c, p, qac_gemm_pack_bf16);
 }
 
 void qac_bert_repack(qac_bert_packed *pk, const qac_bert_config *c, const qac_bert_params *p, qac_pool *pool) {

@@ -39,7 +39,10 @@ qac_status qac_cpu_backend_create(qac_encoder_backend *be, const qac_model *m, c
     if (!cb) return qac_set_error(QAC_ERR_NOMEM, "cpu encoder: out of memory");
     cb->m = m;
     qac_status st = qac_pool_create(&cb->pool, o ? o->threads : 0);
-    if (st == QAC_OK) st = qac_bert_pack(&cb->packed, &m->cfg, &m->p);
+    int bf16 = o && o->cpu_precision == QAC_PREC_BF16;
+    if (st == QAC_OK && o && o->cpu_precision != QAC_PREC_FP32 && !bf16)
+        st = qac_set_error(QAC_ERR_INVALID, "cpu encoder: precision must be fp32 or bf16");
+    if (st == QAC_OK) st = bf16 ? qac_bert_pack_bf16(&cb->packed, &m->cfg, &m->p) : qac_bert_pack(&cb->packed, &m->cfg, &m->p);
     if (st != QAC_OK) {
         qac_pool_free(cb->pool);
         free(cb);

@@ -28,7 +28,7 @@ struct qac_encoder {
 };
 
 qac_encoder_opts qac_encoder_default_opts(void) {
-    qac_encoder_opts o = {QAC_DEVICE_AUTO, 0, 0, QAC_PREC_BF16};
+    qac_encoder_opts o = {QAC_DEVICE_AUTO, 0, 0, QAC_PREC_BF16, QAC_PREC_FP32};
     return o;
 }
 

@@ -2,10 +2,12 @@
  *
  * Loop nest per thread: blocks of MC rows (the block of inp stays in L2),
  * then 16-column panels of W (one panel, IC x 16, stays in L1/L2), then
- * micro-tiles of up to 6 rows x 16 columns held in 12 AVX2 registers.
- * Each element is a sequential FMA chain over k, so the AVX2 kernel and the
- * portable one give the same bits. */
+ * micro-tiles: up to 6 rows x 16 columns in 12 AVX2 registers, or up to
+ * 12 rows x 32 columns (two panels) in 24 AVX-512 registers. Each element
+ * is a sequential FMA chain over k, so every kernel gives the same bits;
+ * the tile shape only changes how many chains run side by side. */
 #include "gemm.h"
+#include "qac_cpu.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -48,6 +50,7 @@ qac_status qac_gemm_pack(qac_packed_w *pw, const float *w, int OC, int IC) {
 void qac_gemm_packed_free(qac_packed_w *pw) {
     if (!pw) return;
     free(pw->p);
+    free(pw->pb);
     memset(pw, 0, sizeof *pw);
 }
 
@@ -75,9 +78,6 @@ static void micro_portable(const float *a, int lda, int IC, int rn, const float 
 }
 
 /* the micro-tile with its epilogue: out rows [rn] x panel columns [ncols] */
-typedef void (*tile_fn)(float *out, int ldo, const float *a, int lda, int IC, int rn, const float *panel, int o0,
-                        int ncols, float alpha, const float *bias, const float *resid);
-
 static void tile_portable(float *out, int ldo, const float *a, int lda, int IC, int rn, const float *panel, int o0,
                           int ncols, float alpha, const float *bias, const float *resid) {
     float acc[MR][NP];
@@ -139,12 +139,232 @@ AVX2 static void tile_avx2(float *out, int ldo, const float *a, int lda, int IC,
 #undef MICRO
 #endif
 
-static tile_fn pick_tile(void) {
+/* ---- bf16 mode (see gemm.h) ---- */
+
+uint16_t qac_bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* NaN stays a quiet NaN */
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* vdpbf16ps treats subnormal inputs as zero and flushes subnormal results */
+static inline float bf16_in(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    if ((h & 0x7f80u) == 0) u &= 0x80000000u;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+static inline float ftz(float x) { return fabsf(x) < 0x1p-126f ? copysignf(0.0f, x) : x; }
+
+qac_status qac_gemm_pack_bf16(qac_packed_w *pw, const float *w, int OC, int IC) {
+    memset(pw, 0, sizeof *pw);
+    if (OC < 1 || IC < 1) return qac_set_error(QAC_ERR_INVALID, "gemm pack: bad shape %d x %d", OC, IC);
+    int np = (OC + NP - 1) / NP, IC2 = (IC + 1) / 2;
+    if (posix_memalign((void **)&pw->pb, 64, (size_t)np * IC2 * NP * 2 * sizeof(uint16_t)) != 0)
+        return qac_set_error(QAC_ERR_NOMEM, "out of memory packing a %d x %d weight", OC, IC);
+    for (int j = 0; j < np; j++)
+        for (int k2 = 0; k2 < IC2; k2++)
+            for (int c = 0; c < NP; c++)
+                for (int e = 0; e < 2; e++) {
+                    int o = j * NP + c, k = 2 * k2 + e;
+                    pw->pb[(((size_t)j * IC2 + k2) * NP + c) * 2 + e] =
+                        o < OC && k < IC ? qac_bf16_round(w[(size_t)o * IC + k]) : 0;
+                }
+    pw->IC = IC;
+    pw->OC = OC;
+    return QAC_OK;
+}
+
+/* rows [0, N) x all OC columns in bf16 mode; a holds the rows in bf16, lda >= 2 IC2 */
+typedef void (*rows_bf16_fn)(float *out, int ldo, const uint16_t *a, int lda, const uint16_t *packed, int IC2,
+                             int OC, int N, const float *bias, const float *resid);
+
+static void rows_bf16_portable(float *out, int ldo, const uint16_t *a, int lda, const uint16_t *packed, int IC2,
+                               int OC, int N, const float *bias, const float *resid) {
+    int np = (OC + NP - 1) / NP;
+    for (int j = 0; j < np; j++) {
+        const uint16_t *panel = packed + (size_t)j * IC2 * NP * 2;
+        int o0 = j * NP, ncols = OC - o0 < NP ? OC - o0 : NP;
+        for (int r0 = 0; r0 < N; r0 += MR) {
+            int rn = N - r0 < MR ? N - r0 : MR;
+            float acc[MR][NP] = {{0}};
+            for (int k2 = 0; k2 < IC2; k2++)
+                for (int r = 0; r < rn; r++) {
+                    const uint16_t *ar = a + (size_t)(r0 + r) * lda + 2 * (size_t)k2;
+                    float a0 = bf16_in(ar[0]), a1 = bf16_in(ar[1]);
+                    for (int c = 0; c < NP; c++) {
+                        const uint16_t *bc = panel + ((size_t)k2 * NP + c) * 2;
+                        acc[r][c] = ftz(fmaf(a1, bf16_in(bc[1]), acc[r][c]));
+                        acc[r][c] = ftz(fmaf(a0, bf16_in(bc[0]), acc[r][c]));
+                    }
+                }
+            epilogue(out + (size_t)r0 * ldo, ldo, (const float(*)[NP])acc, rn, o0, ncols, 1.0f, bias,
+                     resid ? resid + (size_t)r0 * ldo : NULL);
+        }
+    }
+}
+
+/* rows [0, N) x all OC columns of one call, on one thread */
+typedef void (*rows_fn)(float *out, int ldo, const float *a, int lda, const float *packed, int IC, int OC, int N,
+                        float alpha, const float *bias, const float *resid);
+
+#define ROWS_BY_TILES(NAME, TILE)                                                                              \
+    static void NAME(float *out, int ldo, const float *a, int lda, const float *packed, int IC, int OC, int N, \
+                     float alpha, const float *bias, const float *resid) {                                     \
+        int np = (OC + NP - 1) / NP;                                                                           \
+        for (int j = 0; j < np; j++) {                                                                         \
+            int o0 = j * NP, ncols = OC - o0 < NP ? OC - o0 : NP;                                              \
+            for (int r = 0; r < N; r += MR) {                                                                  \
+                int rn = N - r < MR ? N - r : MR;                                                              \
+                TILE(out + (size_t)r * ldo, ldo, a + (size_t)r * lda, lda, IC, rn, packed + (size_t)j * IC * NP, \
+                     o0, ncols, alpha, bias, resid ? resid + (size_t)r * ldo : NULL);                          \
+            }                                                                                                  \
+        }                                                                                                      \
+    }
+ROWS_BY_TILES(rows_portable, tile_portable)
 #ifdef QAC_GEMM_X86
-    if (!getenv("QAC_GEMM_PORTABLE") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        return tile_avx2;
+ROWS_BY_TILES(rows_avx2, tile_avx2)
+
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")))
+#define MR512 12
+
+/* alpha, bias, then residual on the accumulators c0/c1, stored under masks m0/m1 */
+#define EPI512(RN, NPN)                                                                                    \
+    do {                                                                                                   \
+        __m512 al = _mm512_set1_ps(alpha), z0 = _mm512_maskz_loadu_ps(m0, bias ? bias + o0 : zeros),       \
+               z1 = _mm512_maskz_loadu_ps(m1, bias ? bias + o0 + NP : zeros);                              \
+        _Pragma("GCC unroll 12") for (int r = 0; r < RN; r++) {                                            \
+            _Pragma("GCC unroll 2") for (int h = 0; h < NPN; h++) {                                        \
+                __m512 v = h ? c1[r] : c0[r];                                                              \
+                __mmask16 m = h ? m1 : m0;                                                                 \
+                size_t at = (size_t)r * ldo + o0 + (size_t)h * NP;                                         \
+                if (alpha != 1.0f) v = _mm512_mul_ps(v, al);                                               \
+                if (bias) v = _mm512_add_ps(v, h ? z1 : z0);                                               \
+                if (resid) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, resid + at));                     \
+                _mm512_mask_storeu_ps(out + at, m, v);                                                     \
+            }                                                                                              \
+        }                                                                                                  \
+    } while (0)
+
+/* RN rows x NPN panels (1 or 2); partial panels through lane masks */
+#define MICRO512(RN, NPN)                                                                                  \
+    do {                                                                                                   \
+        __m512 c0[RN], c1[RN];                                                                             \
+        _Pragma("GCC unroll 12") for (int r = 0; r < RN; r++) c0[r] = c1[r] = _mm512_setzero_ps();         \
+        const float *p0 = panel, *p1 = panel + (size_t)IC * NP;                                            \
+        for (int k = 0; k < IC; k++) {                                                                     \
+            __m512 b0 = _mm512_loadu_ps(p0 + (size_t)k * NP), b1 = b0;                                     \
+            if (NPN == 2) b1 = _mm512_loadu_ps(p1 + (size_t)k * NP);                                       \
+            _Pragma("GCC unroll 12") for (int r = 0; r < RN; r++) {                                        \
+                __m512 av = _mm512_set1_ps(a[(size_t)r * lda + k]);                                        \
+                c0[r] = _mm512_fmadd_ps(av, b0, c0[r]);                                                    \
+                if (NPN == 2) c1[r] = _mm512_fmadd_ps(av, b1, c1[r]);                                      \
+            }                                                                                              \
+        }                                                                                                  \
+        EPI512(RN, NPN);                                                                                   \
+    } while (0)
+
+/* rn (<= 12) rows x the columns [o0, o0 + ncols), ncols <= 32, of panels j and j + 1 */
+AVX512 static void tile_avx512(float *out, int ldo, const float *a, int lda, int IC, int rn, const float *panel,
+                               int o0, int ncols, float alpha, const float *bias, const float *resid) {
+    static const float zeros[NP] = {0};
+    int n0 = ncols < NP ? ncols : NP, n1 = ncols - n0;
+    __mmask16 m0 = (__mmask16)((1u << n0) - 1), m1 = (__mmask16)((1u << n1) - 1);
+    int npn = n1 > 0 ? 2 : 1;
+    switch (rn * 2 + npn - 1) {
+#define CASE(R) \
+    case R * 2: MICRO512(R, 1); break; \
+    case R * 2 + 1: MICRO512(R, 2); break;
+        CASE(12) CASE(11) CASE(10) CASE(9) CASE(8) CASE(7) CASE(6) CASE(5) CASE(4) CASE(3) CASE(2) CASE(1)
+#undef CASE
+    }
+}
+#undef MICRO512
+
+AVX512 static void rows_avx512(float *out, int ldo, const float *a, int lda, const float *packed, int IC, int OC,
+                               int N, float alpha, const float *bias, const float *resid) {
+    for (int o0 = 0; o0 < OC; o0 += 2 * NP) {
+        int ncols = OC - o0 < 2 * NP ? OC - o0 : 2 * NP;
+        const float *panel = packed + (size_t)(o0 / NP) * IC * NP;
+        for (int r = 0; r < N; r += MR512) {
+            int rn = N - r < MR512 ? N - r : MR512;
+            tile_avx512(out + (size_t)r * ldo, ldo, a + (size_t)r * lda, lda, IC, rn, panel, o0, ncols, alpha, bias,
+                        resid ? resid + (size_t)r * ldo : NULL);
+        }
+    }
+}
+
+/* bf16 mode: RN rows x NPN panels, one vdpbf16ps per k pair */
+#define AVX512BF __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx2,fma")))
+#define MICROBF(RN, NPN)                                                                                   \
+    do {                                                                                                   \
+        __m512 c0[RN], c1[RN];                                                                             \
+        _Pragma("GCC unroll 12") for (int r = 0; r < RN; r++) c0[r] = c1[r] = _mm512_setzero_ps();         \
+        const uint16_t *p0 = panel, *p1 = panel + (size_t)IC2 * NP * 2;                                    \
+        for (int k2 = 0; k2 < IC2; k2++) {                                                                 \
+            __m512bh b0 = (__m512bh)_mm512_loadu_si512(p0 + (size_t)k2 * NP * 2), b1 = b0;                 \
+            if (NPN == 2) b1 = (__m512bh)_mm512_loadu_si512(p1 + (size_t)k2 * NP * 2);                     \
+            _Pragma("GCC unroll 12") for (int r = 0; r < RN; r++) {                                        \
+                int32_t pair;                                                                              \
+                memcpy(&pair, a + (size_t)r * lda + 2 * (size_t)k2, sizeof pair);                          \
+                __m512bh av = (__m512bh)_mm512_set1_epi32(pair);                                           \
+                c0[r] = _mm512_dpbf16_ps(c0[r], av, b0);                                                   \
+                if (NPN == 2) c1[r] = _mm512_dpbf16_ps(c1[r], av, b1);                                     \
+            }                                                                                              \
+        }                                                                                                  \
+        EPI512(RN, NPN);                                                                                   \
+    } while (0)
+
+AVX512BF static void tile_bf16_avx512(float *out, int ldo, const uint16_t *a, int lda, int IC2, int rn,
+                                      const uint16_t *panel, int o0, int ncols, const float *bias,
+                                      const float *resid) {
+    static const float zeros[NP] = {0};
+    const float alpha = 1.0f;
+    int n0 = ncols < NP ? ncols : NP, n1 = ncols - n0;
+    __mmask16 m0 = (__mmask16)((1u << n0) - 1), m1 = (__mmask16)((1u << n1) - 1);
+    int npn = n1 > 0 ? 2 : 1;
+    switch (rn * 2 + npn - 1) {
+#define CASE(R) \
+    case R * 2: MICROBF(R, 1); break; \
+    case R * 2 + 1: MICROBF(R, 2); break;
+        CASE(12) CASE(11) CASE(10) CASE(9) CASE(8) CASE(7) CASE(6) CASE(5) CASE(4) CASE(3) CASE(2) CASE(1)
+#undef CASE
+    }
+}
+#undef MICROBF
+
+AVX512BF static void rows_bf16_avx512(float *out, int ldo, const uint16_t *a, int lda, const uint16_t *packed,
+                                      int IC2, int OC, int N, const float *bias, const float *resid) {
+    for (int o0 = 0; o0 < OC; o0 += 2 * NP) {
+        int ncols = OC - o0 < 2 * NP ? OC - o0 : 2 * NP;
+        const uint16_t *panel = packed + (size_t)(o0 / NP) * IC2 * NP * 2;
+        for (int r = 0; r < N; r += MR512) {
+            int rn = N - r < MR512 ? N - r : MR512;
+            tile_bf16_avx512(out + (size_t)r * ldo, ldo, a + (size_t)r * lda, lda, IC2, rn, panel, o0, ncols, bias,
+                             resid ? resid + (size_t)r * ldo : NULL);
+        }
+    }
+}
 #endif
-    return tile_portable;
+
+static rows_fn pick_rows(void) {
+#ifdef QAC_GEMM_X86
+    switch (qac_cpu_isa()) {
+    case QAC_ISA_AVX512: return rows_avx512;
+    case QAC_ISA_AVX2: return rows_avx2;
+    default: break;
+    }
+#endif
+    return rows_portable;
+}
+
+static rows_bf16_fn pick_rows_bf16(void) {
+#ifdef QAC_GEMM_X86
+    if (qac_cpu_bf16()) return rows_bf16_avx512;
+#endif
+    return rows_bf16_portable;
 }
 
 typedef struct gemm_ctx {
@@ -152,49 +372,57 @@ typedef struct gemm_ctx {
     const float *inp, *bias, *resid;
     const qac_packed_w *pw;
     int N, mc;
-    tile_fn tile;
+    rows_fn rows;
+    rows_bf16_fn rows_bf16;
+    uint16_t *abuf; /* bf16 mode: per thread [mc, 2 IC2], the block's rows in bf16 */
 } gemm_ctx;
 
 static void gemm_task(void *vctx, int64_t begin, int64_t end, int tid) {
     const gemm_ctx *g = vctx;
-    int IC = g->pw->IC, OC = g->pw->OC, np = (OC + NP - 1) / NP;
+    int IC = g->pw->IC, OC = g->pw->OC;
     for (int64_t blk = begin; blk < end; blk++) {
         int r0 = (int)blk * g->mc, r1 = r0 + g->mc < g->N ? r0 + g->mc : g->N;
-        for (int j = 0; j < np; j++) {
-            const float *panel = g->pw->p + (size_t)j * IC * NP;
-            int o0 = j * NP, ncols = OC - o0 < NP ? OC - o0 : NP;
-            for (int r = r0; r < r1; r += MR) {
-                int rn = r1 - r < MR ? r1 - r : MR;
-                g->tile(g->out + (size_t)r * OC, OC, g->inp + (size_t)r * IC, IC, IC, rn, panel, o0, ncols, 1.0f,
-                        g->bias, g->resid ? g->resid + (size_t)r * OC : NULL);
+        if (g->abuf) {
+            int IC2 = (IC + 1) / 2;
+            uint16_t *ab = g->abuf + (size_t)tid * g->mc * IC2 * 2;
+            for (int r = r0; r < r1; r++) {
+                const float *x = g->inp + (size_t)r * IC;
+                uint16_t *d = ab + (size_t)(r - r0) * IC2 * 2;
+                for (int k = 0; k < IC; k++) d[k] = qac_bf16_round(x[k]);
+                if (IC & 1) d[IC] = 0;
             }
+            g->rows_bf16(g->out + (size_t)r0 * OC, OC, ab, IC2 * 2, g->pw->pb, IC2, OC, r1 - r0, g->bias,
+                         g->resid ? g->resid + (size_t)r0 * OC : NULL);
+            continue;
         }
+        g->rows(g->out + (size_t)r0 * OC, OC, g->inp + (size_t)r0 * IC, IC, g->pw->p, IC, OC, r1 - r0, 1.0f, g->bias,
+                g->resid ? g->resid + (size_t)r0 * OC : NULL);
     }
 }
+
+/* rows per block: a multiple of both kernels' tile heights */
+#define MBLK 12
 
 void qac_gemm(float *out, const float *inp, const qac_packed_w *pw, const float *bias, const float *resid, int N,
               qac_pool *pool) {
     if (N <= 0) return;
-    /* rows per block: the block of inp fits in about 128 KiB (a multiple of MR) */
-    int mc = 32768 / pw->IC / MR * MR;
-    if (mc < MR) mc = MR;
+    /* the block of inp fits in about 128 KiB of L2 */
+    int mc = 32768 / pw->IC / MBLK * MBLK;
+    if (mc < MBLK) mc = MBLK;
     int nt = qac_pool_size(pool);
     /* enough blocks for every thread */
-    while (mc > MR && (N + mc - 1) / mc < nt) mc -= MR;
-    gemm_ctx g = {out, inp, bias, resid, pw, N, mc, pick_tile()};
+    while (mc > MBLK && (N + mc - 1) / mc < nt) mc -= MBLK;
+    gemm_ctx g = {out, inp, bias, resid, pw, N, mc, pick_rows(), pick_rows_bf16(), NULL};
+    if (pw->pb) {
+        g.abuf = malloc((size_t)nt * mc * ((pw->IC + 1) / 2) * 2 * sizeof(uint16_t));
+        if (!g.abuf) abort(); /* out of memory: no status to return here */
+    }
     qac_pool_for(pool, (N + mc - 1) / mc, 1, gemm_task, &g);
+    free(g.abuf);
 }
 
 void qac_gemm_strided(float *out, int ldo, const float *inp, int ldi, const float *packed, int IC, int OC,
                       float alpha, int N) {
-    tile_fn tile = pick_tile();
-    int np = (OC + NP - 1) / NP;
-    for (int j = 0; j < np; j++) {
-        int o0 = j * NP, ncols = OC - o0 < NP ? OC - o0 : NP;
-        for (int r = 0; r < N; r += MR) {
-            int rn = N - r < MR ? N - r : MR;
-            tile(out + (size_t)r * ldo, ldo, inp + (size_t)r * ldi, ldi, IC, rn, packed + (size_t)j * IC * NP, o0,
-                 ncols, alpha, NULL, NULL);
-        }
-    }
+    if (N <= 0) return;
+    pick_rows()(out, ldo, inp, ldi, packed, IC, OC, N, alpha, NULL, NULL);
 }

@@ -9,6 +9,8 @@
 #ifndef QAC_GEMM_H
 #define QAC_GEMM_H
 
+#include <stdint.h>
+
 #include "qac_common.h"
 #include "qac_pool.h"
 
@@ -17,11 +19,23 @@
 typedef struct qac_packed_w {
     float *p; /* [ceil(OC / 16), IC, 16]: p[(j * IC + k) * 16 + c] = W[16 j + c][k], zero-padded */
     int IC, OC;
+    /* or, in bf16 mode (p NULL): [ceil(OC / 16), ceil(IC / 2), 16, 2]:
+     * pb[((j * IC2 + k2) * 16 + c) * 2 + e] = bf16(W[16 j + c][2 k2 + e]) */
+    uint16_t *pb;
 } qac_packed_w;
 
 /* Pack W [OC, IC] (row-major, torch.nn.Linear layout). */
 qac_status qac_gemm_pack(qac_packed_w *pw, const float *w, int OC, int IC);
 void qac_gemm_packed_free(qac_packed_w *pw);
+
+/* bf16 mode: W rounded to bf16 (to nearest even). qac_gemm then rounds each
+ * inp row to bf16 as well and sums pairs of products in fp32 exactly as
+ * AVX512_BF16's vdpbf16ps does (per output: for each k pair, acc += odd
+ * product, then acc += even product, each a fused multiply-add with
+ * subnormal inputs and results flushed to zero). CPUs without AVX512_BF16
+ * get the same bits from a scalar emulation, much slower. */
+qac_status qac_gemm_pack_bf16(qac_packed_w *pw, const float *w, int OC, int IC);
+uint16_t qac_bf16_round(float x);
 
 /* out [N, OC] = inp [N, IC] W^T, then + bias [OC] when not NULL, then
  * + resid [N, OC] when not NULL (resid may alias out). */

@@ -5,15 +5,39 @@
 #include <stdint.h>
 #include <string.h>
 
-/* Dispatch on features, not CPU model: "arch=haswell" is picked only on Intel
- * Haswell-family parts (__builtin_cpu_is), so AMD fell back to SSE2. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && \
-    __GNUC__ >= 12
-#define QAC_MULTIVERSION __attribute__((target_clones("arch=x86-64-v3", "default")))
-#elif defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
-#define QAC_MULTIVERSION __attribute__((target_clones("avx2", "default")))
+/* Each kernel is compiled once per ISA path from one body and picked by
+ * qac_cpu_isa(); with no contraction (-ffp-contract=off) and lane-wise
+ * loops, every path does the same operations per element: the same bits.
+ * Dispatch is on features, not the CPU model. */
+#if defined(__x86_64__) && defined(__GNUC__)
+#include "qac_cpu.h"
+#define QAC_VM_X86 1
+#define V3 __attribute__((target("avx2,fma,f16c")))
+#if defined(__clang__)
+#define V4 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
 #else
-#define QAC_MULTIVERSION
+#define V4 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c,prefer-vector-width=512")))
+#endif
+#endif
+#define BODY static inline __attribute__((always_inline))
+
+/* the public function FN PARAMS: FN_body ARGS on the path in use; R is
+ * "return" for a value, empty for void */
+#ifdef QAC_VM_X86
+#define DISPATCH(RET, R, FN, PARAMS, ARGS)           \
+    V4 static RET FN##_v4 PARAMS { R FN##_body ARGS; } \
+    V3 static RET FN##_v3 PARAMS { R FN##_body ARGS; } \
+    static RET FN##_v1 PARAMS { R FN##_body ARGS; }    \
+    RET FN PARAMS {                                  \
+        switch (qac_cpu_isa()) {                     \
+        case QAC_ISA_AVX512: R FN##_v4 ARGS; break;  \
+        case QAC_ISA_AVX2: R FN##_v3 ARGS; break;    \
+        default: R FN##_v1 ARGS; break;              \
+        }                                            \
+    }
+#else
+#define DISPATCH(RET, R, FN, PARAMS, ARGS) \
+    RET FN PARAMS { R FN##_body ARGS; }
 #endif
 
 #define VBLOCK 16
@@ -63,8 +87,7 @@ static inline __attribute__((always_inline)) float gelu_grad_one(float x) {
     return cdf + x * pdf;
 }
 
-QAC_MULTIVERSION
-void qac_vm_gelu(float *out, const float *inp, size_t n) {
+BODY void qac_vm_gelu_body(float *out, const float *inp, size_t n) {
     size_t i = 0;
     for (; i + VBLOCK <= n; i += VBLOCK) {
         float v[VBLOCK]; /* out may alias inp: a local block keeps the loop vectorisable */
@@ -76,8 +99,7 @@ void qac_vm_gelu(float *out, const float *inp, size_t n) {
 }
 
 /* Adding the bias here saves a separate bias pre-fill pass over the output. */
-QAC_MULTIVERSION
-void qac_vm_bias_gelu(float *out, float *pre, const float *bias, int n, int keep) {
+BODY void qac_vm_bias_gelu_body(float *out, float *pre, const float *bias, int n, int keep) {
     int i = 0;
     for (; i + VBLOCK <= n; i += VBLOCK) {
         float v[VBLOCK];
@@ -93,8 +115,7 @@ void qac_vm_bias_gelu(float *out, float *pre, const float *bias, int n, int keep
     }
 }
 
-QAC_MULTIVERSION
-void qac_vm_gelu_backward(float *dinp, const float *dout, const float *pre, size_t n) {
+BODY void qac_vm_gelu_backward_body(float *dinp, const float *dout, const float *pre, size_t n) {
     size_t i = 0;
     for (; i + VBLOCK <= n; i += VBLOCK) {
         float v[VBLOCK];
@@ -104,8 +125,7 @@ void qac_vm_gelu_backward(float *dinp, const float *dout, const float *pre, size
     for (; i < n; i++) dinp[i] = dout[i] * gelu_grad_one(pre[i]);
 }
 
-QAC_MULTIVERSION
-float qac_vm_exp_shift_sum(float *x, int n, float max) {
+BODY float qac_vm_exp_shift_sum_body(float *x, int n, float max) {
     float acc[VBLOCK] = {0};
     int i = 0;
     for (; i + VBLOCK <= n; i += VBLOCK)
@@ -125,9 +145,8 @@ float qac_vm_exp_shift_sum(float *x, int n, float max) {
 
 /* Lane-wise partial sums let the reductions vectorise (strict FP order
  * otherwise keeps them scalar). */
-QAC_MULTIVERSION
-void qac_vm_layernorm_row(float *o, float *mean, float *rstd, const float *x, const float *w, const float *bb, int C,
-                          float eps) {
+BODY void qac_vm_layernorm_row_body(float *o, float *mean, float *rstd, const float *x, const float *w,
+                                   const float *bb, int C, float eps) {
     float acc[VBLOCK] = {0};
     int i = 0;
     for (; i + VBLOCK <= C; i += VBLOCK)
@@ -153,3 +172,13 @@ void qac_vm_layernorm_row(float *o, float *mean, float *rstd, const float *x, co
     if (mean) *mean = m;
     if (rstd) *rstd = rs;
 }
+
+DISPATCH(void, , qac_vm_gelu, (float *out, const float *inp, size_t n), (out, inp, n))
+DISPATCH(void, , qac_vm_bias_gelu, (float *out, float *pre, const float *bias, int n, int keep),
+         (out, pre, bias, n, keep))
+DISPATCH(void, , qac_vm_gelu_backward, (float *dinp, const float *dout, const float *pre, size_t n),
+         (dinp, dout, pre, n))
+DISPATCH(float, return, qac_vm_exp_shift_sum, (float *x, int n, float max), (x, n, max))
+DISPATCH(void, , qac_vm_layernorm_row,
+         (float *o, float *mean, float *rstd, const float *x, const float *w, const float *b, int C, float eps),
+         (o, mean, rstd, x, w, b, C, eps))

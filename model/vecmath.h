@@ -3,8 +3,8 @@
  *
  * expf and erff from libm are scalar calls; GELU and softmax evaluate them
  * for every FFN and attention element, so these use branch-free polynomial
- * forms the compiler vectorises, with an AVX2/FMA clone picked at load time
- * where the CPU has it. Accuracy: exp within 2 ulp (Cephes coefficients);
+ * forms the compiler vectorises, compiled for each ISA path (qac_cpu.h),
+ * all giving the same bits. Accuracy: exp within 2 ulp (Cephes coefficients);
  * erf within 1.5e-7 absolute (Abramowitz & Stegun 7.1.26, the form
  * PyTorch's vectorised CPU erf uses). */
 #ifndef QAC_VECMATH_H

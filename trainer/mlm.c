@@ -112,7 +112,7 @@ qac_status qac_mlm_loss(double *loss, float *dstates, qac_mlm_head *g, float *dw
     float *logits = rstd + M, *pw = logits + MV, *pe = pw + nW, *scr = pe + nE;
     qac_gemm_pack_parallel(pw, h->dense_w, C, C, C, 0, pool);
     qac_gemm_pack_parallel(pe, word_emb, V, C, C, 0, pool);
-    qac_packed_w W = {pw, C, C}, E = {pe, C, V};
+    qac_packed_w W = {pw, C, C, NULL}, E = {pe, C, V, NULL};
     qac_matmul_gelu_packed(act, pre, states, &W, h->dense_b, M, pool);
     qac_layernorm_forward(u, mean, rstd, act, h->ln_w, h->ln_b, M, C, ln_eps, pool);
     qac_gemm(logits, u, &E, h->bias, NULL, M, pool);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "bert_cpu.h"
+#include "qac_cpu.h"
 #include "qac_encoder.h"
 #include "qac_matrix.h"
 #include "qac_pool.h"
@@ -129,7 +130,7 @@ static void test_encoder(void) {
     CHECK_OK(qac_encoder_encode_texts(e2, texts, NULL, n, 64, b));
     /* The CPU encoder is batch-invariant: a text's vector is the same bits
      * alone or in a batch padded to a longer neighbour, with 1 or 2 threads,
-     * with the AVX2 or the portable matrix kernel. */
+     * on every ISA path. */
     int differ = 0;
     for (int i = 0; i < n; i++) differ += memcmp(a + (size_t)i * C, b + (size_t)i * C, sizeof(float) * C) != 0;
     printf("batch of %d (2 threads) vs one at a time (1 thread): %d of %d vectors differ\n", n, differ, n);
@@ -138,13 +139,64 @@ static void test_encoder(void) {
     /* reused buffers: a second, smaller call gives the same rows */
     CHECK_OK(qac_encoder_encode_texts(e1, texts + 2, NULL, 2, 64, b));
     CHECK_MSG(memcmp(a + 2 * C, b, sizeof(float) * 2 * C) == 0, "re-encoding a subset differs");
-    setenv("QAC_GEMM_PORTABLE", "1", 1);
-    CHECK_OK(qac_encoder_encode_texts(e1, texts, NULL, n, 64, b));
-    unsetenv("QAC_GEMM_PORTABLE");
-    double maxd = 0;
-    for (int i = 0; i < n * C; i++) maxd = fmax(maxd, fabs((double)a[i] - b[i]));
-    printf("portable matrix kernel vs SIMD: max|diff| %.3e\n", maxd);
-    CHECK_MSG(memcmp(a, b, sizeof(float) * n * C) == 0, "portable kernel differs by %.3e", maxd);
+    /* every ISA path the CPU has (kernels and element-wise math), batched
+     * with 2 threads and one text at a time on 1 */
+    qac_isa best = qac_cpu_isa_best();
+    for (int isa = QAC_ISA_GENERIC; isa <= (int)best; isa++) {
+        if (isa == (int)best) continue; /* the default path, checked above */
+        qac_cpu_set_isa((qac_isa)isa);
+        for (int alone = 0; alone < 2; alone++) {
+            CHECK_OK(qac_encoder_encode_texts(alone ? e2 : e1, texts, NULL, n, 64, b));
+            double maxd = 0;
+            for (int i = 0; i < n * C; i++) maxd = fmax(maxd, fabs((double)a[i] - b[i]));
+            printf("%s path (%s) vs %s: max|diff| %.3e\n", qac_cpu_isa_name((qac_isa)isa),
+                   alone ? "one at a time" : "batched", qac_cpu_isa_name(best), maxd);
+            CHECK_MSG(memcmp(a, b, sizeof(float) * n * C) == 0, "the %s path differs by %.3e",
+                      qac_cpu_isa_name((qac_isa)isa), maxd);
+        }
+    }
+    qac_cpu_set_isa(best);
+    /* bf16 mode: batch-invariant as well, the same bits on every path
+     * (vdpbf16ps or its scalar model), within bf16's rounding of fp32 */
+    {
+        qac_encoder_opts ob = qac_encoder_default_opts();
+        ob.device = QAC_DEVICE_CPU;
+        ob.cpu_precision = QAC_PREC_BF16;
+        ob.threads = 2;
+        qac_encoder *eb1, *eb2;
+        CHECK_OK(qac_encoder_create(&eb1, m, &ob));
+        ob.threads = 1;
+        ob.max_batch = 1;
+        CHECK_OK(qac_encoder_create(&eb2, m, &ob));
+        float *c = malloc((size_t)n * C * sizeof *c), *d = malloc((size_t)n * C * sizeof *d);
+        CHECK_OK(qac_encoder_encode_texts(eb1, texts, NULL, n, 64, c));
+        double mincos = 1;
+        for (int i = 0; i < n; i++) {
+            double dot = 0, na = 0, nc = 0;
+            for (int j = 0; j < C; j++) {
+                dot += (double)a[(size_t)i * C + j] * c[(size_t)i * C + j];
+                na += (double)a[(size_t)i * C + j] * a[(size_t)i * C + j];
+                nc += (double)c[(size_t)i * C + j] * c[(size_t)i * C + j];
+            }
+            mincos = fmin(mincos, dot / sqrt(na * nc + 1e-30));
+        }
+        printf("bf16 mode vs fp32: min cosine %.6f\n", mincos);
+        CHECK_MSG(mincos > 0.999, "bf16 mode: cosine to fp32 %.6f", mincos);
+        int bdiff = 0;
+        for (int isa = QAC_ISA_GENERIC; isa <= (int)best; isa++) {
+            qac_cpu_set_isa((qac_isa)isa);
+            CHECK_OK(qac_encoder_encode_texts(eb2, texts, NULL, n, 64, d));
+            bdiff += memcmp(c, d, sizeof(float) * n * C) != 0;
+        }
+        qac_cpu_set_isa(best);
+        printf("bf16 mode, batched (2 threads) vs one at a time (1 thread), every path: %d differ\n", bdiff);
+        CHECK_MSG(bdiff == 0, "bf16 mode: %d paths differ from the batched run", bdiff);
+        ob.cpu_precision = (qac_precision)7;
+        qac_encoder *eb3 = NULL;
+        CHECK_ERR(qac_encoder_create(&eb3, m, &ob), QAC_ERR_INVALID, "fp32 or bf16");
+        qac_encoder_free(eb1), qac_encoder_free(eb2);
+        free(c), free(d);
+    }
     /* bad input */
     int32_t bad_ids[3] = {101, 999999, 102};
     const int32_t *pids[1] = {bad_ids};

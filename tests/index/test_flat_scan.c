@@ -1,6 +1,7 @@
 /* The CPU Flat scan (index/flat_scan.c):
  *  - scores are bit-identical whatever the batch: a query alone, inside any
- *    batch, with 1..3 threads, SIMD or portable kernel, odd dims included;
+ *    batch, with 1..3 threads, on every ISA path (portable, AVX2, AVX-512),
+ *    odd dims included;
  *  - each score is the float64 dot product to within float rounding;
  *  - the top-k is the exact top-k of a brute-force sort by (score desc,
  *    docid desc), ties and k > n included;
@@ -16,6 +17,7 @@
 #include <unistd.h>
 
 #include "flat_scan.h"
+#include "qac_cpu.h"
 #include "qac_pool.h"
 #include "testutil.h"
 
@@ -122,10 +124,21 @@ static void check_dim(int n, int dim, int nq, int k) {
         differ += memcmp(s2, s1, sizeof(float) * nq * k) || memcmp(r2, r1, sizeof(int64_t) * nq * k);
         qac_pool_free(p);
     }
-    setenv("QAC_SCAN_PORTABLE", "1", 1);
-    CHECK(run(&f, q, nq, k, NULL, s2, r2));
-    unsetenv("QAC_SCAN_PORTABLE");
-    differ += memcmp(s2, s1, sizeof(float) * nq * k) || memcmp(r2, r1, sizeof(int64_t) * nq * k);
+    for (int isa = QAC_ISA_GENERIC; isa <= (int)qac_cpu_isa_best(); isa++) { /* every ISA path, 1 and 2 threads */
+        qac_cpu_set_isa((qac_isa)isa);
+        qac_pool *p = NULL;
+        CHECK_OK(qac_pool_create(&p, 2));
+        CHECK(run(&f, q, nq, k, NULL, s2, r2));
+        differ += memcmp(s2, s1, sizeof(float) * nq * k) || memcmp(r2, r1, sizeof(int64_t) * nq * k);
+        CHECK(run(&f, q, nq, k, p, s2, r2));
+        differ += memcmp(s2, s1, sizeof(float) * nq * k) || memcmp(r2, r1, sizeof(int64_t) * nq * k);
+        for (int i = 0; i < nq; i += 3) { /* queries alone */
+            CHECK(run(&f, q + (size_t)i * dim, 1, k, NULL, s2, r2));
+            differ += memcmp(s2, s1 + (size_t)i * k, sizeof(float) * k) != 0;
+        }
+        qac_pool_free(p);
+    }
+    qac_cpu_set_isa(qac_cpu_isa_best());
     CHECK_MSG(differ == 0, "dim %d: %d answers depend on batching, threads or kernel", dim, differ);
     printf("dim %d, n %d, nq %d, k %d: top-k exact, max rel error %.2g, batch-invariant\n", dim, n, nq, k, max_rel);
     unguard(x, sizeof(float) * (size_t)n * dim), unguard(q, sizeof(float) * (size_t)nq * dim);
@@ -171,15 +184,16 @@ static void check_fp16(int n, int dim, int nq, int k) {
     int differ = 0;
     qac_pool *p = NULL;
     CHECK_OK(qac_pool_create(&p, 2));
-    for (int variant = 0; variant < 4; variant++) {
-        if (variant == 2) setenv("QAC_SCAN_PORTABLE", "1", 1);
-        if (variant < 3) CHECK(run(&f16, q, nq, k, variant == 1 ? p : NULL, s2, r2));
-        else { /* one query at a time */
-            for (int i = 0; i < nq; i++) CHECK(run(&f16, q + (size_t)i * dim, 1, k, NULL, s2 + (size_t)i * k, r2 + (size_t)i * k));
+    for (int isa = QAC_ISA_GENERIC; isa <= (int)qac_cpu_isa_best(); isa++)
+        for (int variant = 0; variant < 3; variant++) { /* every ISA path: alone, 2 threads, one query at a time */
+            qac_cpu_set_isa((qac_isa)isa);
+            if (variant < 2) CHECK(run(&f16, q, nq, k, variant == 1 ? p : NULL, s2, r2));
+            else
+                for (int i = 0; i < nq; i++)
+                    CHECK(run(&f16, q + (size_t)i * dim, 1, k, NULL, s2 + (size_t)i * k, r2 + (size_t)i * k));
+            differ += memcmp(s1, s2, sizeof(float) * hk) || memcmp(r1, r2, sizeof(int64_t) * hk);
         }
-        differ += memcmp(s1, s2, sizeof(float) * hk) || memcmp(r1, r2, sizeof(int64_t) * hk);
-    }
-    unsetenv("QAC_SCAN_PORTABLE");
+    qac_cpu_set_isa(qac_cpu_isa_best());
     qac_pool_free(p);
     CHECK_MSG(differ == 0, "fp16 dim %d: %d runs differ from the widened fp32 scan", dim, differ);
     printf("fp16 rows, dim %d, n %d, nq %d: identical to the fp32 scan of the widened rows\n", dim, n, nq);
@@ -195,6 +209,7 @@ int main(void) {
     check_dim(1000, 384, 13, 10);
     check_dim(777, 37, 9, 20);   /* dim tail, partial tiles */
     check_dim(300, 8, 4, 7);
+    check_dim(501, 24, 7, 10);   /* 4 + 2 + 1 queries */
     check_dim(7, 16, 6, 12);     /* k > n */
     check_dim(2, 5, 1, 3);
     float x[4] = {1, 2, 3, 4};

@@ -1,0 +1,262 @@
+/* Roofline for the CPU kernels: the machine's peak FMA throughput for each
+ * ISA path (independent FMA chains in registers, no memory), its read
+ * bandwidth, and the achieved GFLOP/s of qac's matrix product on the
+ * encoder's shapes (and of the attention products) on each path, as a
+ * fraction of that path's peak at the same thread count.
+ *   qac_bench_cpu_peak [threads (2)] [rounds (5)]
+ * Each number is the best of the rounds. Besides wall-clock GFLOP/s, each
+ * is also given per core from the process's CPU time (time on a core, not
+ * time waiting for one), and %peak compares those: on a shared machine the
+ * wall clock counts other programs' turns, CPU time does not. Where the
+ * CPU has AVX512_BF16, the bf16 mode gets its own lines against the
+ * vdpbf16ps peak (two products per lane per instruction). */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gemm.h"
+#include "qac_cpu.h"
+#include "qac_pool.h"
+#include "qac_util.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
+
+#define FMA_ITERS 20000000L
+
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* best wall and CPU seconds over the rounds */
+typedef struct { double wall, cpu; } best_t;
+#define TIMED(best, body)                                        \
+    do {                                                         \
+        double w0_ = qac_now(), c0_ = cpu_now();                 \
+        body;                                                    \
+        double w_ = qac_now() - w0_, c_ = cpu_now() - c0_;       \
+        if (w_ < (best).wall) (best).wall = w_;                  \
+        if (c_ < (best).cpu) (best).cpu = c_;                    \
+    } while (0)
+
+/* ---- peak FMA: NACC independent chains of VEC-wide FMAs per thread ---- */
+#if defined(__x86_64__) && defined(__GNUC__)
+#define PEAK_FN(NAME, TARGET, VT, SET1, FMADD, ADD, NACC, LANES)                                      \
+    __attribute__((target(TARGET))) static double NAME(long iters) {                                \
+        VT acc[NACC], m = SET1(0.9999999f), c = SET1(1e-7f);                                        \
+        for (int i = 0; i < NACC; i++) acc[i] = SET1((float)i);                                     \
+        for (long it = 0; it < iters; it++) {                                                       \
+            _Pragma("GCC unroll 24") for (int i = 0; i < NACC; i++) acc[i] = FMADD(acc[i], m, c);    \
+            __asm__ volatile("" : "+x"(m)); /* keep the loop from being folded */                 \
+        }                                                                                           \
+        VT s = acc[0];                                                                              \
+        for (int i = 1; i < NACC; i++) s = ADD(s, acc[i]);                                          \
+        float out[LANES];                                                                           \
+        memcpy(out, &s, sizeof out);                                                                \
+        return out[0] + (double)iters * NACC * LANES * 2 * 0; /* the flop count is the caller's */ \
+    }
+PEAK_FN(peak_avx2, "avx2,fma", __m256, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_add_ps, 12, 8)
+PEAK_FN(peak_avx512, "avx512f,avx2,fma", __m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_add_ps, 24, 16)
+
+/* vdpbf16ps: 16 lanes x 2 products per instruction */
+__attribute__((target("avx512f,avx512bf16"))) static double peak_bf16(long iters) {
+    __m512 acc[24];
+    __m512bh m = (__m512bh)_mm512_set1_epi32(0x3f803f80); /* (1.0, 1.0) */
+    for (int i = 0; i < 24; i++) acc[i] = _mm512_set1_ps((float)i);
+    for (long it = 0; it < iters; it++) {
+        _Pragma("GCC unroll 24") for (int i = 0; i < 24; i++) acc[i] = _mm512_dpbf16_ps(acc[i], m, m);
+        __asm__ volatile("" : "+v"(m));
+    }
+    __m512 s = acc[0];
+    for (int i = 1; i < 24; i++) s = _mm512_add_ps(s, acc[i]);
+    float out[16];
+    memcpy(out, &s, sizeof out);
+    return out[0];
+}
+#endif
+
+static double peak_generic(long iters) { /* scalar chains, as the portable kernels run */
+    float acc[8];
+    for (int i = 0; i < 8; i++) acc[i] = (float)i;
+    for (long it = 0; it < iters; it++)
+        for (int i = 0; i < 8; i++) acc[i] = __builtin_fmaf(acc[i], 0.9999999f, 1e-7f);
+    return acc[0] + acc[7];
+}
+
+#define PEAK_BF16 3 /* the bf16 line: vdpbf16ps on the AVX-512 path */
+
+typedef struct {
+    int isa; /* a qac_isa, or PEAK_BF16 */
+    long iters;
+    volatile double sink;
+} peak_ctx;
+
+static void peak_task(void *vctx, int64_t b, int64_t e, int tid) {
+    peak_ctx *c = vctx;
+    double s = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (c->isa == PEAK_BF16) s = peak_bf16(c->iters);
+    else if (c->isa == QAC_ISA_AVX512) s = peak_avx512(c->iters);
+    else if (c->isa == QAC_ISA_AVX2) s = peak_avx2(c->iters);
+    else
+#endif
+        s = peak_generic(c->iters);
+    c->sink += s;
+}
+
+static double flops_per_iter(int isa) {
+    return isa == PEAK_BF16 ? 24.0 * 32 * 2 : isa == QAC_ISA_AVX512 ? 24.0 * 16 * 2 : isa == QAC_ISA_AVX2 ? 12.0 * 8 * 2 : 8.0 * 2;
+}
+
+static void *peak_thread(void *c) {
+    peak_task(c, 0, 1, 0);
+    return NULL;
+}
+
+/* GFLOP/s: .wall for all threads by the wall clock, .cpu per core-second.
+ * One plain thread each (a pool's caller may take every task itself). */
+static best_t peak_gflops(int isa, int threads, int rounds) {
+    peak_ctx c = {isa, isa == QAC_ISA_GENERIC ? FMA_ITERS / 50 : FMA_ITERS / 4, 0};
+    best_t b = {1e30, 1e30};
+    pthread_t th[64];
+    if (threads > 64) threads = 64;
+    for (int r = 0; r < rounds; r++)
+        TIMED(b, {
+            for (int t = 0; t < threads; t++) pthread_create(&th[t], NULL, peak_thread, &c);
+            for (int t = 0; t < threads; t++) pthread_join(th[t], NULL);
+        });
+    double gf = flops_per_iter(isa) * c.iters * threads / 1e9;
+    return (best_t){gf / b.wall, gf / b.cpu};
+}
+
+/* ---- read bandwidth: sum a buffer far larger than the caches ---- */
+typedef struct {
+    const float *x;
+    int64_t n;
+    volatile float sink;
+} bw_ctx;
+
+static void bw_task(void *vctx, int64_t b, int64_t e, int tid) {
+    bw_ctx *c = vctx;
+    float acc[16] = {0};
+    for (int64_t i = b * 16; i < e * 16; i += 16)
+        for (int l = 0; l < 16; l++) acc[l] += c->x[i + l];
+    c->sink += acc[0] + acc[15];
+}
+
+static double read_gbps(qac_pool *pool, int rounds) {
+    int64_t n = (int64_t)512 << 20 >> 2; /* 512 MiB */
+    float *x = malloc(sizeof(float) * (size_t)n);
+    if (!x) return 0;
+    for (int64_t i = 0; i < n; i++) x[i] = 1.0f;
+    bw_ctx c = {x, n, 0};
+    double best = 1e30;
+    for (int r = 0; r < rounds; r++) {
+        double t0 = qac_now();
+        qac_pool_for(pool, n / 16, 65536, bw_task, &c);
+        double dt = qac_now() - t0;
+        best = dt < best ? dt : best;
+    }
+    free(x);
+    return (double)n * 4 / best / 1e9;
+}
+
+/* ---- the kernels ---- */
+static float frand(unsigned long long *s) {
+    *s ^= *s << 13, *s ^= *s >> 7, *s ^= *s << 17;
+    return (float)((double)(*s >> 11) / 9007199254740992.0 - 0.5);
+}
+
+static best_t gemm_gflops(int N, int IC, int OC, int bf16, qac_pool *pool, int rounds) {
+    unsigned long long s = 42;
+    float *a = malloc(sizeof(float) * (size_t)N * IC), *w = malloc(sizeof(float) * (size_t)OC * IC);
+    float *out = malloc(sizeof(float) * (size_t)N * OC), *bias = malloc(sizeof(float) * OC);
+    for (size_t i = 0; i < (size_t)N * IC; i++) a[i] = frand(&s);
+    for (size_t i = 0; i < (size_t)OC * IC; i++) w[i] = frand(&s);
+    for (int i = 0; i < OC; i++) bias[i] = frand(&s);
+    qac_packed_w pw;
+    best_t b = {1e30, 1e30};
+    if ((bf16 ? qac_gemm_pack_bf16(&pw, w, OC, IC) : qac_gemm_pack(&pw, w, OC, IC)) != QAC_OK) return b;
+    for (int r = 0; r < rounds; r++) TIMED(b, qac_gemm(out, a, &pw, bias, NULL, N, pool));
+    qac_gemm_packed_free(&pw);
+    free(a), free(w), free(out), free(bias);
+    double gf = 2.0 * N * IC * OC / 1e9;
+    return (best_t){gf / b.wall, gf / b.cpu};
+}
+
+/* attention on one thread: per head, S = Q K^T (T x T, k = hs), then P V */
+static best_t attention_gflops(int T, int hs, int heads, int rounds) {
+    unsigned long long s = 7;
+    float *q = malloc(sizeof(float) * (size_t)T * hs), *k = malloc(sizeof(float) * (size_t)T * hs);
+    float *att = malloc(sizeof(float) * (size_t)T * T), *o = malloc(sizeof(float) * (size_t)T * hs);
+    float *pk = malloc(sizeof(float) * qac_gemm_packed_floats(T, T > hs ? T : hs));
+    for (size_t i = 0; i < (size_t)T * hs; i++) q[i] = frand(&s), k[i] = frand(&s);
+    best_t b = {1e30, 1e30};
+    for (int r = 0; r < rounds; r++)
+        TIMED(b, for (int h = 0; h < heads; h++) {
+            qac_gemm_pack_into(pk, k, T, hs, hs, 0);
+            qac_gemm_strided(att, T, q, hs, pk, hs, T, 0.125f, T);
+            qac_gemm_pack_into(pk, k, hs, T, hs, 1);
+            qac_gemm_strided(o, hs, att, T, pk, T, hs, 1.0f, T);
+        });
+    free(q), free(k), free(att), free(o), free(pk);
+    double gf = 4.0 * T * T * hs * heads / 1e9;
+    return (best_t){gf / b.wall, gf / b.cpu};
+}
+
+int main(int argc, char **argv) {
+    int threads = argc > 1 ? atoi(argv[1]) : 2, rounds = argc > 2 ? atoi(argv[2]) : 5;
+    qac_pool *pool = NULL;
+    if (threads < 1 || qac_pool_create(&pool, threads) != QAC_OK) return 2;
+    qac_isa best = qac_cpu_isa_best();
+    printf("cpu_peak: threads=%d rounds=%d best_isa=%s\n", threads, rounds, qac_cpu_isa_name(best));
+    best_t peak[4] = {{0, 0}};
+    for (int isa = QAC_ISA_GENERIC; isa <= (int)best; isa++) {
+        best_t p1 = peak_gflops(isa, 1, rounds);
+        peak[isa] = peak_gflops(isa, threads, rounds);
+        printf("peak %-7s fma GFLOP/s: %d threads %7.1f (wall), per core %7.1f (1 thread %7.1f)\n",
+               qac_cpu_isa_name((qac_isa)isa), threads, peak[isa].wall, peak[isa].cpu, p1.cpu);
+    }
+    int bf16 = best == QAC_ISA_AVX512 && qac_cpu_bf16();
+    if (bf16) {
+        best_t p1 = peak_gflops(PEAK_BF16, 1, rounds);
+        peak[PEAK_BF16] = peak_gflops(PEAK_BF16, threads, rounds);
+        printf("peak %-7s dot GFLOP/s: %d threads %7.1f (wall), per core %7.1f (1 thread %7.1f)\n", "bf16", threads,
+               peak[PEAK_BF16].wall, peak[PEAK_BF16].cpu, p1.cpu);
+    }
+    printf("peak read bandwidth, %d threads: %.1f GB/s\n", threads, read_gbps(pool, rounds));
+    static const struct { const char *name; int N, IC, OC; } shapes[] = {
+        {"minilm qkv", 2048, 384, 1152},    {"minilm attn-out", 2048, 384, 384}, {"minilm ffn-up", 2048, 384, 1536},
+        {"minilm ffn-down", 2048, 1536, 384}, {"bert qkv", 2048, 768, 2304},    {"bert attn-out", 2048, 768, 768},
+        {"bert ffn-up", 2048, 768, 3072},   {"bert ffn-down", 2048, 3072, 768},
+    };
+    printf("%-22s %18s %-7s %12s %13s %6s\n", "kernel", "N x IC x OC", "isa", "GFLOP/s wall", "GFLOP/s /core",
+           "%peak");
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        for (int isa = QAC_ISA_GENERIC; isa <= (int)best; isa++) {
+            if (isa == QAC_ISA_GENERIC && i > 0) continue; /* one line is enough for the portable path */
+            qac_cpu_set_isa((qac_isa)isa);
+            best_t g = gemm_gflops(shapes[i].N, shapes[i].IC, shapes[i].OC, 0, isa ? pool : NULL, isa ? rounds : 1);
+            printf("%-22s %5d x%5d x%5d %-7s %12.1f %13.1f %5.1f%%\n", shapes[i].name, shapes[i].N, shapes[i].IC,
+                   shapes[i].OC, qac_cpu_isa_name((qac_isa)isa), g.wall, g.cpu, 100 * g.cpu / peak[isa].cpu);
+            if (isa == (int)best && bf16) {
+                g = gemm_gflops(shapes[i].N, shapes[i].IC, shapes[i].OC, 1, pool, rounds);
+                printf("%-22s %5d x%5d x%5d %-7s %12.1f %13.1f %5.1f%%\n", shapes[i].name, shapes[i].N, shapes[i].IC,
+                       shapes[i].OC, "bf16", g.wall, g.cpu, 100 * g.cpu / peak[PEAK_BF16].cpu);
+            }
+        }
+    for (int hs = 32; hs <= 64; hs += 32)
+        for (int isa = QAC_ISA_GENERIC; isa <= (int)best; isa++) {
+            qac_cpu_set_isa((qac_isa)isa);
+            best_t g = attention_gflops(128, hs, isa ? 12 : 1, rounds);
+            printf("attention (1 thread) %5d x%5d x%5d %-7s %12.1f %13.1f %5.1f%%\n", 128, hs, 128,
+                   qac_cpu_isa_name((qac_isa)isa), g.wall, g.cpu, 100 * g.cpu / peak[isa].cpu);
+        }
+    qac_pool_free(pool);
+    return 0;
+}

@@ -1,0 +1,95 @@
+"""Batching reference search service, as a user's Python deployment would
+do it: FastAPI + uvicorn + sentence-transformers + faiss-cpu, where
+concurrent requests wait up to --wait-ms for each other and each batch
+gets one encode and one FAISS search (in a worker thread, so the event
+loop keeps accepting). Same request and response shape as qac's
+POST /search and reference_service.py (the unbatched reference).
+
+usage: python reference_batched.py --model DIR --index DIR --docids FILE --port N"""
+import argparse
+import asyncio
+from contextlib import asynccontextmanager
+
+import faiss
+import numpy as np
+import uvicorn
+from fastapi import FastAPI
+from pydantic import BaseModel
+from sentence_transformers import SentenceTransformer
+
+
+class SearchRequest(BaseModel):
+    query: str
+    k: int = 10
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--index", required=True)
+    ap.add_argument("--docids", required=True, help="one docid per line, in index row order")
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--max-len", type=int, default=32)
+    ap.add_argument("--wait-ms", type=float, default=2.0, help="how long a batch waits for more requests")
+    ap.add_argument("--max-batch", type=int, default=64)
+    a = ap.parse_args()
+    model = SentenceTransformer(a.model, device="cpu")
+    model.max_seq_length = a.max_len
+    index = faiss.read_index(f"{a.index}/index.faiss")
+    with open(a.docids, encoding="utf-8") as f:
+        docids = [line.rstrip("\n") for line in f]
+    pending: asyncio.Queue = asyncio.Queue()
+
+    def run_batch(texts, k):
+        v = model.encode(texts, batch_size=len(texts), convert_to_numpy=True,
+                         normalize_embeddings=False).astype(np.float32)
+        return index.search(v, k)
+
+    async def batcher():
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = [await pending.get()]
+            deadline = loop.time() + a.wait_ms / 1000
+            while len(batch) < a.max_batch:
+                left = deadline - loop.time()
+                if left <= 0:
+                    break
+                try:
+                    batch.append(await asyncio.wait_for(pending.get(), left))
+                except asyncio.TimeoutError:
+                    break
+            k = max(req.k for req, _ in batch)
+            try:
+                scores, rows = await loop.run_in_executor(None, run_batch, [req.query for req, _ in batch], k)
+            except Exception as e:  # noqa: BLE001  (hand the error to every waiting request)
+                for _, fut in batch:
+                    fut.set_exception(e)
+                continue
+            for i, (req, fut) in enumerate(batch):
+                hits = [{"docid": docids[r], "score": float(s), "rank": j + 1}
+                        for j, (s, r) in enumerate(zip(scores[i][:req.k], rows[i][:req.k])) if r >= 0]
+                fut.set_result({"results": [hits], "mode": "dense"})
+
+    @asynccontextmanager
+    async def lifespan(_app):
+        task = asyncio.get_running_loop().create_task(batcher())
+        yield
+        task.cancel()
+
+    app = FastAPI(lifespan=lifespan)
+
+    @app.post("/search")
+    async def search(req: SearchRequest):
+        fut = asyncio.get_running_loop().create_future()
+        await pending.put((req, fut))
+        return await fut
+
+    @app.get("/health")
+    def health():
+        return {"status": "ok"}
+
+    uvicorn.run(app, host="127.0.0.1", port=a.port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()
