@@ -273,6 +273,23 @@ def bert_layer(x, keep, P, l, C, NH, eps):
     return torch.nn.functional.layer_norm(f + h1, (C,), P["ln2_w"][l], P["ln2_b"][l], eps)
 
 
+def random_heads(rs, L, C, I, V):
+    """Fresh head layers (qac's layout) and an MLM head, drawn from rs."""
+    shapes = {"qkv_w": (L, 3 * C, C), "qkv_b": (L, 3 * C), "attn_out_w": (L, C, C), "attn_out_b": (L, C),
+              "ln1_w": (L, C), "ln1_b": (L, C), "ffn_in_w": (L, I, C), "ffn_in_b": (L, I), "ffn_out_w": (L, C, I),
+              "ffn_out_b": (L, C), "ln2_w": (L, C), "ln2_b": (L, C)}
+    head = {}
+    for k in LAYER_TENSORS:
+        base = 1.0 if k.startswith("ln") and k.endswith("_w") else 0.0
+        head[k] = (base + rs.standard_normal(shapes[k]) * (0.1 if base else 0.05)).astype(np.float32)
+    mlm = {"dense_w": (rs.standard_normal((C, C)) * 0.05).astype(np.float32),
+           "dense_b": (rs.standard_normal(C) * 0.02).astype(np.float32),
+           "ln_w": (1 + rs.standard_normal(C) * 0.1).astype(np.float32),
+           "ln_b": (rs.standard_normal(C) * 0.02).astype(np.float32),
+           "bias": (rs.standard_normal(V) * 0.02).astype(np.float32)}
+    return head, mlm
+
+
 def cocondenser_case(model, c, q, p, tensors, skip=1, head_layers=2):
     """coCondenser on query-as-context pairs: sequences [p_0, q_0, p_1, q_1,
     ...] (each query group's positive passage and its query), 15% of tokens
@@ -298,18 +315,7 @@ def cocondenser_case(model, c, q, p, tensors, skip=1, head_layers=2):
         labels[b, pick] = ids[b, pick]
         ids[b, pick] = 103
     I, L = c["intermediate_size"], head_layers
-    shapes = {"qkv_w": (L, 3 * C, C), "qkv_b": (L, 3 * C), "attn_out_w": (L, C, C), "attn_out_b": (L, C),
-              "ln1_w": (L, C), "ln1_b": (L, C), "ffn_in_w": (L, I, C), "ffn_in_b": (L, I), "ffn_out_w": (L, C, I),
-              "ffn_out_b": (L, C), "ln2_w": (L, C), "ln2_b": (L, C)}
-    head = {}
-    for k in LAYER_TENSORS:
-        base = 1.0 if k.startswith("ln") and k.endswith("_w") else 0.0
-        head[k] = (base + rs.standard_normal(shapes[k]) * (0.1 if base else 0.05)).astype(np.float32)
-    mlm = {"dense_w": (rs.standard_normal((C, C)) * 0.05).astype(np.float32),
-           "dense_b": (rs.standard_normal(C) * 0.02).astype(np.float32),
-           "ln_w": (1 + rs.standard_normal(C) * 0.1).astype(np.float32),
-           "ln_b": (rs.standard_normal(C) * 0.02).astype(np.float32),
-           "bias": (rs.standard_normal(V) * 0.02).astype(np.float32)}
+    head, mlm = random_heads(rs, L, C, I, V)
     HT = {k: torch.tensor(v, requires_grad=True) for k, v in head.items()}
     MT = {k: torch.tensor(v, requires_grad=True) for k, v in mlm.items()}
     model.zero_grad(set_to_none=True)
@@ -382,18 +388,7 @@ def cotmae_case(model, c, q, p, tensors, dec_layers=1):
     partner = np.arange(text.shape[0]) ^ 1
     dec_ids, dec_labels = mask_rows(text[partner], lens[partner], 0.45, rs)
     L = dec_layers
-    shapes = {"qkv_w": (L, 3 * C, C), "qkv_b": (L, 3 * C), "attn_out_w": (L, C, C), "attn_out_b": (L, C),
-              "ln1_w": (L, C), "ln1_b": (L, C), "ffn_in_w": (L, I, C), "ffn_in_b": (L, I), "ffn_out_w": (L, C, I),
-              "ffn_out_b": (L, C), "ln2_w": (L, C), "ln2_b": (L, C)}
-    head = {}
-    for k in LAYER_TENSORS:
-        base = 1.0 if k.startswith("ln") and k.endswith("_w") else 0.0
-        head[k] = (base + rs.standard_normal(shapes[k]) * (0.1 if base else 0.05)).astype(np.float32)
-    mlm = {"dense_w": (rs.standard_normal((C, C)) * 0.05).astype(np.float32),
-           "dense_b": (rs.standard_normal(C) * 0.02).astype(np.float32),
-           "ln_w": (1 + rs.standard_normal(C) * 0.1).astype(np.float32),
-           "ln_b": (rs.standard_normal(C) * 0.02).astype(np.float32),
-           "bias": (rs.standard_normal(V) * 0.02).astype(np.float32)}
+    head, mlm = random_heads(rs, L, C, I, V)
     HT = {k: torch.tensor(v, requires_grad=True) for k, v in head.items()}
     MT = {k: torch.tensor(v, requires_grad=True) for k, v in mlm.items()}
     model.zero_grad(set_to_none=True)
