@@ -214,19 +214,24 @@ class InjectedDropout:
         torch.nn.functional.dropout = self.orig
 
 
+def mask_rows(ids, lens, rate, rs):
+    ids, labels = ids.copy(), np.full(ids.shape, -100, dtype=np.int32)
+    for b in range(ids.shape[0]):
+        cand = np.arange(1, lens[b] - 1)
+        pick = rs.choice(cand, max(1, int(round(rate * len(cand)))), replace=False)
+        labels[b, pick] = ids[b, pick]
+        ids[b, pick] = 103
+    return ids, labels
+
+
 def mlm_case(model, c, p, tensors):
     """The tiny encoder plus BertOnlyMLMHead (dense, GELU, LayerNorm, decoder
     tied to the word embeddings, vocabulary bias) on the batch's passages
     with 15% of their non-special tokens replaced by [MASK] (numpy seed 0);
     mean cross-entropy over the masked positions."""
-    ids, lens = p[0].copy(), p[1]
-    labels = np.full(ids.shape, -100, dtype=np.int32)
+    lens = p[1]
     rs = np.random.RandomState(0)
-    for b in range(ids.shape[0]):
-        cand = np.arange(1, lens[b] - 1)
-        pick = rs.choice(cand, max(1, int(round(0.15 * len(cand)))), replace=False)
-        labels[b, pick] = ids[b, pick]
-        ids[b, pick] = 103
+    ids, labels = mask_rows(p[0], lens, 0.15, rs)
     C, V = c["hidden_size"], c["vocab_size"]
     head = {"dense_w": (rs.standard_normal((C, C)) * 0.02).astype(np.float32),
             "dense_b": (rs.standard_normal(C) * 0.02).astype(np.float32),
@@ -273,6 +278,20 @@ def bert_layer(x, keep, P, l, C, NH, eps):
     return torch.nn.functional.layer_norm(f + h1, (C,), P["ln2_w"][l], P["ln2_b"][l], eps)
 
 
+def qac_pairs(q, p):
+    """Query-as-context pairs [p_0, q_0, p_1, q_1, ...]: each group's positive
+    passage and its query, padded to the passages' length."""
+    T = p[0].shape[1]
+    seqs, lens = [], []
+    for i in range(q[0].shape[0]):
+        for ids, ln in ((p[0][i * NPASS], p[1][i * NPASS]), (q[0][i], q[1][i])):
+            row = np.zeros(T, dtype=np.int32)
+            row[:ln] = ids[:ln]
+            seqs.append(row)
+            lens.append(ln)
+    return np.stack(seqs), np.array(lens, dtype=np.int32)
+
+
 def random_heads(rs, L, C, I, V):
     """Fresh head layers (qac's layout) and an MLM head, drawn from rs."""
     shapes = {"qkv_w": (L, 3 * C, C), "qkv_b": (L, 3 * C), "attn_out_w": (L, C, C), "attn_out_b": (L, C),
@@ -298,22 +317,10 @@ def cocondenser_case(model, c, q, p, tensors, skip=1, head_layers=2):
     last-layer [CLS] (tau 1, diagonal excluded). The head: 2 fresh post-LN
     layers fed the last [CLS] at position 0 and hidden_states[skip] after."""
     C, NH, V, eps = c["hidden_size"], c["num_attention_heads"], c["vocab_size"], c["layer_norm_eps"]
-    nq, T = q[0].shape[0], p[0].shape[1]
-    seqs, lens = [], []
-    for i in range(nq):
-        for ids, ln in ((p[0][i * NPASS], p[1][i * NPASS]), (q[0][i], q[1][i])):
-            row = np.zeros(T, dtype=np.int32)
-            row[:ln] = ids[:ln]
-            seqs.append(row)
-            lens.append(ln)
-    ids, lens = np.stack(seqs), np.array(lens, dtype=np.int32)
-    labels = np.full(ids.shape, -100, dtype=np.int32)
+    T = p[0].shape[1]
+    ids, lens = qac_pairs(q, p)
     rs = np.random.RandomState(1)
-    for b in range(ids.shape[0]):
-        cand = np.arange(1, lens[b] - 1)
-        pick = rs.choice(cand, max(1, int(round(0.15 * len(cand)))), replace=False)
-        labels[b, pick] = ids[b, pick]
-        ids[b, pick] = 103
+    ids, labels = mask_rows(ids, lens, 0.15, rs)
     I, L = c["intermediate_size"], head_layers
     head, mlm = random_heads(rs, L, C, I, V)
     HT = {k: torch.tensor(v, requires_grad=True) for k, v in head.items()}
@@ -356,16 +363,6 @@ def cocondenser_case(model, c, q, p, tensors, skip=1, head_layers=2):
         tensors[f"coc.grad.{k}"] = v
 
 
-def mask_rows(ids, lens, rate, rs):
-    ids, labels = ids.copy(), np.full(ids.shape, -100, dtype=np.int32)
-    for b in range(ids.shape[0]):
-        cand = np.arange(1, lens[b] - 1)
-        pick = rs.choice(cand, max(1, int(round(rate * len(cand)))), replace=False)
-        labels[b, pick] = ids[b, pick]
-        ids[b, pick] = 103
-    return ids, labels
-
-
 def cotmae_case(model, c, q, p, tensors, dec_layers=1):
     """CoT-MAE, symmetric, on [p_i, q_i] pairs: the encoder reads each text
     masked at 0.30 (MLM through the tied head); a fresh 1-layer decoder reads
@@ -374,15 +371,8 @@ def cotmae_case(model, c, q, p, tensors, dec_layers=1):
     it by MLM through the same head. Loss = encoder MLM + decoder MLM."""
     C, NH, V, eps, I = (c["hidden_size"], c["num_attention_heads"], c["vocab_size"], c["layer_norm_eps"],
                         c["intermediate_size"])
-    nq, T = q[0].shape[0], p[0].shape[1]
-    seqs, lens = [], []
-    for i in range(nq):
-        for ids, ln in ((p[0][i * NPASS], p[1][i * NPASS]), (q[0][i], q[1][i])):
-            row = np.zeros(T, dtype=np.int32)
-            row[:ln] = ids[:ln]
-            seqs.append(row)
-            lens.append(ln)
-    text, lens = np.stack(seqs), np.array(lens, dtype=np.int32)
+    T = p[0].shape[1]
+    text, lens = qac_pairs(q, p)
     rs = np.random.RandomState(2)
     enc_ids, enc_labels = mask_rows(text, lens, 0.30, rs)
     partner = np.arange(text.shape[0]) ^ 1

@@ -428,6 +428,41 @@ static void heads_compare(heads *h, const char *prefix, int C, int V, double *hw
 
 static void heads_free(heads *h) { free(h->hmem), free(h->hgrad), free(h->mmem), free(h->mgrad); }
 
+/* One objective's working set: the tiny encoder's gradient block, packed
+ * weights, activations and backward buffers, and the same for its head. */
+typedef struct run {
+    qac_pool *pool;
+    heads h;
+    float *grad;
+    qac_bert_params g;
+    qac_bert_packed pk, hpk;
+    qac_bert_acts a, ha;
+    qac_bert_bwd w, hw;
+} run;
+
+static void run_setup(run *r, qac_model *m, int head_layers, const char *prefix, int B, int T) {
+    const qac_bert_config *c = &m->cfg;
+    memset(r, 0, sizeof *r);
+    CHECK_OK(qac_pool_create(&r->pool, 2));
+    heads_load(&r->h, c, head_layers, prefix);
+    r->grad = calloc(m->n_params, sizeof(float));
+    qac_bert_params_bind(&r->g, c, r->grad);
+    CHECK_OK(qac_bert_pack(&r->pk, c, &m->p));
+    CHECK_OK(qac_bert_pack(&r->hpk, &r->h.hc, &r->h.hp));
+    CHECK_OK(qac_bert_acts_alloc(&r->a, c, B, T, QAC_ACTS_KEEP, 2));
+    CHECK_OK(qac_bert_acts_alloc(&r->ha, &r->h.hc, B, T, QAC_ACTS_KEEP, 2));
+    CHECK_OK(qac_bert_bwd_alloc(&r->w, c, B, T));
+    CHECK_OK(qac_bert_bwd_alloc(&r->hw, &r->h.hc, B, T));
+}
+
+static void run_free(run *r) {
+    heads_free(&r->h);
+    free(r->grad);
+    qac_bert_acts_free(&r->a), qac_bert_acts_free(&r->ha), qac_bert_bwd_free(&r->w), qac_bert_bwd_free(&r->hw);
+    qac_bert_packed_free(&r->pk), qac_bert_packed_free(&r->hpk);
+    qac_pool_free(r->pool);
+}
+
 /* The whole coCondenser objective against torch: Condenser head (2 layers
  * on the last [CLS] and the states after layer 1) with MLM, late MLM, and
  * the contrastive loss over the [CLS] of query-as-context pairs. */
@@ -438,54 +473,40 @@ static void cocondenser(void) {
     int rows, T;
     int32_t *ids = ints("coc.ids", &rows, &T), *labels = ints("coc.labels", &rows, &T);
     int *lens = ints("coc.lens", &rows, NULL), B = rows, BT = B * T;
-    qac_pool *pool = NULL;
-    CHECK_OK(qac_pool_create(&pool, 2));
-    heads h;
-    heads_load(&h, c, 2, "coc");
-    float *grad = calloc(m->n_params, sizeof(float));
-    qac_bert_params g;
-    qac_bert_params_bind(&g, c, grad);
-    qac_bert_packed pk, hpk;
-    qac_bert_acts a = {0}, ha = {0};
-    qac_bert_bwd w = {0}, hw = {0};
-    CHECK_OK(qac_bert_pack(&pk, c, &m->p));
-    CHECK_OK(qac_bert_pack(&hpk, &h.hc, &h.hp));
-    CHECK_OK(qac_bert_acts_alloc(&a, c, B, T, QAC_ACTS_KEEP, 2));
-    CHECK_OK(qac_bert_acts_alloc(&ha, &h.hc, B, T, QAC_ACTS_KEEP, 2));
-    CHECK_OK(qac_bert_bwd_alloc(&w, c, B, T));
-    CHECK_OK(qac_bert_bwd_alloc(&hw, &h.hc, B, T));
+    run r;
+    run_setup(&r, m, 2, "coc", B, T);
     size_t NC = (size_t)BT * C;
     float *x = malloc(NC * 4), *dlast = calloc(NC, 4), *dmid = calloc(NC, 4), *st = malloc(NC * 4), *dst = malloc(NC * 4);
     float *cls = malloc((size_t)B * C * 4), *dcls = malloc((size_t)B * C * 4), *dhead = calloc(NC, 4);
     int32_t *lab = malloc((size_t)BT * sizeof *lab);
-    CHECK_OK(qac_bert_forward_train(&a, c, &m->p, &pk, ids, NULL, lens, B, T, NULL, pool));
-    const float *mid = a.hidden + (size_t)skip * NC;
-    qac_condenser_input(x, a.last, mid, B, T, C);
-    CHECK_OK(qac_bert_layers_forward(&ha, &h.hc, &h.hp, &hpk, x, lens, B, T, NULL, pool));
+    CHECK_OK(qac_bert_forward_train(&r.a, c, &m->p, &r.pk, ids, NULL, lens, B, T, NULL, r.pool));
+    const float *mid = r.a.hidden + (size_t)skip * NC;
+    qac_condenser_input(x, r.a.last, mid, B, T, C);
+    CHECK_OK(qac_bert_layers_forward(&r.ha, &r.h.hc, &r.h.hp, &r.hpk, x, lens, B, T, NULL, r.pool));
     double l_head = 0, l_late = 0, l_cl = 0;
-    int M = gather(st, lab, ha.last, labels, BT, C);
-    CHECK_OK(qac_mlm_loss(&l_head, dst, &h.mg, g.word_emb, &h.mh, m->p.word_emb, st, lab, M, C, V, c->layer_norm_eps,
-                          pool));
+    int M = gather(st, lab, r.ha.last, labels, BT, C);
+    CHECK_OK(qac_mlm_loss(&l_head, dst, &r.h.mg, r.g.word_emb, &r.h.mh, m->p.word_emb, st, lab, M, C, V, c->layer_norm_eps,
+                          r.pool));
     scatter_add(dhead, dst, labels, BT, C);
-    CHECK_OK(qac_bert_layers_backward(&h.hg, &hw, dhead, &ha, &h.hc, &h.hp, &hpk, lens, B, T, NULL, pool));
-    qac_condenser_input_backward(dlast, dmid, hw.dy, B, T, C);
-    gather(st, lab, a.last, labels, BT, C);
-    CHECK_OK(qac_mlm_loss(&l_late, dst, &h.mg, g.word_emb, &h.mh, m->p.word_emb, st, lab, M, C, V, c->layer_norm_eps,
-                          pool));
+    CHECK_OK(qac_bert_layers_backward(&r.h.hg, &r.hw, dhead, &r.ha, &r.h.hc, &r.h.hp, &r.hpk, lens, B, T, NULL, r.pool));
+    qac_condenser_input_backward(dlast, dmid, r.hw.dy, B, T, C);
+    gather(st, lab, r.a.last, labels, BT, C);
+    CHECK_OK(qac_mlm_loss(&l_late, dst, &r.h.mg, r.g.word_emb, &r.h.mh, m->p.word_emb, st, lab, M, C, V, c->layer_norm_eps,
+                          r.pool));
     scatter_add(dlast, dst, labels, BT, C);
-    for (int b = 0; b < B; b++) memcpy(cls + (size_t)b * C, a.last + (size_t)b * T * C, (size_t)C * 4);
+    for (int b = 0; b < B; b++) memcpy(cls + (size_t)b * C, r.a.last + (size_t)b * T * C, (size_t)C * 4);
     CHECK_OK(qac_cocondenser_loss(&l_cl, dcls, cls, B, C, 1.0f));
     for (int b = 0; b < B; b++)
         for (int j = 0; j < C; j++) dlast[(size_t)b * T * C + j] += dcls[(size_t)b * C + j];
     const float *dh[QAC_MAX_LAYERS_TEST + 1] = {0};
     dh[L] = dlast, dh[skip] = dmid;
-    CHECK_OK(qac_bert_backward(&g, &w, dh, &a, c, &m->p, &pk, ids, NULL, lens, B, T, NULL, pool));
+    CHECK_OK(qac_bert_backward(&r.g, &r.w, dh, &r.a, c, &m->p, &r.pk, ids, NULL, lens, B, T, NULL, r.pool));
 
     double loss = l_head + l_late + l_cl, ref = f64_at("coc.loss", 0);
     double lrel = fabs(loss - ref) / fabs(ref), ltol = fmax(1e-6, 4 * 0x1p-24 * f64_at("coc.loss", 4) / fabs(ref));
     const char *wn = "?", *hwn = "?", *mwn = "?";
-    double worst = compare_tensors(m, grad, "coc.grad.", &wn, 0), hworst, mworst;
-    heads_compare(&h, "coc", C, V, &hworst, &hwn, &mworst, &mwn);
+    double worst = compare_tensors(m, r.grad, "coc.grad.", &wn, 0), hworst, mworst;
+    heads_compare(&r.h, "coc", C, V, &hworst, &hwn, &mworst, &mwn);
     printf("cocondenser: loss %.9f = head MLM %.6f + late MLM %.6f + contrastive %.6f (ref %.9f: %.6f %.6f %.6f; rel "
            "%.2e, tol %.1e)\n  worst gradient: encoder %s %.2e, head layers %s %.2e, MLM head %s %.2e\n",
            loss, l_head, l_late, l_cl, ref, f64_at("coc.loss", 1), f64_at("coc.loss", 2), f64_at("coc.loss", 3), lrel,
@@ -495,11 +516,8 @@ static void cocondenser(void) {
     CHECK_MSG(hworst <= 1e-4, "cocondenser: head-layer gradient of %s off by %.3e", hwn, hworst);
     CHECK_MSG(mworst <= 1e-4, "cocondenser: MLM-head gradient of %s off by %.3e", mwn, mworst);
     free(x), free(dlast), free(dmid), free(st), free(dst), free(cls), free(dcls), free(lab), free(dhead);
-    free(grad), free(ids), free(labels), free(lens);
-    heads_free(&h);
-    qac_bert_acts_free(&a), qac_bert_acts_free(&ha), qac_bert_bwd_free(&w), qac_bert_bwd_free(&hw);
-    qac_bert_packed_free(&pk), qac_bert_packed_free(&hpk);
-    qac_pool_free(pool);
+    free(ids), free(labels), free(lens);
+    run_free(&r);
     qac_model_free(m);
 }
 
@@ -514,52 +532,38 @@ static void cotmae(void) {
     int32_t *ids = ints("cot.enc_ids", &rows, &T), *labels = ints("cot.enc_labels", &rows, &T);
     int32_t *dids = ints("cot.dec_ids", &rows, &T), *dlabels = ints("cot.dec_labels", &rows, &T);
     int *lens = ints("cot.lens", &rows, NULL), *dlens = ints("cot.dec_lens", &rows, NULL), B = rows, BT = B * T;
-    qac_pool *pool = NULL;
-    CHECK_OK(qac_pool_create(&pool, 2));
-    heads h;
-    heads_load(&h, c, 1, "cot");
-    float *grad = calloc(m->n_params, sizeof(float));
-    qac_bert_params g;
-    qac_bert_params_bind(&g, c, grad);
-    qac_bert_packed pk, hpk;
-    qac_bert_acts a = {0}, ha = {0};
-    qac_bert_bwd w = {0}, hw = {0};
-    CHECK_OK(qac_bert_pack(&pk, c, &m->p));
-    CHECK_OK(qac_bert_pack(&hpk, &h.hc, &h.hp));
-    CHECK_OK(qac_bert_acts_alloc(&a, c, B, T, QAC_ACTS_KEEP, 2));
-    CHECK_OK(qac_bert_acts_alloc(&ha, &h.hc, B, T, QAC_ACTS_KEEP, 2));
-    CHECK_OK(qac_bert_bwd_alloc(&w, c, B, T));
-    CHECK_OK(qac_bert_bwd_alloc(&hw, &h.hc, B, T));
+    run r;
+    run_setup(&r, m, 1, "cot", B, T);
     size_t NC = (size_t)BT * C;
     float *x = malloc(NC * 4), *emb = malloc(NC * 4), *mean = malloc((size_t)BT * 4), *rstd = malloc((size_t)BT * 4);
     float *dlast = calloc(NC, 4), *st = malloc(NC * 4), *dst = malloc(NC * 4), *ddec = calloc(NC, 4);
     float *cls = malloc((size_t)B * C * 4), *dcls = calloc((size_t)B * C, 4), *scratch = malloc(2 * NC * 4);
     int32_t *lab = malloc((size_t)BT * sizeof *lab);
-    CHECK_OK(qac_bert_forward_train(&a, c, &m->p, &pk, ids, NULL, lens, B, T, NULL, pool));
-    for (int b = 0; b < B; b++) memcpy(cls + (size_t)b * C, a.last + (size_t)b * T * C, (size_t)C * 4);
-    qac_cotmae_input(x, emb, mean, rstd, dids, cls, c, &m->p, B, T, pool);
-    CHECK_OK(qac_bert_layers_forward(&ha, &h.hc, &h.hp, &hpk, x, dlens, B, T, NULL, pool));
+    CHECK_OK(qac_bert_forward_train(&r.a, c, &m->p, &r.pk, ids, NULL, lens, B, T, NULL, r.pool));
+    for (int b = 0; b < B; b++) memcpy(cls + (size_t)b * C, r.a.last + (size_t)b * T * C, (size_t)C * 4);
+    qac_cotmae_input(x, emb, mean, rstd, dids, cls, c, &m->p, B, T, r.pool);
+    CHECK_OK(qac_bert_layers_forward(&r.ha, &r.h.hc, &r.h.hp, &r.hpk, x, dlens, B, T, NULL, r.pool));
     double l_enc = 0, l_dec = 0;
-    int M = gather(st, lab, ha.last, dlabels, BT, C);
-    CHECK_OK(qac_mlm_loss(&l_dec, dst, &h.mg, g.word_emb, &h.mh, m->p.word_emb, st, lab, M, C, V, c->layer_norm_eps,
-                          pool));
+    int M = gather(st, lab, r.ha.last, dlabels, BT, C);
+    CHECK_OK(qac_mlm_loss(&l_dec, dst, &r.h.mg, r.g.word_emb, &r.h.mh, m->p.word_emb, st, lab, M, C, V, c->layer_norm_eps,
+                          r.pool));
     scatter_add(ddec, dst, dlabels, BT, C);
-    CHECK_OK(qac_bert_layers_backward(&h.hg, &hw, ddec, &ha, &h.hc, &h.hp, &hpk, dlens, B, T, NULL, pool));
-    qac_cotmae_input_backward(dcls, &g, hw.dy, emb, mean, rstd, dids, c, &m->p, B, T, scratch, pool);
-    M = gather(st, lab, a.last, labels, BT, C);
-    CHECK_OK(qac_mlm_loss(&l_enc, dst, &h.mg, g.word_emb, &h.mh, m->p.word_emb, st, lab, M, C, V, c->layer_norm_eps,
-                          pool));
+    CHECK_OK(qac_bert_layers_backward(&r.h.hg, &r.hw, ddec, &r.ha, &r.h.hc, &r.h.hp, &r.hpk, dlens, B, T, NULL, r.pool));
+    qac_cotmae_input_backward(dcls, &r.g, r.hw.dy, emb, mean, rstd, dids, c, &m->p, B, T, scratch, r.pool);
+    M = gather(st, lab, r.a.last, labels, BT, C);
+    CHECK_OK(qac_mlm_loss(&l_enc, dst, &r.h.mg, r.g.word_emb, &r.h.mh, m->p.word_emb, st, lab, M, C, V, c->layer_norm_eps,
+                          r.pool));
     scatter_add(dlast, dst, labels, BT, C);
     for (int b = 0; b < B; b++)
         for (int j = 0; j < C; j++) dlast[(size_t)b * T * C + j] += dcls[(size_t)b * C + j];
     const float *dh[QAC_MAX_LAYERS_TEST + 1] = {0};
     dh[L] = dlast;
-    CHECK_OK(qac_bert_backward(&g, &w, dh, &a, c, &m->p, &pk, ids, NULL, lens, B, T, NULL, pool));
+    CHECK_OK(qac_bert_backward(&r.g, &r.w, dh, &r.a, c, &m->p, &r.pk, ids, NULL, lens, B, T, NULL, r.pool));
 
     double loss = l_enc + l_dec, ref = f64_at("cot.loss", 0), lrel = fabs(loss - ref) / fabs(ref);
     const char *wn = "?", *hwn = "?", *mwn = "?";
-    double worst = compare_tensors(m, grad, "cot.grad.", &wn, 0), hworst, mworst;
-    heads_compare(&h, "cot", C, V, &hworst, &hwn, &mworst, &mwn);
+    double worst = compare_tensors(m, r.grad, "cot.grad.", &wn, 0), hworst, mworst;
+    heads_compare(&r.h, "cot", C, V, &hworst, &hwn, &mworst, &mwn);
     printf("cotmae: loss %.9f = encoder MLM %.6f + decoder MLM %.6f (ref %.9f: %.6f %.6f; rel %.2e)\n"
            "  worst gradient: encoder %s %.2e, decoder layers %s %.2e, MLM head %s %.2e\n",
            loss, l_enc, l_dec, ref, f64_at("cot.loss", 1), f64_at("cot.loss", 2), lrel, wn, worst, hwn, hworst, mwn,
@@ -569,11 +573,8 @@ static void cotmae(void) {
     CHECK_MSG(hworst <= 1e-4, "cotmae: decoder-layer gradient of %s off by %.3e", hwn, hworst);
     CHECK_MSG(mworst <= 1e-4, "cotmae: MLM-head gradient of %s off by %.3e", mwn, mworst);
     free(x), free(emb), free(mean), free(rstd), free(dlast), free(st), free(dst), free(ddec), free(cls), free(dcls);
-    free(scratch), free(lab), free(grad), free(ids), free(labels), free(dids), free(dlabels), free(lens), free(dlens);
-    heads_free(&h);
-    qac_bert_acts_free(&a), qac_bert_acts_free(&ha), qac_bert_bwd_free(&w), qac_bert_bwd_free(&hw);
-    qac_bert_packed_free(&pk), qac_bert_packed_free(&hpk);
-    qac_pool_free(pool);
+    free(scratch), free(lab), free(ids), free(labels), free(dids), free(dlabels), free(lens), free(dlens);
+    run_free(&r);
     qac_model_free(m);
 }
 
