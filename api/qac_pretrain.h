@@ -12,7 +12,9 @@
 #include <stdint.h>
 
 #include "qac_common.h"
+#include "qac_model.h"
 #include "qac_tokenizer.h"
+#include "qac_train.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -95,6 +97,74 @@ typedef struct qac_hlp_stats {
     long docs, edges, edges_unresolved, dual_link_pairs, co_mention_pairs, written;
 } qac_hlp_stats;
 qac_status qac_hlp_mine(const qac_hlp_opts *o, qac_hlp_stats *stats);
+
+/* ---- the pre-training run ----
+ * A pre-trainer owns the heads an objective needs (fresh, HF init from the
+ * seed) and trains them with the encoder: gradients and AdamW m, v over
+ * [encoder | heads] in one block each, global-norm clipping over all of
+ * them, no weight decay on biases or LayerNorm. Only the encoder is
+ * exported; the heads live in each checkpoint's training state. A
+ * sentence-transformers checkpoint has no MLM head, so the tied head's
+ * transform and bias are always created fresh. */
+
+typedef enum qac_pt_objective {
+    QAC_PT_COCONDENSER = 0, /* MLM + Condenser head MLM + contrastive (or PAIR) */
+    QAC_PT_COTMAE = 1,      /* encoder MLM + masked decoder MLM, symmetric */
+    QAC_PT_QGEN = 2,        /* encoder MLM + causal query decoder */
+} qac_pt_objective;
+
+typedef struct qac_pt_objective_opts {
+    qac_pt_objective objective;
+    int head_layers;     /* Condenser head (default 2) or CoT-MAE decoder (default 1); 0: the default */
+    int skip_from;       /* Condenser: the states after this encoder layer; < 0: half the depth */
+    float mask_rate;     /* coCondenser whole-word MLM rate (0.15) */
+    float enc_mask_rate; /* CoT-MAE and QGen encoder rate (0.30) */
+    float dec_mask_rate; /* CoT-MAE decoder rate (0.45) */
+    float tau;           /* contrastive temperature (1) */
+    float alpha;         /* > 0: the PAIR loss (1-a) L_q + a L_p replaces the contrastive loss */
+} qac_pt_objective_opts;
+
+typedef struct qac_pt_progress {
+    long step, total;
+    double loss;         /* the sum of the parts below */
+    double mlm;          /* encoder MLM (coCondenser: the late MLM) */
+    double head;         /* Condenser-head MLM, or the decoder's loss */
+    double contrastive;  /* contrastive or PAIR; 0 for the generative objectives */
+    double span_frac;    /* share of this step's pairs that were span pairs */
+    double lr, grad_norm;
+    double seconds, elapsed;
+    long steps_run;
+    int pairs;
+    long tokens;         /* real tokens through the encoder this step */
+} qac_pt_progress;
+
+typedef struct qac_pretrain_opts {
+    qac_train_opts train;   /* lr 1e-4, wd 0.01, clip 1.0, linear; tau, sim, pair_alpha, chunk unused */
+    qac_pt_objective_opts obj;
+    double warmup_ratio;    /* used when train.warmup_steps < 0 (0.1) */
+    int batch;              /* pairs per step */
+    qac_pt_context context;
+    qac_pt_data_opts data;
+    const char *out_dir;
+    long save_every;        /* <= 0: only at the end */
+    int keep, resume;
+    /* called once before the first step with a line worth showing (NULL: none) */
+    void (*on_note)(void *user, const char *line);
+    void (*on_step)(void *user, const qac_pt_progress *p);
+    void *user;
+} qac_pretrain_opts;
+
+void qac_pt_objective_opts_default(qac_pt_objective_opts *o);
+void qac_pretrain_opts_default(qac_pretrain_opts *o);
+/* "cocondenser" | "cotmae" | "qgen" */
+qac_status qac_pt_objective_parse(qac_pt_objective *out, const char *name);
+
+/* Check everything (options, data, the run directory), then train m in
+ * place: OUT/checkpoint-<step>/ (encoder checkpoint + training_state.qts
+ * with the heads and optimiser state), OUT/latest, OUT/log.jsonl (per step:
+ * loss and its parts, lr, grad norm, span fraction), and at the end the
+ * encoder alone as an HF checkpoint in OUT itself. */
+qac_status qac_pretrain_run(qac_model *m, const qac_pretrain_opts *o, long *resumed_at);
 
 #ifdef __cplusplus
 }

@@ -231,6 +231,14 @@ void qac_bert_layer_backward(qac_bert_params *g, qac_bert_bwd *w, qac_bert_acts 
  * stack's own parameters use the qac_bert_params layout (its embedding
  * views unused). Forward leaves the output in a->last; backward takes dL/d
  * output and leaves dL/dx in w->dy. */
+/* A stack's parameters alone: tensors [QAC_BERT_LAYER_FIRST,
+ * QAC_BERT_LAYER_END) of the qac_bert_params layout (qkv_w .. ln2_b, L =
+ * c->num_layers), contiguous in that order; the embedding and pooler views
+ * are bound to NULL. */
+#define QAC_BERT_LAYER_FIRST 5
+#define QAC_BERT_LAYER_END 17
+size_t qac_bert_stack_param_count(const qac_bert_config *c);
+void qac_bert_stack_bind(qac_bert_params *p, const qac_bert_config *c, float *base);
 qac_status qac_bert_layers_forward(qac_bert_acts *a, const qac_bert_config *c, const qac_bert_params *p,
                                    const qac_bert_packed *pk, const float *x, const int *lens, int B, int T,
                                    const qac_dropout *drop, qac_pool *pool);

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "bert_cpu.h"
 #include "qac_safetensors.h"
 #include "qac_util.h"
 
@@ -64,6 +65,20 @@ void qac_bert_params_bind(qac_bert_params *p, const qac_bert_config *c, float *b
     for (int i = 0; i < QAC_BERT_NUM_TENSORS; i++) {
         *view_slot(p, i) = base;
         base += qac_bert_tensor_size(c, i);
+    }
+}
+
+size_t qac_bert_stack_param_count(const qac_bert_config *c) {
+    size_t n = 0;
+    for (int i = QAC_BERT_LAYER_FIRST; i < QAC_BERT_LAYER_END; i++) n += qac_bert_tensor_size(c, i);
+    return n;
+}
+
+void qac_bert_stack_bind(qac_bert_params *p, const qac_bert_config *c, float *base) {
+    for (int i = 0; i < QAC_BERT_NUM_TENSORS; i++) {
+        int in_stack = i >= QAC_BERT_LAYER_FIRST && i < QAC_BERT_LAYER_END;
+        *view_slot(p, i) = in_stack ? base : NULL;
+        if (in_stack) base += qac_bert_tensor_size(c, i);
     }
 }
 

@@ -13,7 +13,7 @@
 #define LATEST "latest"
 #define LOG "log.jsonl"
 
-static qac_status read_latest(const char *out, char *name, size_t cap) {
+qac_status qac_rundir_read_latest(const char *out, char *name, size_t cap) {
     char path[4096];
     char *text = NULL;
     size_t len = 0;
@@ -29,7 +29,7 @@ static qac_status read_latest(const char *out, char *name, size_t cap) {
     return QAC_OK;
 }
 
-static qac_status write_latest(const char *out, const char *name) {
+qac_status qac_rundir_write_latest(const char *out, const char *name) {
     char path[4096];
     qac_atomic_file af;
     qac_status st = qac_path_join(path, sizeof path, out, LATEST);
@@ -38,8 +38,7 @@ static qac_status write_latest(const char *out, const char *name) {
     return qac_atomic_commit(&af);
 }
 
-/* keep only log lines of steps <= step (a resumed run redoes the rest) */
-static qac_status trim_log(const char *path, long step) {
+qac_status qac_rundir_trim_log(const char *path, long step) {
     char *text = NULL;
     size_t len = 0;
     struct stat sb;
@@ -68,8 +67,7 @@ static int checkpoint_step(const char *name, long *step) {
     return *end == '\0' && end != name + 11;
 }
 
-/* remove checkpoint-N directories other than the newest `keep` */
-static qac_status prune(qac_trainer *t, const char *out, int keep, long newest) {
+qac_status qac_rundir_prune(const char *out, int keep, long newest) {
     DIR *d = opendir(out);
     if (!d) return qac_set_error(QAC_ERR_IO, "%s: %s", out, strerror(errno));
     long steps[4096];
@@ -89,7 +87,6 @@ static qac_status prune(qac_trainer *t, const char *out, int keep, long newest) 
             st = qac_trainer_remove_dir(path);
         }
     }
-    (void)t;
     return st;
 }
 
@@ -100,8 +97,8 @@ static qac_status save(qac_trainer *t, const qac_batch_source *src, const qac_ru
     size_t cl = 0;
     qac_status st = src->get_cursor(src->user, &cur, &cl);
     if (!st && !(st = qac_path_join(path, sizeof path, ro->out_dir, name)) &&
-        !(st = qac_trainer_save(t, path, cur, cl)) && !(st = write_latest(ro->out_dir, name)))
-        st = prune(t, ro->out_dir, ro->keep > 0 ? ro->keep : 2, t->step);
+        !(st = qac_trainer_save(t, path, cur, cl)) && !(st = qac_rundir_write_latest(ro->out_dir, name)))
+        st = qac_rundir_prune(ro->out_dir, ro->keep > 0 ? ro->keep : 2, t->step);
     free(cur);
     return st;
 }
@@ -111,7 +108,7 @@ qac_status qac_train_run(qac_trainer *t, const qac_batch_source *src, const qac_
     char name[256], path[4096], log_path[4096];
     qac_status st = qac_mkdirs(ro->out_dir);
     if (st || (st = qac_path_join(log_path, sizeof log_path, ro->out_dir, LOG))) return st;
-    int have = read_latest(ro->out_dir, name, sizeof name) == QAC_OK;
+    int have = qac_rundir_read_latest(ro->out_dir, name, sizeof name) == QAC_OK;
     if (have && !ro->resume)
         return qac_set_error(QAC_ERR_INVALID, "%s already holds a training run (%s); resume it or choose another "
                                               "directory",
@@ -124,9 +121,9 @@ qac_status qac_train_run(qac_trainer *t, const qac_batch_source *src, const qac_
             return st;
         st = src->set_cursor(src->user, cur, cl);
         free(cur);
-        if (st || (st = trim_log(log_path, t->step))) return st;
+        if (st || (st = qac_rundir_trim_log(log_path, t->step))) return st;
         if (resumed_at) *resumed_at = t->step;
-    } else if ((st = trim_log(log_path, 0))) {
+    } else if ((st = qac_rundir_trim_log(log_path, 0))) {
         return st;
     }
     FILE *log = fopen(log_path, "a");

@@ -27,4 +27,12 @@ struct qac_trainer {
 /* rm -rf dir (absent is fine) */
 qac_status qac_trainer_remove_dir(const char *dir);
 
+/* ---- the run directory (loop.c): shared by qac_train_run and the pre-training run ---- */
+qac_status qac_rundir_read_latest(const char *out, char *name, size_t cap);
+qac_status qac_rundir_write_latest(const char *out, const char *name);
+/* keep only log lines of steps <= step */
+qac_status qac_rundir_trim_log(const char *path, long step);
+/* remove checkpoint-N directories other than the newest `keep` (N <= newest) */
+qac_status qac_rundir_prune(const char *out, int keep, long newest);
+
 #endif
