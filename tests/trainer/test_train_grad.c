@@ -13,6 +13,7 @@
 
 #include "../encoder/fixture.h"
 #include "bert_cpu.h"
+#include "pretrainer.h"
 #include "qac_heads.h"
 #include "qac_pool.h"
 #include "qac_safetensors.h"
@@ -349,34 +350,6 @@ static void mlm(void) {
     qac_model_free(m);
 }
 
-/* gather the rows of states [B*T,C] whose label is >= 0 */
-static int gather(float *out, int32_t *lab, const float *states, const int32_t *labels, int BT, int C) {
-    int k = 0;
-    for (int i = 0; i < BT; i++)
-        if (labels[i] >= 0) {
-            memcpy(out + (size_t)k * C, states + (size_t)i * C, (size_t)C * sizeof(float));
-            lab[k++] = labels[i];
-        }
-    return k;
-}
-
-static void scatter_add(float *d, const float *rows, const int32_t *labels, int BT, int C) {
-    for (int i = 0, k = 0; i < BT; i++)
-        if (labels[i] >= 0) {
-            for (int j = 0; j < C; j++) d[(size_t)i * C + j] += rows[(size_t)k * C + j];
-            k++;
-        }
-}
-
-/* A head's flat blocks: fresh BERT layers in the encoder's layout (the
- * embedding views unused) and the MLM head, initial values from the fixture. */
-typedef struct heads {
-    qac_bert_config hc;
-    float *hmem, *hgrad, *mmem, *mgrad;
-    qac_bert_params hp, hg;
-    qac_mlm_head mh, mg;
-} heads;
-
 static const char *mlm_names[QAC_MLM_NUM_TENSORS] = {"dense_w", "dense_b", "ln_w", "ln_b", "bias"};
 
 static float **mlm_views(qac_mlm_head *h) {
@@ -388,37 +361,45 @@ static float **mlm_views(qac_mlm_head *h) {
 /* qac_bert_params is 19 float pointers in tensor order */
 static float *param_view(qac_bert_params *p, int i) { return ((float **)p)[i]; }
 
-static void heads_load(heads *h, const qac_bert_config *c, int layers, const char *prefix) {
+/* The production pre-trainer on the tiny model, its fresh heads replaced
+ * by the fixture's initial values. */
+static qac_pretrainer *pretrainer_for(qac_model *m, qac_pt_objective obj, int head_layers, const char *prefix) {
+    qac_train_opts o;
+    opts_for(&o, 1.0f, QAC_SIM_DOT);
+    qac_pt_objective_opts ob;
+    qac_pt_objective_opts_default(&ob);
+    ob.objective = obj;
+    ob.head_layers = head_layers;
+    qac_pretrainer *t = NULL;
+    CHECK_OK(qac_pretrainer_create(&t, m, &o, &ob));
+    if (!t) exit(1);
     char key[128];
-    h->hc = *c;
-    h->hc.num_layers = layers, h->hc.vocab_size = 1, h->hc.type_vocab_size = 1;
-    size_t hn = qac_bert_param_count(&h->hc), mn = qac_mlm_param_count(c->hidden_size, c->vocab_size);
-    h->hmem = calloc(hn, 4), h->hgrad = calloc(hn, 4), h->mmem = calloc(mn, 4), h->mgrad = calloc(mn, 4);
-    qac_bert_params_bind(&h->hp, &h->hc, h->hmem), qac_bert_params_bind(&h->hg, &h->hc, h->hgrad);
-    qac_mlm_bind(&h->mh, h->mmem, c->hidden_size, c->vocab_size), qac_mlm_bind(&h->mg, h->mgrad, c->hidden_size, c->vocab_size);
-    for (int i = 5; i < 17; i++) { /* the per-layer tensors, qkv_w .. ln2_b */
+    for (int i = QAC_BERT_LAYER_FIRST; i < QAC_BERT_LAYER_END; i++) {
         snprintf(key, sizeof key, "%s.head_init.%s", prefix, qac_bert_tensor_name(i));
-        qac_safetensors_read_f32(need(key), param_view(&h->hp, i));
+        qac_safetensors_read_f32(need(key), param_view(&t->hp, i));
     }
-    float **mv = mlm_views(&h->mh);
+    float **mv = mlm_views(&t->mlm);
     for (int i = 0; i < QAC_MLM_NUM_TENSORS; i++) {
         snprintf(key, sizeof key, "%s.mlm_init.%s", prefix, mlm_names[i]);
         qac_safetensors_read_f32(need(key), mv[i]);
     }
+    qac_pretrainer_heads_changed(t);
+    return t;
 }
 
 /* worst relative gradient error of the head layers (*hw) and the MLM head (*mw) */
-static void heads_compare(heads *h, const char *prefix, int C, int V, double *hw, const char **hwn, double *mw,
+static void heads_compare(qac_pretrainer *t, const char *prefix, double *hw, const char **hwn, double *mw,
                           const char **mwn) {
     char key[128];
+    int C = t->m->cfg.hidden_size, V = t->m->cfg.vocab_size;
     *hw = *mw = 0;
-    for (int i = 5; i < 17; i++) {
+    for (int i = QAC_BERT_LAYER_FIRST; i < QAC_BERT_LAYER_END; i++) {
         snprintf(key, sizeof key, "%s.head_grad.%s", prefix, qac_bert_tensor_name(i));
-        double r = compare_named(param_view(&h->hg, i), key, qac_bert_tensor_size(&h->hc, i));
+        double r = compare_named(param_view(&t->hg, i), key, qac_bert_tensor_size(&t->hc, i));
         if (r >= *hw) *hw = r, *hwn = qac_bert_tensor_name(i);
     }
     size_t msz[QAC_MLM_NUM_TENSORS] = {(size_t)C * C, (size_t)C, (size_t)C, (size_t)C, (size_t)V};
-    float **gv = mlm_views(&h->mg);
+    float **gv = mlm_views(&t->mg);
     for (int i = 0; i < QAC_MLM_NUM_TENSORS; i++) {
         snprintf(key, sizeof key, "%s.mlm_grad.%s", prefix, mlm_names[i]);
         double r = compare_named(gv[i], key, msz[i]);
@@ -426,155 +407,100 @@ static void heads_compare(heads *h, const char *prefix, int C, int V, double *hw
     }
 }
 
-static void heads_free(heads *h) { free(h->hmem), free(h->hgrad), free(h->mmem), free(h->mgrad); }
-
-/* One objective's working set: the tiny encoder's gradient block, packed
- * weights, activations and backward buffers, and the same for its head. */
-typedef struct run {
-    qac_pool *pool;
-    heads h;
-    float *grad;
-    qac_bert_params g;
-    qac_bert_packed pk, hpk;
-    qac_bert_acts a, ha;
-    qac_bert_bwd w, hw;
-} run;
-
-static void run_setup(run *r, qac_model *m, int head_layers, const char *prefix, int B, int T) {
-    const qac_bert_config *c = &m->cfg;
-    memset(r, 0, sizeof *r);
-    CHECK_OK(qac_pool_create(&r->pool, 2));
-    heads_load(&r->h, c, head_layers, prefix);
-    r->grad = calloc(m->n_params, sizeof(float));
-    qac_bert_params_bind(&r->g, c, r->grad);
-    CHECK_OK(qac_bert_pack(&r->pk, c, &m->p));
-    CHECK_OK(qac_bert_pack(&r->hpk, &r->h.hc, &r->h.hp));
-    CHECK_OK(qac_bert_acts_alloc(&r->a, c, B, T, QAC_ACTS_KEEP, 2));
-    CHECK_OK(qac_bert_acts_alloc(&r->ha, &r->h.hc, B, T, QAC_ACTS_KEEP, 2));
-    CHECK_OK(qac_bert_bwd_alloc(&r->w, c, B, T));
-    CHECK_OK(qac_bert_bwd_alloc(&r->hw, &r->h.hc, B, T));
+/* rows [first, first+2, ...] of x [2B, T]: the fixture stacks the pairs
+ * as [a_0, b_0, a_1, b_1, ...]; the pre-trainer takes the sides apart */
+static int32_t *every_other(const int32_t *x, int B, int T, int first) {
+    int32_t *out = malloc((size_t)B * T * sizeof *out);
+    for (int i = 0; i < B; i++) memcpy(out + (size_t)i * T, x + (size_t)(2 * i + first) * T, (size_t)T * sizeof *out);
+    return out;
 }
 
-static void run_free(run *r) {
-    heads_free(&r->h);
-    free(r->grad);
-    qac_bert_acts_free(&r->a), qac_bert_acts_free(&r->ha), qac_bert_bwd_free(&r->w), qac_bert_bwd_free(&r->hw);
-    qac_bert_packed_free(&r->pk), qac_bert_packed_free(&r->hpk);
-    qac_pool_free(r->pool);
+typedef struct split {
+    int32_t *ids, *labels, *lens;
+    qac_pt_seqs s;
+} split;
+
+static void split_side(split *sp, const int32_t *ids, const int32_t *labels, const int *lens, int B, int T, int first) {
+    sp->ids = every_other(ids, B, T, first);
+    sp->labels = every_other(labels, B, T, first);
+    sp->lens = every_other(lens, B, 1, first);
+    sp->s = (qac_pt_seqs){T, sp->ids, sp->labels, sp->lens};
 }
 
-/* The whole coCondenser objective against torch: Condenser head (2 layers
- * on the last [CLS] and the states after layer 1) with MLM, late MLM, and
- * the contrastive loss over the [CLS] of query-as-context pairs. */
+static void split_free(split *sp) { free(sp->ids), free(sp->labels), free(sp->lens); }
+
+/* The whole coCondenser objective against torch, through the production
+ * step's gradient function: Condenser head (2 layers on the last [CLS] and
+ * the states after layer 1) with MLM, late MLM, and the contrastive loss
+ * over the [CLS] of query-as-context pairs. */
 static void cocondenser(void) {
     qac_model *m = load_model("tiny");
-    const qac_bert_config *c = &m->cfg;
-    int C = c->hidden_size, V = c->vocab_size, L = c->num_layers, skip = 1;
     int rows, T;
     int32_t *ids = ints("coc.ids", &rows, &T), *labels = ints("coc.labels", &rows, &T);
-    int *lens = ints("coc.lens", &rows, NULL), B = rows, BT = B * T;
-    run r;
-    run_setup(&r, m, 2, "coc", B, T);
-    size_t NC = (size_t)BT * C;
-    float *x = malloc(NC * 4), *dlast = calloc(NC, 4), *dmid = calloc(NC, 4), *st = malloc(NC * 4), *dst = malloc(NC * 4);
-    float *cls = malloc((size_t)B * C * 4), *dcls = malloc((size_t)B * C * 4), *dhead = calloc(NC, 4);
-    int32_t *lab = malloc((size_t)BT * sizeof *lab);
-    CHECK_OK(qac_bert_forward_train(&r.a, c, &m->p, &r.pk, ids, NULL, lens, B, T, NULL, r.pool));
-    const float *mid = r.a.hidden + (size_t)skip * NC;
-    qac_condenser_input(x, r.a.last, mid, B, T, C);
-    CHECK_OK(qac_bert_layers_forward(&r.ha, &r.h.hc, &r.h.hp, &r.hpk, x, lens, B, T, NULL, r.pool));
-    double l_head = 0, l_late = 0, l_cl = 0;
-    int M = gather(st, lab, r.ha.last, labels, BT, C);
-    CHECK_OK(qac_mlm_loss(&l_head, dst, &r.h.mg, r.g.word_emb, &r.h.mh, m->p.word_emb, st, lab, M, C, V, c->layer_norm_eps,
-                          r.pool));
-    scatter_add(dhead, dst, labels, BT, C);
-    CHECK_OK(qac_bert_layers_backward(&r.h.hg, &r.hw, dhead, &r.ha, &r.h.hc, &r.h.hp, &r.hpk, lens, B, T, NULL, r.pool));
-    qac_condenser_input_backward(dlast, dmid, r.hw.dy, B, T, C);
-    gather(st, lab, r.a.last, labels, BT, C);
-    CHECK_OK(qac_mlm_loss(&l_late, dst, &r.h.mg, r.g.word_emb, &r.h.mh, m->p.word_emb, st, lab, M, C, V, c->layer_norm_eps,
-                          r.pool));
-    scatter_add(dlast, dst, labels, BT, C);
-    for (int b = 0; b < B; b++) memcpy(cls + (size_t)b * C, r.a.last + (size_t)b * T * C, (size_t)C * 4);
-    CHECK_OK(qac_cocondenser_loss(&l_cl, dcls, cls, B, C, 1.0f));
-    for (int b = 0; b < B; b++)
-        for (int j = 0; j < C; j++) dlast[(size_t)b * T * C + j] += dcls[(size_t)b * C + j];
-    const float *dh[QAC_MAX_LAYERS_TEST + 1] = {0};
-    dh[L] = dlast, dh[skip] = dmid;
-    CHECK_OK(qac_bert_backward(&r.g, &r.w, dh, &r.a, c, &m->p, &r.pk, ids, NULL, lens, B, T, NULL, r.pool));
+    int *lens = ints("coc.lens", &rows, NULL), B = rows / 2;
+    qac_pretrainer *t = pretrainer_for(m, QAC_PT_COCONDENSER, 2, "coc");
+    CHECK_MSG(t->ob.skip_from == 1, "the default --skip-from of a 2-layer encoder is 1 (got %d)", t->ob.skip_from);
+    split a, b;
+    split_side(&a, ids, labels, lens, B, T, 0);
+    split_side(&b, ids, labels, lens, B, T, 1);
+    qac_pt_batch batch = {B, a.s, b.s, {0}, {0}};
+    qac_pt_losses l;
+    CHECK_OK(qac_pretrainer_grads(t, &batch, &l));
 
-    double loss = l_head + l_late + l_cl, ref = f64_at("coc.loss", 0);
-    double lrel = fabs(loss - ref) / fabs(ref), ltol = fmax(1e-6, 4 * 0x1p-24 * f64_at("coc.loss", 4) / fabs(ref));
+    double ref = f64_at("coc.loss", 0);
+    double lrel = fabs(l.total - ref) / fabs(ref), ltol = fmax(1e-6, 4 * 0x1p-24 * f64_at("coc.loss", 4) / fabs(ref));
     const char *wn = "?", *hwn = "?", *mwn = "?";
-    double worst = compare_tensors(m, r.grad, "coc.grad.", &wn, 0), hworst, mworst;
-    heads_compare(&r.h, "coc", C, V, &hworst, &hwn, &mworst, &mwn);
+    double worst = compare_tensors(m, t->grad_mem, "coc.grad.", &wn, 0), hworst, mworst;
+    heads_compare(t, "coc", &hworst, &hwn, &mworst, &mwn);
     printf("cocondenser: loss %.9f = head MLM %.6f + late MLM %.6f + contrastive %.6f (ref %.9f: %.6f %.6f %.6f; rel "
            "%.2e, tol %.1e)\n  worst gradient: encoder %s %.2e, head layers %s %.2e, MLM head %s %.2e\n",
-           loss, l_head, l_late, l_cl, ref, f64_at("coc.loss", 1), f64_at("coc.loss", 2), f64_at("coc.loss", 3), lrel,
-           ltol, wn, worst, hwn, hworst, mwn, mworst);
+           l.total, l.head, l.mlm, l.contrastive, ref, f64_at("coc.loss", 1), f64_at("coc.loss", 2),
+           f64_at("coc.loss", 3), lrel, ltol, wn, worst, hwn, hworst, mwn, mworst);
     CHECK_MSG(lrel <= ltol, "cocondenser loss off by %.3e relative", lrel);
     CHECK_MSG(worst <= 1e-4, "cocondenser: encoder gradient of %s off by %.3e", wn, worst);
     CHECK_MSG(hworst <= 1e-4, "cocondenser: head-layer gradient of %s off by %.3e", hwn, hworst);
     CHECK_MSG(mworst <= 1e-4, "cocondenser: MLM-head gradient of %s off by %.3e", mwn, mworst);
-    free(x), free(dlast), free(dmid), free(st), free(dst), free(cls), free(dcls), free(lab), free(dhead);
+    split_free(&a), split_free(&b);
     free(ids), free(labels), free(lens);
-    run_free(&r);
+    qac_pretrainer_free(t);
     qac_model_free(m);
 }
 
-/* CoT-MAE against torch: encoder MLM at 0.30 plus a 1-layer decoder that
- * reads the partner text (masked at 0.45) through the backbone's embedding
- * layer with the encoder's [CLS] at position 0. */
+/* CoT-MAE against torch, through the production step's gradient function:
+ * encoder MLM at 0.30 plus a 1-layer decoder that reads the partner text
+ * (masked at 0.45) through the backbone's embedding layer with the
+ * encoder's [CLS] at position 0. */
 static void cotmae(void) {
     qac_model *m = load_model("tiny");
-    const qac_bert_config *c = &m->cfg;
-    int C = c->hidden_size, V = c->vocab_size, L = c->num_layers;
     int rows, T;
     int32_t *ids = ints("cot.enc_ids", &rows, &T), *labels = ints("cot.enc_labels", &rows, &T);
     int32_t *dids = ints("cot.dec_ids", &rows, &T), *dlabels = ints("cot.dec_labels", &rows, &T);
-    int *lens = ints("cot.lens", &rows, NULL), *dlens = ints("cot.dec_lens", &rows, NULL), B = rows, BT = B * T;
-    run r;
-    run_setup(&r, m, 1, "cot", B, T);
-    size_t NC = (size_t)BT * C;
-    float *x = malloc(NC * 4), *emb = malloc(NC * 4), *mean = malloc((size_t)BT * 4), *rstd = malloc((size_t)BT * 4);
-    float *dlast = calloc(NC, 4), *st = malloc(NC * 4), *dst = malloc(NC * 4), *ddec = calloc(NC, 4);
-    float *cls = malloc((size_t)B * C * 4), *dcls = calloc((size_t)B * C, 4), *scratch = malloc(2 * NC * 4);
-    int32_t *lab = malloc((size_t)BT * sizeof *lab);
-    CHECK_OK(qac_bert_forward_train(&r.a, c, &m->p, &r.pk, ids, NULL, lens, B, T, NULL, r.pool));
-    for (int b = 0; b < B; b++) memcpy(cls + (size_t)b * C, r.a.last + (size_t)b * T * C, (size_t)C * 4);
-    qac_cotmae_input(x, emb, mean, rstd, dids, cls, c, &m->p, B, T, r.pool);
-    CHECK_OK(qac_bert_layers_forward(&r.ha, &r.h.hc, &r.h.hp, &r.hpk, x, dlens, B, T, NULL, r.pool));
-    double l_enc = 0, l_dec = 0;
-    int M = gather(st, lab, r.ha.last, dlabels, BT, C);
-    CHECK_OK(qac_mlm_loss(&l_dec, dst, &r.h.mg, r.g.word_emb, &r.h.mh, m->p.word_emb, st, lab, M, C, V, c->layer_norm_eps,
-                          r.pool));
-    scatter_add(ddec, dst, dlabels, BT, C);
-    CHECK_OK(qac_bert_layers_backward(&r.h.hg, &r.hw, ddec, &r.ha, &r.h.hc, &r.h.hp, &r.hpk, dlens, B, T, NULL, r.pool));
-    qac_cotmae_input_backward(dcls, &r.g, r.hw.dy, emb, mean, rstd, dids, c, &m->p, B, T, scratch, r.pool);
-    M = gather(st, lab, r.a.last, labels, BT, C);
-    CHECK_OK(qac_mlm_loss(&l_enc, dst, &r.h.mg, r.g.word_emb, &r.h.mh, m->p.word_emb, st, lab, M, C, V, c->layer_norm_eps,
-                          r.pool));
-    scatter_add(dlast, dst, labels, BT, C);
-    for (int b = 0; b < B; b++)
-        for (int j = 0; j < C; j++) dlast[(size_t)b * T * C + j] += dcls[(size_t)b * C + j];
-    const float *dh[QAC_MAX_LAYERS_TEST + 1] = {0};
-    dh[L] = dlast;
-    CHECK_OK(qac_bert_backward(&r.g, &r.w, dh, &r.a, c, &m->p, &r.pk, ids, NULL, lens, B, T, NULL, r.pool));
+    int *lens = ints("cot.lens", &rows, NULL), *dlens = ints("cot.dec_lens", &rows, NULL), B = rows / 2;
+    qac_pretrainer *t = pretrainer_for(m, QAC_PT_COTMAE, 1, "cot");
+    split a, b, da, db;
+    split_side(&a, ids, labels, lens, B, T, 0);
+    split_side(&b, ids, labels, lens, B, T, 1);
+    split_side(&da, dids, dlabels, dlens, B, T, 0);
+    split_side(&db, dids, dlabels, dlens, B, T, 1);
+    qac_pt_batch batch = {B, a.s, b.s, da.s, db.s};
+    qac_pt_losses l;
+    CHECK_OK(qac_pretrainer_grads(t, &batch, &l));
 
-    double loss = l_enc + l_dec, ref = f64_at("cot.loss", 0), lrel = fabs(loss - ref) / fabs(ref);
+    double ref = f64_at("cot.loss", 0), lrel = fabs(l.total - ref) / fabs(ref);
     const char *wn = "?", *hwn = "?", *mwn = "?";
-    double worst = compare_tensors(m, r.grad, "cot.grad.", &wn, 0), hworst, mworst;
-    heads_compare(&r.h, "cot", C, V, &hworst, &hwn, &mworst, &mwn);
+    double worst = compare_tensors(m, t->grad_mem, "cot.grad.", &wn, 0), hworst, mworst;
+    heads_compare(t, "cot", &hworst, &hwn, &mworst, &mwn);
     printf("cotmae: loss %.9f = encoder MLM %.6f + decoder MLM %.6f (ref %.9f: %.6f %.6f; rel %.2e)\n"
            "  worst gradient: encoder %s %.2e, decoder layers %s %.2e, MLM head %s %.2e\n",
-           loss, l_enc, l_dec, ref, f64_at("cot.loss", 1), f64_at("cot.loss", 2), lrel, wn, worst, hwn, hworst, mwn,
+           l.total, l.mlm, l.head, ref, f64_at("cot.loss", 1), f64_at("cot.loss", 2), lrel, wn, worst, hwn, hworst, mwn,
            mworst);
     CHECK_MSG(lrel <= 1e-6, "cotmae loss off by %.3e relative", lrel);
     CHECK_MSG(worst <= 1e-4, "cotmae: encoder gradient of %s off by %.3e", wn, worst);
     CHECK_MSG(hworst <= 1e-4, "cotmae: decoder-layer gradient of %s off by %.3e", hwn, hworst);
     CHECK_MSG(mworst <= 1e-4, "cotmae: MLM-head gradient of %s off by %.3e", mwn, mworst);
-    free(x), free(emb), free(mean), free(rstd), free(dlast), free(st), free(dst), free(ddec), free(cls), free(dcls);
-    free(scratch), free(lab), free(ids), free(labels), free(dids), free(dlabels), free(lens), free(dlens);
-    run_free(&r);
+    split_free(&a), split_free(&b), split_free(&da), split_free(&db);
+    free(ids), free(labels), free(dids), free(dlabels), free(lens), free(dlens);
+    qac_pretrainer_free(t);
     qac_model_free(m);
 }
 
