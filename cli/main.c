@@ -18,6 +18,7 @@ static const command commands[] = {
     {"bm25", qac_cmd_bm25, "build or search a BM25 inverted index"},
     {"eval", qac_cmd_eval, "score a TREC run against qrels, trec_eval-compatible"},
     {"serve", qac_cmd_serve, "run the HTTP search service"},
+    {"pretrain", qac_cmd_pretrain, "continue pre-training an encoder (coCondenser, CoT-MAE; query-as-context)"},
     {"finetune", qac_cmd_finetune, "fine-tune a retriever on query/positive/negative groups (Tevatron)"},
     {"mine", qac_cmd_mine, "mine hard negatives from a run or a model and index into Tevatron jsonl"},
     {"plot", qac_cmd_plot, "draw loss and learning rate of a training log.jsonl as PNG"},

@@ -1,0 +1,151 @@
+/* qac pretrain: continue pre-training an encoder on (passage, query) or
+ * (span, span) pairs (logic in trainer/pretrain*.c and trainer/ptdata.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "qac_pretrain.h"
+#include "qac_util.h"
+
+static const qac_opt pt_opts[] = {
+    {"model", QAC_OPT_STR, NULL, 0, -1, NULL, "QAC_MODEL", "initial checkpoint (default: the embedded default model)", 0},
+    {"data", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "pre-training jsonl {\"id\",\"text\",\"queries\":[...]} (.gz ok)", 1},
+    {"docs", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "documents jsonl {\"id\",\"text\"} for span pairs (default: --data's texts)", 0},
+    {"objective", QAC_OPT_ENUM, "cocondenser", 0, -1, "cocondenser|cotmae|qgen", NULL,
+     "contrastive coCondenser, generative CoT-MAE, or query generation", 0},
+    {"context", QAC_OPT_ENUM, "query", 0, -1, "query|span|mixed", NULL,
+     "a pair's second text: one of the passage's queries, a second span, or either (p = 0.5)", 0},
+    {"curriculum", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "e.g. span:0.75,query: span pairs first (overrides --context)", 0},
+    {"out", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "run directory: checkpoints, log.jsonl; the final encoder itself", 1},
+    {"steps", QAC_OPT_INT, "1000", 1, 1e12, NULL, NULL, "optimiser steps", 0},
+    {"batch", QAC_OPT_INT, "16", 1, 65536, NULL, NULL, "pairs per step (2 texts each)", 0},
+    {"lr", QAC_OPT_FLOAT, "1e-4", 0, 1, NULL, NULL, "peak learning rate", 0},
+    {"schedule", QAC_OPT_ENUM, "linear", 0, -1, "linear|cosine|constant", NULL, "learning-rate schedule after warmup", 0},
+    {"warmup-ratio", QAC_OPT_FLOAT, "0.1", 0, 1, NULL, NULL, "warmup as a fraction of the steps", 0},
+    {"warmup-steps", QAC_OPT_INT, NULL, 0, 1e12, NULL, NULL, "warmup steps (overrides --warmup-ratio)", 0},
+    {"weight-decay", QAC_OPT_FLOAT, "0.01", 0, 10, NULL, NULL, "AdamW weight decay (not on biases or LayerNorm)", 0},
+    {"max-grad-norm", QAC_OPT_FLOAT, "1.0", 0, 1e9, NULL, NULL, "global gradient-norm clip over encoder and heads (0 = none)", 0},
+    {"mask-rate", QAC_OPT_FLOAT, "0.15", 0.001, 1, NULL, NULL, "coCondenser whole-word MLM rate", 0},
+    {"enc-mask-rate", QAC_OPT_FLOAT, "0.30", 0.001, 1, NULL, NULL, "CoT-MAE / qgen encoder MLM rate", 0},
+    {"dec-mask-rate", QAC_OPT_FLOAT, "0.45", 0.001, 1, NULL, NULL, "CoT-MAE decoder MLM rate", 0},
+    {"skip-from", QAC_OPT_INT, NULL, 0, 64, NULL, NULL, "Condenser head reads the states after this layer (default: half the depth)", 0},
+    {"head-layers", QAC_OPT_INT, NULL, 1, 64, NULL, NULL, "fresh head layers (default: 2 Condenser, 1 decoder)", 0},
+    {"tau", QAC_OPT_FLOAT, "1.0", 1e-6, 1e6, NULL, NULL, "contrastive temperature", 0},
+    {"alpha", QAC_OPT_FLOAT, "0", 0, 1, NULL, NULL, "> 0: the PAIR loss (1-alpha) L_q + alpha L_p instead of the contrastive loss", 0},
+    {"max-len", QAC_OPT_INT, "144", 4, 8192, NULL, NULL, "passage and span max tokens incl. specials", 0},
+    {"query-max-len", QAC_OPT_INT, "32", 3, 8192, NULL, NULL, "query max tokens incl. specials", 0},
+    {"dropout", QAC_OPT_FLOAT, "-1", -1, 1, NULL, NULL, "hidden and attention dropout (-1 = the checkpoint's)", 0},
+    {"recompute", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL, "keep only layer inputs; recompute in backward", 0},
+    {"seed", QAC_OPT_INT, "42", 0, 9.2e18, NULL, "QAC_SEED", "seed for pairs, masks, dropout and fresh heads", 0},
+    {"threads", QAC_OPT_INT, "0", 0, 1024, NULL, "QAC_THREADS", "CPU threads (0 = all cores)", 0},
+    {"device", QAC_OPT_ENUM, "auto", 0, -1, "auto|cpu|cuda", "QAC_DEVICE", "training device (the CPU today)", 0},
+    {"save-every", QAC_OPT_INT, "0", 0, 1e12, NULL, NULL, "steps between checkpoints (0 = only at the end)", 0},
+    {"keep", QAC_OPT_INT, "2", 1, 1e6, NULL, NULL, "checkpoints kept", 0},
+    {"resume", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL, "continue the run in --out from its latest checkpoint", 0},
+};
+#define N_PT_OPTS (int)(sizeof pt_opts / sizeof pt_opts[0])
+
+typedef struct ui {
+    int quiet;
+    int contrastive; /* the objective has a contrastive part to show */
+} ui;
+
+static void fmt_eta(char *buf, size_t cap, double s) {
+    if (s >= 3600) snprintf(buf, cap, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
+    else snprintf(buf, cap, "%dm%02ds", (int)(s / 60), (int)s % 60);
+}
+
+static void print_note(void *user, const char *line) {
+    ui *u = user;
+    if (!u->quiet) fprintf(stderr, "qac pretrain: %s\n", line);
+}
+
+static void print_step(void *user, const qac_pt_progress *p) {
+    ui *u = user;
+    if (u->quiet) return;
+    char eta[32], parts[96];
+    fmt_eta(eta, sizeof eta, p->elapsed / (double)p->steps_run * (double)(p->total - p->step));
+    if (u->contrastive)
+        snprintf(parts, sizeof parts, "mlm %.3f head %.3f cl %.3f", p->mlm, p->head, p->contrastive);
+    else
+        snprintf(parts, sizeof parts, "mlm %.3f dec %.3f", p->mlm, p->head);
+    fprintf(stderr, "step %ld/%ld  loss %.4f (%s)  lr %.3g  grad_norm %.3f  span %.2f  %.1f pairs/s  ETA %s\n",
+            p->step, p->total, p->loss, parts, p->lr, p->grad_norm, p->span_frac, p->pairs / p->seconds, eta);
+}
+
+int qac_cmd_pretrain(int argc, char **argv) {
+    qac_opts o;
+    int rc = qac_cli_parse(&o, "pretrain",
+                           "--model INIT --data FILE [--docs FILE] --objective cocondenser|cotmae|qgen "
+                           "--context query|span|mixed [--curriculum span:0.75,query] --out DIR [options]",
+                           pt_opts, N_PT_OPTS, argc, argv);
+    if (rc) return rc < 0 ? 0 : rc;
+    if (!strcmp(qac_opts_str(&o, "device"), "cuda")) {
+        fprintf(stderr, "qac pretrain: training runs on the CPU in this version (--device cpu)\n");
+        qac_opts_free(&o);
+        return 2;
+    }
+    qac_pretrain_opts po;
+    qac_pretrain_opts_default(&po);
+    if (qac_pt_objective_parse(&po.obj.objective, qac_opts_str(&o, "objective")) ||
+        qac_pt_context_parse(&po.context, qac_opts_str(&o, "context"), qac_opts_str(&o, "curriculum"))) {
+        fprintf(stderr, "qac pretrain: %s\n(see 'qac pretrain --help')\n", qac_last_error());
+        qac_opts_free(&o);
+        return 2;
+    }
+    ui u = {getenv("QAC_QUIET") && strcmp(getenv("QAC_QUIET"), "0") != 0, po.obj.objective == QAC_PT_COCONDENSER};
+    po.train.lr = qac_opts_float(&o, "lr");
+    const char *sch = qac_opts_str(&o, "schedule");
+    po.train.schedule = !strcmp(sch, "cosine") ? QAC_SCHED_COSINE : !strcmp(sch, "constant") ? QAC_SCHED_CONSTANT
+                                                                                               : QAC_SCHED_LINEAR;
+    po.warmup_ratio = qac_opts_float(&o, "warmup-ratio");
+    po.train.warmup_steps = qac_opts_isset(&o, "warmup-steps") ? (long)qac_opts_int(&o, "warmup-steps") : -1;
+    po.train.weight_decay = qac_opts_float(&o, "weight-decay");
+    po.train.max_grad_norm = qac_opts_float(&o, "max-grad-norm");
+    po.train.total_steps = (long)qac_opts_int(&o, "steps");
+    po.train.hidden_dropout = po.train.attn_dropout = (float)qac_opts_float(&o, "dropout");
+    po.train.recompute = qac_opts_bool(&o, "recompute");
+    po.train.seed = (uint64_t)qac_opts_int(&o, "seed");
+    po.train.threads = (int)qac_opts_int(&o, "threads");
+    po.obj.mask_rate = (float)qac_opts_float(&o, "mask-rate");
+    po.obj.enc_mask_rate = (float)qac_opts_float(&o, "enc-mask-rate");
+    po.obj.dec_mask_rate = (float)qac_opts_float(&o, "dec-mask-rate");
+    po.obj.skip_from = qac_opts_isset(&o, "skip-from") ? (int)qac_opts_int(&o, "skip-from") : -1;
+    po.obj.head_layers = qac_opts_isset(&o, "head-layers") ? (int)qac_opts_int(&o, "head-layers") : 0;
+    po.obj.tau = (float)qac_opts_float(&o, "tau");
+    po.obj.alpha = (float)qac_opts_float(&o, "alpha");
+    po.batch = (int)qac_opts_int(&o, "batch");
+    po.data.path = qac_opts_str(&o, "data");
+    po.data.docs_path = qac_opts_str(&o, "docs");
+    po.data.max_len = (int)qac_opts_int(&o, "max-len");
+    po.data.query_max_len = (int)qac_opts_int(&o, "query-max-len");
+    po.data.threads = po.train.threads;
+    po.out_dir = qac_opts_str(&o, "out");
+    po.save_every = (long)qac_opts_int(&o, "save-every");
+    po.keep = (int)qac_opts_int(&o, "keep");
+    po.resume = qac_opts_bool(&o, "resume");
+    po.on_note = print_note;
+    po.on_step = print_step;
+    po.user = &u;
+
+    qac_model *m = NULL;
+    char buf[4096];
+    const char *model_dir = qac_cli_model_dir(&o, buf, sizeof buf);
+    qac_status st = model_dir ? QAC_OK : QAC_ERR_NOT_FOUND;
+    if (!st) st = qac_model_load(&m, model_dir);
+    long from = 0;
+    double t0 = qac_now();
+    if (!st && !u.quiet)
+        fprintf(stderr, "qac pretrain: model %s, objective %s, %d pairs per step, %ld steps\n", model_dir,
+                qac_opts_str(&o, "objective"), po.batch, po.train.total_steps);
+    if (!st) st = qac_pretrain_run(m, &po, &from);
+    if (st) rc = qac_cli_fail("pretrain");
+    else if (!u.quiet)
+        fprintf(stderr, "qac pretrain: steps %ld..%ld done in %.1f s; the encoder is in %s (checkpoints with the heads "
+                        "beside it)\n",
+                from + 1, po.train.total_steps, qac_now() - t0, po.out_dir);
+    qac_model_free(m);
+    qac_opts_free(&o);
+    return rc;
+}
