@@ -1,0 +1,65 @@
+#!/usr/bin/env python3
+"""Bad command lines of qac pretrain: clear errors, nothing written.
+A bad --objective, --context or --curriculum and a missing --out are usage
+errors (exit 2) naming the bad value; a missing --data file, a batch too
+small for the contrastive loss, --objective qgen before its decoder exists
+and resuming a run with another objective are runtime errors (exit 1)
+naming the cause; --help lists the options."""
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(__file__))
+from ptlib import check, debian_pairs, finish, run, tiny_model  # noqa: E402
+
+tmp = tempfile.mkdtemp(prefix="qac-pt-cli-")
+p = lambda name: os.path.join(tmp, name)  # noqa: E731
+model = tiny_model(p("tiny"))
+data = debian_pairs(p("pairs.jsonl"), n=10)
+BASE = ["--model", model, "--steps", "1", "--batch", "2", "--max-len", "32", "--threads", "2"]
+
+
+cases = 0
+
+
+def pt(*args, out=None):
+    global cases
+    if out is None:  # a fresh directory per case: one failure cannot hide the next
+        cases += 1
+        out = f"out{cases}"
+    pt.out = out
+    return run(["pretrain", *BASE, *args, "--out", p(out)], env={**os.environ, "QAC_QUIET": "0"})
+
+
+def untouched():
+    return not os.path.exists(p(pt.out))
+
+
+r = pt("--data", data, "--objective", "bert")
+check(r.returncode == 2 and "objective" in r.stderr and "bert" in r.stderr and untouched(),
+      "unknown objective: usage error naming it: " + r.stderr.strip()[:200])
+r = pt("--data", data, "--context", "passage")
+check(r.returncode == 2 and "passage" in r.stderr and untouched(), "unknown context: " + r.stderr.strip()[:200])
+for bad in ("span-0.75,query", "span:1.5,query", "query:0.75,span"):
+    r = pt("--data", data, "--curriculum", bad)
+    check(r.returncode == 2 and bad.split(",")[0].split(":")[0] in r.stderr and untouched(),
+          f"bad curriculum {bad!r}: usage error naming it: " + r.stderr.strip()[:200])
+r = run(["pretrain", *BASE, "--data", data])
+check(r.returncode == 2 and "out" in r.stderr, "missing --out: " + r.stderr.strip()[:200])
+r = pt("--data", p("missing.jsonl"))
+check(r.returncode == 1 and "missing.jsonl" in r.stderr and untouched(),
+      "missing data file: named in the error: " + r.stderr.strip()[:200])
+r = pt("--data", data, "--batch", "1")
+check(r.returncode == 1 and "--batch" in r.stderr and untouched(),
+      "one pair per step has no contrastive negatives: " + r.stderr.strip()[:200])
+r = pt("--data", data, "--objective", "qgen")
+check(r.returncode == 1 and "qgen" in r.stderr and untouched(), "qgen before its decoder: " + r.stderr.strip()[:200])
+r = pt("--data", data, "--objective", "cotmae", out="run")
+check(r.returncode == 0, "a CoT-MAE run " + r.stderr[-300:])
+r = pt("--data", data, "--objective", "cocondenser", "--resume", out="run")
+check(r.returncode == 1 and "--objective" in r.stderr, "resuming with another objective: " + r.stderr.strip()[:200])
+r = run(["pretrain", "--help"])
+check(r.returncode == 0 and all(f"--{o}" in r.stdout for o in (
+    "objective", "context", "curriculum", "mask-rate", "enc-mask-rate", "dec-mask-rate", "skip-from", "head-layers",
+    "tau", "alpha", "save-every", "resume")), "--help lists the options")
+finish()

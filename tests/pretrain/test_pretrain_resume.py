@@ -1,0 +1,79 @@
+#!/usr/bin/env python3
+"""qac pretrain resumes after kill -9 exactly as if never stopped.
+
+For each objective (coCondenser with a span-then-query curriculum, CoT-MAE
+with mixed contexts) a tiny random BERT (dropout 0.1) is pre-trained for 6
+steps on real Debian descriptions, checkpoint every 2 steps: the reference.
+The same run is killed (SIGKILL) half-way through writing checkpoint 4,
+resumed and killed again before the batch of step 4, then resumed to the
+end. The per-step log (every loss part, lr, grad norm, span fraction, as
+exact digits), the exported encoder and the final training state (heads
+and optimiser included) must equal the reference's bit for bit. Also: a
+finished run is not overwritten without --resume, progress lines on
+stderr, and `qac plot` draws the log."""
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(__file__))
+from ptlib import check, debian_pairs, file_bytes, finish, read_jsonl, run, tiny_model, trajectory  # noqa: E402
+
+tmp = tempfile.mkdtemp(prefix="qac-pt-resume-")
+p = lambda name: os.path.join(tmp, name)  # noqa: E731
+model = tiny_model(p("tiny"))
+data = debian_pairs(p("pairs.jsonl"))
+BASE = ["--model", model, "--data", data, "--steps", "6", "--save-every", "2", "--batch", "4", "--lr", "1e-3",
+        "--max-len", "48", "--query-max-len", "16", "--seed", "3", "--threads", "2"]
+ARMS = {"cocondenser": ["--objective", "cocondenser", "--curriculum", "span:0.5,query"],
+        "cotmae": ["--objective", "cotmae", "--context", "mixed"]}
+
+
+def pretrain(arm, out, *extra, env=None):
+    return run(["pretrain", *BASE, *ARMS[arm], "--out", out, *extra], env={**os.environ, "QAC_QUIET": "0", **(env or {})})
+
+
+def latest(out):
+    return open(os.path.join(out, "latest")).read().strip()
+
+
+for arm in ARMS:
+    ref, out = p(arm + "-ref"), p(arm + "-killed")
+    r = pretrain(arm, ref)
+    check(r.returncode == 0, f"{arm}: uninterrupted run " + r.stderr[-400:])
+    line = next((l for l in r.stderr.splitlines() if l.startswith("step 3/6")), "")
+    check(all(w in line for w in ("loss", "mlm", "lr", "grad_norm", "span", "pairs/s", "ETA")),
+          f"{arm}: progress line has step, loss and its parts, lr, grad norm, span fraction, pairs/s, ETA: {line!r}")
+    check("MLM head" in r.stderr, f"{arm}: says the MLM head is created fresh")
+    log = read_jsonl(os.path.join(ref, "log.jsonl"))
+    parts = ("mlm", "head_mlm", "contrastive") if arm == "cocondenser" else ("mlm", "dec_mlm")
+    check([l["step"] for l in log] == list(range(1, 7)) and all(
+        abs(l["loss"] - sum(l[k] for k in parts)) <= 1e-9 * abs(l["loss"]) for l in log),
+        f"{arm}: log.jsonl has steps 1..6, each loss the sum of its parts {parts}")
+    if arm == "cocondenser":
+        fr = [l["span_frac"] for l in log]
+        check(fr[0] > 0 and fr[-1] == 0, f"{arm}: the curriculum starts on span pairs and ends on query pairs ({fr})")
+
+    r = pretrain(arm, out, env={"QAC_TEST_KILL_IN_SAVE": "4"})
+    check(r.returncode == -9, f"{arm}: killed half-way through checkpoint 4 (rc {r.returncode})")
+    check(latest(out) == "checkpoint-2", f"{arm}: latest names the last complete checkpoint ({latest(out)})")
+    r = pretrain(arm, out)
+    check(r.returncode != 0 and "--resume" in r.stderr, f"{arm}: an existing run is not overwritten without --resume")
+    r = pretrain(arm, out, "--resume", env={"QAC_TEST_CRASH": "pretrain_batch:2"})
+    check(r.returncode == -9, f"{arm}: resumed, then killed before the batch of step 4 (rc {r.returncode})")
+    r = pretrain(arm, out, "--resume")
+    check(r.returncode == 0 and "steps 3..6" in r.stderr, f"{arm}: final resume continues from step 2 " + r.stderr[-300:])
+    check(trajectory(out) == trajectory(ref), f"{arm}: every step's losses, lr, grad norm and span fraction bit-identical")
+    for f in ("model.safetensors", os.path.join("checkpoint-6", "model.safetensors"),
+              os.path.join("checkpoint-6", "training_state.qts")):
+        check(file_bytes(os.path.join(out, f)) == file_bytes(os.path.join(ref, f)), f"{arm}: final {f} bit-identical")
+    check(sorted(n for n in os.listdir(out) if n.startswith("checkpoint")) == ["checkpoint-4", "checkpoint-6"],
+          f"{arm}: old checkpoints pruned to --keep 2")
+    r = pretrain(arm, out)
+    check(r.returncode != 0, f"{arm}: a finished run without --resume is refused")
+    r = pretrain(arm, out, "--resume")
+    check(r.returncode == 0 and file_bytes(os.path.join(out, "model.safetensors")) ==
+          file_bytes(os.path.join(ref, "model.safetensors")), f"{arm}: --resume of a finished run changes nothing")
+
+r = run(["plot", os.path.join(p("cotmae-ref"), "log.jsonl"), "--out", p("loss.png")])
+check(r.returncode == 0 and file_bytes(p("loss.png"))[:8] == b"\x89PNG\r\n\x1a\n", "qac plot draws the log " + r.stderr)
+finish()
