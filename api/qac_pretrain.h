@@ -103,6 +103,10 @@ long qac_pt_data_count(const qac_pt_data *d); /* documents a step draws from */
  *   - a one-word document is paired with itself (span_self);
  * and the two sides are swapped with probability 1/2, as coCondenser's
  * random.sample(spans, 2) orders them. */
+/* End offset of text's first sentence by the rule above (len when there is
+ * no cut); leading blanks belong to it. */
+size_t qac_pt_first_sentence(const char *text, size_t len);
+
 typedef struct qac_pt_data_stats {
     long records;          /* lines of the pre-training file */
     long skipped_no_text;  /* records whose text gives no tokens: skipped */
@@ -158,22 +162,59 @@ typedef struct qac_pt_pair {
  * step, slot). */
 qac_status qac_pt_data_batch(qac_pt_data *d, qac_pt_pair *pairs, int B, long step, double span_prob, uint64_t seed);
 
-/* ---- HLP pairs ---- */
+/* ---- HLP pairs ----
+ *
+ * The graph: documents are the records of `path` (a repeated id is one
+ * document: the first record's text and title, every record's links); an edge
+ * A -> B for each distinct entry B of A's "links" (or each TSV line
+ * "A\tB"; an optional first line "from\tto" is a header). Self links are
+ * dropped; a link naming an id not in the file is unresolved (counted,
+ * dropped).
+ * Pairs (unordered, each kind counted once per pair):
+ *   dual-link   A -> B and B -> A;
+ *   co-mention  A -> C and B -> C for some third document C that is not a
+ *               hub, and {A, B} not dual-link. A hub is a document whose
+ *               in-degree exceeds K: hub_degree when > 0, else the paper's
+ *               rule (co-mentioned entities in the top 10% of in-degree are
+ *               filtered), read as the smallest K such that at most
+ *               hub_top * docs documents have an in-degree above K. This
+ *               also bounds the work: C contributes at most K(K-1)/2 pairs.
+ * Each pair gives each side with text a pre-training record: the passage
+ * is the document's text (no title, as in the paper) and a query is the
+ * partner's query-side text. The paper's query is the partner's sentence
+ * that carries the hyperlink; a link graph without anchors has none, so the
+ * query side is the partner's "title" when it has one, else its first
+ * sentence (the sentence rule above), else the partner gives no query.
+ * Per passage: dual-link partners first, then co-mention, each kind in a
+ * seeded shuffle (key qac_rng_key(seed, doc, QAC_HLP_STREAM, kind)), cut to
+ * max_per_doc. Output jsonl in file order, one line per passage with at
+ * least one query: {"id","text","queries":[...],"partners":[ids],
+ * "kinds":["dual-link"|"co-mention",...]} (extra fields are ignored by the
+ * pre-training reader). */
+#define QAC_HLP_STREAM 0x484c5001u
 
 typedef struct qac_hlp_opts {
     const char *path;       /* documents jsonl with "id", "text" and optionally "title", "links" */
     const char *edges_path; /* TSV of edges "from\tto" (NULL: the links field) */
     const char *out_path;   /* pre-training jsonl to write */
     int dual_link, co_mention;  /* which pair kinds to mine (both by default) */
-    int max_per_doc;        /* cap on queries written per passage (0: no cap) */
+    int max_per_doc;        /* cap on queries written per passage (0: no cap; default 5, the core paper's C) */
     uint64_t seed;
     qac_progress_fn progress; /* optional: phases "hlp read/records", "hlp write/passages" */
     void *progress_user;
+    double hub_top;         /* 0.10: the in-degree share that makes hubs (see above) */
+    long hub_degree;        /* > 0: hubs are documents with in-degree above this (overrides hub_top) */
 } qac_hlp_opts;
 void qac_hlp_opts_default(qac_hlp_opts *o);
 
 typedef struct qac_hlp_stats {
     long docs, edges, edges_unresolved, dual_link_pairs, co_mention_pairs, written;
+    long self_links;        /* dropped */
+    long hub_degree, hubs;  /* K used and documents above it */
+    long no_text;           /* documents without text (never a passage) */
+    long queries_written;   /* (passage, query) examples in the output */
+    long capped;            /* partners dropped by max_per_doc */
+    long duplicate_ids;     /* later records repeating an id: merged into the first (its text, all links) */
 } qac_hlp_stats;
 qac_status qac_hlp_mine(const qac_hlp_opts *o, qac_hlp_stats *stats);
 

@@ -264,6 +264,16 @@ static int sentence_cuts(const char *t, size_t n, size_t *cuts) {
     return m;
 }
 
+size_t qac_pt_first_sentence(const char *t, size_t n) {
+    size_t i = 0;
+    while (i < n && is_space(t[i])) i++; /* empty leading pieces */
+    for (; i < n; i++) {
+        if (t[i] == '\n' && i + 1 < n && t[i + 1] == '\n') return i;
+        if ((t[i] == '.' || t[i] == '!' || t[i] == '?') && i + 1 < n && is_space(t[i + 1])) return i + 1;
+    }
+    return n;
+}
+
 static qac_status push_tokens(const qac_tokenizer *tok, const char *s, size_t n, int32_t **ids, int *len, int *cap) {
     for (;;) {
         int got;
