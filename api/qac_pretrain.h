@@ -57,8 +57,10 @@ double qac_pt_span_prob(const qac_pt_context *c, long step, long total);
 long qac_pt_span_steps(const qac_pt_context *c, long total);
 /* The learning-rate multiplier of step `step` for the curriculum: stage 1
  * (steps [0, S)) linear warmup over the first warmup_frac*S steps, then a
- * cosine decay to 0 at S; stage 2 (steps [S, total)) constant 1. For other
- * modes the same warmup and cosine over the whole run. A scale in [0, 1]. */
+ * cosine decay to 0 at S; stage 2 (steps [S, total)) constant 1 (the
+ * paper's second run starts again from the peak rate). For the other modes
+ * warmup and cosine over the whole run; an engine with its own schedule
+ * option may use that instead. A scale in [0, 1]. */
 double qac_pt_lr_scale(const qac_pt_context *c, long step, long total, double warmup_frac);
 
 /* ---- data ---- */
@@ -179,6 +181,9 @@ qac_status qac_pt_data_batch(qac_pt_data *d, qac_pt_pair *pairs, int B, long ste
  *               filtered), read as the smallest K such that at most
  *               hub_top * docs documents have an in-degree above K. This
  *               also bounds the work: C contributes at most K(K-1)/2 pairs.
+ *               (The paper's pseudo-code also asks that the passage link
+ *               the query's document; TRAINING.md and the issue define
+ *               co-mention without it, and qac follows them.)
  * Each pair gives each side with text a pre-training record: the passage
  * is the document's text (no title, as in the paper) and a query is the
  * partner's query-side text. The paper's query is the partner's sentence
