@@ -24,7 +24,10 @@ fused per layer, layers stacked). Then, for the tiny model: the MLM head (BertOn
 the word embeddings) on the passages with 15% of tokens masked; the whole
 coCondenser objective (Condenser head, late MLM, contrastive) on
 query-as-context pairs; CoT-MAE (encoder MLM 0.30, a 1-layer decoder on the
-partner text masked at 0.45 with the encoder's [CLS] at position 0); and 10
+partner text masked at 0.45 with the encoder's [CLS] at position 0); the
+query-generation objective (encoder MLM 0.30 plus a GPT-2 decoder on the
+unmasked query, next-token loss; window 3 with 1 block, and plain causal
+with 2 blocks); and 10
 steps of
 torch.optim.AdamW (weight decay 0.01 on all but biases and LayerNorm
 weights, linear warmup 3 then decay over 10, grad-norm clip 1.0): the loss
@@ -417,6 +420,104 @@ def cotmae_case(model, c, q, p, tensors, dec_layers=1):
         tensors[f"cot.grad.{k}"] = v
 
 
+QGEN_TENSORS = ["ln1_w", "ln1_b", "qkv_w", "qkv_b", "attn_proj_w", "attn_proj_b", "ln2_w", "ln2_b", "fc_w", "fc_b",
+                "fc_proj_w", "fc_proj_b", "lnf_w", "lnf_b"]
+
+
+def gpt2_block(x, key_real, P, l, C, NH, eps, window):
+    """One GPT-2 block (pre-LN) written out in torch, qac's layout (Linear
+    [out, in], Q|K|V fused), the released decoder's mask: row i sees keys
+    j <= i that are real, and with a window w > 0 only j == 0 or j > i - w.
+    GELU in its erf form (the backbone's hidden_act "gelu")."""
+    B, T, _ = x.shape
+    hs = C // NH
+    F = torch.nn.functional
+    a = F.layer_norm(x, (C,), P["ln1_w"][l], P["ln1_b"][l], eps)
+    qkv = a @ P["qkv_w"][l].T + P["qkv_b"][l]
+    q, k, v = (t.reshape(B, T, NH, hs).transpose(1, 2) for t in qkv.split(C, dim=-1))
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    allowed = j <= i
+    if window > 0:
+        allowed = allowed & ((j == 0) | (j > i - window))
+    allowed = allowed[None] & key_real[:, None, :]  # [B, T, T]
+    sc = (q @ k.transpose(-1, -2)) / hs ** 0.5
+    sc = sc.masked_fill(~allowed[:, None], float("-inf"))
+    ctx = (torch.softmax(sc, dim=-1) @ v).transpose(1, 2).reshape(B, T, C)
+    r = x + ctx @ P["attn_proj_w"][l].T + P["attn_proj_b"][l]
+    m = F.layer_norm(r, (C,), P["ln2_w"][l], P["ln2_b"][l], eps)
+    return r + F.gelu(m @ P["fc_w"][l].T + P["fc_b"][l]) @ P["fc_proj_w"][l].T + P["fc_proj_b"][l]
+
+
+def qgen_case(model, c, q, p, tensors, name, window, layers, seed):
+    """CoT-MAE with query-as-context as released: every passage of the batch
+    with its group's query. The encoder reads the passage masked at 0.30
+    (MLM through the tied head); a fresh GPT-2 decoder (`layers` blocks,
+    MLP width 4C, final LayerNorm, no position embeddings of its own) reads
+    the backbone's embeddings of the unmasked query with position 0 replaced
+    by the passage's last-layer [CLS], and predicts token t+1 from position
+    t through the same head (padding and the step after [SEP] ignored).
+    Loss = encoder MLM + decoder loss. Random decoder weights at test scale
+    (its init is checked in C on its own)."""
+    C, NH, V, eps = c["hidden_size"], c["num_attention_heads"], c["vocab_size"], c["layer_norm_eps"]
+    I, L, F = 4 * C, layers, torch.nn.functional
+    rs = np.random.RandomState(seed)
+    B = p[0].shape[0]
+    enc_ids, enc_labels = mask_rows(p[0], p[1], 0.30, rs)
+    grp = np.arange(B) // NPASS
+    dec_ids, dec_lens = q[0][grp].copy(), q[1][grp].astype(np.int32)
+    Tq = dec_ids.shape[1]
+    shapes = {"ln1_w": (L, C), "ln1_b": (L, C), "qkv_w": (L, 3 * C, C), "qkv_b": (L, 3 * C),
+              "attn_proj_w": (L, C, C), "attn_proj_b": (L, C), "ln2_w": (L, C), "ln2_b": (L, C),
+              "fc_w": (L, I, C), "fc_b": (L, I), "fc_proj_w": (L, C, I), "fc_proj_b": (L, C), "lnf_w": (C,),
+              "lnf_b": (C,)}
+    dec = {}
+    for k in QGEN_TENSORS:
+        base = 1.0 if k.startswith("ln") and k.endswith("_w") else 0.0
+        dec[k] = (base + rs.standard_normal(shapes[k]) * (0.1 if base else 0.05)).astype(np.float32)
+    _, mlm = random_heads(rs, 1, C, c["intermediate_size"], V)
+    DT = {k: torch.tensor(v, requires_grad=True) for k, v in dec.items()}
+    MT = {k: torch.tensor(v, requires_grad=True) for k, v in mlm.items()}
+    model.zero_grad(set_to_none=True)
+    E = model.embeddings.word_embeddings.weight
+
+    def head(h):
+        t = F.gelu(h @ MT["dense_w"].T + MT["dense_b"])
+        u = F.layer_norm(t, (C,), MT["ln_w"], MT["ln_b"], eps=eps)
+        return u @ E.T + MT["bias"]
+
+    ids_t = torch.from_numpy(enc_ids.astype(np.int64))
+    keep = torch.arange(enc_ids.shape[1])[None, :] < torch.from_numpy(p[1].astype(np.int64))[:, None]
+    last = model(input_ids=ids_t, attention_mask=keep.long(), token_type_ids=torch.zeros_like(ids_t)).last_hidden_state
+    sel = torch.from_numpy(enc_labels >= 0)
+    l_enc = F.cross_entropy(head(last[sel]), torch.from_numpy(enc_labels[enc_labels >= 0].astype(np.int64)))
+    d_t = torch.from_numpy(dec_ids.astype(np.int64))
+    dreal = torch.arange(Tq)[None, :] < torch.from_numpy(dec_lens.astype(np.int64))[:, None]
+    x = model.embeddings(input_ids=d_t, token_type_ids=torch.zeros_like(d_t))
+    x = torch.cat([last[:, :1], x[:, 1:]], dim=1)
+    for l in range(L):
+        x = gpt2_block(x, dreal, DT, l, C, NH, eps, window)
+    x = F.layer_norm(x, (C,), DT["lnf_w"], DT["lnf_b"], eps)
+    logits = head(x)
+    labels = d_t.masked_fill(~dreal, -100)
+    l_dec = F.cross_entropy(logits[:, :-1].reshape(-1, V), labels[:, 1:].reshape(-1), ignore_index=-100)
+    loss = l_enc + l_dec
+    loss.backward()
+    pre = f"{name}."
+    tensors.update({pre + "enc_ids": enc_ids, pre + "enc_labels": enc_labels, pre + "lens": p[1].astype(np.int32),
+                    pre + "dec_ids": dec_ids, pre + "dec_lens": dec_lens})
+    tensors[pre + "loss"] = np.array([loss.item(), l_enc.item(), l_dec.item(), logits.detach().abs().max().item()],
+                                     dtype=np.float64)
+    tensors[pre + "config"] = np.array([L, window], dtype=np.int32)
+    for k, v in dec.items():
+        tensors[f"{pre}dec_init.{k}"] = v
+        tensors[f"{pre}dec_grad.{k}"] = DT[k].grad.numpy()
+    for k, v in mlm.items():
+        tensors[f"{pre}mlm_init.{k}"] = v
+        tensors[f"{pre}mlm_grad.{k}"] = MT[k].grad.numpy()
+    for k, v in qac_layout(model, c, "grad").items():
+        tensors[f"{pre}grad.{k}"] = v
+
+
 def load_models(model_dir):
     from transformers import BertConfig, BertModel
     tcfg = BertConfig(**TINY)
@@ -512,6 +613,8 @@ def main():
             mlm_case(model, cfg, p, tensors)
             cocondenser_case(model, cfg, q, p, tensors)
             cotmae_case(model, cfg, q, p, tensors)
+            qgen_case(model, cfg, q, p, tensors, "qgen_w3", window=3, layers=1, seed=3)
+            qgen_case(model, cfg, q, p, tensors, "qgen_w0", window=0, layers=2, seed=4)
             tensors["traj.loss"] = trajectory(model, cfg, q, p)
             for k, v in qac_layout(model, cfg, "data").items():
                 tensors[f"traj.param.{k}"] = v
