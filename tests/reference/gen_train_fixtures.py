@@ -473,7 +473,10 @@ def qgen_case(model, c, q, p, tensors, name, window, layers, seed):
     dec = {}
     for k in QGEN_TENSORS:
         base = 1.0 if k.startswith("ln") and k.endswith("_w") else 0.0
-        dec[k] = (base + rs.standard_normal(shapes[k]) * (0.1 if base else 0.05)).astype(np.float32)
+        # c_fc at 0.2: pre-activations of a few units, where the erf GELU and
+        # GPT-2's tanh approximation differ well past the tolerance
+        sd = 0.1 if base else 0.2 if k == "fc_w" else 0.05
+        dec[k] = (base + rs.standard_normal(shapes[k]) * sd).astype(np.float32)
     _, mlm = random_heads(rs, 1, C, c["intermediate_size"], V)
     DT = {k: torch.tensor(v, requires_grad=True) for k, v in dec.items()}
     MT = {k: torch.tensor(v, requires_grad=True) for k, v in mlm.items()}
