@@ -448,6 +448,43 @@ def gpt2_block(x, key_real, P, l, C, NH, eps, window):
     return r + F.gelu(m @ P["fc_w"][l].T + P["fc_b"][l]) @ P["fc_proj_w"][l].T + P["fc_proj_b"][l]
 
 
+def check_gpt2_block(C=64, NH=4, T=12, B=3):
+    """gpt2_block equals transformers' GPT2Block (the released decoder's
+    module, built from a BERT config: activation "gelu") on random weights,
+    with the causal and the window-3 masks handed to it additively."""
+    from transformers import GPT2Config
+    from transformers.models.gpt2.modeling_gpt2 import GPT2Block
+    g = torch.Generator().manual_seed(5)
+    cfg = GPT2Config(n_embd=C, n_head=NH, n_layer=1, n_positions=128, activation_function="gelu", resid_pdrop=0.0,
+                     embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-12)
+    cfg._attn_implementation = "eager"
+    blk = GPT2Block(cfg, layer_idx=0).eval()
+    with torch.no_grad():
+        for t in blk.parameters():
+            t.copy_(torch.randn(t.shape, generator=g) * 0.2)
+    sd = {k: v.detach() for k, v in blk.state_dict().items()}
+    conv = lambda k: sd[k].T[None]  # Conv1D stores [in, out]
+    P = {"ln1_w": sd["ln_1.weight"][None], "ln1_b": sd["ln_1.bias"][None], "qkv_w": conv("attn.c_attn.weight"),
+         "qkv_b": sd["attn.c_attn.bias"][None], "attn_proj_w": conv("attn.c_proj.weight"),
+         "attn_proj_b": sd["attn.c_proj.bias"][None], "ln2_w": sd["ln_2.weight"][None],
+         "ln2_b": sd["ln_2.bias"][None], "fc_w": conv("mlp.c_fc.weight"), "fc_b": sd["mlp.c_fc.bias"][None],
+         "fc_proj_w": conv("mlp.c_proj.weight"), "fc_proj_b": sd["mlp.c_proj.bias"][None]}
+    x = torch.randn((B, T, C), generator=g)
+    for window in (0, 3):
+        allowed = torch.tril(torch.ones(T, T, dtype=torch.bool))
+        for i in range(window + 1, T) if window > 0 else ():  # the released code's loop
+            for j in range(1, i - window + 1):
+                allowed[i, j] = False
+        mask = torch.zeros(T, T).masked_fill(~allowed, torch.finfo(torch.float32).min)[None, None].expand(B, 1, T, T)
+        with torch.no_grad():
+            ref = blk(x, attention_mask=mask)
+            ref = ref[0] if isinstance(ref, tuple) else ref
+            mine = gpt2_block(x, torch.ones(B, T, dtype=torch.bool), P, 0, C, NH, 1e-12, window)
+        diff = (ref - mine).abs().max().item()
+        if not diff <= 1e-5 * ref.abs().max().item():
+            raise SystemExit(f"gpt2_block differs from transformers' GPT2Block (window {window}): {diff}")
+
+
 def qgen_case(model, c, q, p, tensors, name, window, layers, seed):
     """CoT-MAE with query-as-context as released: every passage of the batch
     with its group's query. The encoder reads the passage masked at 0.30
@@ -616,6 +653,7 @@ def main():
             mlm_case(model, cfg, p, tensors)
             cocondenser_case(model, cfg, q, p, tensors)
             cotmae_case(model, cfg, q, p, tensors)
+            check_gpt2_block()
             qgen_case(model, cfg, q, p, tensors, "qgen_w3", window=3, layers=1, seed=3)
             qgen_case(model, cfg, q, p, tensors, "qgen_w0", window=0, layers=2, seed=4)
             tensors["traj.loss"] = trajectory(model, cfg, q, p)
