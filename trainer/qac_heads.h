@@ -104,8 +104,16 @@ void qac_cotmae_input_backward(float *dcls, qac_bert_params *g, const float *dx,
  *     the first word, the last word predicts [SEP], and [SEP] and padding
  *     predict nothing; mean over the B * (len - 1) predictions;
  *   - total = encoder MLM + 1.0 x decoder loss.
- * Not reproduced: the released decoder's dropout (embedding, attention and
- * residual dropout at the backbone's rates); this decoder runs without. */
+ * Dropout as released (the backbone's rates), all drawn from qac_rng like
+ * the encoder's: the backbone's embedding dropout on the query positions
+ * 1.., GPT-2's dropout on the decoder input, on the attention
+ * probabilities, and on both output projections before their residual. */
+struct qac_bert_acts;
+struct qac_bert_bwd;
+struct qac_bert_packed;
+struct qac_dropout;
+/* The decoder's dropout key: qac_rng_mix(encoder key ^ this). */
+#define QAC_QGEN_DROP_SALT 0x7167656E64726F70ull
 typedef struct qac_qgen_config {
     int layers;   /* fresh blocks (1 as released) */
     int hidden;   /* C: the encoder's */
@@ -162,15 +170,19 @@ typedef struct qac_qgen_acts {
 qac_status qac_qgen_acts_alloc(qac_qgen_acts *a, const qac_qgen_config *q, int B, int T);
 void qac_qgen_acts_free(qac_qgen_acts *a);
 
-/* x [B,T,C] -> a->out [B,T,C], lens [B] (1..T) the real lengths. */
+/* x [B,T,C] -> a->out [B,T,C], lens [B] (1..T) the real lengths. drop
+ * (NULL: none): the decoder's masks, sites as the encoder's (bert_cpu.h)
+ * with the block index as layer: QAC_DROP_EMB at layer 0 on the input,
+ * QAC_DROP_ATT on the probabilities, QAC_DROP_ATT_OUT and QAC_DROP_FFN_OUT
+ * on the attention and MLP output projections. */
 qac_status qac_qgen_forward(qac_qgen_acts *a, const qac_qgen_config *q, const qac_qgen_params *p, const float *x,
-                            const int *lens, int B, int T, qac_pool *pool);
+                            const int *lens, const struct qac_dropout *drop, int B, int T, qac_pool *pool);
 /* From dout [B,T,C] (dL/d a->out): dx [B,T,C] written, the parameter
  * gradients accumulated (+=) into g. a holds the forward of the same
- * inputs and parameters. */
+ * inputs, parameters and dropout. */
 qac_status qac_qgen_backward(float *dx, qac_qgen_params *g, qac_qgen_acts *a, const float *dout,
-                             const qac_qgen_config *q, const qac_qgen_params *p, const int *lens, int B, int T,
-                             qac_pool *pool);
+                             const qac_qgen_config *q, const qac_qgen_params *p, const int *lens,
+                             const struct qac_dropout *drop, int B, int T, qac_pool *pool);
 
 /* Next-token labels [B,T] from the query ids [B,T]: labels[b,t] =
  * ids[b,t+1] for t + 1 < lens[b], else -100 (ignored). */
@@ -179,16 +191,13 @@ void qac_qgen_targets(int32_t *labels, const int32_t *ids, const int *lens, int 
 /* The whole objective for one batch of B (passage, query) pairs: the
  * encoder reads the masked passages (p_labels: the MLM labels, -100 where
  * unmasked), the decoder the unmasked queries. Runs the encoder's training
- * forward (dropout drop, NULL: none) into a (QAC_ACTS_KEEP or RECOMPUTE,
+ * forward (dropout drop, NULL: none; the decoder's masks come from the
+ * same key salted with QAC_QGEN_DROP_SALT) into a (QAC_ACTS_KEEP or RECOMPUTE,
  * allocated for B, Tp), the decoder into da (allocated for B, Tq), both
  * losses through the tied head, and the whole backward: gradients
  * accumulate into g (encoder, word embeddings included: tied head and
  * decoder input), dg (decoder) and mg (MLM head). w: the encoder's backward
  * buffers for (B, Tp). */
-struct qac_bert_acts;
-struct qac_bert_bwd;
-struct qac_bert_packed;
-struct qac_dropout;
 typedef struct qac_qgen_losses {
     double total, enc_mlm, dec; /* total = enc_mlm + dec */
     int enc_positions, dec_positions;

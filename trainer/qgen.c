@@ -154,13 +154,17 @@ static qac_status check(const qac_qgen_acts *a, const int *lens, int B, int T) {
 }
 
 qac_status qac_qgen_forward(qac_qgen_acts *a, const qac_qgen_config *q, const qac_qgen_params *p, const float *x,
-                            const int *lens, int B, int T, qac_pool *pool) {
+                            const int *lens, const qac_dropout *drop, int B, int T, qac_pool *pool) {
     qac_status st = check(a, lens, B, T);
     if (st) return st;
     int C = q->hidden, I = q->inner, NH = q->heads, n = B * T;
     size_t N = (size_t)n, NC = N * C;
     float eps = q->ln_eps;
-    memcpy(a->hidden, x, NC * sizeof *x);
+    int drop_out = qac_dropout_active(drop, QAC_DROP_ATT_OUT);
+    if (qac_dropout_active(drop, QAC_DROP_EMB)) /* GPT-2's dropout on its input */
+        qac_dropout_forward(a->hidden, x, NULL, drop, 0, QAC_DROP_EMB, B, T, C, pool);
+    else
+        memcpy(a->hidden, x, NC * sizeof *x);
     for (int l = 0; l < q->layers; l++) {
         size_t lc = (size_t)l * C;
         qac_packed_w pw[4];
@@ -176,13 +180,24 @@ qac_status qac_qgen_forward(qac_qgen_acts *a, const qac_qgen_config *q, const qa
         qac_layernorm_forward(ln1, a->ln1_mean + l * N, a->ln1_rstd + l * N, h, p->ln1_w + lc, p->ln1_b + lc, n, C, eps,
                               pool);
         qac_gemm(qkv, ln1, &pw[0], p->qkv_b + lc * 3, NULL, n, pool);
-        qac_attention_causal_forward(atty, a->att + (size_t)l * B * NH * T * T, qkv, lens, q->window, B, T, C, NH,
-                                     pool);
-        qac_gemm(res1, atty, &pw[1], p->attn_proj_b + lc, h, n, pool);
+        qac_attention_causal_forward(atty, a->att + (size_t)l * B * NH * T * T, qkv, lens, q->window, drop, l, B, T, C,
+                                     NH, pool);
+        if (drop_out) {
+            qac_gemm(res1, atty, &pw[1], p->attn_proj_b + lc, NULL, n, pool);
+            qac_dropout_forward(res1, res1, h, drop, l, QAC_DROP_ATT_OUT, B, T, C, pool);
+        } else {
+            qac_gemm(res1, atty, &pw[1], p->attn_proj_b + lc, h, n, pool);
+        }
         qac_layernorm_forward(ln2, a->ln2_mean + l * N, a->ln2_rstd + l * N, res1, p->ln2_w + lc, p->ln2_b + lc, n, C,
                               eps, pool);
         qac_matmul_gelu_packed(act, pre, ln2, &pw[2], p->fc_b + (size_t)l * I, n, pool);
-        qac_gemm(a->hidden + (l + 1) * NC, act, &pw[3], p->fc_proj_b + lc, res1, n, pool);
+        float *y = a->hidden + (l + 1) * NC;
+        if (drop_out) {
+            qac_gemm(y, act, &pw[3], p->fc_proj_b + lc, NULL, n, pool);
+            qac_dropout_forward(y, y, res1, drop, l, QAC_DROP_FFN_OUT, B, T, C, pool);
+        } else {
+            qac_gemm(y, act, &pw[3], p->fc_proj_b + lc, res1, n, pool);
+        }
     }
     qac_layernorm_forward(a->out, a->lnf_mean, a->lnf_rstd, a->hidden + (size_t)q->layers * NC, p->lnf_w, p->lnf_b, n,
                           C, eps, pool);
@@ -194,19 +209,25 @@ static void add_into(float *d, const float *s, size_t n) {
 }
 
 qac_status qac_qgen_backward(float *dx, qac_qgen_params *g, qac_qgen_acts *a, const float *dout,
-                             const qac_qgen_config *q, const qac_qgen_params *p, const int *lens, int B, int T,
-                             qac_pool *pool) {
+                             const qac_qgen_config *q, const qac_qgen_params *p, const int *lens,
+                             const qac_dropout *drop, int B, int T, qac_pool *pool) {
     qac_status st = check(a, lens, B, T);
     if (st) return st;
     int C = q->hidden, I = q->inner, NH = q->heads, n = B * T;
     size_t N = (size_t)n, NC = N * C;
+    int drop_out = qac_dropout_active(drop, QAC_DROP_ATT_OUT);
     qac_layernorm_backward(a->dh, g->lnf_w, g->lnf_b, dout, a->hidden + (size_t)q->layers * NC, a->lnf_mean,
                            a->lnf_rstd, p->lnf_w, n, C, pool);
     for (int l = q->layers - 1; l >= 0; l--) {
         size_t lc = (size_t)l * C;
         const float *h = a->hidden + l * NC;
-        /* out = res1 + GELU(LN2(res1) Wfc + bfc) Wp + bp; a->dh holds dL/dout */
-        qac_matmul_backward(a->dbig, g->fc_proj_w + lc * I, g->fc_proj_b + lc, a->dh, a->fc_act + l * N * I,
+        /* out = res1 + dropout(GELU(LN2(res1) Wfc + bfc) Wp + bp); a->dh holds dL/dout */
+        const float *dfo = a->dh;
+        if (drop_out) {
+            qac_dropout_forward(a->dr, a->dh, NULL, drop, l, QAC_DROP_FFN_OUT, B, T, C, pool);
+            dfo = a->dr;
+        }
+        qac_matmul_backward(a->dbig, g->fc_proj_w + lc * I, g->fc_proj_b + lc, dfo, a->fc_act + l * N * I,
                             p->fc_proj_w + lc * I, NULL, n, I, C, a->scratch, pool);
         qac_gelu_backward(a->dbig, a->dbig, a->fc_pre + l * N * I, N * I, pool);
         qac_matmul_backward(a->dtmp, g->fc_w + (size_t)l * I * C, g->fc_b + (size_t)l * I, a->dbig, a->ln2 + l * NC,
@@ -214,18 +235,26 @@ qac_status qac_qgen_backward(float *dx, qac_qgen_params *g, qac_qgen_acts *a, co
         qac_layernorm_backward(a->dr, g->ln2_w + lc, g->ln2_b + lc, a->dtmp, a->res1 + l * NC, a->ln2_mean + l * N,
                                a->ln2_rstd + l * N, p->ln2_w + lc, n, C, pool);
         add_into(a->dr, a->dh, NC); /* the residual path */
-        /* res1 = h + Attn(LN1(h)) Wo + bo */
-        qac_matmul_backward(a->datty, g->attn_proj_w + lc * C, g->attn_proj_b + lc, a->dr, a->atty + l * NC,
+        /* res1 = h + dropout(Attn(LN1(h)) Wo + bo) */
+        const float *dao = a->dr;
+        if (drop_out) {
+            qac_dropout_forward(a->dtmp, a->dr, NULL, drop, l, QAC_DROP_ATT_OUT, B, T, C, pool);
+            dao = a->dtmp;
+        }
+        qac_matmul_backward(a->datty, g->attn_proj_w + lc * C, g->attn_proj_b + lc, dao, a->atty + l * NC,
                             p->attn_proj_w + lc * C, NULL, n, C, C, a->scratch, pool);
         qac_attention_causal_backward(a->dbig, a->datty, a->qkv + l * 3 * NC, a->att + (size_t)l * B * NH * T * T,
-                                      lens, q->window, B, T, C, NH, pool);
+                                      lens, q->window, drop, l, B, T, C, NH, pool);
         qac_matmul_backward(a->dtmp, g->qkv_w + lc * 3 * C, g->qkv_b + lc * 3, a->dbig, a->ln1 + l * NC,
                             p->qkv_w + lc * 3 * C, NULL, n, C, 3 * C, a->scratch, pool);
         qac_layernorm_backward(a->dh, g->ln1_w + lc, g->ln1_b + lc, a->dtmp, h, a->ln1_mean + l * N,
                                a->ln1_rstd + l * N, p->ln1_w + lc, n, C, pool);
         add_into(a->dh, a->dr, NC);
     }
-    memcpy(dx, a->dh, NC * sizeof *dx);
+    if (qac_dropout_active(drop, QAC_DROP_EMB))
+        qac_dropout_forward(dx, a->dh, NULL, drop, 0, QAC_DROP_EMB, B, T, C, pool);
+    else
+        memcpy(dx, a->dh, NC * sizeof *dx);
     return QAC_OK;
 }
 
@@ -235,6 +264,17 @@ void qac_qgen_targets(int32_t *labels, const int32_t *ids, const int *lens, int 
 }
 
 /* ---- the whole objective ---- */
+
+/* The backbone's embedding layer drops its output in training, and the
+ * released code takes the query's embeddings from it: positions 1.. of x
+ * get that dropout (layer 1 of the decoder's key, embedding site; the
+ * decoder's own input dropout is layer 0), position 0 (the [CLS]) does
+ * not. The same call is the backward. keep [B,C]: room to save row 0. */
+static void query_emb_dropout(float *x, float *keep, const qac_dropout *dd, int B, int T, int C, qac_pool *pool) {
+    for (int b = 0; b < B; b++) memcpy(keep + (size_t)b * C, x + (size_t)b * T * C, (size_t)C * sizeof *keep);
+    qac_dropout_forward(x, x, NULL, dd, 1, QAC_DROP_EMB, B, T, C, pool);
+    for (int b = 0; b < B; b++) memcpy(x + (size_t)b * T * C, keep + (size_t)b * C, (size_t)C * sizeof *keep);
+}
 
 /* rows of states [BT,C] whose label is >= 0, in order; returns the count */
 static int gather_rows(float *out, int32_t *lab, const float *states, const int32_t *labels, int BT, int C) {
@@ -284,19 +324,29 @@ qac_status qac_qgen_objective_grads(qac_qgen_losses *out, const qac_qgen_batch *
     memset(ddec, 0, NQC * sizeof *ddec);
     memset(dcls, 0, (size_t)B * C * sizeof *dcls);
 
+    /* the decoder's masks: its own key, so they never repeat the encoder's */
+    qac_dropout dd_mem, *dd = NULL;
+    if (drop) {
+        dd_mem = *drop;
+        dd_mem.key = qac_rng_mix(drop->key ^ QAC_QGEN_DROP_SALT);
+        dd = &dd_mem;
+    }
     qac_status s = qac_bert_forward_train(a, c, p, pk, bt->p_ids, NULL, bt->p_lens, B, Tp, drop, pool);
     if (s) goto done;
     for (int b = 0; b < B; b++) memcpy(cls + (size_t)b * C, a->last + (size_t)b * Tp * C, (size_t)C * sizeof *cls);
     /* decoder: the query's embeddings with the passage [CLS] at position 0 */
     qac_cotmae_input(x, emb, mean, rstd, bt->q_ids, cls, c, p, B, Tq, pool);
-    if ((s = qac_qgen_forward(da, q, dp, x, bt->q_lens, B, Tq, pool))) goto done;
+    int emb_drop = qac_dropout_active(dd, QAC_DROP_EMB);
+    if (emb_drop) query_emb_dropout(x, st, dd, B, Tq, C, pool);
+    if ((s = qac_qgen_forward(da, q, dp, x, bt->q_lens, dd, B, Tq, pool))) goto done;
     qac_qgen_targets(targets, bt->q_ids, bt->q_lens, B, Tq);
     int M = gather_rows(st, lab, da->out, targets, B * Tq, C);
     out->dec_positions = M;
     if ((s = qac_mlm_loss(&out->dec, dst, mg, g->word_emb, mh, p->word_emb, st, lab, M, C, V, c->layer_norm_eps, pool)))
         goto done;
     scatter_rows(ddec, dst, targets, B * Tq, C);
-    if ((s = qac_qgen_backward(x, dg, da, ddec, q, dp, bt->q_lens, B, Tq, pool))) goto done;
+    if ((s = qac_qgen_backward(x, dg, da, ddec, q, dp, bt->q_lens, dd, B, Tq, pool))) goto done;
+    if (emb_drop) query_emb_dropout(x, dst, dd, B, Tq, C, pool);
     qac_cotmae_input_backward(dcls, g, x, emb, mean, rstd, bt->q_ids, c, p, B, Tq, scr, pool);
     /* encoder MLM through the same head */
     M = gather_rows(st, lab, a->last, bt->p_labels, B * Tp, C);

@@ -27,7 +27,7 @@ query-as-context pairs; CoT-MAE (encoder MLM 0.30, a 1-layer decoder on the
 partner text masked at 0.45 with the encoder's [CLS] at position 0); the
 query-generation objective (encoder MLM 0.30 plus a GPT-2 decoder on the
 unmasked query, next-token loss; window 3 with 1 block, and plain causal
-with 2 blocks); and 10
+with 2 blocks; window 3 with dropout 0.1 as released); and 10
 steps of
 torch.optim.AdamW (weight decay 0.01 on all but biases and LayerNorm
 weights, linear warmup 3 then decay over 10, grad-norm clip 1.0): the loss
@@ -40,6 +40,7 @@ Output (safetensors): ids and lengths of the batch, "<model>.<case>.loss"
 Run: python3 tests/reference/gen_train_fixtures.py --out FILE [--data DIR] [--model DIR]
 """
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -424,11 +425,12 @@ QGEN_TENSORS = ["ln1_w", "ln1_b", "qkv_w", "qkv_b", "attn_proj_w", "attn_proj_b"
                 "fc_proj_w", "fc_proj_b", "lnf_w", "lnf_b"]
 
 
-def gpt2_block(x, key_real, P, l, C, NH, eps, window):
+def gpt2_block(x, key_real, P, l, C, NH, eps, window, masks=None):
     """One GPT-2 block (pre-LN) written out in torch, qac's layout (Linear
     [out, in], Q|K|V fused), the released decoder's mask: row i sees keys
     j <= i that are real, and with a window w > 0 only j == 0 or j > i - w.
-    GELU in its erf form (the backbone's hidden_act "gelu")."""
+    GELU in its erf form (the backbone's hidden_act "gelu"). masks: dropout
+    on the probabilities, the attention output and the MLP output."""
     B, T, _ = x.shape
     hs = C // NH
     F = torch.nn.functional
@@ -442,10 +444,11 @@ def gpt2_block(x, key_real, P, l, C, NH, eps, window):
     allowed = allowed[None] & key_real[:, None, :]  # [B, T, T]
     sc = (q @ k.transpose(-1, -2)) / hs ** 0.5
     sc = sc.masked_fill(~allowed[:, None], float("-inf"))
-    ctx = (torch.softmax(sc, dim=-1) @ v).transpose(1, 2).reshape(B, T, C)
-    r = x + ctx @ P["attn_proj_w"][l].T + P["attn_proj_b"][l]
+    m_att, m_ao, m_fo = (torch.from_numpy(t) for t in masks) if masks else (1.0, 1.0, 1.0)
+    ctx = ((torch.softmax(sc, dim=-1) * m_att) @ v).transpose(1, 2).reshape(B, T, C)
+    r = x + (ctx @ P["attn_proj_w"][l].T + P["attn_proj_b"][l]) * m_ao
     m = F.layer_norm(r, (C,), P["ln2_w"][l], P["ln2_b"][l], eps)
-    return r + F.gelu(m @ P["fc_w"][l].T + P["fc_b"][l]) @ P["fc_proj_w"][l].T + P["fc_proj_b"][l]
+    return r + (F.gelu(m @ P["fc_w"][l].T + P["fc_b"][l]) @ P["fc_proj_w"][l].T + P["fc_proj_b"][l]) * m_fo
 
 
 def check_gpt2_block(C=64, NH=4, T=12, B=3):
@@ -485,7 +488,23 @@ def check_gpt2_block(C=64, NH=4, T=12, B=3):
             raise SystemExit(f"gpt2_block differs from transformers' GPT2Block (window {window}): {diff}")
 
 
-def qgen_case(model, c, q, p, tensors, name, window, layers, seed):
+QGEN_DROP_SALT = 0x7167656E64726F70  # trainer/qac_heads.h
+
+
+def qgen_dropout_masks(key, B, T, C, NH, L, p):
+    """The decoder's masks as trainer/qgen.c draws them from the encoder's
+    step key: the query embeddings' (layer 1, site 0), the decoder input's
+    (layer 0, site 0), then per block the probabilities', the attention
+    output's and the MLP output's (sites 1, 2, 3)."""
+    dkey = int(rng_mix(np.uint64(key) ^ np.uint64(QGEN_DROP_SALT)))
+    tc = np.arange(T, dtype=np.uint64)[:, None] * np.uint64(C) + np.arange(C, dtype=np.uint64)[None, :]
+    att = ((np.arange(NH, dtype=np.uint64)[:, None, None] << np.uint64(40)) |
+           (np.arange(T, dtype=np.uint64)[None, :, None] << np.uint64(20)) | np.arange(T, dtype=np.uint64)[None, None, :])
+    m = lambda layer, site, ctr: np.stack([keep_scale(rng_key(dkey, b, layer, site), ctr, p) for b in range(B)])
+    return m(1, 0, tc), m(0, 0, tc), [(m(l, 1, att), m(l, 2, tc), m(l, 3, tc)) for l in range(L)]
+
+
+def qgen_case(model, c, q, p, tensors, name, window, layers, seed, drop=0.0):
     """CoT-MAE with query-as-context as released: every passage of the batch
     with its group's query. The encoder reads the passage masked at 0.30
     (MLM through the tied head); a fresh GPT-2 decoder (`layers` blocks,
@@ -494,7 +513,9 @@ def qgen_case(model, c, q, p, tensors, name, window, layers, seed):
     by the passage's last-layer [CLS], and predicts token t+1 from position
     t through the same head (padding and the step after [SEP] ignored).
     Loss = encoder MLM + decoder loss. Random decoder weights at test scale
-    (its init is checked in C on its own)."""
+    (its init is checked in C on its own). With drop > 0: dropout at that
+    rate everywhere the released code has it, with qac's masks (encoder key
+    as the trainer's dropout case: seed 42, step 0)."""
     C, NH, V, eps = c["hidden_size"], c["num_attention_heads"], c["vocab_size"], c["layer_norm_eps"]
     I, L, F = 4 * C, layers, torch.nn.functional
     rs = np.random.RandomState(seed)
@@ -527,15 +548,24 @@ def qgen_case(model, c, q, p, tensors, name, window, layers, seed):
 
     ids_t = torch.from_numpy(enc_ids.astype(np.int64))
     keep = torch.arange(enc_ids.shape[1])[None, :] < torch.from_numpy(p[1].astype(np.int64))[:, None]
-    last = model(input_ids=ids_t, attention_mask=keep.long(), token_type_ids=torch.zeros_like(ids_t)).last_hidden_state
-    sel = torch.from_numpy(enc_labels >= 0)
-    l_enc = F.cross_entropy(head(last[sel]), torch.from_numpy(enc_labels[enc_labels >= 0].astype(np.int64)))
     d_t = torch.from_numpy(dec_ids.astype(np.int64))
     dreal = torch.arange(Tq)[None, :] < torch.from_numpy(dec_lens.astype(np.int64))[:, None]
-    x = model.embeddings(input_ids=d_t, token_type_ids=torch.zeros_like(d_t))
+    key = rng_key(42, 0, 0x64726F70, 0)
+    dm = qgen_dropout_masks(key, B, Tq, C, NH, L, drop) if drop else None
+    with InjectedDropout() if drop else contextlib.nullcontext() as inj:
+        if drop:  # the encoder's masks, then the backbone embedding's on the query
+            inj.queue = qac_dropout_masks(key, 0, B, enc_ids.shape[1], c, drop) + [dm[0]]
+        last = model(input_ids=ids_t, attention_mask=keep.long(),
+                     token_type_ids=torch.zeros_like(ids_t)).last_hidden_state
+        x = model.embeddings(input_ids=d_t, token_type_ids=torch.zeros_like(d_t))
+        assert not drop or not inj.queue
+    sel = torch.from_numpy(enc_labels >= 0)
+    l_enc = F.cross_entropy(head(last[sel]), torch.from_numpy(enc_labels[enc_labels >= 0].astype(np.int64)))
     x = torch.cat([last[:, :1], x[:, 1:]], dim=1)
+    if drop:
+        x = x * torch.from_numpy(dm[1])
     for l in range(L):
-        x = gpt2_block(x, dreal, DT, l, C, NH, eps, window)
+        x = gpt2_block(x, dreal, DT, l, C, NH, eps, window, dm[2][l] if drop else None)
     x = F.layer_norm(x, (C,), DT["lnf_w"], DT["lnf_b"], eps)
     logits = head(x)
     labels = d_t.masked_fill(~dreal, -100)
@@ -547,7 +577,7 @@ def qgen_case(model, c, q, p, tensors, name, window, layers, seed):
                     pre + "dec_ids": dec_ids, pre + "dec_lens": dec_lens})
     tensors[pre + "loss"] = np.array([loss.item(), l_enc.item(), l_dec.item(), logits.detach().abs().max().item()],
                                      dtype=np.float64)
-    tensors[pre + "config"] = np.array([L, window], dtype=np.int32)
+    tensors[pre + "config"] = np.array([L, window, round(drop * 1000)], dtype=np.int32)
     for k, v in dec.items():
         tensors[f"{pre}dec_init.{k}"] = v
         tensors[f"{pre}dec_grad.{k}"] = DT[k].grad.numpy()
@@ -656,6 +686,7 @@ def main():
             check_gpt2_block()
             qgen_case(model, cfg, q, p, tensors, "qgen_w3", window=3, layers=1, seed=3)
             qgen_case(model, cfg, q, p, tensors, "qgen_w0", window=0, layers=2, seed=4)
+            qgen_case(model, cfg, q, p, tensors, "qgen_drop", window=3, layers=1, seed=5, drop=0.1)
             tensors["traj.loss"] = trajectory(model, cfg, q, p)
             for k, v in qac_layout(model, cfg, "data").items():
                 tensors[f"traj.param.{k}"] = v

@@ -15,6 +15,7 @@
 #include "bert_cpu.h"
 #include "qac_heads.h"
 #include "qac_pool.h"
+#include "qac_rng.h"
 #include "qac_safetensors.h"
 #include "qac_train.h"
 #include "testutil.h"
@@ -647,6 +648,8 @@ static void qgen_case(qac_model *m, const char *name) {
     qac_qgen_config q;
     qac_qgen_config_default(&q, c);
     q.layers = cfg[0], q.window = cfg[1];
+    /* the fixture's dropout: the trainer's key of its dropout case (seed 42, step 0) */
+    qac_dropout drop = {cfg[2] / 1000.0f, cfg[2] / 1000.0f, qac_rng_key(42, 0, 0x64726F70, 0), NULL};
     free(cfg);
 #define QKEY(suffix) (snprintf(key, sizeof key, "%s.%s", name, suffix), key)
     int32_t *ids = ints(QKEY("enc_ids"), &rows, &Tp), *labels = ints(QKEY("enc_labels"), &rows, &Tp);
@@ -685,7 +688,8 @@ static void qgen_case(qac_model *m, const char *name) {
     CHECK_OK(qac_qgen_acts_alloc(&da, &q, B, Tq));
     qac_qgen_batch bt = {B, Tp, Tq, ids, labels, lens, qids, qlens};
     qac_qgen_losses ls;
-    CHECK_OK(qac_qgen_objective_grads(&ls, &bt, c, &m->p, &pk, &g, &a, &w, NULL, &q, &dp, &dg, &da, &mh, &mg, pool));
+    CHECK_OK(qac_qgen_objective_grads(&ls, &bt, c, &m->p, &pk, &g, &a, &w, drop.hidden > 0 ? &drop : NULL, &q, &dp, &dg,
+                                      &da, &mh, &mg, pool));
 
     QKEY("loss");
     double ref = f64_at(key, 0), ref_enc = f64_at(key, 1), ref_dec = f64_at(key, 2);
@@ -704,9 +708,9 @@ static void qgen_case(qac_model *m, const char *name) {
         double r = compare_named(gv[i], key, msz[i]);
         if (r >= mworst) mworst = r, mwn = mlm_names[i];
     }
-    printf("%s (%d block%s, window %d): loss %.9f = encoder MLM %.6f (%d) + next-token %.6f (%d) (ref %.9f: %.6f "
+    printf("%s (%d block%s, window %d, dropout %.2f): loss %.9f = encoder MLM %.6f (%d) + next-token %.6f (%d) (ref %.9f: %.6f "
            "%.6f; rel %.2e, tol %.1e)\n  worst gradient: encoder %s %.2e, decoder %s %.2e, MLM head %s %.2e\n",
-           name, q.layers, q.layers > 1 ? "s" : "", q.window, ls.total, ls.enc_mlm, ls.enc_positions, ls.dec,
+           name, q.layers, q.layers > 1 ? "s" : "", q.window, drop.hidden, ls.total, ls.enc_mlm, ls.enc_positions, ls.dec,
            ls.dec_positions, ref, ref_enc, ref_dec, lrel, ltol, wn, worst, dwn, dworst, mwn,
            mworst);
 #undef QKEY
@@ -724,12 +728,14 @@ static void qgen_case(qac_model *m, const char *name) {
 }
 
 /* The whole query-generation objective against torch, with the released
- * window of 3 (1 block) and plain causal attention (2 blocks). */
+ * window of 3 (1 block), plain causal attention (2 blocks), and the window
+ * of 3 with dropout 0.1 at every site the released code has. */
 static void qgen(void) {
     qac_model *m = load_model("tiny");
     qgen_init_check(&m->cfg, 1);
     qgen_init_check(&m->cfg, 2);
     qgen_case(m, "qgen_w3");
     qgen_case(m, "qgen_w0");
+    qgen_case(m, "qgen_drop");
     qac_model_free(m);
 }
