@@ -430,7 +430,10 @@ def gpt2_block(x, key_real, P, l, C, NH, eps, window, masks=None):
     [out, in], Q|K|V fused), the released decoder's mask: row i sees keys
     j <= i that are real, and with a window w > 0 only j == 0 or j > i - w.
     GELU in its erf form (the backbone's hidden_act "gelu"). masks: dropout
-    on the probabilities, the attention output and the MLP output."""
+    on the probabilities, the attention output and the MLP output. (The
+    released code installs its window by replacing GPT2Attention's `bias`
+    buffer, which transformers 5 no longer has; the mask is written out here
+    and check_gpt2_block hands it to GPT2Block explicitly.)"""
     B, T, _ = x.shape
     hs = C // NH
     F = torch.nn.functional
