@@ -9,7 +9,8 @@
 # Options after `--` go to both `qac finetune` runs (e.g. --epochs 1 --batch 8
 # --n-passages 4 --tau 0.05). Environment: QAC (the qac binary, default
 # build/qac), N_NEG (negatives per query, 30), DEPTH (ranks mined, 200),
-# INDEX_ARGS (extra `qac index build` options), SEED (42). A step whose
+# INDEX_ARGS (extra `qac index build` options), SEED (42), STAGES (2; 1 stops
+# after retriever 1 and evaluates it alone). A step whose
 # output exists is skipped, so re-running continues an interrupted chain
 # (each finetune resumes from its last checkpoint).
 set -euo pipefail
@@ -17,6 +18,8 @@ QAC=${QAC:-build/qac}
 N_NEG=${N_NEG:-30}
 DEPTH=${DEPTH:-200}
 SEED=${SEED:-42}
+STAGES=${STAGES:-2}
+case "$STAGES" in 1|2) ;; *) echo "finetune.sh: STAGES must be 1 or 2 (got $STAGES)" >&2; exit 2 ;; esac
 INDEX_ARGS=${INDEX_ARGS:-}
 model="" corpus="" tq="" tr="" eq="" er="" out=""
 while [ $# -gt 0 ]; do
@@ -69,6 +72,7 @@ log "4/7 index with retriever 1"
 [ -f "$out/index1/index.faiss" ] || "$QAC" index build --model "$(ckpt "$out/retriever1")" --corpus "$corpus" \
   --out "$out/index1" $INDEX_ARGS
 
+if [ "$STAGES" = 2 ]; then
 log "5/7 mine hard negatives with retriever 1"
 [ -f "$out/mined-negatives.jsonl" ] || "$QAC" mine --model "$(ckpt "$out/retriever1")" --index "$out/index1" \
   --queries "$tq" --qrels "$tr" --corpus "$corpus" --n "$N_NEG" --depth "$DEPTH" --seed "$SEED" \
@@ -79,14 +83,19 @@ train "$out/retriever2" --train "$out/mined-negatives.jsonl" --train "$out/bm25-
 "$QAC" plot "$out/retriever2/log.jsonl" --out "$out/retriever2/loss.png"
 [ -f "$out/index2/index.faiss" ] || "$QAC" index build --model "$(ckpt "$out/retriever2")" --corpus "$corpus" \
   --out "$out/index2" $INDEX_ARGS
+fi
 
 if [ -n "$eq" ] && [ -n "$er" ]; then
   log "7/7 eval on the test queries"
   m=(-m ndcg_cut.10 -m map -m recall.100)
   "$QAC" bm25 search --index "$out/bm25" --queries "$eq" --k 1000 --run "$out/test-bm25.run"
   "$QAC" search --index "$out/index1" --model "$(ckpt "$out/retriever1")" --queries "$eq" --k 1000 --run "$out/test-r1.run"
-  "$QAC" search --index "$out/index2" --model "$(ckpt "$out/retriever2")" --queries "$eq" --k 1000 --run "$out/test-r2.run"
-  for sys in bm25 r1 r2; do
+  systems="bm25 r1"
+  if [ "$STAGES" = 2 ]; then
+    "$QAC" search --index "$out/index2" --model "$(ckpt "$out/retriever2")" --queries "$eq" --k 1000 --run "$out/test-r2.run"
+    systems="bm25 r1 r2"
+  fi
+  for sys in $systems; do
     "$QAC" eval -c "${m[@]}" --qrels "$er" --run "$out/test-$sys.run" | sed "s/^/$sys\t/"
   done | tee "$out/results.tsv"
 fi
