@@ -237,25 +237,26 @@ qac_status qac_hlp_mine(const qac_hlp_opts *o, qac_hlp_stats *stats);
 typedef enum qac_pt_objective {
     QAC_PT_COCONDENSER = 0, /* MLM + Condenser head MLM + contrastive (or PAIR) */
     QAC_PT_COTMAE = 1,      /* encoder MLM + masked decoder MLM, symmetric */
-    QAC_PT_QGEN = 2,        /* encoder MLM + causal query decoder */
+    QAC_PT_QGEN = 2,        /* encoder MLM (passage) + causal query decoder from the passage [CLS] */
 } qac_pt_objective;
 
 typedef struct qac_pt_objective_opts {
     qac_pt_objective objective;
-    int head_layers;     /* Condenser head (default 2) or CoT-MAE decoder (default 1); 0: the default */
+    int head_layers;     /* Condenser head (default 2), CoT-MAE or qgen decoder (default 1); 0: the default */
     int skip_from;       /* Condenser: the states after this encoder layer; < 0: half the depth */
     float mask_rate;     /* coCondenser whole-word MLM rate (0.15) */
-    float enc_mask_rate; /* CoT-MAE and QGen encoder rate (0.30) */
+    float enc_mask_rate; /* CoT-MAE and qgen encoder rate (0.30) */
     float dec_mask_rate; /* CoT-MAE decoder rate (0.45) */
     float tau;           /* contrastive temperature (1) */
     float alpha;         /* > 0: the PAIR loss (1-a) L_q + a L_p replaces the contrastive loss */
+    int window;          /* qgen decoder's attention window (3 as released); <= 0: plain causal */
 } qac_pt_objective_opts;
 
 typedef struct qac_pt_progress {
     long step, total;
     double loss;         /* the sum of the parts below */
     double mlm;          /* encoder MLM (coCondenser: the late MLM) */
-    double head;         /* Condenser-head MLM, or the decoder's loss */
+    double head;         /* Condenser-head MLM, or the decoder's loss (MLM or next-token) */
     double contrastive;  /* contrastive or PAIR; 0 for the generative objectives */
     double span_frac;    /* share of this step's pairs that were span pairs */
     double lr, grad_norm;
@@ -266,7 +267,8 @@ typedef struct qac_pt_progress {
 } qac_pt_progress;
 
 typedef struct qac_pretrain_opts {
-    qac_train_opts train;   /* lr 1e-4, wd 0.01, clip 1.0, linear; tau, sim, pair_alpha, chunk unused */
+    qac_train_opts train;   /* lr 1e-4, wd 0.01, clip 1.0, linear (a curriculum uses its own two-stage
+                               schedule, qac_pt_lr_scale); tau, sim, pair_alpha, chunk unused */
     qac_pt_objective_opts obj;
     double warmup_ratio;    /* used when train.warmup_steps < 0 (0.1) */
     int batch;              /* pairs per step */

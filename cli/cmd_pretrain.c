@@ -13,7 +13,7 @@ static const qac_opt pt_opts[] = {
     {"data", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "pre-training jsonl {\"id\",\"text\",\"queries\":[...]} (.gz ok)", 1},
     {"docs", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "documents jsonl {\"id\",\"text\"} for span pairs (default: --data's texts)", 0},
     {"objective", QAC_OPT_ENUM, "cocondenser", 0, -1, "cocondenser|cotmae|qgen", NULL,
-     "contrastive coCondenser, generative CoT-MAE, or query generation", 0},
+     "contrastive coCondenser, masked CoT-MAE decoder, or query generation (causal decoder)", 0},
     {"context", QAC_OPT_ENUM, "query", 0, -1, "query|span|mixed", NULL,
      "a pair's second text: one of the passage's queries, a second span, or either (p = 0.5)", 0},
     {"curriculum", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "e.g. span:0.75,query: span pairs first (overrides --context)", 0},
@@ -27,10 +27,12 @@ static const qac_opt pt_opts[] = {
     {"weight-decay", QAC_OPT_FLOAT, "0.01", 0, 10, NULL, NULL, "AdamW weight decay (not on biases or LayerNorm)", 0},
     {"max-grad-norm", QAC_OPT_FLOAT, "1.0", 0, 1e9, NULL, NULL, "global gradient-norm clip over encoder and heads (0 = none)", 0},
     {"mask-rate", QAC_OPT_FLOAT, "0.15", 0.001, 1, NULL, NULL, "coCondenser whole-word MLM rate", 0},
-    {"enc-mask-rate", QAC_OPT_FLOAT, "0.30", 0.001, 1, NULL, NULL, "CoT-MAE / qgen encoder MLM rate", 0},
+    {"enc-mask-rate", QAC_OPT_FLOAT, "0.30", 0.001, 1, NULL, NULL, "CoT-MAE / qgen encoder MLM rate (qgen's queries stay unmasked)", 0},
     {"dec-mask-rate", QAC_OPT_FLOAT, "0.45", 0.001, 1, NULL, NULL, "CoT-MAE decoder MLM rate", 0},
     {"skip-from", QAC_OPT_INT, NULL, 0, 64, NULL, NULL, "Condenser head reads the states after this layer (default: half the depth)", 0},
     {"head-layers", QAC_OPT_INT, NULL, 1, 64, NULL, NULL, "fresh head layers (default: 2 Condenser, 1 decoder)", 0},
+    {"qgen-window", QAC_OPT_INT, "3", 0, 1 << 20, NULL, NULL,
+     "qgen decoder attention: row i sees [CLS] and the last N tokens (3 as released; 0 = plain causal)", 0},
     {"tau", QAC_OPT_FLOAT, "1.0", 1e-6, 1e6, NULL, NULL, "contrastive temperature", 0},
     {"alpha", QAC_OPT_FLOAT, "0", 0, 1, NULL, NULL, "> 0: the PAIR loss (1-alpha) L_q + alpha L_p instead of the contrastive loss", 0},
     {"max-len", QAC_OPT_INT, "144", 4, 8192, NULL, NULL, "passage and span max tokens incl. specials", 0},
@@ -115,12 +117,17 @@ int qac_cmd_pretrain(int argc, char **argv) {
     po.obj.head_layers = qac_opts_isset(&o, "head-layers") ? (int)qac_opts_int(&o, "head-layers") : 0;
     po.obj.tau = (float)qac_opts_float(&o, "tau");
     po.obj.alpha = (float)qac_opts_float(&o, "alpha");
+    po.obj.window = (int)qac_opts_int(&o, "qgen-window");
     po.batch = (int)qac_opts_int(&o, "batch");
     po.data.path = qac_opts_str(&o, "data");
     po.data.docs_path = qac_opts_str(&o, "docs");
     po.data.max_len = (int)qac_opts_int(&o, "max-len");
     po.data.query_max_len = (int)qac_opts_int(&o, "query-max-len");
     po.data.threads = po.train.threads;
+    qac_progress_state ps;
+    qac_progress_init(&ps, "records");
+    po.data.progress = qac_progress_stderr;
+    po.data.progress_user = &ps;
     po.out_dir = qac_opts_str(&o, "out");
     po.save_every = (long)qac_opts_int(&o, "save-every");
     po.keep = (int)qac_opts_int(&o, "keep");

@@ -10,6 +10,7 @@
 
 #include "pretrainer.h"
 #include "qac_rng.h"
+#include "qac_safetensors.h"
 #include "qac_util.h"
 
 #define STREAM_DROP 0x64726f70u      /* the encoder's dropout, as the fine-tuning trainer's */
@@ -24,6 +25,7 @@ void qac_pt_objective_opts_default(qac_pt_objective_opts *o) {
     o->enc_mask_rate = 0.30f;
     o->dec_mask_rate = 0.45f;
     o->tau = 1.0f;
+    o->window = 3;
 }
 
 qac_status qac_pt_objective_parse(qac_pt_objective *out, const char *name) {
@@ -79,10 +81,7 @@ qac_status qac_pretrainer_create(qac_pretrainer **out, qac_model *m, const qac_t
         !(o->beta2 >= 0 && o->beta2 < 1) || !(o->adam_eps > 0))
         return qac_set_error(QAC_ERR_INVALID, "pretrain: bad optimiser options (lr %g, steps %ld, warmup %ld)", o->lr,
                              o->total_steps, o->warmup_steps);
-    if (ob->objective == QAC_PT_QGEN)
-        return qac_set_error(QAC_ERR_UNSUPPORTED, "pretrain: the qgen objective is not built yet (its query decoder "
-                                                  "is still being written); use cocondenser or cotmae");
-    if (ob->objective != QAC_PT_COCONDENSER && ob->objective != QAC_PT_COTMAE)
+    if (ob->objective != QAC_PT_COCONDENSER && ob->objective != QAC_PT_COTMAE && ob->objective != QAC_PT_QGEN)
         return qac_set_error(QAC_ERR_INVALID, "pretrain: unknown objective %d", (int)ob->objective);
     if (c->num_layers > QAC_MAX_LAYERS) return qac_set_error(QAC_ERR_UNSUPPORTED, "pretrain: more than %d layers", QAC_MAX_LAYERS);
     qac_pretrainer *t = calloc(1, sizeof *t);
@@ -111,10 +110,14 @@ qac_status qac_pretrainer_create(qac_pretrainer **out, qac_model *m, const qac_t
         free(t);
         return st;
     }
-    int C = c->hidden_size, V = c->vocab_size;
+    int C = c->hidden_size, V = c->vocab_size, qgen = ob->objective == QAC_PT_QGEN;
     t->hc = *c;
-    t->hc.num_layers = t->ob.head_layers;
-    size_t n_stack = qac_bert_stack_param_count(&t->hc), n_mlm = qac_mlm_param_count(C, V);
+    t->hc.num_layers = qgen ? 0 : t->ob.head_layers;
+    qac_qgen_config_default(&t->qc, c);
+    t->qc.layers = t->ob.head_layers;
+    t->qc.window = ob->window;
+    size_t n_stack = qgen ? qac_qgen_param_count(&t->qc) : qac_bert_stack_param_count(&t->hc);
+    size_t n_mlm = qac_mlm_param_count(C, V);
     t->n_head = n_stack + n_mlm;
     t->n_grad = m->n_params + t->n_head;
     t->head_mem = malloc(t->n_head * sizeof(float));
@@ -126,30 +129,86 @@ qac_status qac_pretrainer_create(qac_pretrainer **out, qac_model *m, const qac_t
         return qac_set_error(QAC_ERR_NOMEM, "pretrain: cannot allocate %zu parameters' gradients and optimiser state",
                              t->n_grad);
     }
-    qac_bert_stack_bind(&t->hp, &t->hc, t->head_mem);
     qac_mlm_bind(&t->mlm, t->head_mem + n_stack, C, V);
     qac_bert_params_bind(&t->g, c, t->grad_mem);
-    qac_bert_stack_bind(&t->hg, &t->hc, t->grad_mem + m->n_params);
     qac_mlm_bind(&t->mg, t->grad_mem + m->n_params + n_stack, C, V);
-    init_stack(&t->hp, &t->hc, o->seed);
+    if (qgen) {
+        qac_qgen_bind(&t->qp, &t->qc, t->head_mem);
+        qac_qgen_bind(&t->qg, &t->qc, t->grad_mem + m->n_params);
+        qac_qgen_init(&t->qp, &t->qc, o->seed);
+    } else {
+        qac_bert_stack_bind(&t->hp, &t->hc, t->head_mem);
+        qac_bert_stack_bind(&t->hg, &t->hc, t->grad_mem + m->n_params);
+        init_stack(&t->hp, &t->hc, o->seed);
+    }
     qac_mlm_init(&t->mlm, C, V, o->seed);
     /* the trained tensors: the encoder's but the pooler (no gradient, so
      * torch would not update it), the head layers, the MLM head */
     for (int i = 0; i < QAC_BERT_NUM_TENSORS - 2; i++)
         add_tensor(t, view(&m->p, i), view(&t->g, i), qac_bert_tensor_size(c, i), enc_decays[i]);
-    for (int i = QAC_BERT_LAYER_FIRST; i < QAC_BERT_LAYER_END; i++)
+    for (int i = QAC_BERT_LAYER_FIRST; i < QAC_BERT_LAYER_END && !qgen; i++)
         add_tensor(t, view(&t->hp, i), view(&t->hg, i), qac_bert_tensor_size(&t->hc, i), enc_decays[i]);
+    for (int i = 0; i < QAC_QGEN_NUM_TENSORS && qgen; i++) { /* decay on the four matrices */
+        const char *name = qac_qgen_tensor_name(i);
+        size_t len = strlen(name);
+        add_tensor(t, ((float **)&t->qp)[i], ((float **)&t->qg)[i], qac_qgen_tensor_size(&t->qc, i),
+                   !strcmp(name + len - 2, "_w") && strncmp(name, "ln", 2));
+    }
     float *mp[QAC_MLM_NUM_TENSORS] = {t->mlm.dense_w, t->mlm.dense_b, t->mlm.ln_w, t->mlm.ln_b, t->mlm.bias};
     float *mgv[QAC_MLM_NUM_TENSORS] = {t->mg.dense_w, t->mg.dense_b, t->mg.ln_w, t->mg.ln_b, t->mg.bias};
     size_t mn[QAC_MLM_NUM_TENSORS] = {(size_t)C * C, (size_t)C, (size_t)C, (size_t)C, (size_t)V};
     for (int i = 0; i < QAC_MLM_NUM_TENSORS; i++) add_tensor(t, mp[i], mgv[i], mn[i], i == 0);
     if ((st = qac_pool_create(&t->pool, o->threads)) || (st = qac_bert_pack(&t->pk, c, &m->p)) ||
-        (st = qac_bert_pack(&t->hpk, &t->hc, &t->hp))) {
+        (!qgen && (st = qac_bert_pack(&t->hpk, &t->hc, &t->hp)))) {
         qac_pretrainer_free(t);
         return st;
     }
     *out = t;
     return QAC_OK;
+}
+
+/* A BertForMaskedLM checkpoint carries the MLM head as cls.predictions.*
+ * (older conversions: LayerNorm gamma/beta, decoder.bias); the decoder
+ * itself is tied to the word embeddings. */
+qac_status qac_pretrainer_load_mlm_head(qac_pretrainer *t, const char *dir, int *found) {
+    *found = 0;
+    char path[4096];
+    qac_status st = qac_path_join(path, sizeof path, dir, "model.safetensors");
+    if (st) return st;
+    qac_safetensors *sf = NULL;
+    if (qac_safetensors_open(&sf, path) != QAC_OK) return QAC_OK; /* the model loaded; nothing to add */
+    static const char *names[QAC_MLM_NUM_TENSORS][2] = {
+        {"cls.predictions.transform.dense.weight", NULL},
+        {"cls.predictions.transform.dense.bias", NULL},
+        {"cls.predictions.transform.LayerNorm.weight", "cls.predictions.transform.LayerNorm.gamma"},
+        {"cls.predictions.transform.LayerNorm.bias", "cls.predictions.transform.LayerNorm.beta"},
+        {"cls.predictions.bias", "cls.predictions.decoder.bias"}};
+    int C = t->m->cfg.hidden_size, V = t->m->cfg.vocab_size;
+    float *views[QAC_MLM_NUM_TENSORS] = {t->mlm.dense_w, t->mlm.dense_b, t->mlm.ln_w, t->mlm.ln_b, t->mlm.bias};
+    uint64_t sizes[QAC_MLM_NUM_TENSORS] = {(uint64_t)C * C, (uint64_t)C, (uint64_t)C, (uint64_t)C, (uint64_t)V};
+    const qac_st_tensor *ts[QAC_MLM_NUM_TENSORS];
+    int have = 0;
+    for (int i = 0; i < QAC_MLM_NUM_TENSORS; i++) {
+        ts[i] = qac_safetensors_find(sf, names[i][0]);
+        if (!ts[i] && names[i][1]) ts[i] = qac_safetensors_find(sf, names[i][1]);
+        have += ts[i] != NULL;
+    }
+    if (have == 0) {
+        qac_safetensors_close(sf);
+        return QAC_OK;
+    }
+    for (int i = 0; i < QAC_MLM_NUM_TENSORS && !st; i++) {
+        if (!ts[i])
+            st = qac_set_error(QAC_ERR_FORMAT, "%s: has part of an MLM head but no %s", path, names[i][0]);
+        else if (ts[i]->numel != sizes[i])
+            st = qac_set_error(QAC_ERR_FORMAT, "%s: %s has %llu values, expected %llu", path, ts[i]->name,
+                               (unsigned long long)ts[i]->numel, (unsigned long long)sizes[i]);
+        else
+            st = qac_safetensors_read_f32(ts[i], views[i]);
+    }
+    qac_safetensors_close(sf);
+    if (!st) *found = 1;
+    return st;
 }
 
 static void side_free(qac_pt_side *s) {
@@ -163,12 +222,16 @@ void qac_pretrainer_free(qac_pretrainer *t) {
     qac_bert_packed_free(&t->pk), qac_bert_packed_free(&t->hpk);
     qac_bert_bwd_free(&t->ebwd), qac_bert_bwd_free(&t->hbwd);
     side_free(&t->side[0]), side_free(&t->side[1]);
+    qac_qgen_acts_free(&t->qa);
     free(t->rows), free(t->drows), free(t->cls), free(t->dcls), free(t->scratch), free(t->rlab), free(t->seq_ids);
     qac_pool_free(t->pool);
     free(t);
 }
 
-void qac_pretrainer_heads_changed(qac_pretrainer *t) { qac_bert_repack(&t->hpk, &t->hc, &t->hp, t->pool); }
+/* (the qgen decoder packs its weights in every forward) */
+void qac_pretrainer_heads_changed(qac_pretrainer *t) {
+    if (t->ob.objective != QAC_PT_QGEN) qac_bert_repack(&t->hpk, &t->hc, &t->hp, t->pool);
+}
 
 static qac_status grow(float **p, size_t n) {
     float *q = realloc(*p, (n ? n : 1) * sizeof *q);
@@ -241,7 +304,8 @@ static qac_status check_batch(const qac_pretrainer *t, const qac_pt_batch *b) {
                              t->ob.objective == QAC_PT_COCONDENSER ? 2 : 1);
     for (int k = 0; k < n; k++) {
         const qac_pt_seqs *s = all[k];
-        if (!s->ids || !s->labels || !s->lens || s->T < 1 || s->T > t->m->cfg.max_position)
+        int labelled = !(t->ob.objective == QAC_PT_QGEN && k == 1);
+        if (!s->ids || (labelled && !s->labels) || !s->lens || s->T < 1 || s->T > t->m->cfg.max_position)
             return qac_set_error(QAC_ERR_INVALID, "pretrain: batch part %d missing or too long (T %d)", k, s->T);
         for (size_t i = 0; i < (size_t)b->B * s->T; i++)
             if (s->ids[i] < 0 || s->ids[i] >= V)
@@ -254,6 +318,19 @@ static qac_status check_batch(const qac_pretrainer *t, const qac_pt_batch *b) {
  * [CLS] vectors, sequence ids for dropout. */
 static qac_status step_alloc(qac_pretrainer *t, const qac_pt_batch *b) {
     int B = b->B, C = t->m->cfg.hidden_size, cot = t->ob.objective == QAC_PT_COTMAE;
+    if (t->ob.objective == QAC_PT_QGEN) {
+        int mode = t->o.recompute ? QAC_ACTS_RECOMPUTE : QAC_ACTS_KEEP;
+        qac_status st = qac_bert_acts_alloc(&t->side[0].enc, &t->m->cfg, B, b->a.T, mode, qac_pool_size(t->pool));
+        if (!st) st = qac_bert_bwd_alloc(&t->ebwd, &t->m->cfg, B, b->a.T);
+        if (!st) st = qac_qgen_acts_alloc(&t->qa, &t->qc, B, b->b.T);
+        if (!st && B > t->seq_cap) {
+            uint64_t *q = realloc(t->seq_ids, (size_t)B * sizeof *q);
+            if (!q) return qac_set_error(QAC_ERR_NOMEM, "pretrain: out of memory");
+            t->seq_ids = q, t->seq_cap = B;
+        }
+        for (int i = 0; i < B && !st; i++) t->seq_ids[i] = (uint64_t)i;
+        return st;
+    }
     qac_status st = side_alloc(t, &t->side[0], B, b->a.T, cot ? b->da.T : b->a.T);
     if (!st) st = side_alloc(t, &t->side[1], B, b->b.T, cot ? b->db.T : b->b.T);
     if (st) return st;
@@ -432,13 +509,29 @@ static qac_status grads_cotmae(qac_pretrainer *t, const qac_pt_batch *b, qac_pt_
     return st;
 }
 
+/* query generation: the passage (a) through the encoder with MLM, the
+ * decoder generating its unmasked query (b) from the passage [CLS]
+ * (trainer/qgen.c runs the whole objective) */
+static qac_status grads_qgen(qac_pretrainer *t, const qac_pt_batch *b, qac_pt_losses *out) {
+    qac_dropout d;
+    dropout_for(t, &d, STREAM_DROP, 0, b->B);
+    qac_qgen_batch qb = {b->B, b->a.T, b->b.T, b->a.ids, b->a.labels, b->a.lens, b->b.ids, b->b.lens};
+    qac_qgen_losses l;
+    qac_status st = qac_qgen_objective_grads(&l, &qb, &t->m->cfg, &t->m->p, &t->pk, &t->g, &t->side[0].enc, &t->ebwd,
+                                             &d, &t->qc, &t->qp, &t->qg, &t->qa, &t->mlm, &t->mg, t->pool);
+    out->mlm = l.enc_mlm, out->head = l.dec, out->contrastive = 0;
+    return st;
+}
+
 qac_status qac_pretrainer_grads(qac_pretrainer *t, const qac_pt_batch *b, qac_pt_losses *out) {
     memset(out, 0, sizeof *out);
     qac_status st = check_batch(t, b);
     if (!st) st = step_alloc(t, b);
     if (st) return st;
     memset(t->grad_mem, 0, t->n_grad * sizeof(float));
-    st = t->ob.objective == QAC_PT_COTMAE ? grads_cotmae(t, b, out) : grads_cocondenser(t, b, out);
+    st = t->ob.objective == QAC_PT_COTMAE ? grads_cotmae(t, b, out)
+         : t->ob.objective == QAC_PT_QGEN ? grads_qgen(t, b, out)
+                                          : grads_cocondenser(t, b, out);
     out->total = out->mlm + out->head + out->contrastive;
     return st;
 }
@@ -467,7 +560,9 @@ qac_status qac_pretrainer_step(qac_pretrainer *t, const qac_pt_batch *b, qac_pt_
             for (size_t i = 0; i < t->n_grad; i++) t->grad_mem[i] *= fc;
         }
     }
-    double lr = qac_lr_at(o->schedule, o->lr, t->step, o->warmup_steps, o->total_steps);
+    double lr = t->schedule_ctx.mode == QAC_PT_MODE_CURRICULUM
+                    ? o->lr * qac_pt_lr_scale(&t->schedule_ctx, t->step, o->total_steps, t->warmup_frac)
+                    : qac_lr_at(o->schedule, o->lr, t->step, o->warmup_steps, o->total_steps);
     long step = t->step + 1;
     for (int i = 0; i < t->n_tensors; i++) {
         qac_pt_tensor *x = &t->tensors[i];

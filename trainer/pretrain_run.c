@@ -78,7 +78,7 @@ static qac_status side_fill(side_buf *sb, const qac_pt_pair *pairs, int B, int w
 }
 
 /* side `which` (0: a, 1: b) of the pairs into sb, padded to T, masked at
- * rate with keys (seed, step, stream, pair) */
+ * rate with keys (seed, step, stream, pair); rate 0: copied unmasked */
 static void side_mask(pt_src *s, side_buf *sb, int which, int T, float rate, uint32_t stream, long step) {
     int B = s->o->batch;
     qac_mask_opts mo = {rate, s->sp.mask, s->vocab};
@@ -90,14 +90,17 @@ static void side_mask(pt_src *s, side_buf *sb, int which, int T, float rate, uin
         memcpy(row, which ? p->b : p->a, (size_t)len * sizeof *row);
         for (int j = len; j < T; j++) row[j] = pad, lab[j] = -100;
         sb->lens[i] = len;
-        qac_mask_whole_words(row, lab, len, s->word_start, &s->sp, &mo,
-                             qac_rng_key(s->o->train.seed, (uint64_t)step, stream, (uint64_t)i));
+        if (rate > 0)
+            qac_mask_whole_words(row, lab, len, s->word_start, &s->sp, &mo,
+                                 qac_rng_key(s->o->train.seed, (uint64_t)step, stream, (uint64_t)i));
+        else
+            for (int j = 0; j < len; j++) lab[j] = -100;
     }
 }
 
 static qac_status build_batch(pt_src *s, long step) {
     const qac_pretrain_opts *o = s->o;
-    int B = o->batch, cot = o->obj.objective == QAC_PT_COTMAE;
+    int B = o->batch, cot = o->obj.objective == QAC_PT_COTMAE, qgen = o->obj.objective == QAC_PT_QGEN;
     double prob = qac_pt_span_prob(&o->context, step, s->total);
     qac_status st = qac_pt_data_batch(s->d, s->pairs, B, step, prob, o->train.seed);
     if (st) return qac_wrap_error(st, "pretrain: the pairs of step %ld", step + 1);
@@ -111,11 +114,11 @@ static qac_status build_batch(pt_src *s, long step) {
     }
     s->span_frac = (double)spans / B;
     int Ta, Tb;
-    float rate = cot ? o->obj.enc_mask_rate : o->obj.mask_rate;
+    float rate = cot || qgen ? o->obj.enc_mask_rate : o->obj.mask_rate;
     if ((st = side_fill(&s->buf[0], s->pairs, B, 0, &Ta)) || (st = side_fill(&s->buf[1], s->pairs, B, 1, &Tb)))
         return st;
     side_mask(s, &s->buf[0], 0, Ta, rate, STREAM_MASK_A, step);
-    side_mask(s, &s->buf[1], 1, Tb, rate, STREAM_MASK_B, step);
+    side_mask(s, &s->buf[1], 1, Tb, qgen ? 0.0f : rate, STREAM_MASK_B, step); /* qgen: the query as it is */
     qac_pt_batch *b = &s->batch;
     memset(b, 0, sizeof *b);
     b->B = B;
@@ -185,7 +188,7 @@ static void log_line(FILE *f, const qac_pretrain_opts *o, const qac_step_stats *
         fprintf(f, ",\"head_mlm\":%.17g,\"%s\":%.17g", l->head, o->obj.alpha > 0 ? "pair" : "contrastive",
                 l->contrastive);
     else
-        fprintf(f, ",\"dec_mlm\":%.17g", l->head);
+        fprintf(f, ",\"%s\":%.17g", o->obj.objective == QAC_PT_COTMAE ? "dec_mlm" : "next_token", l->head);
     fprintf(f, ",\"span_frac\":%.6g,\"tokens\":%ld}\n", s->span_frac, s->tokens);
 }
 
@@ -212,6 +215,8 @@ qac_status qac_pretrain_run(qac_model *m, const qac_pretrain_opts *o, long *resu
                                               "--out",
                              o->out_dir, name);
     if ((st = qac_pretrainer_create(&s.t, m, &to, &o->obj))) return st;
+    s.t->schedule_ctx = o->context;
+    s.t->warmup_frac = o->warmup_ratio;
     if (!(st = qac_word_starts(&s.word_start, m->tok)) && !(st = qac_pt_data_open(&s.d, &o->data, m->tok))) {
         s.ndocs = qac_pt_data_count(s.d);
         s.pairs = malloc((size_t)o->batch * sizeof *s.pairs);
@@ -232,13 +237,16 @@ qac_status qac_pretrain_run(qac_model *m, const qac_pretrain_opts *o, long *resu
     } else if (!st) {
         st = qac_rundir_trim_log(log_path, 0);
     }
+    int head_read = 0;
+    if (!st && !have && m->dir) st = qac_pretrainer_load_mlm_head(s.t, m->dir, &head_read);
     if (!st && o->on_note && !have) {
         char note[512];
-        snprintf(note, sizeof note,
-                 "heads: the tied MLM head (transform and bias) and %d fresh %s layer%s, HF init from seed %llu "
-                 "(a sentence-transformers checkpoint carries no MLM head)",
+        snprintf(note, sizeof note, "heads: %d fresh %s layer%s (HF init, seed %llu); MLM head %s",
                  s.t->ob.head_layers, o->obj.objective == QAC_PT_COCONDENSER ? "Condenser-head" : "decoder",
-                 s.t->ob.head_layers == 1 ? "" : "s", (unsigned long long)to.seed);
+                 s.t->ob.head_layers == 1 ? "" : "s", (unsigned long long)to.seed,
+                 head_read ? "read from the checkpoint (cls.predictions), decoder tied to the word embeddings"
+                           : "created fresh, decoder tied to the word embeddings (the checkpoint has none, as "
+                             "sentence-transformers checkpoints never do)");
         o->on_note(o->user, note);
     }
     FILE *log = NULL;

@@ -5,7 +5,7 @@
  *   i32 head_layers, skip_from, hidden_size, vocab_size
  *   f64 lr, weight_decay, beta1, beta2, adam_eps, max_grad_norm
  *   i64 warmup_steps, total_steps; i32 schedule, recompute
- *   f32 mask_rate, enc_mask_rate, dec_mask_rate, tau, alpha, hidden_dropout, attn_dropout, 0
+ *   f32 mask_rate, enc_mask_rate, dec_mask_rate, tau, alpha, hidden_dropout, attn_dropout, window (qgen)
  *   u8 cursor[cursor_len]; f32 heads[n_head]
  *   f32 adam_m[n_enc + n_head]; f32 adam_v[n_enc + n_head]
  *   u64 XXH64 of every byte before it
@@ -60,7 +60,7 @@ static void fill_header(header *h, const qac_pretrainer *t, size_t cursor_len) {
     h->warmup = o->warmup_steps, h->total = o->total_steps;
     h->schedule = (int32_t)o->schedule, h->recompute = o->recompute;
     float f[8] = {t->ob.mask_rate, t->ob.enc_mask_rate, t->ob.dec_mask_rate, t->ob.tau, t->ob.alpha, t->drop.hidden,
-                  t->drop.attn, 0};
+                  t->drop.attn, t->ob.objective == QAC_PT_QGEN ? (float)t->ob.window : 0};
     memcpy(h->fl, f, sizeof f);
 }
 
@@ -173,11 +173,11 @@ qac_status qac_pretrainer_resume(qac_pretrainer *t, const char *dir, void **curs
         goto done;
     }
     if (h.objective != want.objective || h.head_layers != want.head_layers ||
-        (h.objective == QAC_PT_COCONDENSER && h.skip_from != want.skip_from)) {
+        (h.objective == QAC_PT_COCONDENSER && h.skip_from != want.skip_from) || h.fl[7] != want.fl[7]) {
         st = qac_set_error(QAC_ERR_INVALID,
-                           "%s: the run was %s with %d head layers (skip-from %d); resume it with the same --objective, "
-                           "--head-layers and --skip-from",
-                           use, objective_name(h.objective), h.head_layers, h.skip_from);
+                           "%s: the run was %s with %d head layers (skip-from %d, qgen window %g); resume it with the "
+                           "same --objective, --head-layers, --skip-from and --qgen-window",
+                           use, objective_name(h.objective), h.head_layers, h.skip_from, (double)h.fl[7]);
         goto done;
     }
     if (h.n_enc != t->m->n_params || h.n_head != t->n_head || h.hidden_size != want.hidden_size ||

@@ -21,7 +21,8 @@ typedef struct qac_pt_seqs {
 /* One step's inputs. a: passages (or first spans), b: queries (or second
  * spans), both masked for the encoder; pair i is (a_i, b_i). CoT-MAE: da is
  * what a's decoder reconstructs (b's text masked at the decoder rate), db
- * likewise for b. */
+ * likewise for b. qgen: a alone goes through the encoder; b is the
+ * unmasked query its decoder generates (b's labels unused). */
 typedef struct qac_pt_batch {
     int B;
     qac_pt_seqs a, b, da, db;
@@ -59,7 +60,10 @@ typedef struct qac_pretrainer {
     qac_bert_config hc; /* the head's layer stack: the encoder's shape, hc.num_layers layers */
     float *head_mem;
     size_t n_head;
-    qac_bert_params hp; /* stack views (qac_bert_stack_bind) */
+    qac_bert_params hp; /* stack views (qac_bert_stack_bind): Condenser head or CoT-MAE decoder */
+    qac_qgen_config qc; /* qgen: the decoder's shape, its views in the same block */
+    qac_qgen_params qp, qg;
+    qac_qgen_acts qa;
     qac_mlm_head mlm;
     /* gradients and AdamW m, v over [encoder | heads], one allocation each */
     float *grad_mem, *adam_m, *adam_v;
@@ -77,6 +81,9 @@ typedef struct qac_pretrainer {
     uint64_t *seq_ids;
     int seq_cap;
     long step;
+    /* a curriculum's two-stage schedule replaces o.schedule (mode CURRICULUM) */
+    qac_pt_context schedule_ctx;
+    double warmup_frac;
 } qac_pretrainer;
 
 /* Validates the options, allocates, and draws the fresh heads from
@@ -84,6 +91,9 @@ typedef struct qac_pretrainer {
 qac_status qac_pretrainer_create(qac_pretrainer **out, qac_model *m, const qac_train_opts *o,
                                  const qac_pt_objective_opts *ob);
 void qac_pretrainer_free(qac_pretrainer *t);
+/* Replace the fresh MLM head with the one a BertForMaskedLM checkpoint in
+ * dir carries (cls.predictions.*); *found = 0 when it has none. */
+qac_status qac_pretrainer_load_mlm_head(qac_pretrainer *t, const char *dir, int *found);
 /* Re-pack the heads after their parameters were changed from outside. */
 void qac_pretrainer_heads_changed(qac_pretrainer *t);
 

@@ -27,7 +27,8 @@ def debian_pairs(out, n=60):
 
 def trajectory(out):
     """Every step's loss, parts, rate and norm as the exact printed digits."""
-    keep = ("step", "loss", "lr", "grad_norm", "mlm", "head_mlm", "contrastive", "dec_mlm", "span_frac", "tokens")
+    keep = ("step", "loss", "lr", "grad_norm", "mlm", "head_mlm", "contrastive", "dec_mlm", "next_token", "span_frac",
+            "tokens")
     return [tuple((k, repr(l[k])) for k in keep if k in l) for l in read_jsonl(os.path.join(out, "log.jsonl"))]
 
 

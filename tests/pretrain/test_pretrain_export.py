@@ -9,7 +9,10 @@
    finetune` trains from OUT.
 2. The default model (mean pooling, normalised) after 2 CoT-MAE steps:
    AutoModel's and sentence-transformers' embeddings of OUT equal `qac
-   encode`'s (cosine >= 0.99999)."""
+   encode`'s (cosine >= 0.99999).
+3. A BertForMaskedLM checkpoint's own MLM head (cls.predictions.*) is the
+   one pre-training starts from: after one step at lr 0 the head in the
+   training state equals the checkpoint's tensors bit for bit."""
 import json
 import os
 import sys
@@ -97,4 +100,31 @@ from sentence_transformers import SentenceTransformer  # noqa: E402
 st = SentenceTransformer(mini, device="cpu").encode(texts, convert_to_numpy=True)
 cos = (ours * st).sum(1) / np.linalg.norm(ours, axis=1) / np.linalg.norm(st, axis=1)
 check(cos.min() >= 0.99999, f"sentence-transformers equals qac encode (min cosine {cos.min():.8f})")
+
+# 3. a checkpoint with an MLM head: the state holds exactly that head after a step at lr 0
+from transformers import BertConfig, BertForMaskedLM  # noqa: E402
+torch.manual_seed(1)
+C, L, V = 32, 2, 30522
+mlm_dir = p("tiny-mlm")
+BertForMaskedLM(BertConfig(vocab_size=V, hidden_size=C, num_hidden_layers=L, num_attention_heads=2,
+                           intermediate_size=2 * C, max_position_embeddings=128)).save_pretrained(mlm_dir)
+for f in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
+    if os.path.exists(os.path.join(tiny, f)):
+        with open(os.path.join(tiny, f), "rb") as a, open(os.path.join(mlm_dir, f), "wb") as b:
+            b.write(a.read())
+out = p("mlm-pt")
+r = run(["pretrain", "--model", mlm_dir, "--data", data, "--objective", "cotmae", "--steps", "1", "--batch", "2",
+         "--lr", "0", "--max-len", "32", "--threads", "2", "--out", out], env={**os.environ, "QAC_QUIET": "0"})
+check(r.returncode == 0 and "read from the checkpoint" in r.stderr, "MLM head read from the checkpoint " + r.stderr[-300:])
+from safetensors.numpy import load_file  # noqa: E402
+ref = load_file(os.path.join(mlm_dir, "model.safetensors"))
+state = np.fromfile(os.path.join(out, "checkpoint-1", "training_state.qts"), dtype=np.uint8)
+I, HL = 2 * C, 1
+stack = HL * (3 * C * C + 3 * C + C * C + C + 2 * C + I * C + I + C * I + C + 2 * C)
+off = 8 + 168 + 24 + 4 * stack  # magic, header, cursor, the decoder layer
+head = state[off:off + 4 * (C * C + 3 * C + V)].view(np.float32)
+want = np.concatenate([ref[k].reshape(-1) for k in (
+    "cls.predictions.transform.dense.weight", "cls.predictions.transform.dense.bias",
+    "cls.predictions.transform.LayerNorm.weight", "cls.predictions.transform.LayerNorm.bias", "cls.predictions.bias")])
+check(head.shape == want.shape and np.array_equal(head, want), "the training state's MLM head is the checkpoint's")
 finish()

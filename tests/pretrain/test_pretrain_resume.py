@@ -2,7 +2,7 @@
 """qac pretrain resumes after kill -9 exactly as if never stopped.
 
 For each objective (coCondenser with a span-then-query curriculum, CoT-MAE
-with mixed contexts) a tiny random BERT (dropout 0.1) is pre-trained for 6
+with mixed contexts, query generation with dropout) a tiny random BERT (dropout 0.1) is pre-trained for 6
 steps on real Debian descriptions, checkpoint every 2 steps: the reference.
 The same run is killed (SIGKILL) half-way through writing checkpoint 4,
 resumed and killed again before the batch of step 4, then resumed to the
@@ -25,7 +25,8 @@ data = debian_pairs(p("pairs.jsonl"))
 BASE = ["--model", model, "--data", data, "--steps", "6", "--save-every", "2", "--batch", "4", "--lr", "1e-3",
         "--max-len", "48", "--query-max-len", "16", "--seed", "3", "--threads", "2"]
 ARMS = {"cocondenser": ["--objective", "cocondenser", "--curriculum", "span:0.5,query"],
-        "cotmae": ["--objective", "cotmae", "--context", "mixed"]}
+        "cotmae": ["--objective", "cotmae", "--context", "mixed"],
+        "qgen": ["--objective", "qgen", "--context", "query", "--dropout", "0.1"]}
 
 
 def pretrain(arm, out, *extra, env=None):
@@ -45,13 +46,16 @@ for arm in ARMS:
           f"{arm}: progress line has step, loss and its parts, lr, grad norm, span fraction, pairs/s, ETA: {line!r}")
     check("MLM head" in r.stderr, f"{arm}: says the MLM head is created fresh")
     log = read_jsonl(os.path.join(ref, "log.jsonl"))
-    parts = ("mlm", "head_mlm", "contrastive") if arm == "cocondenser" else ("mlm", "dec_mlm")
+    parts = {"cocondenser": ("mlm", "head_mlm", "contrastive"), "cotmae": ("mlm", "dec_mlm"),
+             "qgen": ("mlm", "next_token")}[arm]
     check([l["step"] for l in log] == list(range(1, 7)) and all(
         abs(l["loss"] - sum(l[k] for k in parts)) <= 1e-9 * abs(l["loss"]) for l in log),
         f"{arm}: log.jsonl has steps 1..6, each loss the sum of its parts {parts}")
     if arm == "cocondenser":
-        fr = [l["span_frac"] for l in log]
-        check(fr[0] > 0 and fr[-1] == 0, f"{arm}: the curriculum starts on span pairs and ends on query pairs ({fr})")
+        fr, lr = [l["span_frac"] for l in log], [l["lr"] for l in log]
+        check(fr == [1, 1, 1, 0, 0, 0], f"{arm}: the curriculum's first half span pairs, then query pairs ({fr})")
+        check(lr[3] == 1e-3 and lr[4] == 1e-3 and lr[2] < lr[1],
+              f"{arm}: stage 1 decays (cosine), stage 2 runs at the constant peak rate ({lr})")
 
     r = pretrain(arm, out, env={"QAC_TEST_KILL_IN_SAVE": "4"})
     check(r.returncode == -9, f"{arm}: killed half-way through checkpoint 4 (rc {r.returncode})")

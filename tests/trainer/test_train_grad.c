@@ -565,92 +565,78 @@ static void qgen_init_check(const qac_bert_config *c, int layers) {
     free(mem);
 }
 
+/* One fixture case of the query-generation objective, through the
+ * production pre-trainer's gradient function (which runs trainer/qgen.c's
+ * objective on its own blocks). */
 static void qgen_case(qac_model *m, const char *name) {
     const qac_bert_config *c = &m->cfg;
     int C = c->hidden_size, V = c->vocab_size, rows, Tp, Tq, two;
     char key[160];
     snprintf(key, sizeof key, "%s.config", name);
     int *cfg = ints(key, &two, NULL);
-    qac_qgen_config q;
-    qac_qgen_config_default(&q, c);
-    q.layers = cfg[0], q.window = cfg[1];
-    /* the fixture's dropout: the trainer's key of its dropout case (seed 42, step 0) */
-    qac_dropout drop = {cfg[2] / 1000.0f, cfg[2] / 1000.0f, qac_rng_key(42, 0, 0x64726F70, 0), NULL};
+    /* the fixture's dropout: the trainer's key of its dropout case (seed 42,
+     * step 0), which is the pre-trainer's encoder key at step 0 */
+    qac_train_opts o;
+    opts_for(&o, 1.0f, QAC_SIM_DOT);
+    o.hidden_dropout = o.attn_dropout = cfg[2] / 1000.0f;
+    qac_pt_objective_opts ob;
+    qac_pt_objective_opts_default(&ob);
+    ob.objective = QAC_PT_QGEN;
+    ob.head_layers = cfg[0];
+    ob.window = cfg[1];
     free(cfg);
+    qac_pretrainer *t = NULL;
+    CHECK_OK(qac_pretrainer_create(&t, m, &o, &ob));
+    if (!t) exit(1);
+    const qac_qgen_config *q = &t->qc;
 #define QKEY(suffix) (snprintf(key, sizeof key, "%s.%s", name, suffix), key)
     int32_t *ids = ints(QKEY("enc_ids"), &rows, &Tp), *labels = ints(QKEY("enc_labels"), &rows, &Tp);
     int32_t *qids = ints(QKEY("dec_ids"), &rows, &Tq);
     int *lens = ints(QKEY("lens"), &rows, NULL), *qlens = ints(QKEY("dec_lens"), &rows, NULL), B = rows;
-    size_t dn = qac_qgen_param_count(&q), mn = qac_mlm_param_count(C, V);
-    float *dmem = calloc(dn, 4), *dgrad = calloc(dn, 4), *mmem = calloc(mn, 4), *mgrad = calloc(mn, 4);
-    float *grad = calloc(m->n_params, sizeof(float));
-    qac_qgen_params dp, dg;
-    qac_mlm_head mh, mg;
-    qac_bert_params g;
-    qac_qgen_bind(&dp, &q, dmem), qac_qgen_bind(&dg, &q, dgrad);
-    qac_mlm_bind(&mh, mmem, C, V), qac_mlm_bind(&mg, mgrad, C, V);
-    qac_bert_params_bind(&g, c, grad);
     for (int i = 0; i < QAC_QGEN_NUM_TENSORS; i++) {
         snprintf(key, sizeof key, "%s.dec_init.%s", name, qac_qgen_tensor_name(i));
-        const qac_st_tensor *t = need(key);
-        CHECK_MSG(t->numel == qac_qgen_tensor_size(&q, i), "%s: %llu values, qac has %zu", key,
-                  (unsigned long long)t->numel, qac_qgen_tensor_size(&q, i));
-        qac_safetensors_read_f32(t, ((float **)&dp)[i]);
+        const qac_st_tensor *tt = need(key);
+        CHECK_MSG(tt->numel == qac_qgen_tensor_size(q, i), "%s: %llu values, qac has %zu", key,
+                  (unsigned long long)tt->numel, qac_qgen_tensor_size(q, i));
+        qac_safetensors_read_f32(tt, ((float **)&t->qp)[i]);
     }
-    float **mv = mlm_views(&mh);
+    float **mv = mlm_views(&t->mlm);
     for (int i = 0; i < QAC_MLM_NUM_TENSORS; i++) {
         snprintf(key, sizeof key, "%s.mlm_init.%s", name, mlm_names[i]);
         qac_safetensors_read_f32(need(key), mv[i]);
     }
-    qac_pool *pool = NULL;
-    qac_bert_packed pk;
-    qac_bert_acts a = {0};
-    qac_bert_bwd w = {0};
-    qac_qgen_acts da = {0};
-    CHECK_OK(qac_pool_create(&pool, 2));
-    CHECK_OK(qac_bert_pack(&pk, c, &m->p));
-    CHECK_OK(qac_bert_acts_alloc(&a, c, B, Tp, QAC_ACTS_KEEP, 2));
-    CHECK_OK(qac_bert_bwd_alloc(&w, c, B, Tp));
-    CHECK_OK(qac_qgen_acts_alloc(&da, &q, B, Tq));
-    qac_qgen_batch bt = {B, Tp, Tq, ids, labels, lens, qids, qlens};
-    qac_qgen_losses ls;
-    CHECK_OK(qac_qgen_objective_grads(&ls, &bt, c, &m->p, &pk, &g, &a, &w, drop.hidden > 0 ? &drop : NULL, &q, &dp, &dg,
-                                      &da, &mh, &mg, pool));
+    qac_pt_batch bt = {B, {Tp, ids, labels, lens}, {Tq, qids, NULL, qlens}, {0}, {0}};
+    qac_pt_losses ls;
+    CHECK_OK(qac_pretrainer_grads(t, &bt, &ls));
 
     QKEY("loss");
     double ref = f64_at(key, 0), ref_enc = f64_at(key, 1), ref_dec = f64_at(key, 2);
     double lrel = fabs(ls.total - ref) / fabs(ref), ltol = fmax(1e-6, 4 * 0x1p-24 * f64_at(key, 3) / fabs(ref));
     const char *wn = "?", *dwn = "?", *mwn = "?";
-    double worst = compare_tensors(m, grad, QKEY("grad."), &wn, 0), dworst = 0, mworst = 0;
+    double worst = compare_tensors(m, t->grad_mem, QKEY("grad."), &wn, 0), dworst = 0, mworst = 0;
     for (int i = 0; i < QAC_QGEN_NUM_TENSORS; i++) {
         snprintf(key, sizeof key, "%s.dec_grad.%s", name, qac_qgen_tensor_name(i));
-        double r = compare_named(((float **)&dg)[i], key, qac_qgen_tensor_size(&q, i));
+        double r = compare_named(((float **)&t->qg)[i], key, qac_qgen_tensor_size(q, i));
         if (r >= dworst) dworst = r, dwn = qac_qgen_tensor_name(i);
     }
     size_t msz[QAC_MLM_NUM_TENSORS] = {(size_t)C * C, (size_t)C, (size_t)C, (size_t)C, (size_t)V};
-    float **gv = mlm_views(&mg);
+    float **gv = mlm_views(&t->mg);
     for (int i = 0; i < QAC_MLM_NUM_TENSORS; i++) {
         snprintf(key, sizeof key, "%s.mlm_grad.%s", name, mlm_names[i]);
         double r = compare_named(gv[i], key, msz[i]);
         if (r >= mworst) mworst = r, mwn = mlm_names[i];
     }
-    printf("%s (%d block%s, window %d, dropout %.2f): loss %.9f = encoder MLM %.6f (%d) + next-token %.6f (%d) (ref %.9f: %.6f "
+    printf("%s (%d block%s, window %d, dropout %.2f): loss %.9f = encoder MLM %.6f + next-token %.6f (ref %.9f: %.6f "
            "%.6f; rel %.2e, tol %.1e)\n  worst gradient: encoder %s %.2e, decoder %s %.2e, MLM head %s %.2e\n",
-           name, q.layers, q.layers > 1 ? "s" : "", q.window, drop.hidden, ls.total, ls.enc_mlm, ls.enc_positions, ls.dec,
-           ls.dec_positions, ref, ref_enc, ref_dec, lrel, ltol, wn, worst, dwn, dworst, mwn,
-           mworst);
+           name, q->layers, q->layers > 1 ? "s" : "", q->window, t->drop.hidden, ls.total, ls.mlm, ls.head, ref, ref_enc,
+           ref_dec, lrel, ltol, wn, worst, dwn, dworst, mwn, mworst);
 #undef QKEY
     CHECK_MSG(lrel <= ltol, "%s loss off by %.3e relative", name, lrel);
     CHECK_MSG(worst <= 1e-4, "%s: encoder gradient of %s off by %.3e", name, wn, worst);
     CHECK_MSG(dworst <= 1e-4, "%s: decoder gradient of %s off by %.3e", name, dwn, dworst);
     CHECK_MSG(mworst <= 1e-4, "%s: MLM-head gradient of %s off by %.3e", name, mwn, mworst);
     free(ids), free(labels), free(qids), free(lens), free(qlens);
-    free(dmem), free(dgrad), free(mmem), free(mgrad), free(grad);
-    qac_qgen_acts_free(&da);
-    qac_bert_acts_free(&a);
-    qac_bert_bwd_free(&w);
-    qac_bert_packed_free(&pk);
-    qac_pool_free(pool);
+    qac_pretrainer_free(t);
 }
 
 /* The whole query-generation objective against torch, with the released
