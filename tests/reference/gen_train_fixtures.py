@@ -313,13 +313,16 @@ def random_heads(rs, L, C, I, V):
     return head, mlm
 
 
-def cocondenser_case(model, c, q, p, tensors, skip=1, head_layers=2):
+def cocondenser_case(model, c, q, p, tensors, skip=1, head_layers=2, pair_alpha=None, name="coc"):
     """coCondenser on query-as-context pairs: sequences [p_0, q_0, p_1, q_1,
     ...] (each query group's positive passage and its query), 15% of tokens
     masked (numpy seed 1). Loss = Condenser-head MLM + late (backbone) MLM
     through one tied MLM head + the symmetric contrastive loss over the
     last-layer [CLS] (tau 1, diagonal excluded). The head: 2 fresh post-LN
-    layers fed the last [CLS] at position 0 and hidden_states[skip] after."""
+    layers fed the last [CLS] at position 0 and hidden_states[skip] after.
+    With pair_alpha (case "coc_pair"), the PAIR loss replaces the contrastive
+    one, each query (odd row) its passage's (even row) only positive:
+    (1-a) CE(Q P^T, i) + a CE(P Q^T, i), raw dot products."""
     C, NH, V, eps = c["hidden_size"], c["num_attention_heads"], c["vocab_size"], c["layer_norm_eps"]
     T = p[0].shape[1]
     ids, lens = qac_pairs(q, p)
@@ -351,20 +354,28 @@ def cocondenser_case(model, c, q, p, tensors, skip=1, head_layers=2):
     S = cls @ cls.T
     S = S.masked_fill(torch.eye(S.shape[0], dtype=torch.bool), float("-inf"))
     target = torch.arange(S.shape[0]) ^ 1
-    l_head, l_late, l_cl = mlm_loss(x), mlm_loss(last), torch.nn.functional.cross_entropy(S, target)
+    l_head, l_late = mlm_loss(x), mlm_loss(last)
+    if pair_alpha is None:
+        l_cl = torch.nn.functional.cross_entropy(S, target)
+    else:
+        P, Q = cls[0::2], cls[1::2]
+        pos = torch.arange(P.shape[0])
+        l_cl = ((1 - pair_alpha) * torch.nn.functional.cross_entropy(Q @ P.T, pos) +
+                pair_alpha * torch.nn.functional.cross_entropy(P @ Q.T, pos))
     loss = l_head + l_late + l_cl
     loss.backward()
-    tensors["coc.ids"], tensors["coc.lens"], tensors["coc.labels"] = ids, lens, labels
-    tensors["coc.loss"] = np.array([loss.item(), l_head.item(), l_late.item(), l_cl.item(),
-                                    S[~torch.eye(S.shape[0], dtype=torch.bool)].abs().max().item()], dtype=np.float64)
+    tensors[f"{name}.ids"], tensors[f"{name}.lens"], tensors[f"{name}.labels"] = ids, lens, labels
+    tensors[f"{name}.loss"] = np.array([loss.item(), l_head.item(), l_late.item(), l_cl.item(),
+                                        S[~torch.eye(S.shape[0], dtype=torch.bool)].abs().max().item()],
+                                       dtype=np.float64)
     for k, v in head.items():
-        tensors[f"coc.head_init.{k}"] = v
-        tensors[f"coc.head_grad.{k}"] = HT[k].grad.numpy()
+        tensors[f"{name}.head_init.{k}"] = v
+        tensors[f"{name}.head_grad.{k}"] = HT[k].grad.numpy()
     for k, v in mlm.items():
-        tensors[f"coc.mlm_init.{k}"] = v
-        tensors[f"coc.mlm_grad.{k}"] = MT[k].grad.numpy()
+        tensors[f"{name}.mlm_init.{k}"] = v
+        tensors[f"{name}.mlm_grad.{k}"] = MT[k].grad.numpy()
     for k, v in qac_layout(model, c, "grad").items():
-        tensors[f"coc.grad.{k}"] = v
+        tensors[f"{name}.grad.{k}"] = v
 
 
 def cotmae_case(model, c, q, p, tensors, dec_layers=1):
@@ -685,6 +696,7 @@ def main():
                 tensors[f"tiny.pair.grad.{k}"] = v
             mlm_case(model, cfg, p, tensors)
             cocondenser_case(model, cfg, q, p, tensors)
+            cocondenser_case(model, cfg, q, p, tensors, pair_alpha=0.1, name="coc_pair")
             cotmae_case(model, cfg, q, p, tensors)
             check_gpt2_block()
             qgen_case(model, cfg, q, p, tensors, "qgen_w3", window=3, layers=1, seed=3)

@@ -364,13 +364,15 @@ static float *param_view(qac_bert_params *p, int i) { return ((float **)p)[i]; }
 
 /* The production pre-trainer on the tiny model, its fresh heads replaced
  * by the fixture's initial values. */
-static qac_pretrainer *pretrainer_for(qac_model *m, qac_pt_objective obj, int head_layers, const char *prefix) {
+static qac_pretrainer *pretrainer_for(qac_model *m, qac_pt_objective obj, int head_layers, float alpha,
+                                      const char *prefix) {
     qac_train_opts o;
     opts_for(&o, 1.0f, QAC_SIM_DOT);
     qac_pt_objective_opts ob;
     qac_pt_objective_opts_default(&ob);
     ob.objective = obj;
     ob.head_layers = head_layers;
+    ob.alpha = alpha;
     qac_pretrainer *t = NULL;
     CHECK_OK(qac_pretrainer_create(&t, m, &o, &ob));
     if (!t) exit(1);
@@ -431,15 +433,17 @@ static void split_side(split *sp, const int32_t *ids, const int32_t *labels, con
 static void split_free(split *sp) { free(sp->ids), free(sp->labels), free(sp->lens); }
 
 /* The whole coCondenser objective against torch, through the production
- * step's gradient function: Condenser head (2 layers on the last [CLS] and
+ * step's gradient function (case `name` of the fixture): Condenser head (2 layers on the last [CLS] and
  * the states after layer 1) with MLM, late MLM, and the contrastive loss
  * over the [CLS] of query-as-context pairs. */
-static void cocondenser(void) {
+static void cocondenser_case(const char *name, float alpha) {
     qac_model *m = load_model("tiny");
     int rows, T;
-    int32_t *ids = ints("coc.ids", &rows, &T), *labels = ints("coc.labels", &rows, &T);
-    int *lens = ints("coc.lens", &rows, NULL), B = rows / 2;
-    qac_pretrainer *t = pretrainer_for(m, QAC_PT_COCONDENSER, 2, "coc");
+    char key[128];
+#define CKEY(suffix) (snprintf(key, sizeof key, "%s.%s", name, suffix), key)
+    int32_t *ids = ints(CKEY("ids"), &rows, &T), *labels = ints(CKEY("labels"), &rows, &T);
+    int *lens = ints(CKEY("lens"), &rows, NULL), B = rows / 2;
+    qac_pretrainer *t = pretrainer_for(m, QAC_PT_COCONDENSER, 2, alpha, name);
     CHECK_MSG(t->ob.skip_from == 1, "the default --skip-from of a 2-layer encoder is 1 (got %d)", t->ob.skip_from);
     split a, b;
     split_side(&a, ids, labels, lens, B, T, 0);
@@ -448,23 +452,32 @@ static void cocondenser(void) {
     qac_pt_losses l;
     CHECK_OK(qac_pretrainer_grads(t, &batch, &l));
 
-    double ref = f64_at("coc.loss", 0);
-    double lrel = fabs(l.total - ref) / fabs(ref), ltol = fmax(1e-6, 4 * 0x1p-24 * f64_at("coc.loss", 4) / fabs(ref));
+    CKEY("loss");
+    double ref = f64_at(key, 0), r1 = f64_at(key, 1), r2 = f64_at(key, 2), r3 = f64_at(key, 3);
+    double lrel = fabs(l.total - ref) / fabs(ref), ltol = fmax(1e-6, 4 * 0x1p-24 * f64_at(key, 4) / fabs(ref));
     const char *wn = "?", *hwn = "?", *mwn = "?";
-    double worst = compare_tensors(m, t->grad_mem, "coc.grad.", &wn, 0), hworst, mworst;
-    heads_compare(t, "coc", &hworst, &hwn, &mworst, &mwn);
-    printf("cocondenser: loss %.9f = head MLM %.6f + late MLM %.6f + contrastive %.6f (ref %.9f: %.6f %.6f %.6f; rel "
+    double worst = compare_tensors(m, t->grad_mem, CKEY("grad."), &wn, 0), hworst, mworst;
+    heads_compare(t, name, &hworst, &hwn, &mworst, &mwn);
+    printf("%s: loss %.9f = head MLM %.6f + late MLM %.6f + %s %.6f (ref %.9f: %.6f %.6f %.6f; rel "
            "%.2e, tol %.1e)\n  worst gradient: encoder %s %.2e, head layers %s %.2e, MLM head %s %.2e\n",
-           l.total, l.head, l.mlm, l.contrastive, ref, f64_at("coc.loss", 1), f64_at("coc.loss", 2),
-           f64_at("coc.loss", 3), lrel, ltol, wn, worst, hwn, hworst, mwn, mworst);
-    CHECK_MSG(lrel <= ltol, "cocondenser loss off by %.3e relative", lrel);
-    CHECK_MSG(worst <= 1e-4, "cocondenser: encoder gradient of %s off by %.3e", wn, worst);
-    CHECK_MSG(hworst <= 1e-4, "cocondenser: head-layer gradient of %s off by %.3e", hwn, hworst);
-    CHECK_MSG(mworst <= 1e-4, "cocondenser: MLM-head gradient of %s off by %.3e", mwn, mworst);
+           name, l.total, l.head, l.mlm, alpha > 0 ? "PAIR" : "contrastive", l.contrastive, ref, r1, r2, r3, lrel, ltol,
+           wn, worst, hwn, hworst, mwn, mworst);
+#undef CKEY
+    CHECK_MSG(lrel <= ltol, "%s loss off by %.3e relative", name, lrel);
+    CHECK_MSG(worst <= 1e-4, "%s: encoder gradient of %s off by %.3e", name, wn, worst);
+    CHECK_MSG(hworst <= 1e-4, "%s: head-layer gradient of %s off by %.3e", name, hwn, hworst);
+    CHECK_MSG(mworst <= 1e-4, "%s: MLM-head gradient of %s off by %.3e", name, mwn, mworst);
     split_free(&a), split_free(&b);
     free(ids), free(labels), free(lens);
     qac_pretrainer_free(t);
     qac_model_free(m);
+}
+
+/* ... and with --alpha 0.1: the PAIR loss in place of the contrastive one
+ * (queries the b side, passages the a side). */
+static void cocondenser(void) {
+    cocondenser_case("coc", 0);
+    cocondenser_case("coc_pair", 0.1f);
 }
 
 /* CoT-MAE against torch, through the production step's gradient function:
@@ -477,7 +490,7 @@ static void cotmae(void) {
     int32_t *ids = ints("cot.enc_ids", &rows, &T), *labels = ints("cot.enc_labels", &rows, &T);
     int32_t *dids = ints("cot.dec_ids", &rows, &T), *dlabels = ints("cot.dec_labels", &rows, &T);
     int *lens = ints("cot.lens", &rows, NULL), *dlens = ints("cot.dec_lens", &rows, NULL), B = rows / 2;
-    qac_pretrainer *t = pretrainer_for(m, QAC_PT_COTMAE, 1, "cot");
+    qac_pretrainer *t = pretrainer_for(m, QAC_PT_COTMAE, 1, 0, "cot");
     split a, b, da, db;
     split_side(&a, ids, labels, lens, B, T, 0);
     split_side(&b, ids, labels, lens, B, T, 1);
