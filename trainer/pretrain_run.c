@@ -141,8 +141,9 @@ static void src_free(pt_src *s) {
     free(s->word_start), free(s->pairs);
 }
 
+/* the cursor: magic, documents, step, pairs per step, seed */
 static qac_status check_cursor(const pt_src *s, const void *bytes, size_t len) {
-    uint64_t c[3];
+    uint64_t c[5];
     if (len != sizeof c) return qac_set_error(QAC_ERR_FORMAT, "resume: not a pre-training data cursor");
     memcpy(c, bytes, sizeof c);
     if (c[0] != CURSOR_MAGIC) return qac_set_error(QAC_ERR_FORMAT, "resume: not a pre-training data cursor");
@@ -151,6 +152,12 @@ static qac_status check_cursor(const pt_src *s, const void *bytes, size_t len) {
                              "resume: the pre-training data differ from the run's (%llu documents then, %ld now); "
                              "resume with the same --data and --docs",
                              (unsigned long long)c[1], s->ndocs);
+    if (c[3] != (uint64_t)s->o->batch || c[4] != s->o->train.seed)
+        return qac_set_error(QAC_ERR_INVALID,
+                             "resume: the run drew %llu pairs per step with seed %llu; resume with the same --batch and "
+                             "--seed (now %d and %llu)",
+                             (unsigned long long)c[3], (unsigned long long)c[4], s->o->batch,
+                             (unsigned long long)s->o->train.seed);
     if (c[2] != (uint64_t)s->t->step)
         return qac_set_error(QAC_ERR_FORMAT, "resume: the cursor is at step %llu, the state at %ld",
                              (unsigned long long)c[2], s->t->step);
@@ -160,7 +167,7 @@ static qac_status check_cursor(const pt_src *s, const void *bytes, size_t len) {
 static qac_status save(pt_src *s, const char *out, int keep) {
     char name[64], path[4096];
     snprintf(name, sizeof name, "checkpoint-%ld", s->t->step);
-    uint64_t cur[3] = {CURSOR_MAGIC, (uint64_t)s->ndocs, (uint64_t)s->t->step};
+    uint64_t cur[5] = {CURSOR_MAGIC, (uint64_t)s->ndocs, (uint64_t)s->t->step, (uint64_t)s->o->batch, s->o->train.seed};
     qac_status st = qac_path_join(path, sizeof path, out, name);
     if (!st) st = qac_pretrainer_save(s->t, path, cur, sizeof cur);
     if (!st) st = qac_rundir_write_latest(out, name);

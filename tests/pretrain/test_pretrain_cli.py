@@ -2,7 +2,8 @@
 """Bad command lines of qac pretrain: clear errors, nothing written.
 A bad --objective, --context or --curriculum and a missing --out are usage
 errors (exit 2) naming the bad value; a missing --data file, a batch too
-small for the contrastive loss and resuming a run with another objective are runtime errors (exit 1)
+small for the contrastive loss and resuming a run with another objective
+or batch size are runtime errors (exit 1)
 naming the cause; --help lists the options."""
 import os
 import sys
@@ -55,6 +56,8 @@ r = pt("--data", data, "--objective", "cotmae", out="run")
 check(r.returncode == 0, "a CoT-MAE run " + r.stderr[-300:])
 r = pt("--data", data, "--objective", "cocondenser", "--resume", out="run")
 check(r.returncode == 1 and "--objective" in r.stderr, "resuming with another objective: " + r.stderr.strip()[:200])
+r = pt("--data", data, "--objective", "cotmae", "--steps", "2", "--batch", "3", "--resume", out="run")
+check(r.returncode == 1 and "--batch" in r.stderr, "resuming with another batch size: " + r.stderr.strip()[:200])
 r = run(["pretrain", "--help"])
 check(r.returncode == 0 and all(f"--{o}" in r.stdout for o in (
     "objective", "context", "curriculum", "mask-rate", "enc-mask-rate", "dec-mask-rate", "skip-from", "head-layers",
