@@ -469,6 +469,22 @@ static qac_status grads_cocondenser(qac_pretrainer *t, const qac_pt_batch *b, qa
     return st;
 }
 
+/* The released CoT-MAE decoder reads the other text through the encoder's
+ * embedding module in train mode, so its embedding dropout applies to
+ * positions 1.. (position 0 is the [CLS] put in afterwards). Masks: the
+ * heads' stream at (layer 0, site EMB), which their layers never draw.
+ * The same call on dL/dx is the backward. */
+static void decoder_input_dropout(qac_pretrainer *t, float *x, int s, int B, int T) {
+    qac_dropout d;
+    dropout_for(t, &d, STREAM_HEAD_DROP, s, B);
+    if (!qac_dropout_active(&d, QAC_DROP_EMB)) return;
+    int C = t->m->cfg.hidden_size;
+    float *keep = t->dcls + (size_t)B * C; /* position 0 of every row, put back after */
+    for (int b = 0; b < B; b++) memcpy(keep + (size_t)b * C, x + (size_t)b * T * C, (size_t)C * sizeof(float));
+    qac_dropout_forward(x, x, NULL, &d, 0, QAC_DROP_EMB, B, T, C, t->pool);
+    for (int b = 0; b < B; b++) memcpy(x + (size_t)b * T * C, keep + (size_t)b * C, (size_t)C * sizeof(float));
+}
+
 /* CoT-MAE: encoder MLM, and a decoder per side that reconstructs the other
  * text (masked at the decoder rate) from this side's [CLS] */
 static qac_status grads_cotmae(qac_pretrainer *t, const qac_pt_batch *b, qac_pt_losses *out) {
@@ -482,6 +498,7 @@ static qac_status grads_cotmae(qac_pretrainer *t, const qac_pt_batch *b, qac_pt_
         for (int i = 0; i < B; i++)
             memcpy(cls + (size_t)i * C, sd->enc.last + (size_t)i * sd->T * C, (size_t)C * sizeof(float));
         qac_cotmae_input(sd->x, sd->emb, sd->mean, sd->rstd, dseqs[s]->ids, cls, c, &t->m->p, B, sd->hT, t->pool);
+        decoder_input_dropout(t, sd->x, s, B, sd->hT);
         st = head_forward(t, s, sd->x, dseqs[s]->lens, B);
         memset(sd->dlast, 0, (size_t)B * sd->T * C * sizeof(float));
         memset(sd->dhead, 0, (size_t)B * sd->hT * C * sizeof(float));
@@ -498,6 +515,7 @@ static qac_status grads_cotmae(qac_pretrainer *t, const qac_pt_batch *b, qac_pt_
         qac_pt_side *sd = &t->side[s];
         if ((st = head_backward(t, s, dseqs[s]->lens, B))) break;
         memset(t->dcls, 0, (size_t)B * C * sizeof(float));
+        decoder_input_dropout(t, t->hbwd.dy, s, B, sd->hT);
         qac_cotmae_input_backward(t->dcls, &t->g, t->hbwd.dy, sd->emb, sd->mean, sd->rstd, dseqs[s]->ids, c, &t->m->p,
                                   B, sd->hT, t->scratch, t->pool);
         for (int i = 0; i < B; i++) {

@@ -267,19 +267,35 @@ LAYER_TENSORS = ["qkv_w", "qkv_b", "attn_out_w", "attn_out_b", "ln1_w", "ln1_b",
                  "ffn_out_b", "ln2_w", "ln2_b"]
 
 
-def bert_layer(x, keep, P, l, C, NH, eps):
-    """One post-LN BERT layer written out in torch (qac's layout, layer l)."""
+def bert_layer(x, keep, P, l, C, NH, eps, drops=None):
+    """One post-LN BERT layer written out in torch (qac's layout, layer l).
+    drops: this layer's dropout masks (attention probabilities, attention
+    output, FFN output), as qac draws them; None: no dropout."""
     B, T, _ = x.shape
     hs = C // NH
+    d = [torch.from_numpy(m) for m in drops] if drops is not None else [1.0, 1.0, 1.0]
     qkv = x @ P["qkv_w"][l].T + P["qkv_b"][l]
     q, k, v = (t.reshape(B, T, NH, hs).transpose(1, 2) for t in qkv.split(C, dim=-1))
     sc = (q @ k.transpose(-1, -2)) / hs ** 0.5
     sc = sc.masked_fill(~keep[:, None, None, :], float("-inf"))
-    ctx = (torch.softmax(sc, dim=-1) @ v).transpose(1, 2).reshape(B, T, C)
-    h1 = torch.nn.functional.layer_norm(ctx @ P["attn_out_w"][l].T + P["attn_out_b"][l] + x, (C,), P["ln1_w"][l],
-                                        P["ln1_b"][l], eps)
+    ctx = ((torch.softmax(sc, dim=-1) * d[0]) @ v).transpose(1, 2).reshape(B, T, C)
+    h1 = torch.nn.functional.layer_norm((ctx @ P["attn_out_w"][l].T + P["attn_out_b"][l]) * d[1] + x, (C,),
+                                        P["ln1_w"][l], P["ln1_b"][l], eps)
     f = torch.nn.functional.gelu(h1 @ P["ffn_in_w"][l].T + P["ffn_in_b"][l]) @ P["ffn_out_w"][l].T + P["ffn_out_b"][l]
-    return torch.nn.functional.layer_norm(f + h1, (C,), P["ln2_w"][l], P["ln2_b"][l], eps)
+    return torch.nn.functional.layer_norm(f * d[2] + h1, (C,), P["ln2_w"][l], P["ln2_b"][l], eps)
+
+
+# the pre-trainer's dropout keys at seed 42, step 0 (trainer/pretrain.c):
+# the encoder's (the fine-tuning trainer's) and the heads'
+PT_KEY_ENC, PT_KEY_HEAD = 0x64726F70, 0x68647270
+
+
+def pair_masks(key, B, T, c, p):
+    """qac's masks for one call over the interleaved pairs [a_0, b_0, a_1,
+    ...]: the pre-trainer runs side a as sequences 0..B-1 and side b as
+    B..2B-1, each its own call; row 2i+s takes side s's sequence i."""
+    a, b = qac_dropout_masks(key, 0, B, T, c, p), qac_dropout_masks(key, B, B, T, c, p)
+    return [np.stack([x, y], axis=1).reshape((2 * B,) + x.shape[1:]) for x, y in zip(a, b)]
 
 
 def qac_pairs(q, p):
@@ -313,7 +329,7 @@ def random_heads(rs, L, C, I, V):
     return head, mlm
 
 
-def cocondenser_case(model, c, q, p, tensors, skip=1, head_layers=2, pair_alpha=None, name="coc"):
+def cocondenser_case(model, c, q, p, tensors, skip=1, head_layers=2, pair_alpha=None, name="coc", dropout=0.0):
     """coCondenser on query-as-context pairs: sequences [p_0, q_0, p_1, q_1,
     ...] (each query group's positive passage and its query), 15% of tokens
     masked (numpy seed 1). Loss = Condenser-head MLM + late (backbone) MLM
@@ -322,7 +338,9 @@ def cocondenser_case(model, c, q, p, tensors, skip=1, head_layers=2, pair_alpha=
     layers fed the last [CLS] at position 0 and hidden_states[skip] after.
     With pair_alpha (case "coc_pair"), the PAIR loss replaces the contrastive
     one, each query (odd row) its passage's (even row) only positive:
-    (1-a) CE(Q P^T, i) + a CE(P Q^T, i), raw dot products."""
+    (1-a) CE(Q P^T, i) + a CE(P Q^T, i), raw dot products. With dropout
+    (case "coc_drop"), the encoder and the head layers drop with exactly
+    qac's masks (pair_masks)."""
     C, NH, V, eps = c["hidden_size"], c["num_attention_heads"], c["vocab_size"], c["layer_norm_eps"]
     T = p[0].shape[1]
     ids, lens = qac_pairs(q, p)
@@ -335,8 +353,16 @@ def cocondenser_case(model, c, q, p, tensors, skip=1, head_layers=2, pair_alpha=
     model.zero_grad(set_to_none=True)
     ids_t = torch.from_numpy(ids.astype(np.int64))
     keep = torch.arange(T)[None, :] < torch.from_numpy(lens.astype(np.int64))[:, None]
-    out = model(input_ids=ids_t, attention_mask=keep.long(), token_type_ids=torch.zeros_like(ids_t),
-                output_hidden_states=True)
+    B2 = ids.shape[0]
+    head_drops = [None] * L
+    with InjectedDropout() if dropout else contextlib.nullcontext() as inj:
+        if dropout:
+            inj.queue = pair_masks(rng_key(42, 0, PT_KEY_ENC, 0), B2 // 2, T, c, dropout)
+            hm = pair_masks(rng_key(42, 0, PT_KEY_HEAD, 0), B2 // 2, T, dict(c, num_hidden_layers=L), dropout)
+            head_drops = [hm[1 + 3 * l:4 + 3 * l] for l in range(L)]
+        out = model(input_ids=ids_t, attention_mask=keep.long(), token_type_ids=torch.zeros_like(ids_t),
+                    output_hidden_states=True)
+        assert not dropout or not inj.queue
     last, mid = out.last_hidden_state, out.hidden_states[skip]
     E = model.embeddings.word_embeddings.weight
     sel = torch.from_numpy(labels >= 0)
@@ -349,7 +375,7 @@ def cocondenser_case(model, c, q, p, tensors, skip=1, head_layers=2, pair_alpha=
 
     x = torch.cat([last[:, :1], mid[:, 1:]], dim=1)
     for l in range(L):
-        x = bert_layer(x, keep, HT, l, C, NH, eps)
+        x = bert_layer(x, keep, HT, l, C, NH, eps, head_drops[l])
     cls = last[:, 0]
     S = cls @ cls.T
     S = S.masked_fill(torch.eye(S.shape[0], dtype=torch.bool), float("-inf"))
@@ -378,12 +404,15 @@ def cocondenser_case(model, c, q, p, tensors, skip=1, head_layers=2, pair_alpha=
         tensors[f"{name}.grad.{k}"] = v
 
 
-def cotmae_case(model, c, q, p, tensors, dec_layers=1):
+def cotmae_case(model, c, q, p, tensors, dec_layers=1, name="cot", dropout=0.0):
     """CoT-MAE, symmetric, on [p_i, q_i] pairs: the encoder reads each text
     masked at 0.30 (MLM through the tied head); a fresh 1-layer decoder reads
     the partner text masked at 0.45 through the backbone's embedding layer,
     position 0 replaced by the encoder's last-layer [CLS], and reconstructs
-    it by MLM through the same head. Loss = encoder MLM + decoder MLM."""
+    it by MLM through the same head. Loss = encoder MLM + decoder MLM.
+    With dropout (case "cot_drop"): qac's masks in the encoder, on the
+    decoder's embedding output (the released code's embedding module, whose
+    position 0 the [CLS] then replaces) and in the decoder layer."""
     C, NH, V, eps, I = (c["hidden_size"], c["num_attention_heads"], c["vocab_size"], c["layer_norm_eps"],
                         c["intermediate_size"])
     T = p[0].shape[1]
@@ -410,26 +439,36 @@ def cotmae_case(model, c, q, p, tensors, dec_layers=1):
                                                  torch.from_numpy(labels[labels >= 0].astype(np.int64)))
 
     ids_t = torch.from_numpy(enc_ids.astype(np.int64))
-    last = model(input_ids=ids_t, attention_mask=keep.long(), token_type_ids=torch.zeros_like(ids_t)).last_hidden_state
     d_t = torch.from_numpy(dec_ids.astype(np.int64))
-    x = model.embeddings(input_ids=d_t, token_type_ids=torch.zeros_like(d_t))
+    B2 = enc_ids.shape[0]
+    head_drops = [None] * L
+    with InjectedDropout() if dropout else contextlib.nullcontext() as inj:
+        if dropout:
+            hm = pair_masks(rng_key(42, 0, PT_KEY_HEAD, 0), B2 // 2, T, dict(c, num_hidden_layers=L), dropout)
+            inj.queue = pair_masks(rng_key(42, 0, PT_KEY_ENC, 0), B2 // 2, T, c, dropout) + [hm[0]]
+            head_drops = [hm[1 + 3 * l:4 + 3 * l] for l in range(L)]
+        last = model(input_ids=ids_t, attention_mask=keep.long(),
+                     token_type_ids=torch.zeros_like(ids_t)).last_hidden_state
+        x = model.embeddings(input_ids=d_t, token_type_ids=torch.zeros_like(d_t))
+        assert not dropout or not inj.queue
     x = torch.cat([last[:, :1], x[:, 1:]], dim=1)
     for l in range(L):
-        x = bert_layer(x, dkeep, HT, l, C, NH, eps)
+        x = bert_layer(x, dkeep, HT, l, C, NH, eps, head_drops[l])
     l_enc, l_dec = mlm_loss(last, enc_labels), mlm_loss(x, dec_labels)
     loss = l_enc + l_dec
     loss.backward()
-    tensors.update({"cot.enc_ids": enc_ids, "cot.enc_labels": enc_labels, "cot.dec_ids": dec_ids,
-                    "cot.dec_labels": dec_labels, "cot.lens": lens, "cot.dec_lens": lens[partner].astype(np.int32)})
-    tensors["cot.loss"] = np.array([loss.item(), l_enc.item(), l_dec.item(), 0.0], dtype=np.float64)
+    tensors.update({f"{name}.enc_ids": enc_ids, f"{name}.enc_labels": enc_labels, f"{name}.dec_ids": dec_ids,
+                    f"{name}.dec_labels": dec_labels, f"{name}.lens": lens,
+                    f"{name}.dec_lens": lens[partner].astype(np.int32)})
+    tensors[f"{name}.loss"] = np.array([loss.item(), l_enc.item(), l_dec.item(), 0.0], dtype=np.float64)
     for k, v in head.items():
-        tensors[f"cot.head_init.{k}"] = v
-        tensors[f"cot.head_grad.{k}"] = HT[k].grad.numpy()
+        tensors[f"{name}.head_init.{k}"] = v
+        tensors[f"{name}.head_grad.{k}"] = HT[k].grad.numpy()
     for k, v in mlm.items():
-        tensors[f"cot.mlm_init.{k}"] = v
-        tensors[f"cot.mlm_grad.{k}"] = MT[k].grad.numpy()
+        tensors[f"{name}.mlm_init.{k}"] = v
+        tensors[f"{name}.mlm_grad.{k}"] = MT[k].grad.numpy()
     for k, v in qac_layout(model, c, "grad").items():
-        tensors[f"cot.grad.{k}"] = v
+        tensors[f"{name}.grad.{k}"] = v
 
 
 QGEN_TENSORS = ["ln1_w", "ln1_b", "qkv_w", "qkv_b", "attn_proj_w", "attn_proj_b", "ln2_w", "ln2_b", "fc_w", "fc_b",
@@ -697,7 +736,9 @@ def main():
             mlm_case(model, cfg, p, tensors)
             cocondenser_case(model, cfg, q, p, tensors)
             cocondenser_case(model, cfg, q, p, tensors, pair_alpha=0.1, name="coc_pair")
+            cocondenser_case(model, cfg, q, p, tensors, name="coc_drop", dropout=0.1)
             cotmae_case(model, cfg, q, p, tensors)
+            cotmae_case(model, cfg, q, p, tensors, name="cot_drop", dropout=0.1)
             check_gpt2_block()
             qgen_case(model, cfg, q, p, tensors, "qgen_w3", window=3, layers=1, seed=3)
             qgen_case(model, cfg, q, p, tensors, "qgen_w0", window=0, layers=2, seed=4)

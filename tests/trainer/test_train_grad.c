@@ -364,10 +364,11 @@ static float *param_view(qac_bert_params *p, int i) { return ((float **)p)[i]; }
 
 /* The production pre-trainer on the tiny model, its fresh heads replaced
  * by the fixture's initial values. */
-static qac_pretrainer *pretrainer_for(qac_model *m, qac_pt_objective obj, int head_layers, float alpha,
+static qac_pretrainer *pretrainer_for(qac_model *m, qac_pt_objective obj, int head_layers, float alpha, float dropout,
                                       const char *prefix) {
     qac_train_opts o;
     opts_for(&o, 1.0f, QAC_SIM_DOT);
+    o.hidden_dropout = o.attn_dropout = dropout; /* the fixture's masks are qac's, seed 42, step 0 */
     qac_pt_objective_opts ob;
     qac_pt_objective_opts_default(&ob);
     ob.objective = obj;
@@ -436,14 +437,14 @@ static void split_free(split *sp) { free(sp->ids), free(sp->labels), free(sp->le
  * step's gradient function (case `name` of the fixture): Condenser head (2 layers on the last [CLS] and
  * the states after layer 1) with MLM, late MLM, and the contrastive loss
  * over the [CLS] of query-as-context pairs. */
-static void cocondenser_case(const char *name, float alpha) {
+static void cocondenser_case(const char *name, float alpha, float dropout) {
     qac_model *m = load_model("tiny");
     int rows, T;
     char key[128];
 #define CKEY(suffix) (snprintf(key, sizeof key, "%s.%s", name, suffix), key)
     int32_t *ids = ints(CKEY("ids"), &rows, &T), *labels = ints(CKEY("labels"), &rows, &T);
     int *lens = ints(CKEY("lens"), &rows, NULL), B = rows / 2;
-    qac_pretrainer *t = pretrainer_for(m, QAC_PT_COCONDENSER, 2, alpha, name);
+    qac_pretrainer *t = pretrainer_for(m, QAC_PT_COCONDENSER, 2, alpha, dropout, name);
     CHECK_MSG(t->ob.skip_from == 1, "the default --skip-from of a 2-layer encoder is 1 (got %d)", t->ob.skip_from);
     split a, b;
     split_side(&a, ids, labels, lens, B, T, 0);
@@ -473,24 +474,28 @@ static void cocondenser_case(const char *name, float alpha) {
     qac_model_free(m);
 }
 
-/* ... and with --alpha 0.1: the PAIR loss in place of the contrastive one
- * (queries the b side, passages the a side). */
+/* ... with --alpha 0.1: the PAIR loss in place of the contrastive one
+ * (queries the b side, passages the a side); and with dropout 0.1 in the
+ * encoder and the head layers (torch given qac's masks). */
 static void cocondenser(void) {
-    cocondenser_case("coc", 0);
-    cocondenser_case("coc_pair", 0.1f);
+    cocondenser_case("coc", 0, 0);
+    cocondenser_case("coc_pair", 0.1f, 0);
+    cocondenser_case("coc_drop", 0, 0.1f);
 }
 
 /* CoT-MAE against torch, through the production step's gradient function:
  * encoder MLM at 0.30 plus a 1-layer decoder that reads the partner text
  * (masked at 0.45) through the backbone's embedding layer with the
  * encoder's [CLS] at position 0. */
-static void cotmae(void) {
+static void cotmae_case(const char *name, float dropout) {
     qac_model *m = load_model("tiny");
     int rows, T;
-    int32_t *ids = ints("cot.enc_ids", &rows, &T), *labels = ints("cot.enc_labels", &rows, &T);
-    int32_t *dids = ints("cot.dec_ids", &rows, &T), *dlabels = ints("cot.dec_labels", &rows, &T);
-    int *lens = ints("cot.lens", &rows, NULL), *dlens = ints("cot.dec_lens", &rows, NULL), B = rows / 2;
-    qac_pretrainer *t = pretrainer_for(m, QAC_PT_COTMAE, 1, 0, "cot");
+    char key[128];
+#define CKEY(suffix) (snprintf(key, sizeof key, "%s.%s", name, suffix), key)
+    int32_t *ids = ints(CKEY("enc_ids"), &rows, &T), *labels = ints(CKEY("enc_labels"), &rows, &T);
+    int32_t *dids = ints(CKEY("dec_ids"), &rows, &T), *dlabels = ints(CKEY("dec_labels"), &rows, &T);
+    int *lens = ints(CKEY("lens"), &rows, NULL), *dlens = ints(CKEY("dec_lens"), &rows, NULL), B = rows / 2;
+    qac_pretrainer *t = pretrainer_for(m, QAC_PT_COTMAE, 1, 0, dropout, name);
     split a, b, da, db;
     split_side(&a, ids, labels, lens, B, T, 0);
     split_side(&b, ids, labels, lens, B, T, 1);
@@ -500,22 +505,30 @@ static void cotmae(void) {
     qac_pt_losses l;
     CHECK_OK(qac_pretrainer_grads(t, &batch, &l));
 
-    double ref = f64_at("cot.loss", 0), lrel = fabs(l.total - ref) / fabs(ref);
+    CKEY("loss");
+    double ref = f64_at(key, 0), r1 = f64_at(key, 1), r2 = f64_at(key, 2), lrel = fabs(l.total - ref) / fabs(ref);
     const char *wn = "?", *hwn = "?", *mwn = "?";
-    double worst = compare_tensors(m, t->grad_mem, "cot.grad.", &wn, 0), hworst, mworst;
-    heads_compare(t, "cot", &hworst, &hwn, &mworst, &mwn);
-    printf("cotmae: loss %.9f = encoder MLM %.6f + decoder MLM %.6f (ref %.9f: %.6f %.6f; rel %.2e)\n"
+    double worst = compare_tensors(m, t->grad_mem, CKEY("grad."), &wn, 0), hworst, mworst;
+    heads_compare(t, name, &hworst, &hwn, &mworst, &mwn);
+    printf("%s: loss %.9f = encoder MLM %.6f + decoder MLM %.6f (ref %.9f: %.6f %.6f; rel %.2e)\n"
            "  worst gradient: encoder %s %.2e, decoder layers %s %.2e, MLM head %s %.2e\n",
-           l.total, l.mlm, l.head, ref, f64_at("cot.loss", 1), f64_at("cot.loss", 2), lrel, wn, worst, hwn, hworst, mwn,
-           mworst);
-    CHECK_MSG(lrel <= 1e-6, "cotmae loss off by %.3e relative", lrel);
-    CHECK_MSG(worst <= 1e-4, "cotmae: encoder gradient of %s off by %.3e", wn, worst);
-    CHECK_MSG(hworst <= 1e-4, "cotmae: decoder-layer gradient of %s off by %.3e", hwn, hworst);
-    CHECK_MSG(mworst <= 1e-4, "cotmae: MLM-head gradient of %s off by %.3e", mwn, mworst);
+           name, l.total, l.mlm, l.head, ref, r1, r2, lrel, wn, worst, hwn, hworst, mwn, mworst);
+#undef CKEY
+    CHECK_MSG(lrel <= 1e-6, "%s loss off by %.3e relative", name, lrel);
+    CHECK_MSG(worst <= 1e-4, "%s: encoder gradient of %s off by %.3e", name, wn, worst);
+    CHECK_MSG(hworst <= 1e-4, "%s: decoder-layer gradient of %s off by %.3e", name, hwn, hworst);
+    CHECK_MSG(mworst <= 1e-4, "%s: MLM-head gradient of %s off by %.3e", name, mwn, mworst);
     split_free(&a), split_free(&b), split_free(&da), split_free(&db);
     free(ids), free(labels), free(dids), free(dlabels), free(lens), free(dlens);
     qac_pretrainer_free(t);
     qac_model_free(m);
+}
+
+/* ... and with dropout 0.1 in the encoder, on the decoder's embedding
+ * output and in the decoder layer (torch given qac's masks). */
+static void cotmae(void) {
+    cotmae_case("cot", 0);
+    cotmae_case("cot_drop", 0.1f);
 }
 
 static void qgen(void);
