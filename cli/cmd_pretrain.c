@@ -16,7 +16,7 @@ static const qac_opt pt_opts[] = {
      "contrastive coCondenser, masked CoT-MAE decoder, or query generation (causal decoder)", 0},
     {"context", QAC_OPT_ENUM, "query", 0, -1, "query|span|mixed", NULL,
      "a pair's second text: one of the passage's queries, a second span, or either (p = 0.5)", 0},
-    {"curriculum", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "e.g. span:0.75,query: span pairs first (overrides --context)", 0},
+    {"curriculum", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "span:0.75,query: span pairs for 75% of the steps (warmup + cosine), then query pairs (constant lr); overrides --context and --schedule", 0},
     {"out", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "run directory: checkpoints, log.jsonl; the final encoder itself", 1},
     {"steps", QAC_OPT_INT, "1000", 1, 1e12, NULL, NULL, "optimiser steps", 0},
     {"batch", QAC_OPT_INT, "16", 1, 65536, NULL, NULL, "pairs per step (2 texts each)", 0},

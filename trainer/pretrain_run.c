@@ -215,6 +215,10 @@ qac_status qac_pretrain_run(qac_model *m, const qac_pretrain_opts *o, long *resu
     if (s.vocab > m->cfg.vocab_size)
         return qac_set_error(QAC_ERR_INVALID, "pretrain: the tokenizer has %d tokens, the model's embeddings %d",
                              s.vocab, m->cfg.vocab_size);
+    int longest = o->data.max_len > o->data.query_max_len ? o->data.max_len : o->data.query_max_len;
+    if (longest > m->cfg.max_position)
+        return qac_set_error(QAC_ERR_INVALID, "pretrain: --max-len %d is longer than the model's %d positions", longest,
+                             m->cfg.max_position);
     char name[256], path[4096], log_path[4096];
     int have = qac_rundir_read_latest(o->out_dir, name, sizeof name) == QAC_OK;
     if (have && !o->resume)

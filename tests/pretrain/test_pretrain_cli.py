@@ -49,6 +49,9 @@ check(r.returncode == 2 and "out" in r.stderr, "missing --out: " + r.stderr.stri
 r = pt("--data", p("missing.jsonl"))
 check(r.returncode == 1 and "missing.jsonl" in r.stderr and untouched(),
       "missing data file: named in the error: " + r.stderr.strip()[:200])
+r = pt("--data", data, "--max-len", "512")
+check(r.returncode == 1 and "--max-len" in r.stderr and untouched(),
+      "--max-len beyond the model's positions (128): " + r.stderr.strip()[:200])
 r = pt("--data", data, "--batch", "1")
 check(r.returncode == 1 and "--batch" in r.stderr and untouched(),
       "one pair per step has no contrastive negatives: " + r.stderr.strip()[:200])

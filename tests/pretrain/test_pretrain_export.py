@@ -7,7 +7,7 @@
    loads OUT and its last-layer [CLS] vectors equal `qac encode`'s within
    fp32 tolerance (max |diff| <= 1e-4 max |x|); the weights moved; `qac
    finetune` trains from OUT.
-2. The default model (mean pooling, normalised) after 2 CoT-MAE steps:
+2. The default model (mean pooling, normalised) after a CoT-MAE step:
    AutoModel's and sentence-transformers' embeddings of OUT equal `qac
    encode`'s (cosine >= 0.99999).
 3. A BertForMaskedLM checkpoint's own MLM head (cls.predictions.*) is the
@@ -84,7 +84,7 @@ check(r.returncode == 0, "qac finetune starts from the pre-trained encoder " + r
 
 # 2. the default model: mean pooling, normalised
 mini = p("mini-pt")
-r = run(["pretrain", "--model", default_model_dir(), "--data", data, "--objective", "cotmae", "--steps", "2",
+r = run(["pretrain", "--model", default_model_dir(), "--data", data, "--objective", "cotmae", "--steps", "1",
          "--batch", "2", "--max-len", "64", "--threads", "2", "--out", mini])
 check(r.returncode == 0, "MiniLM pre-training " + r.stderr[-400:])
 ours = qac_encode(mini, "mini")
