@@ -318,6 +318,34 @@ check(r.returncode != 0 and "trunc.jsonl.gz" in r.stderr, f"truncated gzip: clea
 r = tool("dump", "-", os.path.join(tmp, "missing.jsonl"), "-", MAXLEN, QMAX, ok=False)
 check(r.returncode != 0 and "missing.jsonl" in r.stderr, "missing file named")
 
+# mutated files: an error naming the file, or a clean load; never a crash
+import random  # noqa: E402
+rnd = random.Random(12)
+base = open(edge_path, "rb").read()
+crashes, errors_unnamed = [], []
+mut = os.path.join(tmp, "mutant.jsonl")
+for k in range(120):
+    b = bytearray(base)
+    for _ in range(rnd.randint(1, 6)):
+        pos = rnd.randrange(len(b))
+        op = rnd.randrange(4)
+        if op == 0:
+            b[pos] = rnd.randrange(256)
+        elif op == 1:
+            b[pos:pos] = rnd.choice([b'"', b"{", b"]", b",", b"\\u00", b"\xff\xfe", b"\n", b". ", b"\n\n", b"null"])
+        elif op == 2:
+            del b[pos:pos + rnd.randint(1, 20)]
+        else:
+            b = b[:pos]
+    with open(mut, "wb") as f:
+        f.write(bytes(b))
+    r = tool("dump", "-", mut, "-", 16, 8, ok=False)
+    if r.returncode not in (0, 1):
+        crashes.append((k, r.returncode, r.stderr[-300:]))
+    elif r.returncode == 1 and "mutant.jsonl" not in r.stderr:
+        errors_unnamed.append((k, r.stderr.strip()))
+check(not crashes, f"120 mutated files: no crash ({crashes[:2]})")
+check(not errors_unnamed, f"120 mutated files: every error names the file ({errors_unnamed[:2]})")
 
 # ---- contexts and the curriculum ----
 def probs(ctx, cur, total):
