@@ -411,6 +411,22 @@ static void heads_compare(qac_pretrainer *t, const char *prefix, double *hw, con
     }
 }
 
+/* Keeping only layer inputs and re-running each layer in backward
+ * (--recompute) changes nothing: the same operations in the same order. */
+static void same_with_recompute(qac_pretrainer *t, const qac_pt_batch *b, const char *name) {
+    size_t n = t->n_grad * sizeof(float);
+    float *ref = malloc(n);
+    memcpy(ref, t->grad_mem, n);
+    t->o.recompute = 1;
+    qac_pt_losses l;
+    CHECK_OK(qac_pretrainer_grads(t, b, &l));
+    int same = !memcmp(ref, t->grad_mem, n);
+    printf("%s with recompute: gradients %s\n", name, same ? "bit-identical" : "DIFFER");
+    CHECK_MSG(same, "%s: recompute changed the gradients", name);
+    t->o.recompute = 0;
+    free(ref);
+}
+
 /* rows [first, first+2, ...] of x [2B, T]: the fixture stacks the pairs
  * as [a_0, b_0, a_1, b_1, ...]; the pre-trainer takes the sides apart */
 static int32_t *every_other(const int32_t *x, int B, int T, int first) {
@@ -468,6 +484,7 @@ static void cocondenser_case(const char *name, float alpha, float dropout) {
     CHECK_MSG(worst <= 1e-4, "%s: encoder gradient of %s off by %.3e", name, wn, worst);
     CHECK_MSG(hworst <= 1e-4, "%s: head-layer gradient of %s off by %.3e", name, hwn, hworst);
     CHECK_MSG(mworst <= 1e-4, "%s: MLM-head gradient of %s off by %.3e", name, mwn, mworst);
+    if (dropout > 0) same_with_recompute(t, &batch, name);
     split_free(&a), split_free(&b);
     free(ids), free(labels), free(lens);
     qac_pretrainer_free(t);
@@ -518,6 +535,7 @@ static void cotmae_case(const char *name, float dropout) {
     CHECK_MSG(worst <= 1e-4, "%s: encoder gradient of %s off by %.3e", name, wn, worst);
     CHECK_MSG(hworst <= 1e-4, "%s: decoder-layer gradient of %s off by %.3e", name, hwn, hworst);
     CHECK_MSG(mworst <= 1e-4, "%s: MLM-head gradient of %s off by %.3e", name, mwn, mworst);
+    if (dropout > 0) same_with_recompute(t, &batch, name);
     split_free(&a), split_free(&b), split_free(&da), split_free(&db);
     free(ids), free(labels), free(dids), free(dlabels), free(lens), free(dlens);
     qac_pretrainer_free(t);
@@ -661,6 +679,7 @@ static void qgen_case(qac_model *m, const char *name) {
     CHECK_MSG(worst <= 1e-4, "%s: encoder gradient of %s off by %.3e", name, wn, worst);
     CHECK_MSG(dworst <= 1e-4, "%s: decoder gradient of %s off by %.3e", name, dwn, dworst);
     CHECK_MSG(mworst <= 1e-4, "%s: MLM-head gradient of %s off by %.3e", name, mwn, mworst);
+    if (t->drop.hidden > 0) same_with_recompute(t, &bt, name);
     free(ids), free(labels), free(qids), free(lens), free(qlens);
     qac_pretrainer_free(t);
 }
