@@ -93,6 +93,35 @@ void qac_mlm_init(qac_mlm_head *h, int C, int V, uint64_t seed) {
     memset(h->bias, 0, (size_t)V * sizeof(float));
 }
 
+/* cross-entropy of rows [b, e) of logits [M,V] against labels, each row's
+ * loss into row_loss; with grad, the row becomes dL/dlogits = (softmax -
+ * onehot) / M */
+typedef struct ce_ctx {
+    float *logits;
+    const int32_t *labels;
+    double *row_loss;
+    int V, M, grad;
+} ce_ctx;
+
+static void ce_task(void *vctx, int64_t b, int64_t e, int tid) {
+    (void)tid;
+    const ce_ctx *c = vctx;
+    int V = c->V, M = c->M;
+    for (int64_t i = b; i < e; i++) {
+        float *row = c->logits + (size_t)i * V;
+        double mx = row[0];
+        for (int v = 1; v < V; v++) mx = row[v] > mx ? row[v] : mx;
+        double z = 0;
+        for (int v = 0; v < V; v++) z += exp(row[v] - mx);
+        double lse = mx + log(z);
+        c->row_loss[i] = lse - row[c->labels[i]];
+        if (c->grad) {
+            for (int v = 0; v < V; v++) row[v] = (float)(exp(row[v] - lse) / M);
+            row[c->labels[i]] -= 1.0f / M;
+        }
+    }
+}
+
 qac_status qac_mlm_loss(double *loss, float *dstates, qac_mlm_head *g, float *dword, const qac_mlm_head *h,
                         const float *word_emb, const float *states, const int32_t *labels, int M, int C, int V,
                         float ln_eps, qac_pool *pool) {
@@ -116,20 +145,16 @@ qac_status qac_mlm_loss(double *loss, float *dstates, qac_mlm_head *g, float *dw
     qac_matmul_gelu_packed(act, pre, states, &W, h->dense_b, M, pool);
     qac_layernorm_forward(u, mean, rstd, act, h->ln_w, h->ln_b, M, C, ln_eps, pool);
     qac_gemm(logits, u, &E, h->bias, NULL, M, pool);
-    double total_loss = 0;
-    for (int i = 0; i < M; i++) {
-        float *row = logits + (size_t)i * V;
-        double mx = row[0];
-        for (int v = 1; v < V; v++) mx = row[v] > mx ? row[v] : mx;
-        double z = 0;
-        for (int v = 0; v < V; v++) z += exp(row[v] - mx);
-        double lse = mx + log(z);
-        total_loss += lse - row[labels[i]];
-        if (g) { /* dL/dlogits = (softmax - onehot) / M */
-            for (int v = 0; v < V; v++) row[v] = (float)(exp(row[v] - lse) / M);
-            row[labels[i]] -= 1.0f / M;
-        }
+    double *row_loss = malloc((size_t)M * sizeof *row_loss);
+    if (!row_loss) {
+        free(mem);
+        return qac_set_error(QAC_ERR_NOMEM, "mlm: out of memory");
     }
+    ce_ctx cc = {logits, labels, row_loss, V, M, g != NULL};
+    qac_pool_for(pool, M, 0, ce_task, &cc);
+    double total_loss = 0;
+    for (int i = 0; i < M; i++) total_loss += row_loss[i]; /* in row order, whatever the threads */
+    free(row_loss);
     *loss = total_loss / M;
     if (g) {
         qac_matmul_backward(du, dword, g->bias, logits, u, word_emb, NULL, M, C, V, scr, pool);
