@@ -1,0 +1,177 @@
+"""Request heads the HTTP library would answer by itself, in HTML: each one
+must get the server's JSON error family instead ({"error": {"code",
+"type", "message"}}, Content-Type application/json, the connection closed).
+Good heads (pipelined, keep-alive, HTTP/1.0, a leading empty line) must
+still be served. Loopback only, bounded.
+
+Run with --table to print every probe's status and Content-Type."""
+import json
+import os
+import socket
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(__file__))
+from srvlib import Server, check, finish  # noqa: E402
+
+TABLE = "--table" in sys.argv
+MAX_HEAD = 16384  # the default --max-head-bytes
+
+
+def exchange(port, data, timeout=5.0):
+    """Send raw bytes (the server may stop reading early); return all it
+    answered until it closed, and whether it closed within the timeout."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    try:
+        s.sendall(data)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    out, closed = b"", False
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            chunk = s.recv(65536)
+        except socket.timeout:
+            break
+        except ConnectionResetError:
+            closed = True
+            break
+        if not chunk:
+            closed = True
+            break
+        out += chunk
+    s.close()
+    return out, closed
+
+
+def parse(out):
+    """(status, content type, body) of the first response in out."""
+    head, _, body = out.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    try:
+        status = int(lines[0].split(b" ")[1])
+    except (IndexError, ValueError):
+        status = 0
+    ctype = ""
+    for ln in lines[1:]:
+        k, _, v = ln.partition(b":")
+        if k.strip().lower() == b"content-type":
+            ctype = v.strip().decode("latin-1")
+    return status, ctype, body
+
+
+H = b"Host: x\r\n"
+big_target = b"/health?x=" + b"a" * (200 * 1024)
+big_headers = b"".join(b"X-Pad-%d: %s\r\n" % (i, b"b" * 1000) for i in range(200))
+probes = [
+    # (what, bytes, expected status, expected error type)
+    ("request line without version", b"GET /health\r\n" + H + b"\r\n", 400, "invalid_request"),
+    ("request line, two spaces", b"GET  /health HTTP/1.1\r\n" + H + b"\r\n", 400, "invalid_request"),
+    ("request line, lowercase version", b"GET /health http/1.1\r\n" + H + b"\r\n", 400, "invalid_request"),
+    ("request line, version HTTP/1.10", b"GET /health HTTP/1.10\r\n" + H + b"\r\n", 400, "invalid_request"),
+    ("empty method", b" /health HTTP/1.1\r\n" + H + b"\r\n", 400, "invalid_request"),
+    ("method with a control byte", b"G\x01T /health HTTP/1.1\r\n" + H + b"\r\n", 400, "invalid_request"),
+    ("target with a control byte", b"GET /hea\x7flth HTTP/1.1\r\n" + H + b"\r\n", 400, "invalid_request"),
+    ("target with a raw non-ASCII byte", b"GET /h\xc3\xa9 HTTP/1.1\r\n" + H + b"\r\n", 400, "invalid_request"),
+    ("a TLS ClientHello", b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03" + b"\x00" * 64, 400, "invalid_request"),
+    ("header name with a space", b"GET /health HTTP/1.1\r\n" + H + b"Bad Name: y\r\n\r\n", 400, "invalid_request"),
+    ("space before the colon", b"GET /health HTTP/1.1\r\nHost : x\r\n\r\n", 400, "invalid_request"),
+    ("header line without a colon", b"GET /health HTTP/1.1\r\n" + H + b"X-No-Colon\r\n\r\n", 400,
+     "invalid_request"),
+    ("obsolete line folding", b"GET /health HTTP/1.1\r\n" + H + b"X-A: a\r\n  folded\r\n\r\n", 400,
+     "invalid_request"),
+    ("whitespace before the first header", b"GET /health HTTP/1.1\r\n " + H + b"\r\n", 400, "invalid_request"),
+    ("NUL in a header value", b"GET /health HTTP/1.1\r\n" + H + b"X-A: a\x00b\r\n\r\n", 400, "invalid_request"),
+    ("bare LF line ends", b"GET /health HTTP/1.1\n" + H.replace(b"\r", b"") + b"\n", 400, "invalid_request"),
+    ("bare CR in the request line", b"GET /health HTTP/1.1\rX: y\r\n" + H + b"\r\n", 400, "invalid_request"),
+    ("bare CR in a header", b"GET /health HTTP/1.1\r\n" + H + b"X-A: a\rb\r\n\r\n", 400, "invalid_request"),
+    ("HTTP/1.1 without Host", b"GET /health HTTP/1.1\r\nX-A: a\r\n\r\n", 400, "invalid_request"),
+    ("two Host headers", b"GET /health HTTP/1.1\r\n" + H + H + b"\r\n", 400, "invalid_request"),
+    ("Content-Length not a number", b"POST /search HTTP/1.1\r\n" + H + b"Content-Length: abc\r\n\r\n", 400,
+     "invalid_request"),
+    ("negative Content-Length", b"POST /search HTTP/1.1\r\n" + H + b"Content-Length: -1\r\n\r\n", 400,
+     "invalid_request"),
+    ("Content-Length past 64 bits", b"POST /search HTTP/1.1\r\n" + H + b"Content-Length: " + b"9" * 30 + b"\r\n\r\n",
+     413, "payload_too_large"),
+    ("two equal Content-Length headers", b"POST /search HTTP/1.1\r\n" + H +
+     b"Content-Length: 2\r\nContent-Length: 2\r\n\r\n{}", 400, "invalid_request"),
+    ("Transfer-Encoding other than chunked", b"POST /search HTTP/1.1\r\n" + H + b"Transfer-Encoding: gzip\r\n\r\n",
+     501, "not_implemented"),
+    ("Transfer-Encoding on HTTP/1.0", b"POST /search HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400,
+     "invalid_request"),
+    ("HTTP/2.0", b"GET /health HTTP/2.0\r\n" + H + b"\r\n", 505, "invalid_request"),
+    ("HTTP/0.9 version", b"GET /health HTTP/0.9\r\n" + H + b"\r\n", 505, "invalid_request"),
+    ("HTTP/3.0", b"GET /health HTTP/3.0\r\n" + H + b"\r\n", 505, "invalid_request"),
+    ("HTTP/2 prior-knowledge preface", b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", 505, "invalid_request"),
+    ("a 200 KB request target", b"GET " + big_target + b" HTTP/1.1\r\n" + H + b"\r\n", 414, "invalid_request"),
+    ("200 KB of headers", b"GET /health HTTP/1.1\r\n" + H + big_headers + b"\r\n", 431, "invalid_request"),
+    ("200 headers of 10 bytes", b"GET /health HTTP/1.1\r\n" + H +
+     b"".join(b"X-%d: y\r\n" % i for i in range(200)) + b"\r\n", 431, "invalid_request"),
+    ("a head that never ends within the limit", b"GET /health HTTP/1.1\r\n" + H + b"X-A: " +
+     b"z" * (2 * MAX_HEAD), 431, "invalid_request"),
+]
+
+srv = Server("--header-timeout-ms", "3000")
+port = int(srv.base.rsplit(":", 1)[1])
+if TABLE:
+    print(f"{'probe':45} status  content-type")
+for what, data, want, etype in probes:
+    t0 = time.time()
+    out, closed = exchange(port, data)
+    took = time.time() - t0
+    st, ctype, body = parse(out)
+    if TABLE:
+        print(f"{what:45} {st:6}  {ctype or '-'}")
+    try:
+        err = json.loads(body)["error"]
+    except (ValueError, KeyError, TypeError):
+        err = None
+    check(st == want and ctype.startswith("application/json") and isinstance(err, dict) and
+          err.get("code") == want and err.get("type") == etype and isinstance(err.get("message"), str),
+          f"{what}: want JSON {want} {etype}, got {st} {ctype!r}: {out[:200]!r}")
+    check(closed and took < 4.0, f"{what}: the connection is closed after the error ({took:.1f} s, closed {closed})")
+
+# ---- good heads are still served ----
+out, _ = exchange(port, b"GET /health HTTP/1.1\r\n" + H + b"\r\nGET /info HTTP/1.1\r\n" + H +
+                  b"Connection: close\r\n\r\n")
+check(out.count(b"HTTP/1.1 200") == 2, f"two pipelined requests: two answers: {out[:80]!r}")
+out, _ = exchange(port, b"\r\nGET /health HTTP/1.1\r\n" + H + b"Connection: close\r\n\r\n")
+check(out.startswith(b"HTTP/1.1 200"), f"an empty line before the request line is ignored: {out[:40]!r}")
+out, _ = exchange(port, b"GET /health HTTP/1.0\r\n\r\n")
+check(out.startswith(b"HTTP/1.") and b" 200 " in out[:16], f"HTTP/1.0 without Host: {out[:40]!r}")
+out, _ = exchange(port, b"GET /health HTTP/1.1\r\nhOsT:x\r\nX-Tab:\ta\tb\t\r\nX-Obs: caf\xe9\r\n"
+                        b"Connection: close\r\n\r\n")
+check(out.startswith(b"HTTP/1.1 200"), f"OWS, tabs and obs-text in values: {out[:40]!r}")
+body = b'{"texts":["a"]}'
+out, _ = exchange(port, b"POST /tokenize HTTP/1.1\r\n" + H + b"Transfer-Encoding: Chunked\r\nConnection: close\r\n\r\n"
+                  + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
+check(out.startswith(b"HTTP/1.1 200"), f"a chunked body: {out[:40]!r}")
+# keep-alive: three requests on one connection, each sent after the answer
+s = socket.create_connection(("127.0.0.1", port), timeout=5)
+answers = 0
+for i in range(3):
+    s.sendall(b"GET /health HTTP/1.1\r\n" + H + b"\r\n")
+    got = b""
+    while b"\r\n\r\n" not in got or len(got.partition(b"\r\n\r\n")[2]) < int(
+            [ln for ln in got.partition(b"\r\n\r\n")[0].split(b"\r\n") if ln.lower().startswith(b"content-length")]
+            [0].split(b":")[1]):
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        got += chunk
+    answers += got.startswith(b"HTTP/1.1 200")
+s.close()
+check(answers == 3, f"three requests on one keep-alive connection: {answers} answered")
+# A head sent a byte at a time, under the head deadline, is served.
+s = socket.create_connection(("127.0.0.1", port), timeout=5)
+s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+for b in b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n":
+    s.send(bytes([b]))
+    time.sleep(0.005)
+got = s.recv(65536)
+s.close()
+check(got.startswith(b"HTTP/1.1 200"), f"a head sent byte by byte: {got[:40]!r}")
+
+rc = srv.stop()
+check(rc == 0, f"the server exits cleanly: {rc}")
+finish()
