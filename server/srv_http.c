@@ -61,6 +61,7 @@ typedef struct http_state {
     atomic_int handling;  /* requests being handled (the 429 limit) */
     double last_5xx_log;
     unsigned long long suppressed_5xx;
+    qac_gate *gate;       /* accepts, and hands over connections with a valid head */
 } http_state;
 
 static http_state *hs_of(qac_server *s) { return s->http; }
@@ -123,22 +124,28 @@ static enum MHD_Result early(qac_server *s, struct MHD_Connection *c, qac_route 
 
 /* ---- the head: framing checks ---- */
 
+/* The framing fields as the library parsed them: the gate checked the
+ * first head of a connection already, this checks the later ones too. */
 typedef struct head_scan {
-    int n_cl, n_te;
-    const char *cl;
-    int cl_differs;
+    qac_head_fields f;
     size_t bytes; /* header lines, as "key: value\r\n" */
 } head_scan;
 
 static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
     head_scan *h = cls;
     (void)kind;
-    h->bytes += strlen(key) + (value ? strlen(value) : 0) + 4;
-    if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
-        if (h->n_cl++ && value && h->cl && strcmp(value, h->cl)) h->cl_differs = 1;
-        h->cl = value;
+    size_t vlen = value ? strlen(value) : 0;
+    h->bytes += strlen(key) + vlen + 4;
+    if (!strcasecmp(key, MHD_HTTP_HEADER_HOST)) {
+        h->f.n_host++;
+    } else if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
+        h->f.n_cl++;
+        h->f.cl = value ? value : "";
+        h->f.cl_len = vlen;
     } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
-        h->n_te++;
+        h->f.n_te++;
+        h->f.te = value ? value : "";
+        h->f.te_len = vlen;
     }
     return MHD_YES;
 }
@@ -178,16 +185,18 @@ static void set_phase(qac_server *s, conn *cn, conn_phase p) {
 }
 
 static enum MHD_Result first_call(qac_server *s, struct MHD_Connection *c, const char *url, const char *method,
-                                  req_state *st) {
+                                  const char *version, req_state *st) {
     qac_http_response r;
     memset(&r, 0, sizeof r);
     size_t plen = strcspn(url, "?#");
     const char *allow = NULL;
     qac_route route = qac_server_route(url, plen, &allow);
     int is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), is_post = !strcmp(method, "POST");
-    head_scan h = {0};
+    head_scan h;
+    memset(&h, 0, sizeof h);
+    h.f.minor_11 = !version || strcmp(version, MHD_HTTP_VERSION_1_0) != 0;
     MHD_get_connection_values(c, MHD_HEADER_KIND, scan_header, &h);
-    long long cl = h.cl ? parse_length(h.cl) : 0;
+    long long cl = h.f.n_cl ? parse_length(h.f.cl) : 0;
 
     /* Head limits of our own, well inside MHD's buffer (see qac_server_listen),
      * so that the answer is JSON: past the buffer MHD answers by itself. */
@@ -202,14 +211,12 @@ static enum MHD_Result first_call(qac_server *s, struct MHD_Connection *c, const
         return early(s, c, route, &r);
     }
 
-    /* RFC 9112 6.3: a message with both, or with conflicting lengths, is
-     * refused and the connection closed (request smuggling). */
-    if (h.n_cl && h.n_te) {
-        qac_server_error(&r, 400, "invalid_request", "both Content-Length and Transfer-Encoding are present");
-        return early(s, c, route, &r);
-    }
-    if (h.cl_differs || (h.cl && cl < 0)) {
-        qac_server_error(&r, 400, "invalid_request", "invalid or conflicting Content-Length headers");
+    /* RFC 9112 3.2, 6: Host, and a message length that cannot be read two
+     * ways (request smuggling); refused, and the connection closed. */
+    qac_head_verdict v = {0};
+    if (qac_head_framing(&h.f, &v) != QAC_HEAD_OK || cl < 0) {
+        if (cl < 0 && v.status == 0) qac_server_error(&r, 400, "invalid_request", "an invalid Content-Length");
+        else qac_server_error(&r, v.status, v.type, "%s", v.message);
         return early(s, c, route, &r);
     }
     if (atomic_load(&s->draining) && route != QAC_ROUTE_HEALTH) {
@@ -247,7 +254,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     qac_server *s = cls;
     req_state *st = *con_cls;
-    (void)version;
     if (!st) { /* the head is in */
         st = calloc(1, sizeof *st);
         if (!st) return MHD_NO;
@@ -255,7 +261,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         st->cn = ci ? ci->socket_context : NULL;
         atomic_fetch_add(&s->inflight, 1);
-        return first_call(s, c, url, method, st);
+        return first_call(s, c, url, method, version, st);
     }
     if (*upload_size) {
         size_t chunk = *upload_size;
@@ -429,9 +435,21 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
     qac_server_log(s, QAC_LOG_DEBUG, "libmicrohttpd: %s", msg);
 }
 
+/* A connection whose first head the gate found valid. Past the
+ * connection cap the gate answers 503 itself (0 returned). */
+static int handoff(void *user, int fd, const struct sockaddr *addr, unsigned addrlen) {
+    qac_server *s = user;
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+    if (di && di->num_connections >= (unsigned)s->cfg.max_connections) return 0;
+    MHD_add_connection(s->daemon, fd, addr, (socklen_t)addrlen); /* closes fd when it fails */
+    return 1;
+}
+
 static void http_free(qac_server *s) {
     http_state *hs = hs_of(s);
     if (!hs) return;
+    qac_gate_stop(hs->gate);
+    hs->gate = NULL;
     pthread_mutex_lock(&hs->stop_mu);
     hs->stop = 1;
     pthread_cond_broadcast(&hs->stop_cv);
@@ -448,6 +466,10 @@ static void http_free(qac_server *s) {
  * requests still running (a process that cannot wait exits instead). */
 static void http_stop(qac_server *s) {
     qac_server_shutdown(s);
+    if (s->http) { /* no new connections before the daemon goes */
+        qac_gate_stop(hs_of(s)->gate);
+        hs_of(s)->gate = NULL;
+    }
     if (s->daemon) MHD_stop_daemon(s->daemon);
     s->daemon = NULL;
     s->http_stop = NULL;
@@ -456,20 +478,8 @@ static void http_stop(qac_server *s) {
 
 qac_status qac_server_listen(qac_server *s) {
     if (s->daemon) return qac_set_error(QAC_ERR_INVALID, "the server is already listening");
-    char port[16];
-    snprintf(port, sizeof port, "%d", s->cfg.port);
-    struct addrinfo hints, *ai = NULL;
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    int gai = getaddrinfo(s->cfg.host, port, &hints, &ai);
-    if (gai) return qac_set_error(QAC_ERR_INVALID, "cannot resolve host '%s': %s", s->cfg.host, gai_strerror(gai));
     http_state *hs = calloc(1, sizeof *hs);
-    if (!hs) {
-        freeaddrinfo(ai);
-        return qac_set_error(QAC_ERR_NOMEM, "out of memory");
-    }
+    if (!hs) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&hs->mu, NULL);
     pthread_mutex_init(&hs->stop_mu, NULL);
     pthread_cond_init(&hs->stop_cv, NULL);
@@ -480,34 +490,37 @@ qac_status qac_server_listen(qac_server *s) {
         pthread_cond_destroy(&hs->stop_cv);
         free(hs);
         s->http = NULL;
-        freeaddrinfo(ai);
         return qac_set_error(QAC_ERR_INTERNAL, "cannot start the connection reaper thread");
     }
+    /* The daemon does not listen: the gate (srv_gate.c) accepts, checks
+     * each connection's first head and passes it on with MHD_add_connection. */
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_POLL |
-                     MHD_USE_ERROR_LOG;
-    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+                     MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET;
     struct MHD_Daemon *d = MHD_start_daemon(
-        flags, (uint16_t)s->cfg.port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)s->cfg.idle_timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        flags, 0, NULL, NULL, on_request, s, MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.idle_timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, s,
         MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
-        /* Each connection's buffer: a head must fit in it, or MHD answers
-         * 414/431 itself, in HTML. Heads past max_head_bytes but inside this
-         * get our JSON answer. Pages are touched only as bytes arrive. */
+        /* Each connection's buffer. The gate refuses first heads past
+         * max_head_bytes; later heads of a keep-alive connection past it
+         * but inside this buffer get our JSON answer from first_call, past
+         * the buffer the library's own. Pages are touched only as bytes
+         * arrive. */
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)s->cfg.max_head_bytes * 8,
         /* thousands of mostly idle connection threads: small stacks */
-        MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20), MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
-        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
-    freeaddrinfo(ai);
+        MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20), MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
     if (!d) {
         http_free(s);
-        return qac_set_error(QAC_ERR_IO, "cannot listen on %s:%d (address in use, or not allowed)", s->cfg.host,
-                             s->cfg.port);
+        return qac_set_error(QAC_ERR_IO, "cannot start the HTTP library's daemon");
     }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-    s->bound_port = info ? info->port : s->cfg.port;
     s->daemon = d;
+    qac_status st = qac_gate_start(&hs->gate, s, handoff, s, &s->bound_port);
+    if (st != QAC_OK) {
+        MHD_stop_daemon(d);
+        s->daemon = NULL;
+        http_free(s);
+        return st;
+    }
     s->http_stop = http_stop;
     qac_server_log(s, QAC_LOG_INFO, "listening on http://%s:%d", s->cfg.host, s->bound_port);
     return QAC_OK;
@@ -520,8 +533,8 @@ qac_status qac_server_shutdown(qac_server *s) {
     if (s->drain_failed) return qac_set_error(QAC_ERR_BUSY, "the drain already timed out");
     struct MHD_Daemon *d = s->daemon;
     atomic_store(&s->draining, 1);
-    MHD_socket fd = MHD_quiesce_daemon(d); /* stop accepting; in-flight requests go on */
-    if (fd != MHD_INVALID_SOCKET) close(fd);
+    qac_gate_stop(hs_of(s)->gate); /* stop accepting; in-flight requests go on */
+    hs_of(s)->gate = NULL;
     double deadline = qac_now() + s->cfg.drain_timeout_ms / 1000.0;
     int left;
     while ((left = atomic_load(&s->inflight)) > 0 && qac_now() < deadline) {

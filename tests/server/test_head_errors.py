@@ -12,7 +12,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from srvlib import Server, check, finish  # noqa: E402
+from srvlib import Contract, Server, check, finish  # noqa: E402
 
 TABLE = "--table" in sys.argv
 MAX_HEAD = 16384  # the default --max-head-bytes
@@ -111,6 +111,7 @@ probes = [
      b"z" * (2 * MAX_HEAD), 431, "invalid_request"),
 ]
 
+contract = Contract()
 srv = Server("--header-timeout-ms", "3000")
 port = int(srv.base.rsplit(":", 1)[1])
 if TABLE:
@@ -129,6 +130,8 @@ for what, data, want, etype in probes:
     check(st == want and ctype.startswith("application/json") and isinstance(err, dict) and
           err.get("code") == want and err.get("type") == etype and isinstance(err.get("message"), str),
           f"{what}: want JSON {want} {etype}, got {st} {ctype!r}: {out[:200]!r}")
+    if err is not None:  # an error that answers any path: the Error schema
+        contract.validate("GET", "/no-such-route", st, json.loads(body))
     check(closed and took < 4.0, f"{what}: the connection is closed after the error ({took:.1f} s, closed {closed})")
 
 # ---- good heads are still served ----
