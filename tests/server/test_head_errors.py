@@ -175,6 +175,71 @@ got = s.recv(65536)
 s.close()
 check(got.startswith(b"HTTP/1.1 200"), f"a head sent byte by byte: {got[:40]!r}")
 
+
+# ---- later heads on a keep-alive connection (sent after the previous answer) ----
+def read_response(sock):
+    """One response with a Content-Length body; returns its bytes."""
+    got = b""
+    while b"\r\n\r\n" not in got:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return got
+        got += chunk
+    head, _, rest = got.partition(b"\r\n\r\n")
+    n = [int(ln.split(b":")[1]) for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length:")][0]
+    while len(rest) < n:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        rest += chunk
+    return head + b"\r\n\r\n" + rest
+
+
+def keepalive_then(port, firsts, bad):
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    oks = 0
+    for first in firsts:
+        s.sendall(first)
+        oks += read_response(s).startswith(b"HTTP/1.1 200")
+    try:
+        s.sendall(bad)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    out, closed = b"", False
+    end = time.time() + 5
+    while time.time() < end:
+        try:
+            chunk = s.recv(65536)
+        except (socket.timeout, ConnectionResetError):
+            closed = True
+            break
+        if not chunk:
+            closed = True
+            break
+        out += chunk
+    s.close()
+    return oks, out, closed
+
+
+get = b"GET /health HTTP/1.1\r\n" + H + b"\r\n"
+tok = b'{"texts":["a b"]}'
+post = b"POST /tokenize HTTP/1.1\r\n" + H + b"Content-Length: %d\r\n\r\n%s" % (len(tok), tok)
+for what, firsts, bad, want in (
+        ("a header line without a colon", [get], b"GET /health HTTP/1.1\r\n" + H + b"X-No-Colon\r\n\r\n", 400),
+        ("HTTP/2.0", [get], b"GET /health HTTP/2.0\r\n" + H + b"\r\n", 505),
+        ("obsolete line folding after a POST", [post], b"GET /health HTTP/1.1\r\n" + H + b"X-A: a\r\n b\r\n\r\n",
+         400),
+        ("a bare LF after three requests", [get, post, get], b"GET /health HTTP/1.1\n" + H + b"\r\n", 400),
+        ("a 200 KB request target", [b"GET /health HTTP/1.1\r\n" + H + b"Connection: keep-alive\r\n\r\n"],
+         b"GET " + big_target + b" HTTP/1.1\r\n" + H + b"\r\n", 414)):
+    oks, out, closed = keepalive_then(port, firsts, bad)
+    st, ctype, body = parse(out)
+    if TABLE:
+        print(f"{'keep-alive, then ' + what:45} {st:6}  {ctype or '-'}")
+    check(oks == len(firsts) and st == want and ctype.startswith("application/json") and body.startswith(b'{"error"')
+          and closed, f"keep-alive, then {what}: want JSON {want}, got {oks} answers, then {out[:160]!r} "
+          f"(closed {closed})")
+
 rc = srv.stop()
 check(rc == 0, f"the server exits cleanly: {rc}")
 finish()
