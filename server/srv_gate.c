@@ -19,20 +19,29 @@
  * were. Waiting heads are held here with one epoll set, not in the
  * library's connection threads, so slow heads cost a socket and no thread.
  *
- * What the gate cannot see: heads after the first on a keep-alive
- * connection (the library reads them, often together with the previous
- * request), and a chunked body's own syntax. The request handler checks
- * the framing of the former again (qac_head_framing); the rest stays the
- * library's, see the README. */
+ * Later heads on a keep-alive connection: once a request is answered, its
+ * connection thread (srv_http.c) checks whether the library has read
+ * exactly the bytes of the requests so far (TCP's received count minus
+ * what is still queued); if so the next head is still in the socket, and
+ * qac_gate_next_head checks it the same way before the library reads it.
+ * When the library already holds more (pipelined requests, or a chunked
+ * body whose length on the wire is unknown), that connection's later heads
+ * are left to the library, with the framing checked again by the request
+ * handler (qac_head_framing). A chunked body's own syntax is the library's
+ * too; see the README. */
 #include <errno.h>
+#include <linux/tcp.h> /* struct tcp_info with tcpi_bytes_received (Linux 4.1) */
 #include <netdb.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <stddef.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -155,6 +164,15 @@ static void answer(qac_gate *g, waiting *w, int status, const char *type, const 
     linger_read(g, w);
 }
 
+/* Reads the empty lines before a valid head (RFC 9112 2.2), so that the
+ * library's head size is the head's size on the wire. */
+static void skip_empty_lines(int fd, const char *peeked, size_t n) {
+    size_t lead = 0;
+    while (lead + 1 < n && peeked[lead] == '\r' && peeked[lead + 1] == '\n') lead += 2;
+    char sink[2 * 8];
+    if (lead && lead <= sizeof sink) (void)!recv(fd, sink, lead, MSG_DONTWAIT);
+}
+
 static void examine(qac_gate *g, waiting *w, uint32_t events) {
     ssize_t n = recv(w->fd, g->buf, g->cap, MSG_PEEK | MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
@@ -175,6 +193,7 @@ static void examine(qac_gate *g, waiting *w, uint32_t events) {
             return;
         }
         epoll_ctl(g->epfd, EPOLL_CTL_DEL, w->fd, NULL);
+        skip_empty_lines(w->fd, g->buf, (size_t)n);
         if (g->handoff(g->user, w->fd, (const struct sockaddr *)&w->addr, w->addrlen)) {
             retire(g, &g->heads, w, 0); /* the socket is the library's now */
             return;
@@ -377,4 +396,98 @@ void qac_gate_stop(qac_gate *g) {
     close(g->wake_fd);
     free(g->buf);
     free(g);
+}
+
+long long qac_gate_consumed(int fd) {
+    for (int tries = 0; tries < 3; tries++) {
+        struct tcp_info a, b;
+        socklen_t la = sizeof a, lb = sizeof b;
+        int inq = 0;
+        if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &a, &la) != 0 || ioctl(fd, FIONREAD, &inq) != 0 ||
+            getsockopt(fd, IPPROTO_TCP, TCP_INFO, &b, &lb) != 0 || inq < 0)
+            return -1;
+        if (la < offsetof(struct tcp_info, tcpi_bytes_received) + sizeof a.tcpi_bytes_received) return -1;
+        /* unchanged around the queue length: no byte arrived in between */
+        if (a.tcpi_bytes_received == b.tcpi_bytes_received) return (long long)(a.tcpi_bytes_received - (unsigned)inq);
+    }
+    return -1;
+}
+
+/* After an answer and SHUT_WR: reads and drops input for LINGER_S (or
+ * LINGER_MAX_BYTES, or the client's end of file), so that closing does not
+ * reset the connection before the client has read the answer. */
+static void linger_blocking(int fd) {
+    char sink[4096];
+    size_t dropped = 0;
+    double end = qac_now() + LINGER_S;
+    for (;;) {
+        double left = end - qac_now();
+        if (left <= 0 || dropped > LINGER_MAX_BYTES) return;
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, (int)(left * 1000) + 1) <= 0) return;
+        ssize_t n = recv(fd, sink, sizeof sink, MSG_DONTWAIT);
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return;
+        if (n > 0) dropped += (size_t)n;
+    }
+}
+
+int qac_gate_next_head(qac_server *s, int fd) {
+    const qac_server_config *cfg = &s->cfg;
+    size_t max_head = (size_t)cfg->max_head_bytes;
+    char small[2048];
+    char *buf = small;
+    size_t cap = sizeof small;
+    int result = 0, lowat = 1;
+    double idle_end = qac_now() + cfg->idle_timeout_s;
+    for (;;) {
+        struct pollfd p = {fd, POLLIN | POLLRDHUP, 0};
+        int pr = poll(&p, 1, 200);
+        if (atomic_load(&s->draining)) break; /* the library reads it and answers 503 */
+        if (pr < 0 && errno != EINTR) break;
+        if (pr <= 0) {
+            if (lowat == 1 && qac_now() > idle_end) { /* idle: no byte of a next request */
+                shutdown(fd, SHUT_RDWR);
+                break;
+            }
+            continue;
+        }
+        ssize_t n = recv(fd, buf, cap, MSG_PEEK | MSG_DONTWAIT);
+        if (n == 0) break; /* closed */
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) continue;
+            break;
+        }
+        qac_head_verdict v;
+        qac_head_result r = qac_head_check(buf, (size_t)n, max_head, QAC_HEAD_MAX_FIELDS, &v);
+        if (r == QAC_HEAD_OK) {
+            skip_empty_lines(fd, buf, (size_t)n);
+            result = 1;
+            break;
+        }
+        if (r == QAC_HEAD_ERROR) {
+            qac_gate_send_error(s, fd, v.status, v.type, v.message);
+            shutdown(fd, SHUT_WR);
+            linger_blocking(fd);
+            shutdown(fd, SHUT_RD); /* the library reads end of file and closes */
+            result = -1;
+            break;
+        }
+        if (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) break; /* no more will come */
+        if ((size_t)n == cap && cap < max_head + 1) { /* a large head: peek at all of it */
+            char *big = malloc(max_head + 1);
+            if (!big) break;
+            buf = big;
+            cap = max_head + 1;
+            continue;
+        }
+        /* wake when more than what was seen is queued */
+        lowat = (int)n + 1;
+        setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof lowat);
+    }
+    if (lowat != 1) {
+        lowat = 1;
+        setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &lowat, sizeof lowat);
+    }
+    if (buf != small) free(buf);
+    return result;
 }

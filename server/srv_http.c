@@ -40,6 +40,10 @@ typedef struct conn {
     unsigned long long body_bytes;
     size_t uri_len;       /* the current request's target, as sent */
     int reaped;           /* shut down by the reaper */
+    /* Fields below: the connection's own thread only. */
+    unsigned long long wire; /* bytes of its requests so far (heads and bodies) */
+    int untracked;        /* wire unknown (a chunked body): later heads are the library's */
+    int refused;          /* the gate answered its next head: serve nothing more */
 } conn;
 
 typedef struct req_state {
@@ -49,6 +53,8 @@ typedef struct req_state {
     int too_large;        /* the body passed max_body_bytes: drop the rest */
     size_t discarded;
     conn *cn;
+    int client_keepalive; /* HTTP/1.1 and no Connection header but keep-alive */
+    int open_answer;      /* answered without Connection: close */
 } req_state;
 
 typedef struct http_state {
@@ -197,6 +203,13 @@ static enum MHD_Result first_call(qac_server *s, struct MHD_Connection *c, const
     h.f.minor_11 = !version || strcmp(version, MHD_HTTP_VERSION_1_0) != 0;
     MHD_get_connection_values(c, MHD_HEADER_KIND, scan_header, &h);
     long long cl = h.f.n_cl ? parse_length(h.f.cl) : 0;
+    const char *connection = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONNECTION);
+    st->client_keepalive = h.f.minor_11 && (!connection || !strcasecmp(connection, "keep-alive"));
+    if (st->cn) { /* where this request ends on the wire, for qac_gate_next_head */
+        const union MHD_ConnectionInfo *hi = MHD_get_connection_info(c, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+        if (!hi || h.f.n_te || cl < 0) st->cn->untracked = 1;
+        else st->cn->wire += hi->header_size + (unsigned long long)cl;
+    }
 
     /* Head limits of our own, well inside MHD's buffer (see qac_server_listen),
      * so that the answer is JSON: past the buffer MHD answers by itself. */
@@ -261,6 +274,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         st->cn = ci ? ci->socket_context : NULL;
         atomic_fetch_add(&s->inflight, 1);
+        if (st->cn && st->cn->refused) return MHD_NO;
         return first_call(s, c, url, method, version, st);
     }
     if (*upload_size) {
@@ -320,6 +334,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     qac_http_request req = {method, url, MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
                             st->buf ? st->buf : "", st->len, client_gone, st->cn};
     qac_server_handle(s, &req, &r);
+    st->open_answer = r.status != 499 && !atomic_load(&s->draining);
     return send_response(s, c, &r, 0);
 }
 
@@ -327,14 +342,25 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     qac_server *s = cls;
     req_state *st = *con_cls;
     (void)c;
-    (void)toe;
     if (!st) return;
+    conn *cn = st->cn;
+    /* The library keeps the connection for another request (its rule:
+     * HTTP/1.1, no "close" either way) and has read nothing past this one. */
+    int next = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && st->client_keepalive && st->open_answer && cn &&
+               !cn->untracked;
     if (st->counted) atomic_fetch_sub(&hs_of(s)->handling, 1);
-    set_phase(s, st->cn, PHASE_IDLE);
+    set_phase(s, cn, PHASE_IDLE);
     free(st->buf);
     free(st);
     *con_cls = NULL;
     atomic_fetch_sub(&s->inflight, 1);
+    if (!next || atomic_load(&s->draining)) return;
+    long long used = qac_gate_consumed(cn->fd);
+    if (used < 0 || (unsigned long long)used != cn->wire) {
+        cn->untracked = 1; /* pipelined: the library holds the next bytes already */
+        return;
+    }
+    if (qac_gate_next_head(s, cn->fd) < 0) cn->refused = 1;
 }
 
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
@@ -498,7 +524,10 @@ qac_status qac_server_listen(qac_server *s) {
                      MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET;
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, s, MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)s->cfg.idle_timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        /* idle keep-alive connections are closed by qac_gate_next_head, or
+         * by the reaper; the library's own timer must not fire in between */
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(s->cfg.idle_timeout_s + s->cfg.header_timeout_ms / 1000 + 2),
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, s,
         MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
         /* Each connection's buffer. The gate refuses first heads past

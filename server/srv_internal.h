@@ -116,6 +116,15 @@ typedef int (*qac_gate_handoff_fn)(void *user, int fd, const struct sockaddr *ad
 qac_status qac_gate_start(qac_gate **out, qac_server *s, qac_gate_handoff_fn handoff, void *user, int *port_out);
 /* Stops accepting and closes the connections still waiting for a head. */
 void qac_gate_stop(qac_gate *g);
+/* Bytes of a TCP socket its reader has taken so far (received minus still
+ * queued), or -1 when the kernel does not say. */
+long long qac_gate_consumed(int fd);
+/* On a kept-alive connection whose requests so far were all read, nothing
+ * more: waits for the next head (idle_timeout_s for its first byte; the
+ * reaper bounds the rest) and checks it, unread. 1: valid, left for the
+ * library; 0: none came (closed, idle, or draining); -1: invalid, answered
+ * in JSON and the socket shut down both ways. */
+int qac_gate_next_head(qac_server *s, int fd);
 /* Sends a JSON error with Connection: close on a socket nobody else writes. */
 void qac_gate_send_error(qac_server *s, int fd, int status, const char *type, const char *message);
 
