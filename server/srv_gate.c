@@ -13,11 +13,14 @@
  *     that the client reads the answer rather than a reset);
  *   - none within header_timeout_ms of accept: closed, as before.
  * Why this and not the alternatives: a larger library buffer alone leaves
- * every syntax error in HTML; a proxy that relays every byte would put a
- * copy and a thread hop on the normal path; peeking costs one recv per
- * head and leaves the library's parsing, keep-alive and pipelining as they
- * were. Waiting heads are held here with one epoll set, not in the
- * library's connection threads, so slow heads cost a socket and no thread.
+ * every syntax error in HTML; the library's hooks (URI log callback,
+ * connection notifications) run before or during its parsing but cannot
+ * answer; a proxy that relays every byte would put a copy and a thread hop
+ * on the normal path; interposing the library's response functions would
+ * hang on its internals. Peeking costs one recv per head and leaves the
+ * library's parsing, keep-alive and pipelining as they were. Waiting heads
+ * are held here with one epoll set, not in the library's connection
+ * threads, so a slow head costs a socket and no thread.
  *
  * Later heads on a keep-alive connection: once a request is answered, its
  * connection thread (srv_http.c) checks whether the library has read
@@ -130,8 +133,29 @@ void qac_gate_send_error(qac_server *s, int fd, int status, const char *type, co
     memset(&msg, 0, sizeof msg);
     msg.msg_iov = iov;
     msg.msg_iovlen = 2;
-    /* A few hundred bytes into an empty send buffer: one call, never blocks. */
-    (void)sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    /* A few hundred bytes: one call into a fresh socket's buffer; a kept-alive
+     * one may still hold an unread answer, so wait for room, briefly. */
+    double end = qac_now() + LINGER_S;
+    while (msg.msg_iovlen) {
+        ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            struct pollfd p = {fd, POLLOUT, 0};
+            double left = end - qac_now();
+            if (left <= 0 || poll(&p, 1, (int)(left * 1000) + 1) <= 0) break;
+            continue;
+        }
+        if (n < 0) break;
+        while (msg.msg_iovlen && (size_t)n >= msg.msg_iov->iov_len) {
+            n -= (ssize_t)msg.msg_iov->iov_len;
+            msg.msg_iov++;
+            msg.msg_iovlen--;
+        }
+        if (msg.msg_iovlen) {
+            msg.msg_iov->iov_base = (char *)msg.msg_iov->iov_base + n;
+            msg.msg_iov->iov_len -= (size_t)n;
+        }
+    }
     qac_metrics_request(s->metrics, QAC_ROUTE_OTHER, r.status, 0);
     qac_http_response_clear(&r);
 }
