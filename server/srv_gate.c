@@ -268,6 +268,7 @@ static void accept_all(qac_gate *g) {
             continue;
         }
         wl_push(&g->heads, w);
+        examine(g, w, 0); /* the head often came with the connection: no epoll round */
     }
 }
 
