@@ -27,11 +27,14 @@
  * exactly the bytes of the requests so far (TCP's received count minus
  * what is still queued); if so the next head is still in the socket, and
  * qac_gate_next_head checks it the same way before the library reads it.
- * When the library already holds more (pipelined requests, or a chunked
- * body whose length on the wire is unknown), that connection's later heads
- * are left to the library, with the framing checked again by the request
- * handler (qac_head_framing). A chunked body's own syntax is the library's
- * too; see the README. */
+ * Requests pipelined behind a head in the bytes peeked are checked too:
+ * the answer to the one before an invalid one carries Connection: close,
+ * so that the library never parses it (and the client, retrying it on a
+ * new connection, gets the gate's answer). Bytes the library reads that were never
+ * peeked (pipelined later, or after a chunked body, whose length on the
+ * wire is unknown) are left to it, with the framing checked again by the
+ * request handler (qac_head_framing). A chunked body's own syntax is the
+ * library's too; see the README. */
 #include <errno.h>
 #include <linux/tcp.h> /* struct tcp_info with tcpi_bytes_received (Linux 4.1) */
 #include <netdb.h>
@@ -216,9 +219,12 @@ static void examine(qac_gate *g, waiting *w, uint32_t events) {
             answer(g, w, 503, "unavailable", "the server is shutting down");
             return;
         }
+        qac_head_verdict bad;
+        int bad_after = qac_head_pipelined(g->buf, (size_t)n, &v, (size_t)g->s->cfg.max_head_bytes,
+                                           QAC_HEAD_MAX_FIELDS, &bad);
         epoll_ctl(g->epfd, EPOLL_CTL_DEL, w->fd, NULL);
         skip_empty_lines(w->fd, g->buf, (size_t)n);
-        if (g->handoff(g->user, w->fd, (const struct sockaddr *)&w->addr, w->addrlen)) {
+        if (g->handoff(g->user, w->fd, (const struct sockaddr *)&w->addr, w->addrlen, bad_after, &bad)) {
             retire(g, &g->heads, w, 0); /* the socket is the library's now */
             return;
         }
@@ -456,7 +462,16 @@ static void linger_blocking(int fd) {
     }
 }
 
-int qac_gate_next_head(qac_server *s, int fd) {
+/* Answers a head found invalid on a connection the library serves (from
+ * its thread, between requests), so that the library never parses it. */
+static void refuse(qac_server *s, int fd, const qac_head_verdict *v) {
+    qac_gate_send_error(s, fd, v->status, v->type, v->message);
+    shutdown(fd, SHUT_WR);
+    linger_blocking(fd);
+    shutdown(fd, SHUT_RD); /* the library reads end of file and closes */
+}
+
+int qac_gate_next_head(qac_server *s, int fd, int *bad_after, qac_head_verdict *bad) {
     const qac_server_config *cfg = &s->cfg;
     size_t max_head = (size_t)cfg->max_head_bytes;
     char small[2048];
@@ -464,6 +479,7 @@ int qac_gate_next_head(qac_server *s, int fd) {
     size_t cap = sizeof small;
     int result = 0, lowat = 1;
     double idle_end = qac_now() + cfg->idle_timeout_s;
+    *bad_after = 0;
     for (;;) {
         struct pollfd p = {fd, POLLIN | POLLRDHUP, 0};
         int pr = poll(&p, 1, 200);
@@ -485,15 +501,13 @@ int qac_gate_next_head(qac_server *s, int fd) {
         qac_head_verdict v;
         qac_head_result r = qac_head_check(buf, (size_t)n, max_head, QAC_HEAD_MAX_FIELDS, &v);
         if (r == QAC_HEAD_OK) {
+            *bad_after = qac_head_pipelined(buf, (size_t)n, &v, max_head, QAC_HEAD_MAX_FIELDS, bad);
             skip_empty_lines(fd, buf, (size_t)n);
             result = 1;
             break;
         }
         if (r == QAC_HEAD_ERROR) {
-            qac_gate_send_error(s, fd, v.status, v.type, v.message);
-            shutdown(fd, SHUT_WR);
-            linger_blocking(fd);
-            shutdown(fd, SHUT_RD); /* the library reads end of file and closes */
+            refuse(s, fd, &v);
             result = -1;
             break;
         }

@@ -57,6 +57,8 @@ qac_head_result qac_head_framing(const qac_head_fields *f, qac_head_verdict *v) 
     if (f->n_te && f->n_cl) return bad(v, "both Content-Length and Transfer-Encoding are present");
     if (f->n_cl > 1) return bad(v, "more than one Content-Length header");
     if (f->n_te > 1) return bad(v, "more than one Transfer-Encoding header");
+    v->chunked = f->n_te > 0;
+    v->content_length = 0;
     if (f->n_cl) {
         if (!f->cl_len) return bad(v, "an empty Content-Length");
         unsigned long long x = 0;
@@ -67,6 +69,7 @@ qac_head_result qac_head_framing(const qac_head_fields *f, qac_head_verdict *v) 
                 return fail(v, 413, "payload_too_large", "Content-Length is past any body this server reads");
             x = x * 10 + (unsigned)(c - '0');
         }
+        v->content_length = x;
     }
     if (f->n_te) {
         /* RFC 9112 6.1: a 1.0 message with Transfer-Encoding has faulty framing */
@@ -174,6 +177,22 @@ qac_head_result qac_head_check(const char *buf, size_t len, size_t max_head, int
     v->head_len = i;
     if (qac_head_framing(&f, v) != QAC_HEAD_OK) return QAC_HEAD_ERROR;
     return QAC_HEAD_OK;
+}
+
+int qac_head_pipelined(const char *buf, size_t len, const qac_head_verdict *first, size_t max_head, int max_fields,
+                       qac_head_verdict *bad) {
+    qac_head_verdict cur = *first;
+    size_t pos = 0;
+    for (int k = 1;; k++) {
+        if (cur.chunked || cur.content_length >= len - pos - cur.head_len) return 0;
+        pos += cur.head_len + (size_t)cur.content_length;
+        qac_head_result r = qac_head_check(buf + pos, len - pos, max_head, max_fields, &cur);
+        if (r == QAC_HEAD_ERROR) {
+            *bad = cur;
+            return k;
+        }
+        if (r != QAC_HEAD_OK) return 0;
+    }
 }
 
 const char *qac_head_reason(int status) {

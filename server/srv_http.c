@@ -44,7 +44,22 @@ typedef struct conn {
     unsigned long long wire; /* bytes of its requests so far (heads and bodies) */
     int untracked;        /* wire unknown (a chunked body): later heads are the library's */
     int refused;          /* the gate answered its next head: serve nothing more */
+    unsigned requests;    /* heads the library has parsed */
+    unsigned bad_after;   /* > 0: the request after this many is invalid (seen pipelined) */
+    qac_head_verdict bad; /* its answer */
 } conn;
+
+/* What the gate found pipelined behind a connection's first head, kept
+ * until the library announces the connection (by socket and peer). */
+typedef struct handoff_note {
+    struct handoff_note *next;
+    int fd;
+    struct sockaddr_storage peer;
+    socklen_t peerlen;
+    double at;
+    unsigned bad_after;
+    qac_head_verdict bad;
+} handoff_note;
 
 typedef struct req_state {
     char *buf;
@@ -68,9 +83,21 @@ typedef struct http_state {
     double last_5xx_log;
     unsigned long long suppressed_5xx;
     qac_gate *gate;       /* accepts, and hands over connections with a valid head */
+    handoff_note *notes;  /* guarded by mu */
 } http_state;
 
 static http_state *hs_of(qac_server *s) { return s->http; }
+
+static handoff_note *take_note(http_state *hs, int fd, const struct sockaddr *peer) {
+    for (handoff_note **p = &hs->notes; *p; p = &(*p)->next) {
+        handoff_note *n = *p;
+        if (n->fd == fd && (!peer || !memcmp(&n->peer, peer, n->peerlen))) {
+            *p = n->next;
+            return n;
+        }
+    }
+    return NULL;
+}
 
 /* ---- responses ---- */
 
@@ -207,6 +234,7 @@ static enum MHD_Result first_call(qac_server *s, struct MHD_Connection *c, const
     st->client_keepalive = h.f.minor_11 && (!connection || !strcasecmp(connection, "keep-alive"));
     if (st->cn) { /* where this request ends on the wire, for qac_gate_next_head */
         const union MHD_ConnectionInfo *hi = MHD_get_connection_info(c, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+        st->cn->requests++;
         if (!hi || h.f.n_te || cl < 0) st->cn->untracked = 1;
         else st->cn->wire += hi->header_size + (unsigned long long)cl;
     }
@@ -334,8 +362,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     qac_http_request req = {method, url, MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
                             st->buf ? st->buf : "", st->len, client_gone, st->cn};
     qac_server_handle(s, &req, &r);
-    st->open_answer = r.status != 499 && !atomic_load(&s->draining);
-    return send_response(s, c, &r, 0);
+    /* The next request, already read by the library, is known invalid
+     * (pipelined): close after this answer, before the library parses it.
+     * A client retries it on a new connection, where the gate answers it. */
+    int close = st->cn && st->cn->bad_after && st->cn->requests >= st->cn->bad_after;
+    st->open_answer = !close && r.status != 499 && !atomic_load(&s->draining);
+    return send_response(s, c, &r, close);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
@@ -345,9 +377,8 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     if (!st) return;
     conn *cn = st->cn;
     /* The library keeps the connection for another request (its rule:
-     * HTTP/1.1, no "close" either way) and has read nothing past this one. */
-    int next = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && st->client_keepalive && st->open_answer && cn &&
-               !cn->untracked;
+     * HTTP/1.1, no "close" either way). */
+    int next = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && st->client_keepalive && st->open_answer && cn;
     if (st->counted) atomic_fetch_sub(&hs_of(s)->handling, 1);
     set_phase(s, cn, PHASE_IDLE);
     free(st->buf);
@@ -355,12 +386,15 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     *con_cls = NULL;
     atomic_fetch_sub(&s->inflight, 1);
     if (!next || atomic_load(&s->draining)) return;
+    if (cn->bad_after || cn->untracked) return; /* the library holds what comes next */
+    /* Has the library read exactly the requests so far? Then the next head
+     * is unread in the socket; otherwise it holds pipelined bytes already. */
     long long used = qac_gate_consumed(cn->fd);
-    if (used < 0 || (unsigned long long)used != cn->wire) {
-        cn->untracked = 1; /* pipelined: the library holds the next bytes already */
-        return;
-    }
-    if (qac_gate_next_head(s, cn->fd) < 0) cn->refused = 1;
+    if (used < 0 || (unsigned long long)used != cn->wire) return;
+    int bad_after = 0;
+    int r = qac_gate_next_head(s, cn->fd, &bad_after, &cn->bad);
+    if (r < 0) cn->refused = 1;
+    else if (r > 0 && bad_after > 0) cn->bad_after = cn->requests + (unsigned)bad_after;
 }
 
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
@@ -373,7 +407,14 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         cn->fd = ci ? ci->connect_fd : MHD_INVALID_SOCKET;
         cn->since = qac_now();
+        const union MHD_ConnectionInfo *ai = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
         pthread_mutex_lock(&hs->mu);
+        handoff_note *note = hs->notes && ai && ai->client_addr ? take_note(hs, cn->fd, ai->client_addr) : NULL;
+        if (note) {
+            cn->bad_after = note->bad_after;
+            cn->bad = note->bad;
+            free(note);
+        }
         cn->next = hs->conns;
         if (hs->conns) hs->conns->prev = cn;
         hs->conns = cn;
@@ -463,11 +504,39 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
 
 /* A connection whose first head the gate found valid. Past the
  * connection cap the gate answers 503 itself (0 returned). */
-static int handoff(void *user, int fd, const struct sockaddr *addr, unsigned addrlen) {
+static int handoff(void *user, int fd, const struct sockaddr *addr, unsigned addrlen, int bad_after,
+                   const qac_head_verdict *bad) {
     qac_server *s = user;
+    http_state *hs = hs_of(s);
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
     if (di && di->num_connections >= (unsigned)s->cfg.max_connections) return 0;
-    MHD_add_connection(s->daemon, fd, addr, (socklen_t)addrlen); /* closes fd when it fails */
+    handoff_note *note = bad_after > 0 && addrlen <= sizeof note->peer ? calloc(1, sizeof *note) : NULL;
+    if (note) {
+        note->fd = fd;
+        memcpy(&note->peer, addr, addrlen);
+        note->peerlen = (socklen_t)addrlen;
+        note->at = qac_now();
+        note->bad_after = (unsigned)bad_after;
+        note->bad = *bad;
+        pthread_mutex_lock(&hs->mu);
+        for (handoff_note **p = &hs->notes; *p;) { /* never claimed (the library dropped the connection) */
+            handoff_note *n = *p;
+            if (note->at - n->at > 10.0) {
+                *p = n->next;
+                free(n);
+            } else {
+                p = &n->next;
+            }
+        }
+        note->next = hs->notes;
+        hs->notes = note;
+        pthread_mutex_unlock(&hs->mu);
+    }
+    if (MHD_add_connection(s->daemon, fd, addr, (socklen_t)addrlen) != MHD_YES && note) { /* fd closed */
+        pthread_mutex_lock(&hs->mu);
+        free(take_note(hs, fd, NULL));
+        pthread_mutex_unlock(&hs->mu);
+    }
     return 1;
 }
 
@@ -476,6 +545,11 @@ static void http_free(qac_server *s) {
     if (!hs) return;
     qac_gate_stop(hs->gate);
     hs->gate = NULL;
+    while (hs->notes) {
+        handoff_note *n = hs->notes;
+        hs->notes = n->next;
+        free(n);
+    }
     pthread_mutex_lock(&hs->stop_mu);
     hs->stop = 1;
     pthread_cond_broadcast(&hs->stop_cv);

@@ -88,6 +88,8 @@ typedef struct qac_head_verdict {
     const char *type;    /* the error family's type */
     const char *message; /* static */
     size_t head_len;     /* QAC_HEAD_OK: bytes of the head, its last CRLF included */
+    int chunked;         /* QAC_HEAD_OK: a chunked body follows */
+    unsigned long long content_length; /* QAC_HEAD_OK, not chunked: the body's bytes */
 } qac_head_verdict;
 
 /* What the framing rules read from a head; the values point into it. */
@@ -105,13 +107,21 @@ typedef struct qac_head_fields {
 qac_head_result qac_head_check(const char *buf, size_t len, size_t max_head, int max_fields, qac_head_verdict *v);
 /* Host, Content-Length and Transfer-Encoding rules alone (RFC 9112 3.2, 6). */
 qac_head_result qac_head_framing(const qac_head_fields *f, qac_head_verdict *v);
+/* The requests pipelined behind a valid head (first, its verdict) in the
+ * same bytes: 0 when none of those seen whole is invalid, else k, the k-th
+ * request after the first being invalid, with its answer in *bad. Stops at
+ * a chunked body (its end is not known here). */
+int qac_head_pipelined(const char *buf, size_t len, const qac_head_verdict *first, size_t max_head, int max_fields,
+                       qac_head_verdict *bad);
 const char *qac_head_reason(int status);
 
 typedef struct qac_gate qac_gate;
 /* Called with each connection whose first head is in and valid: takes the
  * socket (the head is still unread in it) and returns 1, or returns 0 to
- * have the gate answer 503. */
-typedef int (*qac_gate_handoff_fn)(void *user, int fd, const struct sockaddr *addr, unsigned addrlen);
+ * have the gate answer 503. bad_after > 0: the request after that many is
+ * known invalid (pipelined), *bad its answer. */
+typedef int (*qac_gate_handoff_fn)(void *user, int fd, const struct sockaddr *addr, unsigned addrlen, int bad_after,
+                                   const qac_head_verdict *bad);
 /* Listens on host:port and starts the gate's thread; *port_out: the bound port. */
 qac_status qac_gate_start(qac_gate **out, qac_server *s, qac_gate_handoff_fn handoff, void *user, int *port_out);
 /* Stops accepting and closes the connections still waiting for a head. */
@@ -123,8 +133,9 @@ long long qac_gate_consumed(int fd);
  * more: waits for the next head (idle_timeout_s for its first byte; the
  * reaper bounds the rest) and checks it, unread. 1: valid, left for the
  * library; 0: none came (closed, idle, or draining); -1: invalid, answered
- * in JSON and the socket shut down both ways. */
-int qac_gate_next_head(qac_server *s, int fd);
+ * in JSON and the socket shut down both ways. On 1, *bad_after > 0 says the
+ * request that many after this one is known invalid (pipelined). */
+int qac_gate_next_head(qac_server *s, int fd, int *bad_after, qac_head_verdict *bad);
 /* Sends a JSON error with Connection: close on a socket nobody else writes. */
 void qac_gate_send_error(qac_server *s, int fd, int status, const char *type, const char *message);
 

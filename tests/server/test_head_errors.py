@@ -240,6 +240,58 @@ for what, firsts, bad, want in (
           and closed, f"keep-alive, then {what}: want JSON {want}, got {oks} answers, then {out[:160]!r} "
           f"(closed {closed})")
 
+# ---- pipelined: behind good requests, a bad head is never parsed by the
+# library: the answer before it closes the connection (a client retries the
+# rest on a new connection, where it gets the JSON error) ----
+def statuses(out):
+    """[(status, content type)] of every response in out (each has a Content-Length)."""
+    res = []
+    while out:
+        st, ctype, body = parse(out)
+        head = out.partition(b"\r\n\r\n")[0]
+        n = [int(ln.split(b":")[1]) for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length:")]
+        res.append((st, ctype.split(";")[0]))
+        if not n:
+            break
+        out = body[n[0]:]
+    return res
+
+
+J = "application/json"
+nocolon = b"GET /health HTTP/1.1\r\n" + H + b"NoColon\r\n\r\n"
+for what, data, want in (
+        ("good, then no colon", get + nocolon, [(200, J)]),
+        ("good, then HTTP/2.0", get + b"GET /health HTTP/2.0\r\n" + H + b"\r\n", [(200, J)]),
+        ("POST, good, then obsolete folding", post + get + b"GET /health HTTP/1.1\r\n" + H + b"X: a\r\n b\r\n\r\n",
+         [(200, J), (200, J)])):
+    out, closed = exchange(port, data)
+    got = statuses(out)
+    if TABLE:
+        print(f"{'pipelined: ' + what:45} {' | '.join(f'{a} {b}' for a, b in got)}")
+    last_head = out[out.rfind(b"HTTP/1.1 2"):].partition(b"\r\n\r\n")[0].lower()
+    check(got == want and closed and b"connection: close" in last_head and b"<html" not in out,
+          f"pipelined {what}: want {want} then close, got {got} (closed {closed}): {out[-200:]!r}")
+# the same burst after a first request on the connection
+s = socket.create_connection(("127.0.0.1", port), timeout=5)
+s.sendall(get)
+first = read_response(s)
+s.sendall(get + nocolon)
+out, end = b"", time.time() + 5
+while time.time() < end:
+    try:
+        chunk = s.recv(65536)
+    except (socket.timeout, ConnectionResetError):
+        break
+    if not chunk:
+        break
+    out += chunk
+s.close()
+got = statuses(out)
+if TABLE:
+    print(f"{'keep-alive, then pipelined good + no colon':45} {' | '.join(f'{a} {b}' for a, b in got)}")
+check(first.startswith(b"HTTP/1.1 200") and got == [(200, J)] and b"<html" not in out,
+      f"keep-alive, then pipelined good + no colon: {got}: {out[-200:]!r}")
+
 rc = srv.stop()
 check(rc == 0, f"the server exits cleanly: {rc}")
 finish()

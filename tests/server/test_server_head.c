@@ -152,7 +152,40 @@ static void test_limits(void) {
     free(b);
 }
 
+static void test_pipelined(void) {
+    qac_head_verdict v, bad;
+    const char *good = "GET /a HTTP/1.1\r\nHost: x\r\n\r\n";
+    const char *post = "POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello";
+    const char *chunked = "POST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n";
+    const char *nocolon = "GET /d HTTP/1.1\r\nHost: x\r\nNoColon\r\n\r\n";
+    char buf[1024];
+    struct {
+        const char *parts[4];
+        int want;
+        int status;
+    } cases[] = {
+        {{good, NULL}, 0, 0},
+        {{good, good, good, NULL}, 0, 0},
+        {{good, nocolon, NULL}, 1, 400},
+        {{post, good, nocolon, NULL}, 2, 400},
+        {{good, "GET / HTTP/2.0\r\nHost: x\r\n\r\n", NULL}, 1, 505},
+        {{chunked, nocolon, NULL}, 0, 0},           /* past a chunked body: unknown */
+        {{good, "GET /e HTTP/1.1\r\nHo", NULL}, 0, 0}, /* unfinished: not known yet */
+        {{good, "GET /e HTTP/1.1\r\nHo\n", NULL}, 1, 400},
+        {{"POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\nshort", NULL}, 0, 0},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        buf[0] = '\0';
+        for (int i = 0; cases[c].parts[i]; i++) strcat(buf, cases[c].parts[i]);
+        CHECK(check(buf, &v) == QAC_HEAD_OK);
+        int k = qac_head_pipelined(buf, strlen(buf), &v, MAX_HEAD, QAC_HEAD_MAX_FIELDS, &bad);
+        CHECK_MSG(k == cases[c].want && (!k || bad.status == cases[c].status), "pipelined case %zu: %d (%d)", c, k,
+                  k ? bad.status : 0);
+    }
+}
+
 int main(void) {
+    test_pipelined();
     test_valid();
     test_invalid();
     test_early();
