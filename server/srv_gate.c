@@ -33,8 +33,8 @@
  * new connection, gets the gate's answer). Bytes the library reads that were never
  * peeked (pipelined later, or after a chunked body, whose length on the
  * wire is unknown) are left to it, with the framing checked again by the
- * request handler (qac_head_framing). A chunked body's own syntax is the
- * library's too; see the README. */
+ * request handler (qac_head_framing). So is the syntax of a chunked body
+ * beyond what came with its head; see the README. */
 #include <errno.h>
 #include <linux/tcp.h> /* struct tcp_info with tcpi_bytes_received (Linux 4.1) */
 #include <netdb.h>
@@ -200,6 +200,14 @@ static void skip_empty_lines(int fd, const char *peeked, size_t n) {
     if (lead && lead <= sizeof sink) (void)!recv(fd, sink, lead, MSG_DONTWAIT);
 }
 
+/* A chunked body that came with its head is checked too, as far as it
+ * came: the library would answer its syntax errors in HTML. */
+static int body_error(const char *buf, size_t n, const qac_head_verdict *v, const qac_server *s, qac_head_verdict *out) {
+    size_t body_len;
+    return v->chunked && qac_head_chunked(buf + v->head_len, n - v->head_len, (size_t)s->cfg.max_head_bytes,
+                                          QAC_HEAD_MAX_FIELDS, &body_len, out) == QAC_HEAD_ERROR;
+}
+
 static void examine(qac_gate *g, waiting *w, uint32_t events) {
     ssize_t n = recv(w->fd, g->buf, g->cap, MSG_PEEK | MSG_DONTWAIT);
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
@@ -215,6 +223,11 @@ static void examine(qac_gate *g, waiting *w, uint32_t events) {
     if (r == QAC_HEAD_ERROR) {
         answer(g, w, v.status, v.type, v.message);
     } else if (r == QAC_HEAD_OK) {
+        qac_head_verdict cv;
+        if (body_error(g->buf, (size_t)n, &v, g->s, &cv)) {
+            answer(g, w, cv.status, cv.type, cv.message);
+            return;
+        }
         if (atomic_load(&g->s->draining)) {
             answer(g, w, 503, "unavailable", "the server is shutting down");
             return;
@@ -500,6 +513,12 @@ int qac_gate_next_head(qac_server *s, int fd, int *bad_after, qac_head_verdict *
         }
         qac_head_verdict v;
         qac_head_result r = qac_head_check(buf, (size_t)n, max_head, QAC_HEAD_MAX_FIELDS, &v);
+        qac_head_verdict cv;
+        if (r == QAC_HEAD_OK && body_error(buf, (size_t)n, &v, s, &cv)) {
+            refuse(s, fd, &cv);
+            result = -1;
+            break;
+        }
         if (r == QAC_HEAD_OK) {
             *bad_after = qac_head_pipelined(buf, (size_t)n, &v, max_head, QAC_HEAD_MAX_FIELDS, bad);
             skip_empty_lines(fd, buf, (size_t)n);

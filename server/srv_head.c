@@ -179,13 +179,82 @@ qac_head_result qac_head_check(const char *buf, size_t len, size_t max_head, int
     return QAC_HEAD_OK;
 }
 
+static int is_hex(unsigned char c) { return (c >= '0' && c <= '9') || ((c | 0x20) >= 'a' && (c | 0x20) <= 'f'); }
+
+static int hex_value(unsigned char c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; }
+
+qac_head_result qac_head_chunked(const char *buf, size_t len, size_t max_head, int max_fields, size_t *body_len,
+                                 qac_head_verdict *v) {
+    const unsigned char *b = (const unsigned char *)buf;
+    size_t i = 0;
+    memset(v, 0, sizeof *v);
+    for (;;) {
+        /* chunk-size [ ";" chunk-ext ] CRLF; the library takes no whitespace before ";" */
+        size_t d0 = i;
+        unsigned long long size = 0;
+        while (i < len && is_hex(b[i])) {
+            if (size > (QAC_HEAD_MAX_LENGTH >> 4))
+                return fail(v, 413, "payload_too_large", "a chunk size past any body this server reads");
+            size = size * 16 + (unsigned)hex_value(b[i++]);
+        }
+        if (i == len) return QAC_HEAD_INCOMPLETE;
+        if (i == d0) return bad(v, "a malformed chunk size");
+        if (b[i] == ';')
+            while (i < len && is_value_byte(b[i])) i++;
+        if (i == len) return QAC_HEAD_INCOMPLETE;
+        if (b[i] == '\n') return bad(v, "a bare LF in a chunked body (lines end with CRLF)");
+        if (b[i] != '\r') return bad(v, "a malformed chunk size line");
+        if (++i == len) return QAC_HEAD_INCOMPLETE;
+        if (b[i++] != '\n') return bad(v, "a bare CR in a chunked body");
+        if (size == 0) break;
+        if (size >= len - i) return QAC_HEAD_INCOMPLETE; /* its data, or the CRLF after it, is still to come */
+        i += (size_t)size;
+        if (b[i] != '\r') return bad(v, "chunk data not followed by CRLF");
+        if (++i == len) return QAC_HEAD_INCOMPLETE;
+        if (b[i++] != '\n') return bad(v, "chunk data not followed by CRLF");
+    }
+    /* trailer-section CRLF: field lines as in a head */
+    size_t t0 = i;
+    for (int fields = 0;; fields++) {
+        if (i - t0 > max_head) return fail(v, 431, "invalid_request", "the trailer section is larger than the head limit");
+        if (i == len) return QAC_HEAD_INCOMPLETE;
+        if (b[i] == '\r') {
+            if (i + 1 == len) return QAC_HEAD_INCOMPLETE;
+            if (b[i + 1] != '\n') return bad(v, "a bare CR in a chunked body");
+            *body_len = i + 2;
+            return QAC_HEAD_OK;
+        }
+        if (fields == max_fields) return fail(v, 431, "invalid_request", "too many trailer lines");
+        size_t n0 = i;
+        while (i < len && is_tchar(b[i])) i++;
+        if (i == len) return QAC_HEAD_INCOMPLETE;
+        if (b[i] != ':' || i == n0) return bad(v, "a malformed trailer line");
+        while (++i < len && is_value_byte(b[i])) {}
+        if (i == len) return QAC_HEAD_INCOMPLETE;
+        if (b[i] != '\r') return bad(v, "a malformed trailer line");
+        if (++i == len) return QAC_HEAD_INCOMPLETE;
+        if (b[i++] != '\n') return bad(v, "a bare CR in a chunked body");
+    }
+}
+
 int qac_head_pipelined(const char *buf, size_t len, const qac_head_verdict *first, size_t max_head, int max_fields,
                        qac_head_verdict *bad) {
     qac_head_verdict cur = *first;
     size_t pos = 0;
     for (int k = 1;; k++) {
-        if (cur.chunked || cur.content_length >= len - pos - cur.head_len) return 0;
-        pos += cur.head_len + (size_t)cur.content_length;
+        size_t body = (size_t)cur.content_length;
+        if (cur.chunked) {
+            qac_head_verdict cv;
+            qac_head_result r = qac_head_chunked(buf + pos + cur.head_len, len - pos - cur.head_len, max_head,
+                                                 max_fields, &body, &cv);
+            if (r == QAC_HEAD_ERROR && k > 1) { /* this request's body: close before it */
+                *bad = cv;
+                return k - 1;
+            }
+            if (r != QAC_HEAD_OK) return 0; /* the first's own body is the caller's to check */
+        }
+        if (cur.content_length >= len - pos - cur.head_len || body >= len - pos - cur.head_len) return 0;
+        pos += cur.head_len + body;
         qac_head_result r = qac_head_check(buf + pos, len - pos, max_head, max_fields, &cur);
         if (r == QAC_HEAD_ERROR) {
             *bad = cur;

@@ -107,10 +107,16 @@ typedef struct qac_head_fields {
 qac_head_result qac_head_check(const char *buf, size_t len, size_t max_head, int max_fields, qac_head_verdict *v);
 /* Host, Content-Length and Transfer-Encoding rules alone (RFC 9112 3.2, 6). */
 qac_head_result qac_head_framing(const qac_head_fields *f, qac_head_verdict *v);
+/* A chunked body (RFC 9112 7.1, as strict as the library), from its first
+ * byte: OK with its length on the wire once its last chunk and trailers
+ * are in, INCOMPLETE while it may still be valid, ERROR with the answer. */
+qac_head_result qac_head_chunked(const char *buf, size_t len, size_t max_head, int max_fields, size_t *body_len,
+                                 qac_head_verdict *v);
 /* The requests pipelined behind a valid head (first, its verdict) in the
- * same bytes: 0 when none of those seen whole is invalid, else k, the k-th
- * request after the first being invalid, with its answer in *bad. Stops at
- * a chunked body (its end is not known here). */
+ * same bytes: 0 when none of those seen whole is invalid (head, or chunked
+ * body), else k: the request after the k-th (the first is the 1st) is
+ * invalid, with its answer in *bad. The first's own chunked body is the
+ * caller's to check (qac_head_chunked). */
 int qac_head_pipelined(const char *buf, size_t len, const qac_head_verdict *first, size_t max_head, int max_fields,
                        qac_head_verdict *bad);
 const char *qac_head_reason(int status);

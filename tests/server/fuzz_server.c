@@ -57,6 +57,14 @@ static void check_head(const uint8_t *data, size_t size) {
     } else if (size > max_head) {
         abort(); /* past the limit there is always a verdict */
     }
+    /* and as a chunked body: a complete one is complete on its own */
+    size_t body = 0;
+    if (qac_head_chunked((const char *)data, size, max_head, 8, &body, &v) == QAC_HEAD_OK) {
+        size_t again = 0;
+        if (body > size || qac_head_chunked((const char *)data, body, max_head, 8, &again, &v) != QAC_HEAD_OK ||
+            again != body)
+            abort();
+    }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

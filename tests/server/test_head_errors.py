@@ -62,6 +62,8 @@ def parse(out):
 
 H = b"Host: x\r\n"
 big_target = b"/health?x=" + b"a" * (200 * 1024)
+# A chunked body sent with its head (one write) is checked with it.
+chunked_head = b"POST /tokenize HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked\r\n\r\n"
 big_headers = b"".join(b"X-Pad-%d: %s\r\n" % (i, b"b" * 1000) for i in range(200))
 probes = [
     # (what, bytes, expected status, expected error type)
@@ -107,6 +109,12 @@ probes = [
     ("200 KB of headers", b"GET /health HTTP/1.1\r\n" + H + big_headers + b"\r\n", 431, "invalid_request"),
     ("200 headers of 10 bytes", b"GET /health HTTP/1.1\r\n" + H +
      b"".join(b"X-%d: y\r\n" % i for i in range(200)) + b"\r\n", 431, "invalid_request"),
+    ("chunked: a malformed chunk size", chunked_head + b"zz\r\nab\r\n0\r\n\r\n", 400, "invalid_request"),
+    ("chunked: a chunk size past 64 bits", chunked_head + b"f" * 21 + b"\r\n", 413, "payload_too_large"),
+    ("chunked: whitespace before an extension", chunked_head + b"2 ;x\r\n{}\r\n0\r\n\r\n", 400, "invalid_request"),
+    ("chunked: a bare LF after the size", chunked_head + b"2\n{}\r\n0\r\n\r\n", 400, "invalid_request"),
+    ("chunked: data not followed by CRLF", chunked_head + b"2\r\n{}xx0\r\n\r\n", 400, "invalid_request"),
+    ("chunked: a trailer line without a colon", chunked_head + b"0\r\nBad Trailer\r\n\r\n", 400, "invalid_request"),
     ("a head that never ends within the limit", b"GET /health HTTP/1.1\r\n" + H + b"X-A: " +
      b"z" * (2 * MAX_HEAD), 431, "invalid_request"),
 ]
@@ -149,6 +157,9 @@ body = b'{"texts":["a"]}'
 out, _ = exchange(port, b"POST /tokenize HTTP/1.1\r\n" + H + b"Transfer-Encoding: Chunked\r\nConnection: close\r\n\r\n"
                   + b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body))
 check(out.startswith(b"HTTP/1.1 200"), f"a chunked body: {out[:40]!r}")
+out, _ = exchange(port, b"POST /tokenize HTTP/1.1\r\n" + H + b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+                  + b"%x;name=value\r\n%s\r\n0\r\nX-Trailer: t\r\n\r\n" % (len(body), body))
+check(out.startswith(b"HTTP/1.1 200"), f"a chunked body with an extension and a trailer: {out[:40]!r}")
 # keep-alive: three requests on one connection, each sent after the answer
 s = socket.create_connection(("127.0.0.1", port), timeout=5)
 answers = 0
@@ -263,7 +274,10 @@ for what, data, want in (
         ("good, then no colon", get + nocolon, [(200, J)]),
         ("good, then HTTP/2.0", get + b"GET /health HTTP/2.0\r\n" + H + b"\r\n", [(200, J)]),
         ("POST, good, then obsolete folding", post + get + b"GET /health HTTP/1.1\r\n" + H + b"X: a\r\n b\r\n\r\n",
-         [(200, J), (200, J)])):
+         [(200, J), (200, J)]),
+        ("chunked POST, then no colon", chunked_head + b"%x\r\n%s\r\n0\r\n\r\n" % (len(tok), tok) + nocolon,
+         [(200, J)]),
+        ("good, then a malformed chunked body", get + chunked_head + b"zz\r\n", [(200, J)])):
     out, closed = exchange(port, data)
     got = statuses(out)
     if TABLE:

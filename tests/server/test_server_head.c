@@ -169,7 +169,9 @@ static void test_pipelined(void) {
         {{good, nocolon, NULL}, 1, 400},
         {{post, good, nocolon, NULL}, 2, 400},
         {{good, "GET / HTTP/2.0\r\nHost: x\r\n\r\n", NULL}, 1, 505},
-        {{chunked, nocolon, NULL}, 0, 0},           /* past a chunked body: unknown */
+        {{chunked, nocolon, NULL}, 1, 400},         /* past a whole chunked body */
+        {{good, "POST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", NULL}, 1, 400},
+        {{chunked, "POST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab", NULL}, 0, 0},
         {{good, "GET /e HTTP/1.1\r\nHo", NULL}, 0, 0}, /* unfinished: not known yet */
         {{good, "GET /e HTTP/1.1\r\nHo\n", NULL}, 1, 400},
         {{"POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\nshort", NULL}, 0, 0},
@@ -184,7 +186,37 @@ static void test_pipelined(void) {
     }
 }
 
+static void test_chunked(void) {
+    const char *ok[] = {"0\r\n\r\n", "5\r\nhello\r\n0\r\n\r\n", "5;a=b;c\r\nhello\r\nA\r\n0123456789\r\n000\r\n\r\n",
+                        "0\r\nX-T: v\r\nY:\r\n\r\n", "00000000000000000000001\r\nx\r\n0\r\n\r\n"};
+    for (size_t c = 0; c < sizeof ok / sizeof ok[0]; c++) {
+        size_t n = strlen(ok[c]), body = 0;
+        qac_head_verdict v;
+        CHECK_MSG(qac_head_chunked(ok[c], n, MAX_HEAD, QAC_HEAD_MAX_FIELDS, &body, &v) == QAC_HEAD_OK && body == n,
+                  "valid chunked body %zu: %s", c, v.message ? v.message : "");
+        for (size_t k = 0; k < n; k++)
+            if (qac_head_chunked(ok[c], k, MAX_HEAD, QAC_HEAD_MAX_FIELDS, &body, &v) != QAC_HEAD_INCOMPLETE) {
+                CHECK_MSG(0, "chunked body %zu, prefix %zu: not incomplete", c, k);
+                break;
+            }
+    }
+    struct {
+        const char *body;
+        int status;
+    } bad[] = {{"zz\r\n", 400},          {"\r\n", 400},          {";x\r\n", 400},         {"5 ;x\r\n", 400},
+               {"5\nhello\r\n", 400},    {"5\rx", 400},           {"2\r\nabX", 400},       {"2\r\nab\n0\r\n\r\n", 400},
+               {"0\r\nNo colon\r\n\r\n", 400}, {"0\r\n folded: x\r\n\r\n", 400}, {"0\r\n\n", 400},
+               {"fffffffffffffffffffff\r\n", 413}, {"0\r\nX: a\x01\r\n\r\n", 400}};
+    for (size_t c = 0; c < sizeof bad / sizeof bad[0]; c++) {
+        size_t body;
+        qac_head_verdict v;
+        qac_head_result r = qac_head_chunked(bad[c].body, strlen(bad[c].body), MAX_HEAD, QAC_HEAD_MAX_FIELDS, &body, &v);
+        CHECK_MSG(r == QAC_HEAD_ERROR && v.status == bad[c].status, "bad chunked body %zu: %d %d", c, r, v.status);
+    }
+}
+
 int main(void) {
+    test_chunked();
     test_pipelined();
     test_valid();
     test_invalid();
