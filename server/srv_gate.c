@@ -237,7 +237,10 @@ static void examine(qac_gate *g, waiting *w, uint32_t events) {
                                            QAC_HEAD_MAX_FIELDS, &bad);
         epoll_ctl(g->epfd, EPOLL_CTL_DEL, w->fd, NULL);
         skip_empty_lines(w->fd, g->buf, (size_t)n);
-        if (g->handoff(g->user, w->fd, (const struct sockaddr *)&w->addr, w->addrlen, bad_after, &bad)) {
+        const char *path = g->buf + v.target_off;
+        size_t plen = 0;
+        while (plen < v.target_len && path[plen] != '?' && path[plen] != '#') plen++;
+        if (g->handoff(g->user, w->fd, (const struct sockaddr *)&w->addr, w->addrlen, path, plen, bad_after, &bad)) {
             retire(g, &g->heads, w, 0); /* the socket is the library's now */
             return;
         }

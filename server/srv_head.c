@@ -115,6 +115,7 @@ qac_head_result qac_head_check(const char *buf, size_t len, size_t max_head, int
     while (i < len && b[i] > 0x20 && b[i] < 0x7f) i++;
     if (i == len) return unfinished(v, i, max_head, 1);
     if (i == t0 || b[i] != ' ') return bad(v, "a malformed request line (target)");
+    size_t target_len = i - t0;
     size_t v0 = ++i;
     while (i < len && b[i] != '\r' && b[i] != '\n' && i - v0 <= 8) i++;
     if (i == len) return unfinished(v, i, max_head, 1);
@@ -175,6 +176,8 @@ qac_head_result qac_head_check(const char *buf, size_t len, size_t max_head, int
     }
     if (i > max_head) return fail(v, 431, "invalid_request", "the request head is larger than the head limit");
     v->head_len = i;
+    v->target_off = t0;
+    v->target_len = target_len;
     if (qac_head_framing(&f, v) != QAC_HEAD_OK) return QAC_HEAD_ERROR;
     return QAC_HEAD_OK;
 }

@@ -28,6 +28,7 @@
 #include "qac_util.h"
 
 #define DISCARD_CAP (64u << 20) /* past this, a rejected body closes the connection */
+#define RESERVED_CONNECTIONS 32 /* past max_connections, for /health and /metrics only */
 
 typedef enum conn_phase { PHASE_HEAD = 0, PHASE_BODY, PHASE_HANDLING, PHASE_IDLE } conn_phase;
 
@@ -503,13 +504,16 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
 }
 
 /* A connection whose first head the gate found valid. Past the
- * connection cap the gate answers 503 itself (0 returned). */
-static int handoff(void *user, int fd, const struct sockaddr *addr, unsigned addrlen, int bad_after,
-                   const qac_head_verdict *bad) {
+ * connection cap the gate answers 503 itself (0 returned), except to
+ * /health and /metrics, which have a reserve of their own. */
+static int handoff(void *user, int fd, const struct sockaddr *addr, unsigned addrlen, const char *path,
+                   size_t path_len, int bad_after, const qac_head_verdict *bad) {
     qac_server *s = user;
     http_state *hs = hs_of(s);
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
-    if (di && di->num_connections >= (unsigned)s->cfg.max_connections) return 0;
+    unsigned cap = (unsigned)s->cfg.max_connections;
+    if (is_reserved(qac_server_route(path, path_len, NULL))) cap += RESERVED_CONNECTIONS;
+    if (di && di->num_connections >= cap) return 0;
     handoff_note *note = bad_after > 0 && addrlen <= sizeof note->peer ? calloc(1, sizeof *note) : NULL;
     if (note) {
         note->fd = fd;
@@ -597,7 +601,8 @@ qac_status qac_server_listen(qac_server *s) {
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_POLL |
                      MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET;
     struct MHD_Daemon *d = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_request, s, MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections,
+        flags, 0, NULL, NULL, on_request, s, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)s->cfg.max_connections + RESERVED_CONNECTIONS,
         /* idle keep-alive connections are closed by qac_gate_next_head, or
          * by the reaper; the library's own timer must not fire in between */
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(s->cfg.idle_timeout_s + s->cfg.header_timeout_ms / 1000 + 2),

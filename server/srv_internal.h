@@ -88,6 +88,7 @@ typedef struct qac_head_verdict {
     const char *type;    /* the error family's type */
     const char *message; /* static */
     size_t head_len;     /* QAC_HEAD_OK: bytes of the head, its last CRLF included */
+    size_t target_off, target_len; /* QAC_HEAD_OK: the request target, in the bytes checked */
     int chunked;         /* QAC_HEAD_OK: a chunked body follows */
     unsigned long long content_length; /* QAC_HEAD_OK, not chunked: the body's bytes */
 } qac_head_verdict;
@@ -122,12 +123,12 @@ int qac_head_pipelined(const char *buf, size_t len, const qac_head_verdict *firs
 const char *qac_head_reason(int status);
 
 typedef struct qac_gate qac_gate;
-/* Called with each connection whose first head is in and valid: takes the
- * socket (the head is still unread in it) and returns 1, or returns 0 to
- * have the gate answer 503. bad_after > 0: the request after that many is
+/* Called with each connection whose first head is in and valid (path: its
+ * target up to "?" or "#"): takes the socket (the head is still unread in
+ * it) and returns 1, or returns 0 to have the gate answer 503. bad_after > 0: the request after that many is
  * known invalid (pipelined), *bad its answer. */
-typedef int (*qac_gate_handoff_fn)(void *user, int fd, const struct sockaddr *addr, unsigned addrlen, int bad_after,
-                                   const qac_head_verdict *bad);
+typedef int (*qac_gate_handoff_fn)(void *user, int fd, const struct sockaddr *addr, unsigned addrlen,
+                                   const char *path, size_t path_len, int bad_after, const qac_head_verdict *bad);
 /* Listens on host:port and starts the gate's thread; *port_out: the bound port. */
 qac_status qac_gate_start(qac_gate **out, qac_server *s, qac_gate_handoff_fn handoff, void *user, int *port_out);
 /* Stops accepting and closes the connections still waiting for a head. */

@@ -308,4 +308,29 @@ check(first.startswith(b"HTTP/1.1 200") and got == [(200, J)] and b"<html" not i
 
 rc = srv.stop()
 check(rc == 0, f"the server exits cleanly: {rc}")
+
+# ---- connections at --max-connections: 503 in JSON, but /health still answers ----
+small = Server("--max-connections", "16", "--min-body-rate", "0", "--body-timeout-ms", "20000")
+sport = int(small.base.rsplit(":", 1)[1])
+held = []
+for i in range(16):  # heads in, bodies pending: each holds a connection of the library
+    c = socket.create_connection(("127.0.0.1", sport), timeout=5)
+    c.sendall(b"POST /tokenize HTTP/1.1\r\n" + H + b"Content-Length: 100\r\n\r\n{")
+    held.append(c)
+time.sleep(0.5)
+out, closed = exchange(sport, b"POST /tokenize HTTP/1.1\r\n" + H + b"Content-Length: 2\r\n\r\n{}")
+st, ctype, body = parse(out)
+if TABLE:
+    print(f"{'at --max-connections: POST /tokenize':45} {st:6}  {ctype or '-'}")
+check(st == 503 and ctype.startswith("application/json") and b'"unavailable"' in body and closed,
+      f"at --max-connections, a request gets JSON 503: {out[:200]!r}")
+for path in (b"/health", b"/metrics"):
+    out, _ = exchange(sport, b"GET " + path + b" HTTP/1.1\r\n" + H + b"Connection: close\r\n\r\n")
+    if TABLE:
+        print(f"{'at --max-connections: GET ' + path.decode():45} {parse(out)[0]:6}  {parse(out)[1] or '-'}")
+    check(out.startswith(b"HTTP/1.1 200"), f"at --max-connections, {path.decode()} still answers: {out[:80]!r}")
+for c in held:
+    c.close()
+rc = small.stop()
+check(rc == 0, f"the small server exits cleanly: {rc}")
 finish()
