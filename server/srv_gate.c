@@ -50,6 +50,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "srv_internal.h"
@@ -122,15 +123,21 @@ static void retire(qac_gate *g, wlist *l, waiting *w, int own_fd) {
     g->dead = w;
 }
 
-void qac_gate_send_error(qac_server *s, int fd, int status, const char *type, const char *message) {
+/* A JSON error with Connection: close, on a socket nobody else writes. */
+static void send_error(qac_server *s, int fd, int status, const char *type, const char *message) {
     qac_http_response r;
     memset(&r, 0, sizeof r);
     qac_server_error(&r, status, type, "%s", message);
-    char head[256];
+    char date[64] = "";
+    time_t now = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&now, &tm)) strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", &tm);
+    char head[320];
     int hl = snprintf(head, sizeof head,
-                      "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n%s"
+                      "HTTP/1.1 %d %s\r\nDate: %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n%s"
                       "Connection: close\r\n\r\n",
-                      r.status, qac_head_reason(r.status), r.body_len, r.status == 503 ? "Retry-After: 1\r\n" : "");
+                      r.status, qac_head_reason(r.status), date, r.body_len,
+                      r.status == 503 ? "Retry-After: 1\r\n" : "");
     struct iovec iov[2] = {{head, (size_t)hl}, {r.body, r.body_len}};
     struct msghdr msg;
     memset(&msg, 0, sizeof msg);
@@ -182,7 +189,7 @@ static void linger_read(qac_gate *g, waiting *w) {
 }
 
 static void answer(qac_gate *g, waiting *w, int status, const char *type, const char *message) {
-    qac_gate_send_error(g->s, w->fd, status, type, message);
+    send_error(g->s, w->fd, status, type, message);
     shutdown(w->fd, SHUT_WR);
     wl_remove(&g->heads, w);
     w->lingering = 1;
@@ -481,7 +488,7 @@ static void linger_blocking(int fd) {
 /* Answers a head found invalid on a connection the library serves (from
  * its thread, between requests), so that the library never parses it. */
 static void refuse(qac_server *s, int fd, const qac_head_verdict *v) {
-    qac_gate_send_error(s, fd, v->status, v->type, v->message);
+    send_error(s, fd, v->status, v->type, v->message);
     shutdown(fd, SHUT_WR);
     linger_blocking(fd);
     shutdown(fd, SHUT_RD); /* the library reads end of file and closes */

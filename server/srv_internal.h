@@ -143,8 +143,6 @@ long long qac_gate_consumed(int fd);
  * in JSON and the socket shut down both ways. On 1, *bad_after > 0 says the
  * request that many after this one is known invalid (pipelined). */
 int qac_gate_next_head(qac_server *s, int fd, int *bad_after, qac_head_verdict *bad);
-/* Sends a JSON error with Connection: close on a socket nobody else writes. */
-void qac_gate_send_error(qac_server *s, int fd, int status, const char *type, const char *message);
 
 /* ---- the page ---- */
 extern const char qac_server_page_html[];

@@ -135,6 +135,7 @@ for what, data, want, etype in probes:
         err = json.loads(body)["error"]
     except (ValueError, KeyError, TypeError):
         err = None
+    check(b"\r\ndate: " in out.partition(b"\r\n\r\n")[0].lower(), f"{what}: the answer has a Date header")
     check(st == want and ctype.startswith("application/json") and isinstance(err, dict) and
           err.get("code") == want and err.get("type") == etype and isinstance(err.get("message"), str),
           f"{what}: want JSON {want} {etype}, got {st} {ctype!r}: {out[:200]!r}")
