@@ -1,5 +1,7 @@
 /* libmicrohttpd glue: the per-request state machine (head, body chunks,
  * final call), the limits, the connection deadlines and the drain.
+ * Connections come from the gate (srv_gate.c) with a checked first head;
+ * between requests on a kept-alive one, the next head is checked here too.
  *
  * One thread per connection, so a handler may block on the batcher without
  * stalling other clients. Everything that can be decided from the head

@@ -330,7 +330,25 @@ for path in (b"/health", b"/metrics"):
     if TABLE:
         print(f"{'at --max-connections: GET ' + path.decode():45} {parse(out)[0]:6}  {parse(out)[1] or '-'}")
     check(out.startswith(b"HTTP/1.1 200"), f"at --max-connections, {path.decode()} still answers: {out[:80]!r}")
-for c in held:
+# --max-connections heads still arriving wait at the gate; one more
+# connection makes the oldest of them go, and is served.
+slow = []
+for i in range(16):
+    c = socket.create_connection(("127.0.0.1", sport), timeout=5)
+    c.sendall(b"GET /health HTTP/1.1\r\nX-Slow: ")
+    slow.append(c)
+time.sleep(0.3)
+out, _ = exchange(sport, b"GET /health HTTP/1.1\r\n" + H + b"Connection: close\r\n\r\n")
+check(out.startswith(b"HTTP/1.1 200"), f"with --max-connections heads waiting, one more is served: {out[:60]!r}")
+slow[0].settimeout(2)
+try:
+    evicted = slow[0].recv(1) == b""
+except ConnectionResetError:
+    evicted = True
+except socket.timeout:
+    evicted = False
+check(evicted, "the oldest waiting head made room")
+for c in held + slow:
     c.close()
 rc = small.stop()
 check(rc == 0, f"the small server exits cleanly: {rc}")
