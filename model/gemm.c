@@ -7,6 +7,7 @@
  * is a sequential FMA chain over k, so every kernel gives the same bits;
  * the tile shape only changes how many chains run side by side. */
 #include "gemm.h"
+#include "qac_bf16.h"
 #include "qac_cpu.h"
 
 #include <math.h>
@@ -141,22 +142,7 @@ AVX2 static void tile_avx2(float *out, int ldo, const float *a, int lda, int IC,
 
 /* ---- bf16 mode (see gemm.h) ---- */
 
-uint16_t qac_bf16_round(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* NaN stays a quiet NaN */
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-/* vdpbf16ps treats subnormal inputs as zero and flushes subnormal results */
-static inline float bf16_in(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    if ((h & 0x7f80u) == 0) u &= 0x80000000u;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-static inline float ftz(float x) { return fabsf(x) < 0x1p-126f ? copysignf(0.0f, x) : x; }
+uint16_t qac_bf16_round(float x) { return qac_bf16_from_float(x); }
 
 qac_status qac_gemm_pack_bf16(qac_packed_w *pw, const float *w, int OC, int IC) {
     memset(pw, 0, sizeof *pw);
@@ -193,11 +179,11 @@ static void rows_bf16_portable(float *out, int ldo, const uint16_t *a, int lda, 
             for (int k2 = 0; k2 < IC2; k2++)
                 for (int r = 0; r < rn; r++) {
                     const uint16_t *ar = a + (size_t)(r0 + r) * lda + 2 * (size_t)k2;
-                    float a0 = bf16_in(ar[0]), a1 = bf16_in(ar[1]);
+                    float a0 = qac_bf16_in(ar[0]), a1 = qac_bf16_in(ar[1]);
                     for (int c = 0; c < NP; c++) {
                         const uint16_t *bc = panel + ((size_t)k2 * NP + c) * 2;
-                        acc[r][c] = ftz(fmaf(a1, bf16_in(bc[1]), acc[r][c]));
-                        acc[r][c] = ftz(fmaf(a0, bf16_in(bc[0]), acc[r][c]));
+                        acc[r][c] = qac_bf16_step(a1, qac_bf16_in(bc[1]), acc[r][c]);
+                        acc[r][c] = qac_bf16_step(a0, qac_bf16_in(bc[0]), acc[r][c]);
                     }
                 }
             epilogue(out + (size_t)r0 * ldo, ldo, (const float(*)[NP])acc, rn, o0, ncols, 1.0f, bias,
