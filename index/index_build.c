@@ -581,6 +581,10 @@ qac_status qac_index_build(const char *out_dir, qac_encoder *enc, const char *co
         qac_reader_free(r);
         return qac_set_error(QAC_ERR_NOMEM, "manifest: out of memory");
     }
+    /* bf16 encoder weights give other vectors: part of the identity (absent
+     * for fp32, so that earlier indexes still resume) */
+    if (qac_encoder_cpu_precision(enc) == QAC_PREC_BF16)
+        json_object_set_new(json_object_get(identity, "model"), "encoder_dtype", json_string("bf16"));
     builder b;
     pending pc = {0};
     if ((st = builder_begin(&b, out_dir, o, identity, dim))) goto done;
