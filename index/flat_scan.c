@@ -255,8 +255,14 @@ SCORE_AVX2(score_avx2_f16, uint16_t, LOAD_F16, tail_f16)
  * does. The eight lane sums go to a buffer; the final sums run after MXCSR
  * is restored, in a separate function so that no sum can be moved across. */
 #define MXCSR_DAZ_FTZ 0x8040u
+#ifdef __clang__
+#define NOT_INLINED __attribute__((noinline))
+#else
+#define NOT_INLINED __attribute__((noinline, noipa))
+#endif
 
-/* QN queries x RN rows into lanes[(a * m + b) * 8 + l] (relative to o0) */
+/* QN queries x RN rows from row r: lane l of query a, row r + b, goes to
+ * lanes[(a * m + r + b) * 8 + l] */
 #define TILEB(QN, RN)                                                                                    \
     do {                                                                                                 \
         __m256 acc[QN][RN];                                                                              \
@@ -291,7 +297,7 @@ SCORE_AVX2(score_avx2_f16, uint16_t, LOAD_F16, tail_f16)
     } while (0)
 
 /* qn (1..4) queries against m rows, lane sums only; runs under DAZ/FTZ */
-AVX2 __attribute__((noinline, noipa)) static void lanes_avx2_bf16(const uint16_t *x, int m, int dim,
+AVX2 NOT_INLINED static void lanes_avx2_bf16(const uint16_t *x, int m, int dim,
                                                                    const float *qs, int qn, float *lanes) {
     const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
     int dpad = bf16_dpad(dim), r = 0;
