@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "qac_cpu.h"
 #include "qac_finetune.h"
 
 static const qac_opt ft_opts[] = {
@@ -45,6 +46,7 @@ static const qac_opt ft_opts[] = {
     {"title-join", QAC_OPT_ENUM, "sep", 0, -1, "sep|space", NULL, "passage text: 'title [SEP] text' or 'title text'", 0},
     {"dump-batches", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "write every step's query and passage texts as jsonl", 0},
     {"dry-run", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL, "sample (and --dump-batches) without training", 0},
+    QAC_CPU_ISA_OPT,
 };
 #define N_FT_OPTS (int)(sizeof ft_opts / sizeof ft_opts[0])
 
