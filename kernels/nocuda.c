@@ -2,6 +2,7 @@
  * usable, and asking for one is a clear error. */
 #include "encoder_backend.h"
 #include "qac_cuda_kernels.h"
+#include "qac_cuda_train_kernels.h"
 #include "qac_gpu_flat.h"
 
 #define NO_CUDA "qac was built without CUDA (install the CUDA toolkit and rebuild)"
@@ -51,5 +52,56 @@ qac_status qac_cuda_pooling(float *out, const float *hidden, const int *lens, in
 }
 qac_status qac_cuda_matmul(float *out, const float *inp, const float *w, int N, int IC, int OC,
                            qac_precision prec) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+
+qac_status qac_cuda_embeddings_backward(float *dword, float *dpos, float *dtype, const float *dout,
+                                        const int32_t *ids, const int32_t *type_ids, int B, int T, int C, int V,
+                                        int P, int Tt) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                                      const float *b, int N, int C, float eps) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                                       const float *mean, const float *rstd, const float *w, int N, int C) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_gelu_backward(float *dinp, const float *dout, const float *pre, size_t n, qac_precision prec) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_bias_gelu_train(float *pre, float *act, const float *inp, const float *bias, int N, int I,
+                                    qac_precision prec) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_matmul_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                                    const float *w, int N, int IC, int OC, qac_precision prec) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_dropout(float *out, const float *inp, const float *resid, float p, uint64_t key, int layer,
+                            int site, int B, int T, int C) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_attention_train(float *out, float *att, const float *qkv, const int *lens, float p_attn,
+                                    uint64_t key, int layer, int B, int T, int C, int NH, qac_precision prec) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_attention_backward(float *dqkv, const float *datty, const float *qkv, const int *lens,
+                                       float p_attn, uint64_t key, int layer, int B, int T, int C, int NH,
+                                       qac_precision prec) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_pooling_backward(float *dhidden, const float *dout, const float *hidden, const int *lens, int B,
+                                     int T, int C, qac_pooling pooling, int normalize) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_infonce(double *loss, float *dq, float *dp, const float *q, const float *p, int nq, int n,
+                            int C, float tau, qac_similarity sim) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_clip_adamw(float *p, float *p_bf16, const float *g, float *m, float *v, size_t n,
+                               size_t n_decay, long t, double lr, double beta1, double beta2, double eps, double wd,
+                               double max_norm, double *norm) {
     return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
 }
