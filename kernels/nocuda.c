@@ -2,6 +2,7 @@
  * usable, and asking for one is a clear error. */
 #include "encoder_backend.h"
 #include "qac_cuda_kernels.h"
+#include "qac_cuda_train.h"
 #include "qac_cuda_train_kernels.h"
 #include "qac_gpu_flat.h"
 
@@ -103,5 +104,26 @@ qac_status qac_cuda_infonce(double *loss, float *dq, float *dp, const float *q, 
 qac_status qac_cuda_clip_adamw(float *p, float *p_bf16, const float *g, float *m, float *v, size_t n,
                                size_t n_decay, long t, double lr, double beta1, double beta2, double eps, double wd,
                                double max_norm, double *norm) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+
+qac_status qac_cuda_trainer_create(qac_cuda_trainer **out, const qac_model *m, const qac_train_opts *o,
+                                   float hidden_dropout, float attn_dropout, const int *decays, int n_trained) {
+    *out = NULL;
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+void qac_cuda_trainer_free(qac_cuda_trainer *g) {}
+qac_status qac_cuda_trainer_grads(qac_cuda_trainer *g, const qac_train_batch *b, uint64_t drop_key, double *loss) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_trainer_update(qac_cuda_trainer *g, long t, double lr, double *grad_norm) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_trainer_download(qac_cuda_trainer *g, float *params, float *grads, float *adam_m,
+                                     float *adam_v) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_trainer_upload(qac_cuda_trainer *g, const float *params, const float *adam_m,
+                                   const float *adam_v) {
     return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
 }
