@@ -364,41 +364,20 @@ extern "C" qac_status qac_cuda_infonce(double *loss, float *dq, float *dp, const
     dev_scratch s = {{0}, 0};
     cublasHandle_t h = NULL;
     const int np = nq * n;
-    float *d_q, *d_p, *qn, *pn, *S, *dqn, *dpn;
-    double *rowloss, *d_loss;
+    float *d_q, *d_p, *d_dq, *d_dp;
+    double *d_loss;
+    void *work;
     TRY(make_blas(&h, QAC_PREC_FP32));
     TRY(up_f(&s, &d_q, q, (size_t)nq * C));
     TRY(up_f(&s, &d_p, p, (size_t)np * C));
-    TRY(dalloc(&s, (void **)&S, (size_t)nq * np * sizeof(float)));
-    TRY(dalloc(&s, (void **)&dqn, (size_t)nq * C * sizeof(float)));
-    TRY(dalloc(&s, (void **)&dpn, (size_t)np * C * sizeof(float)));
-    TRY(dalloc(&s, (void **)&rowloss, (size_t)nq * sizeof(double)));
+    TRY(dalloc(&s, (void **)&d_dq, (size_t)nq * C * sizeof(float)));
+    TRY(dalloc(&s, (void **)&d_dp, (size_t)np * C * sizeof(float)));
     TRY(dalloc(&s, (void **)&d_loss, sizeof(double)));
-    qn = d_q, pn = d_p;
-    if (sim == QAC_SIM_COS) {
-        TRY(dalloc(&s, (void **)&qn, (size_t)nq * C * sizeof(float)));
-        TRY(dalloc(&s, (void **)&pn, (size_t)np * C * sizeof(float)));
-        TRY_CU(qac_kt_l2norm_rows(qn, d_q, nq, C, 0));
-        TRY_CU(qac_kt_l2norm_rows(pn, d_p, np, C, 0));
-    }
-    TRY(qac_cublas_check(qac_kt_gemm(h, 0, 1, nq, np, C, 1.0f / tau, qn, C, 0, pn, C, 0, 0.0f, S, np, 0, 1,
-                                     QAC_PREC_FP32, QAC_PREC_FP32),
-                         "scores"));
-    TRY_CU(qac_kt_ce_rows(S, rowloss, nq, np, n, 1.0f / nq, 0));
-    TRY_CU(qac_kt_mean_loss(d_loss, rowloss, nq, 0));
-    TRY(qac_cublas_check(qac_kt_gemm(h, 0, 0, nq, C, np, 1.0f / tau, S, np, 0, pn, C, 0, 0.0f, dqn, C, 0, 1,
-                                     QAC_PREC_FP32, QAC_PREC_FP32),
-                         "dq"));
-    TRY(qac_cublas_check(qac_kt_gemm(h, 1, 0, np, C, nq, 1.0f / tau, S, np, 0, qn, C, 0, 0.0f, dpn, C, 0, 1,
-                                     QAC_PREC_FP32, QAC_PREC_FP32),
-                         "dp"));
-    if (sim == QAC_SIM_COS) {
-        TRY_CU(qac_kt_l2norm_bwd_rows(dqn, dqn, d_q, nq, C, 0));
-        TRY_CU(qac_kt_l2norm_bwd_rows(dpn, dpn, d_p, np, C, 0));
-    }
+    TRY(dalloc(&s, &work, qac_kt_infonce_scratch(nq, n, C)));
+    TRY(qac_kt_infonce(h, d_loss, d_dq, d_dp, d_q, d_p, nq, n, C, tau, sim, work, 0));
     TRY_CU(cudaMemcpy(loss, d_loss, sizeof(double), cudaMemcpyDeviceToHost));
-    if (dq) TRY(down_f(dq, dqn, (size_t)nq * C));
-    if (dp) TRY(down_f(dp, dpn, (size_t)np * C));
+    if (dq) TRY(down_f(dq, d_dq, (size_t)nq * C));
+    if (dp) TRY(down_f(dp, d_dp, (size_t)np * C));
 done:
     return finish(&s, h, st, "infonce");
 }

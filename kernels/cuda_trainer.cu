@@ -79,15 +79,15 @@ struct cuda_trainer {
     float *params, *grads, *adam_m, *adam_v; // fp32 blocks, parameter layout
     __nv_bfloat16 *params_act;               // bf16 copy (bf16 mode only)
     qac_bert_params w, g;                    // views into params and grads
-    double *norm_partial, *d_norm, *d_loss, *rowloss;
+    double *norm_partial, *d_norm, *d_loss;
     float *d_scale;
     double *h_scalars; // pinned: [0] loss, [1] norm
 
     side sq, sp;
     work wk;
-    // loss buffers
-    float *qn, *pn, *scores;
-    size_t loss_cap_q, loss_cap_p, loss_cap_s, loss_cap_r;
+    // the loss's work buffer
+    char *loss_work;
+    size_t loss_cap;
     int32_t *counts; // host scratch of the scatter plans
     int counts_cap;
 };
@@ -370,35 +370,13 @@ qac_status backward_side(cuda_trainer *t, side *s, uint64_t key, uint64_t seq_ba
     return QAC_OK;
 }
 
-// InfoNCE over the two sides' representations; writes both sides' dreps
-// and the loss to t->d_loss.
+// InfoNCE over the two sides' representations: both sides' dreps and the
+// loss in t->d_loss.
 qac_status loss_fwd_bwd(cuda_trainer *t, int nq, int n) {
-    const int C = t->cfg.hidden_size, np = nq * n;
-    cudaStream_t st = t->stream;
-    qac_status e;
-    if ((e = grow(&t->scores, &t->loss_cap_s, (size_t)nq * np))) return e;
-    const float *qn = t->sq.reps, *pn = t->sp.reps;
-    if (t->sim == QAC_SIM_COS) {
-        if ((e = grow(&t->qn, &t->loss_cap_q, (size_t)nq * C)) || (e = grow(&t->pn, &t->loss_cap_p, (size_t)np * C)))
-            return e;
-        QAC_CU(qac_kt_l2norm_rows(t->qn, t->sq.reps, nq, C, st));
-        QAC_CU(qac_kt_l2norm_rows(t->pn, t->sp.reps, np, C, st));
-        qn = t->qn, pn = t->pn;
-    }
-    const float itau = 1.0f / t->tau;
-    QAC_CUBLAS(qac_kt_gemm(t->blas, 0, 1, nq, np, C, itau, qn, C, 0, pn, C, 0, 0.0f, t->scores, np, 0, 1, QAC_PREC_FP32,
-                           QAC_PREC_FP32));
-    QAC_CU(qac_kt_ce_rows(t->scores, t->rowloss, nq, np, n, 1.0f / nq, st));
-    QAC_CU(qac_kt_mean_loss(t->d_loss, t->rowloss, nq, st));
-    QAC_CUBLAS(qac_kt_gemm(t->blas, 0, 0, nq, C, np, itau, t->scores, np, 0, pn, C, 0, 0.0f, t->sq.dreps, C, 0, 1,
-                           QAC_PREC_FP32, QAC_PREC_FP32));
-    QAC_CUBLAS(qac_kt_gemm(t->blas, 1, 0, np, C, nq, itau, t->scores, np, 0, qn, C, 0, 0.0f, t->sp.dreps, C, 0, 1,
-                           QAC_PREC_FP32, QAC_PREC_FP32));
-    if (t->sim == QAC_SIM_COS) {
-        QAC_CU(qac_kt_l2norm_bwd_rows(t->sq.dreps, t->sq.dreps, t->sq.reps, nq, C, st));
-        QAC_CU(qac_kt_l2norm_bwd_rows(t->sp.dreps, t->sp.dreps, t->sp.reps, np, C, st));
-    }
-    return QAC_OK;
+    qac_status e = grow(&t->loss_work, &t->loss_cap, qac_kt_infonce_scratch(nq, n, t->cfg.hidden_size));
+    if (e) return e;
+    return qac_kt_infonce(t->blas, t->d_loss, t->sq.dreps, t->sp.dreps, t->sq.reps, t->sp.reps, nq, n,
+                          t->cfg.hidden_size, t->tau, t->sim, t->loss_work, t->stream);
 }
 
 void trainer_destroy(cuda_trainer *t) {
@@ -410,9 +388,9 @@ void trainer_destroy(cuda_trainer *t) {
         cudaFreeHost(sides[i]->h_stage);
     }
     cudaFree(t->wk.mem);
-    cudaFree(t->scores), cudaFree(t->qn), cudaFree(t->pn);
+    cudaFree(t->loss_work);
     cudaFree(t->params), cudaFree(t->grads), cudaFree(t->adam_m), cudaFree(t->adam_v), cudaFree(t->params_act);
-    cudaFree(t->norm_partial), cudaFree(t->d_norm), cudaFree(t->d_loss), cudaFree(t->rowloss), cudaFree(t->d_scale);
+    cudaFree(t->norm_partial), cudaFree(t->d_norm), cudaFree(t->d_loss), cudaFree(t->d_scale);
     cudaFreeHost(t->h_scalars);
     if (t->blas) cublasDestroy(t->blas);
     cudaFree(t->blas_ws);
@@ -547,7 +525,6 @@ extern "C" qac_status qac_cuda_trainer_grads(qac_cuda_trainer *h, const qac_trai
     if ((st = upload_side(t, &t->sq, b->q_ids, b->q_lens)) || (st = upload_side(t, &t->sp, b->p_ids, b->p_lens)))
         return st;
     QAC_CU(cudaMemsetAsync(t->grads, 0, t->n_params * sizeof(float), t->stream));
-    if ((st = grow(&t->rowloss, &t->loss_cap_r, (size_t)nq)) != QAC_OK) return st;
     if ((st = forward_side(t, &t->sq, drop_key, 0)) || (st = forward_side(t, &t->sp, drop_key, (uint64_t)nq)) ||
         (st = loss_fwd_bwd(t, nq, b->n)) || (st = backward_side(t, &t->sp, drop_key, (uint64_t)nq)) ||
         (st = backward_side(t, &t->sq, drop_key, 0)))

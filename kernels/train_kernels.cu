@@ -82,6 +82,8 @@ drop_consts drop_consts_for(float p) {
     return d;
 }
 
+size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
+
 unsigned grid_1d(size_t n, unsigned threads) {
     size_t g = (n + threads - 1) / threads;
     const size_t cap = 65535u * 64u;
@@ -418,7 +420,7 @@ softmax_bwd_kernel(T *dS, const T *P, const float *dPd, const int *lens, uint64_
 // ---- pooling ----
 
 constexpr int POOL_THREADS = 256;
-constexpr int POOL_MAX_C = 6144; // two rows of C floats in 48 KiB of shared memory
+constexpr int POOL_MAX_C = 4096; // two rows of C floats (32 KiB) plus the reduction buffer, under 48 KiB
 
 // Each thread touches only its own columns of the shared rows: no barrier
 // is needed around them beyond those inside block_sum_d.
@@ -498,31 +500,37 @@ __global__ void __launch_bounds__(256) l2norm_bwd_rows_kernel(float *dx, const f
 
 // One block per query row; each thread reads and writes only its own
 // columns of the row, so S is overwritten in place safely.
-__global__ void __launch_bounds__(256) ce_rows_kernel(float *S, double *rowloss, int np, int n, float gscale) {
-    __shared__ float red[32];
+__global__ void __launch_bounds__(256) ce_rows_kernel(double *S, double *rowloss, int np, int n, double gscale) {
     __shared__ double redd[32];
     const int i = blockIdx.x;
-    float *s = S + (size_t)i * np;
-    float mx = -INFINITY;
-    for (int j = threadIdx.x; j < np; j += blockDim.x) mx = fmaxf(mx, s[j]);
-    // block max through the float sum buffer: max of the warps' maxima
-    mx = warp_max(mx);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = mx;
+    double *s = S + (size_t)i * np;
+    double mx = -INFINITY;
+    for (int j = threadIdx.x; j < np; j += blockDim.x) mx = fmax(mx, s[j]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmax(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if ((threadIdx.x & 31) == 0) redd[threadIdx.x >> 5] = mx;
     __syncthreads();
-    float bm = -INFINITY;
-    for (int w = 0; w < (int)(blockDim.x >> 5); w++) bm = fmaxf(bm, red[w]);
-    __syncthreads();
+    double bm = -INFINITY;
+    for (int w = 0; w < (int)(blockDim.x >> 5); w++) bm = fmax(bm, redd[w]);
+    __syncthreads(); // redd is reused by block_sum_d
     double z = 0.0;
-    for (int j = threadIdx.x; j < np; j += blockDim.x) z += exp((double)s[j] - bm);
+    for (int j = threadIdx.x; j < np; j += blockDim.x) z += exp(s[j] - bm);
     z = block_sum_d(z, redd);
-    const double lse = (double)bm + log(z);
+    const double lse = bm + log(z);
     const int target = i * n;
-    if (threadIdx.x == 0) rowloss[i] = lse - (double)s[target];
-    // every thread has read s[target] above only if it owns it; thread 0 may
-    // not, so the loss is read before any thread writes: barrier
+    if (threadIdx.x == 0) rowloss[i] = lse - s[target];
+    // thread 0 reads s[target], which another thread may own: read before any write
     __syncthreads();
-    for (int j = threadIdx.x; j < np; j += blockDim.x)
-        s[j] = (float)((exp((double)s[j] - lse) - (j == target ? 1.0 : 0.0)) * gscale);
+    for (int j = threadIdx.x; j < np; j += blockDim.x) s[j] = (exp(s[j] - lse) - (j == target ? 1.0 : 0.0)) * gscale;
+}
+
+__global__ void f32_to_f64_kernel(double *dst, const float *src, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = src[i];
+}
+__global__ void f64_to_f32_kernel(float *dst, const double *src, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = (float)src[i];
 }
 
 __global__ void mean_loss_kernel(double *loss, const double *rowloss, int nq) {
@@ -825,9 +833,21 @@ cudaError_t qac_kt_l2norm_bwd_rows(float *dx, const float *dy, const float *x, i
     return cudaGetLastError();
 }
 
-cudaError_t qac_kt_ce_rows(float *S, double *rowloss, int nq, int np, int n, float gscale, cudaStream_t s) {
+cudaError_t qac_kt_ce_rows(double *S, double *rowloss, int nq, int np, int n, double gscale, cudaStream_t s) {
     if (nq <= 0) return cudaSuccess;
     ce_rows_kernel<<<nq, 256, 0, s>>>(S, rowloss, np, n, gscale);
+    return cudaGetLastError();
+}
+
+cudaError_t qac_kt_f32_to_f64(double *dst, const float *src, size_t n, cudaStream_t s) {
+    if (n == 0) return cudaSuccess;
+    f32_to_f64_kernel<<<grid_1d(n, 256), 256, 0, s>>>(dst, src, n);
+    return cudaGetLastError();
+}
+
+cudaError_t qac_kt_f64_to_f32(float *dst, const double *src, size_t n, cudaStream_t s) {
+    if (n == 0) return cudaSuccess;
+    f64_to_f32_kernel<<<grid_1d(n, 256), 256, 0, s>>>(dst, src, n);
     return cudaGetLastError();
 }
 
@@ -932,5 +952,58 @@ qac_status qac_kt_attention_bwd(cublasHandle_t h, void *dqkv, const void *datty,
     QAC_CUBLAS(qac_kt_gemm(h, 0, 0, T, hs, T, 1.0f, dS, T, ss, k, hs, sh, 0.0f, dq, hs, sh, BH, prec, prec));
     QAC_CUBLAS(qac_kt_gemm(h, 1, 0, T, hs, T, 1.0f, dS, T, ss, q, hs, sh, 0.0f, dk, hs, sh, BH, prec, prec));
     QAC_CU(qac_kt_qkv_merge(dqkv, dq, dk, dv, B, T, C, NH, prec, s));
+    return QAC_OK;
+}
+
+// Row-major C [M,N] = alpha op(A) op(B) in fp64 (see qac_kt_gemm).
+static cublasStatus_t gemm_f64(cublasHandle_t h, int transA, int transB, int M, int N, int K, double alpha,
+                               const double *A, int lda, const double *B, int ldb, double *C, int ldc) {
+    const double zero = 0.0;
+    return cublasDgemm(h, transB ? CUBLAS_OP_T : CUBLAS_OP_N, transA ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B,
+                       ldb, A, lda, &zero, C, ldc);
+}
+
+size_t qac_kt_infonce_scratch(int nq, int n, int C) {
+    const size_t np = (size_t)nq * n, rows = (size_t)nq + np;
+    // normalised rows (fp32), the rows and their gradients (fp64), scores, row losses
+    return align256(rows * C * sizeof(float)) + 2 * align256(rows * C * sizeof(double)) +
+           align256((size_t)nq * np * sizeof(double)) + align256((size_t)nq * sizeof(double));
+}
+
+qac_status qac_kt_infonce(cublasHandle_t h, double *loss, float *dq, float *dp, const float *q, const float *p,
+                          int nq, int n, int C, float tau, qac_similarity sim, void *scratch, cudaStream_t s) {
+    const int np = nq * n;
+    const size_t rows = (size_t)nq + np;
+    char *b = (char *)scratch;
+    float *xn = (float *)b;
+    b += align256(rows * C * sizeof(float));
+    double *xd = (double *)b;
+    b += align256(rows * C * sizeof(double));
+    double *gd = (double *)b;
+    b += align256(rows * C * sizeof(double));
+    double *S = (double *)b;
+    b += align256((size_t)nq * np * sizeof(double));
+    double *rowloss = (double *)b;
+    const float *qq = q, *pp = p;
+    if (sim == QAC_SIM_COS) {
+        QAC_CU(qac_kt_l2norm_rows(xn, q, nq, C, s));
+        QAC_CU(qac_kt_l2norm_rows(xn + (size_t)nq * C, p, np, C, s));
+        qq = xn, pp = xn + (size_t)nq * C;
+    }
+    double *qd = xd, *pd = xd + (size_t)nq * C, *gq = gd, *gp = gd + (size_t)nq * C;
+    QAC_CU(qac_kt_f32_to_f64(qd, qq, (size_t)nq * C, s));
+    QAC_CU(qac_kt_f32_to_f64(pd, pp, (size_t)np * C, s));
+    const double itau = 1.0 / (double)tau;
+    QAC_CUBLAS(gemm_f64(h, 0, 1, nq, np, C, itau, qd, C, pd, C, S, np));
+    QAC_CU(qac_kt_ce_rows(S, rowloss, nq, np, n, 1.0 / nq, s));
+    QAC_CU(qac_kt_mean_loss(loss, rowloss, nq, s));
+    QAC_CUBLAS(gemm_f64(h, 0, 0, nq, C, np, itau, S, np, pd, C, gq, C));
+    QAC_CUBLAS(gemm_f64(h, 1, 0, np, C, nq, itau, S, np, qd, C, gp, C));
+    QAC_CU(qac_kt_f64_to_f32(dq, gq, (size_t)nq * C, s));
+    QAC_CU(qac_kt_f64_to_f32(dp, gp, (size_t)np * C, s));
+    if (sim == QAC_SIM_COS) {
+        QAC_CU(qac_kt_l2norm_bwd_rows(dq, dq, q, nq, C, s));
+        QAC_CU(qac_kt_l2norm_bwd_rows(dp, dp, p, np, C, s));
+    }
     return QAC_OK;
 }

@@ -16,6 +16,10 @@
 
 #include "cuda_common.cuh"
 
+extern "C" {
+#include "qac_train.h"
+}
+
 // Dropout of one site: probability p (0: off), the step's key and the id of
 // the batch's first sequence (sequence b draws with id seq_base + b), as
 // qac_dropout with seq_ids = seq_base, seq_base + 1, ...
@@ -126,11 +130,14 @@ int qac_kt_pool_bwd_supported(int C);
 cudaError_t qac_kt_l2norm_rows(float *out, const float *x, int n, int C, cudaStream_t s);
 // dx [n,C] from dy and x (y = x / ||x||); dx may alias dy.
 cudaError_t qac_kt_l2norm_bwd_rows(float *dx, const float *dy, const float *x, int n, int C, cudaStream_t s);
-// Cross-entropy of each row i of S [nq,np] with target i*n: rowloss [nq],
-// and G = (softmax(S) - onehot) * gscale in place of S.
-cudaError_t qac_kt_ce_rows(float *S, double *rowloss, int nq, int np, int n, float gscale, cudaStream_t s);
+// Cross-entropy of each row i of S [nq,np] (double) with target i*n:
+// rowloss [nq], and G = (softmax(S) - onehot) * gscale in place of S.
+cudaError_t qac_kt_ce_rows(double *S, double *rowloss, int nq, int np, int n, double gscale, cudaStream_t s);
 // *loss = sum(rowloss) / nq, in order.
 cudaError_t qac_kt_mean_loss(double *loss, const double *rowloss, int nq, cudaStream_t s);
+// Conversions between fp32 and fp64. [n]
+cudaError_t qac_kt_f32_to_f64(double *dst, const float *src, size_t n, cudaStream_t s);
+cudaError_t qac_kt_f64_to_f32(float *dst, const double *src, size_t n, cudaStream_t s);
 
 // ---- optimiser ----
 // Per-tensor weight decay: tensor j covers [bounds[j], bounds[j+1]) and
@@ -171,6 +178,16 @@ cublasStatus_t qac_kt_gemm(cublasHandle_t h, int transA, int transB, int M, int 
 
 // ---- composites (qac_status; cuBLAS runs on the handle's stream, which
 // must be s) ----
+// InfoNCE over Tevatron groups, as qac_infonce (trainer/loss.c): q [nq,C]
+// and p [nq*n,C] fp32 on the device; *loss (device) and dq, dp (fp32,
+// written). The scores, the softmax and the representation gradients are
+// computed in fp64, as the CPU computes its dot products, so the loss adds
+// nothing measurable to the fp32 comparison. scratch holds
+// qac_kt_infonce_scratch(nq, n, C) bytes.
+size_t qac_kt_infonce_scratch(int nq, int n, int C);
+qac_status qac_kt_infonce(cublasHandle_t h, double *loss, float *dq, float *dp, const float *q, const float *p,
+                          int nq, int n, int C, float tau, qac_similarity sim, void *scratch, cudaStream_t s);
+
 // A linear layer without bias: out [N,OC] act = inp [N,IC] W^T, W [OC,IC] act.
 qac_status qac_kt_linear_fwd(cublasHandle_t h, void *out, const void *inp, const void *W, int N, int IC, int OC,
                              qac_precision prec);
