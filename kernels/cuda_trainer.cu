@@ -39,7 +39,7 @@ struct side {
     void *ln1_act;            // [L, N*C] (== ln1 in fp32)
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd; // [L, N]
     void *ffn_pre, *ffn_act;                          // [L, N*I]
-    float *reps, *dreps;                              // [B, C]
+    float *reps, *dreps; // [B, C]: set by the caller into the whole batch's arrays
     // host side: pinned staging of ids, lens and the two scatter plans
     int32_t *h_stage;
     size_t h_cap; // ints
@@ -85,9 +85,13 @@ struct cuda_trainer {
 
     side sq, sp;
     work wk;
-    // the loss's work buffer
+    // the loss's work buffer, and the whole batch's representations and
+    // their gradients (a GradCache chunk's side points into them)
     char *loss_work;
     size_t loss_cap;
+    float *reps_q, *reps_p, *dreps_q, *dreps_p;
+    size_t cap_rq, cap_rp, cap_dq, cap_dp;
+    int chunk;
     int32_t *counts; // host scratch of the scatter plans
     int counts_cap;
 };
@@ -149,8 +153,6 @@ size_t bind_side(const cuda_trainer *t, side *s, char *base, int B, int T) {
     b.take(&s->ln2_rstd, L * N * 4);
     b.take((char **)&s->ffn_pre, L * N * I * es);
     b.take((char **)&s->ffn_act, L * N * I * es);
-    b.take(&s->reps, (size_t)B * C * 4);
-    b.take(&s->dreps, (size_t)B * C * 4);
     s->B = B;
     s->T = T;
     return b.off;
@@ -238,6 +240,8 @@ template <typename P> qac_status grow(P **p, size_t *cap, size_t n) {
 // Copy ids and lens to the device and build both scatter plans there.
 qac_status upload_side(cuda_trainer *t, side *s, const int32_t *ids, const int *lens) {
     const int N = s->B * s->T;
+    // the staging buffer may still feed the previous chunk's copies
+    QAC_CU(cudaStreamSynchronize(t->stream));
     const size_t nplan = qac_kt_scatter_plan_ints(N);
     int32_t *h_ids = s->h_stage, *h_lens = h_ids + N, *h_pw = h_lens + s->B, *h_pt = h_pw + nplan;
     memcpy(h_ids, ids, (size_t)N * sizeof(int32_t));
@@ -375,7 +379,7 @@ qac_status backward_side(cuda_trainer *t, side *s, uint64_t key, uint64_t seq_ba
 qac_status loss_fwd_bwd(cuda_trainer *t, int nq, int n) {
     qac_status e = grow(&t->loss_work, &t->loss_cap, qac_kt_infonce_scratch(nq, n, t->cfg.hidden_size));
     if (e) return e;
-    return qac_kt_infonce(t->blas, t->d_loss, t->sq.dreps, t->sp.dreps, t->sq.reps, t->sp.reps, nq, n,
+    return qac_kt_infonce(t->blas, t->d_loss, t->dreps_q, t->dreps_p, t->reps_q, t->reps_p, nq, n,
                           t->cfg.hidden_size, t->tau, t->sim, t->loss_work, t->stream);
 }
 
@@ -389,6 +393,7 @@ void trainer_destroy(cuda_trainer *t) {
     }
     cudaFree(t->wk.mem);
     cudaFree(t->loss_work);
+    cudaFree(t->reps_q), cudaFree(t->reps_p), cudaFree(t->dreps_q), cudaFree(t->dreps_p);
     cudaFree(t->params), cudaFree(t->grads), cudaFree(t->adam_m), cudaFree(t->adam_v), cudaFree(t->params_act);
     cudaFree(t->norm_partial), cudaFree(t->d_norm), cudaFree(t->d_loss), cudaFree(t->d_scale);
     cudaFreeHost(t->h_scalars);
@@ -469,6 +474,7 @@ extern "C" qac_status qac_cuda_trainer_create(qac_cuda_trainer **out, const qac_
     t->tau = o->tau;
     t->sim = o->sim;
     t->max_grad_norm = o->max_grad_norm;
+    t->chunk = o->chunk;
     t->beta1 = o->beta1, t->beta2 = o->beta2, t->eps = o->adam_eps, t->wd = o->weight_decay;
     t->n_params = m->n_params;
     t->tensors.n = n_trained;
@@ -517,18 +523,58 @@ extern "C" qac_status qac_cuda_trainer_grads(qac_cuda_trainer *h, const qac_trai
         (st = check_side(c, b->p_ids, b->p_lens, np, b->p_T, "passage")))
         return st;
     QAC_CU(cudaSetDevice(t->device));
-    const size_t Nq = (size_t)nq * b->q_T, Np = (size_t)np * b->p_T;
-    const size_t nPq = (size_t)nq * c->num_heads * b->q_T * b->q_T, nPp = (size_t)np * c->num_heads * b->p_T * b->p_T;
-    if ((st = ensure_side(t, &t->sq, nq, b->q_T)) || (st = ensure_side(t, &t->sp, np, b->p_T)) ||
-        (st = ensure_work(t, Nq > Np ? Nq : Np, nPq > nPp ? nPq : nPp)))
-        return st;
-    if ((st = upload_side(t, &t->sq, b->q_ids, b->q_lens)) || (st = upload_side(t, &t->sp, b->p_ids, b->p_lens)))
+    const int C = c->hidden_size, NH = c->num_heads;
+    // sequences per pass: the whole side, or GradCache chunks
+    const int kq = t->chunk > 0 && t->chunk < nq ? t->chunk : nq, kp = t->chunk > 0 && t->chunk < np ? t->chunk : np;
+    const size_t Nq = (size_t)kq * b->q_T, Np = (size_t)kp * b->p_T;
+    const size_t nPq = (size_t)kq * NH * b->q_T * b->q_T, nPp = (size_t)kp * NH * b->p_T * b->p_T;
+    if ((st = ensure_side(t, &t->sq, kq, b->q_T)) || (st = ensure_side(t, &t->sp, kp, b->p_T)) ||
+        (st = ensure_work(t, Nq > Np ? Nq : Np, nPq > nPp ? nPq : nPp)) ||
+        (st = grow(&t->reps_q, &t->cap_rq, (size_t)nq * C)) || (st = grow(&t->reps_p, &t->cap_rp, (size_t)np * C)) ||
+        (st = grow(&t->dreps_q, &t->cap_dq, (size_t)nq * C)) || (st = grow(&t->dreps_p, &t->cap_dp, (size_t)np * C)))
         return st;
     QAC_CU(cudaMemsetAsync(t->grads, 0, t->n_params * sizeof(float), t->stream));
-    if ((st = forward_side(t, &t->sq, drop_key, 0)) || (st = forward_side(t, &t->sp, drop_key, (uint64_t)nq)) ||
-        (st = loss_fwd_bwd(t, nq, b->n)) || (st = backward_side(t, &t->sp, drop_key, (uint64_t)nq)) ||
-        (st = backward_side(t, &t->sq, drop_key, 0)))
-        return qac_wrap_error(st, "CUDA training step");
+    struct pass {
+        side *s;
+        const int32_t *ids;
+        const int *lens;
+        int count, T, k;
+        uint64_t base; // dropout id of the side's first sequence
+        float *reps, *dreps;
+    } sides[2] = {{&t->sq, b->q_ids, b->q_lens, nq, b->q_T, kq, 0, t->reps_q, t->dreps_q},
+                  {&t->sp, b->p_ids, b->p_lens, np, b->p_T, kp, (uint64_t)nq, t->reps_p, t->dreps_p}};
+    // chunk b0 of side x: bind, upload and point at the batch's representations
+    auto select = [&](pass &x, int b0) -> qac_status {
+        const int nb = x.count - b0 < x.k ? x.count - b0 : x.k;
+        qac_status e = ensure_side(t, x.s, nb, x.T);
+        if (e) return e;
+        if ((e = upload_side(t, x.s, x.ids + (size_t)b0 * x.T, x.lens + b0))) return e;
+        x.s->reps = x.reps + (size_t)b0 * C;
+        x.s->dreps = x.dreps + (size_t)b0 * C;
+        return QAC_OK;
+    };
+    if (t->chunk <= 0 || (kq == nq && kp == np)) {
+        // the whole batch, activations kept for both sides
+        if ((st = select(sides[0], 0)) || (st = select(sides[1], 0)) ||
+            (st = forward_side(t, &t->sq, drop_key, 0)) || (st = forward_side(t, &t->sp, drop_key, (uint64_t)nq)) ||
+            (st = loss_fwd_bwd(t, nq, b->n)) || (st = backward_side(t, &t->sp, drop_key, (uint64_t)nq)) ||
+            (st = backward_side(t, &t->sq, drop_key, 0)))
+            return qac_wrap_error(st, "CUDA training step");
+    } else {
+        // GradCache: every chunk forward for its representations, the loss on
+        // the whole batch, then each chunk again with its cached gradient
+        // (the same dropout masks: they are keyed by the sequence's index)
+        for (int sd = 0; sd < 2 && !st; sd++)
+            for (int b0 = 0; b0 < sides[sd].count && !st; b0 += sides[sd].k)
+                if (!(st = select(sides[sd], b0))) st = forward_side(t, sides[sd].s, drop_key, sides[sd].base + b0);
+        if (!st) st = loss_fwd_bwd(t, nq, b->n);
+        for (int sd = 0; sd < 2 && !st; sd++)
+            for (int b0 = 0; b0 < sides[sd].count && !st; b0 += sides[sd].k)
+                if (!(st = select(sides[sd], b0)) &&
+                    !(st = forward_side(t, sides[sd].s, drop_key, sides[sd].base + b0)))
+                    st = backward_side(t, sides[sd].s, drop_key, sides[sd].base + b0);
+        if (st) return qac_wrap_error(st, "CUDA training step (GradCache)");
+    }
     QAC_CU(cudaMemcpyAsync(&t->h_scalars[0], t->d_loss, sizeof(double), cudaMemcpyDeviceToHost, t->stream));
     QAC_CU(cudaStreamSynchronize(t->stream));
     *loss = t->h_scalars[0];

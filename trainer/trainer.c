@@ -55,10 +55,10 @@ qac_status qac_trainer_create(qac_trainer **out, qac_model *m, const qac_train_o
         free(t);
         return qac_set_error(QAC_ERR_INVALID, "trainer: dropout must be in [0, 1)");
     }
-    if (o->device == QAC_DEVICE_CUDA && (o->chunk > 0 || o->pair_alpha > 0 || o->recompute)) {
+    if (o->device == QAC_DEVICE_CUDA && (o->pair_alpha > 0 || o->recompute)) {
         free(t);
         return qac_set_error(QAC_ERR_UNSUPPORTED, "trainer: the CUDA backend has no %s yet (train on the CPU)",
-                             o->chunk > 0 ? "GradCache (--chunk)" : o->pair_alpha > 0 ? "PAIR loss" : "recompute");
+                             o->pair_alpha > 0 ? "PAIR loss" : "recompute");
     }
     size_t n = m->n_params;
     t->grad_mem = calloc(n, sizeof(float));
