@@ -83,7 +83,24 @@ typedef struct qac_train_opts {
     /* CUDA: QAC_PREC_BF16 (mixed precision, the default) or QAC_PREC_FP32
      * (no TF32; for checking against the CPU) */
     qac_precision gpu_precision;
+    /* Several GPUs (CUDA builds with QAC_NCCL; README "Several GPUs"):
+     * dist_world > 0 makes this trainer rank dist_rank of dist_world, all
+     * joined by the same dist_id (from qac_train_dist_id on one rank, shared
+     * out of band). Each rank's batch is its equal slice of the global batch
+     * (rank r: queries [r nq, (r+1) nq) with their passage groups); the loss
+     * covers every rank's representations (in-batch negatives across
+     * devices) and the gradients are summed over the ranks, so every replica
+     * takes the same step. Select the rank's GPU (qac_train_use_gpu) before
+     * qac_trainer_create. 0: one GPU, no NCCL. */
+    int dist_world, dist_rank;
+    unsigned char dist_id[128];
 } qac_train_opts;
+
+/* A fresh NCCL id for dist_id (QAC_ERR_UNSUPPORTED without NCCL). */
+qac_status qac_train_dist_id(unsigned char id[128]);
+/* GPUs present (0 without CUDA), and the calling thread's GPU. */
+int qac_train_gpu_count(void);
+qac_status qac_train_use_gpu(int device);
 
 /* Tevatron's defaults where the papers agree: lr 2e-5, wd 0.01, betas (0.9,
  * 0.999), eps 1e-8, clip 1.0, linear schedule, tau 1, dot, checkpoint

@@ -11,6 +11,10 @@
 #include "bert_kernels.cuh"
 #include "train_kernels.cuh"
 
+#ifdef QAC_HAVE_NCCL
+#include <nccl.h>
+#endif
+
 extern "C" {
 #include "bert_cpu.h"
 #include "qac_cuda_train.h"
@@ -92,6 +96,12 @@ struct cuda_trainer {
     float *reps_q, *reps_p, *dreps_q, *dreps_p;
     size_t cap_rq, cap_rp, cap_dq, cap_dp;
     int chunk;
+    // several GPUs: this trainer is rank `rank` of `world` (0: alone)
+    int world, rank;
+    unsigned char dist_id[128];
+#ifdef QAC_HAVE_NCCL
+    ncclComm_t comm;
+#endif
     int32_t *counts; // host scratch of the scatter plans
     int counts_cap;
 };
@@ -383,9 +393,53 @@ qac_status loss_fwd_bwd(cuda_trainer *t, int nq, int n) {
                           t->cfg.hidden_size, t->tau, t->sim, t->loss_work, t->stream);
 }
 
+#ifdef QAC_HAVE_NCCL
+qac_status nccl_check(ncclResult_t r, const char *what) {
+    if (r == ncclSuccess) return QAC_OK;
+    return qac_set_error(QAC_ERR_CUDA, "%s: NCCL %s", what, ncclGetErrorString(r));
+}
+#define QAC_NCCL(call)                                                      \
+    do {                                                                    \
+        qac_status st_ = nccl_check((call), #call);                         \
+        if (st_ != QAC_OK) return st_;                                      \
+    } while (0)
+#endif
+
+// Every rank's representations into every rank's arrays (in place: each
+// rank's own rows are already at its offset).
+qac_status gather_reps(cuda_trainer *t, int nq_l, int np_l) {
+    if (t->world <= 0) return QAC_OK;
+#ifdef QAC_HAVE_NCCL
+    const size_t C = t->cfg.hidden_size;
+    QAC_NCCL(ncclAllGather(t->reps_q + (size_t)t->rank * nq_l * C, t->reps_q, (size_t)nq_l * C, ncclFloat, t->comm,
+                           t->stream));
+    QAC_NCCL(ncclAllGather(t->reps_p + (size_t)t->rank * np_l * C, t->reps_p, (size_t)np_l * C, ncclFloat, t->comm,
+                           t->stream));
+    return QAC_OK;
+#else
+    return qac_set_error(QAC_ERR_UNSUPPORTED, "CUDA trainer: built without NCCL");
+#endif
+}
+
+// The ranks' gradient blocks summed (the global loss is the same mean on
+// every rank, so its gradient is the sum of the ranks' contributions).
+qac_status reduce_grads(cuda_trainer *t) {
+    if (t->world <= 0) return QAC_OK;
+#ifdef QAC_HAVE_NCCL
+    QAC_NCCL(ncclAllReduce(t->grads, t->grads, t->tensors.bounds[t->tensors.n], ncclFloat, ncclSum, t->comm,
+                           t->stream));
+    return QAC_OK;
+#else
+    return qac_set_error(QAC_ERR_UNSUPPORTED, "CUDA trainer: built without NCCL");
+#endif
+}
+
 void trainer_destroy(cuda_trainer *t) {
     if (!t) return;
     if (t->stream) cudaStreamSynchronize(t->stream);
+#ifdef QAC_HAVE_NCCL
+    if (t->comm) ncclCommDestroy(t->comm);
+#endif
     side *sides[2] = {&t->sq, &t->sp};
     for (int i = 0; i < 2; i++) {
         cudaFree(sides[i]->mem);
@@ -437,6 +491,15 @@ qac_status trainer_init(cuda_trainer *t, const qac_model *m) {
     QAC_CU(cudaMemcpy(t->params, m->param_mem, bytes, cudaMemcpyHostToDevice));
     if (t->params_act) QAC_CU(qac_k_from_f32(t->params_act, t->params, n, t->prec, t->stream));
     QAC_CU(cudaStreamSynchronize(t->stream));
+    if (t->world > 0) {
+#ifdef QAC_HAVE_NCCL
+        ncclUniqueId id;
+        memcpy(&id, t->dist_id, sizeof id);
+        QAC_NCCL(ncclCommInitRank(&t->comm, t->world, id, t->rank));
+#else
+        return qac_set_error(QAC_ERR_UNSUPPORTED, "CUDA trainer: several GPUs need a build with QAC_NCCL");
+#endif
+    }
     return QAC_OK;
 }
 
@@ -475,6 +538,9 @@ extern "C" qac_status qac_cuda_trainer_create(qac_cuda_trainer **out, const qac_
     t->sim = o->sim;
     t->max_grad_norm = o->max_grad_norm;
     t->chunk = o->chunk;
+    t->world = o->dist_world > 0 ? o->dist_world : 0;
+    t->rank = o->dist_rank;
+    memcpy(t->dist_id, o->dist_id, sizeof t->dist_id);
     t->beta1 = o->beta1, t->beta2 = o->beta2, t->eps = o->adam_eps, t->wd = o->weight_decay;
     t->n_params = m->n_params;
     t->tensors.n = n_trained;
@@ -524,14 +590,18 @@ extern "C" qac_status qac_cuda_trainer_grads(qac_cuda_trainer *h, const qac_trai
         return st;
     QAC_CU(cudaSetDevice(t->device));
     const int C = c->hidden_size, NH = c->num_heads;
+    // the global batch across ranks (one rank: the batch itself); this
+    // rank's sequences sit at offsets r nq (queries) and r np (passages)
+    const int W = t->world > 0 ? t->world : 1, r = t->world > 0 ? t->rank : 0;
+    const int nqg = W * nq, npg = W * np;
     // sequences per pass: the whole side, or GradCache chunks
     const int kq = t->chunk > 0 && t->chunk < nq ? t->chunk : nq, kp = t->chunk > 0 && t->chunk < np ? t->chunk : np;
     const size_t Nq = (size_t)kq * b->q_T, Np = (size_t)kp * b->p_T;
     const size_t nPq = (size_t)kq * NH * b->q_T * b->q_T, nPp = (size_t)kp * NH * b->p_T * b->p_T;
     if ((st = ensure_side(t, &t->sq, kq, b->q_T)) || (st = ensure_side(t, &t->sp, kp, b->p_T)) ||
         (st = ensure_work(t, Nq > Np ? Nq : Np, nPq > nPp ? nPq : nPp)) ||
-        (st = grow(&t->reps_q, &t->cap_rq, (size_t)nq * C)) || (st = grow(&t->reps_p, &t->cap_rp, (size_t)np * C)) ||
-        (st = grow(&t->dreps_q, &t->cap_dq, (size_t)nq * C)) || (st = grow(&t->dreps_p, &t->cap_dp, (size_t)np * C)))
+        (st = grow(&t->reps_q, &t->cap_rq, (size_t)nqg * C)) || (st = grow(&t->reps_p, &t->cap_rp, (size_t)npg * C)) ||
+        (st = grow(&t->dreps_q, &t->cap_dq, (size_t)nqg * C)) || (st = grow(&t->dreps_p, &t->cap_dp, (size_t)npg * C)))
         return st;
     QAC_CU(cudaMemsetAsync(t->grads, 0, t->n_params * sizeof(float), t->stream));
     struct pass {
@@ -541,8 +611,10 @@ extern "C" qac_status qac_cuda_trainer_grads(qac_cuda_trainer *h, const qac_trai
         int count, T, k;
         uint64_t base; // dropout id of the side's first sequence
         float *reps, *dreps;
-    } sides[2] = {{&t->sq, b->q_ids, b->q_lens, nq, b->q_T, kq, 0, t->reps_q, t->dreps_q},
-                  {&t->sp, b->p_ids, b->p_lens, np, b->p_T, kp, (uint64_t)nq, t->reps_p, t->dreps_p}};
+    } sides[2] = {{&t->sq, b->q_ids, b->q_lens, nq, b->q_T, kq, (uint64_t)r * nq, t->reps_q + (size_t)r * nq * C,
+                   t->dreps_q + (size_t)r * nq * C},
+                  {&t->sp, b->p_ids, b->p_lens, np, b->p_T, kp, (uint64_t)nqg + (uint64_t)r * np,
+                   t->reps_p + (size_t)r * np * C, t->dreps_p + (size_t)r * np * C}};
     // chunk b0 of side x: bind, upload and point at the batch's representations
     auto select = [&](pass &x, int b0) -> qac_status {
         const int nb = x.count - b0 < x.k ? x.count - b0 : x.k;
@@ -556,9 +628,10 @@ extern "C" qac_status qac_cuda_trainer_grads(qac_cuda_trainer *h, const qac_trai
     if (t->chunk <= 0 || (kq == nq && kp == np)) {
         // the whole batch, activations kept for both sides
         if ((st = select(sides[0], 0)) || (st = select(sides[1], 0)) ||
-            (st = forward_side(t, &t->sq, drop_key, 0)) || (st = forward_side(t, &t->sp, drop_key, (uint64_t)nq)) ||
-            (st = loss_fwd_bwd(t, nq, b->n)) || (st = backward_side(t, &t->sp, drop_key, (uint64_t)nq)) ||
-            (st = backward_side(t, &t->sq, drop_key, 0)))
+            (st = forward_side(t, &t->sq, drop_key, sides[0].base)) ||
+            (st = forward_side(t, &t->sp, drop_key, sides[1].base)) || (st = gather_reps(t, nq, np)) ||
+            (st = loss_fwd_bwd(t, nqg, b->n)) || (st = backward_side(t, &t->sp, drop_key, sides[1].base)) ||
+            (st = backward_side(t, &t->sq, drop_key, sides[0].base)) || (st = reduce_grads(t)))
             return qac_wrap_error(st, "CUDA training step");
     } else {
         // GradCache: every chunk forward for its representations, the loss on
@@ -567,12 +640,14 @@ extern "C" qac_status qac_cuda_trainer_grads(qac_cuda_trainer *h, const qac_trai
         for (int sd = 0; sd < 2 && !st; sd++)
             for (int b0 = 0; b0 < sides[sd].count && !st; b0 += sides[sd].k)
                 if (!(st = select(sides[sd], b0))) st = forward_side(t, sides[sd].s, drop_key, sides[sd].base + b0);
-        if (!st) st = loss_fwd_bwd(t, nq, b->n);
+        if (!st) st = gather_reps(t, nq, np);
+        if (!st) st = loss_fwd_bwd(t, nqg, b->n);
         for (int sd = 0; sd < 2 && !st; sd++)
             for (int b0 = 0; b0 < sides[sd].count && !st; b0 += sides[sd].k)
                 if (!(st = select(sides[sd], b0)) &&
                     !(st = forward_side(t, sides[sd].s, drop_key, sides[sd].base + b0)))
                     st = backward_side(t, sides[sd].s, drop_key, sides[sd].base + b0);
+        if (!st) st = reduce_grads(t);
         if (st) return qac_wrap_error(st, "CUDA training step (GradCache)");
     }
     QAC_CU(cudaMemcpyAsync(&t->h_scalars[0], t->d_loss, sizeof(double), cudaMemcpyDeviceToHost, t->stream));
@@ -625,5 +700,33 @@ extern "C" qac_status qac_cuda_trainer_upload(qac_cuda_trainer *h, const float *
     if (adam_v) QAC_CU(cudaMemcpy(t->adam_v, adam_v, bytes, cudaMemcpyHostToDevice));
     if (params && t->params_act) QAC_CU(qac_k_from_f32(t->params_act, t->params, t->n_params, t->prec, t->stream));
     QAC_CU(cudaStreamSynchronize(t->stream));
+    return QAC_OK;
+}
+
+extern "C" qac_status qac_train_dist_id(unsigned char id[128]) {
+#ifdef QAC_HAVE_NCCL
+    ncclUniqueId u;
+    static_assert(sizeof u <= 128, "NCCL id larger than qac_train_opts.dist_id");
+    memset(id, 0, 128);
+    QAC_NCCL(ncclGetUniqueId(&u));
+    memcpy(id, &u, sizeof u);
+    return QAC_OK;
+#else
+    memset(id, 0, 128);
+    return qac_set_error(QAC_ERR_UNSUPPORTED, "qac was built without NCCL (configure with -DQAC_NCCL=ON)");
+#endif
+}
+
+extern "C" int qac_train_gpu_count(void) {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    return n;
+}
+
+extern "C" qac_status qac_train_use_gpu(int device) {
+    QAC_CU(cudaSetDevice(device));
     return QAC_OK;
 }

@@ -1,5 +1,7 @@
 /* Entry points of the CUDA backend for builds without CUDA: no GPU is ever
  * usable, and asking for one is a clear error. */
+#include <string.h>
+
 #include "encoder_backend.h"
 #include "qac_cuda_kernels.h"
 #include "qac_cuda_train.h"
@@ -127,3 +129,10 @@ qac_status qac_cuda_trainer_upload(qac_cuda_trainer *g, const float *params, con
                                    const float *adam_v) {
     return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
 }
+
+qac_status qac_train_dist_id(unsigned char id[128]) {
+    memset(id, 0, 128);
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+int qac_train_gpu_count(void) { return 0; }
+qac_status qac_train_use_gpu(int device) { return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA); }

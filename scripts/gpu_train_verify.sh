@@ -3,10 +3,11 @@
 # (H100/H200 class), meant to finish in under 10 minutes:
 #   1. build with CUDA (only the targets below);
 #   2. the gpu-labelled training tests: every training kernel against its
-#      CPU twin (test_gpu_train_kernels), and the whole step against the CPU
-#      trainer (test_gpu_train_step: gradient parity fp32 and bf16, a 10-step
-#      fp32 and a 100-step bf16 trajectory against CPU fp32, checkpoints
-#      resumed across devices);
+#      CPU twin (test_gpu_train_kernels), the whole step against the CPU
+#      trainer (test_gpu_train_step: gradient parity fp32 and bf16, GradCache,
+#      a 10-step fp32 and a 100-step bf16 trajectory against CPU fp32,
+#      checkpoints resumed across devices), and the NCCL path against one GPU
+#      (test_gpu_train_dist, when the CUDA installation has NCCL);
 #   3. compute-sanitizer: memcheck on the training kernels (small shapes)
 #      and on one parity step of the trainer, racecheck on attention
 #      backward and the reductions;
@@ -60,10 +61,14 @@ fi
 { nvidia-smi; nvcc --version; "$py" -c 'import torch, transformers; print(torch.__version__, transformers.__version__)'; } \
   >"$out/machine.log" 2>&1 || true
 
-targets=(qac test_gpu_train_kernels test_gpu_train_step bench_train_gpu)
+targets=(qac test_gpu_train_kernels test_gpu_train_step test_gpu_train_dist bench_train_gpu)
+# NCCL (the several-GPU path) when the CUDA installation has it
+nccl=OFF
+nvcc_dir="$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")"
+[ -f "$nvcc_dir/../include/nccl.h" ] && nccl=ON
 if has build; then
   step configure cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DQAC_CUDA=ON -DQAC_PYTHON="$py" \
-    ${QAC_DEPS_ROOT:+-DCMAKE_PREFIX_PATH="$QAC_DEPS_ROOT/usr"}
+    -DQAC_NCCL="$nccl" ${QAC_DEPS_ROOT:+-DCMAKE_PREFIX_PATH="$QAC_DEPS_ROOT/usr"}
   step build cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
   grep -n "warning" "$out/build.log" >"$out/build-warnings.txt" || true
   [ -s "$out/build-warnings.txt" ] && summary+=("FAIL the build printed warnings: $out/build-warnings.txt")
@@ -74,7 +79,16 @@ if has test; then
   step test-train-kernels "$bin/test_gpu_train_kernels"
   step test-train-step "$bin/test_gpu_train_step"
   # a skip (exit 77) on a GPU machine is a failure of this run
-  grep -q "^SKIP" "$out"/test-train-*.log && summary+=("FAIL a training test skipped on a GPU machine")
+  grep -q "^SKIP" "$out/test-train-kernels.log" "$out/test-train-step.log" &&
+    summary+=("FAIL a training test skipped on a GPU machine")
+  # NCCL: one rank per GPU (a single GPU still runs the collectives); skips without NCCL
+  t0=$SECONDS
+  "$bin/test_gpu_train_dist" >"$out/test-train-dist.log" 2>&1
+  case $? in
+    0) summary+=("PASS test-train-dist ($((SECONDS - t0)) s)") ;;
+    77) summary+=("NOTE test-train-dist skipped: $(grep -m1 ^SKIP "$out/test-train-dist.log")") ;;
+    *) summary+=("FAIL test-train-dist see $out/test-train-dist.log") ;;
+  esac
 fi
 
 san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)

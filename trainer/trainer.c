@@ -55,6 +55,11 @@ qac_status qac_trainer_create(qac_trainer **out, qac_model *m, const qac_train_o
         free(t);
         return qac_set_error(QAC_ERR_INVALID, "trainer: dropout must be in [0, 1)");
     }
+    if (o->dist_world > 0 && (o->device != QAC_DEVICE_CUDA || o->dist_rank < 0 || o->dist_rank >= o->dist_world)) {
+        free(t);
+        return qac_set_error(QAC_ERR_INVALID, "trainer: rank %d of %d (several GPUs need the CUDA device)",
+                             o->dist_rank, o->dist_world);
+    }
     if (o->device == QAC_DEVICE_CUDA && (o->pair_alpha > 0 || o->recompute)) {
         free(t);
         return qac_set_error(QAC_ERR_UNSUPPORTED, "trainer: the CUDA backend has no %s yet (train on the CPU)",
