@@ -264,9 +264,10 @@ __global__ void bias_dropout_residual_kernel(float *out, const T *proj, const fl
         float v = qac_to_float<T>(proj[i]) + bias[c];
         if (dropping) {
             const int b = (int)(r / T_), t = (int)(r % T_);
-            v = v * drop_factor(drop_stream(key, seq_base + b, layer, site), (uint64_t)t * C + c, thresh, scale);
+            v = __fmul_rn(v, drop_factor(drop_stream(key, seq_base + b, layer, site), (uint64_t)t * C + c, thresh,
+                                         scale));
         }
-        out[i] = v + resid[i];
+        out[i] = __fadd_rn(v, resid[i]); // no fused multiply-add: the CPU rounds the product first
     }
 }
 
