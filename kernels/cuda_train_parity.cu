@@ -110,18 +110,18 @@ extern "C" qac_status qac_cuda_embeddings_backward(float *dword, float *dpos, fl
     if (st != QAC_OK) return st;
     dev_scratch s = {{0}, 0};
     const int N = B * T;
-    const size_t nplan = qac_kt_scatter_plan_ints(N);
+    const size_t nplan = qac_scatter_plan_ints(N);
     int32_t *hplan_w = (int32_t *)malloc(nplan * sizeof(int32_t)), *hplan_t = (int32_t *)malloc(nplan * sizeof(int32_t));
     int32_t *counts = (int32_t *)malloc(((size_t)(V > Tt ? V : Tt) + 1) * sizeof(int32_t));
     float *d_word, *d_pos, *d_type, *d_out, *partial;
     void *d_plan_w, *d_plan_t;
-    qac_kt_scatter_plan pw, pt;
+    qac_scatter_plan pw, pt;
     if (!hplan_w || !hplan_t || !counts) {
         st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
         goto done;
     }
-    pw = qac_kt_scatter_plan_build(hplan_w, ids, N, V, counts);
-    pt = qac_kt_scatter_plan_build(hplan_t, type_ids, N, Tt, counts);
+    pw = qac_scatter_plan_build(hplan_w, ids, N, V, counts);
+    pt = qac_scatter_plan_build(hplan_t, type_ids, N, Tt, counts);
     TRY(up_f(&s, &d_word, dword, (size_t)V * C));
     TRY(up_f(&s, &d_pos, dpos, (size_t)P * C));
     TRY(up_f(&s, &d_type, dtype, (size_t)Tt * C));

@@ -47,7 +47,7 @@ struct side {
     // host side: pinned staging of ids, lens and the two scatter plans
     int32_t *h_stage;
     size_t h_cap; // ints
-    qac_kt_scatter_plan pw, pt;
+    qac_scatter_plan pw, pt;
 };
 
 // Work buffers shared by both sides (sized for the larger).
@@ -131,7 +131,7 @@ size_t bind_side(const cuda_trainer *t, side *s, char *base, int B, int T) {
     const qac_bert_config *c = &t->cfg;
     const size_t N = (size_t)B * T, C = c->hidden_size, I = c->intermediate_size, L = c->num_layers;
     const size_t NH = c->num_heads, es = t->esize, nP = (size_t)B * NH * T * T;
-    const size_t nplan = qac_kt_scatter_plan_ints((int)N);
+    const size_t nplan = qac_scatter_plan_ints((int)N);
     bump b = {base, 0};
     b.take(&s->ids, N * sizeof(int32_t));
     b.take(&s->plan_w, nplan * sizeof(int32_t));
@@ -208,7 +208,7 @@ qac_status ensure_side(cuda_trainer *t, side *s, int B, int T) {
         s->cap = need;
     }
     bind_side(t, s, (char *)s->mem, B, T);
-    const size_t ints = 2 + (size_t)B * T + (size_t)B + 2 * qac_kt_scatter_plan_ints(B * T);
+    const size_t ints = 2 + (size_t)B * T + (size_t)B + 2 * qac_scatter_plan_ints(B * T);
     if (ints > s->h_cap) {
         QAC_CU(cudaStreamSynchronize(t->stream));
         cudaFreeHost(s->h_stage);
@@ -252,12 +252,12 @@ qac_status upload_side(cuda_trainer *t, side *s, const int32_t *ids, const int *
     const int N = s->B * s->T;
     // the staging buffer may still feed the previous chunk's copies
     QAC_CU(cudaStreamSynchronize(t->stream));
-    const size_t nplan = qac_kt_scatter_plan_ints(N);
+    const size_t nplan = qac_scatter_plan_ints(N);
     int32_t *h_ids = s->h_stage, *h_lens = h_ids + N, *h_pw = h_lens + s->B, *h_pt = h_pw + nplan;
     memcpy(h_ids, ids, (size_t)N * sizeof(int32_t));
     memcpy(h_lens, lens, (size_t)s->B * sizeof(int));
-    s->pw = qac_kt_scatter_plan_build(h_pw, ids, N, t->cfg.vocab_size, t->counts);
-    s->pt = qac_kt_scatter_plan_build(h_pt, NULL, N, t->cfg.type_vocab_size, t->counts);
+    s->pw = qac_scatter_plan_build(h_pw, ids, N, t->cfg.vocab_size, t->counts);
+    s->pt = qac_scatter_plan_build(h_pt, NULL, N, t->cfg.type_vocab_size, t->counts);
     QAC_CU(cudaMemcpyAsync(s->ids, h_ids, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, t->stream));
     QAC_CU(cudaMemcpyAsync(s->lens, h_lens, (size_t)s->B * sizeof(int), cudaMemcpyHostToDevice, t->stream));
     QAC_CU(cudaMemcpyAsync(s->plan_w, h_pw, nplan * sizeof(int32_t), cudaMemcpyHostToDevice, t->stream));

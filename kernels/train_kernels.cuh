@@ -15,6 +15,7 @@
 #define QAC_TRAIN_KERNELS_CUH
 
 #include "cuda_common.cuh"
+#include "qac_scatter_plan.h"
 
 extern "C" {
 #include "qac_train.h"
@@ -37,26 +38,12 @@ cudaError_t qac_kt_embed_fwd(float *emb, const int32_t *ids, const int32_t *type
 cudaError_t qac_kt_pos_bwd(float *dpos, const float *dout, int B, int T, int C, cudaStream_t s);
 
 // Rows of dout gathered by key and added into dst[key]: the scatter of the
-// word and token-type embedding gradients without atomics. The plan is
-// built on the host (qac_kt_scatter_plan_build) into one int block: rows
-// sorted by key, stable so that each key's rows keep their order
-// ([0, N)), segment starts ([N, 2N+1)), each key's first segment
-// ([2N+1, 3N+2)) and the keys ([3N+2, 4N+2)); a segment holds at most
-// QAC_KT_SCATTER_SEG rows of one key. The same block copied to the device
-// is what qac_kt_scatter_add reads.
-#define QAC_KT_SCATTER_SEG 128
-struct qac_kt_scatter_plan {
-    int n_rows, n_keys, n_segs;
-};
-static inline size_t qac_kt_scatter_plan_ints(int n_rows) { return 4 * (size_t)n_rows + 2; }
-// key of row r = keys_of_rows[r] (NULL: 0), in [0, n_keys_max); counts
-// holds n_keys_max + 1 ints.
-qac_kt_scatter_plan qac_kt_scatter_plan_build(int32_t *mem, const int32_t *keys_of_rows, int n_rows,
-                                              int n_keys_max, int32_t *counts);
+// word and token-type embedding gradients without atomics, from a plan
+// built on the host (qac_scatter_plan.h).
 // dst[key] += the key's rows of dout [N,C], each key's rows summed in row
 // order; d_plan is the plan's int block on the device; partial holds
 // n_segs * C floats.
-cudaError_t qac_kt_scatter_add(float *dst, const float *dout, qac_kt_scatter_plan plan, const int32_t *d_plan,
+cudaError_t qac_kt_scatter_add(float *dst, const float *dout, qac_scatter_plan plan, const int32_t *d_plan,
                                float *partial, int C, cudaStream_t s);
 
 // ---- LayerNorm ----

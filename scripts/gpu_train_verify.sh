@@ -11,12 +11,19 @@
 #   3. compute-sanitizer: memcheck on the training kernels (small shapes)
 #      and on one parity step of the trainer, racecheck on attention
 #      backward and the reductions;
-#   4. bench/train_gpu against PyTorch on the same GPU.
+#   4. bench/train_gpu against PyTorch on the same GPU;
+#   5. (stage cranfield, when a model and the Cranfield data are at hand) 100
+#      fine-tuning steps on Cranfield fold 0 with qac finetune on the CPU
+#      (fp32) and on the GPU (bf16): the loss curves within 1% and the dev
+#      nDCG@10 of the final checkpoints within 0.01.
 # Everything is logged under the output directory; a summary comes last.
 #   scripts/gpu_train_verify.sh [out-dir]      (default: gpu-train-verify-<date>)
 # Environment:
-#   STAGES         comma list of build,test,sanitize,bench (default all), so
-#                  the work can be split over two runs of at most 10 minutes
+#   STAGES         comma list of build,test,sanitize,bench,cranfield (default
+#                  all), so the work can be split over runs of at most 10 minutes
+#   QAC_MODEL      the HF BERT directory to fine-tune in stage cranfield
+#                  (default: the installed default model)
+#   QAC_DATA       the Cranfield collection (default ../shared/data/cranfield)
 #   QAC_DEPS_DIR   folder of Debian .deb files for the build's libraries
 #                  (default .offline-deps), for a machine without package
 #                  access: they are unpacked under it, never over /
@@ -28,7 +35,7 @@ out="${1:-gpu-train-verify-$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$out"
 build=build-gpu
 py="${QAC_PYTHON:-python3}"
-stages="${STAGES:-build,test,sanitize,bench}"
+stages="${STAGES:-build,test,sanitize,bench,cranfield}"
 has() { case ",$stages," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 summary=()
 step() { # name, command...
@@ -112,8 +119,38 @@ if has bench; then
   QAC_PYTHON="$py" step bench-train bench/train_gpu/run.sh "$build"
 fi
 
+if has cranfield; then
+  data="${QAC_DATA:-../shared/data/cranfield}"
+  model="${QAC_MODEL:-$("$build/qac" info 2>/dev/null | awk '/^directory/ {print $2; exit}')}"
+  if [ -f "$data/cran.qry" ] && [ -n "$model" ] && [ -f "$model/config.json" ]; then
+    d="$out/cranfield"
+    mkdir -p "$d"
+    ft=(finetune --model "$model" --train-qrels "$d/fold0/train.qrels" --train-queries "$d/fold0/train.tsv"
+        --train-corpus "$data/cran.all.1400" --dev-queries "$d/fold0/test.tsv" --dev-qrels "$d/fold0/test.qrels"
+        --dev-corpus "$data/cran.all.1400" --steps 100 --batch 16 --n-passages 1 --q-max-len 32 --p-max-len 128
+        --tau 0.05 --lr 2e-5 --seed 42)
+    step cranfield-folds "$py" bench/finetune_cranfield/folds.py "$data" "$d" 42
+    step cranfield-cpu "$build/qac" "${ft[@]}" --device cpu --threads "$(nproc)" --out "$d/cpu"
+    step cranfield-gpu "$build/qac" "${ft[@]}" --device cuda --train-precision bf16 --out "$d/gpu"
+    step cranfield-compare "$py" - "$d/cpu" "$d/gpu" <<'PY'
+import json, sys
+def load(d, f):
+    return [json.loads(l) for l in open(f"{d}/{f}") if l.strip()]
+cpu, gpu = (load(d, "log.jsonl") for d in sys.argv[1:3])
+worst = max(abs(g["loss"] - c["loss"]) / abs(c["loss"]) for c, g in zip(cpu, gpu))
+print(f"steps {len(cpu)} / {len(gpu)}; loss cpu {cpu[-1]['loss']:.5f} gpu {gpu[-1]['loss']:.5f}; worst rel {worst:.4f} (tol 0.01)")
+nc, ng = (load(d, "dev.jsonl")[-1]["ndcg_cut_10"] for d in sys.argv[1:3])
+print(f"dev nDCG@10 cpu {nc:.4f} gpu {ng:.4f} diff {ng - nc:+.4f} (tol 0.01)")
+sys.exit(0 if len(cpu) == len(gpu) == 100 and worst <= 0.01 and abs(ng - nc) <= 0.01 else 1)
+PY
+  else
+    summary+=("NOTE stage cranfield skipped: no Cranfield data in $data or no model (set QAC_DATA, QAC_MODEL)")
+  fi
+fi
+
 echo "== results in $out =="
 grep -h "^RESULT\|^RATIO\|^NOTE" "$out"/bench-*.log 2>/dev/null
 grep -h "worst tensor\|^trajectory\|^resume\|loss gpu" "$out"/test-train-step.log 2>/dev/null | tee "$out/parity.txt"
+cat "$out/cranfield-compare.log" 2>/dev/null
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 ! grep -q '^FAIL' "$out/summary.txt"
