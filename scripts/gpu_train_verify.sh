@@ -18,6 +18,13 @@
 #      nDCG@10 of the final checkpoints within 0.01.
 # Everything is logged under the output directory; a summary comes last.
 #   scripts/gpu_train_verify.sh [out-dir]      (default: gpu-train-verify-<date>)
+# On a machine without package access, bring the build's libraries as .deb
+# files in .offline-deps/ and, for stage cranfield, a model and the data in
+# an ignored folder, e.g. (from the repository root, where the packages and
+# the model are):
+#   build/tests/checkpoint/qac_ckpt_tool save "$QAC_MODEL" .gpu-carry/model f16   # about 45 MB
+#   cp -r ../shared/data/cranfield .gpu-carry/cranfield
+#   ... then there: QAC_MODEL=.gpu-carry/model QAC_DATA=.gpu-carry/cranfield STAGES=cranfield scripts/gpu_train_verify.sh
 # Environment:
 #   STAGES         comma list of build,test,sanitize,bench,cranfield (default
 #                  all), so the work can be split over runs of at most 10 minutes
