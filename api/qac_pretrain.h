@@ -13,6 +13,7 @@
 
 #include "qac_common.h"
 #include "qac_tokenizer.h"
+#include "qac_util.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -36,12 +37,31 @@ typedef struct qac_pt_context {
     double span_frac; /* curriculum: the fraction of steps in the span phase (0.75) */
 } qac_pt_context;
 
+/* The curriculum, as the document-expansion paper runs it ("75% of the
+ * total steps are used for the first stage of pre-training with sampled
+ * spans, and the remaining 25% ... with LLM-generated queries. We use the
+ * cosine scheduler ... for the first stage, and a constant learning rate
+ * for the second stage"): a hard switch, not a blend. With T total steps
+ * and f = span_frac, the first S = floor(f*T + 0.5) steps (0-based step
+ * < S) draw span pairs only and the rest query pairs only. "Cosine" and
+ * "constant" are the two stages' learning-rate schedules, not the mix of
+ * pair kinds: qac_pt_lr_scale gives them. */
 /* --context query|span|mixed, and --curriculum span:0.75,query (NULL: none;
  * it overrides the context). Errors name the bad text. */
 qac_status qac_pt_context_parse(qac_pt_context *c, const char *context, const char *curriculum);
 /* The probability that a slot of step `step` (0-based) of `total` draws a
  * span pair: 0, 1, 0.5, or the curriculum's schedule. */
 double qac_pt_span_prob(const qac_pt_context *c, long step, long total);
+
+/* S above for the curriculum; otherwise 0 (query, mixed) or total (span). */
+long qac_pt_span_steps(const qac_pt_context *c, long total);
+/* The learning-rate multiplier of step `step` for the curriculum: stage 1
+ * (steps [0, S)) linear warmup over the first warmup_frac*S steps, then a
+ * cosine decay to 0 at S; stage 2 (steps [S, total)) constant 1 (the
+ * paper's second run starts again from the peak rate). For the other modes
+ * warmup and cosine over the whole run; an engine with its own schedule
+ * option may use that instead. A scale in [0, 1]. */
+double qac_pt_lr_scale(const qac_pt_context *c, long step, long total, double warmup_frac);
 
 /* ---- data ---- */
 
@@ -51,6 +71,8 @@ typedef struct qac_pt_data_opts {
     int max_len;           /* passage and span cap in tokens, [CLS] and [SEP] included (default 144) */
     int query_max_len;     /* query cap, the same way (default 32) */
     int threads;           /* tokenizing at load; <= 0: one per core */
+    qac_progress_fn progress; /* optional: phases "pretrain read/records", "pretrain tokenize/records" */
+    void *progress_user;
 } qac_pt_data_opts;
 void qac_pt_data_opts_default(qac_pt_data_opts *o);
 
@@ -62,6 +84,56 @@ qac_status qac_pt_data_open(qac_pt_data **out, const qac_pt_data_opts *o, const 
 void qac_pt_data_free(qac_pt_data *d);
 long qac_pt_data_count(const qac_pt_data *d); /* documents a step draws from */
 
+/* What the data holds and what was drawn (counts since open).
+ *
+ * Sentences: a text is cut after every run of '.', '!' or '?' that is
+ * followed by whitespace (space, tab, newline), and at every paragraph
+ * break ("\n\n"); pieces without tokens are dropped. Each sentence is
+ * tokenized on its own (for WordPiece the concatenation equals the whole
+ * text's tokens, since cuts fall on whitespace).
+ * Spans: a document's tokens are packed greedily, sentence after sentence,
+ * into spans of at most max_len - 2 tokens; a sentence longer than that is
+ * cut inside (at the last word start that fits, else at the cap), counted
+ * in forced_cuts. A span pair then draws, per (seed, step, slot):
+ *   - two different spans uniformly, when the document packs into >= 2
+ *     (span_multi);
+ *   - otherwise (the document fits in one span) the document split into two
+ *     non-empty halves at a sentence boundary drawn uniformly among its
+ *     inner boundaries (span_split_sentence);
+ *   - a single sentence is split at a word start drawn uniformly among its
+ *     inner word starts (span_split_word);
+ *   - a one-word document is paired with itself (span_self);
+ * and the two sides are swapped with probability 1/2, as coCondenser's
+ * random.sample(spans, 2) orders them. */
+/* End offset of text's first sentence by the rule above (len when there is
+ * no cut); leading blanks belong to it. */
+size_t qac_pt_first_sentence(const char *text, size_t len);
+
+typedef struct qac_pt_data_stats {
+    long records;          /* lines of the pre-training file */
+    long skipped_no_text;  /* records whose text gives no tokens: skipped */
+    long no_queries;       /* kept records without queries */
+    long queries;          /* candidate queries kept */
+    long span_docs;        /* documents span pairs come from (docs_path or the records) */
+    long span_multi, span_split_sentence, span_split_word, span_self; /* per document, the rule above */
+    long forced_cuts;      /* cuts inside over-long sentences */
+    long drawn_query, drawn_span, query_fallback; /* pairs drawn; query slots that fell back to spans */
+} qac_pt_data_stats;
+void qac_pt_data_stats_get(const qac_pt_data *d, qac_pt_data_stats *s);
+
+/* Inspection (tests, --dry-run): record `doc`'s id, its text's tokens
+ * (no specials), its sentence starts (nsent + 1 offsets, the last = ntok)
+ * and span starts (nspan + 1 offsets). All borrowed. kind QAC_PT_SPAN with
+ * docs_path set reads the documents file. Returns QAC_ERR_INVALID for an
+ * index out of range. */
+qac_status qac_pt_data_doc(const qac_pt_data *d, qac_pt_kind kind, long doc, const char **id,
+                           const int32_t **tokens, int *ntok, const int **sent, int *nsent,
+                           const int **span, int *nspan);
+/* Record `doc`'s candidate queries: count, and the q-th one's tokens
+ * (no specials, already cut to query_max_len - 2). */
+int qac_pt_data_nqueries(const qac_pt_data *d, long doc);
+qac_status qac_pt_data_query(const qac_pt_data *d, long doc, int q, const int32_t **tokens, int *n);
+
 /* One pair: a is the passage (or the first span), b the query (or the
  * second span); token ids with [CLS] first and [SEP] last, unpadded,
  * valid until the next qac_pt_data_batch call. */
@@ -69,8 +141,21 @@ typedef struct qac_pt_pair {
     const int32_t *a, *b;
     int a_len, b_len;
     qac_pt_kind kind;
-    long doc; /* index of the source record */
+    long doc; /* index of the source record; of the documents file for span pairs when docs_path is set */
 } qac_pt_pair;
+
+/* Random streams: the epoch order is the Fisher-Yates shuffle keyed by
+ * qac_rng_key(seed, epoch, QAC_PT_STREAM_ORDER, file) (file 0: the records,
+ * 1: the documents file); the slot's kind, query and spans by
+ * qac_rng_key(seed, step, slot, QAC_PT_STREAM_KIND / _QUERY / _SPAN).
+ * With docs_path, span slots walk the documents file's own stream
+ * (position s*B + i of it) and query slots the records'; a query slot whose
+ * record has no queries becomes a span slot (the documents file's, or the
+ * record's own text without docs_path). */
+#define QAC_PT_STREAM_ORDER 0x50540001u
+#define QAC_PT_STREAM_KIND 0x50540002u
+#define QAC_PT_STREAM_QUERY 0x50540003u
+#define QAC_PT_STREAM_SPAN 0x50540004u
 
 /* The B pairs of step `step`: documents in a seeded permutation per epoch
  * (slot i of step s is position s*B + i of the epoch stream), each slot a
@@ -79,20 +164,62 @@ typedef struct qac_pt_pair {
  * step, slot). */
 qac_status qac_pt_data_batch(qac_pt_data *d, qac_pt_pair *pairs, int B, long step, double span_prob, uint64_t seed);
 
-/* ---- HLP pairs ---- */
+/* ---- HLP pairs ----
+ *
+ * The graph: documents are the records of `path` (a repeated id is one
+ * document: the first record's text and title, every record's links); an edge
+ * A -> B for each distinct entry B of A's "links" (or each TSV line
+ * "A\tB"; an optional first line "from\tto" is a header). Self links are
+ * dropped; a link naming an id not in the file is unresolved (counted,
+ * dropped).
+ * Pairs (unordered, each kind counted once per pair):
+ *   dual-link   A -> B and B -> A;
+ *   co-mention  A -> C and B -> C for some third document C that is not a
+ *               hub, and {A, B} not dual-link. A hub is a document whose
+ *               in-degree exceeds K: hub_degree when > 0, else the paper's
+ *               rule (co-mentioned entities in the top 10% of in-degree are
+ *               filtered), read as the smallest K such that at most
+ *               hub_top * docs documents have an in-degree above K. This
+ *               also bounds the work: C contributes at most K(K-1)/2 pairs.
+ *               (The paper's pseudo-code also asks that the passage link
+ *               the query's document; TRAINING.md and the issue define
+ *               co-mention without it, and qac follows them.)
+ * Each pair gives each side with text a pre-training record: the passage
+ * is the document's text (no title, as in the paper) and a query is the
+ * partner's query-side text. The paper's query is the partner's sentence
+ * that carries the hyperlink; a link graph without anchors has none, so the
+ * query side is the partner's "title" when it has one, else its first
+ * sentence (the sentence rule above), else the partner gives no query.
+ * Per passage: dual-link partners first, then co-mention, each kind in a
+ * seeded shuffle (key qac_rng_key(seed, doc, QAC_HLP_STREAM, kind)), cut to
+ * max_per_doc. Output jsonl in file order, one line per passage with at
+ * least one query: {"id","text","queries":[...],"partners":[ids],
+ * "kinds":["dual-link"|"co-mention",...]} (extra fields are ignored by the
+ * pre-training reader). */
+#define QAC_HLP_STREAM 0x484c5001u
 
 typedef struct qac_hlp_opts {
     const char *path;       /* documents jsonl with "id", "text" and optionally "title", "links" */
     const char *edges_path; /* TSV of edges "from\tto" (NULL: the links field) */
     const char *out_path;   /* pre-training jsonl to write */
     int dual_link, co_mention;  /* which pair kinds to mine (both by default) */
-    int max_per_doc;        /* cap on queries written per passage (0: no cap) */
+    int max_per_doc;        /* cap on queries written per passage (0: no cap; default 5, the core paper's C) */
     uint64_t seed;
+    qac_progress_fn progress; /* optional: phases "hlp read/records", "hlp write/passages" */
+    void *progress_user;
+    double hub_top;         /* 0.10: the in-degree share that makes hubs (see above) */
+    long hub_degree;        /* > 0: hubs are documents with in-degree above this (overrides hub_top) */
 } qac_hlp_opts;
 void qac_hlp_opts_default(qac_hlp_opts *o);
 
 typedef struct qac_hlp_stats {
     long docs, edges, edges_unresolved, dual_link_pairs, co_mention_pairs, written;
+    long self_links;        /* dropped */
+    long hub_degree, hubs;  /* K used and documents above it */
+    long no_text;           /* documents without text (never a passage) */
+    long queries_written;   /* (passage, query) examples in the output */
+    long capped;            /* partners dropped by max_per_doc */
+    long duplicate_ids;     /* later records repeating an id: merged into the first (its text, all links) */
 } qac_hlp_stats;
 qac_status qac_hlp_mine(const qac_hlp_opts *o, qac_hlp_stats *stats);
 

@@ -18,6 +18,7 @@ int qac_cmd_eval(int argc, char **argv);
 int qac_cmd_serve(int argc, char **argv);
 int qac_cmd_finetune(int argc, char **argv);
 int qac_cmd_mine(int argc, char **argv);
+int qac_cmd_hlp(int argc, char **argv);
 int qac_cmd_plot(int argc, char **argv);
 
 /* `qac search --server URL`: read queries (any qac_data.h format), POST them

@@ -107,6 +107,23 @@ void qac_attention_forward_drop(float *out, float *att, float *scratch, const fl
 void qac_attention_backward(float *dqkv, const float *datty, const float *qkv, const float *att, const int *lens,
                             const qac_dropout *drop, int layer, int B, int T, int C, int NH, qac_pool *pool);
 
+/* Causal self-attention with an optional window (decoders: the query
+ * generator of trainer/qgen.c). Row i of sequence b attends to key j when
+ * j <= i, j < lens[b], and either window <= 0 (plain causal) or j == 0 or
+ * j > i - window: the first position (the encoder's [CLS]) stays visible
+ * and so do the last `window` positions up to i. Padded rows (i >= lens[b])
+ * are computed too, over the real keys their rule allows, as Hugging Face
+ * does. Other keys get exactly zero weight. Dropout (drop NULL: none) on
+ * the probabilities, with the masks of qac_attention_forward_drop at
+ * `layer`. qkv [B,T,3C] as above; out [B,T,C]; att [B,NH,T,T] kept for
+ * backward (undropped, masked entries 0). */
+void qac_attention_causal_forward(float *out, float *att, const float *qkv, const int *lens, int window,
+                                  const qac_dropout *drop, int layer, int B, int T, int C, int NH, qac_pool *pool);
+/* dqkv [B,T,3C] (written) from datty [B,T,C], qkv and the kept att. */
+void qac_attention_causal_backward(float *dqkv, const float *datty, const float *qkv, const float *att,
+                                   const int *lens, int window, const qac_dropout *drop, int layer, int B, int T,
+                                   int C, int NH, qac_pool *pool);
+
 /* Pool the last hidden state: CLS (row 0) or the mean over the lens[b] real
  * tokens, then, when normalize, x / max(||x||_2, 1e-12) (F.normalize).
  * out [B,C]; hidden [B,T,C]. */

@@ -481,6 +481,146 @@ void qac_attention_backward(float *dqkv, const float *datty, const float *qkv, c
     qac_pool_for(pool, (int64_t)B * NH, 1, attb_task, &c);
 }
 
+/* ---- causal (windowed) attention ----
+ * Scalar loops over the visible keys only: with the released window of 3 a
+ * row sees at most 4 keys, so packing panels for gemm would cost more than
+ * the products. One (sequence, head) per task; every sum runs in key order.
+ * Dropout on the probabilities draws the same masks as the encoder's
+ * attention (drop_att_row) at the caller's layer index. */
+
+static inline int causal_first(int i, int window) { return window > 0 && i - window + 1 > 1 ? i - window + 1 : 1; }
+
+/* visible keys of a row: 0, then first..last (none when first > last) */
+#define FOR_VISIBLE(j, first, last) for (int j = 0; j <= (last); j = j ? j + 1 : (first))
+
+typedef struct catt_ctx {
+    float *out, *dqkv;
+    const float *att_in, *datty, *qkv;
+    float *att;
+    const int *lens;
+    const qac_dropout *drop;
+    int layer, window, T, C, NH;
+} catt_ctx;
+
+static void catt_task(void *vctx, int64_t begin, int64_t end, int tid) {
+    const catt_ctx *c = vctx;
+    int T = c->T, C = c->C, NH = c->NH, hs = C / NH, C3 = 3 * C;
+    int dropping = qac_dropout_active(c->drop, QAC_DROP_ATT);
+    float scale = 1.0f / sqrtf((float)hs);
+    float *pd = dropping ? malloc((size_t)T * sizeof *pd) : NULL;
+    if (dropping && !pd) abort(); /* out of memory: no status to return here */
+    for (int64_t bh = begin; bh < end; bh++) {
+        int b = (int)(bh / NH), h = (int)(bh % NH), len = c->lens[b];
+        const float *qkv = c->qkv + (size_t)b * T * C3 + (size_t)h * hs;
+        float *P = c->att + (size_t)bh * T * T;
+        for (int i = 0; i < T; i++) {
+            const float *q = qkv + (size_t)i * C3;
+            float *row = P + (size_t)i * T, *o = c->out + ((size_t)b * T + i) * C + (size_t)h * hs;
+            int last = i < len - 1 ? i : len - 1, first = causal_first(i, c->window);
+            memset(row, 0, (size_t)T * sizeof *row);
+            float mx = -INFINITY;
+            FOR_VISIBLE(j, first, last) {
+                const float *k = qkv + (size_t)j * C3 + C;
+                float s = 0;
+                for (int d = 0; d < hs; d++) s += q[d] * k[d];
+                row[j] = s * scale;
+                mx = row[j] > mx ? row[j] : mx;
+            }
+            float z = 0;
+            FOR_VISIBLE(j, first, last) {
+                row[j] = expf(row[j] - mx);
+                z += row[j];
+            }
+            float inv = 1.0f / z;
+            FOR_VISIBLE(j, first, last) row[j] *= inv;
+            const float *w = row;
+            if (dropping) {
+                memcpy(pd, row, (size_t)(last + 1) * sizeof *pd);
+                drop_att_row(pd, last + 1, c->drop, b, c->layer, h, i);
+                w = pd;
+            }
+            for (int d = 0; d < hs; d++) o[d] = 0;
+            FOR_VISIBLE(j, first, last) {
+                const float *v = qkv + (size_t)j * C3 + 2 * C;
+                for (int d = 0; d < hs; d++) o[d] += w[j] * v[d];
+            }
+        }
+    }
+    free(pd);
+}
+
+void qac_attention_causal_forward(float *out, float *att, const float *qkv, const int *lens, int window,
+                                  const qac_dropout *drop, int layer, int B, int T, int C, int NH, qac_pool *pool) {
+    catt_ctx c = {out, NULL, NULL, NULL, qkv, att, lens, drop, layer, window, T, C, NH};
+    qac_pool_for(pool, (int64_t)B * NH, 1, catt_task, &c);
+}
+
+/* One (sequence, head), P the kept probabilities (zero where masked) and
+ * Pd = dropout(P):
+ *   dV_j = sum_i Pd_ij dO_i, dP_ij = dropout(dO_i . V_j),
+ *   dS_ij = P_ij (dP_ij - sum_j' P_ij' dP_ij') / sqrt(hs),
+ *   dQ_i = sum_j dS_ij K_j, dK_j = sum_i dS_ij Q_i. */
+static void cattb_task(void *vctx, int64_t begin, int64_t end, int tid) {
+    const catt_ctx *c = vctx;
+    int T = c->T, C = c->C, NH = c->NH, hs = C / NH, C3 = 3 * C;
+    int dropping = qac_dropout_active(c->drop, QAC_DROP_ATT);
+    float scale = 1.0f / sqrtf((float)hs);
+    float *ds = malloc(2 * (size_t)T * sizeof *ds), *pd = ds + T;
+    if (!ds) abort(); /* out of memory: no status to return here */
+    for (int64_t bh = begin; bh < end; bh++) {
+        int b = (int)(bh / NH), h = (int)(bh % NH), len = c->lens[b];
+        size_t base = (size_t)b * T * C3 + (size_t)h * hs;
+        const float *qkv = c->qkv + base, *P = c->att_in + (size_t)bh * T * T;
+        float *dqkv = c->dqkv + base;
+        for (int t = 0; t < T; t++)
+            for (int part = 0; part < 3; part++) memset(dqkv + (size_t)t * C3 + part * C, 0, (size_t)hs * sizeof(float));
+        for (int i = 0; i < T; i++) {
+            const float *dO = c->datty + ((size_t)b * T + i) * C + (size_t)h * hs, *p = P + (size_t)i * T;
+            const float *q = qkv + (size_t)i * C3;
+            float *dq = dqkv + (size_t)i * C3;
+            int last = i < len - 1 ? i : len - 1, first = causal_first(i, c->window);
+            const float *w = p;
+            if (dropping) {
+                memcpy(pd, p, (size_t)(last + 1) * sizeof *pd);
+                drop_att_row(pd, last + 1, c->drop, b, c->layer, h, i);
+                w = pd;
+            }
+            memset(ds, 0, (size_t)(last + 1) * sizeof *ds);
+            FOR_VISIBLE(j, first, last) {
+                const float *v = qkv + (size_t)j * C3 + 2 * C;
+                float *dv = dqkv + (size_t)j * C3 + 2 * C, dp = 0;
+                for (int d = 0; d < hs; d++) {
+                    dp += dO[d] * v[d];
+                    dv[d] += w[j] * dO[d];
+                }
+                ds[j] = dp;
+            }
+            if (dropping) drop_att_row(ds, last + 1, c->drop, b, c->layer, h, i);
+            float s = 0;
+            FOR_VISIBLE(j, first, last) s += p[j] * ds[j];
+            FOR_VISIBLE(j, first, last) {
+                float g = p[j] * (ds[j] - s) * scale;
+                const float *k = qkv + (size_t)j * C3 + C;
+                float *dk = dqkv + (size_t)j * C3 + C;
+                for (int d = 0; d < hs; d++) {
+                    dq[d] += g * k[d];
+                    dk[d] += g * q[d];
+                }
+            }
+        }
+    }
+    free(ds);
+}
+
+void qac_attention_causal_backward(float *dqkv, const float *datty, const float *qkv, const float *att,
+                                   const int *lens, int window, const qac_dropout *drop, int layer, int B, int T,
+                                   int C, int NH, qac_pool *pool) {
+    catt_ctx c = {NULL, dqkv, att, datty, qkv, NULL, lens, drop, layer, window, T, C, NH};
+    qac_pool_for(pool, (int64_t)B * NH, 1, cattb_task, &c);
+}
+
+#undef FOR_VISIBLE
+
 /* ---- pooling ---- */
 
 static void pool_one(float *o, const float *h, int len, int C, qac_pooling pooling) {

@@ -24,7 +24,10 @@ fused per layer, layers stacked). Then, for the tiny model: the MLM head (BertOn
 the word embeddings) on the passages with 15% of tokens masked; the whole
 coCondenser objective (Condenser head, late MLM, contrastive) on
 query-as-context pairs; CoT-MAE (encoder MLM 0.30, a 1-layer decoder on the
-partner text masked at 0.45 with the encoder's [CLS] at position 0); and 10
+partner text masked at 0.45 with the encoder's [CLS] at position 0); the
+query-generation objective (encoder MLM 0.30 plus a GPT-2 decoder on the
+unmasked query, next-token loss; window 3 with 1 block, and plain causal
+with 2 blocks; window 3 with dropout 0.1 as released); and 10
 steps of
 torch.optim.AdamW (weight decay 0.01 on all but biases and LayerNorm
 weights, linear warmup 3 then decay over 10, grad-norm clip 1.0): the loss
@@ -37,6 +40,7 @@ Output (safetensors): ids and lengths of the batch, "<model>.<case>.loss"
 Run: python3 tests/reference/gen_train_fixtures.py --out FILE [--data DIR] [--model DIR]
 """
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -417,6 +421,176 @@ def cotmae_case(model, c, q, p, tensors, dec_layers=1):
         tensors[f"cot.grad.{k}"] = v
 
 
+QGEN_TENSORS = ["ln1_w", "ln1_b", "qkv_w", "qkv_b", "attn_proj_w", "attn_proj_b", "ln2_w", "ln2_b", "fc_w", "fc_b",
+                "fc_proj_w", "fc_proj_b", "lnf_w", "lnf_b"]
+
+
+def gpt2_block(x, key_real, P, l, C, NH, eps, window, masks=None):
+    """One GPT-2 block (pre-LN) written out in torch, qac's layout (Linear
+    [out, in], Q|K|V fused), the released decoder's mask: row i sees keys
+    j <= i that are real, and with a window w > 0 only j == 0 or j > i - w.
+    GELU in its erf form (the backbone's hidden_act "gelu"). masks: dropout
+    on the probabilities, the attention output and the MLP output. (The
+    released code installs its window by replacing GPT2Attention's `bias`
+    buffer, which transformers 5 no longer has; the mask is written out here
+    and check_gpt2_block hands it to GPT2Block explicitly.)"""
+    B, T, _ = x.shape
+    hs = C // NH
+    F = torch.nn.functional
+    a = F.layer_norm(x, (C,), P["ln1_w"][l], P["ln1_b"][l], eps)
+    qkv = a @ P["qkv_w"][l].T + P["qkv_b"][l]
+    q, k, v = (t.reshape(B, T, NH, hs).transpose(1, 2) for t in qkv.split(C, dim=-1))
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    allowed = j <= i
+    if window > 0:
+        allowed = allowed & ((j == 0) | (j > i - window))
+    allowed = allowed[None] & key_real[:, None, :]  # [B, T, T]
+    sc = (q @ k.transpose(-1, -2)) / hs ** 0.5
+    sc = sc.masked_fill(~allowed[:, None], float("-inf"))
+    m_att, m_ao, m_fo = (torch.from_numpy(t) for t in masks) if masks else (1.0, 1.0, 1.0)
+    ctx = ((torch.softmax(sc, dim=-1) * m_att) @ v).transpose(1, 2).reshape(B, T, C)
+    r = x + (ctx @ P["attn_proj_w"][l].T + P["attn_proj_b"][l]) * m_ao
+    m = F.layer_norm(r, (C,), P["ln2_w"][l], P["ln2_b"][l], eps)
+    return r + (F.gelu(m @ P["fc_w"][l].T + P["fc_b"][l]) @ P["fc_proj_w"][l].T + P["fc_proj_b"][l]) * m_fo
+
+
+def check_gpt2_block(C=64, NH=4, T=12, B=3):
+    """gpt2_block equals transformers' GPT2Block (the released decoder's
+    module, built from a BERT config: activation "gelu") on random weights,
+    with the causal and the window-3 masks handed to it additively."""
+    from transformers import GPT2Config
+    from transformers.models.gpt2.modeling_gpt2 import GPT2Block
+    g = torch.Generator().manual_seed(5)
+    cfg = GPT2Config(n_embd=C, n_head=NH, n_layer=1, n_positions=128, activation_function="gelu", resid_pdrop=0.0,
+                     embd_pdrop=0.0, attn_pdrop=0.0, layer_norm_epsilon=1e-12)
+    cfg._attn_implementation = "eager"
+    blk = GPT2Block(cfg, layer_idx=0).eval()
+    with torch.no_grad():
+        for t in blk.parameters():
+            t.copy_(torch.randn(t.shape, generator=g) * 0.2)
+    sd = {k: v.detach() for k, v in blk.state_dict().items()}
+    conv = lambda k: sd[k].T[None]  # Conv1D stores [in, out]
+    P = {"ln1_w": sd["ln_1.weight"][None], "ln1_b": sd["ln_1.bias"][None], "qkv_w": conv("attn.c_attn.weight"),
+         "qkv_b": sd["attn.c_attn.bias"][None], "attn_proj_w": conv("attn.c_proj.weight"),
+         "attn_proj_b": sd["attn.c_proj.bias"][None], "ln2_w": sd["ln_2.weight"][None],
+         "ln2_b": sd["ln_2.bias"][None], "fc_w": conv("mlp.c_fc.weight"), "fc_b": sd["mlp.c_fc.bias"][None],
+         "fc_proj_w": conv("mlp.c_proj.weight"), "fc_proj_b": sd["mlp.c_proj.bias"][None]}
+    x = torch.randn((B, T, C), generator=g)
+    for window in (0, 3):
+        allowed = torch.tril(torch.ones(T, T, dtype=torch.bool))
+        for i in range(window + 1, T) if window > 0 else ():  # the released code's loop
+            for j in range(1, i - window + 1):
+                allowed[i, j] = False
+        mask = torch.zeros(T, T).masked_fill(~allowed, torch.finfo(torch.float32).min)[None, None].expand(B, 1, T, T)
+        with torch.no_grad():
+            ref = blk(x, attention_mask=mask)
+            ref = ref[0] if isinstance(ref, tuple) else ref
+            mine = gpt2_block(x, torch.ones(B, T, dtype=torch.bool), P, 0, C, NH, 1e-12, window)
+        diff = (ref - mine).abs().max().item()
+        if not diff <= 1e-5 * ref.abs().max().item():
+            raise SystemExit(f"gpt2_block differs from transformers' GPT2Block (window {window}): {diff}")
+
+
+QGEN_DROP_SALT = 0x7167656E64726F70  # trainer/qac_heads.h
+
+
+def qgen_dropout_masks(key, B, T, C, NH, L, p):
+    """The decoder's masks as trainer/qgen.c draws them from the encoder's
+    step key: the query embeddings' (layer 1, site 0), the decoder input's
+    (layer 0, site 0), then per block the probabilities', the attention
+    output's and the MLP output's (sites 1, 2, 3)."""
+    dkey = int(rng_mix(np.uint64(key) ^ np.uint64(QGEN_DROP_SALT)))
+    tc = np.arange(T, dtype=np.uint64)[:, None] * np.uint64(C) + np.arange(C, dtype=np.uint64)[None, :]
+    att = ((np.arange(NH, dtype=np.uint64)[:, None, None] << np.uint64(40)) |
+           (np.arange(T, dtype=np.uint64)[None, :, None] << np.uint64(20)) | np.arange(T, dtype=np.uint64)[None, None, :])
+    m = lambda layer, site, ctr: np.stack([keep_scale(rng_key(dkey, b, layer, site), ctr, p) for b in range(B)])
+    return m(1, 0, tc), m(0, 0, tc), [(m(l, 1, att), m(l, 2, tc), m(l, 3, tc)) for l in range(L)]
+
+
+def qgen_case(model, c, q, p, tensors, name, window, layers, seed, drop=0.0):
+    """CoT-MAE with query-as-context as released: every passage of the batch
+    with its group's query. The encoder reads the passage masked at 0.30
+    (MLM through the tied head); a fresh GPT-2 decoder (`layers` blocks,
+    MLP width 4C, final LayerNorm, no position embeddings of its own) reads
+    the backbone's embeddings of the unmasked query with position 0 replaced
+    by the passage's last-layer [CLS], and predicts token t+1 from position
+    t through the same head (padding and the step after [SEP] ignored).
+    Loss = encoder MLM + decoder loss. Random decoder weights at test scale
+    (its init is checked in C on its own). With drop > 0: dropout at that
+    rate everywhere the released code has it, with qac's masks (encoder key
+    as the trainer's dropout case: seed 42, step 0)."""
+    C, NH, V, eps = c["hidden_size"], c["num_attention_heads"], c["vocab_size"], c["layer_norm_eps"]
+    I, L, F = 4 * C, layers, torch.nn.functional
+    rs = np.random.RandomState(seed)
+    B = p[0].shape[0]
+    enc_ids, enc_labels = mask_rows(p[0], p[1], 0.30, rs)
+    grp = np.arange(B) // NPASS
+    dec_ids, dec_lens = q[0][grp].copy(), q[1][grp].astype(np.int32)
+    Tq = dec_ids.shape[1]
+    shapes = {"ln1_w": (L, C), "ln1_b": (L, C), "qkv_w": (L, 3 * C, C), "qkv_b": (L, 3 * C),
+              "attn_proj_w": (L, C, C), "attn_proj_b": (L, C), "ln2_w": (L, C), "ln2_b": (L, C),
+              "fc_w": (L, I, C), "fc_b": (L, I), "fc_proj_w": (L, C, I), "fc_proj_b": (L, C), "lnf_w": (C,),
+              "lnf_b": (C,)}
+    dec = {}
+    for k in QGEN_TENSORS:
+        base = 1.0 if k.startswith("ln") and k.endswith("_w") else 0.0
+        # c_fc at 0.2: pre-activations of a few units, where the erf GELU and
+        # GPT-2's tanh approximation differ well past the tolerance
+        sd = 0.1 if base else 0.2 if k == "fc_w" else 0.05
+        dec[k] = (base + rs.standard_normal(shapes[k]) * sd).astype(np.float32)
+    _, mlm = random_heads(rs, 1, C, c["intermediate_size"], V)
+    DT = {k: torch.tensor(v, requires_grad=True) for k, v in dec.items()}
+    MT = {k: torch.tensor(v, requires_grad=True) for k, v in mlm.items()}
+    model.zero_grad(set_to_none=True)
+    E = model.embeddings.word_embeddings.weight
+
+    def head(h):
+        t = F.gelu(h @ MT["dense_w"].T + MT["dense_b"])
+        u = F.layer_norm(t, (C,), MT["ln_w"], MT["ln_b"], eps=eps)
+        return u @ E.T + MT["bias"]
+
+    ids_t = torch.from_numpy(enc_ids.astype(np.int64))
+    keep = torch.arange(enc_ids.shape[1])[None, :] < torch.from_numpy(p[1].astype(np.int64))[:, None]
+    d_t = torch.from_numpy(dec_ids.astype(np.int64))
+    dreal = torch.arange(Tq)[None, :] < torch.from_numpy(dec_lens.astype(np.int64))[:, None]
+    key = rng_key(42, 0, 0x64726F70, 0)
+    dm = qgen_dropout_masks(key, B, Tq, C, NH, L, drop) if drop else None
+    with InjectedDropout() if drop else contextlib.nullcontext() as inj:
+        if drop:  # the encoder's masks, then the backbone embedding's on the query
+            inj.queue = qac_dropout_masks(key, 0, B, enc_ids.shape[1], c, drop) + [dm[0]]
+        last = model(input_ids=ids_t, attention_mask=keep.long(),
+                     token_type_ids=torch.zeros_like(ids_t)).last_hidden_state
+        x = model.embeddings(input_ids=d_t, token_type_ids=torch.zeros_like(d_t))
+        assert not drop or not inj.queue
+    sel = torch.from_numpy(enc_labels >= 0)
+    l_enc = F.cross_entropy(head(last[sel]), torch.from_numpy(enc_labels[enc_labels >= 0].astype(np.int64)))
+    x = torch.cat([last[:, :1], x[:, 1:]], dim=1)
+    if drop:
+        x = x * torch.from_numpy(dm[1])
+    for l in range(L):
+        x = gpt2_block(x, dreal, DT, l, C, NH, eps, window, dm[2][l] if drop else None)
+    x = F.layer_norm(x, (C,), DT["lnf_w"], DT["lnf_b"], eps)
+    logits = head(x)
+    labels = d_t.masked_fill(~dreal, -100)
+    l_dec = F.cross_entropy(logits[:, :-1].reshape(-1, V), labels[:, 1:].reshape(-1), ignore_index=-100)
+    loss = l_enc + l_dec
+    loss.backward()
+    pre = f"{name}."
+    tensors.update({pre + "enc_ids": enc_ids, pre + "enc_labels": enc_labels, pre + "lens": p[1].astype(np.int32),
+                    pre + "dec_ids": dec_ids, pre + "dec_lens": dec_lens})
+    tensors[pre + "loss"] = np.array([loss.item(), l_enc.item(), l_dec.item(), logits.detach().abs().max().item()],
+                                     dtype=np.float64)
+    tensors[pre + "config"] = np.array([L, window, round(drop * 1000)], dtype=np.int32)
+    for k, v in dec.items():
+        tensors[f"{pre}dec_init.{k}"] = v
+        tensors[f"{pre}dec_grad.{k}"] = DT[k].grad.numpy()
+    for k, v in mlm.items():
+        tensors[f"{pre}mlm_init.{k}"] = v
+        tensors[f"{pre}mlm_grad.{k}"] = MT[k].grad.numpy()
+    for k, v in qac_layout(model, c, "grad").items():
+        tensors[f"{pre}grad.{k}"] = v
+
+
 def load_models(model_dir):
     from transformers import BertConfig, BertModel
     tcfg = BertConfig(**TINY)
@@ -512,6 +686,10 @@ def main():
             mlm_case(model, cfg, p, tensors)
             cocondenser_case(model, cfg, q, p, tensors)
             cotmae_case(model, cfg, q, p, tensors)
+            check_gpt2_block()
+            qgen_case(model, cfg, q, p, tensors, "qgen_w3", window=3, layers=1, seed=3)
+            qgen_case(model, cfg, q, p, tensors, "qgen_w0", window=0, layers=2, seed=4)
+            qgen_case(model, cfg, q, p, tensors, "qgen_drop", window=3, layers=1, seed=5, drop=0.1)
             tensors["traj.loss"] = trajectory(model, cfg, q, p)
             for k, v in qac_layout(model, cfg, "data").items():
                 tensors[f"traj.param.{k}"] = v

@@ -15,6 +15,7 @@
 #include "bert_cpu.h"
 #include "qac_heads.h"
 #include "qac_pool.h"
+#include "qac_rng.h"
 #include "qac_safetensors.h"
 #include "qac_train.h"
 #include "testutil.h"
@@ -578,6 +579,8 @@ static void cotmae(void) {
     qac_model_free(m);
 }
 
+static void qgen(void);
+
 int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: %s FIXTURE grad|gradcache|traj [tiny|minilm]\n", argv[0]);
@@ -597,8 +600,142 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[2], "mlm")) mlm();
     else if (!strcmp(argv[2], "cocondenser")) cocondenser();
     else if (!strcmp(argv[2], "cotmae")) cotmae();
+    else if (!strcmp(argv[2], "qgen")) qgen();
     else trajectory();
     qac_safetensors_close(fx);
     free(q_ids), free(p_ids), free(q_lens), free(p_lens);
     return qac_test_summary();
+}
+
+/* ---- the query-generation objective (trainer/qgen.c) ---- */
+
+/* GPT-2's init: N(0, 0.02) matrices, the two output projections at
+ * 0.02 / sqrt(2 layers), biases 0, LayerNorms 1 and 0. */
+static void qgen_init_check(const qac_bert_config *c, int layers) {
+    qac_qgen_config q;
+    qac_qgen_config_default(&q, c);
+    q.layers = layers;
+    float *mem = malloc(qac_qgen_param_count(&q) * sizeof(float));
+    qac_qgen_params p;
+    qac_qgen_bind(&p, &q, mem);
+    qac_qgen_init(&p, &q, 7);
+    float **v = (float **)&p;
+    for (int i = 0; i < QAC_QGEN_NUM_TENSORS; i++) {
+        const char *nm = qac_qgen_tensor_name(i);
+        size_t n = qac_qgen_tensor_size(&q, i);
+        double s1 = 0, s2 = 0;
+        for (size_t j = 0; j < n; j++) s1 += v[i][j], s2 += (double)v[i][j] * v[i][j];
+        double mean = s1 / n, sd = sqrt(s2 / n - mean * mean);
+        int is_ln_w = nm[0] == 'l' && nm[strlen(nm) - 1] == 'w';
+        if (strstr(nm, "_w") && !is_ln_w) {
+            double want = strstr(nm, "proj") ? 0.02 / sqrt(2.0 * layers) : 0.02;
+            /* n >= 4096 draws: the sample deviation is within 3% */
+            CHECK_MSG(fabs(sd / want - 1) < 0.05 && fabs(mean) < 0.1 * want,
+                      "qgen init (%d layers): %s has mean %.2e sd %.4f, want 0 and %.4f", layers, nm, mean, sd, want);
+        } else {
+            CHECK_MSG(mean == (is_ln_w ? 1.0 : 0.0) && sd == 0, "qgen init: %s is not constant %d", nm, is_ln_w);
+        }
+    }
+    free(mem);
+}
+
+static void qgen_case(qac_model *m, const char *name) {
+    const qac_bert_config *c = &m->cfg;
+    int C = c->hidden_size, V = c->vocab_size, rows, Tp, Tq, two;
+    char key[160];
+    snprintf(key, sizeof key, "%s.config", name);
+    int *cfg = ints(key, &two, NULL);
+    qac_qgen_config q;
+    qac_qgen_config_default(&q, c);
+    q.layers = cfg[0], q.window = cfg[1];
+    /* the fixture's dropout: the trainer's key of its dropout case (seed 42, step 0) */
+    qac_dropout drop = {cfg[2] / 1000.0f, cfg[2] / 1000.0f, qac_rng_key(42, 0, 0x64726F70, 0), NULL};
+    free(cfg);
+#define QKEY(suffix) (snprintf(key, sizeof key, "%s.%s", name, suffix), key)
+    int32_t *ids = ints(QKEY("enc_ids"), &rows, &Tp), *labels = ints(QKEY("enc_labels"), &rows, &Tp);
+    int32_t *qids = ints(QKEY("dec_ids"), &rows, &Tq);
+    int *lens = ints(QKEY("lens"), &rows, NULL), *qlens = ints(QKEY("dec_lens"), &rows, NULL), B = rows;
+    size_t dn = qac_qgen_param_count(&q), mn = qac_mlm_param_count(C, V);
+    float *dmem = calloc(dn, 4), *dgrad = calloc(dn, 4), *mmem = calloc(mn, 4), *mgrad = calloc(mn, 4);
+    float *grad = calloc(m->n_params, sizeof(float));
+    qac_qgen_params dp, dg;
+    qac_mlm_head mh, mg;
+    qac_bert_params g;
+    qac_qgen_bind(&dp, &q, dmem), qac_qgen_bind(&dg, &q, dgrad);
+    qac_mlm_bind(&mh, mmem, C, V), qac_mlm_bind(&mg, mgrad, C, V);
+    qac_bert_params_bind(&g, c, grad);
+    for (int i = 0; i < QAC_QGEN_NUM_TENSORS; i++) {
+        snprintf(key, sizeof key, "%s.dec_init.%s", name, qac_qgen_tensor_name(i));
+        const qac_st_tensor *t = need(key);
+        CHECK_MSG(t->numel == qac_qgen_tensor_size(&q, i), "%s: %llu values, qac has %zu", key,
+                  (unsigned long long)t->numel, qac_qgen_tensor_size(&q, i));
+        qac_safetensors_read_f32(t, ((float **)&dp)[i]);
+    }
+    float **mv = mlm_views(&mh);
+    for (int i = 0; i < QAC_MLM_NUM_TENSORS; i++) {
+        snprintf(key, sizeof key, "%s.mlm_init.%s", name, mlm_names[i]);
+        qac_safetensors_read_f32(need(key), mv[i]);
+    }
+    qac_pool *pool = NULL;
+    qac_bert_packed pk;
+    qac_bert_acts a = {0};
+    qac_bert_bwd w = {0};
+    qac_qgen_acts da = {0};
+    CHECK_OK(qac_pool_create(&pool, 2));
+    CHECK_OK(qac_bert_pack(&pk, c, &m->p));
+    CHECK_OK(qac_bert_acts_alloc(&a, c, B, Tp, QAC_ACTS_KEEP, 2));
+    CHECK_OK(qac_bert_bwd_alloc(&w, c, B, Tp));
+    CHECK_OK(qac_qgen_acts_alloc(&da, &q, B, Tq));
+    qac_qgen_batch bt = {B, Tp, Tq, ids, labels, lens, qids, qlens};
+    qac_qgen_losses ls;
+    CHECK_OK(qac_qgen_objective_grads(&ls, &bt, c, &m->p, &pk, &g, &a, &w, drop.hidden > 0 ? &drop : NULL, &q, &dp, &dg,
+                                      &da, &mh, &mg, pool));
+
+    QKEY("loss");
+    double ref = f64_at(key, 0), ref_enc = f64_at(key, 1), ref_dec = f64_at(key, 2);
+    double lrel = fabs(ls.total - ref) / fabs(ref), ltol = fmax(1e-6, 4 * 0x1p-24 * f64_at(key, 3) / fabs(ref));
+    const char *wn = "?", *dwn = "?", *mwn = "?";
+    double worst = compare_tensors(m, grad, QKEY("grad."), &wn, 0), dworst = 0, mworst = 0;
+    for (int i = 0; i < QAC_QGEN_NUM_TENSORS; i++) {
+        snprintf(key, sizeof key, "%s.dec_grad.%s", name, qac_qgen_tensor_name(i));
+        double r = compare_named(((float **)&dg)[i], key, qac_qgen_tensor_size(&q, i));
+        if (r >= dworst) dworst = r, dwn = qac_qgen_tensor_name(i);
+    }
+    size_t msz[QAC_MLM_NUM_TENSORS] = {(size_t)C * C, (size_t)C, (size_t)C, (size_t)C, (size_t)V};
+    float **gv = mlm_views(&mg);
+    for (int i = 0; i < QAC_MLM_NUM_TENSORS; i++) {
+        snprintf(key, sizeof key, "%s.mlm_grad.%s", name, mlm_names[i]);
+        double r = compare_named(gv[i], key, msz[i]);
+        if (r >= mworst) mworst = r, mwn = mlm_names[i];
+    }
+    printf("%s (%d block%s, window %d, dropout %.2f): loss %.9f = encoder MLM %.6f (%d) + next-token %.6f (%d) (ref %.9f: %.6f "
+           "%.6f; rel %.2e, tol %.1e)\n  worst gradient: encoder %s %.2e, decoder %s %.2e, MLM head %s %.2e\n",
+           name, q.layers, q.layers > 1 ? "s" : "", q.window, drop.hidden, ls.total, ls.enc_mlm, ls.enc_positions, ls.dec,
+           ls.dec_positions, ref, ref_enc, ref_dec, lrel, ltol, wn, worst, dwn, dworst, mwn,
+           mworst);
+#undef QKEY
+    CHECK_MSG(lrel <= ltol, "%s loss off by %.3e relative", name, lrel);
+    CHECK_MSG(worst <= 1e-4, "%s: encoder gradient of %s off by %.3e", name, wn, worst);
+    CHECK_MSG(dworst <= 1e-4, "%s: decoder gradient of %s off by %.3e", name, dwn, dworst);
+    CHECK_MSG(mworst <= 1e-4, "%s: MLM-head gradient of %s off by %.3e", name, mwn, mworst);
+    free(ids), free(labels), free(qids), free(lens), free(qlens);
+    free(dmem), free(dgrad), free(mmem), free(mgrad), free(grad);
+    qac_qgen_acts_free(&da);
+    qac_bert_acts_free(&a);
+    qac_bert_bwd_free(&w);
+    qac_bert_packed_free(&pk);
+    qac_pool_free(pool);
+}
+
+/* The whole query-generation objective against torch, with the released
+ * window of 3 (1 block), plain causal attention (2 blocks), and the window
+ * of 3 with dropout 0.1 at every site the released code has. */
+static void qgen(void) {
+    qac_model *m = load_model("tiny");
+    qgen_init_check(&m->cfg, 1);
+    qgen_init_check(&m->cfg, 2);
+    qgen_case(m, "qgen_w3");
+    qgen_case(m, "qgen_w0");
+    qgen_case(m, "qgen_drop");
+    qac_model_free(m);
 }
