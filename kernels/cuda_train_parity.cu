@@ -276,7 +276,8 @@ struct att_dev {
 };
 
 qac_status att_forward(dev_scratch *s, cublasHandle_t h, att_dev *a, const float *qkv, const int *lens,
-                       float p_attn, uint64_t key, int layer, int B, int T, int C, int NH, qac_precision prec) {
+                       float p_attn, uint64_t key, int layer, int B, int T, int C, int NH, int causal, int window,
+                       qac_precision prec) {
     const size_t N = (size_t)B * T, es = qac_prec_size(prec), nP = (size_t)B * NH * T * T;
     qac_status st;
     if ((st = up_act(s, &a->qkv, qkv, N * 3 * C, prec)) || (st = up(s, (void **)&a->lens, lens, B * sizeof(int))) ||
@@ -286,14 +287,14 @@ qac_status att_forward(dev_scratch *s, cublasHandle_t h, att_dev *a, const float
         (st = dalloc(s, &a->atty, N * C * es)) || (st = dalloc(s, (void **)&a->S, nP * sizeof(float))))
         return st;
     return qac_kt_attention_fwd(h, a->atty, a->q, a->k, a->v, a->P, a->S, a->Pd, a->O, a->qkv, NULL, a->lens,
-                                drop_of(p_attn, key), layer, B, T, C, NH, prec, 0);
+                                drop_of(p_attn, key), layer, B, T, C, NH, causal, window, prec, 0);
 }
 
 } // namespace
 
-extern "C" qac_status qac_cuda_attention_train(float *out, float *att, const float *qkv, const int *lens,
-                                               float p_attn, uint64_t key, int layer, int B, int T, int C, int NH,
-                                               qac_precision prec) {
+static qac_status attention_train(float *out, float *att, const float *qkv, const int *lens, float p_attn,
+                                  uint64_t key, int layer, int B, int T, int C, int NH, int causal, int window,
+                                  qac_precision prec) {
     qac_status st = start(prec);
     if (st != QAC_OK) return st;
     if (NH <= 0 || C % NH) return qac_set_error(QAC_ERR_INVALID, "attention: %d heads over %d", NH, C);
@@ -302,16 +303,16 @@ extern "C" qac_status qac_cuda_attention_train(float *out, float *att, const flo
     att_dev a;
     memset(&a, 0, sizeof a);
     TRY(make_blas(&h, prec));
-    TRY(att_forward(&s, h, &a, qkv, lens, p_attn, key, layer, B, T, C, NH, prec));
+    TRY(att_forward(&s, h, &a, qkv, lens, p_attn, key, layer, B, T, C, NH, causal, window, prec));
     TRY(down_act(&s, out, a.atty, (size_t)B * T * C, prec));
     if (att) TRY(down_act(&s, att, a.P, (size_t)B * NH * T * T, prec));
 done:
     return finish(&s, h, st, "attention (training forward)");
 }
 
-extern "C" qac_status qac_cuda_attention_backward(float *dqkv, const float *datty, const float *qkv,
-                                                  const int *lens, float p_attn, uint64_t key, int layer, int B,
-                                                  int T, int C, int NH, qac_precision prec) {
+static qac_status attention_backward(float *dqkv, const float *datty, const float *qkv, const int *lens,
+                                     float p_attn, uint64_t key, int layer, int B, int T, int C, int NH, int causal,
+                                     int window, qac_precision prec) {
     qac_status st = start(prec);
     if (st != QAC_OK) return st;
     if (NH <= 0 || C % NH) return qac_set_error(QAC_ERR_INVALID, "attention: %d heads over %d", NH, C);
@@ -322,7 +323,7 @@ extern "C" qac_status qac_cuda_attention_backward(float *dqkv, const float *datt
     const size_t N = (size_t)B * T, es = qac_prec_size(prec), nP = (size_t)B * NH * T * T;
     void *d_datty, *d_dqkv, *dS, *dO, *dq, *dk, *dv;
     TRY(make_blas(&h, prec));
-    TRY(att_forward(&s, h, &a, qkv, lens, p_attn, key, layer, B, T, C, NH, prec));
+    TRY(att_forward(&s, h, &a, qkv, lens, p_attn, key, layer, B, T, C, NH, causal, window, prec));
     TRY(up_act(&s, &d_datty, datty, N * C, prec));
     TRY(dalloc(&s, &d_dqkv, N * 3 * C * es));
     TRY(dalloc(&s, &dS, nP * es));
@@ -336,6 +337,31 @@ extern "C" qac_status qac_cuda_attention_backward(float *dqkv, const float *datt
     TRY(down_act(&s, dqkv, d_dqkv, N * 3 * C, prec));
 done:
     return finish(&s, h, st, "attention backward");
+}
+
+extern "C" qac_status qac_cuda_attention_train(float *out, float *att, const float *qkv, const int *lens,
+                                               float p_attn, uint64_t key, int layer, int B, int T, int C, int NH,
+                                               qac_precision prec) {
+    return attention_train(out, att, qkv, lens, p_attn, key, layer, B, T, C, NH, 0, 0, prec);
+}
+
+extern "C" qac_status qac_cuda_attention_backward(float *dqkv, const float *datty, const float *qkv,
+                                                  const int *lens, float p_attn, uint64_t key, int layer, int B,
+                                                  int T, int C, int NH, qac_precision prec) {
+    return attention_backward(dqkv, datty, qkv, lens, p_attn, key, layer, B, T, C, NH, 0, 0, prec);
+}
+
+extern "C" qac_status qac_cuda_attention_causal_train(float *out, float *att, const float *qkv, const int *lens,
+                                                      int window, float p_attn, uint64_t key, int layer, int B,
+                                                      int T, int C, int NH, qac_precision prec) {
+    return attention_train(out, att, qkv, lens, p_attn, key, layer, B, T, C, NH, 1, window, prec);
+}
+
+extern "C" qac_status qac_cuda_attention_causal_backward(float *dqkv, const float *datty, const float *qkv,
+                                                         const int *lens, int window, float p_attn, uint64_t key,
+                                                         int layer, int B, int T, int C, int NH,
+                                                         qac_precision prec) {
+    return attention_backward(dqkv, datty, qkv, lens, p_attn, key, layer, B, T, C, NH, 1, window, prec);
 }
 
 extern "C" qac_status qac_cuda_pooling_backward(float *dhidden, const float *dout, const float *hidden,

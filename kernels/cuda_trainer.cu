@@ -306,7 +306,7 @@ qac_status forward_side(cuda_trainer *t, side *s, uint64_t key, uint64_t seq_bas
         qac_status e = qac_kt_linear_fwd(t->blas, k->big, xa, act_w(t, w->qkv_w + lc * 3 * C), N, C, 3 * C, p);
         if (e) return e;
         if ((e = qac_kt_attention_fwd(t->blas, atty, q, kk, v, P, k->S, k->Pd, k->O, k->big, w->qkv_b + lc * 3, s->lens,
-                                      da, l, B, T, C, NH, p, st)))
+                                      da, l, B, T, C, NH, 0, 0, p, st)))
             return e;
         if ((e = qac_kt_linear_fwd(t->blas, k->proj, atty, act_w(t, w->attn_out_w + lc * C), N, C, C, p))) return e;
         QAC_CU(qac_kt_bias_dropout_residual(res1, k->proj, w->attn_out_b + lc, x, dh, l, QAC_DROP_ATT_OUT, B, T, C, p,

@@ -136,3 +136,13 @@ qac_status qac_train_dist_id(unsigned char id[128]) {
 }
 int qac_train_gpu_count(void) { return 0; }
 qac_status qac_train_use_gpu(int device) { return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA); }
+qac_status qac_cuda_attention_causal_train(float *out, float *att, const float *qkv, const int *lens, int window,
+                                           float p_attn, uint64_t key, int layer, int B, int T, int C, int NH,
+                                           qac_precision prec) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_attention_causal_backward(float *dqkv, const float *datty, const float *qkv, const int *lens,
+                                              int window, float p_attn, uint64_t key, int layer, int B, int T, int C,
+                                              int NH, qac_precision prec) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}

@@ -52,6 +52,15 @@ qac_status qac_cuda_attention_train(float *out, float *att, const float *qkv, co
 qac_status qac_cuda_attention_backward(float *dqkv, const float *datty, const float *qkv, const int *lens,
                                        float p_attn, uint64_t key, int layer, int B, int T, int C, int NH,
                                        qac_precision prec);
+/* The causal (windowed) decoder attention of qac_attention_causal_forward
+ * and qac_attention_causal_backward, through the same kernels with the
+ * decoder's mask. */
+qac_status qac_cuda_attention_causal_train(float *out, float *att, const float *qkv, const int *lens, int window,
+                                           float p_attn, uint64_t key, int layer, int B, int T, int C, int NH,
+                                           qac_precision prec);
+qac_status qac_cuda_attention_causal_backward(float *dqkv, const float *datty, const float *qkv, const int *lens,
+                                              int window, float p_attn, uint64_t key, int layer, int B, int T, int C,
+                                              int NH, qac_precision prec);
 /* qac_pooling_backward: dhidden [B,T,C] written. */
 qac_status qac_cuda_pooling_backward(float *dhidden, const float *dout, const float *hidden, const int *lens, int B,
                                      int T, int C, qac_pooling pooling, int normalize);

@@ -342,11 +342,23 @@ __device__ __forceinline__ uint64_t att_counter(int h, int t, int j) {
 
 constexpr int SM_WARPS = 4;
 
+// Whether query row t sees key j: the real keys (j < len), and for a causal
+// decoder (model/layers.c, causal attention) only j <= t, and with a window
+// only key 0 and the last `window` keys up to t. Key 0 is always visible,
+// so no row is empty.
+__device__ __forceinline__ bool key_visible(int j, int t, int len, int causal, int window) {
+    if (j >= len) return false;
+    if (!causal || j == 0) return true;
+    if (j > t) return false;
+    const int first = window > 0 && t - window + 1 > 1 ? t - window + 1 : 1;
+    return j >= first;
+}
+
 // One warp per row (b, h, t) of S [B,NH,T,T].
 template <typename T>
 __global__ void __launch_bounds__(SM_WARPS * 32)
 softmax_fwd_kernel(T *P, T *Pd, const float *S, const int *lens, uint64_t key, uint64_t seq_base,
-                   uint32_t thresh, float scale, int layer, int NH, int T_, size_t rows) {
+                   uint32_t thresh, float scale, int layer, int NH, int T_, int causal, int window, size_t rows) {
     const int lane = threadIdx.x & 31;
     const size_t row = (size_t)blockIdx.x * SM_WARPS + (threadIdx.x >> 5);
     if (row >= rows) return; // the whole warp leaves together: no block barrier below
@@ -355,17 +367,19 @@ softmax_fwd_kernel(T *P, T *Pd, const float *S, const int *lens, uint64_t key, u
     const int len = lens[b];
     const float *s = S + row * T_;
     float mx = -INFINITY;
-    for (int j = lane; j < len; j += 32) mx = fmaxf(mx, s[j]);
+    for (int j = lane; j < len; j += 32)
+        if (key_visible(j, t, len, causal, window)) mx = fmaxf(mx, s[j]);
     mx = warp_max(mx);
     float sum = 0.f;
-    for (int j = lane; j < len; j += 32) sum += expf(s[j] - mx);
+    for (int j = lane; j < len; j += 32)
+        if (key_visible(j, t, len, causal, window)) sum += expf(s[j] - mx);
     const float inv = 1.0f / warp_sum(sum);
     const uint64_t stream = Pd ? drop_stream(key, seq_base + b, layer, QAC_DROP_ATT) : 0;
     for (int j = lane; j < T_; j += 32) {
-        const float p = j < len ? expf(s[j] - mx) * inv : 0.f;
+        const float p = key_visible(j, t, len, causal, window) ? expf(s[j] - mx) * inv : 0.f;
         P[row * T_ + j] = qac_from_float<T>(p);
         if (Pd) {
-            const float pd = j < len ? p * drop_factor(stream, att_counter(h, t, j), thresh, scale) : 0.f;
+            const float pd = p != 0.f ? p * drop_factor(stream, att_counter(h, t, j), thresh, scale) : 0.f;
             Pd[row * T_ + j] = qac_from_float<T>(pd);
         }
     }
@@ -386,6 +400,8 @@ __global__ void att_dropout_kernel(T *Pd, const T *P, const int *lens, uint64_t 
     }
 }
 
+// Keys a row does not see have P = 0, so their dS is 0 and they add nothing
+// to the row sum: the same kernel serves the causal decoder.
 template <typename T>
 __global__ void __launch_bounds__(SM_WARPS * 32)
 softmax_bwd_kernel(T *dS, const T *P, const float *dPd, const int *lens, uint64_t key, uint64_t seq_base,
@@ -752,7 +768,7 @@ cudaError_t qac_kt_heads_merge(void *dst, const void *src, int B, int T, int C, 
 }
 
 cudaError_t qac_kt_softmax_fwd(void *P, void *Pd, const float *S, const int *lens, qac_kt_drop d, int layer, int B,
-                               int NH, int T, qac_precision prec, cudaStream_t s) {
+                               int NH, int T, int causal, int window, qac_precision prec, cudaStream_t s) {
     const size_t rows = (size_t)B * NH * T;
     if (rows == 0) return cudaSuccess;
     if (T >= (1 << 20) || NH >= (1 << 23)) return cudaErrorInvalidValue; // the counter's fields
@@ -761,7 +777,7 @@ cudaError_t qac_kt_softmax_fwd(void *P, void *Pd, const float *S, const int *len
     const unsigned blocks = qac_div_up(rows, SM_WARPS);
     KT_DISPATCH(prec, softmax_fwd_kernel<E><<<blocks, SM_WARPS * 32, 0, s>>>((E *)P, (E *)pd, S, lens, d.key,
                                                                               d.seq_base, k.thresh, k.scale, layer,
-                                                                              NH, T, rows));
+                                                                              NH, T, causal, window, rows));
     return cudaGetLastError();
 }
 
@@ -897,14 +913,14 @@ qac_status qac_kt_linear_bwd(cublasHandle_t h, void *dinp, qac_precision dinp_pr
 
 qac_status qac_kt_attention_fwd(cublasHandle_t h, void *atty, void *q, void *k, void *v, void *P, float *S,
                                 void *Pd, void *O, const void *qkv, const float *qkv_b, const int *lens,
-                                qac_kt_drop d, int layer, int B, int T, int C, int NH, qac_precision prec,
-                                cudaStream_t s) {
+                                qac_kt_drop d, int layer, int B, int T, int C, int NH, int causal, int window,
+                                qac_precision prec, cudaStream_t s) {
     const int hs = C / NH, BH = B * NH;
     const long long sh = (long long)T * hs, ss = (long long)T * T;
     QAC_CU(qac_kt_qkv_split(q, k, v, qkv, qkv_b, B, T, C, NH, prec, s));
     QAC_CUBLAS(qac_kt_gemm(h, 0, 1, T, T, hs, 1.0f / sqrtf((float)hs), q, hs, sh, k, hs, sh, 0.0f, S, T, ss, BH,
                            prec, QAC_PREC_FP32));
-    QAC_CU(qac_kt_softmax_fwd(P, Pd, S, lens, d, layer, B, NH, T, prec, s));
+    QAC_CU(qac_kt_softmax_fwd(P, Pd, S, lens, d, layer, B, NH, T, causal, window, prec, s));
     const void *probs = d.p > 0.0f ? Pd : P;
     QAC_CUBLAS(qac_kt_gemm(h, 0, 0, T, hs, T, 1.0f, probs, T, ss, v, hs, sh, 0.0f, O, hs, sh, BH, prec, prec));
     QAC_CU(qac_kt_heads_merge(atty, O, B, T, C, NH, prec, s));

@@ -95,14 +95,16 @@ cudaError_t qac_kt_heads_merge(void *dst, const void *src, int B, int T, int C, 
                                cudaStream_t s);
 // Masked softmax of the scaled scores S [B,NH,T,T] (fp32): P (act), keys
 // >= lens[b] exactly 0; Pd (act, may be NULL) = dropout(P) at (layer,
-// QAC_DROP_ATT) with the CPU's counters.
+// QAC_DROP_ATT) with the CPU's counters. causal: also the decoder's mask of
+// qac_attention_causal_forward (key j <= row t, and with window > 0 only key
+// 0 and keys > t - window).
 cudaError_t qac_kt_softmax_fwd(void *P, void *Pd, const float *S, const int *lens, qac_kt_drop d, int layer, int B,
-                               int NH, int T, qac_precision prec, cudaStream_t s);
+                               int NH, int T, int causal, int window, qac_precision prec, cudaStream_t s);
 // Pd = dropout(P) alone (backward re-draws the mask instead of keeping it).
 cudaError_t qac_kt_att_dropout(void *Pd, const void *P, const int *lens, qac_kt_drop d, int layer, int B, int NH,
                                int T, qac_precision prec, cudaStream_t s);
 // dS (act) = P (dP - rowsum(P dP)) * scale with dP = dropout(dPd), dPd fp32;
-// zero on masked keys.
+// zero on masked keys (bidirectional or causal alike: P is zero there).
 cudaError_t qac_kt_softmax_bwd(void *dS, const void *P, const float *dPd, const int *lens, qac_kt_drop d,
                                int layer, int B, int NH, int T, float scale, qac_precision prec, cudaStream_t s);
 
@@ -190,10 +192,12 @@ qac_status qac_kt_linear_bwd(cublasHandle_t h, void *dinp, qac_precision dinp_pr
 // q, k, v [B,NH,T,hs] and the probabilities P [B,NH,T,T] are kept for
 // backward; atty [B,T,C] act is the context. Scratch: S [B*NH*T*T] fp32,
 // Pd [B*NH*T*T] act (read only with attention dropout), O [B*T*C] act.
+// causal, window: the decoder's mask (see qac_kt_softmax_fwd); 0, 0 for
+// the encoder. Backward (below) is the same for both.
 qac_status qac_kt_attention_fwd(cublasHandle_t h, void *atty, void *q, void *k, void *v, void *P, float *S,
                                 void *Pd, void *O, const void *qkv, const float *qkv_b, const int *lens,
-                                qac_kt_drop d, int layer, int B, int T, int C, int NH, qac_precision prec,
-                                cudaStream_t s);
+                                qac_kt_drop d, int layer, int B, int T, int C, int NH, int causal, int window,
+                                qac_precision prec, cudaStream_t s);
 // dqkv [B,T,3C] act (written) from datty [B,T,C] act and the kept q, k, v,
 // P. Scratch: dP [B*NH*T*T] fp32, Pd and dS [B*NH*T*T] act, dO, dq, dk, dv
 // [B*T*C] act each.

@@ -1,6 +1,7 @@
 /* Every CUDA training kernel against its CPU twin at several shapes (odd
  * sizes, padding, T not a multiple of any tile), on fresh random inputs:
- * embeddings, LayerNorm, GELU, linear-layer and attention backward, dropout
+ * embeddings, LayerNorm, GELU, linear-layer and attention backward (the
+ * encoder's and the decoder's causal windowed attention), dropout
  * (identical masks), pooling backward, InfoNCE, gradient clipping + AdamW.
  *
  * Tolerances (relative Frobenius error per tensor): fp32 1e-5 (fp32
@@ -194,6 +195,31 @@ static void test_attention(int B, int T, int C, int NH, float p_attn) {
     free(qkv), free(datty), free(lens), free(out), free(att), free(dqkv), free(gout), free(gatt), free(gdqkv);
 }
 
+/* the decoder's causal attention (window <= 0: plain causal) */
+static void test_causal_attention(int B, int T, int C, int NH, int window, float p_attn) {
+    const size_t N = (size_t)B * T, nP = (size_t)B * NH * T * T;
+    float *qkv = rnd(N * 3 * C, -1, 1), *datty = rnd(N * C, -1, 1);
+    int *lens = random_lens(B, T);
+    const uint64_t key = gpu_test_next();
+    qac_dropout d = {0.0f, p_attn, key, NULL};
+    float *out = malloc(sizeof(float) * N * C), *att = malloc(sizeof(float) * nP), *dqkv = malloc(sizeof(float) * N * 3 * C);
+    float *gout = malloc(sizeof(float) * N * C), *gatt = malloc(sizeof(float) * nP), *gdqkv = malloc(sizeof(float) * N * 3 * C);
+    qac_attention_causal_forward(out, att, qkv, lens, window, &d, 0, B, T, C, NH, NULL);
+    qac_attention_causal_backward(dqkv, datty, qkv, att, lens, window, &d, 0, B, T, C, NH, NULL);
+    char shape[64];
+    snprintf(shape, sizeof shape, "B%d T%d C%d H%d w%d p%.2f", B, T, C, NH, window, (double)p_attn);
+    for (int pi = 0; pi < 2; pi++) {
+        gpu_test_poison(gout, N * C), gpu_test_poison(gatt, nP), gpu_test_poison(gdqkv, N * 3 * C);
+        CHECK_OK(qac_cuda_attention_causal_train(gout, gatt, qkv, lens, window, p_attn, key, 0, B, T, C, NH, PRECS[pi]));
+        report("causal attn fwd (out)", PRECS[pi], shape, gout, out, N * C, tol_for(PRECS[pi], 1e-5, 3e-2));
+        report("causal attn fwd (probs)", PRECS[pi], shape, gatt, att, nP, tol_for(PRECS[pi], 1e-5, 1e-2));
+        CHECK_OK(qac_cuda_attention_causal_backward(gdqkv, datty, qkv, lens, window, p_attn, key, 0, B, T, C, NH,
+                                                    PRECS[pi]));
+        report("causal attn bwd (dqkv)", PRECS[pi], shape, gdqkv, dqkv, N * 3 * C, tol_for(PRECS[pi], 1e-5, 3e-2));
+    }
+    free(qkv), free(datty), free(lens), free(out), free(att), free(dqkv), free(gout), free(gatt), free(gdqkv);
+}
+
 static void test_pooling_backward(int B, int T, int C) {
     float *hidden = rnd((size_t)B * T * C, -3, 3), *dout = rnd((size_t)B * C, -1, 1);
     float *want = malloc(sizeof(float) * B * T * C), *got = malloc(sizeof(float) * B * T * C);
@@ -319,6 +345,11 @@ int main(int argc, char **argv) {
         if (!small) test_attention(2, 128, 768, 12, 0.1f);
         test_attention(1, 130, 64, 1, 0.0f); /* T not a multiple of 16 or 32 */
         test_attention(4, 33, 384, 6, 0.0f);
+    }
+    if (want("attention")) {
+        test_causal_attention(3, 11, 64, 2, 3, 0.0f); /* the released window of 3 */
+        test_causal_attention(2, 33, 96, 3, 3, 0.1f);
+        test_causal_attention(2, 20, 64, 2, 0, 0.1f); /* plain causal */
     }
     if (want("pooling")) {
         test_pooling_backward(5, 17, 384);
