@@ -122,9 +122,24 @@ static void ce_task(void *vctx, int64_t b, int64_t e, int tid) {
     }
 }
 
+void qac_mlm_ws_free(qac_mlm_ws *w) {
+    if (!w) return;
+    free(w->mem);
+    w->mem = NULL, w->cap = 0;
+}
+
 qac_status qac_mlm_loss(double *loss, float *dstates, qac_mlm_head *g, float *dword, const qac_mlm_head *h,
                         const float *word_emb, const float *states, const int32_t *labels, int M, int C, int V,
                         float ln_eps, qac_pool *pool) {
+    qac_mlm_ws ws = {0};
+    qac_status st = qac_mlm_loss_ws(&ws, loss, dstates, g, dword, h, word_emb, states, labels, M, C, V, ln_eps, pool);
+    qac_mlm_ws_free(&ws);
+    return st;
+}
+
+qac_status qac_mlm_loss_ws(qac_mlm_ws *ws, double *loss, float *dstates, qac_mlm_head *g, float *dword,
+                           const qac_mlm_head *h, const float *word_emb, const float *states, const int32_t *labels,
+                           int M, int C, int V, float ln_eps, qac_pool *pool) {
     *loss = 0;
     if (M < 1) return QAC_OK;
     for (int i = 0; i < M; i++)
@@ -133,28 +148,29 @@ qac_status qac_mlm_loss(double *loss, float *dstates, qac_mlm_head *g, float *dw
     size_t MC = (size_t)M * C, MV = (size_t)M * V;
     size_t nW = qac_gemm_packed_floats(C, C), nE = qac_gemm_packed_floats(V, C);
     size_t scratch = g ? qac_matmul_backward_scratch(M, C, V) : 0;
-    size_t total = 4 * MC + 2 * (size_t)M + MV + nW + nE + scratch;
-    float *mem = malloc(total * sizeof *mem);
-    if (!mem) return qac_set_error(QAC_ERR_NOMEM, "mlm: cannot allocate %.1f MiB for %d positions",
-                                   (double)total * 4 / (1 << 20), M);
+    size_t total = 4 * MC + 2 * (size_t)M + MV + nW + nE + scratch + 2 * (size_t)M + 1; /* + row losses (doubles, 8-aligned) */
+    if (total > ws->cap) {
+        float *grown = malloc(total * sizeof *grown);
+        if (!grown)
+            return qac_set_error(QAC_ERR_NOMEM, "mlm: cannot allocate %.1f MiB for %d positions",
+                                 (double)total * 4 / (1 << 20), M);
+        free(ws->mem);
+        ws->mem = grown, ws->cap = total;
+    }
+    float *mem = ws->mem;
     float *pre = mem, *act = pre + MC, *u = act + MC, *du = u + MC, *mean = du + MC, *rstd = mean + M;
     float *logits = rstd + M, *pw = logits + MV, *pe = pw + nW, *scr = pe + nE;
+    double *row_loss = (double *)(scr + scratch + ((uintptr_t)(scr + scratch) % 8 ? 1 : 0));
     qac_gemm_pack_parallel(pw, h->dense_w, C, C, C, 0, pool);
     qac_gemm_pack_parallel(pe, word_emb, V, C, C, 0, pool);
     qac_packed_w W = {pw, C, C, NULL}, E = {pe, C, V, NULL};
     qac_matmul_gelu_packed(act, pre, states, &W, h->dense_b, M, pool);
     qac_layernorm_forward(u, mean, rstd, act, h->ln_w, h->ln_b, M, C, ln_eps, pool);
     qac_gemm(logits, u, &E, h->bias, NULL, M, pool);
-    double *row_loss = malloc((size_t)M * sizeof *row_loss);
-    if (!row_loss) {
-        free(mem);
-        return qac_set_error(QAC_ERR_NOMEM, "mlm: out of memory");
-    }
     ce_ctx cc = {logits, labels, row_loss, V, M, g != NULL};
     qac_pool_for(pool, M, 0, ce_task, &cc);
     double total_loss = 0;
     for (int i = 0; i < M; i++) total_loss += row_loss[i]; /* in row order, whatever the threads */
-    free(row_loss);
     *loss = total_loss / M;
     if (g) {
         qac_matmul_backward(du, dword, g->bias, logits, u, word_emb, NULL, M, C, V, scr, pool);
@@ -162,6 +178,5 @@ qac_status qac_mlm_loss(double *loss, float *dstates, qac_mlm_head *g, float *dw
         qac_gelu_backward(du, du, pre, MC, pool);
         qac_matmul_backward(dstates, g->dense_w, g->dense_b, du, states, h->dense_w, NULL, M, C, C, scr, pool);
     }
-    free(mem);
     return QAC_OK;
 }

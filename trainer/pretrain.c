@@ -223,6 +223,7 @@ void qac_pretrainer_free(qac_pretrainer *t) {
     qac_bert_bwd_free(&t->ebwd), qac_bert_bwd_free(&t->hbwd);
     side_free(&t->side[0]), side_free(&t->side[1]);
     qac_qgen_acts_free(&t->qa);
+    qac_mlm_ws_free(&t->mlm_ws);
     free(t->rows), free(t->drows), free(t->cls), free(t->dcls), free(t->scratch), free(t->rlab), free(t->seq_ids);
     qac_pool_free(t->pool);
     free(t);
@@ -282,7 +283,7 @@ static qac_status mlm_both(qac_pretrainer *t, double *loss, const float *const s
                 memcpy(t->rows + (size_t)M * C, states[s] + i * C, (size_t)C * sizeof(float));
                 t->rlab[M++] = seqs[s]->labels[i];
             }
-    qac_status st = qac_mlm_loss(loss, t->drows, &t->mg, t->g.word_emb, &t->mlm, t->m->p.word_emb, t->rows, t->rlab, M,
+    qac_status st = qac_mlm_loss_ws(&t->mlm_ws, loss, t->drows, &t->mg, t->g.word_emb, &t->mlm, t->m->p.word_emb, t->rows, t->rlab, M,
                                  C, V, t->m->cfg.layer_norm_eps, t->pool);
     if (st || M == 0) return st;
     M = 0;

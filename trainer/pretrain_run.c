@@ -250,6 +250,16 @@ qac_status qac_pretrain_run(qac_model *m, const qac_pretrain_opts *o, long *resu
     }
     int head_read = 0;
     if (!st && !have && m->dir) st = qac_pretrainer_load_mlm_head(s.t, m->dir, &head_read);
+    if (!st && o->on_note) {
+        qac_pt_data_stats ds;
+        qac_pt_data_stats_get(s.d, &ds);
+        char note[512];
+        snprintf(note, sizeof note,
+                 "data: %ld records, %ld skipped without text, %ld without queries (their query slots draw span "
+                 "pairs), %ld candidate queries; %ld documents for span pairs",
+                 ds.records, ds.skipped_no_text, ds.no_queries, ds.queries, ds.span_docs);
+        o->on_note(o->user, note);
+    }
     if (!st && o->on_note && !have) {
         char note[512];
         snprintf(note, sizeof note, "heads: %d fresh %s layer%s (HF init, seed %llu); MLM head %s",

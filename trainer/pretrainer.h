@@ -75,6 +75,7 @@ typedef struct qac_pretrainer {
     qac_bert_packed pk, hpk;
     qac_bert_bwd ebwd, hbwd;
     qac_pt_side side[2];
+    qac_mlm_ws mlm_ws;
     float *rows, *drows, *cls, *dcls, *scratch;
     int32_t *rlab;
     size_t rows_cap, scratch_cap;

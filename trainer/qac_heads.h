@@ -54,6 +54,17 @@ void qac_mlm_init(qac_mlm_head *h, int C, int V, uint64_t seed);
 qac_status qac_mlm_loss(double *loss, float *dstates, qac_mlm_head *g, float *dword, const qac_mlm_head *h,
                         const float *word_emb, const float *states, const int32_t *labels, int M, int C, int V,
                         float ln_eps, qac_pool *pool);
+/* The same with a workspace kept between calls (zeroed before first use,
+ * grown as needed, freed with qac_mlm_ws_free): a step's [M,V] logits and
+ * packed embeddings are not mapped and faulted in afresh every call. */
+typedef struct qac_mlm_ws {
+    float *mem;
+    size_t cap;
+} qac_mlm_ws;
+qac_status qac_mlm_loss_ws(qac_mlm_ws *ws, double *loss, float *dstates, qac_mlm_head *g, float *dword,
+                           const qac_mlm_head *h, const float *word_emb, const float *states, const int32_t *labels,
+                           int M, int C, int V, float ln_eps, qac_pool *pool);
+void qac_mlm_ws_free(qac_mlm_ws *w);
 
 /* ---- coCondenser's contrastive loss ----
  * x [n2, C] holds n2 = 2B representations, siblings adjacent (two spans of
