@@ -9,7 +9,9 @@ training state records it (pooling 1, normalize 1 after the version-1
 header), the exported encoder keeps the initial model's pooling files, and
 --resume with another --pooling (cls) or --normalize (false) is refused
 before any step while the same choice spelled explicitly (--pooling mean
---normalize true) is accepted. Bad values are refused by the parser."""
+--normalize true) is accepted. The released code's choice (--pooling cls
+--normalize false) runs and says that the exported encoder still pools as
+the checkpoint does. Bad values are refused by the parser."""
 import json
 import os
 import struct
@@ -62,6 +64,12 @@ r = run(BASE + ["--resume", "--pooling", "mean", "--normalize", "true"], env=env
 check(r.returncode == 0, "--resume with the same choice spelled out (--pooling mean --normalize true) is accepted "
       + r.stderr[-300:])
 
+# the released code's choice on the default model: one step, and a word that
+# the exported encoder still pools as the checkpoint does
+r = run(BASE[:-1] + [p("cls"), "--steps", "1", "--pooling", "cls", "--normalize", "false"], env=env)
+check(r.returncode == 0 and "cls pooling (--pooling), not normalised (--normalize)" in r.stderr and
+      "keeps the checkpoint's mean pooling" in r.stderr,
+      "--pooling cls --normalize false runs and says the export keeps mean pooling " + r.stderr[-300:])
 r = run(BASE[:-1] + [p("bad"), "--pooling", "max"], env=env)
 check(r.returncode != 0 and "pooling" in r.stderr, "--pooling max is refused")
 finish()
