@@ -27,7 +27,11 @@ query-as-context pairs; CoT-MAE (encoder MLM 0.30, a 1-layer decoder on the
 partner text masked at 0.45 with the encoder's [CLS] at position 0); the
 query-generation objective (encoder MLM 0.30 plus a GPT-2 decoder on the
 unmasked query, next-token loss; window 3 with 1 block, and plain causal
-with 2 blocks; window 3 with dropout 0.1 as released); and 10
+with 2 blocks; window 3 with dropout 0.1 as released); the same objectives
+with the mean-pooled representation of qac's default model (coc_mean and
+coc_mean_drop: mean over the real tokens, L2-normalised, tau 0.05, the
+heads reading the mean before normalisation; coc_mean_pair; cot_mean;
+qgen_mean with dropout); and 10
 steps of
 torch.optim.AdamW (weight decay 0.01 on all but biases and LayerNorm
 weights, linear warmup 3 then decay over 10, grad-norm clip 1.0): the loss
