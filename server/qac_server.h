@@ -11,6 +11,10 @@
  *   srv_handlers.c the JSON endpoints
  *   srv_metrics.c  Prometheus counters and histograms
  *   srv_page.c     the embedded search page
+ *   srv_head.c     a strict RFC 9112 check of request heads and chunked
+ *                  bodies, without sockets
+ *   srv_gate.c     the listening socket: each connection's first head is
+ *                  checked (peeked, unread) before libmicrohttpd gets it
  *   srv_http.c     libmicrohttpd: per-request state machine, limits, drain
  *
  * Ownership: qac_server_create copies the config strings and borrows the

@@ -33,7 +33,7 @@ static const qac_opt serve_opts[] = {
     {"max-text-hits", QAC_OPT_INT, "10000", 1, 100000000, NULL, "QAC_MAX_TEXT_HITS", "queries x k allowed with return_text (413 past it)", 0},
     {"max-response-bytes", QAC_OPT_INT, "67108864", 4096, 1 << 30, NULL, "QAC_MAX_RESPONSE_BYTES", "largest response body (413 past it)", 0},
     {"max-head-bytes", QAC_OPT_INT, "16384", 1024, 65536, NULL, "QAC_MAX_HEAD_BYTES", "largest request line plus headers (414 or 431 past it)", 0},
-    {"max-connections", QAC_OPT_INT, "4096", 16, 60000, NULL, "QAC_MAX_CONNECTIONS", "open connections at once (needs as many file descriptors)", 0},
+    {"max-connections", QAC_OPT_INT, "4096", 16, 60000, NULL, "QAC_MAX_CONNECTIONS", "connections served at once; as many more may wait for a complete first head (needs twice as many file descriptors)", 0},
     {"header-timeout-ms", QAC_OPT_INT, "10000", 100, 3600000, NULL, "QAC_HEADER_TIMEOUT_MS", "close a connection whose request head is not complete this long after it starts", 0},
     {"body-timeout-ms", QAC_OPT_INT, "30000", 100, 3600000, NULL, "QAC_BODY_TIMEOUT_MS", "close a connection whose body is not complete this long after its head", 0},
     {"min-body-rate", QAC_OPT_INT, "4096", 0, 1 << 30, NULL, "QAC_MIN_BODY_RATE", "bytes/s a body must average after its first 2 s (0: no minimum)", 0},

@@ -1,5 +1,7 @@
 /* libmicrohttpd glue: the per-request state machine (head, body chunks,
  * final call), the limits, the connection deadlines and the drain.
+ * Connections come from the gate (srv_gate.c) with a checked first head;
+ * between requests on a kept-alive one, the next head is checked here too.
  *
  * One thread per connection, so a handler may block on the batcher without
  * stalling other clients. Everything that can be decided from the head
@@ -28,6 +30,7 @@
 #include "qac_util.h"
 
 #define DISCARD_CAP (64u << 20) /* past this, a rejected body closes the connection */
+#define RESERVED_CONNECTIONS 32 /* past max_connections, for /health and /metrics only */
 
 typedef enum conn_phase { PHASE_HEAD = 0, PHASE_BODY, PHASE_HANDLING, PHASE_IDLE } conn_phase;
 
@@ -40,7 +43,26 @@ typedef struct conn {
     unsigned long long body_bytes;
     size_t uri_len;       /* the current request's target, as sent */
     int reaped;           /* shut down by the reaper */
+    /* Fields below: the connection's own thread only. */
+    unsigned long long wire; /* bytes of its requests so far (heads and bodies) */
+    int untracked;        /* wire unknown (a chunked body): later heads are the library's */
+    int refused;          /* the gate answered its next head: serve nothing more */
+    unsigned requests;    /* heads the library has parsed */
+    unsigned bad_after;   /* > 0: the request after this many is invalid (seen pipelined) */
+    qac_head_verdict bad; /* its answer */
 } conn;
+
+/* What the gate found pipelined behind a connection's first head, kept
+ * until the library announces the connection (by socket and peer). */
+typedef struct handoff_note {
+    struct handoff_note *next;
+    int fd;
+    struct sockaddr_storage peer;
+    socklen_t peerlen;
+    double at;
+    unsigned bad_after;
+    qac_head_verdict bad;
+} handoff_note;
 
 typedef struct req_state {
     char *buf;
@@ -49,6 +71,8 @@ typedef struct req_state {
     int too_large;        /* the body passed max_body_bytes: drop the rest */
     size_t discarded;
     conn *cn;
+    int client_keepalive; /* HTTP/1.1 and no Connection header but keep-alive */
+    int open_answer;      /* answered without Connection: close */
 } req_state;
 
 typedef struct http_state {
@@ -61,9 +85,22 @@ typedef struct http_state {
     atomic_int handling;  /* requests being handled (the 429 limit) */
     double last_5xx_log;
     unsigned long long suppressed_5xx;
+    qac_gate *gate;       /* accepts, and hands over connections with a valid head */
+    handoff_note *notes;  /* guarded by mu */
 } http_state;
 
 static http_state *hs_of(qac_server *s) { return s->http; }
+
+static handoff_note *take_note(http_state *hs, int fd, const struct sockaddr *peer) {
+    for (handoff_note **p = &hs->notes; *p; p = &(*p)->next) {
+        handoff_note *n = *p;
+        if (n->fd == fd && (!peer || !memcmp(&n->peer, peer, n->peerlen))) {
+            *p = n->next;
+            return n;
+        }
+    }
+    return NULL;
+}
 
 /* ---- responses ---- */
 
@@ -123,22 +160,28 @@ static enum MHD_Result early(qac_server *s, struct MHD_Connection *c, qac_route 
 
 /* ---- the head: framing checks ---- */
 
+/* The framing fields as the library parsed them: the gate checked the
+ * first head of a connection already, this checks the later ones too. */
 typedef struct head_scan {
-    int n_cl, n_te;
-    const char *cl;
-    int cl_differs;
+    qac_head_fields f;
     size_t bytes; /* header lines, as "key: value\r\n" */
 } head_scan;
 
 static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
     head_scan *h = cls;
     (void)kind;
-    h->bytes += strlen(key) + (value ? strlen(value) : 0) + 4;
-    if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
-        if (h->n_cl++ && value && h->cl && strcmp(value, h->cl)) h->cl_differs = 1;
-        h->cl = value;
+    size_t vlen = value ? strlen(value) : 0;
+    h->bytes += strlen(key) + vlen + 4;
+    if (!strcasecmp(key, MHD_HTTP_HEADER_HOST)) {
+        h->f.n_host++;
+    } else if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
+        h->f.n_cl++;
+        h->f.cl = value ? value : "";
+        h->f.cl_len = vlen;
     } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING)) {
-        h->n_te++;
+        h->f.n_te++;
+        h->f.te = value ? value : "";
+        h->f.te_len = vlen;
     }
     return MHD_YES;
 }
@@ -178,16 +221,26 @@ static void set_phase(qac_server *s, conn *cn, conn_phase p) {
 }
 
 static enum MHD_Result first_call(qac_server *s, struct MHD_Connection *c, const char *url, const char *method,
-                                  req_state *st) {
+                                  const char *version, req_state *st) {
     qac_http_response r;
     memset(&r, 0, sizeof r);
     size_t plen = strcspn(url, "?#");
     const char *allow = NULL;
     qac_route route = qac_server_route(url, plen, &allow);
     int is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), is_post = !strcmp(method, "POST");
-    head_scan h = {0};
+    head_scan h;
+    memset(&h, 0, sizeof h);
+    h.f.minor_11 = !version || strcmp(version, MHD_HTTP_VERSION_1_0) != 0;
     MHD_get_connection_values(c, MHD_HEADER_KIND, scan_header, &h);
-    long long cl = h.cl ? parse_length(h.cl) : 0;
+    long long cl = h.f.n_cl ? parse_length(h.f.cl) : 0;
+    const char *connection = MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONNECTION);
+    st->client_keepalive = h.f.minor_11 && (!connection || !strcasecmp(connection, "keep-alive"));
+    if (st->cn) { /* where this request ends on the wire, for qac_gate_next_head */
+        const union MHD_ConnectionInfo *hi = MHD_get_connection_info(c, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+        st->cn->requests++;
+        if (!hi || h.f.n_te || cl < 0) st->cn->untracked = 1;
+        else st->cn->wire += hi->header_size + (unsigned long long)cl;
+    }
 
     /* Head limits of our own, well inside MHD's buffer (see qac_server_listen),
      * so that the answer is JSON: past the buffer MHD answers by itself. */
@@ -202,14 +255,12 @@ static enum MHD_Result first_call(qac_server *s, struct MHD_Connection *c, const
         return early(s, c, route, &r);
     }
 
-    /* RFC 9112 6.3: a message with both, or with conflicting lengths, is
-     * refused and the connection closed (request smuggling). */
-    if (h.n_cl && h.n_te) {
-        qac_server_error(&r, 400, "invalid_request", "both Content-Length and Transfer-Encoding are present");
-        return early(s, c, route, &r);
-    }
-    if (h.cl_differs || (h.cl && cl < 0)) {
-        qac_server_error(&r, 400, "invalid_request", "invalid or conflicting Content-Length headers");
+    /* RFC 9112 3.2, 6: Host, and a message length that cannot be read two
+     * ways (request smuggling); refused, and the connection closed. */
+    qac_head_verdict v = {0};
+    if (qac_head_framing(&h.f, &v) != QAC_HEAD_OK || cl < 0) {
+        if (cl < 0 && v.status == 0) qac_server_error(&r, 400, "invalid_request", "an invalid Content-Length");
+        else qac_server_error(&r, v.status, v.type, "%s", v.message);
         return early(s, c, route, &r);
     }
     if (atomic_load(&s->draining) && route != QAC_ROUTE_HEALTH) {
@@ -247,7 +298,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                                   const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     qac_server *s = cls;
     req_state *st = *con_cls;
-    (void)version;
     if (!st) { /* the head is in */
         st = calloc(1, sizeof *st);
         if (!st) return MHD_NO;
@@ -255,7 +305,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         st->cn = ci ? ci->socket_context : NULL;
         atomic_fetch_add(&s->inflight, 1);
-        return first_call(s, c, url, method, st);
+        if (st->cn && st->cn->refused) return MHD_NO;
+        return first_call(s, c, url, method, version, st);
     }
     if (*upload_size) {
         size_t chunk = *upload_size;
@@ -314,21 +365,39 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     qac_http_request req = {method, url, MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
                             st->buf ? st->buf : "", st->len, client_gone, st->cn};
     qac_server_handle(s, &req, &r);
-    return send_response(s, c, &r, 0);
+    /* The next request, already read by the library, is known invalid
+     * (pipelined): close after this answer, before the library parses it.
+     * A client retries it on a new connection, where the gate answers it. */
+    int close = st->cn && st->cn->bad_after && st->cn->requests >= st->cn->bad_after;
+    st->open_answer = !close && r.status != 499 && !atomic_load(&s->draining);
+    return send_response(s, c, &r, close);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
     qac_server *s = cls;
     req_state *st = *con_cls;
     (void)c;
-    (void)toe;
     if (!st) return;
+    conn *cn = st->cn;
+    /* The library keeps the connection for another request (its rule:
+     * HTTP/1.1, no "close" either way). */
+    int next = toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && st->client_keepalive && st->open_answer && cn;
     if (st->counted) atomic_fetch_sub(&hs_of(s)->handling, 1);
-    set_phase(s, st->cn, PHASE_IDLE);
+    set_phase(s, cn, PHASE_IDLE);
     free(st->buf);
     free(st);
     *con_cls = NULL;
     atomic_fetch_sub(&s->inflight, 1);
+    if (!next || atomic_load(&s->draining)) return;
+    if (cn->bad_after || cn->untracked) return; /* the library holds what comes next */
+    /* Has the library read exactly the requests so far? Then the next head
+     * is unread in the socket; otherwise it holds pipelined bytes already. */
+    long long used = qac_gate_consumed(cn->fd);
+    if (used < 0 || (unsigned long long)used != cn->wire) return;
+    int bad_after = 0;
+    int r = qac_gate_next_head(s, cn->fd, &bad_after, &cn->bad);
+    if (r < 0) cn->refused = 1;
+    else if (r > 0 && bad_after > 0) cn->bad_after = cn->requests + (unsigned)bad_after;
 }
 
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
@@ -341,7 +410,14 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
         cn->fd = ci ? ci->connect_fd : MHD_INVALID_SOCKET;
         cn->since = qac_now();
+        const union MHD_ConnectionInfo *ai = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
         pthread_mutex_lock(&hs->mu);
+        handoff_note *note = hs->notes && ai && ai->client_addr ? take_note(hs, cn->fd, ai->client_addr) : NULL;
+        if (note) {
+            cn->bad_after = note->bad_after;
+            cn->bad = note->bad;
+            free(note);
+        }
         cn->next = hs->conns;
         if (hs->conns) hs->conns->prev = cn;
         hs->conns = cn;
@@ -429,9 +505,57 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
     qac_server_log(s, QAC_LOG_DEBUG, "libmicrohttpd: %s", msg);
 }
 
+/* A connection whose first head the gate found valid. Past the
+ * connection cap the gate answers 503 itself (0 returned), except to
+ * /health and /metrics, which have a reserve of their own. */
+static int handoff(void *user, int fd, const struct sockaddr *addr, unsigned addrlen, const char *path,
+                   size_t path_len, int bad_after, const qac_head_verdict *bad) {
+    qac_server *s = user;
+    http_state *hs = hs_of(s);
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+    unsigned cap = (unsigned)s->cfg.max_connections;
+    if (is_reserved(qac_server_route(path, path_len, NULL))) cap += RESERVED_CONNECTIONS;
+    if (di && di->num_connections >= cap) return 0;
+    handoff_note *note = bad_after > 0 && addrlen <= sizeof note->peer ? calloc(1, sizeof *note) : NULL;
+    if (note) {
+        note->fd = fd;
+        memcpy(&note->peer, addr, addrlen);
+        note->peerlen = (socklen_t)addrlen;
+        note->at = qac_now();
+        note->bad_after = (unsigned)bad_after;
+        note->bad = *bad;
+        pthread_mutex_lock(&hs->mu);
+        for (handoff_note **p = &hs->notes; *p;) { /* never claimed (the library dropped the connection) */
+            handoff_note *n = *p;
+            if (note->at - n->at > 10.0) {
+                *p = n->next;
+                free(n);
+            } else {
+                p = &n->next;
+            }
+        }
+        note->next = hs->notes;
+        hs->notes = note;
+        pthread_mutex_unlock(&hs->mu);
+    }
+    if (MHD_add_connection(s->daemon, fd, addr, (socklen_t)addrlen) != MHD_YES && note) { /* fd closed */
+        pthread_mutex_lock(&hs->mu);
+        free(take_note(hs, fd, NULL));
+        pthread_mutex_unlock(&hs->mu);
+    }
+    return 1;
+}
+
 static void http_free(qac_server *s) {
     http_state *hs = hs_of(s);
     if (!hs) return;
+    qac_gate_stop(hs->gate);
+    hs->gate = NULL;
+    while (hs->notes) {
+        handoff_note *n = hs->notes;
+        hs->notes = n->next;
+        free(n);
+    }
     pthread_mutex_lock(&hs->stop_mu);
     hs->stop = 1;
     pthread_cond_broadcast(&hs->stop_cv);
@@ -448,6 +572,10 @@ static void http_free(qac_server *s) {
  * requests still running (a process that cannot wait exits instead). */
 static void http_stop(qac_server *s) {
     qac_server_shutdown(s);
+    if (s->http) { /* no new connections before the daemon goes */
+        qac_gate_stop(hs_of(s)->gate);
+        hs_of(s)->gate = NULL;
+    }
     if (s->daemon) MHD_stop_daemon(s->daemon);
     s->daemon = NULL;
     s->http_stop = NULL;
@@ -456,20 +584,8 @@ static void http_stop(qac_server *s) {
 
 qac_status qac_server_listen(qac_server *s) {
     if (s->daemon) return qac_set_error(QAC_ERR_INVALID, "the server is already listening");
-    char port[16];
-    snprintf(port, sizeof port, "%d", s->cfg.port);
-    struct addrinfo hints, *ai = NULL;
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
-    int gai = getaddrinfo(s->cfg.host, port, &hints, &ai);
-    if (gai) return qac_set_error(QAC_ERR_INVALID, "cannot resolve host '%s': %s", s->cfg.host, gai_strerror(gai));
     http_state *hs = calloc(1, sizeof *hs);
-    if (!hs) {
-        freeaddrinfo(ai);
-        return qac_set_error(QAC_ERR_NOMEM, "out of memory");
-    }
+    if (!hs) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
     pthread_mutex_init(&hs->mu, NULL);
     pthread_mutex_init(&hs->stop_mu, NULL);
     pthread_cond_init(&hs->stop_cv, NULL);
@@ -480,34 +596,41 @@ qac_status qac_server_listen(qac_server *s) {
         pthread_cond_destroy(&hs->stop_cv);
         free(hs);
         s->http = NULL;
-        freeaddrinfo(ai);
         return qac_set_error(QAC_ERR_INTERNAL, "cannot start the connection reaper thread");
     }
+    /* The daemon does not listen: the gate (srv_gate.c) accepts, checks
+     * each connection's first head and passes it on with MHD_add_connection. */
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_ITC | MHD_USE_POLL |
-                     MHD_USE_ERROR_LOG;
-    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+                     MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET;
     struct MHD_Daemon *d = MHD_start_daemon(
-        flags, (uint16_t)s->cfg.port, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)s->cfg.max_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)s->cfg.idle_timeout_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+        flags, 0, NULL, NULL, on_request, s, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)s->cfg.max_connections + RESERVED_CONNECTIONS,
+        /* idle keep-alive connections are closed by qac_gate_next_head, or
+         * by the reaper; the library's own timer must not fire in between */
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(s->cfg.idle_timeout_s + s->cfg.header_timeout_ms / 1000 + 2),
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_UNESCAPE_CALLBACK, no_unescape, s,
         MHD_OPTION_URI_LOG_CALLBACK, on_uri, s,
-        /* Each connection's buffer: a head must fit in it, or MHD answers
-         * 414/431 itself, in HTML. Heads past max_head_bytes but inside this
-         * get our JSON answer. Pages are touched only as bytes arrive. */
+        /* Each connection's buffer. The gate refuses first heads past
+         * max_head_bytes; later heads of a keep-alive connection past it
+         * but inside this buffer get our JSON answer from first_call, past
+         * the buffer the library's own. Pages are touched only as bytes
+         * arrive. */
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)s->cfg.max_head_bytes * 8,
         /* thousands of mostly idle connection threads: small stacks */
-        MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20), MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024u,
-        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
-    freeaddrinfo(ai);
+        MHD_OPTION_THREAD_STACK_SIZE, (size_t)(1u << 20), MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s, MHD_OPTION_END);
     if (!d) {
         http_free(s);
-        return qac_set_error(QAC_ERR_IO, "cannot listen on %s:%d (address in use, or not allowed)", s->cfg.host,
-                             s->cfg.port);
+        return qac_set_error(QAC_ERR_IO, "cannot start the HTTP library's daemon");
     }
-    const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
-    s->bound_port = info ? info->port : s->cfg.port;
     s->daemon = d;
+    qac_status st = qac_gate_start(&hs->gate, s, handoff, s, &s->bound_port);
+    if (st != QAC_OK) {
+        MHD_stop_daemon(d);
+        s->daemon = NULL;
+        http_free(s);
+        return st;
+    }
     s->http_stop = http_stop;
     qac_server_log(s, QAC_LOG_INFO, "listening on http://%s:%d", s->cfg.host, s->bound_port);
     return QAC_OK;
@@ -520,8 +643,8 @@ qac_status qac_server_shutdown(qac_server *s) {
     if (s->drain_failed) return qac_set_error(QAC_ERR_BUSY, "the drain already timed out");
     struct MHD_Daemon *d = s->daemon;
     atomic_store(&s->draining, 1);
-    MHD_socket fd = MHD_quiesce_daemon(d); /* stop accepting; in-flight requests go on */
-    if (fd != MHD_INVALID_SOCKET) close(fd);
+    qac_gate_stop(hs_of(s)->gate); /* stop accepting; in-flight requests go on */
+    hs_of(s)->gate = NULL;
     double deadline = qac_now() + s->cfg.drain_timeout_ms / 1000.0;
     int left;
     while ((left = atomic_load(&s->inflight)) > 0 && qac_now() < deadline) {

@@ -7,6 +7,8 @@
 
 #include "qac_server.h"
 
+struct sockaddr;
+
 /* ---- dynamic batcher ----
  * Request threads submit tokenized texts; one worker thread gathers what is
  * queued (up to max_batch_tokens, waiting at most max_wait_ms for more once
@@ -74,6 +76,73 @@ void qac_metrics_queue_depth(qac_metrics *m, int depth);
 void qac_metrics_inflight(qac_metrics *m, int inflight);
 /* Prometheus text exposition format 0.0.4; malloc'd. */
 char *qac_metrics_render(qac_metrics *m);
+
+/* ---- request heads (srv_head.c) and the gate in front of the HTTP library (srv_gate.c) ---- */
+#define QAC_HEAD_MAX_FIELDS 100            /* header lines in one head (431 past it) */
+#define QAC_HEAD_MAX_LENGTH (1ULL << 62)   /* Content-Length past this: 413 at once */
+
+typedef enum qac_head_result { QAC_HEAD_INCOMPLETE = 0, QAC_HEAD_OK, QAC_HEAD_ERROR } qac_head_result;
+
+typedef struct qac_head_verdict {
+    int status;          /* QAC_HEAD_ERROR: 400, 413, 414, 431, 501 or 505 */
+    const char *type;    /* the error family's type */
+    const char *message; /* static */
+    size_t head_len;     /* QAC_HEAD_OK: bytes of the head, its last CRLF included */
+    size_t target_off, target_len; /* QAC_HEAD_OK: the request target, in the bytes checked */
+    int chunked;         /* QAC_HEAD_OK: a chunked body follows */
+    unsigned long long content_length; /* QAC_HEAD_OK, not chunked: the body's bytes */
+} qac_head_verdict;
+
+/* What the framing rules read from a head; the values point into it. */
+typedef struct qac_head_fields {
+    int minor_11;        /* HTTP/1.1 (or 1.x above it), not 1.0 */
+    int n_host, n_cl, n_te;
+    const char *cl, *te; /* the last value seen, without OWS */
+    size_t cl_len, te_len;
+} qac_head_fields;
+
+/* Checks the bytes of a request head received so far (buf need not end
+ * with it): OK once a whole valid head is in, INCOMPLETE while it may
+ * still become one, ERROR with the answer otherwise. A head not complete
+ * within max_head bytes is 414 (request line) or 431. */
+qac_head_result qac_head_check(const char *buf, size_t len, size_t max_head, int max_fields, qac_head_verdict *v);
+/* Host, Content-Length and Transfer-Encoding rules alone (RFC 9112 3.2, 6). */
+qac_head_result qac_head_framing(const qac_head_fields *f, qac_head_verdict *v);
+/* A chunked body (RFC 9112 7.1, as strict as the library), from its first
+ * byte: OK with its length on the wire once its last chunk and trailers
+ * are in, INCOMPLETE while it may still be valid, ERROR with the answer. */
+qac_head_result qac_head_chunked(const char *buf, size_t len, size_t max_head, int max_fields, size_t *body_len,
+                                 qac_head_verdict *v);
+/* The requests pipelined behind a valid head (first, its verdict) in the
+ * same bytes: 0 when none of those seen whole is invalid (head, or chunked
+ * body), else k: the request after the k-th (the first is the 1st) is
+ * invalid, with its answer in *bad. The first's own chunked body is the
+ * caller's to check (qac_head_chunked). */
+int qac_head_pipelined(const char *buf, size_t len, const qac_head_verdict *first, size_t max_head, int max_fields,
+                       qac_head_verdict *bad);
+const char *qac_head_reason(int status);
+
+typedef struct qac_gate qac_gate;
+/* Called with each connection whose first head is in and valid (path: its
+ * target up to "?" or "#"): takes the socket (the head is still unread in
+ * it) and returns 1, or returns 0 to have the gate answer 503. bad_after > 0: the request after that many is
+ * known invalid (pipelined), *bad its answer. */
+typedef int (*qac_gate_handoff_fn)(void *user, int fd, const struct sockaddr *addr, unsigned addrlen,
+                                   const char *path, size_t path_len, int bad_after, const qac_head_verdict *bad);
+/* Listens on host:port and starts the gate's thread; *port_out: the bound port. */
+qac_status qac_gate_start(qac_gate **out, qac_server *s, qac_gate_handoff_fn handoff, void *user, int *port_out);
+/* Stops accepting and closes the connections still waiting for a head. */
+void qac_gate_stop(qac_gate *g);
+/* Bytes of a TCP socket its reader has taken so far (received minus still
+ * queued), or -1 when the kernel does not say. */
+long long qac_gate_consumed(int fd);
+/* On a kept-alive connection whose requests so far were all read, nothing
+ * more: waits for the next head (idle_timeout_s for its first byte; the
+ * reaper bounds the rest) and checks it, unread. 1: valid, left for the
+ * library; 0: none came (closed, idle, or draining); -1: invalid, answered
+ * in JSON and the socket shut down both ways. On 1, *bad_after > 0 says the
+ * request that many after this one is known invalid (pipelined). */
+int qac_gate_next_head(qac_server *s, int fd, int *bad_after, qac_head_verdict *bad);
 
 /* ---- the page ---- */
 extern const char qac_server_page_html[];

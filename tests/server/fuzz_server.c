@@ -4,13 +4,15 @@
  *   the rest      the body
  * and goes through qac_server_handle against the fake backend (dense
  * index and BM25 loaded, API key off). Every response must be well-formed:
- * a known status, a body, and JSON errors in the house shape. */
+ * a known status, a body, and JSON errors in the house shape. The same
+ * bytes also go through the request-head checker as a raw head. */
 #include <stdlib.h>
 #include <string.h>
 
 #include <jansson.h>
 
 #include "fake_backend.h"
+#include "srv_internal.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -27,6 +29,42 @@ static void setup(void) {
     cfg.query_max_len = 16;
     cfg.passage_max_len = 48;
     if (qac_server_create(&server, &cfg, &backend, NULL, NULL)) abort();
+}
+
+/* The same bytes as a raw request head (srv_head.c): a verdict that is
+ * consistent with itself, whatever the input. */
+static void check_head(const uint8_t *data, size_t size) {
+    const size_t max_head = 256;
+    qac_head_verdict v;
+    qac_head_result r = qac_head_check((const char *)data, size, max_head, 8, &v);
+    if (r == QAC_HEAD_OK) {
+        if (v.head_len < 4 || v.head_len > size || v.head_len > max_head ||
+            memcmp(data + v.head_len - 4, "\r\n\r\n", 4))
+            abort();
+        qac_head_verdict w; /* the head alone gives the same answer */
+        if (qac_head_check((const char *)data, v.head_len, max_head, 8, &w) != QAC_HEAD_OK || w.head_len != v.head_len)
+            abort();
+    } else if (r == QAC_HEAD_ERROR) {
+        int s = v.status;
+        if (!(s == 400 || s == 413 || s == 414 || s == 431 || s == 501 || s == 505) || !v.type || !v.message) abort();
+        qac_head_verdict w; /* more bytes never turn an error into anything else */
+        uint8_t *more = malloc(size + 4);
+        if (!more) return;
+        memcpy(more, data, size);
+        memcpy(more + size, "\r\n\r\n", 4);
+        if (qac_head_check((const char *)more, size + 4, max_head, 8, &w) != QAC_HEAD_ERROR) abort();
+        free(more);
+    } else if (size > max_head) {
+        abort(); /* past the limit there is always a verdict */
+    }
+    /* and as a chunked body: a complete one is complete on its own */
+    size_t body = 0;
+    if (qac_head_chunked((const char *)data, size, max_head, 8, &body, &v) == QAC_HEAD_OK) {
+        size_t again = 0;
+        if (body > size || qac_head_chunked((const char *)data, body, max_head, 8, &again, &v) != QAC_HEAD_OK ||
+            again != body)
+            abort();
+    }
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -66,5 +104,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     }
     qac_http_response_clear(&r);
     free(b);
+    check_head(data, size);
     return 0;
 }
