@@ -11,7 +11,9 @@ header), the exported encoder keeps the initial model's pooling files, and
 before any step while the same choice spelled explicitly (--pooling mean
 --normalize true) is accepted. The released code's choice (--pooling cls
 --normalize false) runs and says that the exported encoder still pools as
-the checkpoint does. Bad values are refused by the parser."""
+the checkpoint does. A training state of version 1 (before --pooling:
+the raw [CLS]) resumes as cls pooling and refuses mean. Bad values are
+refused by the parser."""
 import json
 import os
 import struct
@@ -19,7 +21,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from ptlib import check, debian_pairs, default_model_dir, file_bytes, finish, read_jsonl, run  # noqa: E402
+from ptlib import check, debian_pairs, default_model_dir, file_bytes, finish, read_jsonl, run, tiny_model  # noqa: E402
+from ftlib import xxh64  # noqa: E402
 
 tmp = tempfile.mkdtemp(prefix="qac-pt-pooling-")
 p = lambda name: os.path.join(tmp, name)  # noqa: E731
@@ -58,7 +61,8 @@ check(st_files(out) == st_files(model) and "sentence_transformers.models.Normali
 
 for extra, what in ((["--pooling", "cls"], "--pooling cls"), (["--normalize", "false"], "--normalize false")):
     r = run(BASE + ["--resume"] + extra, env=env)
-    check(r.returncode != 0 and "--pooling" in r.stderr and "mean pooling" in r.stderr,
+    check(r.returncode != 0 and "the run's representation was mean pooling, L2-normalised" in r.stderr and
+          "steps" not in r.stderr.splitlines()[-1],
           f"--resume with {what} is refused, naming the run's representation: " + r.stderr[-300:])
 r = run(BASE + ["--resume", "--pooling", "mean", "--normalize", "true"], env=env)
 check(r.returncode == 0, "--resume with the same choice spelled out (--pooling mean --normalize true) is accepted "
@@ -70,6 +74,26 @@ r = run(BASE[:-1] + [p("cls"), "--steps", "1", "--pooling", "cls", "--normalize"
 check(r.returncode == 0 and "cls pooling (--pooling), not normalised (--normalize)" in r.stderr and
       "keeps the checkpoint's mean pooling" in r.stderr,
       "--pooling cls --normalize false runs and says the export keeps mean pooling " + r.stderr[-300:])
+# a state written before --pooling existed (version 1, no pooling fields:
+# the raw [CLS]) resumes as cls, not normalised, and refuses anything else
+tiny = tiny_model(p("tiny"))
+v1 = p("v1")
+TB = ["pretrain", "--model", tiny, "--data", data, "--objective", "cocondenser", "--batch", "4", "--max-len", "32",
+      "--query-max-len", "16", "--threads", "2", "--out", v1]
+r = run(TB + ["--steps", "1"], env=env)
+check(r.returncode == 0, "a tiny [CLS] model, 1 step " + r.stderr[-300:])
+sp = os.path.join(v1, "checkpoint-1", "training_state.qts")
+st = file_bytes(sp)
+body = st[:8] + struct.pack("<I", 1) + st[12:8 + 168] + st[8 + 176:-8]
+with open(sp, "wb") as f:
+    f.write(body + struct.pack("<Q", xxh64(body)))
+r = run(TB + ["--steps", "2", "--resume", "--pooling", "mean"], env=env)
+check(r.returncode != 0 and "the run's representation was cls pooling" in r.stderr, "a version-1 state is the raw [CLS]: --pooling mean refused "
+      + r.stderr[-200:])
+r = run(TB + ["--steps", "2", "--resume"], env=env)
+check(r.returncode == 0 and "steps 2..2" in r.stderr, "a version-1 state resumes with the checkpoint's cls pooling "
+      + r.stderr[-200:])
+
 r = run(BASE[:-1] + [p("bad"), "--pooling", "max"], env=env)
 check(r.returncode != 0 and "pooling" in r.stderr, "--pooling max is refused")
 finish()
