@@ -304,7 +304,8 @@ static qac_status side_alloc(qac_pretrainer *t, qac_pt_side *s, int B, int T, in
     size_t need = (size_t)B * (T > hT ? T : hT) * c->hidden_size;
     if (!st && need > s->cap) {
         if ((st = grow(&s->dlast, need)) || (st = grow(&s->dmid, need)) || (st = grow(&s->dhead, need)) ||
-            (st = grow(&s->x, need)) || (st = grow(&s->emb, need)) || (st = grow(&s->dpool, need)) || (st = grow(&s->mean, need / c->hidden_size)) ||
+            (st = grow(&s->x, need)) || (st = grow(&s->emb, need)) || (st = grow(&s->dpool, need)) ||
+            (st = grow(&s->mean, need / c->hidden_size)) ||
             (st = grow(&s->rstd, need / c->hidden_size)))
             return st;
         s->cap = need;
