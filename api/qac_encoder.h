@@ -42,6 +42,8 @@ void qac_encoder_free(qac_encoder *e);
 
 int qac_encoder_dim(const qac_encoder *e);
 qac_device qac_encoder_device(const qac_encoder *e);
+/* QAC_PREC_BF16 when the encoder runs on the CPU in bf16 mode, else FP32. */
+qac_precision qac_encoder_cpu_precision(const qac_encoder *e);
 const qac_model *qac_encoder_model(const qac_encoder *e);
 
 /* Encode n tokenized sequences (each already [CLS] ... [SEP], lens[i] >= 1,

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "qac_common.h"
+#include "qac_encoder.h"
 #include "qac_model.h"
 #include "qac_tokenizer.h"
 
@@ -75,7 +76,31 @@ typedef struct qac_train_opts {
     int recompute;         /* keep only layer inputs; re-run each layer in backward */
     uint64_t seed;
     int threads;           /* <= 0: one per core */
+    /* QAC_DEVICE_CPU (the reference; AUTO means CPU too) or QAC_DEVICE_CUDA
+     * (an error without a usable GPU). CUDA has neither PAIR nor recompute
+     * yet and refuses them. */
+    qac_device device;
+    /* CUDA: QAC_PREC_BF16 (mixed precision, the default) or QAC_PREC_FP32
+     * (no TF32; for checking against the CPU) */
+    qac_precision gpu_precision;
+    /* Several GPUs (CUDA builds with QAC_NCCL; README "Several GPUs"):
+     * dist_world > 0 makes this trainer rank dist_rank of dist_world, all
+     * joined by the same dist_id (from qac_train_dist_id on one rank, shared
+     * out of band). Each rank's batch is its equal slice of the global batch
+     * (rank r: queries [r nq, (r+1) nq) with their passage groups); the loss
+     * covers every rank's representations (in-batch negatives across
+     * devices) and the gradients are summed over the ranks, so every replica
+     * takes the same step. Select the rank's GPU (qac_train_use_gpu) before
+     * qac_trainer_create. 0: one GPU, no NCCL. */
+    int dist_world, dist_rank;
+    unsigned char dist_id[128];
 } qac_train_opts;
+
+/* A fresh NCCL id for dist_id (QAC_ERR_UNSUPPORTED without NCCL). */
+qac_status qac_train_dist_id(unsigned char id[128]);
+/* GPUs present (0 without CUDA), and the calling thread's GPU. */
+int qac_train_gpu_count(void);
+qac_status qac_train_use_gpu(int device);
 
 /* Tevatron's defaults where the papers agree: lr 2e-5, wd 0.01, betas (0.9,
  * 0.999), eps 1e-8, clip 1.0, linear schedule, tau 1, dot, checkpoint
@@ -126,8 +151,13 @@ qac_status qac_trainer_grads(qac_trainer *t, const qac_train_batch *b, double *l
 /* qac_trainer_grads, then clip, AdamW and re-pack. */
 qac_status qac_trainer_step(qac_trainer *t, const qac_train_batch *b, qac_step_stats *out);
 
-/* The gradient block (same layout as the model's parameters). */
+/* The gradient block (same layout as the model's parameters); on CUDA it is
+ * copied from the device first (NULL if that fails: see qac_last_error). */
 const float *qac_trainer_grad_mem(const qac_trainer *t);
+/* Make the model's parameters current: a no-op on the CPU, which trains
+ * them in place; on CUDA a copy from the device. qac_trainer_save and the
+ * training loop's checkpoints do it themselves. */
+qac_status qac_trainer_sync_model(qac_trainer *t);
 long qac_trainer_steps_done(const qac_trainer *t);
 
 /* Save: an HF checkpoint directory (qac_model_save) plus `training_state.qts`

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "qac_cpu.h"
 #include "qac_data.h"
 #include "qac_encoder.h"
 #include "qac_matrix.h"
@@ -26,6 +27,7 @@ static const qac_opt encode_opts[] = {
     {"device", QAC_OPT_ENUM, "auto", 0, -1, "auto|cpu|cuda", "QAC_DEVICE", "encoder backend", 0},
     {"dtype", QAC_OPT_ENUM, "fp32", 0, -1, "fp32|bf16", "QAC_DTYPE",
      "CPU encoder precision: bf16 runs the linear layers in bf16 (fp32 sums)", 0},
+    QAC_CPU_ISA_OPT,
 };
 #define N_OPTS (int)(sizeof encode_opts / sizeof encode_opts[0])
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "qac_cpu.h"
 #include "qac_finetune.h"
 
 static const qac_opt ft_opts[] = {
@@ -34,7 +35,10 @@ static const qac_opt ft_opts[] = {
     {"recompute", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL, "keep only layer inputs; recompute in backward", 0},
     {"seed", QAC_OPT_INT, "42", 0, 9.2e18, NULL, "QAC_SEED", "seed for sampling, order and dropout", 0},
     {"threads", QAC_OPT_INT, "0", 0, 1024, NULL, "QAC_THREADS", "CPU threads (0 = all cores)", 0},
-    {"device", QAC_OPT_ENUM, "auto", 0, -1, "auto|cpu|cuda", "QAC_DEVICE", "training device (the CPU today)", 0},
+    {"device", QAC_OPT_ENUM, "auto", 0, -1, "auto|cpu|cuda", "QAC_DEVICE",
+     "training device (auto = cpu; cuda must be asked for)", 0},
+    {"train-precision", QAC_OPT_ENUM, "bf16", 0, -1, "bf16|fp32", "QAC_TRAIN_PRECISION",
+     "CUDA training: bf16 mixed precision or fp32 throughout", 0},
     {"save-every", QAC_OPT_INT, "0", 0, 1e12, NULL, NULL, "steps between checkpoints (0 = only at the end)", 0},
     {"keep", QAC_OPT_INT, "2", 1, 1e6, NULL, NULL, "checkpoints kept", 0},
     {"resume", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL, "continue the run in --out from its latest checkpoint", 0},
@@ -45,6 +49,7 @@ static const qac_opt ft_opts[] = {
     {"title-join", QAC_OPT_ENUM, "sep", 0, -1, "sep|space", NULL, "passage text: 'title [SEP] text' or 'title text'", 0},
     {"dump-batches", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "write every step's query and passage texts as jsonl", 0},
     {"dry-run", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL, "sample (and --dump-batches) without training", 0},
+    QAC_CPU_ISA_OPT,
 };
 #define N_FT_OPTS (int)(sizeof ft_opts / sizeof ft_opts[0])
 
@@ -93,8 +98,13 @@ int qac_cmd_finetune(int argc, char **argv) {
         qac_opts_free(&o);
         return 2;
     }
-    if (!strcmp(qac_opts_str(&o, "device"), "cuda")) {
-        fprintf(stderr, "qac finetune: training runs on the CPU in this version (--device cpu)\n");
+    int on_cuda = !strcmp(qac_opts_str(&o, "device"), "cuda");
+    if (on_cuda && !qac_cuda_available()) {
+#ifdef QAC_HAVE_CUDA
+        fprintf(stderr, "qac finetune: --device cuda, but no usable CUDA GPU is present\n");
+#else
+        fprintf(stderr, "qac finetune: --device cuda, but qac was built without CUDA\n");
+#endif
         qac_opts_free(&o);
         return 2;
     }
@@ -122,6 +132,8 @@ int qac_cmd_finetune(int argc, char **argv) {
     fo.train.recompute = qac_opts_bool(&o, "recompute");
     fo.train.seed = (uint64_t)qac_opts_int(&o, "seed");
     fo.train.threads = (int)qac_opts_int(&o, "threads");
+    fo.train.device = on_cuda ? QAC_DEVICE_CUDA : QAC_DEVICE_CPU;
+    fo.train.gpu_precision = !strcmp(qac_opts_str(&o, "train-precision"), "fp32") ? QAC_PREC_FP32 : QAC_PREC_BF16;
     fo.out_dir = qac_opts_str(&o, "out");
     fo.save_every = (long)qac_opts_int(&o, "save-every");
     fo.keep = (int)qac_opts_int(&o, "keep");

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "qac_cpu.h"
 #include "qac_index.h"
 
 static const qac_opt build_opts[] = {
@@ -13,15 +14,19 @@ static const qac_opt build_opts[] = {
     {"format", QAC_OPT_ENUM, "auto", 0, -1, "auto|tsv|beir|tevatron|cranfield", NULL, "corpus format", 0},
     {"out", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "index directory (created; re-run to resume)", 1},
     {"factory", QAC_OPT_STR, "Flat", 0, -1, NULL, NULL,
-     "FAISS index factory string, inner product (Flat, SQfp16, HNSW32,SQfp16, IVF4096,PQ32, ...)", 0},
+     "FAISS index factory string, inner product (Flat, SQfp16, SQbf16, HNSW32,SQfp16, IVF4096,PQ32, ...); "
+     "Flat, SQfp16 and SQbf16 are searched exactly by qac's own scan", 0},
     {"batch", QAC_OPT_INT, "64", 1, 4096, NULL, NULL, "passages per encoder call", 0},
     {"threads", QAC_OPT_INT, "0", 0, 1024, NULL, "QAC_THREADS", "CPU encoder threads (0 = all cores)", 0},
     {"device", QAC_OPT_ENUM, "auto", 0, -1, "auto|cpu|cuda", "QAC_DEVICE", "encoder device", 0},
     {"max-len", QAC_OPT_INT, "0", 0, 8192, NULL, NULL, "passage max tokens incl. specials (0 = the model's)", 0},
     {"shard-size", QAC_OPT_INT, "100000", 1, 100000000, NULL, NULL, "passages per shard (resume granularity)", 0},
     {"dtype", QAC_OPT_ENUM, "fp32", 0, -1, "fp32|fp16", NULL, "storage type of the shard vectors", 0},
+    {"encoder-dtype", QAC_OPT_ENUM, "fp32", 0, -1, "fp32|bf16", "QAC_DTYPE",
+     "CPU encoder precision: bf16 runs the linear layers in bf16 (fp32 sums); recorded in the manifest", 0},
     {"train-size", QAC_OPT_INT, "0", 0, 1e12, NULL, NULL,
      "vectors sampled for IVF/PQ/SQ training (0 = 256 x nlist, else 100000)", 0},
+    QAC_CPU_ISA_OPT,
 };
 #define N_BUILD_OPTS (int)(sizeof build_opts / sizeof build_opts[0])
 
@@ -72,6 +77,7 @@ static int cmd_build(int argc, char **argv) {
         eo.device = qac_cli_device(qac_opts_str(&o, "device"));
         eo.threads = (int)qac_opts_int(&o, "threads");
         eo.max_batch = bo.batch;
+        eo.cpu_precision = strcmp(qac_opts_str(&o, "encoder-dtype"), "bf16") ? QAC_PREC_FP32 : QAC_PREC_BF16;
         st = qac_model_load(&m, model_dir);
         if (!st) st = qac_encoder_create(&enc, m, &eo);
         if (!st) st = qac_index_build(out, enc, corpus, &bo);

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "qac_cpu.h"
 #include "qac_finetune.h"
 
 static const qac_opt mine_opts[] = {
@@ -22,6 +23,7 @@ static const qac_opt mine_opts[] = {
     {"max-len", QAC_OPT_INT, "32", 2, 8192, NULL, NULL, "query max tokens when searching", 0},
     {"threads", QAC_OPT_INT, "0", 0, 1024, NULL, "QAC_THREADS", "CPU threads when searching (0 = all cores)", 0},
     {"device", QAC_OPT_ENUM, "auto", 0, -1, "auto|cpu|cuda", "QAC_DEVICE", "encoder and search device", 0},
+    QAC_CPU_ISA_OPT,
 };
 #define N_MINE_OPTS (int)(sizeof mine_opts / sizeof mine_opts[0])
 

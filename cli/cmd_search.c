@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "qac_cpu.h"
 #include "qac_index.h"
 
 static const qac_opt search_opts[] = {
@@ -18,12 +19,15 @@ static const qac_opt search_opts[] = {
     {"run-id", QAC_OPT_STR, "qac", 0, -1, NULL, NULL, "run name in the last column", 0},
     {"device", QAC_OPT_ENUM, "auto", 0, -1, "auto|cpu|cuda", "QAC_DEVICE", "encoder and search device", 0},
     {"threads", QAC_OPT_INT, "0", 0, 1024, NULL, "QAC_THREADS", "CPU threads for the encoder and the flat scan (0 = all cores)", 0},
+    {"dtype", QAC_OPT_ENUM, "fp32", 0, -1, "fp32|bf16", "QAC_DTYPE",
+     "CPU query encoder precision: bf16 runs the linear layers in bf16 (fp32 sums)", 0},
     {"nprobe", QAC_OPT_INT, NULL, 1, 1 << 20, NULL, NULL, "IVF lists visited per query", 0},
     {"ef-search", QAC_OPT_INT, NULL, 1, 1 << 20, NULL, NULL, "HNSW search breadth", 0},
     {"allow-model-mismatch", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL,
      "search even if the model differs from the one the index was built with", 0},
     {"server", QAC_OPT_STR, NULL, 0, -1, NULL, "QAC_SERVER", "search a running qac server at URL instead", 0},
     {"api-key", QAC_OPT_STR, NULL, 0, -1, NULL, "QAC_API_KEY", "API key for --server", 0},
+    QAC_CPU_ISA_OPT,
 };
 #define N_SEARCH_OPTS (int)(sizeof search_opts / sizeof search_opts[0])
 
@@ -92,6 +96,7 @@ static int search_local(const qac_opts *o, FILE *out) {
     eo.device = dev;
     eo.threads = (int)qac_opts_int(o, "threads");
     eo.max_batch = batch;
+    eo.cpu_precision = strcmp(qac_opts_str(o, "dtype"), "bf16") ? QAC_PREC_FP32 : QAC_PREC_BF16;
     if (qac_encoder_create(&enc, m, &eo)) goto fail;
     if (qac_encoder_dim(enc) != qac_index_dim(ix)) {
         qac_set_error(QAC_ERR_INVALID, "model dimension %d differs from the index's %d", qac_encoder_dim(enc),

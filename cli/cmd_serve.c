@@ -76,7 +76,8 @@ int qac_cmd_serve(int argc, char **argv) {
     if (!model_dir) goto fail;
     if (qac_server_config_from_opts(&cfg, &o)) goto fail;
     if (qac_server_real_open(&real, &be, model_dir, qac_opts_str(&o, "index"), qac_opts_str(&o, "bm25"),
-                             qac_opts_str(&o, "device"), (int)qac_opts_int(&o, "threads"), qac_opts_str(&o, "verify"),
+                             qac_opts_str(&o, "device"), qac_opts_str(&o, "dtype"), (int)qac_opts_int(&o, "threads"),
+                             qac_opts_str(&o, "verify"),
                              qac_opts_bool(&o, "allow-model-mismatch")))
         goto fail;
     if (qac_server_create(&srv, &cfg, &be, log_stderr, &min_level)) goto fail;

@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "qac_cpu.h"
 
 int qac_cli_parse(qac_opts *o, const char *cmd, const char *synopsis, const qac_opt *table, int n,
                   int argc, char **argv) {
@@ -15,6 +16,13 @@ int qac_cli_parse(qac_opts *o, const char *cmd, const char *synopsis, const qac_
         qac_opts_free(o);
         return -1;
     }
+    /* a table with the cpu-isa row picks the kernels' path before any runs */
+    for (int i = 0; i < n; i++)
+        if (!strcmp(table[i].name, "cpu-isa") && qac_cpu_isa_select(qac_opts_str(o, "cpu-isa")) != QAC_OK) {
+            fprintf(stderr, "qac %s: --cpu-isa (or QAC_CPU_ISA): %s\n", cmd, qac_last_error());
+            qac_opts_free(o);
+            return 2;
+        }
     return 0;
 }
 

@@ -7,12 +7,15 @@
  * lanes against one row); the portable kernel does the same sums one pair
  * at a time. Each score is the same 8 lane chains and the same final sum
  * tree in all three: bit-identical scores. fp16 rows are widened exactly (F16C or in
- * software) and then scored like fp32 ones. */
+ * software) and then scored like fp32 ones. bf16 rows take vdpbf16ps where
+ * the CPU has AVX512_BF16, else its emulation (AVX2 under MXCSR's DAZ/FTZ,
+ * or portable C), with the same bits. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "flat_scan.h"
+#include "qac_bf16.h"
 #include "qac_cpu.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -84,6 +87,59 @@ static void score_portable_f16(const void *xv, int m, int dim, const float *q, i
         for (int i = 0; i < nq; i++) out[(size_t)i * ldo + r] = qac_flat_dot(q + (size_t)i * dim, tmp, dim);
     }
     if (tmp != row) free(tmp);
+}
+
+/* bf16 rows. The kernels take q as the queries prepared once per search
+ * (prepare_bf16): qs [nq, dpad] floats, each 16-dimension block as its 8
+ * odd dimensions then its 8 even ones, subnormals read as zero; then
+ * qb [nq, dpad] bf16, in order. dpad is dim rounded up to 16, zero-padded. */
+static inline int bf16_dpad(int dim) { return (dim + 15) / 16 * 16; }
+
+static void prepare_bf16(float *qs, int nq, int dim, const float *q) {
+    int dpad = bf16_dpad(dim);
+    uint16_t *qb = (uint16_t *)(qs + (size_t)nq * dpad);
+    for (int i = 0; i < nq; i++)
+        for (int d = 0; d < dpad; d++) {
+            uint16_t h = d < dim ? qac_bf16_from_float(q[(size_t)i * dim + d]) : 0;
+            int l = (d % 16) / 2, odd = d & 1;
+            qb[(size_t)i * dpad + d] = h;
+            qs[(size_t)i * dpad + d / 16 * 16 + (odd ? l : 8 + l)] = qac_bf16_in(h);
+        }
+}
+
+/* lanes[8] of one score: qs as prepared, x bf16 [dim] */
+static void lanes_bf16(float acc[8], const float *qs, const uint16_t *x, int dim) {
+    for (int l = 0; l < 8; l++) acc[l] = 0.0f;
+    for (int d = 0; d < dim; d += 16)
+        for (int l = 0; l < 8; l++) {
+            int e = d + 2 * l, o = e + 1;
+            acc[l] = qac_bf16_step(qs[d + l], o < dim ? qac_bf16_in(x[o]) : 0.0f, acc[l]);
+            acc[l] = qac_bf16_step(qs[d + 8 + l], e < dim ? qac_bf16_in(x[e]) : 0.0f, acc[l]);
+        }
+}
+
+float qac_flat_dot_bf16(const uint16_t *q, const uint16_t *x, int dim) {
+    int dpad = bf16_dpad(dim);
+    float qs[512] = {0}, *t = dpad <= 512 ? qs : calloc((size_t)dpad, sizeof(float)), acc[8];
+    if (!t) return NAN;
+    for (int d = 0; d < dpad; d++) {
+        int l = (d % 16) / 2;
+        t[d / 16 * 16 + (d & 1 ? l : 8 + l)] = d < dim ? qac_bf16_in(q[d]) : 0.0f;
+    }
+    lanes_bf16(acc, t, x, dim);
+    if (t != qs) free(t);
+    return reduce8(acc);
+}
+
+static void score_portable_bf16(const void *xv, int m, int dim, const float *q, int nq, float *out, int ldo) {
+    const uint16_t *x = xv;
+    int dpad = bf16_dpad(dim);
+    for (int i = 0; i < nq; i++)
+        for (int r = 0; r < m; r++) {
+            float acc[8];
+            lanes_bf16(acc, q + (size_t)i * dpad, x + (size_t)r * dim, dim);
+            out[(size_t)i * ldo + r] = reduce8(acc);
+        }
 }
 
 #ifdef QAC_SCAN_X86
@@ -192,6 +248,99 @@ SCORE_AVX2(score_avx2_f16, uint16_t, LOAD_F16, tail_f16)
 #undef SCORE_AVX2
 #undef TILE
 
+
+/* bf16 without AVX512_BF16: the pairs widened to fp32 (odd dimensions by
+ * masking, even ones by shifting) and summed with FMA under MXCSR's
+ * denormals-are-zero and flush-to-zero, which judge tininess as vdpbf16ps
+ * does. The eight lane sums go to a buffer; the final sums run after MXCSR
+ * is restored, in a separate function so that no sum can be moved across. */
+#define MXCSR_DAZ_FTZ 0x8040u
+#ifdef __clang__
+#define NOT_INLINED __attribute__((noinline))
+#else
+#define NOT_INLINED __attribute__((noinline, noipa))
+#endif
+
+/* QN queries x RN rows from row r: lane l of query a, row r + b, goes to
+ * lanes[(a * m + r + b) * 8 + l] */
+#define TILEB(QN, RN)                                                                                    \
+    do {                                                                                                 \
+        __m256 acc[QN][RN];                                                                              \
+        _Pragma("GCC unroll 4") for (int a_ = 0; a_ < QN; a_++)                                          \
+            _Pragma("GCC unroll 4") for (int b_ = 0; b_ < RN; b_++) acc[a_][b_] = _mm256_setzero_ps();   \
+        for (int d = 0; d < dpad; d += 16) {                                                             \
+            __m256 xo[RN], xe[RN];                                                                       \
+            _Pragma("GCC unroll 4") for (int b_ = 0; b_ < RN; b_++) {                                    \
+                const uint16_t *p_ = x0 + (size_t)b_ * dim + d;                                          \
+                __m256i v_;                                                                              \
+                if (d + 16 <= dim) v_ = _mm256_loadu_si256((const __m256i *)(const void *)p_);           \
+                else {                                                                                   \
+                    uint16_t t_[16] = {0};                                                               \
+                    memcpy(t_, p_, sizeof(uint16_t) * (size_t)(dim - d));                                \
+                    v_ = _mm256_loadu_si256((const __m256i *)(const void *)t_);                          \
+                }                                                                                        \
+                xo[b_] = _mm256_castsi256_ps(_mm256_and_si256(v_, hi));                                  \
+                xe[b_] = _mm256_castsi256_ps(_mm256_slli_epi32(v_, 16));                                 \
+            }                                                                                            \
+            _Pragma("GCC unroll 4") for (int a_ = 0; a_ < QN; a_++) {                                    \
+                __m256 qo = _mm256_loadu_ps(qs + (size_t)a_ * dpad + d);                                 \
+                __m256 qe = _mm256_loadu_ps(qs + (size_t)a_ * dpad + d + 8);                             \
+                _Pragma("GCC unroll 4") for (int b_ = 0; b_ < RN; b_++) {                                \
+                    acc[a_][b_] = _mm256_fmadd_ps(qo, xo[b_], acc[a_][b_]);                              \
+                    acc[a_][b_] = _mm256_fmadd_ps(qe, xe[b_], acc[a_][b_]);                              \
+                }                                                                                        \
+            }                                                                                            \
+        }                                                                                                \
+        _Pragma("GCC unroll 4") for (int a_ = 0; a_ < QN; a_++)                                          \
+            _Pragma("GCC unroll 4") for (int b_ = 0; b_ < RN; b_++)                                      \
+                _mm256_storeu_ps(lanes + ((size_t)a_ * m + r + b_) * 8, acc[a_][b_]);                    \
+    } while (0)
+
+/* qn (1..4) queries against m rows, lane sums only; runs under DAZ/FTZ */
+AVX2 NOT_INLINED static void lanes_avx2_bf16(const uint16_t *x, int m, int dim,
+                                                                   const float *qs, int qn, float *lanes) {
+    const __m256i hi = _mm256_set1_epi32((int)0xffff0000u);
+    int dpad = bf16_dpad(dim), r = 0;
+    if (qn == 1)
+        for (; r + 4 <= m; r += 4) {
+            const uint16_t *x0 = x + (size_t)r * dim;
+            TILEB(1, 4);
+        }
+    for (; r < m; r += 2) {
+        const uint16_t *x0 = x + (size_t)r * dim;
+        int two = m - r >= 2;
+        switch (qn * 2 + two) {
+        case 4 * 2 + 1: TILEB(4, 2); break;
+        case 4 * 2: TILEB(4, 1); break;
+        case 3 * 2 + 1: TILEB(3, 2); break;
+        case 3 * 2: TILEB(3, 1); break;
+        case 2 * 2 + 1: TILEB(2, 2); break;
+        case 2 * 2: TILEB(2, 1); break;
+        case 1 * 2 + 1: TILEB(1, 2); break;
+        default: TILEB(1, 1); break;
+        }
+    }
+}
+#undef TILEB
+
+AVX2 static void score_avx2_bf16(const void *xp, int m, int dim, const float *q, int nq, float *out, int ldo) {
+    float lanes[4 * ROW_BLOCK * 8];
+    int dpad = bf16_dpad(dim);
+    for (int i = 0; i < nq; i += 4) {
+        int qn = nq - i < 4 ? nq - i : 4;
+        for (int r0 = 0; r0 < m; r0 += ROW_BLOCK) { /* m <= ROW_BLOCK from the scan; any m works */
+            int mm = m - r0 < ROW_BLOCK ? m - r0 : ROW_BLOCK;
+            unsigned csr = _mm_getcsr();
+            _mm_setcsr(csr | MXCSR_DAZ_FTZ);
+            lanes_avx2_bf16((const uint16_t *)xp + (size_t)r0 * dim, mm, dim, q + (size_t)i * dpad, qn, lanes);
+            _mm_setcsr(csr);
+            for (int a = 0; a < qn; a++)
+                for (int r = 0; r < mm; r++)
+                    out[(size_t)(i + a) * ldo + r0 + r] = reduce8(lanes + ((size_t)a * mm + r) * 8);
+        }
+    }
+}
+
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
 
 /* One row's 8 dims, broadcast to both halves; the tail zero-padded by mask. */
@@ -289,16 +438,128 @@ SCORE_AVX512(score_avx512_f32, float, BCAST_F32, BTAIL_F32, score_avx2_f32)
 SCORE_AVX512(score_avx512_f16, uint16_t, BCAST_F16, BTAIL_F16, score_avx2_f16)
 #undef SCORE_AVX512
 #undef TILE512
+
+/* bf16 with vdpbf16ps: zmm accumulators hold query 2a's 8 lanes low and
+ * query 2a + 1's high, against one row's 16 dimensions broadcast to both
+ * halves; a last odd query runs on ymm. */
+#define AVX512BF __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx2,fma,f16c")))
+
+#define TILE512B(QN, RN)                                                                                  \
+    do {                                                                                                  \
+        __m512 acc[QN / 2][RN];                                                                           \
+        _Pragma("GCC unroll 2") for (int a_ = 0; a_ < QN / 2; a_++)                                       \
+            _Pragma("GCC unroll 8") for (int b_ = 0; b_ < RN; b_++) acc[a_][b_] = _mm512_setzero_ps();     \
+        for (int d = 0; d < dpad; d += 16) {                                                              \
+            __mmask16 mk = d + 16 <= dim ? (__mmask16)0xffff : (__mmask16)((1u << (dim - d)) - 1);       \
+            __m512i qv[QN / 2];                                                                           \
+            _Pragma("GCC unroll 2") for (int a_ = 0; a_ < QN / 2; a_++) qv[a_] = _mm512_inserti64x4(      \
+                _mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(const void *)(qb0 + (size_t)(2 * a_) * dpad + d))), \
+                _mm256_loadu_si256((const __m256i *)(const void *)(qb0 + (size_t)(2 * a_ + 1) * dpad + d)), 1); \
+            _Pragma("GCC unroll 8") for (int b_ = 0; b_ < RN; b_++) {                                     \
+                __m512i xv = _mm512_broadcast_i64x4(_mm256_maskz_loadu_epi16(mk, x0 + (size_t)b_ * dim + d)); \
+                _Pragma("GCC unroll 2") for (int a_ = 0; a_ < QN / 2; a_++)                               \
+                    acc[a_][b_] = _mm512_dpbf16_ps(acc[a_][b_], (__m512bh)qv[a_], (__m512bh)xv);          \
+            }                                                                                             \
+        }                                                                                                 \
+        __m256 h_[QN * RN + 3];                                                                           \
+        float *dst_[QN * RN + 3];                                                                         \
+        float sink_[4];                                                                                   \
+        int nh_ = 0;                                                                                      \
+        _Pragma("GCC unroll 2") for (int a_ = 0; a_ < QN / 2; a_++)                                       \
+            _Pragma("GCC unroll 8") for (int b_ = 0; b_ < RN; b_++) {                                     \
+                h_[nh_] = _mm512_castps512_ps256(acc[a_][b_]), dst_[nh_++] = o0 + (size_t)(2 * a_) * ldo + b_; \
+                h_[nh_] = _mm512_extractf32x8_ps(acc[a_][b_], 1);                                          \
+                dst_[nh_++] = o0 + (size_t)(2 * a_ + 1) * ldo + b_;                                       \
+            }                                                                                             \
+        for (int t_ = nh_; t_ < QN * RN + 3; t_++) h_[t_] = _mm256_setzero_ps(), dst_[t_] = sink_;        \
+        for (int t_ = 0; t_ < nh_; t_ += 4) {                                                             \
+            float s_[4];                                                                                  \
+            _mm_storeu_ps(s_, reduce4(h_[t_], h_[t_ + 1], h_[t_ + 2], h_[t_ + 3]));                       \
+            for (int u_ = 0; u_ < 4; u_++) *dst_[t_ + u_] = s_[u_];                                       \
+        }                                                                                                 \
+    } while (0)
+
+/* one query x RN rows on ymm */
+#define TILE256B(RN)                                                                                      \
+    do {                                                                                                  \
+        __m256 acc[RN + 3];                                                                               \
+        _Pragma("GCC unroll 8") for (int b_ = 0; b_ < RN + 3; b_++) acc[b_] = _mm256_setzero_ps();         \
+        for (int d = 0; d < dpad; d += 16) {                                                              \
+            __mmask16 mk = d + 16 <= dim ? (__mmask16)0xffff : (__mmask16)((1u << (dim - d)) - 1);       \
+            __m256i qv = _mm256_loadu_si256((const __m256i *)(const void *)(qb0 + d));                    \
+            _Pragma("GCC unroll 8") for (int b_ = 0; b_ < RN; b_++) {                                     \
+                __m256i xv = _mm256_maskz_loadu_epi16(mk, x0 + (size_t)b_ * dim + d);                     \
+                acc[b_] = _mm256_dpbf16_ps(acc[b_], (__m256bh)qv, (__m256bh)xv);                          \
+            }                                                                                             \
+        }                                                                                                 \
+        float s_[4];                                                                                      \
+        _mm_storeu_ps(s_, reduce4(acc[0], acc[1], acc[2], acc[3]));                                       \
+        for (int u_ = 0; u_ < RN; u_++) o0[u_] = s_[u_];                                                  \
+    } while (0)
+
+AVX512BF static void score_avx512_bf16(const void *xp, int m, int dim, const float *q, int nq, float *out,
+                                       int ldo) {
+    const uint16_t *x = xp;
+    int dpad = bf16_dpad(dim);
+    const uint16_t *qb = (const uint16_t *)(q + (size_t)nq * dpad);
+    int i = 0;
+    for (; i + 2 <= nq; i += 4) {
+        int qn = nq - i < 4 ? 2 : 4;
+        const uint16_t *qb0 = qb + (size_t)i * dpad;
+        for (int r = 0; r < m; r += 8) {
+            int rn = m - r < 8 ? m - r : 8;
+            const uint16_t *x0 = x + (size_t)r * dim;
+            float *o0 = out + (size_t)i * ldo + r;
+            switch (qn * 8 + rn) {
+            case 4 * 8 + 8: TILE512B(4, 8); break;
+            case 4 * 8 + 7: TILE512B(4, 7); break;
+            case 4 * 8 + 6: TILE512B(4, 6); break;
+            case 4 * 8 + 5: TILE512B(4, 5); break;
+            case 4 * 8 + 4: TILE512B(4, 4); break;
+            case 4 * 8 + 3: TILE512B(4, 3); break;
+            case 4 * 8 + 2: TILE512B(4, 2); break;
+            case 4 * 8 + 1: TILE512B(4, 1); break;
+            case 2 * 8 + 8: TILE512B(2, 8); break;
+            case 2 * 8 + 7: TILE512B(2, 7); break;
+            case 2 * 8 + 6: TILE512B(2, 6); break;
+            case 2 * 8 + 5: TILE512B(2, 5); break;
+            case 2 * 8 + 4: TILE512B(2, 4); break;
+            case 2 * 8 + 3: TILE512B(2, 3); break;
+            case 2 * 8 + 2: TILE512B(2, 2); break;
+            default: TILE512B(2, 1); break;
+            }
+        }
+        if (qn == 2) i -= 2;
+    }
+    if (i < nq) {
+        const uint16_t *qb0 = qb + (size_t)i * dpad;
+        int r = 0;
+        for (; r + 4 <= m; r += 4) {
+            const uint16_t *x0 = x + (size_t)r * dim;
+            float *o0 = out + (size_t)i * ldo + r;
+            TILE256B(4);
+        }
+        for (; r < m; r++) {
+            const uint16_t *x0 = x + (size_t)r * dim;
+            float *o0 = out + (size_t)i * ldo + r;
+            TILE256B(1);
+        }
+    }
+}
+#undef TILE512B
+#undef TILE256B
 #endif
 
-static score_fn pick_kernel(int f16) {
+static score_fn pick_kernel(int f16, int bf16) {
 #ifdef QAC_SCAN_X86
+    if (bf16) return qac_cpu_bf16() ? score_avx512_bf16 : qac_cpu_isa() >= QAC_ISA_AVX2 ? score_avx2_bf16 : score_portable_bf16;
     switch (qac_cpu_isa()) {
     case QAC_ISA_AVX512: return f16 ? score_avx512_f16 : score_avx512_f32;
     case QAC_ISA_AVX2: return f16 ? score_avx2_f16 : score_avx2_f32;
     default: break;
     }
 #endif
+    if (bf16) return score_portable_bf16;
     return f16 ? score_portable_f16 : score_portable_f32;
 }
 
@@ -368,7 +629,9 @@ static void scan_task(void *arg, int64_t begin, int64_t end, int tid) {
     for (int64_t blk = begin; blk < end; blk++) {
         int64_t r0 = blk * ROW_BLOCK;
         int m = (int)(f->n - r0 < ROW_BLOCK ? f->n - r0 : ROW_BLOCK);
-        const void *rows = f->x ? (const void *)(f->x + (size_t)r0 * f->dim) : (const void *)(f->x16 + (size_t)r0 * f->dim);
+        const void *rows = f->x     ? (const void *)(f->x + (size_t)r0 * f->dim)
+                           : f->x16 ? (const void *)(f->x16 + (size_t)r0 * f->dim)
+                                    : (const void *)(f->xb + (size_t)r0 * f->dim);
         c->score(rows, m, f->dim, c->q, nq, buf, ROW_BLOCK);
         for (int i = 0; i < nq; i++) {
             const float *sc = buf + (size_t)i * ROW_BLOCK;
@@ -382,20 +645,28 @@ static void scan_task(void *arg, int64_t begin, int64_t end, int tid) {
 qac_status qac_flat_topk(const qac_flat *f, const float *queries, int nq, int k, qac_pool *pool, float *scores,
                          int64_t *rows) {
     if (nq <= 0) return QAC_OK;
-    if (k < 1 || !f->x == !f->x16 || f->n < 0 || f->dim < 1)
+    if (k < 1 || (f->x != NULL) + (f->x16 != NULL) + (f->xb != NULL) != 1 || f->n < 0 || f->dim < 1)
         return qac_set_error(QAC_ERR_INVALID, "flat search: bad arguments (k %d, dim %d)", k, f->dim);
     int kk = (int64_t)k < f->n ? k : (int)f->n;
     int64_t nblocks = (f->n + ROW_BLOCK - 1) / ROW_BLOCK;
     int threads = qac_pool_size(pool);
     if (threads > nblocks) threads = nblocks > 0 ? (int)nblocks : 1;
-    scan_ctx c = {f, queries, nq, k, kk, pick_kernel(f->x16 != NULL), NULL, NULL, NULL, NULL};
+    scan_ctx c = {f, queries, nq, k, kk, pick_kernel(f->x16 != NULL, f->xb != NULL), NULL, NULL, NULL, NULL};
     int T = qac_pool_size(pool);
+    float *prepared = NULL;
+    if (f->xb) { /* the queries in bf16, once (see prepare_bf16) */
+        size_t dpad = (size_t)bf16_dpad(f->dim);
+        prepared = malloc((sizeof(float) + sizeof(uint16_t)) * (size_t)nq * dpad);
+        if (!prepared) return qac_set_error(QAC_ERR_NOMEM, "out of memory for a search of %d queries", nq);
+        prepare_bf16(prepared, nq, f->dim, queries);
+        c.q = prepared;
+    }
     c.buf = malloc(sizeof(float) * (size_t)T * nq * ROW_BLOCK);
     c.hs = malloc(sizeof(float) * ((size_t)T * nq * kk + 1));
     c.hr = malloc(sizeof(int64_t) * ((size_t)T * nq * kk + 1));
     c.nh = calloc((size_t)T * nq, sizeof(int));
     if (!c.buf || !c.hs || !c.hr || !c.nh) {
-        free(c.buf), free(c.hs), free(c.hr), free(c.nh);
+        free(c.buf), free(c.hs), free(c.hr), free(c.nh), free(prepared);
         return qac_set_error(QAC_ERR_NOMEM, "out of memory for a search of %d queries, k %d", nq, k);
     }
     /* a few chunks per thread, for balance */
@@ -420,6 +691,6 @@ qac_status qac_flat_topk(const qac_flat *f, const float *queries, int nq, int k,
         }
         for (int j = n; j < k; j++) os[j] = -INFINITY, orow[j] = -1;
     }
-    free(c.buf), free(c.hs), free(c.hr), free(c.nh);
+    free(c.buf), free(c.hs), free(c.hr), free(c.nh), free(prepared);
     return QAC_OK;
 }

@@ -121,7 +121,13 @@ static void remove_stale_tmp(const char *dir) {
     closedir(d);
 }
 
+static int is_sqbf16(const char *factory) { return !strcmp(factory, QAC_FACTORY_SQBF16); }
+
 static qac_status check_factory(const char *factory, int dim) {
+    if (is_sqbf16(factory)) return QAC_OK;
+    if (strstr(factory, "bf16"))
+        return qac_set_error(QAC_ERR_UNSUPPORTED, "bad --factory '%s': bf16 is supported as the whole factory "
+                             "\"SQbf16\" only (exact search)", factory);
     FaissIndex *idx = NULL;
     if (faiss_index_factory(&idx, dim, factory, METRIC_INNER_PRODUCT))
         return qac_set_error(QAC_ERR_INVALID, "bad --factory '%s': %s", factory, faiss_get_last_error());
@@ -344,14 +350,19 @@ static qac_status build_faiss(builder *b) {
     size_t ns = json_array_size(shards), i;
     json_t *sh;
     if (n == 0) return qac_set_error(QAC_ERR_INVALID, "the corpus has no passages");
+    /* SQbf16: qac writes FAISS's file itself (index_internal.h), row by row */
+    int bf16 = is_sqbf16(b->factory);
     FaissIndex *idx = NULL;
-    if (faiss_index_factory(&idx, b->dim, b->factory, METRIC_INNER_PRODUCT)) return faiss_fail("index_factory");
+    if (!bf16 && faiss_index_factory(&idx, b->dim, b->factory, METRIC_INNER_PRODUCT)) return faiss_fail("index_factory");
     qac_status st = QAC_OK;
     float *train = NULL;
     docs_table t;
     memset(&t, 0, sizeof t);
+    char path[4096];
+    qac_atomic_file af;
+    int af_open = 0;
     uint64_t train_n = 0;
-    if (!faiss_Index_is_trained(idx)) {
+    if (!bf16 && !faiss_Index_is_trained(idx)) {
         int64_t nlist = parse_nlist(b->factory);
         train_n = b->o->train_size > 0 ? (uint64_t)b->o->train_size
                                        : (nlist ? (uint64_t)(256 * nlist) : 100000u);
@@ -367,7 +378,6 @@ static qac_status build_faiss(builder *b) {
             uint64_t first = (uint64_t)json_integer_value(json_object_get(sh, "first_row"));
             uint64_t cnt = (uint64_t)json_integer_value(json_object_get(sh, "count"));
             if (j >= train_n || (j * n) / train_n >= first + cnt) continue;
-            char path[4096];
             qac_shard s;
             if ((st = shard_path(b, sh, path, sizeof path)) ||
                 (st = qac_shard_read(path, (uint64_t)json_integer_value(json_object_get(sh, "checksum")), &s)))
@@ -398,24 +408,30 @@ static qac_status build_faiss(builder *b) {
         goto done;
     }
     uint64_t added = 0;
+    if (bf16) {
+        if ((st = qac_path_join(path, sizeof path, b->dir, "index.faiss")) || (st = qac_atomic_open(&af, path))) goto done;
+        af_open = 1;
+        if ((st = qac_sqbf16_write_header(af.f, b->dim, n))) goto done;
+    }
     progress(b, "add/vectors", 0, n);
     json_array_foreach(shards, i, sh) {
-        char path[4096];
+        char spath[4096];
         qac_shard s;
-        if ((st = shard_path(b, sh, path, sizeof path)) ||
-            (st = qac_shard_read(path, (uint64_t)json_integer_value(json_object_get(sh, "checksum")), &s)))
+        if ((st = shard_path(b, sh, spath, sizeof spath)) ||
+            (st = qac_shard_read(spath, (uint64_t)json_integer_value(json_object_get(sh, "checksum")), &s)))
             goto done;
         if (s.first_row != added || s.dim != b->dim) {
             qac_shard_free(&s);
-            st = qac_set_error(QAC_ERR_FORMAT, "%s: rows start at %" PRIu64 ", expected %" PRIu64, path,
+            st = qac_set_error(QAC_ERR_FORMAT, "%s: rows start at %" PRIu64 ", expected %" PRIu64, spath,
                                s.first_row, added);
             goto done;
         }
         for (uint64_t p = 0; p < s.count; p += QAC_ADD_PIECE) {
             uint64_t m = s.count - p < QAC_ADD_PIECE ? s.count - p : QAC_ADD_PIECE;
-            if (faiss_Index_add(idx, (idx_t)m, s.vectors + p * (size_t)b->dim)) {
+            if (bf16 ? (st = qac_sqbf16_write_rows(af.f, s.vectors + p * (size_t)b->dim, m, b->dim)) != QAC_OK
+                     : faiss_Index_add(idx, (idx_t)m, s.vectors + p * (size_t)b->dim) != 0) {
                 qac_shard_free(&s);
-                st = faiss_fail("add");
+                if (!bf16) st = faiss_fail("add");
                 goto done;
             }
             added += m;
@@ -426,16 +442,16 @@ static qac_status build_faiss(builder *b) {
         if (st) goto done;
     }
     (void)ns;
-    char path[4096];
     progress(b, "write/files", 0, 1);
-    if ((st = qac_path_join(path, sizeof path, b->dir, "index.faiss"))) goto done;
-    qac_atomic_file af;
-    if ((st = qac_atomic_open(&af, path))) goto done;
-    if (faiss_write_index(idx, af.f)) {
-        st = faiss_fail("write_index");
-        qac_atomic_abort(&af);
-        goto done;
+    if (!bf16) {
+        if ((st = qac_path_join(path, sizeof path, b->dir, "index.faiss")) || (st = qac_atomic_open(&af, path))) goto done;
+        af_open = 1;
+        if (faiss_write_index(idx, af.f)) {
+            st = faiss_fail("write_index");
+            goto done;
+        }
     }
+    af_open = 0;
     if ((st = qac_atomic_commit(&af))) goto done;
     if ((st = qac_path_join(path, sizeof path, b->dir, "docids.qdoc")) || (st = docs_write(path, &t))) goto done;
     progress(b, "write/files", 1, 1);
@@ -449,19 +465,20 @@ static qac_status build_faiss(builder *b) {
     if (src && (st = qac_index_hash_file(src, &src_sum, &src_size))) goto done;
     json_object_set_new(b->man, "faiss",
                         json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I}", "file", "index.faiss", "factory", b->factory,
-                                  "metric", "inner_product", "ntotal", (json_int_t)faiss_Index_ntotal(idx),
+                                  "metric", "inner_product", "ntotal", (json_int_t)(bf16 ? (int64_t)n : faiss_Index_ntotal(idx)),
                                   "train_size", (json_int_t)train_n, "bytes", (json_int_t)faiss_bytes,
                                   "checksum", (json_int_t)faiss_sum));
     if (src) json_object_set_new(json_object_get(b->man, "faiss"), "source_checksum", json_integer((json_int_t)src_sum));
     json_object_set_new(b->man, "docids", json_string("docids.qdoc"));
     st = write_manifest(b);
 done:
+    if (af_open) qac_atomic_abort(&af);
     free(train);
     free(t.str_off);
     free(t.offsets);
     free(t.lines);
     free(t.blob);
-    faiss_Index_free(idx);
+    if (idx) faiss_Index_free(idx);
     return st;
 }
 
@@ -564,6 +581,10 @@ qac_status qac_index_build(const char *out_dir, qac_encoder *enc, const char *co
         qac_reader_free(r);
         return qac_set_error(QAC_ERR_NOMEM, "manifest: out of memory");
     }
+    /* bf16 encoder weights give other vectors: part of the identity (absent
+     * for fp32, so that earlier indexes still resume) */
+    if (qac_encoder_cpu_precision(enc) == QAC_PREC_BF16)
+        json_object_set_new(json_object_get(identity, "model"), "encoder_dtype", json_string("bf16"));
     builder b;
     pending pc = {0};
     if ((st = builder_begin(&b, out_dir, o, identity, dim))) goto done;

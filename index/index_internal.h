@@ -3,7 +3,8 @@
  *   manifest.json      JSON, "format":"qac-index", "version":1 (see index_store.c)
  *   emb-NNNNN.qemb     embedding shard, written once, atomically
  *   docids.qdoc        docid table for all rows (written with the FAISS index)
- *   index.faiss        FAISS's own index format (faiss.read_index opens it)
+ *   index.faiss        FAISS's own index format (faiss.read_index opens it);
+ *                      factory SQbf16 is written and read by faiss_sqbf16.c
  *
  * The manifest's "faiss" object records "checksum" (qac_index_hash64 of
  * index.faiss) and "source_checksum" (of the corpus or .npy file), checked
@@ -26,6 +27,7 @@
 #define QAC_INDEX_INTERNAL_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "qac_common.h"
 
@@ -85,5 +87,14 @@ void qac_shard_free(qac_shard *s);
  * inner product), borrowed from the index; NULL for any other index. */
 struct FaissIndex_H;
 const uint16_t *qac_faiss_fp16_codes(const struct FaissIndex_H *index);
+
+/* FAISS IndexScalarQuantizer QT_bf16, inner product (faiss_sqbf16.c): the
+ * factory string qac accepts for it, a header for ntotal rows of dim, the
+ * rows converted as FAISS converts them, and the codes read back (checked
+ * against the manifest's count and dim; free() them). */
+#define QAC_FACTORY_SQBF16 "SQbf16"
+qac_status qac_sqbf16_write_header(FILE *f, int dim, uint64_t ntotal);
+qac_status qac_sqbf16_write_rows(FILE *f, const float *x, uint64_t rows, int dim);
+qac_status qac_sqbf16_read(const char *path, int64_t want_n, int want_dim, uint16_t **codes);
 
 #endif

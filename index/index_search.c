@@ -1,5 +1,6 @@
-/* Opening an index directory and searching it: FAISS on the CPU, or the
- * GPU flat search for Flat indexes (vectors loaded from the shards). */
+/* Opening an index directory and searching it: qac's exact scans on the CPU
+ * (Flat, SQfp16, SQbf16), FAISS for the other factories, or the GPU flat
+ * search for Flat indexes (vectors loaded from the shards). */
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
@@ -34,6 +35,7 @@ struct qac_index {
     qac_gpu_flat *gpu;
     float *vecs; /* [count, dim]: Flat on the CPU, scanned by flat_scan.c (Debian's FAISS lacks AVX) */
     const uint16_t *codes16; /* SQfp16: FAISS's codes, scanned by flat_scan.c too */
+    uint16_t *codesb;        /* SQbf16: the codes, read by qac (its FAISS has no bf16), scanned by flat_scan.c */
     qac_pool *pool;          /* threads for the flat scan */
     pthread_mutex_t pool_mu; /* one search drives the pool at a time */
     void *docs_map;
@@ -228,7 +230,7 @@ qac_status qac_index_open_verified(qac_index **out, const char *dir, qac_device 
     if ((st = qac_path_join(path, sizeof path, dir, json_string_value(json_object_get(fa, "file")) ? json_string_value(json_object_get(fa, "file")) : "index.faiss")) ||
         (st = verify_faiss(path, fa, verify)))
         goto fail;
-    int flat = !strcmp(ix->factory, "Flat");
+    int flat = !strcmp(ix->factory, "Flat"), sqbf16 = !strcmp(ix->factory, QAC_FACTORY_SQBF16);
     int want_gpu = flat && (device == QAC_DEVICE_CUDA || (device == QAC_DEVICE_AUTO && qac_cuda_available()));
     if (device == QAC_DEVICE_CUDA && !flat) {
         st = qac_set_error(QAC_ERR_UNSUPPORTED, "GPU search needs a Flat index (this one is %s); use --device cpu",
@@ -261,7 +263,11 @@ qac_status qac_index_open_verified(qac_index **out, const char *dir, qac_device 
         }
         if ((st = load_cpu_flat(ix, man)) || (st = qac_pool_create(&ix->pool, 0))) goto fail;
     }
-    if (!ix->gpu && !ix->vecs) {
+    if (sqbf16) {
+        if ((st = qac_path_join(path, sizeof path, dir, json_string_value(json_object_get(fa, "file")) ? json_string_value(json_object_get(fa, "file")) : "index.faiss")) ||
+            (st = qac_sqbf16_read(path, ix->count, ix->dim, &ix->codesb)) || (st = qac_pool_create(&ix->pool, 0)))
+            goto fail;
+    } else if (!ix->gpu && !ix->vecs) {
         if ((st = qac_path_join(path, sizeof path, dir, json_string_value(json_object_get(fa, "file")) ? json_string_value(json_object_get(fa, "file")) : "index.faiss")))
             goto fail;
         if (faiss_read_index_fname(path, 0, &ix->faiss)) {
@@ -295,6 +301,7 @@ void qac_index_free(qac_index *ix) {
     if (ix->faiss) faiss_Index_free(ix->faiss);
     qac_gpu_flat_free(ix->gpu);
     free(ix->vecs);
+    free(ix->codesb);
     qac_pool_free(ix->pool);
     pthread_mutex_destroy(&ix->pool_mu);
     qac_reader_free(ix->corpus);
@@ -314,7 +321,7 @@ const char *qac_index_model_fingerprint(const qac_index *ix) { return ix->finger
 int qac_index_on_gpu(const qac_index *ix) { return ix->gpu != NULL; }
 
 qac_status qac_index_set_threads(qac_index *ix, int nthreads) {
-    if (!ix->vecs && !ix->codes16) return QAC_OK; /* FAISS and the GPU manage their own */
+    if (!ix->vecs && !ix->codes16 && !ix->codesb) return QAC_OK; /* FAISS and the GPU manage their own */
     qac_pool *p = NULL;
     qac_status st = nthreads == 1 ? QAC_OK : qac_pool_create(&p, nthreads);
     if (st) return st;
@@ -400,7 +407,7 @@ qac_status qac_index_text(const qac_index *cix, int64_t row, char **text) {
 
 qac_status qac_index_set_param(qac_index *ix, const char *name, double value) {
     if (ix->gpu) return qac_set_error(QAC_ERR_FAISS, "parameter %s: the GPU flat search has no parameters", name);
-    if (ix->vecs) return qac_set_error(QAC_ERR_FAISS, "parameter %s: the flat search has no parameters", name);
+    if (ix->vecs || ix->codesb) return qac_set_error(QAC_ERR_FAISS, "parameter %s: the exact search has no parameters", name);
     FaissParameterSpace *ps = NULL;
     if (faiss_ParameterSpace_new(&ps))
         return qac_set_error(QAC_ERR_FAISS, "faiss ParameterSpace: %s", faiss_get_last_error());
@@ -459,7 +466,7 @@ static int docid_less(const void *ctx, int64_t a, int64_t b) {
  * at a time; a concurrent caller scans on its own thread, with the same
  * answer. */
 static qac_status flat_search(qac_index *ix, const float *queries, int nq, int k, float *scores, int64_t *rows) {
-    qac_flat f = {ix->vecs, ix->vecs ? NULL : ix->codes16, ix->count, ix->dim, docid_less, ix};
+    qac_flat f = {ix->vecs, ix->vecs ? NULL : ix->codes16, ix->count, ix->dim, docid_less, ix, ix->codesb};
     int locked = ix->pool && pthread_mutex_trylock(&ix->pool_mu) == 0;
     qac_status st = qac_flat_topk(&f, queries, nq, k, locked ? ix->pool : NULL, scores, rows);
     if (locked) pthread_mutex_unlock(&ix->pool_mu);
@@ -478,7 +485,7 @@ qac_status qac_index_search(const qac_index *ix, const float *queries, int nq, i
                                                 scores + (size_t)q * k, rows + (size_t)q * k);
             if (st) return st;
         }
-    } else if (ix->vecs || ix->codes16) {
+    } else if (ix->vecs || ix->codes16 || ix->codesb) {
         return flat_search((qac_index *)ix, queries, nq, k, scores, rows);
     } else {
         if (faiss_Index_search(ix->faiss, nq, queries, k, scores, rows))

@@ -1,7 +1,11 @@
 /* Entry points of the CUDA backend for builds without CUDA: no GPU is ever
  * usable, and asking for one is a clear error. */
+#include <string.h>
+
 #include "encoder_backend.h"
 #include "qac_cuda_kernels.h"
+#include "qac_cuda_train.h"
+#include "qac_cuda_train_kernels.h"
 #include "qac_gpu_flat.h"
 
 #define NO_CUDA "qac was built without CUDA (install the CUDA toolkit and rebuild)"
@@ -51,5 +55,94 @@ qac_status qac_cuda_pooling(float *out, const float *hidden, const int *lens, in
 }
 qac_status qac_cuda_matmul(float *out, const float *inp, const float *w, int N, int IC, int OC,
                            qac_precision prec) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+
+qac_status qac_cuda_embeddings_backward(float *dword, float *dpos, float *dtype, const float *dout,
+                                        const int32_t *ids, const int32_t *type_ids, int B, int T, int C, int V,
+                                        int P, int Tt) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                                      const float *b, int N, int C, float eps) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                                       const float *mean, const float *rstd, const float *w, int N, int C) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_gelu_backward(float *dinp, const float *dout, const float *pre, size_t n, qac_precision prec) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_bias_gelu_train(float *pre, float *act, const float *inp, const float *bias, int N, int I,
+                                    qac_precision prec) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_matmul_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                                    const float *w, int N, int IC, int OC, qac_precision prec) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_dropout(float *out, const float *inp, const float *resid, float p, uint64_t key, int layer,
+                            int site, int B, int T, int C) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_attention_train(float *out, float *att, const float *qkv, const int *lens, float p_attn,
+                                    uint64_t key, int layer, int B, int T, int C, int NH, qac_precision prec) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_attention_backward(float *dqkv, const float *datty, const float *qkv, const int *lens,
+                                       float p_attn, uint64_t key, int layer, int B, int T, int C, int NH,
+                                       qac_precision prec) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_pooling_backward(float *dhidden, const float *dout, const float *hidden, const int *lens, int B,
+                                     int T, int C, qac_pooling pooling, int normalize) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_infonce(double *loss, float *dq, float *dp, const float *q, const float *p, int nq, int n,
+                            int C, float tau, qac_similarity sim) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_clip_adamw(float *p, float *p_bf16, const float *g, float *m, float *v, size_t n,
+                               size_t n_decay, long t, double lr, double beta1, double beta2, double eps, double wd,
+                               double max_norm, double *norm) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+
+qac_status qac_cuda_trainer_create(qac_cuda_trainer **out, const qac_model *m, const qac_train_opts *o,
+                                   float hidden_dropout, float attn_dropout, const int *decays, int n_trained) {
+    *out = NULL;
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+void qac_cuda_trainer_free(qac_cuda_trainer *g) {}
+qac_status qac_cuda_trainer_grads(qac_cuda_trainer *g, const qac_train_batch *b, uint64_t drop_key, double *loss) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_trainer_update(qac_cuda_trainer *g, long t, double lr, double *grad_norm) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_trainer_download(qac_cuda_trainer *g, float *params, float *grads, float *adam_m,
+                                     float *adam_v) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_trainer_upload(qac_cuda_trainer *g, const float *params, const float *adam_m,
+                                   const float *adam_v) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+
+qac_status qac_train_dist_id(unsigned char id[128]) {
+    memset(id, 0, 128);
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+int qac_train_gpu_count(void) { return 0; }
+qac_status qac_train_use_gpu(int device) { return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA); }
+qac_status qac_cuda_attention_causal_train(float *out, float *att, const float *qkv, const int *lens, int window,
+                                           float p_attn, uint64_t key, int layer, int B, int T, int C, int NH,
+                                           qac_precision prec) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_attention_causal_backward(float *dqkv, const float *datty, const float *qkv, const int *lens,
+                                              int window, float p_attn, uint64_t key, int layer, int B, int T, int C,
+                                              int NH, qac_precision prec) {
     return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
 }

@@ -11,6 +11,7 @@ struct qac_encoder {
     const qac_model *m;
     qac_encoder_backend be;
     qac_device device;
+    qac_precision cpu_precision; /* of the CPU backend; FP32 on CUDA */
     int max_batch;
     /* reused across calls, grown on demand */
     struct len_idx *order; /* [n] (length, index), longest first */
@@ -72,6 +73,7 @@ qac_status qac_encoder_create(qac_encoder **out, const qac_model *m, const qac_e
         return st;
     }
     e->max_batch = e->be.max_batch > 0 ? e->be.max_batch : 32;
+    e->cpu_precision = e->device == QAC_DEVICE_CPU ? opts.cpu_precision : QAC_PREC_FP32;
     *out = e;
     return QAC_OK;
 }
@@ -91,6 +93,7 @@ void qac_encoder_free(qac_encoder *e) {
 
 int qac_encoder_dim(const qac_encoder *e) { return e->m->cfg.hidden_size; }
 qac_device qac_encoder_device(const qac_encoder *e) { return e->device; }
+qac_precision qac_encoder_cpu_precision(const qac_encoder *e) { return e->cpu_precision; }
 const qac_model *qac_encoder_model(const qac_encoder *e) { return e->m; }
 
 /* Grow *p to hold n elements of size sz; *cap counts elements. */

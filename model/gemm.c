@@ -7,6 +7,7 @@
  * is a sequential FMA chain over k, so every kernel gives the same bits;
  * the tile shape only changes how many chains run side by side. */
 #include "gemm.h"
+#include "qac_bf16.h"
 #include "qac_cpu.h"
 
 #include <math.h>
@@ -141,22 +142,7 @@ AVX2 static void tile_avx2(float *out, int ldo, const float *a, int lda, int IC,
 
 /* ---- bf16 mode (see gemm.h) ---- */
 
-uint16_t qac_bf16_round(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* NaN stays a quiet NaN */
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-/* vdpbf16ps treats subnormal inputs as zero and flushes subnormal results */
-static inline float bf16_in(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    if ((h & 0x7f80u) == 0) u &= 0x80000000u;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-static inline float ftz(float x) { return fabsf(x) < 0x1p-126f ? copysignf(0.0f, x) : x; }
+uint16_t qac_bf16_round(float x) { return qac_bf16_from_float(x); }
 
 qac_status qac_gemm_pack_bf16(qac_packed_w *pw, const float *w, int OC, int IC) {
     memset(pw, 0, sizeof *pw);
@@ -193,11 +179,11 @@ static void rows_bf16_portable(float *out, int ldo, const uint16_t *a, int lda, 
             for (int k2 = 0; k2 < IC2; k2++)
                 for (int r = 0; r < rn; r++) {
                     const uint16_t *ar = a + (size_t)(r0 + r) * lda + 2 * (size_t)k2;
-                    float a0 = bf16_in(ar[0]), a1 = bf16_in(ar[1]);
+                    float a0 = qac_bf16_in(ar[0]), a1 = qac_bf16_in(ar[1]);
                     for (int c = 0; c < NP; c++) {
                         const uint16_t *bc = panel + ((size_t)k2 * NP + c) * 2;
-                        acc[r][c] = ftz(fmaf(a1, bf16_in(bc[1]), acc[r][c]));
-                        acc[r][c] = ftz(fmaf(a0, bf16_in(bc[0]), acc[r][c]));
+                        acc[r][c] = qac_bf16_step(a1, qac_bf16_in(bc[1]), acc[r][c]);
+                        acc[r][c] = qac_bf16_step(a0, qac_bf16_in(bc[0]), acc[r][c]);
                     }
                 }
             epilogue(out + (size_t)r0 * ldo, ldo, (const float(*)[NP])acc, rn, o0, ncols, 1.0f, bias,
@@ -360,6 +346,38 @@ static rows_fn pick_rows(void) {
     return rows_portable;
 }
 
+/* A row rounded to bf16 as qac_bf16_round does it, 16 at a time on AVX-512
+ * (the same integer formula, so the same bits). */
+typedef void (*round_row_fn)(uint16_t *d, const float *x, int n);
+
+static void round_row_portable(uint16_t *d, const float *x, int n) {
+    for (int k = 0; k < n; k++) d[k] = qac_bf16_from_float(x[k]);
+}
+
+#ifdef QAC_GEMM_X86
+AVX512 static void round_row_avx512(uint16_t *d, const float *x, int n) {
+    const __m512i bias = _mm512_set1_epi32(0x7fff), one = _mm512_set1_epi32(1);
+    const __m512i magnitude = _mm512_set1_epi32(0x7fffffff), inf = _mm512_set1_epi32(0x7f800000);
+    const __m512i quiet = _mm512_set1_epi32(0x40);
+    int k = 0;
+    for (; k + 16 <= n; k += 16) {
+        __m512i u = _mm512_loadu_si512((const void *)(x + k)), hi = _mm512_srli_epi32(u, 16);
+        __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, magnitude), inf);
+        __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, bias), _mm512_and_si512(hi, one)), 16);
+        r = _mm512_mask_or_epi32(r, nan, hi, quiet);
+        _mm256_storeu_si256((__m256i *)(void *)(d + k), _mm512_cvtepi32_epi16(r));
+    }
+    round_row_portable(d + k, x + k, n - k);
+}
+#endif
+
+static round_row_fn pick_round_row(void) {
+#ifdef QAC_GEMM_X86
+    if (qac_cpu_isa() == QAC_ISA_AVX512) return round_row_avx512;
+#endif
+    return round_row_portable;
+}
+
 static rows_bf16_fn pick_rows_bf16(void) {
 #ifdef QAC_GEMM_X86
     if (qac_cpu_bf16()) return rows_bf16_avx512;
@@ -374,6 +392,7 @@ typedef struct gemm_ctx {
     int N, mc;
     rows_fn rows;
     rows_bf16_fn rows_bf16;
+    round_row_fn round_row;
     uint16_t *abuf; /* bf16 mode: per thread [mc, 2 IC2], the block's rows in bf16 */
 } gemm_ctx;
 
@@ -388,7 +407,7 @@ static void gemm_task(void *vctx, int64_t begin, int64_t end, int tid) {
             for (int r = r0; r < r1; r++) {
                 const float *x = g->inp + (size_t)r * IC;
                 uint16_t *d = ab + (size_t)(r - r0) * IC2 * 2;
-                for (int k = 0; k < IC; k++) d[k] = qac_bf16_round(x[k]);
+                g->round_row(d, x, IC);
                 if (IC & 1) d[IC] = 0;
             }
             g->rows_bf16(g->out + (size_t)r0 * OC, OC, ab, IC2 * 2, g->pw->pb, IC2, OC, r1 - r0, g->bias,
@@ -412,7 +431,7 @@ void qac_gemm(float *out, const float *inp, const qac_packed_w *pw, const float 
     int nt = qac_pool_size(pool);
     /* enough blocks for every thread */
     while (mc > MBLK && (N + mc - 1) / mc < nt) mc -= MBLK;
-    gemm_ctx g = {out, inp, bias, resid, pw, N, mc, pick_rows(), pick_rows_bf16(), NULL};
+    gemm_ctx g = {out, inp, bias, resid, pw, N, mc, pick_rows(), pick_rows_bf16(), pick_round_row(), NULL};
     if (pw->pb) {
         g.abuf = malloc((size_t)nt * mc * ((pw->IC + 1) / 2) * 2 * sizeof(uint16_t));
         if (!g.abuf) abort(); /* out of memory: no status to return here */

@@ -31,8 +31,9 @@ void qac_gemm_packed_free(qac_packed_w *pw);
 /* bf16 mode: W rounded to bf16 (to nearest even). qac_gemm then rounds each
  * inp row to bf16 as well and sums pairs of products in fp32 exactly as
  * AVX512_BF16's vdpbf16ps does (per output: for each k pair, acc += odd
- * product, then acc += even product, each a fused multiply-add with
- * subnormal inputs and results flushed to zero). CPUs without AVX512_BF16
+ * product, then acc += even product, each qac_bf16_step of qac_bf16.h:
+ * a fused multiply-add, subnormal inputs read as zero, tiny results
+ * flushed to zero as the hardware judges them). CPUs without AVX512_BF16
  * get the same bits from a scalar emulation, much slower. */
 qac_status qac_gemm_pack_bf16(qac_packed_w *pw, const float *w, int OC, int IC);
 uint16_t qac_bf16_round(float x);

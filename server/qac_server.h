@@ -109,13 +109,13 @@ typedef struct qac_server_backend {
 
 /* The real backend: loads the model (and index / BM25 when the directory is
  * not NULL) and checks that they fit together. device: "auto"|"cpu"|"cuda";
- * verify: "full"|"size" (how index.faiss and the corpus are checked).
+ * dtype: "fp32"|"bf16" (the CPU encoder's precision, NULL: fp32); verify: "full"|"size" (how index.faiss and the corpus are checked).
  * allow_model_mismatch: serve an index whose recorded model fingerprint
  * differs from the model's (or is "none": built from vectors). */
 typedef struct qac_server_real qac_server_real;
 qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, const char *model_dir,
                                 const char *index_dir, const char *bm25_dir, const char *device,
-                                int threads, const char *verify, int allow_model_mismatch);
+                                const char *dtype, int threads, const char *verify, int allow_model_mismatch);
 void qac_server_real_free(qac_server_real *r);
 
 /* ---- the server ---- */

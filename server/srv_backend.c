@@ -53,8 +53,8 @@ static qac_status r_bm25_search(void *u, const char *q, int k, float *scores, in
 static const char *r_bm25_docid(void *u, int64_t row) { return qac_bm25_docid(u, row); }
 
 qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, const char *model_dir,
-                                const char *index_dir, const char *bm25_dir, const char *device, int threads,
-                                const char *verify, int allow_model_mismatch) {
+                                const char *index_dir, const char *bm25_dir, const char *device, const char *dtype,
+                                int threads, const char *verify, int allow_model_mismatch) {
     *out = NULL;
     memset(be, 0, sizeof *be);
     qac_server_real *r = calloc(1, sizeof *r);
@@ -74,6 +74,7 @@ qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, c
     qac_encoder_opts eo = qac_encoder_default_opts();
     eo.device = dev;
     eo.threads = threads;
+    eo.cpu_precision = dtype && !strcmp(dtype, "bf16") ? QAC_PREC_BF16 : QAC_PREC_FP32;
     /* The CPU forward pass gives a text the same bits in any batch; the GPU's
      * may not, so use `qac search`'s batch there too: a remote run then
      * matches an offline one exactly. */

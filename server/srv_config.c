@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "qac_cpu.h"
 #include "qac_server.h"
 
 static const qac_opt serve_opts[] = {
@@ -13,6 +14,7 @@ static const qac_opt serve_opts[] = {
     {"port", QAC_OPT_INT, "8080", 0, 65535, NULL, "QAC_PORT", "TCP port (0: any free port)", 0},
     {"threads", QAC_OPT_INT, "0", 0, 1024, NULL, "QAC_THREADS", "CPU threads for the encoder and the flat scan (0: all cores)", 0},
     {"device", QAC_OPT_ENUM, "auto", 1, 0, "auto|cpu|cuda", "QAC_DEVICE", "encoder and index device", 0},
+    {"dtype", QAC_OPT_ENUM, "fp32", 1, 0, "fp32|bf16", "QAC_DTYPE", "CPU encoder precision: bf16 runs the linear layers in bf16 (fp32 sums)", 0},
     {"verify", QAC_OPT_ENUM, "full", 1, 0, "full|size", "QAC_VERIFY", "check index.faiss and the corpus at start: every byte against the manifest's checksums, or sizes only (very large indexes)", 0},
     {"allow-model-mismatch", QAC_OPT_BOOL, "false", 1, 0, NULL, "QAC_ALLOW_MODEL_MISMATCH", "serve an index whose recorded model differs from --model, or records none (built from --vectors without --model)", 0},
     {"api-key", QAC_OPT_STR, NULL, 1, 0, NULL, "QAC_API_KEY", "require 'Authorization: Bearer KEY' (not on /health)", 0},
@@ -37,6 +39,7 @@ static const qac_opt serve_opts[] = {
     {"header-timeout-ms", QAC_OPT_INT, "10000", 100, 3600000, NULL, "QAC_HEADER_TIMEOUT_MS", "close a connection whose request head is not complete this long after it starts", 0},
     {"body-timeout-ms", QAC_OPT_INT, "30000", 100, 3600000, NULL, "QAC_BODY_TIMEOUT_MS", "close a connection whose body is not complete this long after its head", 0},
     {"min-body-rate", QAC_OPT_INT, "4096", 0, 1 << 30, NULL, "QAC_MIN_BODY_RATE", "bytes/s a body must average after its first 2 s (0: no minimum)", 0},
+    QAC_CPU_ISA_OPT,
 };
 
 const qac_opt *qac_server_opt_table(int *n) {

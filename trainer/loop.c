@@ -136,8 +136,11 @@ qac_status qac_train_run(qac_trainer *t, const qac_batch_source *src, const qac_
         fprintf(log, "{\"step\":%ld,\"loss\":%.17g,\"lr\":%.17g,\"grad_norm\":%.17g,\"seconds\":%.3f}\n", ss.step,
                 ss.loss, ss.lr, ss.grad_norm, ss.seconds);
         if (fflush(log) != 0) st = qac_set_error(QAC_ERR_IO, "%s: %s", log_path, strerror(errno));
+        int saving = (every > 0 && t->step % every == 0) || t->step == total;
+        /* the hook may read the model (a dev evaluation at checkpoints) */
+        if (!st && saving) st = qac_trainer_sync_model(t);
         if (ro->on_step) ro->on_step(ro->user, &ss, total);
-        if (!st && ((every > 0 && t->step % every == 0) || t->step == total)) st = save(t, src, ro);
+        if (!st && saving) st = save(t, src, ro);
     }
     if (fclose(log) != 0 && !st) st = qac_set_error(QAC_ERR_IO, "%s: %s", log_path, strerror(errno));
     return st;

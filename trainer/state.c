@@ -98,6 +98,7 @@ qac_status qac_trainer_save(qac_trainer *t, const char *dir, const void *cursor,
         return qac_set_error(QAC_ERR_INVALID, "checkpoint path too long: %s", dir);
     qac_status st = qac_trainer_remove_dir(tmp);
     if (st) return st;
+    if (t->gpu && (st = qac_cuda_trainer_download(t->gpu, t->m->param_mem, NULL, t->adam_m, t->adam_v))) return st;
     if ((st = qac_model_save(t->m, tmp))) return st;
     if ((st = qac_path_join(path, sizeof path, tmp, STATE_FILE)) || (st = write_state(t, path, cursor, cursor_len)))
         return st;
@@ -192,6 +193,7 @@ qac_status qac_trainer_resume(qac_trainer *t, const char *dir, void **cursor, si
     *cursor_len = cl;
     qac_bert_repack(&t->pk, &t->m->cfg, &t->m->p, t->pool);
     qac_model_update_fingerprint(t->m);
+    if (t->gpu) st = qac_cuda_trainer_upload(t->gpu, t->m->param_mem, t->adam_m, t->adam_v);
 done:
     if (st) {
         free(*cursor);

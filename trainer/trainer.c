@@ -25,6 +25,8 @@ void qac_train_opts_default(qac_train_opts *o) {
     o->sim = QAC_SIM_DOT;
     o->hidden_dropout = o->attn_dropout = -1.0f;
     o->seed = 42;
+    o->device = QAC_DEVICE_CPU;
+    o->gpu_precision = QAC_PREC_BF16;
 }
 
 /* HF Trainer's rule: no decay on biases and LayerNorm weights. The pooler
@@ -53,6 +55,16 @@ qac_status qac_trainer_create(qac_trainer **out, qac_model *m, const qac_train_o
         free(t);
         return qac_set_error(QAC_ERR_INVALID, "trainer: dropout must be in [0, 1)");
     }
+    if (o->dist_world > 0 && (o->device != QAC_DEVICE_CUDA || o->dist_rank < 0 || o->dist_rank >= o->dist_world)) {
+        free(t);
+        return qac_set_error(QAC_ERR_INVALID, "trainer: rank %d of %d (several GPUs need the CUDA device)",
+                             o->dist_rank, o->dist_world);
+    }
+    if (o->device == QAC_DEVICE_CUDA && (o->pair_alpha > 0 || o->recompute)) {
+        free(t);
+        return qac_set_error(QAC_ERR_UNSUPPORTED, "trainer: the CUDA backend has no %s yet (train on the CPU)",
+                             o->pair_alpha > 0 ? "PAIR loss" : "recompute");
+    }
     size_t n = m->n_params;
     t->grad_mem = calloc(n, sizeof(float));
     t->adam_m = calloc(n, sizeof(float));
@@ -66,7 +78,13 @@ qac_status qac_trainer_create(qac_trainer **out, qac_model *m, const qac_train_o
         qac_bert_params_bind(&t->g, &m->cfg, t->grad_mem);
         st = qac_pool_create(&t->pool, o->threads);
     }
-    if (!st) st = qac_bert_pack(&t->pk, &m->cfg, &m->p);
+    if (!st && o->device == QAC_DEVICE_CUDA) {
+        int decays[QAC_BERT_NUM_TENSORS];
+        for (int i = 0; i < QAC_BERT_NUM_TENSORS; i++) decays[i] = tensor_decays(i);
+        st = qac_cuda_trainer_create(&t->gpu, m, o, t->drop.hidden, t->drop.attn, decays, QAC_BERT_NUM_TENSORS - 2);
+    } else if (!st) {
+        st = qac_bert_pack(&t->pk, &m->cfg, &m->p);
+    }
     if (st) {
         qac_trainer_free(t);
         return st;
@@ -83,10 +101,25 @@ void qac_trainer_free(qac_trainer *t) {
     qac_bert_bwd_free(&t->bwd);
     free(t->reps), free(t->dlast), free(t->seq_ids);
     qac_pool_free(t->pool);
+    qac_cuda_trainer_free(t->gpu);
     free(t);
 }
 
-const float *qac_trainer_grad_mem(const qac_trainer *t) { return t->grad_mem; }
+const float *qac_trainer_grad_mem(const qac_trainer *t) {
+    if (t->gpu && t->grads_stale) {
+        qac_trainer *mt = (qac_trainer *)t; /* a cache refresh, not a change of state */
+        if (qac_cuda_trainer_download(t->gpu, NULL, t->grad_mem, NULL, NULL)) return NULL;
+        mt->grads_stale = 0;
+    }
+    return t->grad_mem;
+}
+
+qac_status qac_trainer_sync_model(qac_trainer *t) {
+    if (!t->gpu) return QAC_OK;
+    qac_status st = qac_cuda_trainer_download(t->gpu, t->m->param_mem, NULL, NULL, NULL);
+    if (!st) qac_model_update_fingerprint(t->m);
+    return st;
+}
 long qac_trainer_steps_done(const qac_trainer *t) { return t->step; }
 
 /* one group of sequences (the queries or the passages of a batch) */
@@ -169,6 +202,10 @@ qac_status qac_trainer_grads(qac_trainer *t, const qac_train_batch *b, double *l
      * and in GradCache's re-forward */
     for (int i = 0; i < nq + np; i++) t->seq_ids[i] = (uint64_t)i;
     t->drop.key = qac_rng_key(t->o.seed, (uint64_t)t->step, 0x64726f70, 0);
+    if (t->gpu) {
+        t->grads_stale = 1;
+        return qac_cuda_trainer_grads(t->gpu, b, t->drop.key, loss);
+    }
     seqs q = {b->q_ids, b->q_lens, nq, b->q_T, t->seq_ids, t->reps, t->reps + (size_t)(nq + np) * C};
     seqs p = {b->p_ids, b->p_lens, np, b->p_T, t->seq_ids + nq, t->reps + (size_t)nq * C,
               t->reps + (size_t)(nq + np) * C + (size_t)nq * C};
@@ -224,8 +261,21 @@ qac_status qac_trainer_step(qac_trainer *t, const qac_train_batch *b, qac_step_s
     if (st) return st;
     if (!isfinite(loss))
         return qac_set_error(QAC_ERR_INTERNAL, "trainer: loss is %g at step %ld", loss, t->step + 1);
-    double norm = grad_norm(t);
     const qac_train_opts *o = &t->o;
+    if (t->gpu) {
+        double lr = qac_lr_at(o->schedule, o->lr, t->step, o->warmup_steps, o->total_steps), norm = 0;
+        if ((st = qac_cuda_trainer_update(t->gpu, t->step + 1, lr, &norm))) return st;
+        t->step++;
+        if (out) {
+            out->step = t->step;
+            out->loss = loss;
+            out->grad_norm = norm;
+            out->lr = lr;
+            out->seconds = qac_now() - t0;
+        }
+        return QAC_OK;
+    }
+    double norm = grad_norm(t);
     if (o->max_grad_norm > 0) {
         double coef = o->max_grad_norm / (norm + 1e-6);
         if (coef < 1.0) {

@@ -4,6 +4,7 @@
 #define QAC_TRAINER_INTERNAL_H
 
 #include "bert_cpu.h"
+#include "qac_cuda_train.h"
 #include "qac_train.h"
 
 #define QAC_MAX_LAYERS 64
@@ -22,6 +23,8 @@ struct qac_trainer {
     size_t reps_cap, dlast_cap, seq_cap;
     uint64_t *seq_ids;
     long step;
+    qac_cuda_trainer *gpu;  /* the CUDA backend, or NULL on the CPU */
+    int grads_stale;        /* grad_mem lags the device's gradients */
 };
 
 /* rm -rf dir (absent is fine) */

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "qac_common.h"
+
 static int isa_in_use = -1; /* -1: not decided yet */
 
 qac_isa qac_cpu_isa_best(void) {
@@ -32,12 +34,31 @@ qac_isa qac_cpu_set_isa(qac_isa want) {
 qac_isa qac_cpu_isa(void) {
     int v = __atomic_load_n(&isa_in_use, __ATOMIC_RELAXED);
     if (v >= 0) return (qac_isa)v;
-    const char *env = getenv("QAC_CPU_ISA");
-    qac_isa want = qac_cpu_isa_best();
-    if (env && strcmp(env, "generic") == 0) want = QAC_ISA_GENERIC;
-    else if (env && strcmp(env, "avx2") == 0) want = QAC_ISA_AVX2;
-    else if (env && strcmp(env, "avx512") == 0) want = QAC_ISA_AVX512;
-    return qac_cpu_set_isa(want);
+    return qac_cpu_set_isa(qac_cpu_isa_best());
+}
+
+qac_status qac_cpu_isa_parse(const char *name, qac_isa best, qac_isa *out) {
+    static const char *names[] = {"generic", "avx2", "avx512"};
+    if (!name || !strcmp(name, "auto")) {
+        *out = best;
+        return QAC_OK;
+    }
+    for (int i = QAC_ISA_GENERIC; i <= QAC_ISA_AVX512; i++) {
+        if (strcmp(name, names[i]) != 0) continue;
+        if (i > (int)best)
+            return qac_set_error(QAC_ERR_UNSUPPORTED, "CPU path %s: this CPU lacks it (its widest is %s)", name,
+                                 qac_cpu_isa_name(best));
+        *out = (qac_isa)i;
+        return QAC_OK;
+    }
+    return qac_set_error(QAC_ERR_INVALID, "CPU path '%s': not one of auto|avx512|avx2|generic", name);
+}
+
+qac_status qac_cpu_isa_select(const char *name) {
+    qac_isa isa;
+    qac_status st = qac_cpu_isa_parse(name, qac_cpu_isa_best(), &isa);
+    if (!st) qac_cpu_set_isa(isa);
+    return st;
 }
 
 const char *qac_cpu_isa_name(qac_isa isa) {

@@ -11,6 +11,8 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "qac_config.h"
+#include "qac_cpu.h"
 #include "qac_data.h"
 #include "qac_encoder.h"
 #include "qac_util.h"
@@ -28,6 +30,14 @@ static int fail(const char *what) {
 }
 
 int main(int argc, char **argv) {
+    /* QAC_CPU_ISA picks the kernels' path, through the one configuration row */
+    static const qac_opt isa_opts[] = {QAC_CPU_ISA_OPT};
+    qac_opts isa;
+    if (qac_opts_parse(&isa, isa_opts, 1, 0, NULL) || qac_cpu_isa_select(qac_opts_str(&isa, "cpu-isa"))) {
+        fprintf(stderr, "%s: %s\n", argv[0], qac_last_error());
+        return 2;
+    }
+    qac_opts_free(&isa);
     if (argc < 6) {
         fprintf(stderr, "usage: qac_bench_encode CRAN_FILE MODEL_DIR|bertbase MAX_LEN N THREADS [BATCH]\n");
         return 2;

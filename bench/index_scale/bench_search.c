@@ -4,9 +4,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "qac_config.h"
+#include "qac_cpu.h"
 #include "qac_index.h"
 
 int main(int argc, char **argv) {
+    /* QAC_CPU_ISA picks the scan's path, through the one configuration row */
+    static const qac_opt isa_opts[] = {QAC_CPU_ISA_OPT};
+    qac_opts isa;
+    if (qac_opts_parse(&isa, isa_opts, 1, 0, NULL) || qac_cpu_isa_select(qac_opts_str(&isa, "cpu-isa"))) {
+        fprintf(stderr, "%s: %s\n", argv[0], qac_last_error());
+        return 2;
+    }
+    qac_opts_free(&isa);
     if (argc < 6) {
         fprintf(stderr, "usage: qac_bench_index_search DIR QUERIES.f32 NQ K OUT.rows [name=value]\n");
         return 2;

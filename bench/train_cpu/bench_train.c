@@ -9,6 +9,8 @@
 #include <string.h>
 #include <sys/resource.h>
 
+#include "qac_config.h"
+#include "qac_cpu.h"
 #include "qac_data.h"
 #include "qac_train.h"
 #include "qac_util.h"
@@ -33,6 +35,14 @@ static char **read_texts(const char *path, qac_reader_kind kind, int n) {
 }
 
 int main(int argc, char **argv) {
+    /* QAC_CPU_ISA picks the kernels' path, through the one configuration row */
+    static const qac_opt isa_opts[] = {QAC_CPU_ISA_OPT};
+    qac_opts isa;
+    if (qac_opts_parse(&isa, isa_opts, 1, 0, NULL) || qac_cpu_isa_select(qac_opts_str(&isa, "cpu-isa"))) {
+        fprintf(stderr, "%s: %s\n", argv[0], qac_last_error());
+        return 2;
+    }
+    qac_opts_free(&isa);
     if (argc < 9) {
         fprintf(stderr, "usage: qac_bench_train CRAN_DIR MODEL_DIR NQ N Q_LEN P_LEN STEPS THREADS\n");
         return 2;

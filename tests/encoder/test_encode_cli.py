@@ -87,5 +87,22 @@ with tempfile.TemporaryDirectory() as d:
     check(r.returncode == 1 and not os.path.exists(out) and not [n for n in os.listdir(d) if ".tmp." in n],
           "malformed JSONL fails and leaves no file: " + r.stderr.strip()[-120:])
 
+    # the CPU path from the configuration table: every path the CPU has gives
+    # the same bits; an unknown name is a usage error naming the variable
+    short = os.path.join(d, "short.tsv")
+    with open(short, "w") as f:
+        f.write(f"a\t{texts[3]}\nb\t{texts[5]}\n")
+    paths = [p for p in ("generic", "avx2", "avx512")
+             if run("--input", short, "--output", os.path.join(d, f"isa-{p}.npy"), "--device", "cpu",
+                    "--cpu-isa", p).returncode == 0]
+    same = all(np.array_equal(np.load(os.path.join(d, f"isa-{p}.npy")), a[[3, 5]]) for p in paths)
+    check("generic" in paths and same, f"--cpu-isa {'/'.join(paths)}: the same bits as the default path")
+    env = dict(os.environ, QAC_CPU_ISA="avx1024")
+    r = subprocess.run([QAC, "encode", "--input", tsv, "--output", out], capture_output=True, text=True, env=env)
+    check(r.returncode == 2 and "QAC_CPU_ISA" in r.stderr and "avx1024" in r.stderr and not os.path.exists(out),
+          "QAC_CPU_ISA=avx1024 is a usage error: " + r.stderr.strip().splitlines()[0][:120])
+    r = run("--input", tsv, "--output", out, "--cpu-isa", "sse2")
+    check(r.returncode == 2 and "--cpu-isa" in r.stderr, "--cpu-isa sse2 is a usage error")
+
 print("FAILED" if failed else "all passed")
 sys.exit(1 if failed else 0)

@@ -6,7 +6,8 @@
  *    CPU has (portable, AVX2, AVX-512);
  *  - bias and residual are added after the product, residual aliasing out;
  *  - the strided and transposed packing used by attention gives the same;
- *  - bf16 mode: every element equals a scalar model of vdpbf16ps's chain
+ *  - bf16 mode (inputs with exact rounding ties among them): every element
+ *    equals a scalar model of vdpbf16ps's chain
  *    (pairs, odd product first, subnormals flushed), on every path, in
  *    any batch and thread count, and stays near the fp32 product. */
 #include <math.h>
@@ -137,6 +138,12 @@ static void check_bf16(int N, int IC, int OC, int tiny) {
         for (int o = 1; o < OC; o += 2)
             for (int k = 0; k < IC; k++) w[(size_t)o * IC + k] *= 1e-19f;
         for (int k = 0; k < IC; k += 3) w[k] *= 1e36f; /* column 0: subnormal inputs x huge weights */
+    }
+    for (size_t i = 0; i < (size_t)N * IC; i += 5) { /* exact ties: halfway between two bf16 values */
+        uint32_t u;
+        memcpy(&u, &a[i], sizeof u);
+        u = (u & 0xffff0000u) | 0x8000u;
+        memcpy(&a[i], &u, sizeof u);
     }
     for (int i = 0; i < OC; i++) bias[i] = frand();
     for (size_t i = 0; i < (size_t)N * OC; i++) res[i] = frand();

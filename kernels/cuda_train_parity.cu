@@ -1,0 +1,455 @@
+// Host-memory wrappers around single training kernels
+// (kernels/qac_cuda_train_kernels.h): what the gpu-labelled parity tests
+// compare with the CPU twins.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bert_kernels.cuh"
+#include "train_kernels.cuh"
+
+extern "C" {
+#include "qac_cuda_train_kernels.h"
+}
+
+namespace {
+
+// Device allocations of one call, freed together.
+struct dev_scratch {
+    void *p[40];
+    int n;
+};
+
+void scratch_free(dev_scratch *s) {
+    for (int i = 0; i < s->n; i++) cudaFree(s->p[i]);
+    s->n = 0;
+}
+
+qac_status dalloc(dev_scratch *s, void **out, size_t bytes) {
+    if (s->n == 40) return qac_set_error(QAC_ERR_INTERNAL, "parity scratch full");
+    QAC_CU(cudaMalloc(out, bytes ? bytes : 1));
+    s->p[s->n++] = *out;
+    return QAC_OK;
+}
+
+qac_status up(dev_scratch *s, void **out, const void *host, size_t bytes) {
+    qac_status st = dalloc(s, out, bytes);
+    if (st != QAC_OK) return st;
+    if (bytes) QAC_CU(cudaMemcpy(*out, host, bytes, cudaMemcpyHostToDevice));
+    return QAC_OK;
+}
+
+qac_status up_f(dev_scratch *s, float **out, const float *host, size_t n) {
+    return up(s, (void **)out, host, n * sizeof(float));
+}
+
+// n fp32 host values rounded to prec on the device.
+qac_status up_act(dev_scratch *s, void **out, const float *host, size_t n, qac_precision prec) {
+    float *f = NULL;
+    qac_status st = up_f(s, &f, host, n);
+    if (st == QAC_OK) st = dalloc(s, out, n * qac_prec_size(prec));
+    if (st != QAC_OK) return st;
+    QAC_CU(qac_k_from_f32(*out, f, n, prec, 0));
+    return QAC_OK;
+}
+
+qac_status down_f(float *host, const float *dev, size_t n) {
+    QAC_CU(cudaMemcpy(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost));
+    return QAC_OK;
+}
+
+qac_status down_act(dev_scratch *s, float *host, const void *dev, size_t n, qac_precision prec) {
+    float *f = NULL;
+    qac_status st = dalloc(s, (void **)&f, n * sizeof(float));
+    if (st != QAC_OK) return st;
+    QAC_CU(qac_k_to_f32(f, dev, n, prec, 0));
+    return down_f(host, f, n);
+}
+
+qac_status finish(dev_scratch *s, cublasHandle_t h, qac_status st, const char *what) {
+    if (st == QAC_OK) st = qac_cuda_check(cudaDeviceSynchronize(), what);
+    if (h) cublasDestroy(h);
+    scratch_free(s);
+    return st == QAC_OK ? st : qac_wrap_error(st, "%s", what);
+}
+
+qac_status start(qac_precision prec) {
+    if (!qac_cuda_available()) return qac_set_error(QAC_ERR_UNSUPPORTED, "no usable CUDA GPU");
+    if (prec != QAC_PREC_FP32 && prec != QAC_PREC_BF16)
+        return qac_set_error(QAC_ERR_UNSUPPORTED, "training kernels run in fp32 or bf16");
+    return QAC_OK;
+}
+
+qac_status make_blas(cublasHandle_t *h, qac_precision prec) {
+    QAC_CUBLAS(cublasCreate(h));
+    if (prec == QAC_PREC_FP32) QAC_CUBLAS(cublasSetMathMode(*h, CUBLAS_PEDANTIC_MATH));
+    return QAC_OK;
+}
+
+qac_kt_drop drop_of(float p, uint64_t key) {
+    qac_kt_drop d;
+    d.p = p;
+    d.key = key;
+    d.seq_base = 0;
+    return d;
+}
+
+#define TRY(expr)                                                                          \
+    do {                                                                                   \
+        st = (expr);                                                                       \
+        if (st != QAC_OK) goto done;                                                       \
+    } while (0)
+#define TRY_CU(expr) TRY(qac_cuda_check((expr), #expr))
+
+} // namespace
+
+extern "C" qac_status qac_cuda_embeddings_backward(float *dword, float *dpos, float *dtype, const float *dout,
+                                                   const int32_t *ids, const int32_t *type_ids, int B, int T, int C,
+                                                   int V, int P, int Tt) {
+    qac_status st = start(QAC_PREC_FP32);
+    if (st != QAC_OK) return st;
+    dev_scratch s = {{0}, 0};
+    const int N = B * T;
+    const size_t nplan = qac_scatter_plan_ints(N);
+    int32_t *hplan_w = (int32_t *)malloc(nplan * sizeof(int32_t)), *hplan_t = (int32_t *)malloc(nplan * sizeof(int32_t));
+    int32_t *counts = (int32_t *)malloc(((size_t)(V > Tt ? V : Tt) + 1) * sizeof(int32_t));
+    float *d_word, *d_pos, *d_type, *d_out, *partial;
+    void *d_plan_w, *d_plan_t;
+    qac_scatter_plan pw, pt;
+    if (!hplan_w || !hplan_t || !counts) {
+        st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    pw = qac_scatter_plan_build(hplan_w, ids, N, V, counts);
+    pt = qac_scatter_plan_build(hplan_t, type_ids, N, Tt, counts);
+    TRY(up_f(&s, &d_word, dword, (size_t)V * C));
+    TRY(up_f(&s, &d_pos, dpos, (size_t)P * C));
+    TRY(up_f(&s, &d_type, dtype, (size_t)Tt * C));
+    TRY(up_f(&s, &d_out, dout, (size_t)N * C));
+    TRY(up(&s, &d_plan_w, hplan_w, nplan * sizeof(int32_t)));
+    TRY(up(&s, &d_plan_t, hplan_t, nplan * sizeof(int32_t)));
+    TRY(dalloc(&s, (void **)&partial, (size_t)N * C * sizeof(float)));
+    TRY_CU(qac_kt_pos_bwd(d_pos, d_out, B, T, C, 0));
+    TRY_CU(qac_kt_scatter_add(d_word, d_out, pw, (const int32_t *)d_plan_w, partial, C, 0));
+    TRY_CU(qac_kt_scatter_add(d_type, d_out, pt, (const int32_t *)d_plan_t, partial, C, 0));
+    TRY(down_f(dword, d_word, (size_t)V * C));
+    TRY(down_f(dpos, d_pos, (size_t)P * C));
+    TRY(down_f(dtype, d_type, (size_t)Tt * C));
+done:
+    free(hplan_w), free(hplan_t), free(counts);
+    return finish(&s, NULL, st, "embeddings backward");
+}
+
+extern "C" qac_status qac_cuda_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                                                 const float *w, const float *b, int N, int C, float eps) {
+    qac_status st = start(QAC_PREC_FP32);
+    if (st != QAC_OK) return st;
+    dev_scratch s = {{0}, 0};
+    float *d_out, *d_mean, *d_rstd, *d_inp, *d_w, *d_b;
+    TRY(up_f(&s, &d_inp, inp, (size_t)N * C));
+    TRY(up_f(&s, &d_w, w, C));
+    TRY(up_f(&s, &d_b, b, C));
+    TRY(dalloc(&s, (void **)&d_out, (size_t)N * C * sizeof(float)));
+    TRY(dalloc(&s, (void **)&d_mean, (size_t)N * sizeof(float)));
+    TRY(dalloc(&s, (void **)&d_rstd, (size_t)N * sizeof(float)));
+    TRY_CU(qac_kt_layernorm_fwd(d_out, NULL, d_mean, d_rstd, d_inp, d_w, d_b, N, C, eps, QAC_PREC_FP32, 0));
+    TRY(down_f(out, d_out, (size_t)N * C));
+    TRY(down_f(mean, d_mean, N));
+    TRY(down_f(rstd, d_rstd, N));
+done:
+    return finish(&s, NULL, st, "layernorm forward");
+}
+
+extern "C" qac_status qac_cuda_layernorm_backward(float *dinp, float *dw, float *db, const float *dout,
+                                                  const float *inp, const float *mean, const float *rstd,
+                                                  const float *w, int N, int C) {
+    qac_status st = start(QAC_PREC_FP32);
+    if (st != QAC_OK) return st;
+    dev_scratch s = {{0}, 0};
+    float *d_dinp, *d_dw, *d_db, *d_dout, *d_inp, *d_mean, *d_rstd, *d_w, *partial;
+    TRY(up_f(&s, &d_dout, dout, (size_t)N * C));
+    TRY(up_f(&s, &d_inp, inp, (size_t)N * C));
+    TRY(up_f(&s, &d_mean, mean, N));
+    TRY(up_f(&s, &d_rstd, rstd, N));
+    TRY(up_f(&s, &d_w, w, C));
+    TRY(up_f(&s, &d_dw, dw, C));
+    TRY(up_f(&s, &d_db, db, C));
+    TRY(dalloc(&s, (void **)&d_dinp, (size_t)N * C * sizeof(float)));
+    TRY(dalloc(&s, (void **)&partial, qac_kt_colsum_floats(N, C, 2) * sizeof(float)));
+    TRY_CU(qac_kt_layernorm_bwd(d_dinp, d_dw, d_db, d_dout, d_inp, d_mean, d_rstd, d_w, partial, N, C, 0));
+    TRY(down_f(dinp, d_dinp, (size_t)N * C));
+    TRY(down_f(dw, d_dw, C));
+    TRY(down_f(db, d_db, C));
+done:
+    return finish(&s, NULL, st, "layernorm backward");
+}
+
+extern "C" qac_status qac_cuda_gelu_backward(float *dinp, const float *dout, const float *pre, size_t n,
+                                             qac_precision prec) {
+    qac_status st = start(prec);
+    if (st != QAC_OK) return st;
+    dev_scratch s = {{0}, 0};
+    void *d_dout, *d_pre;
+    TRY(up_act(&s, &d_dout, dout, n, prec));
+    TRY(up_act(&s, &d_pre, pre, n, prec));
+    TRY_CU(qac_kt_gelu_bwd(d_dout, d_dout, d_pre, n, prec, 0));
+    TRY(down_act(&s, dinp, d_dout, n, prec));
+done:
+    return finish(&s, NULL, st, "gelu backward");
+}
+
+extern "C" qac_status qac_cuda_bias_gelu_train(float *pre, float *act, const float *inp, const float *bias, int N,
+                                               int I, qac_precision prec) {
+    qac_status st = start(prec);
+    if (st != QAC_OK) return st;
+    dev_scratch s = {{0}, 0};
+    const size_t n = (size_t)N * I;
+    void *d_pre, *d_act;
+    float *d_bias;
+    TRY(up_act(&s, &d_pre, inp, n, prec));
+    TRY(up_f(&s, &d_bias, bias, I));
+    TRY(dalloc(&s, &d_act, n * qac_prec_size(prec)));
+    TRY_CU(qac_kt_bias_gelu_fwd(d_pre, d_act, d_bias, N, I, prec, 0));
+    TRY(down_act(&s, pre, d_pre, n, prec));
+    TRY(down_act(&s, act, d_act, n, prec));
+done:
+    return finish(&s, NULL, st, "bias + gelu (training)");
+}
+
+extern "C" qac_status qac_cuda_matmul_backward(float *dinp, float *dw, float *db, const float *dout,
+                                               const float *inp, const float *w, int N, int IC, int OC,
+                                               qac_precision prec) {
+    qac_status st = start(prec);
+    if (st != QAC_OK) return st;
+    dev_scratch s = {{0}, 0};
+    cublasHandle_t h = NULL;
+    void *d_dout, *d_inp, *d_w, *d_dinp = NULL;
+    float *d_dw = NULL, *d_db = NULL, *partial = NULL;
+    TRY(make_blas(&h, prec));
+    TRY(up_act(&s, &d_dout, dout, (size_t)N * OC, prec));
+    TRY(up_act(&s, &d_inp, inp, (size_t)N * IC, prec));
+    TRY(up_act(&s, &d_w, w, (size_t)OC * IC, prec));
+    if (dinp) TRY(dalloc(&s, &d_dinp, (size_t)N * IC * sizeof(float)));
+    if (dw) TRY(up_f(&s, &d_dw, dw, (size_t)OC * IC));
+    if (db) TRY(up_f(&s, &d_db, db, OC));
+    TRY(dalloc(&s, (void **)&partial, qac_kt_colsum_floats(N, OC, 1) * sizeof(float)));
+    // dinp accumulates in fp32, as the trainer's residual gradients do
+    TRY(qac_kt_linear_bwd(h, d_dinp, QAC_PREC_FP32, 0.0f, d_dw, d_db, d_dout, d_inp, d_w, partial, N, IC, OC, prec,
+                          0));
+    if (dinp) TRY(down_f(dinp, (const float *)d_dinp, (size_t)N * IC));
+    if (dw) TRY(down_f(dw, d_dw, (size_t)OC * IC));
+    if (db) TRY(down_f(db, d_db, OC));
+done:
+    return finish(&s, h, st, "matmul backward");
+}
+
+extern "C" qac_status qac_cuda_dropout(float *out, const float *inp, const float *resid, float p, uint64_t key,
+                                       int layer, int site, int B, int T, int C) {
+    qac_status st = start(QAC_PREC_FP32);
+    if (st != QAC_OK) return st;
+    dev_scratch s = {{0}, 0};
+    const size_t n = (size_t)B * T * C;
+    float *d_inp, *d_out, *d_res = NULL, *d_zero = NULL;
+    TRY(up_f(&s, &d_inp, inp, n));
+    TRY(dalloc(&s, (void **)&d_out, n * sizeof(float)));
+    if (resid) {
+        TRY(up_f(&s, &d_res, resid, n));
+        TRY(dalloc(&s, (void **)&d_zero, (size_t)C * sizeof(float)));
+        TRY_CU(cudaMemset(d_zero, 0, (size_t)C * sizeof(float)));
+        TRY_CU(qac_kt_bias_dropout_residual(d_out, d_inp, d_zero, d_res, drop_of(p, key), layer, site, B, T, C,
+                                            QAC_PREC_FP32, 0));
+    } else {
+        TRY_CU(qac_kt_dropout(d_out, d_inp, drop_of(p, key), layer, site, B, T, C, QAC_PREC_FP32, 0));
+    }
+    TRY(down_f(out, d_out, n));
+done:
+    return finish(&s, NULL, st, "dropout");
+}
+
+namespace {
+
+// The attention forward's buffers on the device, for both wrappers.
+struct att_dev {
+    void *qkv, *q, *k, *v, *P, *Pd, *O, *atty;
+    float *S;
+    int *lens;
+};
+
+qac_status att_forward(dev_scratch *s, cublasHandle_t h, att_dev *a, const float *qkv, const int *lens,
+                       float p_attn, uint64_t key, int layer, int B, int T, int C, int NH, int causal, int window,
+                       qac_precision prec) {
+    const size_t N = (size_t)B * T, es = qac_prec_size(prec), nP = (size_t)B * NH * T * T;
+    qac_status st;
+    if ((st = up_act(s, &a->qkv, qkv, N * 3 * C, prec)) || (st = up(s, (void **)&a->lens, lens, B * sizeof(int))) ||
+        (st = dalloc(s, &a->q, N * C * es)) || (st = dalloc(s, &a->k, N * C * es)) ||
+        (st = dalloc(s, &a->v, N * C * es)) || (st = dalloc(s, &a->P, nP * es)) ||
+        (st = dalloc(s, &a->Pd, nP * es)) || (st = dalloc(s, &a->O, N * C * es)) ||
+        (st = dalloc(s, &a->atty, N * C * es)) || (st = dalloc(s, (void **)&a->S, nP * sizeof(float))))
+        return st;
+    return qac_kt_attention_fwd(h, a->atty, a->q, a->k, a->v, a->P, a->S, a->Pd, a->O, a->qkv, NULL, a->lens,
+                                drop_of(p_attn, key), layer, B, T, C, NH, causal, window, prec, 0);
+}
+
+} // namespace
+
+static qac_status attention_train(float *out, float *att, const float *qkv, const int *lens, float p_attn,
+                                  uint64_t key, int layer, int B, int T, int C, int NH, int causal, int window,
+                                  qac_precision prec) {
+    qac_status st = start(prec);
+    if (st != QAC_OK) return st;
+    if (NH <= 0 || C % NH) return qac_set_error(QAC_ERR_INVALID, "attention: %d heads over %d", NH, C);
+    dev_scratch s = {{0}, 0};
+    cublasHandle_t h = NULL;
+    att_dev a;
+    memset(&a, 0, sizeof a);
+    TRY(make_blas(&h, prec));
+    TRY(att_forward(&s, h, &a, qkv, lens, p_attn, key, layer, B, T, C, NH, causal, window, prec));
+    TRY(down_act(&s, out, a.atty, (size_t)B * T * C, prec));
+    if (att) TRY(down_act(&s, att, a.P, (size_t)B * NH * T * T, prec));
+done:
+    return finish(&s, h, st, "attention (training forward)");
+}
+
+static qac_status attention_backward(float *dqkv, const float *datty, const float *qkv, const int *lens,
+                                     float p_attn, uint64_t key, int layer, int B, int T, int C, int NH, int causal,
+                                     int window, qac_precision prec) {
+    qac_status st = start(prec);
+    if (st != QAC_OK) return st;
+    if (NH <= 0 || C % NH) return qac_set_error(QAC_ERR_INVALID, "attention: %d heads over %d", NH, C);
+    dev_scratch s = {{0}, 0};
+    cublasHandle_t h = NULL;
+    att_dev a;
+    memset(&a, 0, sizeof a);
+    const size_t N = (size_t)B * T, es = qac_prec_size(prec), nP = (size_t)B * NH * T * T;
+    void *d_datty, *d_dqkv, *dS, *dO, *dq, *dk, *dv;
+    TRY(make_blas(&h, prec));
+    TRY(att_forward(&s, h, &a, qkv, lens, p_attn, key, layer, B, T, C, NH, causal, window, prec));
+    TRY(up_act(&s, &d_datty, datty, N * C, prec));
+    TRY(dalloc(&s, &d_dqkv, N * 3 * C * es));
+    TRY(dalloc(&s, &dS, nP * es));
+    TRY(dalloc(&s, &dO, N * C * es));
+    TRY(dalloc(&s, &dq, N * C * es));
+    TRY(dalloc(&s, &dk, N * C * es));
+    TRY(dalloc(&s, &dv, N * C * es));
+    // a.S is free after the forward: it holds dP
+    TRY(qac_kt_attention_bwd(h, d_dqkv, d_datty, a.q, a.k, a.v, a.P, a.S, a.Pd, dS, dO, dq, dk, dv, a.lens,
+                             drop_of(p_attn, key), layer, B, T, C, NH, prec, 0));
+    TRY(down_act(&s, dqkv, d_dqkv, N * 3 * C, prec));
+done:
+    return finish(&s, h, st, "attention backward");
+}
+
+extern "C" qac_status qac_cuda_attention_train(float *out, float *att, const float *qkv, const int *lens,
+                                               float p_attn, uint64_t key, int layer, int B, int T, int C, int NH,
+                                               qac_precision prec) {
+    return attention_train(out, att, qkv, lens, p_attn, key, layer, B, T, C, NH, 0, 0, prec);
+}
+
+extern "C" qac_status qac_cuda_attention_backward(float *dqkv, const float *datty, const float *qkv,
+                                                  const int *lens, float p_attn, uint64_t key, int layer, int B,
+                                                  int T, int C, int NH, qac_precision prec) {
+    return attention_backward(dqkv, datty, qkv, lens, p_attn, key, layer, B, T, C, NH, 0, 0, prec);
+}
+
+extern "C" qac_status qac_cuda_attention_causal_train(float *out, float *att, const float *qkv, const int *lens,
+                                                      int window, float p_attn, uint64_t key, int layer, int B,
+                                                      int T, int C, int NH, qac_precision prec) {
+    return attention_train(out, att, qkv, lens, p_attn, key, layer, B, T, C, NH, 1, window, prec);
+}
+
+extern "C" qac_status qac_cuda_attention_causal_backward(float *dqkv, const float *datty, const float *qkv,
+                                                         const int *lens, int window, float p_attn, uint64_t key,
+                                                         int layer, int B, int T, int C, int NH,
+                                                         qac_precision prec) {
+    return attention_backward(dqkv, datty, qkv, lens, p_attn, key, layer, B, T, C, NH, 1, window, prec);
+}
+
+extern "C" qac_status qac_cuda_pooling_backward(float *dhidden, const float *dout, const float *hidden,
+                                                const int *lens, int B, int T, int C, qac_pooling pooling,
+                                                int normalize) {
+    qac_status st = start(QAC_PREC_FP32);
+    if (st != QAC_OK) return st;
+    if (!qac_kt_pool_bwd_supported(C)) return qac_set_error(QAC_ERR_UNSUPPORTED, "pooling backward: C = %d", C);
+    dev_scratch s = {{0}, 0};
+    float *d_dh, *d_dout, *d_h;
+    int *d_lens;
+    TRY(up_f(&s, &d_dout, dout, (size_t)B * C));
+    TRY(up_f(&s, &d_h, hidden, (size_t)B * T * C));
+    TRY(up(&s, (void **)&d_lens, lens, (size_t)B * sizeof(int)));
+    TRY(dalloc(&s, (void **)&d_dh, (size_t)B * T * C * sizeof(float)));
+    TRY_CU(qac_kt_pool_bwd(d_dh, d_dout, d_h, d_lens, B, T, C, pooling == QAC_POOL_MEAN, normalize, 0));
+    TRY(down_f(dhidden, d_dh, (size_t)B * T * C));
+done:
+    return finish(&s, NULL, st, "pooling backward");
+}
+
+extern "C" qac_status qac_cuda_infonce(double *loss, float *dq, float *dp, const float *q, const float *p, int nq,
+                                       int n, int C, float tau, qac_similarity sim) {
+    qac_status st = start(QAC_PREC_FP32);
+    if (st != QAC_OK) return st;
+    dev_scratch s = {{0}, 0};
+    cublasHandle_t h = NULL;
+    const int np = nq * n;
+    float *d_q, *d_p, *d_dq, *d_dp;
+    double *d_loss;
+    void *work;
+    TRY(make_blas(&h, QAC_PREC_FP32));
+    TRY(up_f(&s, &d_q, q, (size_t)nq * C));
+    TRY(up_f(&s, &d_p, p, (size_t)np * C));
+    TRY(dalloc(&s, (void **)&d_dq, (size_t)nq * C * sizeof(float)));
+    TRY(dalloc(&s, (void **)&d_dp, (size_t)np * C * sizeof(float)));
+    TRY(dalloc(&s, (void **)&d_loss, sizeof(double)));
+    TRY(dalloc(&s, &work, qac_kt_infonce_scratch(nq, n, C)));
+    TRY(qac_kt_infonce(h, d_loss, d_dq, d_dp, d_q, d_p, nq, n, C, tau, sim, work, 0));
+    TRY_CU(cudaMemcpy(loss, d_loss, sizeof(double), cudaMemcpyDeviceToHost));
+    if (dq) TRY(down_f(dq, d_dq, (size_t)nq * C));
+    if (dp) TRY(down_f(dp, d_dp, (size_t)np * C));
+done:
+    return finish(&s, h, st, "infonce");
+}
+
+extern "C" qac_status qac_cuda_clip_adamw(float *p, float *p_bf16, const float *g, float *m, float *v, size_t n,
+                                          size_t n_decay, long t, double lr, double beta1, double beta2, double eps,
+                                          double wd, double max_norm, double *norm) {
+    qac_status st = start(QAC_PREC_FP32);
+    if (st != QAC_OK) return st;
+    dev_scratch s = {{0}, 0};
+    float *d_p, *d_g, *d_m, *d_v, *d_scale;
+    void *d_pb = NULL;
+    double *partial, *d_norm;
+    qac_kt_tensors tens;
+    qac_kt_adamw a;
+    memset(&tens, 0, sizeof tens);
+    tens.n = n_decay < n ? 2 : 1;
+    tens.bounds[0] = 0;
+    tens.bounds[1] = n_decay < n ? n_decay : n;
+    tens.bounds[2] = n;
+    tens.decays[0] = 1;
+    tens.decays[1] = 0;
+    // the scalars exactly as qac_adamw_update derives them
+    a.decay = (float)(1.0 - lr * wd);
+    a.w1 = (float)(1.0 - beta1);
+    a.b2 = (float)beta2;
+    a.w2 = (float)(1.0 - beta2);
+    a.step_size = (float)(-(lr / (1.0 - pow(beta1, (double)t))));
+    a.bc2_sqrt = (float)sqrt(1.0 - pow(beta2, (double)t));
+    a.eps = (float)eps;
+    TRY(up_f(&s, &d_p, p, n));
+    TRY(up_f(&s, &d_g, g, n));
+    TRY(up_f(&s, &d_m, m, n));
+    TRY(up_f(&s, &d_v, v, n));
+    TRY(dalloc(&s, (void **)&d_scale, sizeof(float)));
+    TRY(dalloc(&s, (void **)&partial, QAC_KT_NORM_BLOCKS * sizeof(double)));
+    TRY(dalloc(&s, (void **)&d_norm, sizeof(double)));
+    if (p_bf16) TRY(dalloc(&s, &d_pb, n * 2));
+    TRY_CU(qac_kt_sumsq(partial, d_g, n, 0));
+    TRY_CU(qac_kt_clip_scale(d_scale, d_norm, partial, max_norm, 0));
+    TRY_CU(qac_kt_adamw_step(d_p, d_pb, d_g, d_m, d_v, d_scale, &tens, a, 0));
+    TRY(down_f(p, d_p, n));
+    TRY(down_f(m, d_m, n));
+    TRY(down_f(v, d_v, n));
+    TRY_CU(cudaMemcpy(norm, d_norm, sizeof(double), cudaMemcpyDeviceToHost));
+    if (p_bf16) TRY(down_act(&s, p_bf16, d_pb, n, QAC_PREC_BF16));
+done:
+    return finish(&s, NULL, st, "clip + adamw");
+}

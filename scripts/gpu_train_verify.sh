@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# One-shot verification of CUDA training on a machine with an NVIDIA GPU
+# (H100/H200 class), meant to finish in under 10 minutes:
+#   1. build with CUDA (only the targets below);
+#   2. the gpu-labelled training tests: every training kernel against its
+#      CPU twin (test_gpu_train_kernels), the whole step against the CPU
+#      trainer (test_gpu_train_step: gradient parity fp32 and bf16, GradCache,
+#      a 10-step fp32 and a 100-step bf16 trajectory against CPU fp32,
+#      checkpoints resumed across devices), and the NCCL path against one GPU
+#      (test_gpu_train_dist, when the CUDA installation has NCCL);
+#   3. compute-sanitizer: memcheck on the training kernels (small shapes)
+#      and on one parity step of the trainer, racecheck on attention
+#      backward and the reductions;
+#   4. bench/train_gpu against PyTorch on the same GPU;
+#   5. (stage cranfield, when a model and the Cranfield data are at hand) 100
+#      fine-tuning steps on Cranfield fold 0 with qac finetune on the CPU
+#      (fp32) and on the GPU (bf16): the loss curves within 1% and the dev
+#      nDCG@10 of the final checkpoints within 0.01.
+# Everything is logged under the output directory; a summary comes last.
+#   scripts/gpu_train_verify.sh [out-dir]      (default: gpu-train-verify-<date>)
+# On a machine without package access, bring the build's libraries as .deb
+# files in .offline-deps/ and, for stage cranfield, a model and the data in
+# an ignored folder, e.g. (from the repository root, where the packages and
+# the model are):
+#   build/tests/checkpoint/qac_ckpt_tool save "$QAC_MODEL" .gpu-carry/model f16   # about 45 MB
+#   cp -r ../shared/data/cranfield .gpu-carry/cranfield
+#   ... then there: QAC_MODEL=.gpu-carry/model QAC_DATA=.gpu-carry/cranfield STAGES=cranfield scripts/gpu_train_verify.sh
+# Environment:
+#   STAGES         comma list of build,test,sanitize,bench,cranfield (default
+#                  all), so the work can be split over runs of at most 10 minutes
+#   QAC_MODEL      the HF BERT directory to fine-tune in stage cranfield
+#                  (default: the installed default model)
+#   QAC_DATA       the Cranfield collection (default ../shared/data/cranfield)
+#   QAC_DEPS_DIR   folder of Debian .deb files for the build's libraries
+#                  (default .offline-deps), for a machine without package
+#                  access: they are unpacked under it, never over /
+#   QAC_PYTHON     python with torch + transformers (default python3)
+#   QAC_TEST_SEED  replay a failing random draw
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${1:-gpu-train-verify-$(date +%Y%m%d-%H%M%S)}"
+mkdir -p "$out"
+build=build-gpu
+py="${QAC_PYTHON:-python3}"
+stages="${STAGES:-build,test,sanitize,bench,cranfield}"
+has() { case ",$stages," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
+summary=()
+step() { # name, command...
+  local name="$1"; shift
+  local t0=$SECONDS
+  if "$@" >"$out/$name.log" 2>&1; then summary+=("PASS $name ($((SECONDS - t0)) s)")
+  else summary+=("FAIL $name ($((SECONDS - t0)) s, rc $?) see $out/$name.log"); fi
+}
+
+# The build's Debian libraries from .deb files, when the system lacks them:
+# unpacked into a prefix beside them and pointed at by the usual variables.
+deps="${QAC_DEPS_DIR:-.offline-deps}"
+if ! pkg-config --exists jansson 2>/dev/null && [ -d "$deps" ] && ls "$deps"/*.deb >/dev/null 2>&1; then
+  root="$(cd "$deps" && pwd)/root"
+  mkdir -p "$root"
+  for f in "$deps"/*.deb; do dpkg-deb -x "$f" "$root" 2>/dev/null || dpkg -x "$f" "$root"; done
+  lib="$root/usr/lib/x86_64-linux-gnu"
+  for so in "$lib"/openblas-pthread/lib*.so*; do
+    [ -e "$so" ] && [ ! -e "$lib/$(basename "$so")" ] && ln -s "$so" "$lib/$(basename "$so")"
+  done
+  export QAC_DEPS_ROOT="$root"
+  export CMAKE_PREFIX_PATH="$root/usr${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}"
+  export CPATH="$root/usr/include:$root/usr/include/x86_64-linux-gnu${CPATH:+:$CPATH}"
+  export LIBRARY_PATH="$lib${LIBRARY_PATH:+:$LIBRARY_PATH}"
+  export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  export PKG_CONFIG_PATH="$lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
+  summary+=("NOTE build libraries from $deps")
+fi
+
+{ nvidia-smi; nvcc --version; "$py" -c 'import torch, transformers; print(torch.__version__, transformers.__version__)'; } \
+  >"$out/machine.log" 2>&1 || true
+
+targets=(qac test_gpu_train_kernels test_gpu_train_step test_gpu_train_dist bench_train_gpu)
+# NCCL (the several-GPU path) when the CUDA installation has it
+nccl=OFF
+nvcc_dir="$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")"
+[ -f "$nvcc_dir/../include/nccl.h" ] && nccl=ON
+if has build; then
+  step configure cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DQAC_CUDA=ON -DQAC_PYTHON="$py" \
+    -DQAC_NCCL="$nccl" ${QAC_DEPS_ROOT:+-DCMAKE_PREFIX_PATH="$QAC_DEPS_ROOT/usr"}
+  step build cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"
+  grep -n "warning" "$out/build.log" >"$out/build-warnings.txt" || true
+  [ -s "$out/build-warnings.txt" ] && summary+=("FAIL the build printed warnings: $out/build-warnings.txt")
+fi
+
+bin="$build/tests/gpu"
+if has test; then
+  step test-train-kernels "$bin/test_gpu_train_kernels"
+  step test-train-step "$bin/test_gpu_train_step"
+  # a skip (exit 77) on a GPU machine is a failure of this run
+  grep -q "^SKIP" "$out/test-train-kernels.log" "$out/test-train-step.log" &&
+    summary+=("FAIL a training test skipped on a GPU machine")
+  # NCCL: one rank per GPU (a single GPU still runs the collectives); skips without NCCL
+  t0=$SECONDS
+  "$bin/test_gpu_train_dist" >"$out/test-train-dist.log" 2>&1
+  case $? in
+    0) summary+=("PASS test-train-dist ($((SECONDS - t0)) s)") ;;
+    77) summary+=("NOTE test-train-dist skipped: $(grep -m1 ^SKIP "$out/test-train-dist.log")") ;;
+    *) summary+=("FAIL test-train-dist see $out/test-train-dist.log") ;;
+  esac
+fi
+
+san=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+if has sanitize; then
+  if [ -x "$san" ]; then
+    export QAC_TEST_SMALL=1
+    step memcheck-train-kernels "$san" --tool memcheck --leak-check full --error-exitcode 3 "$bin/test_gpu_train_kernels"
+    step memcheck-train-step "$san" --tool memcheck --error-exitcode 3 "$bin/test_gpu_train_step" parity
+    step racecheck-attention "$san" --tool racecheck --error-exitcode 3 "$bin/test_gpu_train_kernels" attention
+    for g in layernorm pooling infonce adamw; do
+      step "racecheck-$g" "$san" --tool racecheck --error-exitcode 3 "$bin/test_gpu_train_kernels" "$g"
+    done
+    step synccheck-train-kernels "$san" --tool synccheck --error-exitcode 3 "$bin/test_gpu_train_kernels"
+    unset QAC_TEST_SMALL
+  else
+    summary+=("SKIP compute-sanitizer not found")
+  fi
+fi
+
+if has bench; then
+  QAC_PYTHON="$py" step bench-train bench/train_gpu/run.sh "$build"
+fi
+
+if has cranfield; then
+  data="${QAC_DATA:-../shared/data/cranfield}"
+  model="${QAC_MODEL:-$("$build/qac" info 2>/dev/null | awk '/^directory/ {print $2; exit}')}"
+  if [ -f "$data/cran.qry" ] && [ -n "$model" ] && [ -f "$model/config.json" ]; then
+    d="$out/cranfield"
+    mkdir -p "$d"
+    ft=(finetune --model "$model" --train-qrels "$d/fold0/train.qrels" --train-queries "$d/fold0/train.tsv"
+        --train-corpus "$data/cran.all.1400" --dev-queries "$d/fold0/test.tsv" --dev-qrels "$d/fold0/test.qrels"
+        --dev-corpus "$data/cran.all.1400" --steps 100 --batch 16 --n-passages 1 --q-max-len 32 --p-max-len 128
+        --tau 0.05 --lr 2e-5 --seed 42)
+    step cranfield-folds "$py" bench/finetune_cranfield/folds.py "$data" "$d" 42
+    step cranfield-cpu "$build/qac" "${ft[@]}" --device cpu --threads "$(nproc)" --out "$d/cpu"
+    step cranfield-gpu "$build/qac" "${ft[@]}" --device cuda --train-precision bf16 --out "$d/gpu"
+    step cranfield-compare "$py" - "$d/cpu" "$d/gpu" <<'PY'
+import json, sys
+def load(d, f):
+    return [json.loads(l) for l in open(f"{d}/{f}") if l.strip()]
+cpu, gpu = (load(d, "log.jsonl") for d in sys.argv[1:3])
+worst = max(abs(g["loss"] - c["loss"]) / abs(c["loss"]) for c, g in zip(cpu, gpu))
+print(f"steps {len(cpu)} / {len(gpu)}; loss cpu {cpu[-1]['loss']:.5f} gpu {gpu[-1]['loss']:.5f}; worst rel {worst:.4f} (tol 0.01)")
+nc, ng = (load(d, "dev.jsonl")[-1]["ndcg_cut_10"] for d in sys.argv[1:3])
+print(f"dev nDCG@10 cpu {nc:.4f} gpu {ng:.4f} diff {ng - nc:+.4f} (tol 0.01)")
+sys.exit(0 if len(cpu) == len(gpu) == 100 and worst <= 0.01 and abs(ng - nc) <= 0.01 else 1)
+PY
+  else
+    summary+=("NOTE stage cranfield skipped: no Cranfield data in $data or no model (set QAC_DATA, QAC_MODEL)")
+  fi
+fi
+
+echo "== results in $out =="
+grep -h "^RESULT\|^RATIO\|^NOTE" "$out"/bench-*.log 2>/dev/null
+grep -h "worst tensor\|^trajectory\|^resume\|loss gpu" "$out"/test-train-step.log 2>/dev/null | tee "$out/parity.txt"
+cat "$out/cranfield-compare.log" 2>/dev/null
+printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+! grep -q '^FAIL' "$out/summary.txt"

@@ -1,0 +1,299 @@
+/* The CUDA trainer against the CPU trainer (the reference) on a small random
+ * BERT with dropout on, the same batch and the same masks:
+ *   1. gradient parity of a whole step (encoder + pooling + InfoNCE), per
+ *      tensor, fp32 and bf16, dot/CLS and cos/mean+normalize, and GradCache
+ *      chunks on the GPU against the whole batch on the CPU;
+ *   2. trajectories: 10 steps fp32 (loss within 1e-4 relative per step) and
+ *      100 steps bf16 against CPU fp32 (within 1% per step);
+ *   3. checkpoints across devices: a GPU run saved and resumed on the CPU,
+ *      and the reverse, continue as the uninterrupted run does.
+ *
+ * Tolerances. fp32: the GPU sums in another order (cuBLAS without TF32,
+ * block reductions), so a gradient differs from the CPU's by a few ulps of
+ * its largest terms: max |diff| / max |ref| <= 1e-5 per tensor. bf16: the
+ * unit roundoff is u = 2^-9 (8-bit mantissa). Between the loss and a
+ * parameter gradient lie up to about 12 rounded stages per layer (the
+ * layer's inputs, the product outputs and the masked gradients, each
+ * rounded to bf16 once), plus the pooling and the embeddings: with L = 2,
+ * about 30 roundings, which add like a random walk: sqrt(30) u ~ 1.1e-2 of
+ * each tensor's norm; a factor of 4 for cancellation in the reductions
+ * (rows up to N = 8 x 24 tokens, the vocabulary scatter) gives 5e-2 as the
+ * per-tensor bound on ||diff|| / ||ref||. The key bias is left out: its
+ * gradient is zero in exact arithmetic, so both sides hold rounding noise.
+ *
+ * Run with --selfcheck (no GPU needed) to exercise the harness with the CPU
+ * on both sides: every comparison must then be exact. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gpu_testutil.h"
+#include "qac_train.h"
+#include "testutil.h"
+
+static const char *tmp;
+static int selfcheck; /* both sides on the CPU */
+
+enum { V = 200, HID = 128, LAYERS = 2, HEADS = 4, INTER = 256, POS = 64 };
+
+static void write_vocab(const char *dir) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/vocab.txt", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        perror(path);
+        exit(1);
+    }
+    fprintf(f, "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n");
+    for (int i = 5; i < V; i++) fprintf(f, "w%d\n", i);
+    fclose(f);
+}
+
+static float *base_params;
+
+static qac_model *make_model(int mean_norm) {
+    qac_bert_config c = {V, HID, LAYERS, HEADS, INTER, POS, 2, 0, 1e-12f, 0.1f, 0.1f};
+    qac_model *m = NULL;
+    CHECK_OK(qac_model_create(&m, &c, tmp));
+    if (!m) exit(1);
+    memcpy(m->param_mem, base_params, m->n_params * sizeof(float));
+    m->pooling = mean_norm ? QAC_POOL_MEAN : QAC_POOL_CLS;
+    m->normalize = mean_norm;
+    qac_model_update_fingerprint(m);
+    return m;
+}
+
+static void init_params(void) {
+    qac_bert_config c = {V, HID, LAYERS, HEADS, INTER, POS, 2, 0, 1e-12f, 0.1f, 0.1f};
+    qac_model *m = NULL;
+    CHECK_OK(qac_model_create(&m, &c, tmp));
+    if (!m) exit(1);
+    base_params = malloc(m->n_params * sizeof(float));
+    size_t off = 0;
+    for (int i = 0; i < QAC_BERT_NUM_TENSORS; i++) {
+        size_t n = qac_bert_tensor_size(&m->cfg, i);
+        const char *nm = qac_bert_tensor_name(i);
+        int ln_w = !strcmp(nm, "emb_ln_w") || !strcmp(nm, "ln1_w") || !strcmp(nm, "ln2_w");
+        for (size_t j = 0; j < n; j++)
+            base_params[off + j] = ln_w ? gpu_test_uniform(0.9f, 1.1f) : gpu_test_uniform(-0.06f, 0.06f);
+        off += n;
+    }
+    qac_model_free(m);
+}
+
+typedef struct batch_mem {
+    qac_train_batch b;
+    int32_t *q_ids, *p_ids;
+    int *q_lens, *p_lens;
+} batch_mem;
+
+static void fill_side(int32_t *ids, int *lens, int B, int T) {
+    for (int b = 0; b < B; b++) {
+        lens[b] = b == 0 ? T : gpu_test_int(2, T);
+        for (int t = 0; t < T; t++)
+            ids[(size_t)b * T + t] = t == 0 ? 2 : t < lens[b] ? gpu_test_int(5, V - 1) : 0;
+    }
+}
+
+static batch_mem make_batch(int nq, int n, int q_T, int p_T) {
+    batch_mem m;
+    const int np = nq * n;
+    m.q_ids = malloc(sizeof(int32_t) * nq * q_T), m.q_lens = malloc(sizeof(int) * nq);
+    m.p_ids = malloc(sizeof(int32_t) * np * p_T), m.p_lens = malloc(sizeof(int) * np);
+    fill_side(m.q_ids, m.q_lens, nq, q_T);
+    fill_side(m.p_ids, m.p_lens, np, p_T);
+    qac_train_batch b = {nq, n, q_T, p_T, m.q_ids, m.q_lens, m.p_ids, m.p_lens};
+    m.b = b;
+    return m;
+}
+
+static void free_batch(batch_mem *m) { free(m->q_ids), free(m->p_ids), free(m->q_lens), free(m->p_lens); }
+
+static void opts_for(qac_train_opts *o, qac_device dev, qac_precision prec, qac_similarity sim, float tau,
+                     long steps) {
+    qac_train_opts_default(o);
+    o->total_steps = steps;
+    o->warmup_steps = steps / 10;
+    o->lr = 3e-4;
+    o->sim = sim;
+    o->tau = tau;
+    o->threads = 2;
+    o->seed = 7;
+    o->device = selfcheck ? QAC_DEVICE_CPU : dev;
+    o->gpu_precision = prec;
+}
+
+/* ---- 1. gradient parity ---- */
+
+static void grad_parity(qac_precision prec, qac_similarity sim, float tau, int mean_norm, int chunk) {
+    qac_model *mc = make_model(mean_norm), *mg = make_model(mean_norm);
+    qac_train_opts oc, og;
+    opts_for(&oc, QAC_DEVICE_CPU, prec, sim, tau, 10);
+    opts_for(&og, QAC_DEVICE_CUDA, prec, sim, tau, 10);
+    og.chunk = chunk; /* GradCache on the GPU against the whole batch on the CPU */
+    qac_trainer *tc = NULL, *tg = NULL;
+    CHECK_OK(qac_trainer_create(&tc, mc, &oc));
+    CHECK_OK(qac_trainer_create(&tg, mg, &og));
+    if (!tc || !tg) exit(1);
+    batch_mem bm = make_batch(4, 3, 9, 23);
+    double lc = 0, lg = 0;
+    CHECK_OK(qac_trainer_grads(tc, &bm.b, &lc));
+    CHECK_OK(qac_trainer_grads(tg, &bm.b, &lg));
+    const float *gc = qac_trainer_grad_mem(tc), *gg = qac_trainer_grad_mem(tg);
+    CHECK_MSG(gc && gg, "gradient blocks: %s", qac_last_error());
+    char what[96];
+    snprintf(what, sizeof what, "%s %s tau %.2f %s%s", gpu_test_prec_name(prec), sim == QAC_SIM_COS ? "cos" : "dot",
+             (double)tau, mean_norm ? "mean+l2" : "cls", chunk ? " gradcache" : "");
+    const double lrel = fabs(lg - lc) / fabs(lc),
+                 ltol = selfcheck && !chunk ? 0 : prec == QAC_PREC_FP32 ? 1e-6 : 1e-2;
+    printf("step parity %-28s loss gpu %.9g cpu %.9g rel %.3g (tol %.1g)\n", what, lg, lc, lrel, ltol);
+    CHECK_MSG(lrel <= ltol, "%s: loss %g vs %g", what, lg, lc);
+    if (!gc || !gg) goto done;
+    size_t off = 0;
+    double worst = 0;
+    const char *worst_name = "";
+    for (int i = 0; i < QAC_BERT_NUM_TENSORS - 2; i++) {
+        const size_t n = qac_bert_tensor_size(&mc->cfg, i);
+        const char *nm = qac_bert_tensor_name(i);
+        double md = 0, mr = 0, sd = 0, sr = 0;
+        for (size_t j = 0; j < n; j++) {
+            if (!strcmp(nm, "qkv_b") && (j % (3 * HID)) / HID == 1) continue; /* key bias: zero in exact math */
+            const double d = fabs((double)gg[off + j] - gc[off + j]), r = fabs((double)gc[off + j]);
+            if (isnan(gg[off + j])) md = sd = INFINITY;
+            md = d > md ? d : md;
+            mr = r > mr ? r : mr;
+            sd += d * d;
+            sr += r * r;
+        }
+        const double rel = prec == QAC_PREC_FP32 ? (mr > 0 ? md / mr : md) : (sr > 0 ? sqrt(sd / sr) : sqrt(sd));
+        /* selfcheck: exact, but GradCache sums in another order than the whole batch */
+        const double tol = selfcheck && !chunk ? 0 : prec == QAC_PREC_FP32 ? 1e-5 : 5e-2;
+        printf("  %-12s %s %.3g (tol %.1g)\n", nm, prec == QAC_PREC_FP32 ? "max|d|/max|ref|" : "||d||/||ref||", rel,
+               tol);
+        CHECK_MSG(rel <= tol, "%s: gradient of %s off by %g (tol %g)", what, nm, rel, tol);
+        if (rel > worst) worst = rel, worst_name = nm;
+        off += n;
+    }
+    printf("step parity %-28s worst tensor %s %.3g\n", what, worst_name, worst);
+done:
+    free_batch(&bm);
+    qac_trainer_free(tc), qac_trainer_free(tg);
+    qac_model_free(mc), qac_model_free(mg);
+}
+
+/* ---- 2. trajectories ---- */
+
+static void trajectory(qac_precision prec, long steps, double tol) {
+    qac_model *mc = make_model(0), *mg = make_model(0);
+    qac_train_opts oc, og;
+    opts_for(&oc, QAC_DEVICE_CPU, QAC_PREC_FP32, QAC_SIM_DOT, 1.0f, steps);
+    opts_for(&og, QAC_DEVICE_CUDA, prec, QAC_SIM_DOT, 1.0f, steps);
+    qac_trainer *tc = NULL, *tg = NULL;
+    CHECK_OK(qac_trainer_create(&tc, mc, &oc));
+    CHECK_OK(qac_trainer_create(&tg, mg, &og));
+    if (!tc || !tg) exit(1);
+    batch_mem bms[4];
+    for (int i = 0; i < 4; i++) bms[i] = make_batch(4, 4, 11, 24);
+    double worst = 0, first = 0, last_c = 0, last_g = 0;
+    long worst_at = 0;
+    for (long s = 0; s < steps; s++) {
+        qac_step_stats sc, sg;
+        CHECK_OK(qac_trainer_step(tc, &bms[s % 4].b, &sc));
+        CHECK_OK(qac_trainer_step(tg, &bms[s % 4].b, &sg));
+        const double rel = fabs(sg.loss - sc.loss) / fabs(sc.loss);
+        if (rel > worst) worst = rel, worst_at = s + 1;
+        if (s == 0) first = sc.loss;
+        last_c = sc.loss, last_g = sg.loss;
+        if (s < 3 || s == steps - 1 || (s + 1) % 20 == 0)
+            printf("  step %3ld loss cpu %.6f gpu %.6f rel %.2e norm cpu %.4g gpu %.4g\n", s + 1, sc.loss, sg.loss,
+                   rel, sc.grad_norm, sg.grad_norm);
+    }
+    const double t = selfcheck ? 0 : tol;
+    printf("trajectory %s %ld steps: loss %.5f -> cpu %.5f gpu %.5f, worst rel %.3g at step %ld (tol %.2g)\n",
+           gpu_test_prec_name(prec), steps, first, last_c, last_g, worst, worst_at, t);
+    CHECK_MSG(worst <= t, "trajectory %s: loss off by %g at step %ld", gpu_test_prec_name(prec), worst, worst_at);
+    for (int i = 0; i < 4; i++) free_batch(&bms[i]);
+    qac_trainer_free(tc), qac_trainer_free(tg);
+    qac_model_free(mc), qac_model_free(mg);
+}
+
+/* ---- 3. checkpoints across devices ---- */
+
+static void cross_resume(qac_device first, qac_device second) {
+    enum { steps = 5, split = 3 };
+    qac_model *ma = make_model(0), *mb = make_model(0);
+    qac_train_opts oa, ob;
+    opts_for(&oa, first, QAC_PREC_FP32, QAC_SIM_DOT, 1.0f, steps);
+    opts_for(&ob, second, QAC_PREC_FP32, QAC_SIM_DOT, 1.0f, steps);
+    qac_trainer *ta = NULL, *tb = NULL;
+    CHECK_OK(qac_trainer_create(&ta, ma, &oa));
+    CHECK_OK(qac_trainer_create(&tb, mb, &ob));
+    if (!ta || !tb) exit(1);
+    batch_mem bms[steps];
+    for (int i = 0; i < steps; i++) bms[i] = make_batch(3, 4, 10, 20);
+    qac_step_stats s;
+    for (long i = 0; i < split; i++) CHECK_OK(qac_trainer_step(ta, &bms[i].b, &s));
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ckpt-%d-%d", tmp, (int)first, (int)second);
+    const char cursor[] = "cursor";
+    CHECK_OK(qac_trainer_save(ta, dir, cursor, sizeof cursor));
+    void *cur = NULL;
+    size_t cl = 0;
+    CHECK_OK(qac_trainer_resume(tb, dir, &cur, &cl));
+    CHECK_MSG(cl == sizeof cursor && cur && !memcmp(cur, cursor, cl), "cursor round trip");
+    free(cur);
+    CHECK_MSG(qac_trainer_steps_done(tb) == split, "resumed at step %ld", qac_trainer_steps_done(tb));
+    const char *name[3] = {"auto", "cpu", "cuda"};
+    for (long i = split; i < steps; i++) {
+        qac_step_stats sa, sb;
+        CHECK_OK(qac_trainer_step(ta, &bms[i].b, &sa));
+        CHECK_OK(qac_trainer_step(tb, &bms[i].b, &sb));
+        const double rel = fabs(sb.loss - sa.loss) / fabs(sa.loss), tol = selfcheck ? 0 : 1e-4;
+        printf("resume %s -> %s step %ld: loss uninterrupted %.9g resumed %.9g rel %.3g (tol %.1g)\n",
+               name[first], name[second], i + 1, sa.loss, sb.loss, rel, tol);
+        CHECK_MSG(rel <= tol, "resume %s -> %s: step %ld off by %g", name[first], name[second], i + 1, rel);
+    }
+    for (int i = 0; i < steps; i++) free_batch(&bms[i]);
+    qac_trainer_free(ta), qac_trainer_free(tb);
+    qac_model_free(ma), qac_model_free(mb);
+}
+
+/* Arguments: --selfcheck (see above), and/or one group to run: parity,
+ * trajectory or resume (the sanitizer runs use parity). */
+int main(int argc, char **argv) {
+    const char *only = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--selfcheck"))
+            selfcheck = 1;
+        else
+            only = argv[i];
+    }
+    if (!selfcheck && !qac_cuda_available()) qac_test_skip("no usable CUDA GPU");
+    gpu_test_seed();
+    tmp = qac_test_tmpdir("gputrain");
+    write_vocab(tmp);
+    init_params();
+
+    if (!only || !strcmp(only, "parity")) {
+        grad_parity(QAC_PREC_FP32, QAC_SIM_DOT, 1.0f, 0, 0);
+        grad_parity(QAC_PREC_FP32, QAC_SIM_COS, 0.05f, 1, 0);
+        grad_parity(QAC_PREC_FP32, QAC_SIM_DOT, 1.0f, 0, 5); /* chunks of 4 queries; 5 + 5 + 2 passages */
+        grad_parity(QAC_PREC_BF16, QAC_SIM_DOT, 1.0f, 0, 0);
+        grad_parity(QAC_PREC_BF16, QAC_SIM_COS, 0.05f, 1, 0);
+    }
+    if (!only || !strcmp(only, "trajectory")) {
+        trajectory(QAC_PREC_FP32, 10, 1e-4);
+        trajectory(QAC_PREC_BF16, 100, 1e-2);
+    }
+    if (!only || !strcmp(only, "resume")) {
+        cross_resume(QAC_DEVICE_CUDA, QAC_DEVICE_CPU);
+        cross_resume(QAC_DEVICE_CPU, QAC_DEVICE_CUDA);
+    }
+
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);
+    free(base_params);
+    return qac_test_summary();
+}
