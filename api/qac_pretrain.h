@@ -250,7 +250,31 @@ typedef struct qac_pt_objective_opts {
     float tau;           /* contrastive temperature (1) */
     float alpha;         /* > 0: the PAIR loss (1-a) L_q + a L_p replaces the contrastive loss */
     int window;          /* qgen decoder's attention window (3 as released); <= 0: plain causal */
+    int pooling;         /* the representation: QAC_PT_POOL_CHECKPOINT or a qac_pooling (see below) */
+    int normalize;       /* QAC_PT_NORM_CHECKPOINT, 0 or 1 */
 } qac_pt_objective_opts;
+
+/* The representation r of a text (TRAINING.md "Representations"): the
+ * pooling over the last layer's states with the padding mask, --pooling
+ * checkpoint|cls|mean (default: the checkpoint's, which is what retrieval
+ * with the exported encoder uses), then, for the contrastive and PAIR
+ * losses, L2 normalisation when --normalize says so (true|false|checkpoint,
+ * default the checkpoint's flag; the two choices are independent, each
+ * defaulting to the checkpoint's). The heads' bottleneck (what the
+ * Condenser head, the CoT-MAE decoder and the qgen decoder read at position
+ * 0) is the same pooled vector before normalisation: for cls exactly the
+ * released code's raw last-layer [CLS]; for mean it is qac's adaptation of
+ * the released code to mean-pooled checkpoints. The released recipe on a
+ * BERT checkpoint (cls, no normalisation) is what the default gives there. */
+#define QAC_PT_POOL_CHECKPOINT (-1)
+#define QAC_PT_NORM_CHECKPOINT (-1)
+/* --pooling checkpoint|cls|mean and --normalize checkpoint|true|false (NULL:
+ * checkpoint). Errors name the bad text. */
+qac_status qac_pt_pooling_parse(int *pooling, int *normalize, const char *pooling_name, const char *normalize_name);
+/* The choice resolved against model m. */
+void qac_pt_pooling_resolve(const qac_pt_objective_opts *o, const qac_model *m, qac_pooling *pooling, int *normalize);
+/* "mean pooling, L2-normalised (the checkpoint's)" and the like, for logs. */
+void qac_pt_pooling_describe(char *buf, size_t cap, const qac_pt_objective_opts *o, const qac_model *m);
 
 typedef struct qac_pt_progress {
     long step, total;

@@ -33,6 +33,12 @@ static const qac_opt pt_opts[] = {
     {"head-layers", QAC_OPT_INT, NULL, 1, 64, NULL, NULL, "fresh head layers (default: 2 Condenser, 1 decoder)", 0},
     {"qgen-window", QAC_OPT_INT, "3", 0, 1 << 20, NULL, NULL,
      "qgen decoder attention: row i sees [CLS] and the last N tokens (3 as released; 0 = plain causal)", 0},
+    {"pooling", QAC_OPT_ENUM, "checkpoint", 0, -1, "checkpoint|cls|mean", NULL,
+     "the representation: the checkpoint's pooling (what retrieval uses), the last layer's [CLS], or the mean over "
+     "real tokens; the heads read it at position 0, before normalisation", 0},
+    {"normalize", QAC_OPT_ENUM, "checkpoint", 0, -1, "checkpoint|true|false", NULL,
+     "L2-normalise the representation for the contrastive / PAIR loss (checkpoint: as the checkpoint does; with it "
+     "use a --tau such as 0.05)", 0},
     {"tau", QAC_OPT_FLOAT, "1.0", 1e-6, 1e6, NULL, NULL, "contrastive temperature", 0},
     {"alpha", QAC_OPT_FLOAT, "0", 0, 1, NULL, NULL, "> 0: the PAIR loss (1-alpha) L_q + alpha L_p instead of the contrastive loss", 0},
     {"max-len", QAC_OPT_INT, "144", 4, 8192, NULL, NULL, "passage and span max tokens incl. specials", 0},
@@ -91,6 +97,8 @@ int qac_cmd_pretrain(int argc, char **argv) {
     qac_pretrain_opts po;
     qac_pretrain_opts_default(&po);
     if (qac_pt_objective_parse(&po.obj.objective, qac_opts_str(&o, "objective")) ||
+        qac_pt_pooling_parse(&po.obj.pooling, &po.obj.normalize, qac_opts_str(&o, "pooling"),
+                             qac_opts_str(&o, "normalize")) ||
         qac_pt_context_parse(&po.context, qac_opts_str(&o, "context"), qac_opts_str(&o, "curriculum"))) {
         fprintf(stderr, "qac pretrain: %s\n(see 'qac pretrain --help')\n", qac_last_error());
         qac_opts_free(&o);
@@ -143,9 +151,12 @@ int qac_cmd_pretrain(int argc, char **argv) {
     if (!st) st = qac_model_load(&m, model_dir);
     long from = 0;
     double t0 = qac_now();
-    if (!st && !u.quiet)
-        fprintf(stderr, "qac pretrain: model %s, objective %s, %d pairs per step, %ld steps\n", model_dir,
-                qac_opts_str(&o, "objective"), po.batch, po.train.total_steps);
+    if (!st && !u.quiet) {
+        char rep[256];
+        qac_pt_pooling_describe(rep, sizeof rep, &po.obj, m);
+        fprintf(stderr, "qac pretrain: model %s, objective %s, %d pairs per step, %ld steps; %s\n", model_dir,
+                qac_opts_str(&o, "objective"), po.batch, po.train.total_steps, rep);
+    }
     if (!st) st = qac_pretrain_run(m, &po, &from);
     if (st) rc = qac_cli_fail("pretrain");
     else if (!u.quiet)

@@ -49,18 +49,18 @@ qac_status qac_cocondenser_loss(double *loss, float *dx, const float *x, int n2,
     return QAC_OK;
 }
 
-void qac_condenser_input(float *x, const float *last, const float *mid, int B, int T, int C) {
+void qac_condenser_input(float *x, const float *cls, const float *mid, int B, int T, int C) {
     size_t row = (size_t)T * C;
     for (int b = 0; b < B; b++) {
-        memcpy(x + b * row, last + b * row, (size_t)C * sizeof *x);
+        memcpy(x + b * row, cls + (size_t)b * C, (size_t)C * sizeof *x);
         memcpy(x + b * row + C, mid + b * row + C, (row - C) * sizeof *x);
     }
 }
 
-void qac_condenser_input_backward(float *dlast, float *dmid, const float *dx, int B, int T, int C) {
+void qac_condenser_input_backward(float *dcls, float *dmid, const float *dx, int B, int T, int C) {
     size_t row = (size_t)T * C;
     for (int b = 0; b < B; b++) {
-        for (int k = 0; k < C; k++) dlast[b * row + k] += dx[b * row + k];
+        for (int k = 0; k < C; k++) dcls[(size_t)b * C + k] += dx[b * row + k];
         for (size_t k = C; k < row; k++) dmid[b * row + k] += dx[b * row + k];
     }
 }

@@ -5,6 +5,7 @@
  * the stacked batch), then the backward of it all into one gradient block,
  * global-norm clipping and AdamW over [encoder | heads]. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,6 +27,46 @@ void qac_pt_objective_opts_default(qac_pt_objective_opts *o) {
     o->dec_mask_rate = 0.45f;
     o->tau = 1.0f;
     o->window = 3;
+    o->pooling = QAC_PT_POOL_CHECKPOINT;
+    o->normalize = QAC_PT_NORM_CHECKPOINT;
+}
+
+qac_status qac_pt_pooling_parse(int *pooling, int *normalize, const char *pooling_name, const char *normalize_name) {
+    static const char *pools[] = {"cls", "mean"}, *norms[] = {"false", "true"};
+    *pooling = QAC_PT_POOL_CHECKPOINT, *normalize = QAC_PT_NORM_CHECKPOINT;
+    if (pooling_name && strcmp(pooling_name, "checkpoint")) {
+        for (int i = 0; i < 2; i++)
+            if (!strcmp(pooling_name, pools[i])) *pooling = i == 0 ? QAC_POOL_CLS : QAC_POOL_MEAN;
+        if (*pooling == QAC_PT_POOL_CHECKPOINT)
+            return qac_set_error(QAC_ERR_INVALID, "unknown pooling '%s' (checkpoint, cls or mean)", pooling_name);
+    }
+    if (normalize_name && strcmp(normalize_name, "checkpoint")) {
+        for (int i = 0; i < 2; i++)
+            if (!strcmp(normalize_name, norms[i])) *normalize = i;
+        if (*normalize == QAC_PT_NORM_CHECKPOINT)
+            return qac_set_error(QAC_ERR_INVALID, "unknown --normalize '%s' (checkpoint, true or false)", normalize_name);
+    }
+    return QAC_OK;
+}
+
+void qac_pt_pooling_resolve(const qac_pt_objective_opts *o, const qac_model *m, qac_pooling *pooling, int *normalize) {
+    *pooling = o->pooling == QAC_PT_POOL_CHECKPOINT ? m->pooling : (qac_pooling)o->pooling;
+    *normalize = o->normalize == QAC_PT_NORM_CHECKPOINT ? m->normalize != 0 : o->normalize != 0;
+}
+
+void qac_pt_pooling_describe(char *buf, size_t cap, const qac_pt_objective_opts *o, const qac_model *m) {
+    qac_pooling pool;
+    int norm;
+    qac_pt_pooling_resolve(o, m, &pool, &norm);
+    const char *pfrom = o->pooling == QAC_PT_POOL_CHECKPOINT ? "the checkpoint's" : "--pooling";
+    const char *nfrom = o->normalize == QAC_PT_NORM_CHECKPOINT ? "the checkpoint's" : "--normalize";
+    if (o->objective == QAC_PT_COCONDENSER)
+        snprintf(buf, cap, "representation: %s pooling (%s), %s (%s); %s on it, the Condenser head reads it "
+                 "before normalisation", qac_pooling_name(pool), pfrom, norm ? "L2-normalised" : "not normalised",
+                 nfrom, o->alpha > 0 ? "PAIR" : "the contrastive loss");
+    else
+        snprintf(buf, cap, "representation: %s pooling (%s), the decoder's bottleneck at position 0 (not normalised; "
+                 "normalize %s unused by this objective)", qac_pooling_name(pool), pfrom, norm ? "true" : "false");
 }
 
 qac_status qac_pt_objective_parse(qac_pt_objective *out, const char *name) {
@@ -89,6 +130,16 @@ qac_status qac_pretrainer_create(qac_pretrainer **out, qac_model *m, const qac_t
     t->m = m;
     t->o = *o;
     t->ob = *ob;
+    if (!(ob->pooling == QAC_PT_POOL_CHECKPOINT || ob->pooling == QAC_POOL_CLS || ob->pooling == QAC_POOL_MEAN) ||
+        !(ob->normalize == QAC_PT_NORM_CHECKPOINT || ob->normalize == 0 || ob->normalize == 1)) {
+        free(t);
+        return qac_set_error(QAC_ERR_INVALID, "pretrain: unknown pooling %d / normalize %d", ob->pooling, ob->normalize);
+    }
+    { /* from here on t->ob holds the resolved choice */
+        qac_pooling pool;
+        qac_pt_pooling_resolve(ob, m, &pool, &t->ob.normalize);
+        t->ob.pooling = (int)pool;
+    }
     if (t->ob.head_layers <= 0) t->ob.head_layers = ob->objective == QAC_PT_COCONDENSER ? 2 : 1;
     if (t->ob.skip_from < 0) t->ob.skip_from = c->num_layers / 2;
     qac_status st = QAC_OK;
@@ -116,6 +167,7 @@ qac_status qac_pretrainer_create(qac_pretrainer **out, qac_model *m, const qac_t
     qac_qgen_config_default(&t->qc, c);
     t->qc.layers = t->ob.head_layers;
     t->qc.window = ob->window;
+    t->qc.pooling = (qac_pooling)t->ob.pooling;
     size_t n_stack = qgen ? qac_qgen_param_count(&t->qc) : qac_bert_stack_param_count(&t->hc);
     size_t n_mlm = qac_mlm_param_count(C, V);
     t->n_head = n_stack + n_mlm;
@@ -214,6 +266,7 @@ qac_status qac_pretrainer_load_mlm_head(qac_pretrainer *t, const char *dir, int 
 static void side_free(qac_pt_side *s) {
     qac_bert_acts_free(&s->enc), qac_bert_acts_free(&s->head);
     free(s->dlast), free(s->dmid), free(s->dhead), free(s->x), free(s->emb), free(s->mean), free(s->rstd);
+    free(s->dpool);
 }
 
 void qac_pretrainer_free(qac_pretrainer *t) {
@@ -225,6 +278,7 @@ void qac_pretrainer_free(qac_pretrainer *t) {
     qac_qgen_acts_free(&t->qa);
     qac_mlm_ws_free(&t->mlm_ws);
     free(t->rows), free(t->drows), free(t->cls), free(t->dcls), free(t->scratch), free(t->rlab), free(t->seq_ids);
+    free(t->pooled), free(t->dpooled);
     qac_pool_free(t->pool);
     free(t);
 }
@@ -251,7 +305,8 @@ static qac_status side_alloc(qac_pretrainer *t, qac_pt_side *s, int B, int T, in
     size_t need = (size_t)B * (T > hT ? T : hT) * c->hidden_size;
     if (!st && need > s->cap) {
         if ((st = grow(&s->dlast, need)) || (st = grow(&s->dmid, need)) || (st = grow(&s->dhead, need)) ||
-            (st = grow(&s->x, need)) || (st = grow(&s->emb, need)) || (st = grow(&s->mean, need / c->hidden_size)) ||
+            (st = grow(&s->x, need)) || (st = grow(&s->emb, need)) || (st = grow(&s->dpool, need)) ||
+            (st = grow(&s->mean, need / c->hidden_size)) ||
             (st = grow(&s->rstd, need / c->hidden_size)))
             return st;
         s->cap = need;
@@ -346,7 +401,7 @@ static qac_status step_alloc(qac_pretrainer *t, const qac_pt_batch *b) {
         if (!l) return qac_set_error(QAC_ERR_NOMEM, "pretrain: out of memory");
         t->rlab = l;
         if ((st = grow(&t->rows, n * C)) || (st = grow(&t->drows, n * C)) || (st = grow(&t->cls, n * C)) ||
-            (st = grow(&t->dcls, n * C)))
+            (st = grow(&t->dcls, n * C)) || (st = grow(&t->pooled, n * C)) || (st = grow(&t->dpooled, n * C)))
             return st;
         t->rows_cap = n;
     }
@@ -411,17 +466,39 @@ static qac_status encoder_backward(qac_pretrainer *t, int s, const qac_pt_seqs *
     return st;
 }
 
+/* Side s's pooled vectors [B,C] (the chosen pooling over its last layer,
+ * before normalisation) into t->pooled + s*B*C: the heads' bottleneck. */
+static float *pool_side(qac_pretrainer *t, int s, const qac_pt_seqs *seqs, int B) {
+    int C = t->m->cfg.hidden_size;
+    float *out = t->pooled + (size_t)s * B * C;
+    qac_pooling_forward(out, t->side[s].enc.last, seqs->lens, B, seqs->T, C, (qac_pooling)t->ob.pooling, 0);
+    return out;
+}
+
+/* dL/d(pooled) [B,C] of side s back through the pooling, added into its
+ * last-layer gradient */
+static void pool_side_backward(qac_pretrainer *t, int s, const float *dpooled, const qac_pt_seqs *seqs, int B) {
+    qac_pt_side *sd = &t->side[s];
+    int C = t->m->cfg.hidden_size;
+    size_t NC = (size_t)B * seqs->T * C;
+    qac_pooling_backward(sd->dpool, dpooled, sd->enc.last, seqs->lens, B, seqs->T, C, (qac_pooling)t->ob.pooling, 0);
+    for (size_t i = 0; i < NC; i++) sd->dlast[i] += sd->dpool[i];
+}
+
 /* coCondenser: MLM on the last layer (late MLM) and on the Condenser head,
- * plus the contrastive (or PAIR) loss over the pairs' [CLS] */
+ * plus the contrastive (or PAIR) loss over the pairs' representations: the
+ * pooled vectors, L2-normalised when t->ob.normalize; the head reads the
+ * pooled vector before normalisation at position 0 */
 static qac_status grads_cocondenser(qac_pretrainer *t, const qac_pt_batch *b, qac_pt_losses *out) {
     const qac_bert_config *c = &t->m->cfg;
-    int B = b->B, C = c->hidden_size;
+    int B = b->B, C = c->hidden_size, norm = t->ob.normalize;
     const qac_pt_seqs *seqs[2] = {&b->a, &b->b};
     qac_status st = encode_sides(t, b);
     for (int s = 0; s < 2 && !st; s++) {
         qac_pt_side *sd = &t->side[s];
         size_t NC = (size_t)B * sd->T * C;
-        qac_condenser_input(sd->x, sd->enc.last, sd->enc.hidden + (size_t)t->ob.skip_from * NC, B, sd->T, C);
+        const float *bottleneck = pool_side(t, s, seqs[s], B);
+        qac_condenser_input(sd->x, bottleneck, sd->enc.hidden + (size_t)t->ob.skip_from * NC, B, sd->T, C);
         st = head_forward(t, s, sd->x, seqs[s]->lens, B);
         memset(sd->dlast, 0, NC * sizeof(float)), memset(sd->dmid, 0, NC * sizeof(float));
         memset(sd->dhead, 0, NC * sizeof(float));
@@ -433,37 +510,42 @@ static qac_status grads_cocondenser(qac_pretrainer *t, const qac_pt_batch *b, qa
     float *const dlasts[2] = {t->side[0].dlast, t->side[1].dlast};
     if ((st = mlm_both(t, &out->head, heads, dheads, seqs, B)) || (st = mlm_both(t, &out->mlm, lasts, dlasts, seqs, B)))
         return st;
-    /* the raw last-layer [CLS] of every text */
-    float *cls = t->cls, *dcls = t->dcls;
-    if (t->ob.alpha > 0) {
-        /* PAIR: queries (b) as q, passages (a) as their one positive each */
-        for (int i = 0; i < B; i++)
-            for (int s = 0; s < 2; s++)
-                memcpy(cls + ((size_t)(1 - s) * B + i) * C, lasts[s] + (size_t)i * seqs[s]->T * C, (size_t)C * sizeof(float));
+    /* the representations: rep[s] [B,C] (normalised when asked) in dpooled
+     * for now; cls gets them in the loss's row order, dcls its gradient */
+    float *cls = t->cls, *dcls = t->dcls, *rep = t->dpooled;
+    for (int s = 0; s < 2; s++)
+        qac_pooling_forward(rep + (size_t)s * B * C, lasts[s], seqs[s]->lens, B, seqs[s]->T, C,
+                            (qac_pooling)t->ob.pooling, norm);
+    /* row of side s, pair i: PAIR takes queries (b) as q and passages (a)
+     * as their one positive each; the contrastive loss siblings adjacent */
+#define REP_ROW(s, i) (t->ob.alpha > 0 ? (size_t)(1 - (s)) * B + (i) : 2 * (size_t)(i) + (s))
+    for (int i = 0; i < B; i++)
+        for (int s = 0; s < 2; s++)
+            memcpy(cls + REP_ROW(s, i) * C, rep + ((size_t)s * B + i) * C, (size_t)C * sizeof(float));
+    if (t->ob.alpha > 0)
         st = qac_pair_loss(&out->contrastive, dcls, dcls + (size_t)B * C, cls, cls + (size_t)B * C, B, 1, C, t->ob.alpha);
-        for (int i = 0; i < B && !st; i++)
-            for (int s = 0; s < 2; s++) {
-                float *d = dlasts[s] + (size_t)i * seqs[s]->T * C;
-                const float *g = dcls + ((size_t)(1 - s) * B + i) * C;
-                for (int k = 0; k < C; k++) d[k] += g[k];
-            }
-    } else {
-        /* siblings adjacent: row 2i is a_i, 2i+1 is b_i */
-        for (int i = 0; i < B; i++)
-            for (int s = 0; s < 2; s++)
-                memcpy(cls + (2 * (size_t)i + s) * C, lasts[s] + (size_t)i * seqs[s]->T * C, (size_t)C * sizeof(float));
+    else
         st = qac_cocondenser_loss(&out->contrastive, dcls, cls, 2 * B, C, t->ob.tau);
-        for (int i = 0; i < B && !st; i++)
-            for (int s = 0; s < 2; s++) {
-                float *d = dlasts[s] + (size_t)i * seqs[s]->T * C;
-                const float *g = dcls + (2 * (size_t)i + s) * C;
-                for (int k = 0; k < C; k++) d[k] += g[k];
-            }
+    /* back through the normalisation (x: the pooled vector) and the pooling */
+    for (int s = 0; s < 2 && !st; s++) {
+        float *dp = t->dpooled + (size_t)s * B * C;
+        for (int i = 0; i < B; i++) {
+            const float *g = dcls + REP_ROW(s, i) * C;
+            if (norm)
+                qac_l2norm_backward(dp + (size_t)i * C, g, t->pooled + ((size_t)s * B + i) * C, C);
+            else
+                memcpy(dp + (size_t)i * C, g, (size_t)C * sizeof(float));
+        }
+        pool_side_backward(t, s, dp, seqs[s], B);
     }
+#undef REP_ROW
     for (int s = 0; s < 2 && !st; s++) {
         qac_pt_side *sd = &t->side[s];
         if (!(st = head_backward(t, s, seqs[s]->lens, B))) {
-            qac_condenser_input_backward(sd->dlast, sd->dmid, t->hbwd.dy, B, sd->T, C);
+            float *dp = t->dpooled + (size_t)s * B * C;
+            memset(dp, 0, (size_t)B * C * sizeof(float));
+            qac_condenser_input_backward(dp, sd->dmid, t->hbwd.dy, B, sd->T, C);
+            pool_side_backward(t, s, dp, seqs[s], B);
             st = encoder_backward(t, s, seqs[s], B, sd->dmid);
         }
     }
@@ -487,7 +569,8 @@ static void decoder_input_dropout(qac_pretrainer *t, float *x, int s, int B, int
 }
 
 /* CoT-MAE: encoder MLM, and a decoder per side that reconstructs the other
- * text (masked at the decoder rate) from this side's [CLS] */
+ * text (masked at the decoder rate) from this side's bottleneck (its [CLS],
+ * or its mean for a mean-pooled choice) */
 static qac_status grads_cotmae(qac_pretrainer *t, const qac_pt_batch *b, qac_pt_losses *out) {
     const qac_bert_config *c = &t->m->cfg;
     int B = b->B, C = c->hidden_size;
@@ -495,9 +578,7 @@ static qac_status grads_cotmae(qac_pretrainer *t, const qac_pt_batch *b, qac_pt_
     qac_status st = encode_sides(t, b);
     for (int s = 0; s < 2 && !st; s++) {
         qac_pt_side *sd = &t->side[s];
-        float *cls = t->cls + (size_t)s * B * C;
-        for (int i = 0; i < B; i++)
-            memcpy(cls + (size_t)i * C, sd->enc.last + (size_t)i * sd->T * C, (size_t)C * sizeof(float));
+        const float *cls = pool_side(t, s, seqs[s], B); /* the bottleneck, never normalised */
         qac_cotmae_input(sd->x, sd->emb, sd->mean, sd->rstd, dseqs[s]->ids, cls, c, &t->m->p, B, sd->hT, t->pool);
         decoder_input_dropout(t, sd->x, s, B, sd->hT);
         st = head_forward(t, s, sd->x, dseqs[s]->lens, B);
@@ -519,10 +600,7 @@ static qac_status grads_cotmae(qac_pretrainer *t, const qac_pt_batch *b, qac_pt_
         decoder_input_dropout(t, t->hbwd.dy, s, B, sd->hT);
         qac_cotmae_input_backward(t->dcls, &t->g, t->hbwd.dy, sd->emb, sd->mean, sd->rstd, dseqs[s]->ids, c, &t->m->p,
                                   B, sd->hT, t->scratch, t->pool);
-        for (int i = 0; i < B; i++) {
-            float *d = sd->dlast + (size_t)i * sd->T * C;
-            for (int k = 0; k < C; k++) d[k] += t->dcls[(size_t)i * C + k];
-        }
+        pool_side_backward(t, s, t->dcls, seqs[s], B);
         st = encoder_backward(t, s, seqs[s], B, NULL);
     }
     return st;

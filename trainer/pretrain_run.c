@@ -270,6 +270,19 @@ qac_status qac_pretrain_run(qac_model *m, const qac_pretrain_opts *o, long *resu
                              "sentence-transformers checkpoints never do)");
         o->on_note(o->user, note);
     }
+    /* the exported encoder keeps the initial model's pooling files: say so
+     * when the trained representation is another one */
+    if (!st && o->on_note &&
+        (s.t->ob.pooling != (int)m->pooling ||
+         (o->obj.objective == QAC_PT_COCONDENSER && s.t->ob.normalize != (m->normalize != 0)))) {
+        char note[512];
+        snprintf(note, sizeof note,
+                 "training %s pooling%s, but the exported encoder keeps the checkpoint's %s pooling%s (its "
+                 "sentence-transformers files), which retrieval with it will use",
+                 qac_pooling_name((qac_pooling)s.t->ob.pooling), s.t->ob.normalize ? ", normalised" : "",
+                 qac_pooling_name(m->pooling), m->normalize ? ", normalised" : "");
+        o->on_note(o->user, note);
+    }
     FILE *log = NULL;
     if (!st && !(log = fopen(log_path, "a"))) st = qac_set_error(QAC_ERR_IO, "%s: %s", log_path, strerror(errno));
     double t0 = qac_now();

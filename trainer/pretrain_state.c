@@ -1,11 +1,13 @@
 /* Pre-training checkpoints: an encoder-only HF directory (loadable for
  * inference and fine-tuning on its own) plus training_state.qts:
- *   char[8] "QACPTST\0"; u32 version (1); u32 objective
+ *   char[8] "QACPTST\0"; u32 version (2); u32 objective
  *   u64 step, n_enc, n_head, seed, cursor_len
  *   i32 head_layers, skip_from, hidden_size, vocab_size
  *   f64 lr, weight_decay, beta1, beta2, adam_eps, max_grad_norm
  *   i64 warmup_steps, total_steps; i32 schedule, recompute
  *   f32 mask_rate, enc_mask_rate, dec_mask_rate, tau, alpha, hidden_dropout, attn_dropout, window (qgen)
+ *   i32 pooling (0 cls, 1 mean), normalize (0, 1): the representation, resolved
+ *       (version 1 had neither: raw [CLS], read as cls and 0)
  *   u8 cursor[cursor_len]; f32 heads[n_head]
  *   f32 adam_m[n_enc + n_head]; f32 adam_v[n_enc + n_head]
  *   u64 XXH64 of every byte before it
@@ -22,7 +24,7 @@
 #include "qac_util.h"
 
 #define STATE_MAGIC "QACPTST"
-#define STATE_VERSION 1u
+#define STATE_VERSION 2u
 #define STATE_FILE "training_state.qts"
 
 typedef struct hwriter {
@@ -45,6 +47,7 @@ typedef struct header {
     int64_t warmup, total;
     int32_t schedule, recompute;
     float fl[8];
+    int32_t pooling, normalize;
 } header;
 
 static void fill_header(header *h, const qac_pretrainer *t, size_t cursor_len) {
@@ -62,6 +65,7 @@ static void fill_header(header *h, const qac_pretrainer *t, size_t cursor_len) {
     float f[8] = {t->ob.mask_rate, t->ob.enc_mask_rate, t->ob.dec_mask_rate, t->ob.tau, t->ob.alpha, t->drop.hidden,
                   t->drop.attn, t->ob.objective == QAC_PT_QGEN ? (float)t->ob.window : 0};
     memcpy(h->fl, f, sizeof f);
+    h->pooling = t->ob.pooling, h->normalize = t->ob.normalize;
 }
 
 /* the header field by field (no struct padding in the file) */
@@ -71,8 +75,10 @@ static void put_header(hwriter *w, const header *h) {
     put(w, &h->head_layers, 4), put(w, &h->skip_from, 4), put(w, &h->hidden_size, 4), put(w, &h->vocab_size, 4);
     put(w, h->dbl, sizeof h->dbl), put(w, &h->warmup, 8), put(w, &h->total, 8);
     put(w, &h->schedule, 4), put(w, &h->recompute, 4), put(w, h->fl, sizeof h->fl);
+    put(w, &h->pooling, 4), put(w, &h->normalize, 4);
 }
-#define HEADER_BYTES (4 + 4 + 5 * 8 + 4 * 4 + 6 * 8 + 2 * 8 + 2 * 4 + 8 * 4)
+#define HEADER_V1_BYTES (4 + 4 + 5 * 8 + 4 * 4 + 6 * 8 + 2 * 8 + 2 * 4 + 8 * 4)
+#define HEADER_BYTES (HEADER_V1_BYTES + 2 * 4)
 
 /* A test-only hook, as the fine-tuning trainer's: QAC_TEST_KILL_IN_SAVE=N
  * kills the process half-way through writing the state of step N. */
@@ -147,7 +153,7 @@ qac_status qac_pretrainer_resume(qac_pretrainer *t, const char *dir, void **curs
     header h, want;
     qac_xxh64 x;
     qac_xxh64_init(&x);
-    if (len < 8 + HEADER_BYTES + 8 || memcmp(p, STATE_MAGIC, 8) != 0) {
+    if (len < 8 + HEADER_V1_BYTES + 8 || memcmp(p, STATE_MAGIC, 8) != 0) {
         st = qac_set_error(QAC_ERR_FORMAT, "%s: not a qac pre-training state (bad magic%s)", path,
                            len >= 8 && !memcmp(p, "QACTRST", 8) ? "; it is a fine-tuning run's" : "");
         goto done;
@@ -165,9 +171,11 @@ qac_status qac_pretrainer_resume(qac_pretrainer *t, const char *dir, void **curs
     GET(h.cursor_len, 8), GET(h.head_layers, 4), GET(h.skip_from, 4), GET(h.hidden_size, 4), GET(h.vocab_size, 4);
     GET(h.dbl, sizeof h.dbl), GET(h.warmup, 8), GET(h.total, 8), GET(h.schedule, 4), GET(h.recompute, 4);
     GET(h.fl, sizeof h.fl);
+    h.pooling = QAC_POOL_CLS, h.normalize = 0; /* version 1: the raw [CLS] */
+    if (h.version >= 2 && len >= 8 + HEADER_BYTES + 8) GET(h.pooling, 4), GET(h.normalize, 4);
 #undef GET
     fill_header(&want, t, 0);
-    if (h.version != STATE_VERSION) {
+    if (h.version != STATE_VERSION && h.version != 1) {
         st = qac_set_error(QAC_ERR_UNSUPPORTED, "%s: pre-training state version %u (this qac reads %u)", path, h.version,
                            STATE_VERSION);
         goto done;
@@ -178,6 +186,14 @@ qac_status qac_pretrainer_resume(qac_pretrainer *t, const char *dir, void **curs
                            "%s: the run was %s with %d head layers (skip-from %d, qgen window %g); resume it with the "
                            "same --objective, --head-layers, --skip-from and --qgen-window",
                            use, objective_name(h.objective), h.head_layers, h.skip_from, (double)h.fl[7]);
+        goto done;
+    }
+    if (h.pooling != want.pooling || (h.normalize != want.normalize && h.objective == QAC_PT_COCONDENSER)) {
+        st = qac_set_error(QAC_ERR_INVALID,
+                           "%s: the run's representation was %s pooling%s, this one is %s pooling%s; resume it with "
+                           "the same --pooling and --normalize",
+                           use, qac_pooling_name((qac_pooling)h.pooling), h.normalize ? ", L2-normalised" : "",
+                           qac_pooling_name((qac_pooling)want.pooling), want.normalize ? ", L2-normalised" : "");
         goto done;
     }
     if (h.n_enc != t->m->n_params || h.n_head != t->n_head || h.hidden_size != want.hidden_size ||

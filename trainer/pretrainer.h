@@ -46,6 +46,7 @@ typedef struct qac_pt_side {
     qac_bert_acts enc, head;
     float *dlast, *dmid, *dhead; /* [B,T,C] */
     float *x, *emb, *mean, *rstd; /* the head's input (CoT-MAE: its embedding pass) */
+    float *dpool;                /* the pooling's backward, added into dlast */
     size_t cap;                  /* floats in each [B,T,C] buffer above */
     int T, hT;                   /* encoder and head lengths */
 } qac_pt_side;
@@ -53,7 +54,7 @@ typedef struct qac_pt_side {
 typedef struct qac_pretrainer {
     qac_model *m;     /* borrowed; its parameters are trained in place */
     qac_train_opts o;
-    qac_pt_objective_opts ob;
+    qac_pt_objective_opts ob; /* pooling and normalize resolved against m (never QAC_PT_*_CHECKPOINT) */
     qac_pool *pool;
     qac_dropout drop;
     /* heads: one allocation, named views */
@@ -77,6 +78,7 @@ typedef struct qac_pretrainer {
     qac_pt_side side[2];
     qac_mlm_ws mlm_ws;
     float *rows, *drows, *cls, *dcls, *scratch;
+    float *pooled, *dpooled; /* [2B,C]: side s's pooled vectors (before normalisation) at s*B, their gradients */
     int32_t *rlab;
     size_t rows_cap, scratch_cap;
     uint64_t *seq_ids;

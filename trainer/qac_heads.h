@@ -75,16 +75,19 @@ void qac_mlm_ws_free(qac_mlm_ws *w);
 qac_status qac_cocondenser_loss(double *loss, float *dx, const float *x, int n2, int C, float tau);
 
 /* ---- the Condenser head's input ----
- * x [B,T,C]: position 0 from last (the backbone's last-layer [CLS]),
- * positions 1.. from mid (the states after layer skip_from). The backward
- * splits dx the same way, adding into dlast and dmid. */
-void qac_condenser_input(float *x, const float *last, const float *mid, int B, int T, int C);
-void qac_condenser_input_backward(float *dlast, float *dmid, const float *dx, int B, int T, int C);
+ * x [B,T,C]: position 0 from cls [B,C] (the bottleneck: the backbone's
+ * last-layer [CLS] as released, or the pooled vector of a mean-pooled
+ * checkpoint, before normalisation), positions 1.. from mid [B,T,C] (the
+ * states after layer skip_from). The backward splits dx the same way,
+ * adding into dcls [B,C] and dmid [B,T,C]. */
+void qac_condenser_input(float *x, const float *cls, const float *mid, int B, int T, int C);
+void qac_condenser_input_backward(float *dcls, float *dmid, const float *dx, int B, int T, int C);
 
 /* ---- CoT-MAE's decoder input ----
  * The backbone's embedding layer on the other text's ids [B,T] (word +
  * position + type 0, LayerNorm), with position 0 replaced by the encoder's
- * raw last-layer [CLS] cls [B,C]. emb [B,T,C] and mean, rstd [B,T] are kept
+ * bottleneck cls [B,C] (the raw last-layer [CLS] as released, or the
+ * pooled vector of a mean-pooled checkpoint). emb [B,T,C] and mean, rstd [B,T] are kept
  * for the backward, which adds dL/dcls into dcls [B,C] and the embedding
  * gradients into g (scratch: 2 B T C floats). */
 void qac_cotmae_input(float *x, float *emb, float *mean, float *rstd, const int32_t *ids, const float *cls,
@@ -132,6 +135,8 @@ typedef struct qac_qgen_config {
     int inner;    /* MLP width: 4 C (GPT-2's default n_inner) */
     int window;   /* attention window: 3 as released; <= 0 plain causal */
     float ln_eps; /* the encoder's layer_norm_eps, for every LayerNorm */
+    qac_pooling pooling; /* the passage's bottleneck at position 0: QAC_POOL_CLS (the raw last-layer [CLS], as
+                            released) or QAC_POOL_MEAN (the mean over its real tokens), never normalised */
 } qac_qgen_config;
 void qac_qgen_config_default(qac_qgen_config *q, const qac_bert_config *enc);
 

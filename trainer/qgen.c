@@ -18,6 +18,7 @@ void qac_qgen_config_default(qac_qgen_config *q, const qac_bert_config *enc) {
     q->inner = 4 * enc->hidden_size;
     q->window = 3;
     q->ln_eps = enc->layer_norm_eps;
+    q->pooling = QAC_POOL_CLS;
 }
 
 static const char *tensor_names[QAC_QGEN_NUM_TENSORS] = {
@@ -333,8 +334,9 @@ qac_status qac_qgen_objective_grads(qac_qgen_losses *out, const qac_qgen_batch *
     }
     qac_status s = qac_bert_forward_train(a, c, p, pk, bt->p_ids, NULL, bt->p_lens, B, Tp, drop, pool);
     if (s) goto done;
-    for (int b = 0; b < B; b++) memcpy(cls + (size_t)b * C, a->last + (size_t)b * Tp * C, (size_t)C * sizeof *cls);
-    /* decoder: the query's embeddings with the passage [CLS] at position 0 */
+    /* the bottleneck: the passage's [CLS] (or mean), before any normalisation */
+    qac_pooling_forward(cls, a->last, bt->p_lens, B, Tp, C, q->pooling, 0);
+    /* decoder: the query's embeddings with the passage's bottleneck at position 0 */
     qac_cotmae_input(x, emb, mean, rstd, bt->q_ids, cls, c, p, B, Tq, pool);
     int emb_drop = qac_dropout_active(dd, QAC_DROP_EMB);
     if (emb_drop) query_emb_dropout(x, st, dd, B, Tq, C, pool);
@@ -355,7 +357,9 @@ qac_status qac_qgen_objective_grads(qac_qgen_losses *out, const qac_qgen_batch *
                           pool)))
         goto done;
     scatter_rows(dlast, dst, bt->p_labels, B * Tp, C);
-    for (int b = 0; b < B; b++) add_into(dlast + (size_t)b * Tp * C, dcls + (size_t)b * C, (size_t)C);
+    /* back through the pooling (dst, R >= B*Tp rows, is free again) */
+    qac_pooling_backward(dst, dcls, a->last, bt->p_lens, B, Tp, C, q->pooling, 0);
+    add_into(dlast, dst, NPC);
     dh[L] = dlast;
     s = qac_bert_backward(g, w, dh, a, c, p, pk, bt->p_ids, NULL, bt->p_lens, B, Tp, drop, pool);
     out->total = out->enc_mlm + out->dec;

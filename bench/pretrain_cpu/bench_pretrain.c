@@ -117,6 +117,7 @@ int main(int argc, char **argv) {
     qac_pt_objective_opts ob;
     qac_pt_objective_opts_default(&ob);
     ob.objective = cot ? QAC_PT_COTMAE : QAC_PT_COCONDENSER;
+    ob.pooling = QAC_POOL_CLS, ob.normalize = 0; /* the released recipe, as ref_torch.py computes it */
     qac_pretrainer *t;
     if (qac_pretrainer_create(&t, m, &o, &ob)) return fail("pretrainer");
     qac_pt_seqs q[4];

@@ -27,7 +27,11 @@ query-as-context pairs; CoT-MAE (encoder MLM 0.30, a 1-layer decoder on the
 partner text masked at 0.45 with the encoder's [CLS] at position 0); the
 query-generation objective (encoder MLM 0.30 plus a GPT-2 decoder on the
 unmasked query, next-token loss; window 3 with 1 block, and plain causal
-with 2 blocks; window 3 with dropout 0.1 as released); and 10
+with 2 blocks; window 3 with dropout 0.1 as released); the same objectives
+with the mean-pooled representation of qac's default model (coc_mean and
+coc_mean_drop: mean over the real tokens, L2-normalised, tau 0.05, the
+heads reading the mean before normalisation; coc_mean_pair; cot_mean;
+qgen_mean with dropout); and 10
 steps of
 torch.optim.AdamW (weight decay 0.01 on all but biases and LayerNorm
 weights, linear warmup 3 then decay over 10, grad-norm clip 1.0): the loss
@@ -329,7 +333,18 @@ def random_heads(rs, L, C, I, V):
     return head, mlm
 
 
-def cocondenser_case(model, c, q, p, tensors, skip=1, head_layers=2, pair_alpha=None, name="coc", dropout=0.0):
+def bottleneck(last, keep, pooling):
+    """The pooled vector the heads read at position 0, before any
+    normalisation: the last layer's [CLS] (as released), or
+    sentence-transformers' mean over the real tokens."""
+    if pooling == "cls":
+        return last[:, 0]
+    m = keep.unsqueeze(-1).float()
+    return (last * m).sum(1) / m.sum(1).clamp(min=1e-9)
+
+
+def cocondenser_case(model, c, q, p, tensors, skip=1, head_layers=2, pair_alpha=None, name="coc", dropout=0.0,
+                     pooling="cls", normalize=False, tau=1.0):
     """coCondenser on query-as-context pairs: sequences [p_0, q_0, p_1, q_1,
     ...] (each query group's positive passage and its query), 15% of tokens
     masked (numpy seed 1). Loss = Condenser-head MLM + late (backbone) MLM
@@ -340,7 +355,11 @@ def cocondenser_case(model, c, q, p, tensors, skip=1, head_layers=2, pair_alpha=
     one, each query (odd row) its passage's (even row) only positive:
     (1-a) CE(Q P^T, i) + a CE(P Q^T, i), raw dot products. With dropout
     (case "coc_drop"), the encoder and the head layers drop with exactly
-    qac's masks (pair_masks)."""
+    qac's masks (pair_masks). With pooling "mean" (cases "coc_mean*"): the
+    representation is the mean over each text's real tokens, L2-normalised
+    (F.normalize) for the contrastive / PAIR loss when normalize, scores
+    divided by tau; the head reads the mean before normalisation at
+    position 0 (qac's adaptation for mean-pooled checkpoints)."""
     C, NH, V, eps = c["hidden_size"], c["num_attention_heads"], c["vocab_size"], c["layer_norm_eps"]
     T = p[0].shape[1]
     ids, lens = qac_pairs(q, p)
@@ -373,11 +392,12 @@ def cocondenser_case(model, c, q, p, tensors, skip=1, head_layers=2, pair_alpha=
         u = torch.nn.functional.layer_norm(t, (C,), MT["ln_w"], MT["ln_b"], eps=eps)
         return torch.nn.functional.cross_entropy(u @ E.T + MT["bias"], tgt)
 
-    x = torch.cat([last[:, :1], mid[:, 1:]], dim=1)
+    pooled = bottleneck(last, keep, pooling)
+    x = torch.cat([pooled[:, None], mid[:, 1:]], dim=1)
     for l in range(L):
         x = bert_layer(x, keep, HT, l, C, NH, eps, head_drops[l])
-    cls = last[:, 0]
-    S = cls @ cls.T
+    cls = torch.nn.functional.normalize(pooled, p=2, dim=1) if normalize else pooled
+    S = cls @ cls.T / tau
     S = S.masked_fill(torch.eye(S.shape[0], dtype=torch.bool), float("-inf"))
     target = torch.arange(S.shape[0]) ^ 1
     l_head, l_late = mlm_loss(x), mlm_loss(last)
@@ -389,6 +409,8 @@ def cocondenser_case(model, c, q, p, tensors, skip=1, head_layers=2, pair_alpha=
         l_cl = ((1 - pair_alpha) * torch.nn.functional.cross_entropy(Q @ P.T, pos) +
                 pair_alpha * torch.nn.functional.cross_entropy(P @ Q.T, pos))
     loss = l_head + l_late + l_cl
+    tensors[f"{name}.rep"] = np.array([pooling == "mean", bool(normalize)], dtype=np.int32)
+    tensors[f"{name}.tau"] = np.array([tau], dtype=np.float64)
     loss.backward()
     tensors[f"{name}.ids"], tensors[f"{name}.lens"], tensors[f"{name}.labels"] = ids, lens, labels
     tensors[f"{name}.loss"] = np.array([loss.item(), l_head.item(), l_late.item(), l_cl.item(),
@@ -404,7 +426,7 @@ def cocondenser_case(model, c, q, p, tensors, skip=1, head_layers=2, pair_alpha=
         tensors[f"{name}.grad.{k}"] = v
 
 
-def cotmae_case(model, c, q, p, tensors, dec_layers=1, name="cot", dropout=0.0):
+def cotmae_case(model, c, q, p, tensors, dec_layers=1, name="cot", dropout=0.0, pooling="cls"):
     """CoT-MAE, symmetric, on [p_i, q_i] pairs: the encoder reads each text
     masked at 0.30 (MLM through the tied head); a fresh 1-layer decoder reads
     the partner text masked at 0.45 through the backbone's embedding layer,
@@ -412,7 +434,9 @@ def cotmae_case(model, c, q, p, tensors, dec_layers=1, name="cot", dropout=0.0):
     it by MLM through the same head. Loss = encoder MLM + decoder MLM.
     With dropout (case "cot_drop"): qac's masks in the encoder, on the
     decoder's embedding output (the released code's embedding module, whose
-    position 0 the [CLS] then replaces) and in the decoder layer."""
+    position 0 the [CLS] then replaces) and in the decoder layer. With
+    pooling "mean" (case "cot_mean"): the decoder's position 0 is the mean
+    of the encoder's last layer over the real tokens, never normalised."""
     C, NH, V, eps, I = (c["hidden_size"], c["num_attention_heads"], c["vocab_size"], c["layer_norm_eps"],
                         c["intermediate_size"])
     T = p[0].shape[1]
@@ -451,7 +475,7 @@ def cotmae_case(model, c, q, p, tensors, dec_layers=1, name="cot", dropout=0.0):
                      token_type_ids=torch.zeros_like(ids_t)).last_hidden_state
         x = model.embeddings(input_ids=d_t, token_type_ids=torch.zeros_like(d_t))
         assert not dropout or not inj.queue
-    x = torch.cat([last[:, :1], x[:, 1:]], dim=1)
+    x = torch.cat([bottleneck(last, keep, pooling)[:, None], x[:, 1:]], dim=1)
     for l in range(L):
         x = bert_layer(x, dkeep, HT, l, C, NH, eps, head_drops[l])
     l_enc, l_dec = mlm_loss(last, enc_labels), mlm_loss(x, dec_labels)
@@ -461,6 +485,7 @@ def cotmae_case(model, c, q, p, tensors, dec_layers=1, name="cot", dropout=0.0):
                     f"{name}.dec_labels": dec_labels, f"{name}.lens": lens,
                     f"{name}.dec_lens": lens[partner].astype(np.int32)})
     tensors[f"{name}.loss"] = np.array([loss.item(), l_enc.item(), l_dec.item(), 0.0], dtype=np.float64)
+    tensors[f"{name}.rep"] = np.array([pooling == "mean", 0], dtype=np.int32)
     for k, v in head.items():
         tensors[f"{name}.head_init.{k}"] = v
         tensors[f"{name}.head_grad.{k}"] = HT[k].grad.numpy()
@@ -557,7 +582,7 @@ def qgen_dropout_masks(key, B, T, C, NH, L, p):
     return m(1, 0, tc), m(0, 0, tc), [(m(l, 1, att), m(l, 2, tc), m(l, 3, tc)) for l in range(L)]
 
 
-def qgen_case(model, c, q, p, tensors, name, window, layers, seed, drop=0.0):
+def qgen_case(model, c, q, p, tensors, name, window, layers, seed, drop=0.0, pooling="cls"):
     """CoT-MAE with query-as-context as released: every passage of the batch
     with its group's query. The encoder reads the passage masked at 0.30
     (MLM through the tied head); a fresh GPT-2 decoder (`layers` blocks,
@@ -568,7 +593,9 @@ def qgen_case(model, c, q, p, tensors, name, window, layers, seed, drop=0.0):
     Loss = encoder MLM + decoder loss. Random decoder weights at test scale
     (its init is checked in C on its own). With drop > 0: dropout at that
     rate everywhere the released code has it, with qac's masks (encoder key
-    as the trainer's dropout case: seed 42, step 0)."""
+    as the trainer's dropout case: seed 42, step 0). With pooling "mean"
+    (case "qgen_mean"): position 0 is the passage's mean over its real
+    tokens, never normalised."""
     C, NH, V, eps = c["hidden_size"], c["num_attention_heads"], c["vocab_size"], c["layer_norm_eps"]
     I, L, F = 4 * C, layers, torch.nn.functional
     rs = np.random.RandomState(seed)
@@ -614,7 +641,7 @@ def qgen_case(model, c, q, p, tensors, name, window, layers, seed, drop=0.0):
         assert not drop or not inj.queue
     sel = torch.from_numpy(enc_labels >= 0)
     l_enc = F.cross_entropy(head(last[sel]), torch.from_numpy(enc_labels[enc_labels >= 0].astype(np.int64)))
-    x = torch.cat([last[:, :1], x[:, 1:]], dim=1)
+    x = torch.cat([bottleneck(last, keep, pooling)[:, None], x[:, 1:]], dim=1)
     if drop:
         x = x * torch.from_numpy(dm[1])
     for l in range(L):
@@ -630,7 +657,7 @@ def qgen_case(model, c, q, p, tensors, name, window, layers, seed, drop=0.0):
                     pre + "dec_ids": dec_ids, pre + "dec_lens": dec_lens})
     tensors[pre + "loss"] = np.array([loss.item(), l_enc.item(), l_dec.item(), logits.detach().abs().max().item()],
                                      dtype=np.float64)
-    tensors[pre + "config"] = np.array([L, window, round(drop * 1000)], dtype=np.int32)
+    tensors[pre + "config"] = np.array([L, window, round(drop * 1000), pooling == "mean"], dtype=np.int32)
     for k, v in dec.items():
         tensors[f"{pre}dec_init.{k}"] = v
         tensors[f"{pre}dec_grad.{k}"] = DT[k].grad.numpy()
@@ -739,10 +766,18 @@ def main():
             cocondenser_case(model, cfg, q, p, tensors, name="coc_drop", dropout=0.1)
             cotmae_case(model, cfg, q, p, tensors)
             cotmae_case(model, cfg, q, p, tensors, name="cot_drop", dropout=0.1)
+            # mean pooling + normalisation (the default model's), tau 0.05
+            cocondenser_case(model, cfg, q, p, tensors, name="coc_mean", pooling="mean", normalize=True, tau=0.05)
+            cocondenser_case(model, cfg, q, p, tensors, name="coc_mean_drop", dropout=0.1, pooling="mean",
+                             normalize=True, tau=0.05)
+            cocondenser_case(model, cfg, q, p, tensors, pair_alpha=0.1, name="coc_mean_pair", pooling="mean",
+                             normalize=True)
+            cotmae_case(model, cfg, q, p, tensors, name="cot_mean", pooling="mean")
             check_gpt2_block()
             qgen_case(model, cfg, q, p, tensors, "qgen_w3", window=3, layers=1, seed=3)
             qgen_case(model, cfg, q, p, tensors, "qgen_w0", window=0, layers=2, seed=4)
             qgen_case(model, cfg, q, p, tensors, "qgen_drop", window=3, layers=1, seed=5, drop=0.1)
+            qgen_case(model, cfg, q, p, tensors, "qgen_mean", window=3, layers=1, seed=6, drop=0.1, pooling="mean")
             tensors["traj.loss"] = trajectory(model, cfg, q, p)
             for k, v in qac_layout(model, cfg, "data").items():
                 tensors[f"traj.param.{k}"] = v

@@ -362,10 +362,29 @@ static float **mlm_views(qac_mlm_head *h) {
 /* qac_bert_params is 19 float pointers in tensor order */
 static float *param_view(qac_bert_params *p, int i) { return ((float **)p)[i]; }
 
+/* The representation of case `prefix` ({prefix}.rep: mean pooling?,
+ * normalised?; the cls cases are the released code's raw [CLS]), chosen
+ * either as the checkpoint's (m's pooling and normalize set to it, the
+ * options left at QAC_PT_*_CHECKPOINT, as --pooling checkpoint on the
+ * default model) or explicitly (--pooling mean --normalize true on a
+ * cls checkpoint). */
+static void representation(qac_model *m, qac_pt_objective_opts *ob, const char *prefix, int via_checkpoint) {
+    char key[128];
+    int two;
+    snprintf(key, sizeof key, "%s.rep", prefix);
+    int *rep = ints(key, &two, NULL);
+    qac_pooling pool = rep[0] ? QAC_POOL_MEAN : QAC_POOL_CLS;
+    if (via_checkpoint)
+        m->pooling = pool, m->normalize = rep[1];
+    else
+        ob->pooling = (int)pool, ob->normalize = rep[1];
+    free(rep);
+}
+
 /* The production pre-trainer on the tiny model, its fresh heads replaced
  * by the fixture's initial values. */
 static qac_pretrainer *pretrainer_for(qac_model *m, qac_pt_objective obj, int head_layers, float alpha, float dropout,
-                                      const char *prefix) {
+                                      const char *prefix, float tau, int via_checkpoint) {
     qac_train_opts o;
     opts_for(&o, 1.0f, QAC_SIM_DOT);
     o.hidden_dropout = o.attn_dropout = dropout; /* the fixture's masks are qac's, seed 42, step 0 */
@@ -374,6 +393,8 @@ static qac_pretrainer *pretrainer_for(qac_model *m, qac_pt_objective obj, int he
     ob.objective = obj;
     ob.head_layers = head_layers;
     ob.alpha = alpha;
+    ob.tau = tau;
+    representation(m, &ob, prefix, via_checkpoint);
     qac_pretrainer *t = NULL;
     CHECK_OK(qac_pretrainer_create(&t, m, &o, &ob));
     if (!t) exit(1);
@@ -453,14 +474,15 @@ static void split_free(split *sp) { free(sp->ids), free(sp->labels), free(sp->le
  * step's gradient function (case `name` of the fixture): Condenser head (2 layers on the last [CLS] and
  * the states after layer 1) with MLM, late MLM, and the contrastive loss
  * over the [CLS] of query-as-context pairs. */
-static void cocondenser_case(const char *name, float alpha, float dropout) {
+static void cocondenser_case(const char *name, float alpha, float dropout, int via_checkpoint) {
     qac_model *m = load_model("tiny");
     int rows, T;
     char key[128];
 #define CKEY(suffix) (snprintf(key, sizeof key, "%s.%s", name, suffix), key)
     int32_t *ids = ints(CKEY("ids"), &rows, &T), *labels = ints(CKEY("labels"), &rows, &T);
     int *lens = ints(CKEY("lens"), &rows, NULL), B = rows / 2;
-    qac_pretrainer *t = pretrainer_for(m, QAC_PT_COCONDENSER, 2, alpha, dropout, name);
+    qac_pretrainer *t = pretrainer_for(m, QAC_PT_COCONDENSER, 2, alpha, dropout, name, (float)f64_at(CKEY("tau"), 0),
+                                       via_checkpoint);
     CHECK_MSG(t->ob.skip_from == 1, "the default --skip-from of a 2-layer encoder is 1 (got %d)", t->ob.skip_from);
     split a, b;
     split_side(&a, ids, labels, lens, B, T, 0);
@@ -475,9 +497,9 @@ static void cocondenser_case(const char *name, float alpha, float dropout) {
     const char *wn = "?", *hwn = "?", *mwn = "?";
     double worst = compare_tensors(m, t->grad_mem, CKEY("grad."), &wn, 0), hworst, mworst;
     heads_compare(t, name, &hworst, &hwn, &mworst, &mwn);
-    printf("%s: loss %.9f = head MLM %.6f + late MLM %.6f + %s %.6f (ref %.9f: %.6f %.6f %.6f; rel "
+    printf("%s (%s pooling%s, tau %g): loss %.9f = head MLM %.6f + late MLM %.6f + %s %.6f (ref %.9f: %.6f %.6f %.6f; rel "
            "%.2e, tol %.1e)\n  worst gradient: encoder %s %.2e, head layers %s %.2e, MLM head %s %.2e\n",
-           name, l.total, l.head, l.mlm, alpha > 0 ? "PAIR" : "contrastive", l.contrastive, ref, r1, r2, r3, lrel, ltol,
+           name, qac_pooling_name((qac_pooling)t->ob.pooling), t->ob.normalize ? ", normalised" : "", t->ob.tau, l.total, l.head, l.mlm, alpha > 0 ? "PAIR" : "contrastive", l.contrastive, ref, r1, r2, r3, lrel, ltol,
            wn, worst, hwn, hworst, mwn, mworst);
 #undef CKEY
     CHECK_MSG(lrel <= ltol, "%s loss off by %.3e relative", name, lrel);
@@ -495,16 +517,22 @@ static void cocondenser_case(const char *name, float alpha, float dropout) {
  * (queries the b side, passages the a side); and with dropout 0.1 in the
  * encoder and the head layers (torch given qac's masks). */
 static void cocondenser(void) {
-    cocondenser_case("coc", 0, 0);
-    cocondenser_case("coc_pair", 0.1f, 0);
-    cocondenser_case("coc_drop", 0, 0.1f);
+    cocondenser_case("coc", 0, 0, 1);
+    cocondenser_case("coc_pair", 0.1f, 0, 1);
+    cocondenser_case("coc_drop", 0, 0.1f, 1);
+    /* the default model's representation (mean pooling, normalised) at
+     * tau 0.05: as the checkpoint's, and chosen explicitly on the cls
+     * model; PAIR on it */
+    cocondenser_case("coc_mean", 0, 0, 1);
+    cocondenser_case("coc_mean_drop", 0, 0.1f, 0);
+    cocondenser_case("coc_mean_pair", 0.1f, 0, 1);
 }
 
 /* CoT-MAE against torch, through the production step's gradient function:
  * encoder MLM at 0.30 plus a 1-layer decoder that reads the partner text
  * (masked at 0.45) through the backbone's embedding layer with the
  * encoder's [CLS] at position 0. */
-static void cotmae_case(const char *name, float dropout) {
+static void cotmae_case(const char *name, float dropout, int via_checkpoint) {
     qac_model *m = load_model("tiny");
     int rows, T;
     char key[128];
@@ -512,7 +540,7 @@ static void cotmae_case(const char *name, float dropout) {
     int32_t *ids = ints(CKEY("enc_ids"), &rows, &T), *labels = ints(CKEY("enc_labels"), &rows, &T);
     int32_t *dids = ints(CKEY("dec_ids"), &rows, &T), *dlabels = ints(CKEY("dec_labels"), &rows, &T);
     int *lens = ints(CKEY("lens"), &rows, NULL), *dlens = ints(CKEY("dec_lens"), &rows, NULL), B = rows / 2;
-    qac_pretrainer *t = pretrainer_for(m, QAC_PT_COTMAE, 1, 0, dropout, name);
+    qac_pretrainer *t = pretrainer_for(m, QAC_PT_COTMAE, 1, 0, dropout, name, 1.0f, via_checkpoint);
     split a, b, da, db;
     split_side(&a, ids, labels, lens, B, T, 0);
     split_side(&b, ids, labels, lens, B, T, 1);
@@ -527,9 +555,9 @@ static void cotmae_case(const char *name, float dropout) {
     const char *wn = "?", *hwn = "?", *mwn = "?";
     double worst = compare_tensors(m, t->grad_mem, CKEY("grad."), &wn, 0), hworst, mworst;
     heads_compare(t, name, &hworst, &hwn, &mworst, &mwn);
-    printf("%s: loss %.9f = encoder MLM %.6f + decoder MLM %.6f (ref %.9f: %.6f %.6f; rel %.2e)\n"
+    printf("%s (%s bottleneck): loss %.9f = encoder MLM %.6f + decoder MLM %.6f (ref %.9f: %.6f %.6f; rel %.2e)\n"
            "  worst gradient: encoder %s %.2e, decoder layers %s %.2e, MLM head %s %.2e\n",
-           name, l.total, l.mlm, l.head, ref, r1, r2, lrel, wn, worst, hwn, hworst, mwn, mworst);
+           name, qac_pooling_name((qac_pooling)t->ob.pooling), l.total, l.mlm, l.head, ref, r1, r2, lrel, wn, worst, hwn, hworst, mwn, mworst);
 #undef CKEY
     CHECK_MSG(lrel <= 1e-6, "%s loss off by %.3e relative", name, lrel);
     CHECK_MSG(worst <= 1e-4, "%s: encoder gradient of %s off by %.3e", name, wn, worst);
@@ -545,8 +573,10 @@ static void cotmae_case(const char *name, float dropout) {
 /* ... and with dropout 0.1 in the encoder, on the decoder's embedding
  * output and in the decoder layer (torch given qac's masks). */
 static void cotmae(void) {
-    cotmae_case("cot", 0);
-    cotmae_case("cot_drop", 0.1f);
+    cotmae_case("cot", 0, 1);
+    cotmae_case("cot_drop", 0.1f, 1);
+    /* the decoder reads the mean (--pooling mean on the cls model) */
+    cotmae_case("cot_mean", 0, 0);
 }
 
 static void qgen(void);
@@ -628,6 +658,9 @@ static void qgen_case(qac_model *m, const char *name) {
     ob.objective = QAC_PT_QGEN;
     ob.head_layers = cfg[0];
     ob.window = cfg[1];
+    /* the mean case as the default model runs it: the checkpoint's mean
+     * pooling and normalisation; the decoder reads the mean, unnormalised */
+    m->pooling = two > 3 && cfg[3] ? QAC_POOL_MEAN : QAC_POOL_CLS, m->normalize = two > 3 && cfg[3];
     free(cfg);
     qac_pretrainer *t = NULL;
     CHECK_OK(qac_pretrainer_create(&t, m, &o, &ob));
@@ -670,9 +703,9 @@ static void qgen_case(qac_model *m, const char *name) {
         double r = compare_named(gv[i], key, msz[i]);
         if (r >= mworst) mworst = r, mwn = mlm_names[i];
     }
-    printf("%s (%d block%s, window %d, dropout %.2f): loss %.9f = encoder MLM %.6f + next-token %.6f (ref %.9f: %.6f "
+    printf("%s (%s bottleneck, %d block%s, window %d, dropout %.2f): loss %.9f = encoder MLM %.6f + next-token %.6f (ref %.9f: %.6f "
            "%.6f; rel %.2e, tol %.1e)\n  worst gradient: encoder %s %.2e, decoder %s %.2e, MLM head %s %.2e\n",
-           name, q->layers, q->layers > 1 ? "s" : "", q->window, t->drop.hidden, ls.total, ls.mlm, ls.head, ref, ref_enc,
+           name, qac_pooling_name(q->pooling), q->layers, q->layers > 1 ? "s" : "", q->window, t->drop.hidden, ls.total, ls.mlm, ls.head, ref, ref_enc,
            ref_dec, lrel, ltol, wn, worst, dwn, dworst, mwn, mworst);
 #undef QKEY
     CHECK_MSG(lrel <= ltol, "%s loss off by %.3e relative", name, lrel);
@@ -694,5 +727,6 @@ static void qgen(void) {
     qgen_case(m, "qgen_w3");
     qgen_case(m, "qgen_w0");
     qgen_case(m, "qgen_drop");
+    qgen_case(m, "qgen_mean");
     qac_model_free(m);
 }
