@@ -23,7 +23,7 @@ ARMS=${ARMS:-"none coco-span coco-query coco-mixed coco-curriculum cotmae-query 
 # The budget (2 cores, about 20-30 minutes of pre-training per arm), fixed
 # before any fold was scored. The default model mean-pools and normalises,
 # so the contrastive loss runs on cosine similarities with a temperature.
-STEPS=${STEPS:-400} BATCH=${BATCH:-32} LR=${LR:-1e-4} TAU=${TAU:-0.05} SEED=${SEED:-42}
+STEPS=${STEPS:-200} BATCH=${BATCH:-32} LR=${LR:-1e-4} TAU=${TAU:-0.05} SEED=${SEED:-42}
 PT=(--steps "$STEPS" --batch "$BATCH" --lr "$LR" --tau "$TAU" --seed "$SEED" --threads "$THREADS"
     --max-len 144 --query-max-len 32 --save-every 100 --keep 1)
 # fine-tuning: the budget of bench/finetune_cranfield
@@ -63,7 +63,7 @@ pretrain() {
   if [ "$arm" = coco-hlp ] && [ ! -f "$OUT/hlp.jsonl" ]; then
     $QAC hlp --data "$PAIRS" --out "$OUT/hlp.jsonl.tmp" --seed "$SEED" >&2 && mv "$OUT/hlp.jsonl.tmp" "$OUT/hlp.jsonl"
   fi
-  if [ ! -f "$dir/config.json" ]; then
+  if [ ! -f "$dir/done" ]; then
     local resume=()
     [ -f "$dir/latest" ] && resume=(--resume)
     local t0; t0=$(date +%s)
@@ -71,6 +71,7 @@ pretrain() {
     $QAC pretrain --model "$INIT" $args --out "$dir" "${PT[@]}" "${resume[@]}" >&2
     echo $(( $(date +%s) - t0 )) >> "$dir/wall_seconds"
     $QAC plot "$dir/log.jsonl" --out "$dir/loss.png" >&2 || true
+    touch "$dir/done"
   fi
   echo "$dir"
 }
