@@ -53,6 +53,8 @@ typedef struct qac_pt_side {
 
 typedef struct qac_pretrainer {
     qac_model *m;     /* borrowed; its parameters are trained in place */
+    const void *save_cursor; /* the data cursor of the checkpoint being written */
+    size_t save_cursor_len;
     qac_train_opts o;
     qac_pt_objective_opts ob; /* pooling and normalize resolved against m (never QAC_PT_*_CHECKPOINT) */
     qac_pool *pool;

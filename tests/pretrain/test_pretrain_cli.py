@@ -61,6 +61,18 @@ r = pt("--data", data, "--objective", "cocondenser", "--resume", out="run")
 check(r.returncode == 1 and "--objective" in r.stderr, "resuming with another objective: " + r.stderr.strip()[:200])
 r = pt("--data", data, "--objective", "cotmae", "--steps", "2", "--batch", "3", "--resume", out="run")
 check(r.returncode == 1 and "--batch" in r.stderr, "resuming with another batch size: " + r.stderr.strip()[:200])
+# a corrupt training state is refused by its checksum, never resumed
+import glob
+states = sorted(glob.glob(os.path.join(p("run"), "checkpoint-*", "training_state.qts")))
+check(len(states) >= 1, "the CoT-MAE run saved a training state")
+if states:
+    with open(states[-1], "r+b") as f:
+        f.seek(200)
+        byte = f.read(1)
+        f.seek(200)
+        f.write(bytes([byte[0] ^ 0x10]))
+    r = pt("--data", data, "--objective", "cotmae", "--steps", "50", "--resume", out="run")
+    check(r.returncode == 1 and "checksum" in r.stderr, "a flipped byte in the training state: " + r.stderr.strip()[:200])
 r = run(["pretrain", "--help"])
 check(r.returncode == 0 and all(f"--{o}" in r.stdout for o in (
     "objective", "context", "curriculum", "mask-rate", "enc-mask-rate", "dec-mask-rate", "skip-from", "head-layers",
