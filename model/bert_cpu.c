@@ -204,11 +204,12 @@ static qac_status check_inputs(const qac_bert_acts *a, const qac_bert_config *c,
 /* Layer l from x [B,T,C] to y, its tensors in slot s of a (s = 0 unless
  * every layer is kept). Without dropout the output projections fuse their
  * residual into the matrix product. */
-void qac_bert_layer_forward(qac_bert_acts *a, int l, int s, const float *x, float *y, const qac_bert_config *c,
-                            const qac_bert_params *p, const qac_bert_packed *pk, const int *lens, int B, int T,
-                            const qac_dropout *drop, qac_pool *pool) {
+/* N rows: B*T padded (offs NULL), or the packed rows of offs. */
+static void layer_forward(qac_bert_acts *a, int l, int s, const float *x, float *y, const qac_bert_config *c,
+                          const qac_bert_params *p, const qac_bert_packed *pk, const int *lens, const int *offs,
+                          int B, int T, size_t N, const qac_dropout *drop, qac_pool *pool) {
     int C = c->hidden_size, I = c->intermediate_size, NH = c->num_heads;
-    size_t N = (size_t)B * T, NC = N * C, lc = (size_t)l * C;
+    size_t NC = N * C, lc = (size_t)l * C;
     float eps = c->layer_norm_eps;
     float *qkv = AT(a->qkv, s, N * 3 * C), *atty = AT(a->atty, s, NC);
     float *res1 = AT(a->res1, s, NC), *ln1 = AT(a->ln1, s, NC), *res2 = AT(a->res2, s, NC);
@@ -217,7 +218,8 @@ void qac_bert_layer_forward(qac_bert_acts *a, int l, int s, const float *x, floa
     int drop_out = qac_dropout_active(drop, QAC_DROP_ATT_OUT);
 
     qac_gemm(qkv, x, &pk->qkv[l], p->qkv_b + lc * 3, NULL, (int)N, pool);
-    qac_attention_forward_drop(atty, att, a->scratch, qkv, lens, drop, l, B, T, C, NH, pool);
+    if (offs) qac_attention_forward_packed(atty, a->scratch, qkv, lens, offs, B, T, C, NH, pool);
+    else qac_attention_forward_drop(atty, att, a->scratch, qkv, lens, drop, l, B, T, C, NH, pool);
     if (drop_out) {
         qac_gemm(res1, atty, &pk->attn_out[l], p->attn_out_b + lc, NULL, (int)N, pool);
         qac_dropout_forward(res1, res1, x, drop, l, QAC_DROP_ATT_OUT, B, T, C, pool);
@@ -235,6 +237,44 @@ void qac_bert_layer_forward(qac_bert_acts *a, int l, int s, const float *x, floa
     }
     qac_layernorm_forward(y, AT(a->ln2_mean, s, N), AT(a->ln2_rstd, s, N), res2, p->ln2_w + lc, p->ln2_b + lc,
                           (int)N, C, eps, pool);
+}
+
+void qac_bert_layer_forward(qac_bert_acts *a, int l, int s, const float *x, float *y, const qac_bert_config *c,
+                            const qac_bert_params *p, const qac_bert_packed *pk, const int *lens, int B, int T,
+                            const qac_dropout *drop, qac_pool *pool) {
+    layer_forward(a, l, s, x, y, c, p, pk, lens, NULL, B, T, (size_t)B * T, drop, pool);
+}
+
+qac_status qac_bert_forward_packed(qac_bert_acts *a, const qac_bert_config *c, const qac_bert_params *p,
+                                   const qac_bert_packed *pk, const int32_t *packed_ids, const int *lens,
+                                   const int *offs, int B, int T, qac_pool *pool) {
+    if (!pk || pk->L != c->num_layers) return qac_set_error(QAC_ERR_INVALID, "bert forward: weights not packed");
+    if (!a->mem || a->B != B || a->T != T || a->keep != QAC_ACTS_INFER)
+        return qac_set_error(QAC_ERR_INVALID, "bert forward: activations not allocated for B=%d T=%d", B, T);
+    if (a->nthreads < qac_pool_size(pool))
+        return qac_set_error(QAC_ERR_INVALID, "bert forward: activations sized for %d threads, pool has %d",
+                             a->nthreads, qac_pool_size(pool));
+    size_t N = 0;
+    for (int b = 0; b < B; b++) {
+        if (lens[b] < 1 || lens[b] > T || offs[b] != (int)N)
+            return qac_set_error(QAC_ERR_INVALID, "bert forward: sequence %d has length %d at row %d (T=%d)", b,
+                                 lens[b], offs[b], T);
+        N += (size_t)lens[b];
+    }
+    for (size_t i = 0; i < N; i++)
+        if (packed_ids[i] < 0 || packed_ids[i] >= c->vocab_size)
+            return qac_set_error(QAC_ERR_INVALID, "bert forward: token id %d out of range [0, %d)", packed_ids[i],
+                                 c->vocab_size);
+    int C = c->hidden_size;
+    /* positions restart with each sequence */
+    for (int b = 0; b < B; b++)
+        qac_embeddings_forward(a->emb + (size_t)offs[b] * C, packed_ids + offs[b], NULL, p->word_emb, p->pos_emb,
+                               p->type_emb, 1, lens[b], C, NULL);
+    qac_layernorm_forward(a->hidden, a->emb_mean, a->emb_rstd, a->emb, p->emb_ln_w, p->emb_ln_b, (int)N, C,
+                          c->layer_norm_eps, pool);
+    for (int l = 0; l < c->num_layers; l++)
+        layer_forward(a, l, 0, a->hidden, a->hidden, c, p, pk, lens, offs, B, T, N, NULL, pool);
+    return QAC_OK;
 }
 
 static qac_status forward(qac_bert_acts *a, const qac_bert_config *c, const qac_bert_params *p,

@@ -102,6 +102,12 @@ void qac_attention_forward(float *out, float *att, float *scratch, const float *
 /* The same with dropout on the probabilities (att keeps them undropped). */
 void qac_attention_forward_drop(float *out, float *att, float *scratch, const float *qkv, const int *lens,
                                 const qac_dropout *drop, int layer, int B, int T, int C, int NH, qac_pool *pool);
+/* Inference over packed rows (no padding): sequence b holds rows
+ * [offs[b], offs[b] + lens[b]) of qkv [N,3C] and out [N,C]; T >= every
+ * lens[b] sizes scratch [qac_pool_size(pool), T, T]. Each real row gets the
+ * same bits as qac_attention_forward gives it in any padded batch. */
+void qac_attention_forward_packed(float *out, float *scratch, const float *qkv, const int *lens, const int *offs,
+                                  int B, int T, int C, int NH, qac_pool *pool);
 /* dqkv [B,T,3C] (written) from datty [B,T,C], the kept probabilities att
  * [B,NH,T,T] and qkv; keys past lens[b] get zero gradient. */
 void qac_attention_backward(float *dqkv, const float *datty, const float *qkv, const float *att, const int *lens,
@@ -203,6 +209,14 @@ void qac_bert_packed_free(qac_bert_packed *pk);
 qac_status qac_bert_forward(qac_bert_acts *a, const qac_bert_config *c, const qac_bert_params *p,
                             const qac_bert_packed *pk, const int32_t *ids, const int *lens, int B, int T,
                             float *hidden_out, qac_pool *pool);
+/* Inference without padding: the same result as qac_bert_forward on ids
+ * [B,T] padded to T, bit for bit, but only the sum of lens rows are
+ * computed. packed_ids holds the sequences back to back (sequence b at
+ * offs[b], offs[b+1] = offs[b] + lens[b]); a is allocated for B and T as
+ * for qac_bert_forward. The result: rows of a->last in the packed layout. */
+qac_status qac_bert_forward_packed(qac_bert_acts *a, const qac_bert_config *c, const qac_bert_params *p,
+                                   const qac_bert_packed *pk, const int32_t *packed_ids, const int *lens,
+                                   const int *offs, int B, int T, qac_pool *pool);
 /* The training forward: token types (NULL: 0) and dropout (NULL: none).
  * With drop NULL it computes exactly what qac_bert_forward does. */
 qac_status qac_bert_forward_train(qac_bert_acts *a, const qac_bert_config *c, const qac_bert_params *p,

@@ -1,6 +1,9 @@
-/* The CPU encoder backend: one padded batch through bert_cpu.c, with a
- * persistent thread pool and activations reused across calls. */
+/* The CPU encoder backend: one batch through bert_cpu.c, with a
+ * persistent thread pool and activations reused across calls. The batch
+ * arrives padded; its sequences are run back to back without the padding
+ * (qac_bert_forward_packed: the same bits, fewer rows). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "bert_cpu.h"
 #include "encoder_backend.h"
@@ -12,6 +15,10 @@ typedef struct cpu_backend {
     qac_pool *pool;
     qac_bert_acts acts;
     qac_bert_packed packed;
+    int32_t *rows_ids; /* the batch's tokens back to back */
+    int *offs;
+    size_t rows_cap;
+    int offs_cap;
 } cpu_backend;
 
 static qac_status cpu_forward(void *impl, const int32_t *ids, const int *lens, int B, int T, float *out) {
@@ -19,9 +26,33 @@ static qac_status cpu_forward(void *impl, const int32_t *ids, const int *lens, i
     const qac_model *m = cb->m;
     qac_status st = qac_bert_acts_alloc(&cb->acts, &m->cfg, B, T, 0, qac_pool_size(cb->pool));
     if (st != QAC_OK) return st;
-    st = qac_bert_forward(&cb->acts, &m->cfg, &m->p, &cb->packed, ids, lens, B, T, NULL, cb->pool);
+    if ((size_t)B * T > cb->rows_cap) {
+        int32_t *r = realloc(cb->rows_ids, (size_t)B * T * sizeof *r);
+        if (!r) return qac_set_error(QAC_ERR_NOMEM, "cpu encoder: out of memory");
+        cb->rows_ids = r;
+        cb->rows_cap = (size_t)B * T;
+    }
+    if (B > cb->offs_cap) {
+        int *o = realloc(cb->offs, (size_t)B * sizeof *o);
+        if (!o) return qac_set_error(QAC_ERR_NOMEM, "cpu encoder: out of memory");
+        cb->offs = o;
+        cb->offs_cap = B;
+    }
+    int rows = 0;
+    for (int b = 0; b < B; b++) {
+        if (lens[b] < 1 || lens[b] > T)
+            return qac_set_error(QAC_ERR_INVALID, "cpu encoder: sequence %d has length %d (T=%d)", b, lens[b], T);
+        cb->offs[b] = rows;
+        memcpy(cb->rows_ids + rows, ids + (size_t)b * T, (size_t)lens[b] * sizeof *ids);
+        rows += lens[b];
+    }
+    st = qac_bert_forward_packed(&cb->acts, &m->cfg, &m->p, &cb->packed, cb->rows_ids, lens, cb->offs, B, T,
+                                 cb->pool);
     if (st != QAC_OK) return st;
-    qac_pooling_forward(out, cb->acts.last, lens, B, T, m->cfg.hidden_size, m->pooling, m->normalize);
+    int C = m->cfg.hidden_size;
+    for (int b = 0; b < B; b++)
+        qac_pooling_forward(out + (size_t)b * C, cb->acts.last + (size_t)cb->offs[b] * C, lens + b, 1, lens[b], C,
+                            m->pooling, m->normalize);
     return QAC_OK;
 }
 
@@ -31,6 +62,8 @@ static void cpu_free(void *impl) {
     qac_bert_acts_free(&cb->acts);
     qac_bert_packed_free(&cb->packed);
     qac_pool_free(cb->pool);
+    free(cb->rows_ids);
+    free(cb->offs);
     free(cb);
 }
 

@@ -357,6 +357,7 @@ typedef struct att_ctx {
     float *out, *att, *scratch;
     const float *qkv;
     const int *lens;
+    const int *offs; /* packed rows: sequence b starts at row offs[b] and has lens[b] rows */
     const qac_dropout *drop;
     int layer, T, C, NH;
 } att_ctx;
@@ -374,14 +375,17 @@ static void att_task(void *vctx, int64_t begin, int64_t end, int tid) {
     for (int64_t bh = begin; bh < end; bh++) {
         int b = (int)(bh / NH), h = (int)(bh % NH);
         int len = c->lens[b];
-        const float *q = c->qkv + (size_t)b * T * 3 * C + (size_t)h * hs;
+        /* packed: only the real rows exist; padded: all T rows are computed */
+        size_t row0 = c->offs ? (size_t)c->offs[b] : (size_t)b * T;
+        int M = c->offs ? len : T;
+        const float *q = c->qkv + row0 * 3 * C + (size_t)h * hs;
         const float *k = q + C;
         const float *v = q + 2 * C;
         float *att = c->att ? c->att + (size_t)bh * T * T : c->scratch + (size_t)tid * T * T;
         /* scores for the real keys only: masked keys get exactly zero weight */
         qac_gemm_pack_into(pk, k, len, hs, 3 * C, 0);
-        qac_gemm_strided(att, T, q, 3 * C, pk, hs, len, scale, T);
-        for (int t = 0; t < T; t++) {
+        qac_gemm_strided(att, T, q, 3 * C, pk, hs, len, scale, M);
+        for (int t = 0; t < M; t++) {
             float *row = att + (size_t)t * T;
             float mx = row[0];
             for (int j = 1; j < len; j++) mx = row[j] > mx ? row[j] : mx;
@@ -395,8 +399,7 @@ static void att_task(void *vctx, int64_t begin, int64_t end, int tid) {
             }
         }
         qac_gemm_pack_into(pv, v, hs, len, 3 * C, 1);
-        qac_gemm_strided(c->out + (size_t)b * T * C + (size_t)h * hs, C, dropping ? pd : att, T, pv, len, hs, 1.0f,
-                         T);
+        qac_gemm_strided(c->out + row0 * C + (size_t)h * hs, C, dropping ? pd : att, T, pv, len, hs, 1.0f, M);
     }
     free(pk);
 }
@@ -408,7 +411,13 @@ void qac_attention_forward(float *out, float *att, float *scratch, const float *
 
 void qac_attention_forward_drop(float *out, float *att, float *scratch, const float *qkv, const int *lens,
                                 const qac_dropout *drop, int layer, int B, int T, int C, int NH, qac_pool *pool) {
-    att_ctx c = {out, att, scratch, qkv, lens, drop, layer, T, C, NH};
+    att_ctx c = {out, att, scratch, qkv, lens, NULL, drop, layer, T, C, NH};
+    qac_pool_for(pool, (int64_t)B * NH, 1, att_task, &c);
+}
+
+void qac_attention_forward_packed(float *out, float *scratch, const float *qkv, const int *lens, const int *offs,
+                                  int B, int T, int C, int NH, qac_pool *pool) {
+    att_ctx c = {out, NULL, scratch, qkv, lens, offs, NULL, 0, T, C, NH};
     qac_pool_for(pool, (int64_t)B * NH, 1, att_task, &c);
 }
 

@@ -1,9 +1,15 @@
 /* Dynamic batching, TEI-style: the worker gathers queued texts up to a
- * token budget (waiting at most max_wait for company), makes one encode
+ * token budget, makes one encode
  * call for them, then one search call for the queries of every job whose
  * texts are now all encoded (depth: the largest k; each job keeps its own
  * k first hits, which is its own top-k because the index orders hits
  * totally).
+ *
+ * Waiting: batches form while the encoder is busy (whatever queued during
+ * a batch goes into the next one). A free encoder starts at once, unless
+ * requests are arriving (announced by qac_batcher_expect: inside the
+ * server, their body read, not yet queued): then it waits for them, at
+ * most max_wait. It never waits blindly, so a lone request pays no wait.
  *
  * Fairness: a job of at most slice_tokens is taken whole; a larger one is
  * cut into slices of slice_tokens, one slice per encoder call, and goes to
@@ -56,6 +62,7 @@ struct qac_batcher {
     pthread_cond_t done;  /* a batch finished */
     job *head, *tail;
     int depth;
+    int arriving; /* requests announced by qac_batcher_expect, not yet queued */
     int stop;
     int last_sliced; /* the last round encoded a slice of a large job */
     pthread_t worker;
@@ -248,14 +255,14 @@ static void *worker_main(void *arg) {
     for (;;) {
         while (!b->head && !b->stop) pthread_cond_wait(&b->work, &b->mu);
         if (!b->head && b->stop) break;
-        /* Wait for company, unless the budget is already full or we stop. */
-        if (b->o.max_wait_ms > 0 && !b->stop) {
+        /* Wait for requests already arriving, unless the budget is full. */
+        if (b->o.max_wait_ms > 0 && !b->stop && b->arriving > 0) {
             struct timespec dl;
             abs_deadline(&dl, b->o.max_wait_ms);
             for (;;) {
                 long long queued_tokens = 0;
                 for (job *j = b->head; j; j = j->next) queued_tokens += j->tokens_left;
-                if (queued_tokens >= b->o.max_batch_tokens || b->stop || !b->head) break;
+                if (queued_tokens >= b->o.max_batch_tokens || b->stop || !b->head || b->arriving <= 0) break;
                 if (pthread_cond_timedwait(&b->work, &b->mu, &dl) == ETIMEDOUT) break;
             }
             if (!b->head) continue;
@@ -358,6 +365,40 @@ qac_status qac_batcher_search(qac_batcher *b, const int32_t *const *ids, const i
     return qac_batcher_run(b, ids, lens, n, out, k, scores, rows, timeout_ms, NULL);
 }
 
+/* The request this thread serves announced itself to this batcher. */
+static _Thread_local qac_batcher *expected_by;
+
+void qac_batcher_expect(qac_batcher *b) {
+    if (!b || expected_by) return;
+    pthread_mutex_lock(&b->mu);
+    b->arriving++;
+    pthread_mutex_unlock(&b->mu);
+    expected_by = b;
+}
+
+/* Under b->mu: the announcement, if any, is used up (queued or withdrawn). */
+static int consume_expectation(qac_batcher *b) {
+    if (expected_by != b) return 0;
+    expected_by = NULL;
+    b->arriving--;
+    return 1;
+}
+
+void qac_batcher_expect_done(qac_batcher *b) {
+    if (!b || expected_by != b) return;
+    pthread_mutex_lock(&b->mu);
+    consume_expectation(b);
+    pthread_cond_signal(&b->work); /* a worker waiting for it stops waiting */
+    pthread_mutex_unlock(&b->mu);
+}
+
+int qac_batcher_arriving(qac_batcher *b) {
+    pthread_mutex_lock(&b->mu);
+    int n = b->arriving;
+    pthread_mutex_unlock(&b->mu);
+    return n;
+}
+
 #define CANCEL_POLL_MS 50 /* how often a waiting request checks its client */
 
 qac_status qac_batcher_run(qac_batcher *b, const int32_t *const *ids, const int *lens, int n, float *out, int k,
@@ -378,11 +419,14 @@ qac_status qac_batcher_run(qac_batcher *b, const int32_t *const *ids, const int 
     if (cancel && !cancel->gone) cancel = NULL;
 
     pthread_mutex_lock(&b->mu);
+    int announced = consume_expectation(b);
     if (b->stop) {
+        if (announced) pthread_cond_signal(&b->work);
         pthread_mutex_unlock(&b->mu);
         return qac_set_error(QAC_ERR_CANCELLED, "the server is shutting down");
     }
     if (b->depth >= b->o.queue_size) {
+        if (announced) pthread_cond_signal(&b->work);
         pthread_mutex_unlock(&b->mu);
         return qac_set_error(QAC_ERR_BUSY, "the encode queue is full (%d requests waiting)", b->o.queue_size);
     }

@@ -19,7 +19,7 @@ static const qac_opt serve_opts[] = {
     {"allow-model-mismatch", QAC_OPT_BOOL, "false", 1, 0, NULL, "QAC_ALLOW_MODEL_MISMATCH", "serve an index whose recorded model differs from --model, or records none (built from --vectors without --model)", 0},
     {"api-key", QAC_OPT_STR, NULL, 1, 0, NULL, "QAC_API_KEY", "require 'Authorization: Bearer KEY' (not on /health)", 0},
     {"max-batch-tokens", QAC_OPT_INT, "8192", 1, 1 << 24, NULL, "QAC_MAX_BATCH_TOKENS", "token budget of one encoder call", 0},
-    {"max-wait-ms", QAC_OPT_INT, "2", 0, 1000, NULL, "QAC_MAX_WAIT_MS", "how long a batch waits for more texts", 0},
+    {"max-wait-ms", QAC_OPT_INT, "2", 0, 1000, NULL, "QAC_MAX_WAIT_MS", "how long a free encoder waits for requests already arriving (read, not yet queued) before it starts a batch; it never waits for requests not yet sent", 0},
     {"max-body-bytes", QAC_OPT_INT, "2097152", 64, 1 << 30, NULL, "QAC_MAX_BODY_BYTES", "largest request body (413 past it)", 0},
     {"max-texts", QAC_OPT_INT, "256", 1, 65536, NULL, "QAC_MAX_TEXTS", "texts or queries per request (413 past it)", 0},
     {"max-k", QAC_OPT_INT, "1000", 1, 100000, NULL, "QAC_MAX_K", "largest k for /search", 0},

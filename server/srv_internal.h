@@ -11,8 +11,8 @@ struct sockaddr;
 
 /* ---- dynamic batcher ----
  * Request threads submit tokenized texts; one worker thread gathers what is
- * queued (up to max_batch_tokens, waiting at most max_wait_ms for more once
- * the first job arrives), makes ONE encode call for the batch, then ONE
+ * queued (up to max_batch_tokens; it waits, at most max_wait_ms, only for
+ * requests announced as arriving), makes ONE encode call for the batch, then ONE
  * search call for all the batch's queries that want hits, and hands each
  * job its rows. The encoder and the index therefore only ever see one
  * caller, and a scan of the index serves a whole batch. */
@@ -57,6 +57,15 @@ qac_status qac_batcher_search(qac_batcher *b, const int32_t *const *ids, const i
 qac_status qac_batcher_run(qac_batcher *b, const int32_t *const *ids, const int *lens, int n, float *out, int k,
                            float *scores, int64_t *rows, int timeout_ms, const qac_cancel *cancel);
 int qac_batcher_queue_depth(qac_batcher *b);
+/* A request that will (probably) submit work from this thread has arrived:
+ * a free worker waits for it (at most max_wait_ms) rather than start a
+ * batch without it. Its next qac_batcher_run uses the announcement up;
+ * qac_batcher_expect_done withdraws one still unused (call it when the
+ * request is done either way). b may be NULL. */
+void qac_batcher_expect(qac_batcher *b);
+void qac_batcher_expect_done(qac_batcher *b);
+/* Announced requests not yet queued (tests). */
+int qac_batcher_arriving(qac_batcher *b);
 /* Finishes queued jobs, then stops the worker. */
 void qac_batcher_free(qac_batcher *b);
 

@@ -172,6 +172,10 @@ void qac_server_handle(qac_server *s, const qac_http_request *req, qac_http_resp
         qac_server_error(r, 401, "unauthorized", "missing or wrong API key (send 'Authorization: Bearer KEY')");
         r->www_authenticate = 1;
     } else {
+        /* these routes encode: a free batcher waits for this request */
+        int encodes = route == QAC_ROUTE_SEARCH || route == QAC_ROUTE_ENCODE || route == QAC_ROUTE_EMBEDDINGS ||
+                      route == QAC_ROUTE_EMBED;
+        if (encodes) qac_batcher_expect(s->batcher);
         switch (route) {
         case QAC_ROUTE_PAGE: set_body(r, 200, strdup(qac_server_page_html), "text/html; charset=utf-8"); break;
         case QAC_ROUTE_SEARCH: qac_handle_search(s, body, req->body_len, r); break;
@@ -184,6 +188,7 @@ void qac_server_handle(qac_server *s, const qac_http_request *req, qac_http_resp
         case QAC_ROUTE_EMBED: qac_handle_tei_embed(s, body, req->body_len, r); break;
         default: qac_server_error(r, 500, "internal", "unhandled route"); break;
         }
+        if (encodes) qac_batcher_expect_done(s->batcher);
         if (!r->body) qac_server_error(r, 500, "internal", "out of memory");
     }
     qac_srv_cancel = NULL;

@@ -110,6 +110,30 @@ static void check_hidden(const qac_model *m, const enc_fixture *fx, qac_pool *po
     }
     printf("kept-activation forward vs inference forward: max|diff| %.3e\n", maxd);
     CHECK_MSG(maxd <= 1e-5, "keep=1 forward differs from keep=0 by %.3e", maxd);
+    /* without padding (sequences back to back): every real row the same bits */
+    {
+        qac_bert_acts ap = {0};
+        int32_t *pids = malloc((size_t)nh * T * sizeof *pids);
+        int *offs = malloc((size_t)nh * sizeof *offs), rows = 0;
+        for (int k = 0; k < nh; k++) {
+            offs[k] = rows;
+            memcpy(pids + rows, ids + (size_t)k * T, (size_t)lens[k] * sizeof *pids);
+            rows += lens[k];
+        }
+        CHECK_OK(qac_bert_acts_alloc(&ap, &m->cfg, nh, T, 0, qac_pool_size(pool)));
+        CHECK_OK(qac_bert_forward_packed(&ap, &m->cfg, &m->p, &pk, pids, lens, offs, nh, T, pool));
+        int differ = 0;
+        for (int k = 0; k < nh; k++)
+            differ += memcmp(ap.last + (size_t)offs[k] * C, a.last + (size_t)k * T * C,
+                             (size_t)lens[k] * C * sizeof(float)) != 0;
+        printf("packed forward (%d rows) vs padded (%d rows): %d of %d sequences differ\n", rows, nh * T, differ, nh);
+        CHECK_MSG(differ == 0, "the packed forward changes %d sequences", differ);
+        offs[0] = 1; /* the rows must be back to back */
+        CHECK(qac_bert_forward_packed(&ap, &m->cfg, &m->p, &pk, pids, lens, offs, nh, T, pool) == QAC_ERR_INVALID);
+        qac_bert_acts_free(&ap);
+        free(pids);
+        free(offs);
+    }
     /* masked keys carry exactly zero probability */
     int bad_mask = 0;
     for (int l = 0; l < L; l++)

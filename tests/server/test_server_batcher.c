@@ -12,6 +12,7 @@
 
 #include "fake_backend.h"
 #include "srv_internal.h"
+#include "qac_util.h"
 #include "testutil.h"
 
 #define THREADS 16
@@ -254,7 +255,77 @@ static void test_batched_search(void) {
     qac_batcher_free(b);
 }
 
+/* A request that announced itself (qac_batcher_expect), then submits late. */
+typedef struct late_arg {
+    qac_batcher *b;
+    int delay_ms, submit;
+    qac_status st;
+} late_arg;
+
+static void *late_job(void *arg) {
+    late_arg *a = arg;
+    qac_batcher_expect(a->b);
+    sleep_ms(a->delay_ms);
+    if (a->submit) {
+        slow_arg s = {a->b, QAC_OK, 0};
+        one_job(&s);
+        a->st = s.st;
+    }
+    qac_batcher_expect_done(a->b); /* a no-op once the job was queued */
+    return NULL;
+}
+
+/* The wait policy: a free encoder starts a lone request at once (no blind
+ * wait, whatever max_wait), waits for requests announced as arriving, and
+ * stops waiting when an announced request leaves without submitting. */
+static void test_wait_policy(void) {
+    fake_stats st = {0};
+    fake_backend_init(&backend, &st, 0, 0);
+    qac_batcher *b = NULL;
+    qac_batcher_opts o = {FAKE_DIM, 600, 400, 100, 0};
+    CHECK_OK(qac_batcher_create(&b, encode_fn, NULL, NULL, NULL, &o, NULL));
+    slow_arg lone = {b, QAC_OK, 0};
+    double t0 = qac_now();
+    one_job(&lone);
+    double lone_ms = (qac_now() - t0) * 1000;
+    printf("wait policy: a lone request took %.1f ms (max_wait 400 ms)\n", lone_ms);
+    CHECK(lone.st == QAC_OK);
+    CHECK_MSG(lone_ms < 200, "a lone request waited %.1f ms for company that was not coming", lone_ms);
+
+    /* announced, submits 60 ms later: merged with a job queued meanwhile */
+    int calls0 = st.calls;
+    late_arg late = {b, 60, 1, QAC_OK};
+    pthread_t th;
+    pthread_create(&th, NULL, late_job, &late);
+    while (qac_batcher_arriving(b) == 0) sleep_ms(1);
+    slow_arg early = {b, QAC_OK, 0};
+    t0 = qac_now();
+    one_job(&early);
+    double early_ms = (qac_now() - t0) * 1000;
+    pthread_join(th, NULL);
+    printf("wait policy: a queued job waited %.1f ms for an announced one; %d encode call(s) for both\n", early_ms,
+           st.calls - calls0);
+    CHECK(early.st == QAC_OK && late.st == QAC_OK);
+    CHECK_MSG(st.calls - calls0 == 1, "the announced request was not merged (%d calls)", st.calls - calls0);
+    CHECK_MSG(early_ms >= 40 && early_ms < 300, "the wait for the announced request took %.1f ms", early_ms);
+
+    /* announced, then leaves without submitting after 60 ms: the wait ends then */
+    late = (late_arg){b, 60, 0, QAC_OK};
+    pthread_create(&th, NULL, late_job, &late);
+    while (qac_batcher_arriving(b) == 0) sleep_ms(1);
+    t0 = qac_now();
+    one_job(&early);
+    early_ms = (qac_now() - t0) * 1000;
+    pthread_join(th, NULL);
+    printf("wait policy: a withdrawn announcement ended the wait after %.1f ms\n", early_ms);
+    CHECK(early.st == QAC_OK);
+    CHECK_MSG(early_ms < 300, "the worker waited %.1f ms for a request that left", early_ms);
+    CHECK(qac_batcher_arriving(b) == 0);
+    qac_batcher_free(b);
+}
+
 int main(void) {
+    test_wait_policy();
     test_concurrent_batching();
     test_queue_full_and_timeout();
     test_batched_search();
