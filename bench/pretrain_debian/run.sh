@@ -12,6 +12,7 @@
 # skipped and an interrupted pre-training resumes from its last checkpoint.
 # Results: OUT/summary.md.
 set -euo pipefail
+shopt -s inherit_errexit # a failure inside $(pretrain ...) stops the run
 cd "$(dirname "$0")/../.."
 OUT=${1:-bench/pretrain_debian/out}
 DATA=${QAC_DATA:-../shared/data}
@@ -61,7 +62,8 @@ pretrain() {
   args=$(arm_args "$arm")
   if [ -z "$args" ]; then echo "$INIT"; return; fi
   if [ "$arm" = coco-hlp ] && [ ! -f "$OUT/hlp.jsonl" ]; then
-    $QAC hlp --data "$PAIRS" --out "$OUT/hlp.jsonl.tmp" --seed "$SEED" >&2 && mv "$OUT/hlp.jsonl.tmp" "$OUT/hlp.jsonl"
+    $QAC hlp --docs "$PAIRS" --out "$OUT/hlp.jsonl.tmp" --seed "$SEED" >&2
+    mv "$OUT/hlp.jsonl.tmp" "$OUT/hlp.jsonl"
   fi
   if [ ! -f "$dir/done" ]; then
     local resume=()
