@@ -228,6 +228,7 @@ qac_status qac_pretrain_run(qac_model *m, const qac_pretrain_opts *o, long *resu
     if ((st = qac_pretrainer_create(&s.t, m, &to, &o->obj))) return st;
     s.t->schedule_ctx = o->context;
     s.t->warmup_frac = o->warmup_ratio;
+    s.t->max_len = o->data.max_len, s.t->query_max_len = o->data.query_max_len;
     if (!(st = qac_word_starts(&s.word_start, m->tok)) && !(st = qac_pt_data_open(&s.d, &o->data, m->tok))) {
         s.ndocs = qac_pt_data_count(s.d);
         s.pairs = malloc((size_t)o->batch * sizeof *s.pairs);
