@@ -10,7 +10,9 @@ end (on one thread: the count may change). Before that, a resume with an
 option that shapes the steps changed (--steps; per objective --curriculum,
 --tau, --context, --lr, --dec-mask-rate, --max-len, --dropout, --schedule)
 is refused before any step, naming the option and both values, and
-leaves the run as it was. The per-step log (every loss part, lr, grad norm, span fraction, as
+leaves the run as it was. A kill inside the final export leaves OUT
+without config.json (no loader takes it for a model) and its checkpoints
+intact; --resume completes the export. The per-step log (every loss part, lr, grad norm, span fraction, as
 exact digits), the exported encoder and the final training state (heads
 and optimiser included) must equal the reference's bit for bit. Also: a
 finished run is not overwritten without --resume, progress lines on
@@ -100,6 +102,20 @@ for arm in ARMS:
         r = pretrain(arm, out, "--resume")
         check(r.returncode == 0 and file_bytes(os.path.join(out, "model.safetensors")) ==
               file_bytes(os.path.join(ref, "model.safetensors")), f"{arm}: --resume of a finished run changes nothing")
+        # killed inside the export, before its last rename: OUT is no model (no config.json, never half old
+        # and half new), its checkpoints and log intact; --resume completes the export
+        names = sorted(os.listdir(out))
+        r = pretrain(arm, out, "--resume", env={"QAC_TEST_CRASH": "export_commit:1"})
+        check(r.returncode == -9 and not os.path.exists(os.path.join(out, "config.json")) and
+              latest(out) == "checkpoint-6" and trajectory(out) == trajectory(ref) and
+              file_bytes(os.path.join(out, "checkpoint-6", "model.safetensors")) ==
+              file_bytes(os.path.join(ref, "checkpoint-6", "model.safetensors")),
+              f"{arm}: killed in the export: no config.json in OUT, checkpoints and log kept (rc {r.returncode})")
+        r = pretrain(arm, out, "--resume")
+        exported = ("config.json", "model.safetensors", "modules.json", os.path.join("1_Pooling", "config.json"))
+        check(r.returncode == 0 and sorted(os.listdir(out)) == names and
+              all(file_bytes(os.path.join(out, f)) == file_bytes(os.path.join(ref, f)) for f in exported),
+              f"{arm}: --resume after it completes the export, no temporary left: " + r.stderr[-200:])
 
 r = run(["plot", os.path.join(p("cotmae-ref"), "log.jsonl"), "--out", p("loss.png")])
 check(r.returncode == 0 and file_bytes(p("loss.png"))[:8] == b"\x89PNG\r\n\x1a\n", "qac plot draws the log " + r.stderr)
