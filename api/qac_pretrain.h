@@ -316,7 +316,10 @@ qac_status qac_pt_objective_parse(qac_pt_objective *out, const char *name);
  * place: OUT/checkpoint-<step>/ (encoder checkpoint + training_state.qts
  * with the heads and optimiser state), OUT/latest, OUT/log.jsonl (per step:
  * loss and its parts, lr, grad norm, span fraction), and at the end the
- * encoder alone as an HF checkpoint in OUT itself. */
+ * encoder alone as an HF checkpoint in OUT itself. o->resume continues
+ * from OUT/latest and refuses any recorded option that differs (steps,
+ * batch, seed, rates, schedule, context, lengths, objective settings): the
+ * error names the option and both values. */
 qac_status qac_pretrain_run(qac_model *m, const qac_pretrain_opts *o, long *resumed_at);
 
 #ifdef __cplusplus

@@ -3,14 +3,18 @@
  * written atomically with an XXH64 trailer, the directory written as
  * DIR.tmp and swapped in over DIR (DIR.old while swapping), and the way
  * back: DIR or the DIR.old a crash between the renames left, its state
- * file checked, its weights loaded. */
+ * file checked, its weights loaded. And the encoder exported into a run
+ * directory: all its files appear together (qac_ckpt_export). */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "qac_util.h"
 #include "trainer_internal.h"
@@ -71,6 +75,60 @@ qac_status qac_ckpt_save(const qac_model *m, const char *dir, qac_state_write_fn
     }
     if (rename(tmp, dir) != 0) return qac_set_error(QAC_ERR_IO, "rename %s -> %s: %s", tmp, dir, strerror(errno));
     return qac_trainer_remove_dir(old);
+}
+
+/* fsync a directory, so the renames in it so far outlast a crash */
+static void sync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+}
+
+/* rename every entry of src into dst, directories merged entry by entry;
+ * `last` (a top-level name) is left in src */
+static qac_status move_entries(const char *src, const char *dst, const char *last) {
+    DIR *d = opendir(src);
+    if (!d) return qac_set_error(QAC_ERR_IO, "%s: %s", src, strerror(errno));
+    qac_status st = QAC_OK;
+    struct dirent *e;
+    while (!st && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || (last && !strcmp(e->d_name, last))) continue;
+        char from[4096], to[4096];
+        struct stat fs, ts;
+        if ((st = qac_path_join(from, sizeof from, src, e->d_name)) ||
+            (st = qac_path_join(to, sizeof to, dst, e->d_name)))
+            break;
+        if (lstat(from, &fs) != 0) {
+            st = qac_set_error(QAC_ERR_IO, "%s: %s", from, strerror(errno));
+        } else if (S_ISDIR(fs.st_mode) && lstat(to, &ts) == 0 && S_ISDIR(ts.st_mode)) {
+            if (!(st = move_entries(from, to, NULL))) sync_dir(to);
+        } else if (rename(from, to) != 0) {
+            st = qac_set_error(QAC_ERR_IO, "rename %s -> %s: %s", from, to, strerror(errno));
+        }
+    }
+    closedir(d);
+    return st;
+}
+
+qac_status qac_ckpt_export(const qac_model *m, const char *dir) {
+    char tmp[4096], from[4096], to[4096];
+    qac_status st = qac_path_join(tmp, sizeof tmp, dir, QAC_EXPORT_TMP);
+    if (st || (st = qac_path_join(from, sizeof from, tmp, "config.json")) ||
+        (st = qac_path_join(to, sizeof to, dir, "config.json")))
+        return st;
+    if ((st = qac_trainer_remove_dir(tmp)) || (st = qac_model_save(m, tmp))) return st;
+    /* from here until the last rename dir holds no config.json: no loader
+     * takes it for a model, half old and half new */
+    if (unlink(to) != 0 && errno != ENOENT) return qac_set_error(QAC_ERR_IO, "remove %s: %s", to, strerror(errno));
+    sync_dir(dir);
+    if ((st = move_entries(tmp, dir, "config.json"))) return st;
+    sync_dir(dir);
+    qac_crash_point("export_commit"); /* tests kill here: every file moved but config.json */
+    if (rename(from, to) != 0) return qac_set_error(QAC_ERR_IO, "rename %s -> %s: %s", from, to, strerror(errno));
+    sync_dir(dir);
+    return qac_trainer_remove_dir(tmp);
 }
 
 static const char *magic_owner(const char *data, size_t len) {

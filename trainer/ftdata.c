@@ -8,6 +8,7 @@
 
 #include "qac_eval.h"
 #include "qac_finetune.h"
+#include "qac_jsonl.h"
 #include "qac_rng.h"
 #include "qac_util.h"
 #include "textmap.h"
@@ -132,15 +133,6 @@ static qac_status begin_example(qac_ft_data *d, const char *qid, const char *que
 /* ---- Tevatron jsonl ---- */
 
 /* a string or integer field as text into buf (ids may be numbers) */
-static const char *id_text(json_t *v, char *buf, size_t cap) {
-    if (json_is_string(v)) return json_string_value(v);
-    if (json_is_integer(v)) {
-        snprintf(buf, cap, "%lld", (long long)json_integer_value(v));
-        return buf;
-    }
-    return NULL;
-}
-
 static qac_status add_psg_list(qac_ft_data *d, json_t *list, const char *key, const char *path, long line,
                                int *count) {
     *count = 0;
@@ -155,9 +147,9 @@ static qac_status add_psg_list(qac_ft_data *d, json_t *list, const char *key, co
         if (!json_is_object(p))
             return qac_set_error(QAC_ERR_FORMAT, "%s:%ld: %s[%zu] is not an object", path, line, key, i);
         json_t *text = json_object_get(p, "text"), *title = json_object_get(p, "title");
-        char buf[32];
+        char buf[QAC_JSON_ID_BUF];
         json_t *docid_v = json_object_get(p, "docid");
-        const char *docid = docid_v ? id_text(docid_v, buf, sizeof buf) : "";
+        const char *docid = docid_v ? qac_json_id_text(docid_v, buf) : "";
         if (!json_is_string(text))
             return qac_set_error(QAC_ERR_FORMAT, "%s:%ld: %s[%zu] has no string \"text\"", path, line, key, i);
         if (!docid) return qac_set_error(QAC_ERR_FORMAT, "%s:%ld: %s[%zu] \"docid\" is not a string or integer",
@@ -193,9 +185,9 @@ qac_status qac_ft_data_add_tevatron(qac_ft_data *d, const char *path) {
                                err.column);
             break;
         }
-        char idb[32];
+        char idb[QAC_JSON_ID_BUF];
         json_t *qv = json_object_get(o, "query"), *qidv = json_object_get(o, "query_id");
-        const char *qid = qidv ? id_text(qidv, idb, sizeof idb) : NULL;
+        const char *qid = qidv ? qac_json_id_text(qidv, idb) : NULL;
         if (!json_is_object(o)) st = qac_set_error(QAC_ERR_FORMAT, "%s:%ld: not a JSON object", path, line);
         else if (!qid) st = qac_set_error(QAC_ERR_FORMAT, "%s:%ld: missing \"query_id\" (string or integer)", path, line);
         else if (!json_is_string(qv)) st = qac_set_error(QAC_ERR_FORMAT, "%s:%ld: missing string \"query\"", path, line);

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "qac_lines.h"
+#include "qac_jsonl.h"
 #include "qac_pretrain.h"
 #include "qac_rng.h"
 #include "textmap.h"
@@ -44,40 +44,18 @@ static void graph_free(graph *g) {
     qac_strmap_free(g->ids);
 }
 
-static char *json_id(json_t *v) {
-    if (json_is_string(v)) return strdup(json_string_value(v));
-    if (json_is_integer(v)) {
-        char b[32];
-        snprintf(b, sizeof b, "%lld", (long long)json_integer_value(v));
-        return strdup(b);
-    }
-    return NULL;
-}
-
 static qac_status read_docs(graph *g, const qac_hlp_opts *o, int want_links) {
     qac_lines *lr;
     qac_status s = qac_lines_open(&lr, o->path);
     if (s) return s;
-    const char *line;
-    size_t len;
+    json_t *obj;
     int got;
-    while (!(s = qac_lines_next(lr, &line, &len, &got)) && got) {
+    while (!(s = qac_jsonl_next(lr, &obj, &got)) && got) {
         long ln = qac_lines_lineno(lr);
-        size_t k = 0;
-        while (k < len && (line[k] == ' ' || line[k] == '\t')) k++;
-        if (k == len) continue;
-        json_error_t err;
-        json_t *obj = json_loadb(line, len, 0, &err);
-        if (!obj) {
-            s = qac_set_error(QAC_ERR_FORMAT, "%s:%ld: malformed JSON: %s (column %d)", o->path, ln, err.text,
-                              err.column);
-            break;
-        }
         json_t *text = json_object_get(obj, "text"), *title = json_object_get(obj, "title"),
                *links = json_object_get(obj, "links");
-        char *id = json_is_object(obj) ? json_id(json_object_get(obj, "id")) : NULL;
-        if (!json_is_object(obj)) s = qac_set_error(QAC_ERR_FORMAT, "%s:%ld: not a JSON object", o->path, ln);
-        else if (!id) s = qac_set_error(QAC_ERR_FORMAT, "%s:%ld: missing \"id\" (string or integer)", o->path, ln);
+        char *id = qac_json_id_dup(json_object_get(obj, "id"));
+        if (!id) s = qac_set_error(QAC_ERR_FORMAT, "%s:%ld: missing \"id\" (string or integer)", o->path, ln);
         else if (text && !json_is_string(text) && !json_is_null(text))
             s = qac_set_error(QAC_ERR_FORMAT, "%s:%ld: \"text\" is not a string", o->path, ln);
         else if (title && !json_is_string(title) && !json_is_null(title))
@@ -99,7 +77,7 @@ static qac_status read_docs(graph *g, const qac_hlp_opts *o, int want_links) {
             if (nl && !l) s = qac_set_error(QAC_ERR_NOMEM, "out of memory");
             else h->links = l;
             for (size_t i = 0; !s && i < nl; i++)
-                if (!(h->links[h->nlinks++] = json_id(json_array_get(links, i))))
+                if (!(h->links[h->nlinks++] = qac_json_id_dup(json_array_get(links, i))))
                     s = qac_set_error(QAC_ERR_NOMEM, "out of memory");
             g->duplicates++;
             free(id);
@@ -125,7 +103,7 @@ static qac_status read_docs(graph *g, const qac_hlp_opts *o, int want_links) {
         h->title = strdup(json_is_string(title) ? json_string_value(title) : "");
         h->links = nl ? calloc(nl, sizeof *h->links) : NULL;
         int ok = h->text && h->title && (!nl || h->links);
-        for (size_t i = 0; ok && i < nl; i++) ok = (h->links[h->nlinks++] = json_id(json_array_get(links, i))) != NULL;
+        for (size_t i = 0; ok && i < nl; i++) ok = (h->links[h->nlinks++] = qac_json_id_dup(json_array_get(links, i))) != NULL;
         json_decref(obj);
         if (ok) s = qac_strmap_put(g->ids, id, g->n - 1);
         else s = qac_set_error(QAC_ERR_NOMEM, "out of memory");

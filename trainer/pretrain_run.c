@@ -228,6 +228,7 @@ qac_status qac_pretrain_run(qac_model *m, const qac_pretrain_opts *o, long *resu
     if ((st = qac_pretrainer_create(&s.t, m, &to, &o->obj))) return st;
     s.t->schedule_ctx = o->context;
     s.t->warmup_frac = o->warmup_ratio;
+    s.t->max_len = o->data.max_len, s.t->query_max_len = o->data.query_max_len;
     if (!(st = qac_word_starts(&s.word_start, m->tok)) && !(st = qac_pt_data_open(&s.d, &o->data, m->tok))) {
         s.ndocs = qac_pt_data_count(s.d);
         s.pairs = malloc((size_t)o->batch * sizeof *s.pairs);
@@ -304,8 +305,9 @@ qac_status qac_pretrain_run(qac_model *m, const qac_pretrain_opts *o, long *resu
             st = save(&s, o->out_dir, o->keep);
     }
     if (log && fclose(log) != 0 && !st) st = qac_set_error(QAC_ERR_IO, "%s: %s", log_path, strerror(errno));
-    /* the encoder alone, in OUT itself: what fine-tuning and encode read */
-    if (!st) st = qac_model_save(m, o->out_dir);
+    /* the encoder alone, in OUT itself: what fine-tuning and encode read;
+     * its files appear together (config.json last), checkpoints untouched */
+    if (!st) st = qac_ckpt_export(m, o->out_dir);
     qac_pretrainer_free(s.t);
     qac_pt_data_free(s.d);
     src_free(&s);

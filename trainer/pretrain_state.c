@@ -1,6 +1,6 @@
 /* Pre-training checkpoints: an encoder-only HF directory (loadable for
  * inference and fine-tuning on its own) plus training_state.qts:
- *   char[8] "QACPTST\0"; u32 version (2); u32 objective
+ *   char[8] "QACPTST\0"; u32 version (3); u32 objective
  *   u64 step, n_enc, n_head, seed, cursor_len
  *   i32 head_layers, skip_from, hidden_size, vocab_size
  *   f64 lr, weight_decay, beta1, beta2, adam_eps, max_grad_norm
@@ -8,11 +8,15 @@
  *   f32 mask_rate, enc_mask_rate, dec_mask_rate, tau, alpha, hidden_dropout, attn_dropout, window (qgen)
  *   i32 pooling (0 cls, 1 mean), normalize (0, 1): the representation, resolved
  *       (version 1 had neither: raw [CLS], read as cls and 0)
+ *   i32 context (qac_pt_mode), max_len, query_max_len, 0; f64 span_frac, warmup_ratio
+ *       (version 3; older states lack them, and a resume cannot hold to them)
  *   u8 cursor[cursor_len]; f32 heads[n_head]
  *   f32 adam_m[n_enc + n_head]; f32 adam_v[n_enc + n_head]
  *   u64 XXH64 of every byte before it
  * Little-endian. The heads live only here: the exported encoder carries
- * none of them. */
+ * none of them. A resume refuses any recorded option that would change the
+ * run (check_options); the thread count, --recompute and --save-every are
+ * not checked. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +24,7 @@
 #include "pretrainer.h"
 #include "qac_util.h"
 
-#define STATE_VERSION 2u
+#define STATE_VERSION 3u
 
 typedef struct header {
     uint32_t version, objective;
@@ -31,6 +35,8 @@ typedef struct header {
     int32_t schedule, recompute;
     float fl[8];
     int32_t pooling, normalize;
+    int32_t context, max_len, query_max_len, zero;
+    double span_frac, warmup_ratio;
 } header;
 
 static void fill_header(header *h, const qac_pretrainer *t, size_t cursor_len) {
@@ -49,6 +55,8 @@ static void fill_header(header *h, const qac_pretrainer *t, size_t cursor_len) {
                   t->drop.attn, t->ob.objective == QAC_PT_QGEN ? (float)t->ob.window : 0};
     memcpy(h->fl, f, sizeof f);
     h->pooling = t->ob.pooling, h->normalize = t->ob.normalize;
+    h->context = (int32_t)t->schedule_ctx.mode, h->max_len = t->max_len, h->query_max_len = t->query_max_len;
+    h->span_frac = t->schedule_ctx.span_frac, h->warmup_ratio = t->warmup_frac;
 }
 
 /* the header field by field (no struct padding in the file) */
@@ -59,9 +67,12 @@ static void put_header(qac_state_writer *w, const header *h) {
     qac_state_put(w, h->dbl, sizeof h->dbl), qac_state_put(w, &h->warmup, 8), qac_state_put(w, &h->total, 8);
     qac_state_put(w, &h->schedule, 4), qac_state_put(w, &h->recompute, 4), qac_state_put(w, h->fl, sizeof h->fl);
     qac_state_put(w, &h->pooling, 4), qac_state_put(w, &h->normalize, 4);
+    qac_state_put(w, &h->context, 4), qac_state_put(w, &h->max_len, 4), qac_state_put(w, &h->query_max_len, 4);
+    qac_state_put(w, &h->zero, 4), qac_state_put(w, &h->span_frac, 8), qac_state_put(w, &h->warmup_ratio, 8);
 }
 #define HEADER_V1_BYTES (4 + 4 + 5 * 8 + 4 * 4 + 6 * 8 + 2 * 8 + 2 * 4 + 8 * 4)
-#define HEADER_BYTES (HEADER_V1_BYTES + 2 * 4)
+#define HEADER_V2_BYTES (HEADER_V1_BYTES + 2 * 4)
+#define HEADER_BYTES (HEADER_V2_BYTES + 4 * 4 + 2 * 8)
 
 static qac_status write_state(void *user, const char *path) {
     qac_pretrainer *t = user;
@@ -91,6 +102,99 @@ static const char *objective_name(uint32_t o) {
     return o == QAC_PT_COCONDENSER ? "cocondenser" : o == QAC_PT_COTMAE ? "cotmae" : o == QAC_PT_QGEN ? "qgen" : "?";
 }
 
+static const char *schedule_name(int32_t s) {
+    return s == QAC_SCHED_LINEAR     ? "linear"
+           : s == QAC_SCHED_COSINE   ? "cosine"
+           : s == QAC_SCHED_CONSTANT ? "constant"
+                                     : "?";
+}
+
+static void context_name(char *buf, size_t cap, int32_t mode, double span_frac) {
+    if (mode == QAC_PT_MODE_CURRICULUM) snprintf(buf, cap, "--curriculum span:%g,query", span_frac);
+    else
+        snprintf(buf, cap, "--context %s",
+                 mode == QAC_PT_MODE_QUERY  ? "query"
+                 : mode == QAC_PT_MODE_SPAN ? "span"
+                 : mode == QAC_PT_MODE_MIXED ? "mixed"
+                                             : "?");
+}
+
+/* two numbers that differ, printed so that they read differently */
+static void two_reals(char *a, char *b, size_t cap, double x, double y) {
+    for (int digits = 6; digits <= 17; digits++) {
+        snprintf(a, cap, "%.*g", digits, x), snprintf(b, cap, "%.*g", digits, y);
+        if (strcmp(a, b)) return;
+    }
+}
+
+static qac_status changed(const char *use, const char *option, const char *then, const char *now) {
+    return qac_set_error(QAC_ERR_INVALID,
+                         "%s: the run was written with %s %s, this resume has %s; resume with the same %s (a changed "
+                         "option would not continue the run bit for bit), or start a new --out",
+                         use, option, then, now, option);
+}
+
+/* Every recorded option that changes the trajectory, as the run resolved
+ * it; the first that differs is refused by name. What the objective does
+ * not read is not compared; version-1/2 states lack the context, the
+ * curriculum's fraction, the warmup ratio and the lengths, which are then
+ * not compared. */
+static qac_status check_options(const header *h, const header *w, const char *use) {
+    char a[64], b[64];
+    if (h->total != w->total) {
+        snprintf(a, sizeof a, "%lld", (long long)h->total), snprintf(b, sizeof b, "%lld", (long long)w->total);
+        return changed(use, "--steps", a, b);
+    }
+    static const char *const dbl_names[6] = {"--lr", "--weight-decay", "AdamW beta1", "AdamW beta2", "AdamW epsilon",
+                                             "--max-grad-norm"};
+    for (int i = 0; i < 6; i++)
+        if (memcmp(&h->dbl[i], &w->dbl[i], sizeof h->dbl[i])) {
+            two_reals(a, b, sizeof a, h->dbl[i], w->dbl[i]);
+            return changed(use, dbl_names[i], a, b);
+        }
+    int curriculum = h->version >= 3 && h->context == QAC_PT_MODE_CURRICULUM;
+    if (h->version >= 3) {
+        if (h->context != w->context || (curriculum && h->span_frac != w->span_frac)) {
+            context_name(a, sizeof a, h->context, h->span_frac), context_name(b, sizeof b, w->context, w->span_frac);
+            return qac_set_error(QAC_ERR_INVALID,
+                                 "%s: the run was written with %s, this resume has %s; resume with the same "
+                                 "--context or --curriculum (a changed option would not continue the run bit for "
+                                 "bit), or start a new --out",
+                                 use, a, b);
+        }
+        if (h->max_len != w->max_len) {
+            snprintf(a, sizeof a, "%d", h->max_len), snprintf(b, sizeof b, "%d", w->max_len);
+            return changed(use, "--max-len", a, b);
+        }
+        if (h->query_max_len != w->query_max_len) {
+            snprintf(a, sizeof a, "%d", h->query_max_len), snprintf(b, sizeof b, "%d", w->query_max_len);
+            return changed(use, "--query-max-len", a, b);
+        }
+    }
+    /* a curriculum's schedule is its own: warmup as a ratio of the span stage */
+    if (curriculum && h->warmup_ratio != w->warmup_ratio) {
+        two_reals(a, b, sizeof a, h->warmup_ratio, w->warmup_ratio);
+        return changed(use, "--warmup-ratio", a, b);
+    }
+    if (!curriculum && h->schedule != w->schedule)
+        return changed(use, "--schedule", schedule_name(h->schedule), schedule_name(w->schedule));
+    if (!curriculum && h->warmup != w->warmup) {
+        snprintf(a, sizeof a, "%lld", (long long)h->warmup), snprintf(b, sizeof b, "%lld", (long long)w->warmup);
+        return changed(use, "--warmup-steps (or --warmup-ratio times --steps)", a, b);
+    }
+    /* fl: mask_rate, enc_mask_rate, dec_mask_rate, tau, alpha, hidden dropout, attention dropout */
+    int coco = h->objective == QAC_PT_COCONDENSER, cot = h->objective == QAC_PT_COTMAE;
+    int used[7] = {coco, !coco, cot, coco && w->fl[4] <= 0, coco, 1, 1};
+    static const char *const fl_names[7] = {"--mask-rate", "--enc-mask-rate", "--dec-mask-rate", "--tau",
+                                            "--alpha", "--dropout", "--dropout (attention)"};
+    for (int i = 0; i < 7; i++)
+        if (used[i] && memcmp(&h->fl[i], &w->fl[i], sizeof h->fl[i])) {
+            two_reals(a, b, sizeof a, h->fl[i], w->fl[i]);
+            return changed(use, fl_names[i], a, b);
+        }
+    return QAC_OK;
+}
+
 qac_status qac_pretrainer_resume(qac_pretrainer *t, const char *dir, void **cursor, size_t *cursor_len) {
     *cursor = NULL;
     *cursor_len = 0;
@@ -99,7 +203,7 @@ qac_status qac_pretrainer_resume(qac_pretrainer *t, const char *dir, void **curs
     qac_status st = qac_ckpt_read_state(dir, QAC_STATE_MAGIC_PT, HEADER_V1_BYTES, use, sizeof use, &data, &len);
     if (st) return st;
     const unsigned char *p = (const unsigned char *)data;
-    header h, want;
+    header h = {0}, want;
     p += 8;
 #define GET(field, n) (memcpy(&(field), p, n), p += (n))
     GET(h.version, 4), GET(h.objective, 4), GET(h.step, 8), GET(h.n_enc, 8), GET(h.n_head, 8), GET(h.seed, 8);
@@ -107,10 +211,14 @@ qac_status qac_pretrainer_resume(qac_pretrainer *t, const char *dir, void **curs
     GET(h.dbl, sizeof h.dbl), GET(h.warmup, 8), GET(h.total, 8), GET(h.schedule, 4), GET(h.recompute, 4);
     GET(h.fl, sizeof h.fl);
     h.pooling = QAC_POOL_CLS, h.normalize = 0; /* version 1: the raw [CLS] */
-    if (h.version >= 2 && len >= 8 + HEADER_BYTES + 8) GET(h.pooling, 4), GET(h.normalize, 4);
+    if (h.version >= 2 && len >= 8 + HEADER_V2_BYTES + 8) GET(h.pooling, 4), GET(h.normalize, 4);
+    if (h.version >= 3 && len >= 8 + HEADER_BYTES + 8) {
+        GET(h.context, 4), GET(h.max_len, 4), GET(h.query_max_len, 4), GET(h.zero, 4);
+        GET(h.span_frac, 8), GET(h.warmup_ratio, 8);
+    }
 #undef GET
     fill_header(&want, t, 0);
-    if (h.version != STATE_VERSION && h.version != 1) {
+    if (h.version < 1 || h.version > STATE_VERSION) {
         st = qac_set_error(QAC_ERR_UNSUPPORTED, "%s: pre-training state version %u (this qac reads %u)", use, h.version,
                            STATE_VERSION);
         goto done;
@@ -131,6 +239,7 @@ qac_status qac_pretrainer_resume(qac_pretrainer *t, const char *dir, void **curs
                            qac_pooling_name((qac_pooling)want.pooling), want.normalize ? ", L2-normalised" : "");
         goto done;
     }
+    if ((st = check_options(&h, &want, use))) goto done;
     if (h.n_enc != t->m->n_params || h.n_head != t->n_head || h.hidden_size != want.hidden_size ||
         h.vocab_size != want.vocab_size) {
         st = qac_set_error(QAC_ERR_INVALID, "%s: %llu + %llu parameters, the model and heads have %zu + %zu", use,

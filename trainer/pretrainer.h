@@ -89,6 +89,7 @@ typedef struct qac_pretrainer {
     /* a curriculum's two-stage schedule replaces o.schedule (mode CURRICULUM) */
     qac_pt_context schedule_ctx;
     double warmup_frac;
+    int max_len, query_max_len; /* the data's, recorded in the state (a resume holds to them) */
 } qac_pretrainer;
 
 /* Validates the options, allocates, and draws the fresh heads from

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "qac_lines.h"
+#include "qac_jsonl.h"
 #include "qac_pool.h"
 #include "qac_pretrain.h"
 #include "qac_rng.h"
@@ -164,12 +164,7 @@ static char *dup_id(json_t *o) {
     static const char *keys[] = {"id", "_id", "docid"};
     for (int k = 0; k < 3; k++) {
         json_t *v = json_object_get(o, keys[k]);
-        if (json_is_string(v)) return strdup(json_string_value(v));
-        if (json_is_integer(v)) {
-            char b[32];
-            snprintf(b, sizeof b, "%lld", (long long)json_integer_value(v));
-            return strdup(b);
-        }
+        if (json_is_string(v) || json_is_integer(v)) return qac_json_id_dup(v);
     }
     return NULL;
 }
@@ -179,25 +174,14 @@ static qac_status read_file(ptfile *f, const char *path, int with_queries, qac_p
     qac_lines *lr;
     qac_status s = qac_lines_open(&lr, path);
     if (s) return s;
-    const char *line;
-    size_t len;
+    json_t *obj;
     int got;
-    while (!(s = qac_lines_next(lr, &line, &len, &got)) && got) {
+    while (!(s = qac_jsonl_next(lr, &obj, &got)) && got) {
         long ln = qac_lines_lineno(lr);
-        size_t k = 0;
-        while (k < len && (line[k] == ' ' || line[k] == '\t')) k++;
-        if (k == len) continue;
-        json_error_t err;
-        json_t *obj = json_loadb(line, len, 0, &err);
-        if (!obj) {
-            s = qac_set_error(QAC_ERR_FORMAT, "%s:%ld: malformed JSON: %s (column %d)", path, ln, err.text, err.column);
-            break;
-        }
         if (with_queries) st->records++;
         json_t *text = json_object_get(obj, "text"), *qs = json_object_get(obj, "queries");
-        char *id = json_is_object(obj) ? dup_id(obj) : NULL;
-        if (!json_is_object(obj)) s = qac_set_error(QAC_ERR_FORMAT, "%s:%ld: not a JSON object", path, ln);
-        else if (!id) s = qac_set_error(QAC_ERR_FORMAT, "%s:%ld: missing \"id\" (string or integer)", path, ln);
+        char *id = dup_id(obj);
+        if (!id) s = qac_set_error(QAC_ERR_FORMAT, "%s:%ld: missing \"id\" (string or integer)", path, ln);
         else if (text && !json_is_string(text) && !json_is_null(text))
             s = qac_set_error(QAC_ERR_FORMAT, "%s:%ld: \"text\" is not a string", path, ln);
         else if (with_queries && qs && !json_is_array(qs) && !json_is_null(qs))

@@ -57,6 +57,14 @@ qac_status qac_trainer_remove_dir(const char *dir);
  * DIR.tmp, then swap it in over DIR */
 typedef qac_status (*qac_state_write_fn)(void *user, const char *path);
 qac_status qac_ckpt_save(const qac_model *m, const char *dir, qac_state_write_fn write_state, void *user);
+/* The encoder as an HF checkpoint in dir, beside what dir holds (a run's
+ * checkpoints and log), all or nothing for loaders: written into
+ * dir/QAC_EXPORT_TMP, dir/config.json removed, every other file renamed into
+ * dir, config.json renamed last. A crash leaves dir without config.json
+ * (no loader takes it for a model) or with the complete new export;
+ * running the export again completes it. */
+#define QAC_EXPORT_TMP "export.tmp"
+qac_status qac_ckpt_export(const qac_model *m, const char *dir);
 /* DIR, or the DIR.old a crash between the renames left (copied to use):
  * its state file read into *data (malloc'd), at least 8 + min_len + 8
  * bytes, with the given magic and a matching checksum */

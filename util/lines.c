@@ -62,6 +62,8 @@ qac_status qac_lines_next(qac_lines *r, const char **line, size_t *len, int *got
 
 long qac_lines_lineno(const qac_lines *r) { return r->lineno; }
 
+const char *qac_lines_path(const qac_lines *r) { return r->path; }
+
 void qac_lines_free(qac_lines *r) {
     if (!r) return;
     if (r->gz) gzclose(r->gz);

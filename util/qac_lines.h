@@ -19,6 +19,8 @@ qac_status qac_lines_open(qac_lines **out, const char *path);
 qac_status qac_lines_next(qac_lines *r, const char **line, size_t *len, int *got);
 /* 1-based number of the line last returned. */
 long qac_lines_lineno(const qac_lines *r);
+/* The path the reader was opened with (for messages). */
+const char *qac_lines_path(const qac_lines *r);
 void qac_lines_free(qac_lines *r);
 
 #endif

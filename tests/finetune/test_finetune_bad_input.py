@@ -47,6 +47,9 @@ cases = [
     ("badpsg.jsonl", json.dumps(dict(good, negative_passages=[{"docid": "z"}])) + "\n",
      ":1: negative_passages[0] has no string \"text\""),
     ("notarray.jsonl", json.dumps(dict(good, positive_passages="x")) + "\n", ":1: \"positive_passages\" is not an array"),
+    ("floatqid.jsonl", json.dumps(dict(good, query_id=1.5)) + "\n", ":1: missing \"query_id\" (string or integer)"),
+    ("floatdocid.jsonl", json.dumps(dict(good, negative_passages=[{"docid": 2.5, "text": "t"}])) + "\n",
+     ":1: negative_passages[0] \"docid\" is not a string or integer"),
 ]
 for name, text, want in cases:
     f = write(name, text)
@@ -54,6 +57,9 @@ for name, text, want in cases:
     check(r.returncode == 1 and (f + want) in r.stderr and untouched("o-" + name),
           f"{name}: error names file and line ({r.stderr.strip()[:160]})")
 
+ints = write("ints.jsonl", json.dumps(dict(good, query_id=7, positive_passages=[{"docid": 11, "text": "pos"}])) + "\n")
+r = ft("--train", ints, "--dry-run", out="o-ints")
+check(r.returncode == 0, "integer query_id and docid are read as ids: " + r.stderr.strip()[-160:])
 r = ft("--train", train, "--dry-run", out="o-skip")
 check(r.returncode == 0 and "skipped 1 queries without a positive" in r.stderr, "a query without positives is skipped and counted")
 empty = write("empty.jsonl", json.dumps(nopos) + "\n")

@@ -232,6 +232,16 @@ with open(bad, "w") as f:
     f.write('{"id":"a","text":"x"}\n{"text":"no id"}\n')
 r, _ = run_hlp(bad, os.path.join(tmp, "never.jsonl"), ok=False)
 check(r.returncode == 1 and "bad.jsonl:2" in r.stderr and "id" in r.stderr, f"missing id: {r.stderr.strip()}")
+with open(bad, "w") as f:
+    f.write('{"id":"a","text":"x"}\n\n[1, 2]\n')
+r, _ = run_hlp(bad, os.path.join(tmp, "never.jsonl"), ok=False)
+check(r.returncode == 1 and "bad.jsonl:3: not a JSON object" in r.stderr,
+      f"a JSON array line: not an object, blank lines counted: {r.stderr.strip()}")
+with open(bad, "w") as f:
+    f.write('{"id":"a","text":"x"}\n{"_id":"b","text":"y"}\n')
+r, _ = run_hlp(bad, os.path.join(tmp, "never.jsonl"), ok=False)
+check(r.returncode == 1 and 'bad.jsonl:2: missing "id" (string or integer)' in r.stderr,
+      f"hlp reads \"id\" only: {r.stderr.strip()}")
 badtsv = os.path.join(tmp, "bad.tsv")
 with open(badtsv, "w") as f:
     f.write("a\tb\nno tab here\n")

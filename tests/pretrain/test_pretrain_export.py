@@ -121,7 +121,9 @@ ref = load_file(os.path.join(mlm_dir, "model.safetensors"))
 state = np.fromfile(os.path.join(out, "checkpoint-1", "training_state.qts"), dtype=np.uint8)
 I, HL = 2 * C, 1
 stack = HL * (3 * C * C + 3 * C + C * C + C + 2 * C + I * C + I + C * I + C + 2 * C)
-off = 8 + 176 + 40 + 4 * stack  # magic, header (version 2: 168 + pooling, normalize), cursor (5 u64), the decoder layer
+# magic, header (version 3: 168, pooling and normalize, 32 of context, lengths and ratios), cursor (5 u64), the
+# decoder layer
+off = 8 + 176 + 32 + 40 + 4 * stack
 head = state[off:off + 4 * (C * C + 3 * C + V)].view(np.float32)
 want = np.concatenate([ref[k].reshape(-1) for k in (
     "cls.predictions.transform.dense.weight", "cls.predictions.transform.dense.bias",

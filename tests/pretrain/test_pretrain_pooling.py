@@ -12,7 +12,8 @@ before any step while the same choice spelled explicitly (--pooling mean
 --normalize true) is accepted. The released code's choice (--pooling cls
 --normalize false) runs and says that the exported encoder still pools as
 the checkpoint does. A training state of version 1 (before --pooling:
-the raw [CLS]) resumes as cls pooling and refuses mean. Bad values are
+the raw [CLS]) resumes as cls pooling and refuses mean; one of version 2
+resumes and refuses another --steps. Bad values are
 refused by the parser."""
 import json
 import os
@@ -46,7 +47,7 @@ check([l["step"] for l in log] == [1, 2, 3] and all(l["contrastive"] > 0 for l i
 st = file_bytes(os.path.join(out, "checkpoint-3", "training_state.qts"))
 version = struct.unpack_from("<I", st, 8)[0]
 pooling, normalize = struct.unpack_from("<ii", st, 8 + 168)
-check(version == 2 and (pooling, normalize) == (1, 1),
+check(version == 3 and (pooling, normalize) == (1, 1),
       f"the training state records mean pooling, normalised (version {version}, {pooling}, {normalize})")
 
 def st_files(d):
@@ -75,24 +76,44 @@ check(r.returncode == 0 and "cls pooling (--pooling), not normalised (--normaliz
       "keeps the checkpoint's mean pooling" in r.stderr,
       "--pooling cls --normalize false runs and says the export keeps mean pooling " + r.stderr[-300:])
 # a state written before --pooling existed (version 1, no pooling fields:
-# the raw [CLS]) resumes as cls, not normalised, and refuses anything else
+# the raw [CLS]) resumes as cls, not normalised, and refuses anything else;
+# version 2 (no context, lengths or warmup ratio) still resumes, still
+# holding to the options it records (--steps)
 tiny = tiny_model(p("tiny"))
-v1 = p("v1")
-TB = ["pretrain", "--model", tiny, "--data", data, "--objective", "cocondenser", "--batch", "4", "--max-len", "32",
-      "--query-max-len", "16", "--threads", "2", "--out", v1]
-r = run(TB + ["--steps", "1"], env=env)
-check(r.returncode == 0, "a tiny [CLS] model, 1 step " + r.stderr[-300:])
-sp = os.path.join(v1, "checkpoint-1", "training_state.qts")
-st = file_bytes(sp)
-body = st[:8] + struct.pack("<I", 1) + st[12:8 + 168] + st[8 + 176:-8]
-with open(sp, "wb") as f:
-    f.write(body + struct.pack("<Q", xxh64(body)))
-r = run(TB + ["--steps", "2", "--resume", "--pooling", "mean"], env=env)
+V3_EXTRA = 4 * 4 + 2 * 8  # context, max_len, query_max_len, 0; span_frac, warmup_ratio
+
+
+def old_state(version, d):
+    """A 2-step run killed before step 2, its checkpoint-1 state rewritten as an older version."""
+    TB = ["pretrain", "--model", tiny, "--data", data, "--objective", "cocondenser", "--batch", "4", "--max-len", "32",
+          "--query-max-len", "16", "--threads", "2", "--steps", "2", "--save-every", "1", "--out", d]
+    r = run(TB, env={**env, "QAC_TEST_CRASH": "pretrain_batch:2"})
+    check(r.returncode == -9 and os.path.isfile(os.path.join(d, "checkpoint-1", "training_state.qts")),
+          f"a tiny [CLS] model, killed before step 2 (rc {r.returncode}) " + r.stderr[-300:])
+    sp = os.path.join(d, "checkpoint-1", "training_state.qts")
+    st = file_bytes(sp)
+    keep = 168 if version == 1 else 176
+    body = st[:8] + struct.pack("<I", version) + st[12:8 + keep] + st[8 + 176 + V3_EXTRA:-8]
+    with open(sp, "wb") as f:
+        f.write(body + struct.pack("<Q", xxh64(body)))
+    return TB
+
+
+TB = old_state(1, p("v1"))
+r = run(TB + ["--resume", "--pooling", "mean"], env=env)
 check(r.returncode != 0 and "the run's representation was cls pooling" in r.stderr, "a version-1 state is the raw [CLS]: --pooling mean refused "
       + r.stderr[-200:])
-r = run(TB + ["--steps", "2", "--resume"], env=env)
+r = run(TB + ["--resume"], env=env)
 check(r.returncode == 0 and "steps 2..2" in r.stderr, "a version-1 state resumes with the checkpoint's cls pooling "
       + r.stderr[-200:])
+TB = old_state(2, p("v2"))
+r = run(TB + ["--resume", "--steps", "3"], env=env)
+check(r.returncode == 1 and "the run was written with --steps 2, this resume has 3" in r.stderr,
+      "a version-2 state refuses another --steps " + r.stderr[-200:])
+r = run(TB + ["--resume"], env=env)
+check(r.returncode == 0 and "steps 2..2" in r.stderr and
+      struct.unpack_from("<I", file_bytes(os.path.join(p("v2"), "checkpoint-2", "training_state.qts")), 8)[0] == 3,
+      "a version-2 state resumes, and its next checkpoint is version 3 " + r.stderr[-200:])
 
 r = run(BASE[:-1] + [p("bad"), "--pooling", "max"], env=env)
 check(r.returncode != 0 and "pooling" in r.stderr, "--pooling max is refused")

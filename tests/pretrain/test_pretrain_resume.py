@@ -6,7 +6,13 @@ with mixed contexts, query generation with dropout) a tiny random BERT (dropout 
 steps on real Debian descriptions, checkpoint every 2 steps: the reference.
 The same run is killed (SIGKILL) half-way through writing checkpoint 4,
 resumed and killed again before the batch of step 4, then resumed to the
-end. The per-step log (every loss part, lr, grad norm, span fraction, as
+end (on one thread: the count may change). Before that, a resume with an
+option that shapes the steps changed (--steps; per objective --curriculum,
+--tau, --context, --lr, --dec-mask-rate, --max-len, --dropout, --schedule)
+is refused before any step, naming the option and both values, and
+leaves the run as it was. A kill inside the final export leaves OUT
+without config.json (no loader takes it for a model) and its checkpoints
+intact; --resume completes the export. The per-step log (every loss part, lr, grad norm, span fraction, as
 exact digits), the exported encoder and the final training state (heads
 and optimiser included) must equal the reference's bit for bit. Also: a
 finished run is not overwritten without --resume, progress lines on
@@ -62,9 +68,27 @@ for arm in ARMS:
     check(latest(out) == "checkpoint-2", f"{arm}: latest names the last complete checkpoint ({latest(out)})")
     r = pretrain(arm, out)
     check(r.returncode != 0 and "--resume" in r.stderr, f"{arm}: an existing run is not overwritten without --resume")
+    # an option that shapes the steps, changed on resume: refused by name with both values, nothing touched
+    before = {f: file_bytes(os.path.join(out, f)) for f in ("latest", "log.jsonl")}
+    changes = [(["--steps", "8"], "--steps 6, this resume has 8; resume with the same --steps")]
+    changes += {"cocondenser": [(["--curriculum", "span:0.25,query"], "--curriculum span:0.5,query, this resume has "
+                                 "--curriculum span:0.25,query"), (["--tau", "0.5"], "--tau 1, this resume has 0.5")],
+                "cotmae": [(["--context", "query"], "--context mixed, this resume has --context query"),
+                           (["--lr", "2e-3"], "--lr 0.001, this resume has 0.002"),
+                           (["--dec-mask-rate", "0.5"], "--dec-mask-rate 0.45, this resume has 0.5")],
+                "qgen": [(["--max-len", "40"], "--max-len 48, this resume has 40"),
+                         (["--dropout", "0.2"], "--dropout 0.1, this resume has 0.2"),
+                         (["--schedule", "cosine"], "--schedule linear, this resume has cosine")]}[arm]
+    for extra, msg in changes:
+        r = pretrain(arm, out, "--resume", *extra)
+        check(r.returncode == 1 and "the run was written with " + msg in r.stderr and
+              not any(l.startswith("step ") for l in r.stderr.splitlines()) and
+              all(file_bytes(os.path.join(out, f)) == b for f, b in before.items()),
+              f"{arm}: --resume with {' '.join(extra)} is refused before any step, naming both values: "
+              + r.stderr.strip()[-300:])
     r = pretrain(arm, out, "--resume", env={"QAC_TEST_CRASH": "pretrain_batch:2"})
     check(r.returncode == -9, f"{arm}: resumed, then killed before the batch of step 4 (rc {r.returncode})")
-    r = pretrain(arm, out, "--resume")
+    r = pretrain(arm, out, "--resume", "--threads", "1")
     check(r.returncode == 0 and "steps 3..6" in r.stderr, f"{arm}: final resume continues from step 2 " + r.stderr[-300:])
     check(trajectory(out) == trajectory(ref), f"{arm}: every step's losses, lr, grad norm and span fraction bit-identical")
     for f in ("model.safetensors", os.path.join("checkpoint-6", "model.safetensors"),
@@ -78,6 +102,20 @@ for arm in ARMS:
         r = pretrain(arm, out, "--resume")
         check(r.returncode == 0 and file_bytes(os.path.join(out, "model.safetensors")) ==
               file_bytes(os.path.join(ref, "model.safetensors")), f"{arm}: --resume of a finished run changes nothing")
+        # killed inside the export, before its last rename: OUT is no model (no config.json, never half old
+        # and half new), its checkpoints and log intact; --resume completes the export
+        names = sorted(os.listdir(out))
+        r = pretrain(arm, out, "--resume", env={"QAC_TEST_CRASH": "export_commit:1"})
+        check(r.returncode == -9 and not os.path.exists(os.path.join(out, "config.json")) and
+              latest(out) == "checkpoint-6" and trajectory(out) == trajectory(ref) and
+              file_bytes(os.path.join(out, "checkpoint-6", "model.safetensors")) ==
+              file_bytes(os.path.join(ref, "checkpoint-6", "model.safetensors")),
+              f"{arm}: killed in the export: no config.json in OUT, checkpoints and log kept (rc {r.returncode})")
+        r = pretrain(arm, out, "--resume")
+        exported = ("config.json", "model.safetensors", "modules.json", os.path.join("1_Pooling", "config.json"))
+        check(r.returncode == 0 and sorted(os.listdir(out)) == names and
+              all(file_bytes(os.path.join(out, f)) == file_bytes(os.path.join(ref, f)) for f in exported),
+              f"{arm}: --resume after it completes the export, no temporary left: " + r.stderr[-200:])
 
 r = run(["plot", os.path.join(p("cotmae-ref"), "log.jsonl"), "--out", p("loss.png")])
 check(r.returncode == 0 and file_bytes(p("loss.png"))[:8] == b"\x89PNG\r\n\x1a\n", "qac plot draws the log " + r.stderr)

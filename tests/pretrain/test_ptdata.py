@@ -310,6 +310,20 @@ with open(badp, "w") as f:
     f.write('{"id":"a","text":"ok","queries":"not a list"}\n')
 r = tool("dump", "-", badp, "-", MAXLEN, QMAX, ok=False)
 check(r.returncode != 0 and "bad.jsonl:1" in r.stderr and "queries" in r.stderr, "queries not an array: clear error")
+with open(badp, "w") as f:
+    f.write('{"id":"a","text":"ok"}\n  \t\n[1, 2]\n')
+r = tool("dump", "-", badp, "-", MAXLEN, QMAX, ok=False)
+check(r.returncode != 0 and "bad.jsonl:3: not a JSON object" in r.stderr,
+      f"a JSON array line: not an object, blank lines counted: {r.stderr.strip()}")
+with open(badp, "w") as f:
+    f.write('{"id":"a","text":"ok"}\n{"id":1.5,"text":"ok"}\n')
+r = tool("dump", "-", badp, "-", MAXLEN, QMAX, ok=False)
+check(r.returncode != 0 and 'bad.jsonl:2: missing "id" (string or integer)' in r.stderr,
+      f"a number id that is not an integer: missing id: {r.stderr.strip()}")
+with open(badp, "w") as f:
+    f.write('{"id":7,"text":"seven"}\n{"id":null,"_id":"b","text":"bee"}\n{"docid":-3,"text":"c"}\n')
+ids = [d["id"] for d in lines("dump", "-", badp, "-", MAXLEN, QMAX)[0]]
+check(ids == ["7", "b", "-3"], f"ids: integers as decimal text, then _id and docid: {ids}")
 trunc = os.path.join(tmp, "trunc.jsonl.gz")
 with open(sample, "rb") as f, open(trunc, "wb") as g:
     g.write(f.read()[:3000])
