@@ -3,7 +3,14 @@ uvicorn + sentence-transformers + faiss-cpu) on the same machine, model and
 index vectors, in the same run: "reference" encodes each request alone
 (kept for history), "batched" batches concurrent requests (2 ms wait, one
 encode and one FAISS search per batch), as a deployment would. The ratios
-are against the better reference at each concurrency.
+are against the best reference at each concurrency. With --infinity-python,
+a third reference joins: infinity-emb (PyPI, a batching embedding server)
+run in-process under FastAPI with faiss-cpu (reference_infinity.py says why
+that form), and an embedding-only comparison follows: qac's /encode (and
+/v1/embeddings) against the stock `infinity_emb v2` server's /embeddings at
+--encode-concurrency (1 and 32), one query per request. Before timing, each
+service answers the first 8 Cranfield queries: the top-10 docids are
+compared with qac's, and qac's embeddings with infinity's (cosine).
 
   1. synthetic passages: 2-4 random Cranfield sentences each (seeded)
   2. `qac index build` (Flat) over them; the reference loads the same
@@ -16,6 +23,20 @@ Single command (from the repository root, after a Release build):
   .venv/bin/python3 bench/serve/bench_serve.py --qac build/qac --passages 100000 --duration 30
 Small smoke run:
   .venv/bin/python3 bench/serve/bench_serve.py --qac build/qac --passages 2000 --duration 5
+
+infinity-emb lives in an environment of its own, outside the repository
+(it pins numpy<2, sentence-transformers<4, uvicorn<0.33; torch from PyPI is
+the CUDA build, which runs on the CPU too). Versions that were run:
+  python3 -m venv ~/venv-infinity
+  ~/venv-infinity/bin/pip install "infinity-emb[torch,server]==0.0.78" faiss-cpu==1.15.1 torch==2.15.0 \
+      sentence-transformers==3.4.1 transformers==4.57.6 numpy==1.26.4 uvicorn==0.32.1 fastapi==0.165.0
+It runs offline on the local model directory (bench_serve.py sets
+HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 DO_NOT_TRACK=1 for it); its
+embeddings equal sentence-transformers' bit for bit on this model. Then:
+  .venv/bin/python3 bench/serve/bench_serve.py --qac build/qac --passages 100000 --duration 30 \
+      --infinity-python ~/venv-infinity/bin/python
+Its start (imports, model load, warm-up) takes tens of seconds on a quiet
+machine, minutes on a loaded one; the services get 900 s to answer /health.
 """
 import argparse
 import json
