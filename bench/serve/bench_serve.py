@@ -128,6 +128,10 @@ def post_json(base, path, body):
         return json.load(r)
 
 
+def ratio_str(num, den):  # "n/a" when a run completed no request (a loaded machine, a short run)
+    return f"{num / den:.2f}x" if num > 0 and den > 0 else "n/a"
+
+
 def stop(proc):
     if proc and proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
@@ -275,7 +279,8 @@ def main():
             enc_cos.setdefault("min", 1.0)
             enc_cos["min"] = min(enc_cos["min"], dot / (sum(p * p for p in x) * sum(q * q for q in y)) ** 0.5)
         print(f"bench: embeddings of qac and infinity, least cosine over {len(check_queries)} queries: "
-              f"{enc_cos['min']:.6f}", file=sys.stderr)
+              f"{enc_cos['min']:.7f}" + ("" if enc_cos["min"] >= 0.9999 else " (BELOW 0.9999: the answers differ)"),
+              file=sys.stderr)
 
     cpu = "unknown CPU"
     try:
@@ -283,7 +288,8 @@ def main():
             cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    print(f"\n### serve: qac vs FastAPI+sentence-transformers+faiss ({time.strftime('%Y-%m-%d')})\n")
+    print(f"\n### serve: qac vs FastAPI+sentence-transformers+faiss{'+infinity-emb' if a.infinity_python else ''} "
+          f"({time.strftime('%Y-%m-%d')})\n")
     print(f"Machine: {cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}. "
           f"{a.passages} synthetic Cranfield passages, Flat index, all-MiniLM-L6-v2, k=10, "
           f"wrk {a.duration} s per run.\n")
@@ -298,30 +304,31 @@ def main():
     for c in conc:
         q, r = results[("qac", c)], results[(best_ref(c), c)]
         print(f"| {c} | {q['rps']:.1f} | " + " | ".join(f"{results[(n, c)]['rps']:.1f}" for n in refs) +
-              f" | {label[best_ref(c)].split()[0]} | {q['rps'] / max(r['rps'], 1e-9):.2f}x |"
+              f" | {label[best_ref(c)].split()[0]} | {ratio_str(q['rps'], r['rps'])} |"
               f" {q['p50_ms']:.2f} | {r['p50_ms']:.2f} | {q['p99_ms']:.2f} | {r['p99_ms']:.2f} |"
-              f" {r['p99_ms'] / max(q['p99_ms'], 1e-9):.2f}x | " +
+              f" {ratio_str(r['p99_ms'], q['p99_ms'])} | " +
               "/".join(str(results[(n, c)]["errors"]) for n in ["qac"] + refs) + " |")
     print("\nAnswers (top-10 docids of the first %d Cranfield queries) against qac's: %s." % (
         len(check_queries), "; ".join(f"{label[n]} equal for {s}/{len(check_queries)}, mean overlap {o:.1f}/10"
                                       for n, (s, o) in agree.items())))
     last = max(conc)
-    ratio = results[("qac", last)]["rps"] / max(results[(best_ref(last), last)]["rps"], 1e-9)
-    print(f"\nthroughput ratio at concurrency {last} against the best reference ({best_ref(last)}): {ratio:.2f}x "
+    ratio = ratio_str(results[("qac", last)]["rps"], results[(best_ref(last), last)]["rps"])
+    print(f"\nthroughput ratio at concurrency {last} against the best reference ({best_ref(last)}): {ratio} "
           f"(goal >= 3x); p99 lower for qac at every concurrency: "
           f"{all(results[('qac', c)]['p99_ms'] < results[(best_ref(c), c)]['p99_ms'] for c in conc)}")
     if enc_results:
         print(f"\n### embeddings only: qac /encode and /v1/embeddings vs the stock infinity-emb server /embeddings\n")
         print("One Cranfield query per request, the model's own max length on both (256 tokens), float JSON. "
               f"Least cosine between qac's and infinity's embeddings of {len(check_queries)} queries: "
-              f"{enc_cos['min']:.6f}.\n")
+              f"{enc_cos['min']:.7f}.\n")
         print("| endpoint | concurrency | req/s | p50 ms | p99 ms | errors |")
         print("|---|---|---|---|---|---|")
         for (lab, c), r in enc_results.items():
             print(f"| {lab} | {c} | {r['rps']:.1f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['errors']} |")
         for c in sorted({c for _, c in enc_results}):
             print(f"\nqac /encode vs infinity /embeddings at concurrency {c}: "
-                  f"{enc_results[('qac /encode', c)]['rps'] / max(enc_results[('infinity /embeddings', c)]['rps'], 1e-9):.2f}x")
+                  f"{ratio_str(enc_results[('qac /encode', c)]['rps'], enc_results[('infinity /embeddings', c)]['rps'])}")
+
 
 if __name__ == "__main__":
     main()
