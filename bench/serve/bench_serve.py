@@ -3,7 +3,14 @@ uvicorn + sentence-transformers + faiss-cpu) on the same machine, model and
 index vectors, in the same run: "reference" encodes each request alone
 (kept for history), "batched" batches concurrent requests (2 ms wait, one
 encode and one FAISS search per batch), as a deployment would. The ratios
-are against the better reference at each concurrency.
+are against the best reference at each concurrency. With --infinity-python,
+a third reference joins: infinity-emb (PyPI, a batching embedding server)
+run in-process under FastAPI with faiss-cpu (reference_infinity.py says why
+that form), and an embedding-only comparison follows: qac's /encode (and
+/v1/embeddings) against the stock `infinity_emb v2` server's /embeddings at
+--encode-concurrency (1 and 32), one query per request. Before timing, each
+service answers the first 8 Cranfield queries: the top-10 docids are
+compared with qac's, and qac's embeddings with infinity's (cosine).
 
   1. synthetic passages: 2-4 random Cranfield sentences each (seeded)
   2. `qac index build` (Flat) over them; the reference loads the same
@@ -16,6 +23,20 @@ Single command (from the repository root, after a Release build):
   .venv/bin/python3 bench/serve/bench_serve.py --qac build/qac --passages 100000 --duration 30
 Small smoke run:
   .venv/bin/python3 bench/serve/bench_serve.py --qac build/qac --passages 2000 --duration 5
+
+infinity-emb lives in an environment of its own, outside the repository
+(it pins numpy<2, sentence-transformers<4, uvicorn<0.33; torch from PyPI is
+the CUDA build, which runs on the CPU too). Versions that were run:
+  python3 -m venv ~/venv-infinity
+  ~/venv-infinity/bin/pip install "infinity-emb[torch,server]==0.0.78" faiss-cpu==1.15.1 torch==2.15.0 \
+      sentence-transformers==3.4.1 transformers==4.57.6 numpy==1.26.4 uvicorn==0.32.1 fastapi==0.165.0
+It runs offline on the local model directory (bench_serve.py sets
+HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 DO_NOT_TRACK=1 for it); its
+embeddings equal sentence-transformers' bit for bit on this model. Then:
+  .venv/bin/python3 bench/serve/bench_serve.py --qac build/qac --passages 100000 --duration 30 \
+      --infinity-python ~/venv-infinity/bin/python
+Its start (imports, model load, warm-up) takes tens of seconds on a quiet
+machine, minutes on a loaded one; the services get 900 s to answer /health.
 """
 import argparse
 import json
@@ -72,7 +93,7 @@ def cranfield_queries(path):
     return qs
 
 
-def wait_health(base, proc, timeout=600):
+def wait_health(base, proc, timeout=900):
     end = time.time() + timeout
     while time.time() < end:
         if proc.poll() is not None:
@@ -101,6 +122,16 @@ def run_wrk(base, conns, duration, lua, env):
             "errors": errors}
 
 
+def post_json(base, path, body):
+    req = urllib.request.Request(base + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.load(r)
+
+
+def ratio_str(num, den):  # "n/a" when a run completed no request (a loaded machine, a short run)
+    return f"{num / den:.2f}x" if num > 0 and den > 0 else "n/a"
+
+
 def stop(proc):
     if proc and proc.poll() is None:
         proc.send_signal(signal.SIGTERM)
@@ -121,9 +152,19 @@ def main():
                     help="Cranfield directory (cran.all.1400, cran.qry)")
     ap.add_argument("--work", default=None, help="keep the corpus and index here (reused when present)")
     ap.add_argument("--threads", type=int, default=0, help="qac encoder threads (0: all cores)")
+    ap.add_argument("--infinity-python", default=None,
+                    help="python of a separate environment with infinity-emb and faiss-cpu (see above); "
+                         "absent: the infinity reference and the embedding comparison are skipped")
+    ap.add_argument("--encode-concurrency", default="1,32",
+                    help="concurrencies of the embedding-only comparison (qac against infinity)")
     a = ap.parse_args()
     if not shutil.which("wrk"):
         sys.exit("bench: wrk is not installed (scripts/setup.sh --test)")
+    if a.infinity_python and not os.access(a.infinity_python, os.X_OK):
+        sys.exit(f"bench: --infinity-python {a.infinity_python}: not an executable")
+    if not a.infinity_python:
+        print("bench: no --infinity-python given: the infinity-emb reference and the embedding-only comparison "
+              "are skipped", file=sys.stderr)
     model = a.model or os.environ.get("QAC_MODEL") or os.path.join(
             os.environ.get("QAC_HOME", os.path.expanduser("~/.local/share/qac")), "models", "all-MiniLM-L6-v2")
     work = a.work or tempfile.mkdtemp(prefix="qac-bench-serve-")
@@ -154,6 +195,8 @@ def main():
     print(f"bench: index of {a.passages} passages ready in {time.time() - t0:.0f} s", file=sys.stderr)
 
     env = dict(os.environ, QAC_BENCH_QUERIES=qfile, QAC_BENCH_K="10", QAC_QUIET="1")
+    inf_env = dict(env, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", DO_NOT_TRACK="1",
+                   INFINITY_ANONYMOUS_USAGE_STATS="0")
     lua = os.path.join(HERE, "search.lua")
     conc = [int(c) for c in a.concurrency.split(",")]
     results = {}
@@ -164,12 +207,20 @@ def main():
         "batched": [sys.executable, os.path.join(HERE, "reference_batched.py"), "--model", model, "--index", index,
                     "--docids", docids],
     }
+    if a.infinity_python:
+        services["infinity"] = [a.infinity_python, os.path.join(HERE, "reference_infinity.py"), "--model", model,
+                                "--index", index, "--docids", docids]
+    check_queries = queries[:8]  # the answers must agree: same top-10 docids as qac
+    answers = {}
     for name, cmd in services.items():
         port = free_port()
-        proc = subprocess.Popen(cmd + ["--port", str(port)], stdout=subprocess.DEVNULL, env=env)
+        proc = subprocess.Popen(cmd + ["--port", str(port)], stdout=subprocess.DEVNULL,
+                                env=inf_env if name == "infinity" else env)
         base = f"http://127.0.0.1:{port}"
         try:
             wait_health(base, proc)
+            answers[name] = [[h["docid"] for h in post_json(base, "/search", {"query": q, "k": 10})["results"][0]]
+                             for q in check_queries]
             run_wrk(base, 4, 3, lua, env)  # warm-up
             for c in conc:
                 results[(name, c)] = r = run_wrk(base, c, a.duration, lua, env)
@@ -177,6 +228,59 @@ def main():
                       f"p99 {r['p99_ms']:7.2f} ms  errors {r['errors']}", file=sys.stderr)
         finally:
             stop(proc)
+    agree = {}
+    for name in services:
+        if name != "qac":
+            same = sum(x == y for x, y in zip(answers[name], answers["qac"]))
+            overlap = sum(len(set(x) & set(y)) for x, y in zip(answers[name], answers["qac"])) / len(check_queries)
+            agree[name] = (same, overlap)
+            print(f"bench: {name}: top-10 equal to qac's (ids and order) for {same}/{len(check_queries)} queries, "
+                  f"mean overlap {overlap:.1f}/10", file=sys.stderr)
+
+    # embedding only: qac's /encode (and its OpenAI form /v1/embeddings) against the stock infinity server's
+    # /embeddings, one query per request, both at the model's own length (qac kind=passage: 256 tokens, as
+    # infinity's max_seq_length)
+    enc_results, enc_cos = {}, {}
+    if a.infinity_python:
+        enc_lua = os.path.join(HERE, "encode.lua")
+        enc_conc = [int(c) for c in a.encode_concurrency.split(",")]
+        enc_services = [
+            ("qac", [a.qac, "serve", "--model", model, "--threads", str(a.threads)], env,
+             [("qac /encode", "/encode"), ("qac /v1/embeddings", "/v1/embeddings")]),
+            ("infinity", [a.infinity_python, "-m", "infinity_emb.cli", "v2", "--model-id", model, "--engine", "torch",
+                          "--device", "cpu", "--host", "127.0.0.1", "--served-model-name", "bench",
+                          "--log-level", "warning"], inf_env,
+             [("infinity /embeddings", "/embeddings")]),
+        ]
+        vecs = {}
+        for name, cmd, cenv, targets in enc_services:
+            port = free_port()
+            proc = subprocess.Popen(cmd + ["--port", str(port)], stdout=subprocess.DEVNULL, env=cenv)
+            base = f"http://127.0.0.1:{port}"
+            try:
+                wait_health(base, proc)
+                if name == "qac":
+                    vecs[name] = post_json(base, "/encode", {"texts": check_queries, "kind": "passage"})["embeddings"]
+                else:
+                    vecs[name] = [d["embedding"] for d in
+                                  post_json(base, "/embeddings", {"input": check_queries, "model": "bench"})["data"]]
+                for label, path in targets:
+                    tenv = dict(cenv, QAC_BENCH_ENCODE_PATH=path, QAC_BENCH_ENCODE_KIND="passage",
+                                QAC_BENCH_MODEL="bench")
+                    run_wrk(base, 4, 3, enc_lua, tenv)  # warm-up
+                    for c in enc_conc:
+                        enc_results[(label, c)] = r = run_wrk(base, c, a.duration, enc_lua, tenv)
+                        print(f"bench: {label:20s} c={c:<3d} {r['rps']:8.1f} req/s  p50 {r['p50_ms']:7.2f} ms  "
+                              f"p99 {r['p99_ms']:7.2f} ms  errors {r['errors']}", file=sys.stderr)
+            finally:
+                stop(proc)
+        for x, y in zip(vecs["qac"], vecs["infinity"]):
+            dot = sum(p * q for p, q in zip(x, y))
+            enc_cos.setdefault("min", 1.0)
+            enc_cos["min"] = min(enc_cos["min"], dot / (sum(p * p for p in x) * sum(q * q for q in y)) ** 0.5)
+        print(f"bench: embeddings of qac and infinity, least cosine over {len(check_queries)} queries: "
+              f"{enc_cos['min']:.7f}" + ("" if enc_cos["min"] >= 0.9999 else " (BELOW 0.9999: the answers differ)"),
+              file=sys.stderr)
 
     cpu = "unknown CPU"
     try:
@@ -184,25 +288,46 @@ def main():
             cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    print(f"\n### serve: qac vs FastAPI+sentence-transformers+faiss ({time.strftime('%Y-%m-%d')})\n")
+    print(f"\n### serve: qac vs FastAPI+sentence-transformers+faiss{'+infinity-emb' if a.infinity_python else ''} "
+          f"({time.strftime('%Y-%m-%d')})\n")
     print(f"Machine: {cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}. "
           f"{a.passages} synthetic Cranfield passages, Flat index, all-MiniLM-L6-v2, k=10, "
           f"wrk {a.duration} s per run.\n")
+    refs = [n for n in services if n != "qac"]
     def best_ref(c):  # the reference with the higher throughput at concurrency c
-        return max(("reference", "batched"), key=lambda n: results[(n, c)]["rps"])
-    print("| concurrency | qac req/s | unbatched ref req/s | batched ref req/s | ratio vs best ref | qac p50 ms |"
-          " best ref p50 ms | qac p99 ms | best ref p99 ms | p99 ratio (ref/qac) | errors qac/unbatched/batched |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+        return max(refs, key=lambda n: results[(n, c)]["rps"])
+    label = {"reference": "unbatched ref", "batched": "batched ref", "infinity": "infinity ref"}
+    print("| concurrency | qac req/s | " + " | ".join(f"{label[n]} req/s" for n in refs) +
+          " | best ref | ratio vs best ref | qac p50 ms | best ref p50 ms | qac p99 ms | best ref p99 ms |"
+          " p99 ratio (ref/qac) | errors " + "/".join(["qac"] + [label[n].split()[0] for n in refs]) + " |")
+    print("|---" * (10 + len(refs)) + "|")
     for c in conc:
-        q, u, b, r = results[("qac", c)], results[("reference", c)], results[("batched", c)], results[(best_ref(c), c)]
-        print(f"| {c} | {q['rps']:.1f} | {u['rps']:.1f} | {b['rps']:.1f} | {q['rps'] / max(r['rps'], 1e-9):.2f}x |"
+        q, r = results[("qac", c)], results[(best_ref(c), c)]
+        print(f"| {c} | {q['rps']:.1f} | " + " | ".join(f"{results[(n, c)]['rps']:.1f}" for n in refs) +
+              f" | {label[best_ref(c)].split()[0]} | {ratio_str(q['rps'], r['rps'])} |"
               f" {q['p50_ms']:.2f} | {r['p50_ms']:.2f} | {q['p99_ms']:.2f} | {r['p99_ms']:.2f} |"
-              f" {r['p99_ms'] / max(q['p99_ms'], 1e-9):.2f}x | {q['errors']}/{u['errors']}/{b['errors']} |")
+              f" {ratio_str(r['p99_ms'], q['p99_ms'])} | " +
+              "/".join(str(results[(n, c)]["errors"]) for n in ["qac"] + refs) + " |")
+    print("\nAnswers (top-10 docids of the first %d Cranfield queries) against qac's: %s." % (
+        len(check_queries), "; ".join(f"{label[n]} equal for {s}/{len(check_queries)}, mean overlap {o:.1f}/10"
+                                      for n, (s, o) in agree.items())))
     last = max(conc)
-    ratio = results[("qac", last)]["rps"] / max(results[(best_ref(last), last)]["rps"], 1e-9)
-    print(f"\nthroughput ratio at concurrency {last} against the better reference ({best_ref(last)}): {ratio:.2f}x "
+    ratio = ratio_str(results[("qac", last)]["rps"], results[(best_ref(last), last)]["rps"])
+    print(f"\nthroughput ratio at concurrency {last} against the best reference ({best_ref(last)}): {ratio} "
           f"(goal >= 3x); p99 lower for qac at every concurrency: "
           f"{all(results[('qac', c)]['p99_ms'] < results[(best_ref(c), c)]['p99_ms'] for c in conc)}")
+    if enc_results:
+        print(f"\n### embeddings only: qac /encode and /v1/embeddings vs the stock infinity-emb server /embeddings\n")
+        print("One Cranfield query per request, the model's own max length on both (256 tokens), float JSON. "
+              f"Least cosine between qac's and infinity's embeddings of {len(check_queries)} queries: "
+              f"{enc_cos['min']:.7f}.\n")
+        print("| endpoint | concurrency | req/s | p50 ms | p99 ms | errors |")
+        print("|---|---|---|---|---|---|")
+        for (lab, c), r in enc_results.items():
+            print(f"| {lab} | {c} | {r['rps']:.1f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['errors']} |")
+        for c in sorted({c for _, c in enc_results}):
+            print(f"\nqac /encode vs infinity /embeddings at concurrency {c}: "
+                  f"{ratio_str(enc_results[('qac /encode', c)]['rps'], enc_results[('infinity /embeddings', c)]['rps'])}")
 
 
 if __name__ == "__main__":
