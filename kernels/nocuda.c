@@ -104,6 +104,13 @@ qac_status qac_cuda_infonce(double *loss, float *dq, float *dp, const float *q, 
                             int C, float tau, qac_similarity sim) {
     return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
 }
+qac_status qac_cuda_cocondenser_loss(double *loss, float *dx, const float *x, int n2, int C, float tau) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_mlm_ce(double *loss, float *dlogits, const float *logits, const float *bias,
+                           const int32_t *labels, int M, int V) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
 qac_status qac_cuda_clip_adamw(float *p, float *p_bf16, const float *g, float *m, float *v, size_t n,
                                size_t n_decay, long t, double lr, double beta1, double beta2, double eps, double wd,
                                double max_norm, double *norm) {

@@ -242,6 +242,11 @@ static void trajectory(qac_precision prec, long steps, double tol) {
     printf("trajectory %s %ld steps: loss %.5f -> cpu %.5f gpu %.5f, worst rel %.3g at step %ld (tol %.2g)\n",
            gpu_test_prec_name(prec), steps, first, last_c, last_g, worst, worst_at, t);
     CHECK_MSG(worst <= t, "trajectory %s: loss off by %g at step %ld", gpu_test_prec_name(prec), worst, worst_at);
+    /* the pooler is a gap of the flat block: no update, no decay */
+    CHECK_OK(qac_pretrainer_sync_host(tg));
+    size_t pooler = (size_t)(mg->p.pooler_w - mg->param_mem), np = mg->n_params - pooler;
+    CHECK_MSG(!memcmp(mg->param_mem + pooler, base_params + pooler, np * sizeof(float)),
+              "trajectory %s: the untrained pooler changed", gpu_test_prec_name(prec));
     for (int i = 0; i < 4; i++) free_batch(&bms[i]);
     qac_pretrainer_free(tc), qac_pretrainer_free(tg);
     qac_model_free(mc), qac_model_free(mg);
