@@ -408,6 +408,47 @@ done:
     return finish(&s, h, st, "infonce");
 }
 
+extern "C" qac_status qac_cuda_cocondenser_loss(double *loss, float *dx, const float *x, int n2, int C, float tau) {
+    qac_status st = start(QAC_PREC_FP32);
+    if (st != QAC_OK) return st;
+    dev_scratch s = {{0}, 0};
+    cublasHandle_t h = NULL;
+    float *d_x, *d_dx;
+    double *d_loss;
+    void *work;
+    TRY(make_blas(&h, QAC_PREC_FP32));
+    TRY(up_f(&s, &d_x, x, (size_t)n2 * C));
+    TRY(dalloc(&s, (void **)&d_dx, (size_t)n2 * C * sizeof(float)));
+    TRY(dalloc(&s, (void **)&d_loss, sizeof(double)));
+    TRY(dalloc(&s, &work, qac_kt_cocondenser_scratch(n2, C)));
+    TRY(qac_kt_cocondenser(h, d_loss, d_dx, d_x, n2, C, tau, work, 0));
+    TRY_CU(cudaMemcpy(loss, d_loss, sizeof(double), cudaMemcpyDeviceToHost));
+    if (dx) TRY(down_f(dx, d_dx, (size_t)n2 * C));
+done:
+    return finish(&s, h, st, "cocondenser loss");
+}
+
+extern "C" qac_status qac_cuda_mlm_ce(double *loss, float *dlogits, const float *logits, const float *bias,
+                                      const int32_t *labels, int M, int V) {
+    qac_status st = start(QAC_PREC_FP32);
+    if (st != QAC_OK) return st;
+    dev_scratch s = {{0}, 0};
+    float *d_logits, *d_bias;
+    void *d_labels;
+    double *d_rows, *d_loss;
+    TRY(up_f(&s, &d_logits, logits, (size_t)M * V));
+    TRY(up_f(&s, &d_bias, bias, V));
+    TRY(up(&s, &d_labels, labels, (size_t)M * sizeof(int32_t)));
+    TRY(dalloc(&s, (void **)&d_rows, (size_t)M * sizeof(double)));
+    TRY(dalloc(&s, (void **)&d_loss, sizeof(double)));
+    TRY_CU(qac_kt_mlm_ce(d_logits, d_rows, d_bias, (const int32_t *)d_labels, M, V, 1, 0));
+    TRY_CU(qac_kt_mean_loss(d_loss, d_rows, M, 0));
+    TRY_CU(cudaMemcpy(loss, d_loss, sizeof(double), cudaMemcpyDeviceToHost));
+    if (dlogits) TRY(down_f(dlogits, d_logits, (size_t)M * V));
+done:
+    return finish(&s, NULL, st, "mlm cross-entropy");
+}
+
 extern "C" qac_status qac_cuda_clip_adamw(float *p, float *p_bf16, const float *g, float *m, float *v, size_t n,
                                           size_t n_decay, long t, double lr, double beta1, double beta2, double eps,
                                           double wd, double max_norm, double *norm) {

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "bert_kernels.cuh"
-#include "train_kernels.cuh"
+#include "cuda_layers.cuh"
 
 #ifdef QAC_HAVE_NCCL
 #include <nccl.h>
@@ -23,26 +23,14 @@ extern "C" {
 namespace {
 
 constexpr size_t BLAS_WORKSPACE = 32u << 20;
-constexpr size_t ALIGN = 256;
 
-// One side of a batch (the queries or the passages): its inputs and every
-// tensor backward reads, bound into one device allocation per (B, T).
-struct side {
-    int B, T;
+// One side of a batch (the queries or the passages): its inputs and the
+// layer stack's activations, bound into one device allocation per (B, T).
+struct side : qac_kl_acts {
     void *mem;
     size_t cap; // bytes of mem
     int32_t *ids, *plan_w, *plan_t;
     int *lens;
-    float *emb, *emb_mean, *emb_rstd;
-    float *hidden;    // [L+1, N, C]
-    void *hidden_act; // [L+1, N, C] act (== hidden in fp32)
-    void *q, *k, *v;  // [L, N*C] each, heads split, bias added
-    void *P;          // [L, B*NH*T*T]
-    void *atty;       // [L, N*C]
-    float *res1, *ln1, *res2; // [L, N*C]
-    void *ln1_act;            // [L, N*C] (== ln1 in fp32)
-    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd; // [L, N]
-    void *ffn_pre, *ffn_act;                          // [L, N*I]
     float *reps, *dreps; // [B, C]: set by the caller into the whole batch's arrays
     // host side: pinned staging of ids, lens and the two scatter plans
     int32_t *h_stage;
@@ -50,38 +38,22 @@ struct side {
     qac_scatter_plan pw, pt;
 };
 
-// Work buffers shared by both sides (sized for the larger).
-struct work {
-    void *mem;
-    size_t cap;
-    void *big;          // [N, max(I, 3C)] act: the QKV product, then dFFN / dQKV
-    void *proj;         // [N, C] act: projection outputs, then masked gradients
-    float *S;           // [B*NH*T*T] scores, then their gradient
-    void *Pd, *dS;      // [B*NH*T*T] act
-    void *O, *dq, *dk, *dv, *datty; // [N, C] act
-    float *dy, *dres, *dln1;        // [N, C]
-    float *partial;                 // column-sum partials
-};
+typedef qac_kl_work work;
 
-struct cuda_trainer {
-    qac_bert_config cfg;
+// The context (kernels/cuda_layers.cuh) holds the shapes, precision,
+// stream, cuBLAS handle and the parameter block with its bf16 copy.
+struct cuda_trainer : qac_kl_ctx {
     int mean_pooling, normalize;
-    qac_precision prec;
-    size_t esize;
     int device;
-    float p_hidden, p_attn;
     float tau;
     qac_similarity sim;
     double max_grad_norm, beta1, beta2, eps, wd;
     qac_kt_tensors tensors;
 
-    cudaStream_t stream;
-    cublasHandle_t blas;
     void *blas_ws;
 
     size_t n_params;
-    float *params, *grads, *adam_m, *adam_v; // fp32 blocks, parameter layout
-    __nv_bfloat16 *params_act;               // bf16 copy (bf16 mode only)
+    float *grads, *adam_m, *adam_v; // fp32 blocks, parameter layout (params: the context's)
     qac_bert_params w, g;                    // views into params and grads
     double *norm_partial, *d_norm, *d_loss;
     float *d_scale;
@@ -106,90 +78,14 @@ struct cuda_trainer {
     int counts_cap;
 };
 
-size_t align_up(size_t x) { return (x + ALIGN - 1) & ~(ALIGN - 1); }
-
-// Bump allocation over a base that may be NULL (sizing pass).
-struct bump {
-    char *base;
-    size_t off;
-    template <typename P> void take(P **p, size_t bytes) {
-        *p = base ? (P *)(base + off) : nullptr;
-        off += align_up(bytes ? bytes : 1);
-    }
-};
-
-const void *act_w(const cuda_trainer *t, const float *view) {
-    if (t->prec == QAC_PREC_FP32) return view;
-    return t->params_act + (view - t->params);
-}
-
-size_t big_cols(const qac_bert_config *c) {
-    return (size_t)(c->intermediate_size > 3 * c->hidden_size ? c->intermediate_size : 3 * c->hidden_size);
-}
-
 size_t bind_side(const cuda_trainer *t, side *s, char *base, int B, int T) {
-    const qac_bert_config *c = &t->cfg;
-    const size_t N = (size_t)B * T, C = c->hidden_size, I = c->intermediate_size, L = c->num_layers;
-    const size_t NH = c->num_heads, es = t->esize, nP = (size_t)B * NH * T * T;
-    const size_t nplan = qac_scatter_plan_ints((int)N);
-    bump b = {base, 0};
+    const size_t N = (size_t)B * T, nplan = qac_scatter_plan_ints((int)N);
+    qac_kl_bump b = {base, 0};
     b.take(&s->ids, N * sizeof(int32_t));
     b.take(&s->plan_w, nplan * sizeof(int32_t));
     b.take(&s->plan_t, nplan * sizeof(int32_t));
     b.take(&s->lens, (size_t)B * sizeof(int));
-    b.take(&s->emb, N * C * 4);
-    b.take(&s->emb_mean, N * 4);
-    b.take(&s->emb_rstd, N * 4);
-    b.take(&s->hidden, (L + 1) * N * C * 4);
-    if (t->prec == QAC_PREC_FP32)
-        s->hidden_act = s->hidden;
-    else
-        b.take((char **)&s->hidden_act, (L + 1) * N * C * es);
-    b.take((char **)&s->q, L * N * C * es);
-    b.take((char **)&s->k, L * N * C * es);
-    b.take((char **)&s->v, L * N * C * es);
-    b.take((char **)&s->P, L * nP * es);
-    b.take((char **)&s->atty, L * N * C * es);
-    b.take(&s->res1, L * N * C * 4);
-    b.take(&s->ln1, L * N * C * 4);
-    b.take(&s->res2, L * N * C * 4);
-    if (t->prec == QAC_PREC_FP32)
-        s->ln1_act = s->ln1;
-    else
-        b.take((char **)&s->ln1_act, L * N * C * es);
-    b.take(&s->ln1_mean, L * N * 4);
-    b.take(&s->ln1_rstd, L * N * 4);
-    b.take(&s->ln2_mean, L * N * 4);
-    b.take(&s->ln2_rstd, L * N * 4);
-    b.take((char **)&s->ffn_pre, L * N * I * es);
-    b.take((char **)&s->ffn_act, L * N * I * es);
-    s->B = B;
-    s->T = T;
-    return b.off;
-}
-
-size_t bind_work(const cuda_trainer *t, work *w, char *base, size_t N, size_t nP) {
-    const qac_bert_config *c = &t->cfg;
-    const size_t C = c->hidden_size, I = c->intermediate_size, es = t->esize;
-    bump b = {base, 0};
-    b.take((char **)&w->big, N * big_cols(c) * es);
-    b.take((char **)&w->proj, N * C * es);
-    b.take(&w->S, nP * 4);
-    b.take((char **)&w->Pd, nP * es);
-    b.take((char **)&w->dS, nP * es);
-    b.take((char **)&w->O, N * C * es);
-    b.take((char **)&w->dq, N * C * es);
-    b.take((char **)&w->dk, N * C * es);
-    b.take((char **)&w->dv, N * C * es);
-    b.take((char **)&w->datty, N * C * es);
-    b.take(&w->dy, N * C * 4);
-    b.take(&w->dres, N * C * 4);
-    b.take(&w->dln1, N * C * 4);
-    size_t np = qac_kt_colsum_floats((int)N, (int)C, 2);
-    const size_t n2 = qac_kt_colsum_floats((int)N, (int)I, 1), n3 = qac_kt_colsum_floats((int)N, (int)(3 * C), 1);
-    np = np > n2 ? np : n2;
-    np = np > n3 ? np : n3;
-    b.take(&w->partial, np * 4);
+    qac_kl_acts_bind(t, s, &b, B, T, t->cfg.num_layers, 1);
     return b.off;
 }
 
@@ -220,22 +116,7 @@ qac_status ensure_side(cuda_trainer *t, side *s, int B, int T) {
     return QAC_OK;
 }
 
-qac_status ensure_work(cuda_trainer *t, size_t N, size_t nP) {
-    const size_t need = bind_work(t, &t->wk, NULL, N, nP);
-    if (need > t->wk.cap) {
-        QAC_CU(cudaStreamSynchronize(t->stream));
-        cudaFree(t->wk.mem);
-        t->wk.mem = NULL;
-        t->wk.cap = 0;
-        cudaError_t e = cudaMalloc(&t->wk.mem, need);
-        if (e != cudaSuccess)
-            return qac_set_error(QAC_ERR_NOMEM, "CUDA trainer: cannot allocate %.2f GiB of work buffers (%s)",
-                                 (double)need / (1 << 30), cudaGetErrorString(e));
-        t->wk.cap = need;
-    }
-    bind_work(t, &t->wk, (char *)t->wk.mem, N, nP);
-    return QAC_OK;
-}
+qac_status ensure_work(cuda_trainer *t, size_t N, size_t nP) { return qac_kl_work_ensure(t, &t->wk, N, nP); }
 
 template <typename P> qac_status grow(P **p, size_t *cap, size_t n) {
     if (n <= *cap) return QAC_OK;
@@ -265,123 +146,26 @@ qac_status upload_side(cuda_trainer *t, side *s, const int32_t *ids, const int *
     return QAC_OK;
 }
 
-#define AT(ptr, l, n) ((ptr) + (size_t)(l) * (n))
-// element offset into an act-typed buffer
-#define ACT(ptr, l, n) ((void *)((char *)(ptr) + (size_t)(l) * (n) * t->esize))
-
-qac_kt_drop drop_at(const cuda_trainer *t, float p, uint64_t key, uint64_t seq_base) {
-    qac_kt_drop d;
-    d.p = p;
-    d.key = key;
-    d.seq_base = seq_base;
-    return d;
-}
-
 qac_status forward_side(cuda_trainer *t, side *s, uint64_t key, uint64_t seq_base) {
     const qac_bert_config *c = &t->cfg;
-    const int B = s->B, T = s->T, N = B * T, C = c->hidden_size, I = c->intermediate_size, NH = c->num_heads;
-    const size_t NC = (size_t)N * C, NI = (size_t)N * I, nP = (size_t)B * NH * T * T;
-    const qac_precision p = t->prec;
-    const float eps = c->layer_norm_eps;
-    const qac_kt_drop dh = drop_at(t, t->p_hidden, key, seq_base), da = drop_at(t, t->p_attn, key, seq_base);
-    const qac_bert_params *w = &t->w;
-    work *k = &t->wk;
-    cudaStream_t st = t->stream;
-
-    QAC_CU(qac_kt_embed_fwd(s->emb, s->ids, NULL, w->word_emb, w->pos_emb, w->type_emb, N, T, C, st));
-    QAC_CU(qac_kt_layernorm_fwd(s->hidden, NULL, s->emb_mean, s->emb_rstd, s->emb, w->emb_ln_w, w->emb_ln_b, N, C, eps,
-                                p, st));
-    if (t->p_hidden > 0) QAC_CU(qac_kt_dropout(s->hidden, s->hidden, dh, 0, QAC_DROP_EMB, B, T, C, QAC_PREC_FP32, st));
-    if (p != QAC_PREC_FP32) QAC_CU(qac_k_from_f32(s->hidden_act, s->hidden, NC, p, st));
-
-    for (int l = 0; l < c->num_layers; l++) {
-        const size_t lc = (size_t)l * C;
-        const float *x = AT(s->hidden, l, NC);
-        const void *xa = ACT(s->hidden_act, l, NC);
-        void *q = ACT(s->q, l, NC), *kk = ACT(s->k, l, NC), *v = ACT(s->v, l, NC), *P = ACT(s->P, l, nP);
-        void *atty = ACT(s->atty, l, NC), *ln1_act = ACT(s->ln1_act, l, NC);
-        void *ffn_pre = ACT(s->ffn_pre, l, NI), *ffn_act = ACT(s->ffn_act, l, NI);
-        float *res1 = AT(s->res1, l, NC), *ln1 = AT(s->ln1, l, NC), *res2 = AT(s->res2, l, NC);
-
-        qac_status e = qac_kt_linear_fwd(t->blas, k->big, xa, act_w(t, w->qkv_w + lc * 3 * C), N, C, 3 * C, p);
-        if (e) return e;
-        if ((e = qac_kt_attention_fwd(t->blas, atty, q, kk, v, P, k->S, k->Pd, k->O, k->big, w->qkv_b + lc * 3, s->lens,
-                                      da, l, B, T, C, NH, 0, 0, p, st)))
-            return e;
-        if ((e = qac_kt_linear_fwd(t->blas, k->proj, atty, act_w(t, w->attn_out_w + lc * C), N, C, C, p))) return e;
-        QAC_CU(qac_kt_bias_dropout_residual(res1, k->proj, w->attn_out_b + lc, x, dh, l, QAC_DROP_ATT_OUT, B, T, C, p,
-                                            st));
-        QAC_CU(qac_kt_layernorm_fwd(ln1, p == QAC_PREC_FP32 ? NULL : ln1_act, AT(s->ln1_mean, l, N),
-                                    AT(s->ln1_rstd, l, N), res1, w->ln1_w + lc, w->ln1_b + lc, N, C, eps, p, st));
-        if ((e = qac_kt_linear_fwd(t->blas, ffn_pre, ln1_act, act_w(t, w->ffn_in_w + (size_t)l * I * C), N, C, I, p)))
-            return e;
-        QAC_CU(qac_kt_bias_gelu_fwd(ffn_pre, ffn_act, w->ffn_in_b + (size_t)l * I, N, I, p, st));
-        if ((e = qac_kt_linear_fwd(t->blas, k->proj, ffn_act, act_w(t, w->ffn_out_w + lc * I), N, I, C, p))) return e;
-        QAC_CU(qac_kt_bias_dropout_residual(res2, k->proj, w->ffn_out_b + lc, ln1, dh, l, QAC_DROP_FFN_OUT, B, T, C, p,
-                                            st));
-        QAC_CU(qac_kt_layernorm_fwd(AT(s->hidden, l + 1, NC), p == QAC_PREC_FP32 ? NULL : ACT(s->hidden_act, l + 1, NC),
-                                    AT(s->ln2_mean, l, N), AT(s->ln2_rstd, l, N), res2, w->ln2_w + lc, w->ln2_b + lc, N,
-                                    C, eps, p, st));
-    }
-    QAC_CU(qac_k_pool(s->reps, AT(s->hidden, c->num_layers, NC), s->lens, B, T, C, t->mean_pooling, t->normalize, st));
+    const size_t NC = (size_t)s->B * s->T * c->hidden_size;
+    qac_status e;
+    if ((e = qac_kl_embed_fwd(t, s, s->ids, &t->w, key, seq_base)) ||
+        (e = qac_kl_layers_fwd(t, s, &t->wk, &t->w, s->lens, key, seq_base)))
+        return e;
+    QAC_CU(qac_k_pool(s->reps, QAC_KL_AT(s->hidden, c->num_layers, NC), s->lens, s->B, s->T, c->hidden_size,
+                      t->mean_pooling, t->normalize, t->stream));
     return QAC_OK;
 }
 
 qac_status backward_side(cuda_trainer *t, side *s, uint64_t key, uint64_t seq_base) {
     const qac_bert_config *c = &t->cfg;
-    const int B = s->B, T = s->T, N = B * T, C = c->hidden_size, I = c->intermediate_size, NH = c->num_heads;
-    const size_t NC = (size_t)N * C, NI = (size_t)N * I, nP = (size_t)B * NH * T * T;
-    const qac_precision p = t->prec;
-    const qac_kt_drop dh = drop_at(t, t->p_hidden, key, seq_base), da = drop_at(t, t->p_attn, key, seq_base);
-    const qac_bert_params *w = &t->w, *g = &t->g;
-    work *k = &t->wk;
-    cudaStream_t st = t->stream;
-    qac_status e;
-
-    QAC_CU(qac_kt_pool_bwd(k->dy, s->dreps, AT(s->hidden, c->num_layers, NC), s->lens, B, T, C, t->mean_pooling,
-                           t->normalize, st));
-    for (int l = c->num_layers - 1; l >= 0; l--) {
-        const size_t lc = (size_t)l * C, li = (size_t)l * I;
-        // y = LN2(res2), res2 = ln1 + dropout(ffn_act W2^T + b2)
-        QAC_CU(qac_kt_layernorm_bwd(k->dres, g->ln2_w + lc, g->ln2_b + lc, k->dy, AT(s->res2, l, NC),
-                                    AT(s->ln2_mean, l, N), AT(s->ln2_rstd, l, N), w->ln2_w + lc, k->partial, N, C, st));
-        QAC_CU(qac_kt_dropout(k->proj, k->dres, dh, l, QAC_DROP_FFN_OUT, B, T, C, p, st));
-        if ((e = qac_kt_linear_bwd(t->blas, k->big, p, 0.0f, g->ffn_out_w + lc * I, g->ffn_out_b + lc, k->proj,
-                                   ACT(s->ffn_act, l, NI), act_w(t, w->ffn_out_w + lc * I), k->partial, N, I, C, p, st)))
-            return e;
-        // ffn_act = GELU(ln1 W1^T + b1)
-        QAC_CU(qac_kt_gelu_bwd(k->big, k->big, ACT(s->ffn_pre, l, NI), NI, p, st));
-        QAC_CU(cudaMemcpyAsync(k->dln1, k->dres, NC * sizeof(float), cudaMemcpyDeviceToDevice, st));
-        if ((e = qac_kt_linear_bwd(t->blas, k->dln1, QAC_PREC_FP32, 1.0f, g->ffn_in_w + li * C, g->ffn_in_b + li, k->big,
-                                   ACT(s->ln1_act, l, NC), act_w(t, w->ffn_in_w + li * C), k->partial, N, C, I, p, st)))
-            return e;
-        // ln1 = LN1(res1), res1 = x + dropout(atty Wo^T + bo)
-        QAC_CU(qac_kt_layernorm_bwd(k->dres, g->ln1_w + lc, g->ln1_b + lc, k->dln1, AT(s->res1, l, NC),
-                                    AT(s->ln1_mean, l, N), AT(s->ln1_rstd, l, N), w->ln1_w + lc, k->partial, N, C, st));
-        QAC_CU(qac_kt_dropout(k->proj, k->dres, dh, l, QAC_DROP_ATT_OUT, B, T, C, p, st));
-        if ((e = qac_kt_linear_bwd(t->blas, k->datty, p, 0.0f, g->attn_out_w + lc * C, g->attn_out_b + lc, k->proj,
-                                   ACT(s->atty, l, NC), act_w(t, w->attn_out_w + lc * C), k->partial, N, C, C, p, st)))
-            return e;
-        // atty = attention(x Wqkv^T + bqkv)
-        if ((e = qac_kt_attention_bwd(t->blas, k->big, k->datty, ACT(s->q, l, NC), ACT(s->k, l, NC), ACT(s->v, l, NC),
-                                      ACT(s->P, l, nP), k->S, k->Pd, k->dS, k->O, k->dq, k->dk, k->dv, s->lens, da, l,
-                                      B, T, C, NH, p, st)))
-            return e;
-        QAC_CU(cudaMemcpyAsync(k->dy, k->dres, NC * sizeof(float), cudaMemcpyDeviceToDevice, st));
-        if ((e = qac_kt_linear_bwd(t->blas, k->dy, QAC_PREC_FP32, 1.0f, g->qkv_w + lc * 3 * C, g->qkv_b + lc * 3, k->big,
-                                   ACT(s->hidden_act, l, NC), act_w(t, w->qkv_w + lc * 3 * C), k->partial, N, C, 3 * C,
-                                   p, st)))
-            return e;
-    }
-    // hidden[0] = dropout(LN(word + pos + type))
-    if (t->p_hidden > 0) QAC_CU(qac_kt_dropout(k->dy, k->dy, dh, 0, QAC_DROP_EMB, B, T, C, QAC_PREC_FP32, st));
-    QAC_CU(qac_kt_layernorm_bwd(k->dres, g->emb_ln_w, g->emb_ln_b, k->dy, s->emb, s->emb_mean, s->emb_rstd, w->emb_ln_w,
-                                k->partial, N, C, st));
-    QAC_CU(qac_kt_pos_bwd(g->pos_emb, k->dres, B, T, C, st));
-    // dln1 (N*C floats) holds the scatter partials: at most one segment per row
-    QAC_CU(qac_kt_scatter_add(g->word_emb, k->dres, s->pw, s->plan_w, k->dln1, C, st));
-    QAC_CU(qac_kt_scatter_add(g->type_emb, k->dres, s->pt, s->plan_t, k->dln1, C, st));
-    return QAC_OK;
+    const size_t NC = (size_t)s->B * s->T * c->hidden_size;
+    QAC_CU(qac_kt_pool_bwd(t->wk.dy, s->dreps, QAC_KL_AT(s->hidden, c->num_layers, NC), s->lens, s->B, s->T,
+                           c->hidden_size, t->mean_pooling, t->normalize, t->stream));
+    qac_status e = qac_kl_layers_bwd(t, s, &t->wk, &t->w, &t->g, s->lens, key, seq_base, NULL, 0);
+    if (e) return e;
+    return qac_kl_embed_bwd(t, s, &t->wk, &t->g, &t->w, s->pw, s->plan_w, s->pt, s->plan_t, key, seq_base);
 }
 
 // InfoNCE over the two sides' representations: both sides' dreps and the

@@ -4,6 +4,7 @@
 
 #include "encoder_backend.h"
 #include "qac_cuda_kernels.h"
+#include "qac_cuda_pretrain.h"
 #include "qac_cuda_train.h"
 #include "qac_cuda_train_kernels.h"
 #include "qac_gpu_flat.h"
@@ -103,6 +104,13 @@ qac_status qac_cuda_infonce(double *loss, float *dq, float *dp, const float *q, 
                             int C, float tau, qac_similarity sim) {
     return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
 }
+qac_status qac_cuda_cocondenser_loss(double *loss, float *dx, const float *x, int n2, int C, float tau) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_mlm_ce(double *loss, float *dlogits, const float *logits, const float *bias,
+                           const int32_t *labels, int M, int V) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
 qac_status qac_cuda_clip_adamw(float *p, float *p_bf16, const float *g, float *m, float *v, size_t n,
                                size_t n_decay, long t, double lr, double beta1, double beta2, double eps, double wd,
                                double max_norm, double *norm) {
@@ -144,5 +152,28 @@ qac_status qac_cuda_attention_causal_train(float *out, float *att, const float *
 qac_status qac_cuda_attention_causal_backward(float *dqkv, const float *datty, const float *qkv, const int *lens,
                                               int window, float p_attn, uint64_t key, int layer, int B, int T, int C,
                                               int NH, qac_precision prec) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+
+qac_status qac_cuda_pretrainer_create(qac_cuda_pretrainer **out, const qac_cuda_pt_spec *spec, const float *enc,
+                                      const float *heads) {
+    *out = NULL;
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+void qac_cuda_pretrainer_free(qac_cuda_pretrainer *g) {}
+qac_status qac_cuda_pretrainer_grads(qac_cuda_pretrainer *g, int B, const qac_cuda_pt_seqs *a,
+                                     const qac_cuda_pt_seqs *b, uint64_t enc_key, uint64_t head_key,
+                                     double losses[3]) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_pretrainer_update(qac_cuda_pretrainer *g, long t, double lr, double *grad_norm) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_pretrainer_download(qac_cuda_pretrainer *g, float *enc, float *heads, float *grads, float *m,
+                                        float *v) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_pretrainer_upload(qac_cuda_pretrainer *g, const float *enc, const float *heads, const float *m,
+                                      const float *v) {
     return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
 }

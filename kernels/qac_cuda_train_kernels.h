@@ -67,6 +67,13 @@ qac_status qac_cuda_pooling_backward(float *dhidden, const float *dout, const fl
 /* qac_infonce (dq, dp may be NULL together). */
 qac_status qac_cuda_infonce(double *loss, float *dq, float *dp, const float *q, const float *p, int nq, int n,
                             int C, float tau, qac_similarity sim);
+/* qac_cocondenser_loss (dx may be NULL). */
+qac_status qac_cuda_cocondenser_loss(double *loss, float *dx, const float *x, int n2, int C, float tau);
+/* The MLM cross-entropy of trainer/mlm.c over logits [M,V] (without the
+ * bias) + bias [V] and labels [M] (all in [0, V)): *loss the mean, dlogits
+ * [M,V] (may be NULL) = (softmax - onehot) / M. */
+qac_status qac_cuda_mlm_ce(double *loss, float *dlogits, const float *logits, const float *bias,
+                           const int32_t *labels, int M, int V);
 /* The trainer's clip and AdamW over one block of n parameters: the global
  * norm of g (written to *norm), the clip scale min(1, max_norm / (norm +
  * 1e-6)), then qac_adamw_update on the clipped gradient, weight decay on

@@ -556,6 +556,105 @@ __global__ void mean_loss_kernel(double *loss, const double *rowloss, int nq) {
     *loss = t / nq;
 }
 
+// ---- pre-training ----
+
+__global__ void add_kernel(float *y, const float *x, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        y[i] += x[i];
+}
+
+__global__ void gather_rows_kernel(float *out, const float *src, const int32_t *idx, int C) {
+    const size_t r = blockIdx.x;
+    const float *s = src + (size_t)idx[r] * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) out[r * C + c] = s[c];
+}
+
+__global__ void scatter_add_rows_kernel(float *dst, const float *src, const int32_t *idx, int C) {
+    const size_t r = blockIdx.x;
+    float *d = dst + (size_t)idx[r] * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) d[c] += src[r * C + c];
+}
+
+// One block per row: the logits get their bias (the CPU's gemm adds it in
+// float), the loss is lse - z[label] with double sums, the gradient
+// (float)(exp(z - lse) / M) less 1/M at the label, as ce_task in mlm.c.
+__global__ void __launch_bounds__(256) mlm_ce_kernel(float *logits, double *rowloss, const float *bias,
+                                                     const int32_t *labels, int V, int M, int grad) {
+    __shared__ double redd[32];
+    const size_t i = blockIdx.x;
+    float *row = logits + i * V;
+    double mx = -INFINITY;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        const float z = __fadd_rn(row[j], bias[j]);
+        row[j] = z;
+        mx = fmax(mx, (double)z);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmax(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if ((threadIdx.x & 31) == 0) redd[threadIdx.x >> 5] = mx;
+    __syncthreads();
+    double bm = -INFINITY;
+    for (int w = 0; w < (int)(blockDim.x >> 5); w++) bm = fmax(bm, redd[w]);
+    __syncthreads(); // redd is reused by block_sum_d
+    double z = 0.0;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) z += exp((double)row[j] - bm);
+    z = block_sum_d(z, redd);
+    const double lse = bm + log(z);
+    const int label = labels[i];
+    if (threadIdx.x == 0) rowloss[i] = lse - (double)row[label];
+    __syncthreads(); // row[label] is read above before any thread rewrites it
+    if (!grad) return;
+    const float inv = 1.0f / (float)M;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        const float gj = (float)(exp((double)row[j] - lse) / M);
+        row[j] = j == label ? __fsub_rn(gj, inv) : gj;
+    }
+}
+
+// One block per row i of S [n2,n2]: the diagonal excluded, target i ^ 1.
+__global__ void __launch_bounds__(256) pair_ce_rows_kernel(double *S, double *rowloss, int n2) {
+    __shared__ double redd[32];
+    const int i = blockIdx.x;
+    double *s = S + (size_t)i * n2;
+    double mx = -INFINITY;
+    for (int j = threadIdx.x; j < n2; j += blockDim.x)
+        if (j != i) mx = fmax(mx, s[j]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmax(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if ((threadIdx.x & 31) == 0) redd[threadIdx.x >> 5] = mx;
+    __syncthreads();
+    double bm = -INFINITY;
+    for (int w = 0; w < (int)(blockDim.x >> 5); w++) bm = fmax(bm, redd[w]);
+    __syncthreads();
+    double z = 0.0;
+    for (int j = threadIdx.x; j < n2; j += blockDim.x)
+        if (j != i) z += exp(s[j] - bm);
+    z = block_sum_d(z, redd);
+    const double lse = bm + log(z);
+    const int target = i ^ 1;
+    if (threadIdx.x == 0) rowloss[i] = lse - s[target];
+    __syncthreads();
+    for (int j = threadIdx.x; j < n2; j += blockDim.x)
+        s[j] = j == i ? 0.0 : (exp(s[j] - lse) - (j == target ? 1.0 : 0.0)) / n2;
+}
+
+__global__ void div_f64_kernel(double *x, double d, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        x[i] /= d;
+}
+
+// G + G^T in place, G [n2,n2] (each pair once).
+__global__ void symmetrize_kernel(double *G, int n2) {
+    const size_t n = (size_t)n2 * n2;
+    for (size_t k = (size_t)blockIdx.x * blockDim.x + threadIdx.x; k < n; k += (size_t)gridDim.x * blockDim.x) {
+        const int i = (int)(k / n2), j = (int)(k % n2);
+        if (j < i) continue;
+        const double a = G[(size_t)i * n2 + j], b = G[(size_t)j * n2 + i];
+        G[(size_t)i * n2 + j] = a + b;
+        G[(size_t)j * n2 + i] = a + b;
+    }
+}
+
 // ---- optimiser ----
 
 __global__ void __launch_bounds__(256) sumsq_kernel(double *partial, const float *g, size_t n) {
@@ -594,6 +693,7 @@ __global__ void adamw_kernel(float *p, __nv_bfloat16 *p_act, const float *g, flo
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         int j = 0;
         while (j + 1 < tensors.n && i >= tensors.bounds[j + 1]) j++;
+        if (tensors.decays[j] < 0) continue; // a gap that is not trained
         const float gi = __fmul_rn(g[i], sc);
         const float pi = tensors.decays[j] ? __fmul_rn(p[i], a.decay) : p[i];
         float mi = m[i];
@@ -1000,5 +1100,70 @@ qac_status qac_kt_infonce(cublasHandle_t h, double *loss, float *dq, float *dp, 
         QAC_CU(qac_kt_l2norm_bwd_rows(dq, dq, q, nq, C, s));
         QAC_CU(qac_kt_l2norm_bwd_rows(dp, dp, p, np, C, s));
     }
+    return QAC_OK;
+}
+
+cudaError_t qac_kt_add(float *y, const float *x, size_t n, cudaStream_t s) {
+    if (n == 0) return cudaSuccess;
+    add_kernel<<<grid_1d(n, 256), 256, 0, s>>>(y, x, n);
+    return cudaGetLastError();
+}
+
+cudaError_t qac_kt_gather_rows(float *out, const float *src, const int32_t *idx, int M, int C, cudaStream_t s) {
+    if (M <= 0) return cudaSuccess;
+    gather_rows_kernel<<<M, 128, 0, s>>>(out, src, idx, C);
+    return cudaGetLastError();
+}
+
+cudaError_t qac_kt_scatter_add_rows(float *dst, const float *src, const int32_t *idx, int M, int C,
+                                    cudaStream_t s) {
+    if (M <= 0) return cudaSuccess;
+    scatter_add_rows_kernel<<<M, 128, 0, s>>>(dst, src, idx, C);
+    return cudaGetLastError();
+}
+
+cudaError_t qac_kt_mlm_ce(float *logits, double *rowloss, const float *bias, const int32_t *labels, int M, int V,
+                          int grad, cudaStream_t s) {
+    if (M <= 0) return cudaSuccess;
+    mlm_ce_kernel<<<M, 256, 0, s>>>(logits, rowloss, bias, labels, V, M, grad);
+    return cudaGetLastError();
+}
+
+cudaError_t qac_kt_pair_ce_rows(double *S, double *rowloss, int n2, cudaStream_t s) {
+    if (n2 <= 0) return cudaSuccess;
+    pair_ce_rows_kernel<<<n2, 256, 0, s>>>(S, rowloss, n2);
+    return cudaGetLastError();
+}
+
+size_t qac_kt_cocondenser_scratch(int n2, int C) {
+    // the rows and their gradients (fp64), the scores, the row losses
+    return 2 * align256((size_t)n2 * C * sizeof(double)) + align256((size_t)n2 * n2 * sizeof(double)) +
+           align256((size_t)n2 * sizeof(double));
+}
+
+qac_status qac_kt_cocondenser(cublasHandle_t h, double *loss, float *dx, const float *x, int n2, int C, float tau,
+                              void *scratch, cudaStream_t s) {
+    char *b = (char *)scratch;
+    double *xd = (double *)b;
+    b += align256((size_t)n2 * C * sizeof(double));
+    double *gd = (double *)b;
+    b += align256((size_t)n2 * C * sizeof(double));
+    double *S = (double *)b;
+    b += align256((size_t)n2 * n2 * sizeof(double));
+    double *rowloss = (double *)b;
+    QAC_CU(qac_kt_f32_to_f64(xd, x, (size_t)n2 * C, s));
+    // S = x x^T / tau, as the CPU's d / tau (division, not a scaled product)
+    QAC_CUBLAS(gemm_f64(h, 0, 1, n2, n2, C, 1.0, xd, C, xd, C, S, n2));
+    div_f64_kernel<<<grid_1d((size_t)n2 * n2, 256), 256, 0, s>>>(S, (double)tau, (size_t)n2 * n2);
+    QAC_CU(cudaGetLastError());
+    QAC_CU(qac_kt_pair_ce_rows(S, rowloss, n2, s));
+    QAC_CU(qac_kt_mean_loss(loss, rowloss, n2, s));
+    // dx = (G + G^T) x / tau
+    symmetrize_kernel<<<grid_1d((size_t)n2 * n2, 256), 256, 0, s>>>(S, n2);
+    QAC_CU(cudaGetLastError());
+    QAC_CUBLAS(gemm_f64(h, 0, 0, n2, C, n2, 1.0, S, n2, xd, C, gd, C));
+    div_f64_kernel<<<grid_1d((size_t)n2 * C, 256), 256, 0, s>>>(gd, (double)tau, (size_t)n2 * C);
+    QAC_CU(cudaGetLastError());
+    QAC_CU(qac_kt_f64_to_f32(dx, gd, (size_t)n2 * C, s));
     return QAC_OK;
 }

@@ -130,8 +130,10 @@ cudaError_t qac_kt_f64_to_f32(float *dst, const double *src, size_t n, cudaStrea
 
 // ---- optimiser ----
 // Per-tensor weight decay: tensor j covers [bounds[j], bounds[j+1]) and
-// decays when decays[j]. Elements past bounds[n] are not trained.
-#define QAC_KT_MAX_TENSORS 24
+// decays when decays[j] > 0; decays[j] < 0 marks a gap that is not trained
+// (the pre-trainer's pooler between the encoder and the heads): p, m and v
+// stay as they are. Elements past bounds[n] are not trained.
+#define QAC_KT_MAX_TENSORS 48
 struct qac_kt_tensors {
     int n;
     size_t bounds[QAC_KT_MAX_TENSORS + 1];
@@ -155,6 +157,25 @@ cudaError_t qac_kt_clip_scale(float *scale, double *norm, const double *partial,
 cudaError_t qac_kt_adamw_step(float *p, void *p_act, const float *g, float *m, float *v, const float *scale,
                               const qac_kt_tensors *tensors, qac_kt_adamw a, cudaStream_t s);
 
+// ---- pre-training (CPU twins: trainer/mlm.c, trainer/cocondenser.c) ----
+// y [n] += x [n] (fp32).
+cudaError_t qac_kt_add(float *y, const float *x, size_t n, cudaStream_t s);
+// out [M,C] = rows idx[i] of src [*,C] (fp32).
+cudaError_t qac_kt_gather_rows(float *out, const float *src, const int32_t *idx, int M, int C, cudaStream_t s);
+// dst [idx[i]] += rows i of src [M,C]; the idx are distinct.
+cudaError_t qac_kt_scatter_add_rows(float *dst, const float *src, const int32_t *idx, int M, int C,
+                                    cudaStream_t s);
+// The MLM cross-entropy of trainer/mlm.c: logits [M,V] (fp32) plus bias
+// [V] in place, then each row's loss against labels [M] into rowloss [M]
+// (double), and with grad the row replaced by dL/dlogits = (softmax -
+// onehot) / M, in the CPU's arithmetic (double sums, float results).
+cudaError_t qac_kt_mlm_ce(float *logits, double *rowloss, const float *bias, const int32_t *labels, int M, int V,
+                          int grad, cudaStream_t s);
+// coCondenser's rows: S [n2,n2] (double) scores already divided by tau;
+// the diagonal is excluded and the target of row i is i ^ 1. rowloss [n2],
+// and S becomes G = (softmax - onehot) / n2 with a zero diagonal.
+cudaError_t qac_kt_pair_ce_rows(double *S, double *rowloss, int n2, cudaStream_t s);
+
 // ---- matrix products (row-major views over cuBLAS) ----
 // C [M,N] = alpha op(A) op(B) + beta C, batched with element strides;
 // A, B in ab_prec, C in c_prec (fp32 or ab_prec), fp32 accumulation (fp32
@@ -167,6 +188,13 @@ cublasStatus_t qac_kt_gemm(cublasHandle_t h, int transA, int transB, int M, int 
 
 // ---- composites (qac_status; cuBLAS runs on the handle's stream, which
 // must be s) ----
+// coCondenser's contrastive loss, as qac_cocondenser_loss: x [n2,C] fp32
+// on the device, siblings adjacent; *loss (device) and dx [n2,C] (fp32,
+// written). Scores and gradients in fp64 as on the CPU. scratch holds
+// qac_kt_cocondenser_scratch(n2, C) bytes.
+size_t qac_kt_cocondenser_scratch(int n2, int C);
+qac_status qac_kt_cocondenser(cublasHandle_t h, double *loss, float *dx, const float *x, int n2, int C, float tau,
+                              void *scratch, cudaStream_t s);
 // InfoNCE over Tevatron groups, as qac_infonce (trainer/loss.c): q [nq,C]
 // and p [nq*n,C] fp32 on the device; *loss (device) and dq, dp (fp32,
 // written). The scores, the softmax and the representation gradients are

@@ -7,11 +7,19 @@
 #      trainer (test_gpu_train_step: gradient parity fp32 and bf16, GradCache,
 #      a 10-step fp32 and a 100-step bf16 trajectory against CPU fp32,
 #      checkpoints resumed across devices), and the NCCL path against one GPU
-#      (test_gpu_train_dist, when the CUDA installation has NCCL);
-#   3. compute-sanitizer: memcheck on the training kernels (small shapes)
-#      and on one parity step of the trainer, racecheck on attention
-#      backward and the reductions;
+#      (test_gpu_train_dist, when the CUDA installation has NCCL), and the
+#      pre-trainer's step against the CPU pre-trainer (test_gpu_pretrain_step:
+#      coCondenser gradient parity per tensor fp32 and bf16, cls and
+#      mean+l2, a 10-step fp32 and a 50-step bf16 trajectory, checkpoints
+#      resumed across devices);
+#   3. compute-sanitizer: memcheck on the training kernels (small shapes),
+#      on one parity step of the trainer and of the pre-trainer, racecheck
+#      on attention backward, the reductions and the pre-training losses;
 #   4. bench/train_gpu against PyTorch on the same GPU;
+#   4b. (stage pretrain) qac pretrain --device cuda on a tiny generated
+#      jsonl: a smoke run saved, resumed and exported, and 20 coCondenser
+#      steps on the CPU (fp32) against the GPU in fp32 (loss within 1e-3 per
+#      step) and bf16 (within 3%);
 #   5. (stage cranfield, when a model and the Cranfield data are at hand) 100
 #      fine-tuning steps on Cranfield fold 0 with qac finetune on the CPU
 #      (fp32) and on the GPU (bf16): the loss curves within 1% and the dev
@@ -26,7 +34,7 @@
 #   cp -r ../shared/data/cranfield .gpu-carry/cranfield
 #   ... then there: QAC_MODEL=.gpu-carry/model QAC_DATA=.gpu-carry/cranfield STAGES=cranfield scripts/gpu_train_verify.sh
 # Environment:
-#   STAGES         comma list of build,test,sanitize,bench,cranfield (default
+#   STAGES         comma list of build,test,sanitize,bench,pretrain,cranfield (default
 #                  all), so the work can be split over runs of at most 10 minutes
 #   QAC_MODEL      the HF BERT directory to fine-tune in stage cranfield
 #                  (default: the installed default model)
@@ -42,7 +50,7 @@ out="${1:-gpu-train-verify-$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$out"
 build=build-gpu
 py="${QAC_PYTHON:-python3}"
-stages="${STAGES:-build,test,sanitize,bench,cranfield}"
+stages="${STAGES:-build,test,sanitize,bench,pretrain,cranfield}"
 has() { case ",$stages," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 summary=()
 step() { # name, command...
@@ -75,7 +83,7 @@ fi
 { nvidia-smi; nvcc --version; "$py" -c 'import torch, transformers; print(torch.__version__, transformers.__version__)'; } \
   >"$out/machine.log" 2>&1 || true
 
-targets=(qac test_gpu_train_kernels test_gpu_train_step test_gpu_train_dist bench_train_gpu)
+targets=(qac test_gpu_train_kernels test_gpu_train_step test_gpu_train_dist test_gpu_pretrain_step bench_train_gpu)
 # NCCL (the several-GPU path) when the CUDA installation has it
 nccl=OFF
 nvcc_dir="$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")"
@@ -92,8 +100,9 @@ bin="$build/tests/gpu"
 if has test; then
   step test-train-kernels "$bin/test_gpu_train_kernels"
   step test-train-step "$bin/test_gpu_train_step"
+  step test-pretrain-step "$bin/test_gpu_pretrain_step"
   # a skip (exit 77) on a GPU machine is a failure of this run
-  grep -q "^SKIP" "$out/test-train-kernels.log" "$out/test-train-step.log" &&
+  grep -q "^SKIP" "$out/test-train-kernels.log" "$out/test-train-step.log" "$out/test-pretrain-step.log" &&
     summary+=("FAIL a training test skipped on a GPU machine")
   # NCCL: one rank per GPU (a single GPU still runs the collectives); skips without NCCL
   t0=$SECONDS
@@ -111,8 +120,10 @@ if has sanitize; then
     export QAC_TEST_SMALL=1
     step memcheck-train-kernels "$san" --tool memcheck --leak-check full --error-exitcode 3 "$bin/test_gpu_train_kernels"
     step memcheck-train-step "$san" --tool memcheck --error-exitcode 3 "$bin/test_gpu_train_step" parity
+    step memcheck-pretrain-step "$san" --tool memcheck --leak-check full --error-exitcode 3 \
+      "$bin/test_gpu_pretrain_step" parity
     step racecheck-attention "$san" --tool racecheck --error-exitcode 3 "$bin/test_gpu_train_kernels" attention
-    for g in layernorm pooling infonce adamw; do
+    for g in layernorm pooling infonce pretrain adamw; do
       step "racecheck-$g" "$san" --tool racecheck --error-exitcode 3 "$bin/test_gpu_train_kernels" "$g"
     done
     step synccheck-train-kernels "$san" --tool synccheck --error-exitcode 3 "$bin/test_gpu_train_kernels"
@@ -124,6 +135,54 @@ fi
 
 if has bench; then
   QAC_PYTHON="$py" step bench-train bench/train_gpu/run.sh "$build"
+fi
+
+if has pretrain; then
+  model="${QAC_MODEL:-$("$build/qac" info 2>/dev/null | awk '/^directory/ {print $2; exit}')}"
+  if [ -n "$model" ] && [ -f "$model/config.json" ]; then
+    d="$out/pretrain"
+    mkdir -p "$d"
+    # 64 records of a few sentences each, two queries apiece
+    "$py" - "$d/tiny.jsonl" <<'PY'
+import json, random, sys
+random.seed(7)
+words = ("the a package library tool for and of data files server client network system user install run "
+         "build test python debian linux kernel module driver support version command line interface text "
+         "search index query passage document model train encoder retrieval fast small large simple").split()
+sent = lambda n: " ".join(random.choice(words) for _ in range(n)).capitalize() + "."
+with open(sys.argv[1], "w") as f:
+    for i in range(64):
+        text = " ".join(sent(random.randint(5, 12)) for _ in range(random.randint(2, 5)))
+        f.write(json.dumps({"id": str(i), "text": text, "queries": [sent(4)[:-1], sent(3)[:-1]]}) + "\n")
+PY
+    pt=(pretrain --model "$model" --data "$d/tiny.jsonl" --objective cocondenser --batch 8 --max-len 64
+        --query-max-len 16 --seed 11)
+    # smoke: 6 steps with a save at 3, killed nowhere, then resumed to 9 and exported
+    step pretrain-smoke "$build/qac" "${pt[@]}" --device cuda --steps 6 --save-every 3 --out "$d/smoke"
+    step pretrain-smoke-resume "$build/qac" "${pt[@]}" --device cuda --steps 9 --save-every 3 --resume --out "$d/smoke"
+    step pretrain-cpu "$build/qac" "${pt[@]}" --device cpu --steps 20 --threads "$(nproc)" --out "$d/cpu"
+    step pretrain-gpu-fp32 "$build/qac" "${pt[@]}" --device cuda --train-precision fp32 --steps 20 --out "$d/gpu32"
+    step pretrain-gpu-bf16 "$build/qac" "${pt[@]}" --device cuda --train-precision bf16 --steps 20 --out "$d/gpu16"
+    step pretrain-compare "$py" - "$d" <<'PY'
+import json, sys
+d = sys.argv[1]
+load = lambda r: [json.loads(l) for l in open(f"{d}/{r}/log.jsonl") if l.strip()]
+cpu = load("cpu")
+ok = len(cpu) == 20
+for run, tol in (("gpu32", 1e-3), ("gpu16", 3e-2)):
+    g = load(run)
+    worst = max(abs(b["loss"] - a["loss"]) / abs(a["loss"]) for a, b in zip(cpu, g))
+    print(f"{run}: steps {len(g)}; loss cpu {cpu[0]['loss']:.5f} -> {cpu[-1]['loss']:.5f}, "
+          f"gpu {g[0]['loss']:.5f} -> {g[-1]['loss']:.5f}; worst rel {worst:.3g} (tol {tol})")
+    ok = ok and len(g) == 20 and worst <= tol
+smoke = load("smoke")
+print(f"smoke: steps {[r['step'] for r in smoke]}")
+ok = ok and [r["step"] for r in smoke] == list(range(1, 10))
+sys.exit(0 if ok else 1)
+PY
+  else
+    summary+=("NOTE stage pretrain skipped: no model (set QAC_MODEL)")
+  fi
 fi
 
 if has cranfield; then
@@ -157,7 +216,8 @@ fi
 
 echo "== results in $out =="
 grep -h "^RESULT\|^RATIO\|^NOTE" "$out"/bench-*.log 2>/dev/null
-grep -h "worst tensor\|^trajectory\|^resume\|loss gpu" "$out"/test-train-step.log 2>/dev/null | tee "$out/parity.txt"
-cat "$out/cranfield-compare.log" 2>/dev/null
+grep -h "worst tensor\|^trajectory\|^resume\|loss gpu" "$out"/test-train-step.log "$out"/test-pretrain-step.log \
+  2>/dev/null | tee "$out/parity.txt"
+cat "$out/pretrain-compare.log" "$out/cranfield-compare.log" 2>/dev/null
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 ! grep -q '^FAIL' "$out/summary.txt"

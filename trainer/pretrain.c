@@ -79,6 +79,13 @@ qac_status qac_pt_objective_parse(qac_pt_objective *out, const char *name) {
     return qac_set_error(QAC_ERR_INVALID, "unknown objective '%s' (cocondenser, cotmae or qgen)", name ? name : "");
 }
 
+const char *qac_pt_cuda_missing(const qac_pt_objective_opts *o) {
+    if (o->objective == QAC_PT_COTMAE) return "the CoT-MAE decoder (its embedding-pass input and masked decoder MLM)";
+    if (o->objective == QAC_PT_QGEN) return "the query-generation decoder (GPT-2 blocks and the next-token loss)";
+    if (o->objective == QAC_PT_COCONDENSER && o->alpha > 0) return "the PAIR loss (--alpha > 0)";
+    return NULL;
+}
+
 /* HF Trainer's rule, per qac_bert_params tensor: no decay on biases and
  * LayerNorm weights. */
 static const char enc_decays[QAC_BERT_NUM_TENSORS] = {1, 1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0};
@@ -112,6 +119,45 @@ static void init_stack(qac_bert_params *p, const qac_bert_config *c, uint64_t se
 static void add_tensor(qac_pretrainer *t, float *p, float *g, size_t n, int decay) {
     size_t off = (size_t)(g - t->grad_mem);
     t->tensors[t->n_tensors++] = (qac_pt_tensor){p, g, t->adam_m + off, t->adam_v + off, n, decay};
+}
+
+/* The device copy of [encoder | heads] and its optimiser: the segments of
+ * the flat block in order, the untrained pooler a gap between the encoder's
+ * trained tensors and the heads. */
+static qac_status gpu_create(qac_pretrainer *t) {
+    const char *missing = qac_pt_cuda_missing(&t->ob);
+    if (missing)
+        return qac_set_error(QAC_ERR_UNSUPPORTED, "pretrain --device cuda: %s is not written for the GPU yet; run this "
+                                                  "objective with --device cpu", missing);
+    if (t->o.recompute)
+        return qac_set_error(QAC_ERR_UNSUPPORTED, "pretrain --device cuda keeps every activation; --recompute is for "
+                                                  "the CPU");
+    qac_cuda_pt_spec sp;
+    memset(&sp, 0, sizeof sp);
+    sp.cfg = t->m->cfg;
+    sp.objective = t->ob.objective;
+    sp.head_layers = t->hc.num_layers;
+    sp.skip_from = t->ob.skip_from;
+    sp.mean_pooling = t->ob.pooling == QAC_POOL_MEAN;
+    sp.normalize = t->ob.normalize != 0;
+    sp.tau = t->ob.tau;
+    sp.p_hidden = t->drop.hidden, sp.p_attn = t->drop.attn;
+    sp.prec = t->o.gpu_precision;
+    sp.max_grad_norm = t->o.max_grad_norm, sp.beta1 = t->o.beta1, sp.beta2 = t->o.beta2, sp.eps = t->o.adam_eps;
+    sp.wd = t->o.weight_decay;
+    sp.n_enc = t->m->n_params, sp.n_head = t->n_head;
+    size_t end = 0;
+    for (int i = 0; i < t->n_tensors; i++) {
+        size_t off = (size_t)(t->tensors[i].g - t->grad_mem);
+        if (sp.n_seg + 2 > QAC_CUDA_PT_MAX_SEGMENTS)
+            return qac_set_error(QAC_ERR_UNSUPPORTED, "pretrain --device cuda: more than %d tensors",
+                                 QAC_CUDA_PT_MAX_SEGMENTS);
+        if (off > end) sp.seg_end[sp.n_seg] = off, sp.seg_decay[sp.n_seg++] = -1; /* untrained gap */
+        end = off + t->tensors[i].n;
+        sp.seg_end[sp.n_seg] = end, sp.seg_decay[sp.n_seg++] = t->tensors[i].decay;
+    }
+    if (end != t->n_grad) return qac_set_error(QAC_ERR_INTERNAL, "pretrain: the tensors do not cover the flat block");
+    return qac_cuda_pretrainer_create(&t->gpu, &sp, t->m->param_mem, t->head_mem);
 }
 
 qac_status qac_pretrainer_create(qac_pretrainer **out, qac_model *m, const qac_train_opts *o,
@@ -211,7 +257,8 @@ qac_status qac_pretrainer_create(qac_pretrainer **out, qac_model *m, const qac_t
     size_t mn[QAC_MLM_NUM_TENSORS] = {(size_t)C * C, (size_t)C, (size_t)C, (size_t)C, (size_t)V};
     for (int i = 0; i < QAC_MLM_NUM_TENSORS; i++) add_tensor(t, mp[i], mgv[i], mn[i], i == 0);
     if ((st = qac_pool_create(&t->pool, o->threads)) || (st = qac_bert_pack(&t->pk, c, &m->p)) ||
-        (!qgen && (st = qac_bert_pack(&t->hpk, &t->hc, &t->hp)))) {
+        (!qgen && (st = qac_bert_pack(&t->hpk, &t->hc, &t->hp))) ||
+        (o->device == QAC_DEVICE_CUDA && (st = gpu_create(t)))) {
         qac_pretrainer_free(t);
         return st;
     }
@@ -260,6 +307,7 @@ qac_status qac_pretrainer_load_mlm_head(qac_pretrainer *t, const char *dir, int 
     }
     qac_safetensors_close(sf);
     if (!st) *found = 1;
+    if (!st && t->gpu) st = qac_cuda_pretrainer_upload(t->gpu, NULL, t->head_mem, NULL, NULL);
     return st;
 }
 
@@ -271,6 +319,7 @@ static void side_free(qac_pt_side *s) {
 
 void qac_pretrainer_free(qac_pretrainer *t) {
     if (!t) return;
+    qac_cuda_pretrainer_free(t->gpu);
     free(t->head_mem), free(t->grad_mem), free(t->adam_m), free(t->adam_v);
     qac_bert_packed_free(&t->pk), qac_bert_packed_free(&t->hpk);
     qac_bert_bwd_free(&t->ebwd), qac_bert_bwd_free(&t->hbwd);
@@ -286,6 +335,22 @@ void qac_pretrainer_free(qac_pretrainer *t) {
 /* (the qgen decoder packs its weights in every forward) */
 void qac_pretrainer_heads_changed(qac_pretrainer *t) {
     if (t->ob.objective != QAC_PT_QGEN) qac_bert_repack(&t->hpk, &t->hc, &t->hp, t->pool);
+}
+
+qac_status qac_pretrainer_params_changed(qac_pretrainer *t) {
+    if (!t->gpu) return QAC_OK;
+    return qac_cuda_pretrainer_upload(t->gpu, t->m->param_mem, t->head_mem, NULL, NULL);
+}
+
+qac_status qac_pretrainer_sync_host(qac_pretrainer *t) {
+    if (!t->gpu || !t->host_stale) return QAC_OK;
+    qac_status st = qac_cuda_pretrainer_download(t->gpu, t->m->param_mem, t->head_mem, NULL, t->adam_m, t->adam_v);
+    if (st) return st;
+    qac_bert_repack(&t->pk, &t->m->cfg, &t->m->p, t->pool);
+    qac_pretrainer_heads_changed(t);
+    qac_model_update_fingerprint(t->m);
+    t->host_stale = 0;
+    return QAC_OK;
 }
 
 static qac_status grow(float **p, size_t n) {
@@ -620,7 +685,25 @@ static qac_status grads_qgen(qac_pretrainer *t, const qac_pt_batch *b, qac_pt_lo
     return st;
 }
 
+/* the step on the GPU, its gradients left there */
+static qac_status gpu_grads(qac_pretrainer *t, const qac_pt_batch *b, qac_pt_losses *out) {
+    memset(out, 0, sizeof *out);
+    qac_status st = check_batch(t, b);
+    if (st) return st;
+    qac_cuda_pt_seqs a = {b->a.T, b->a.ids, b->a.labels, b->a.lens}, bb = {b->b.T, b->b.ids, b->b.labels, b->b.lens};
+    double l[3];
+    st = qac_cuda_pretrainer_grads(t->gpu, b->B, &a, &bb, qac_rng_key(t->o.seed, (uint64_t)t->step, STREAM_DROP, 0),
+                                   qac_rng_key(t->o.seed, (uint64_t)t->step, STREAM_HEAD_DROP, 0), l);
+    out->mlm = l[0], out->head = l[1], out->contrastive = l[2];
+    out->total = out->mlm + out->head + out->contrastive;
+    return st;
+}
+
 qac_status qac_pretrainer_grads(qac_pretrainer *t, const qac_pt_batch *b, qac_pt_losses *out) {
+    if (t->gpu) {
+        qac_status st = gpu_grads(t, b, out);
+        return st ? st : qac_cuda_pretrainer_download(t->gpu, NULL, NULL, t->grad_mem, NULL, NULL);
+    }
     memset(out, 0, sizeof *out);
     qac_status st = check_batch(t, b);
     if (!st) st = step_alloc(t, b);
@@ -633,13 +716,39 @@ qac_status qac_pretrainer_grads(qac_pretrainer *t, const qac_pt_batch *b, qac_pt
     return st;
 }
 
+static double lr_now(const qac_pretrainer *t) {
+    const qac_train_opts *o = &t->o;
+    return t->schedule_ctx.mode == QAC_PT_MODE_CURRICULUM
+               ? o->lr * qac_pt_lr_scale(&t->schedule_ctx, t->step, o->total_steps, t->warmup_frac)
+               : qac_lr_at(o->schedule, o->lr, t->step, o->warmup_steps, o->total_steps);
+}
+
+/* clip and AdamW on the device: the host copies are stale after it */
+static qac_status gpu_update(qac_pretrainer *t, const qac_pt_losses *losses, qac_step_stats *out, double t0) {
+    double lr = lr_now(t), norm = 0;
+    long step = t->step + 1;
+    qac_status st = qac_cuda_pretrainer_update(t->gpu, step, lr, &norm);
+    if (st) return st;
+    t->step = step;
+    t->host_stale = 1;
+    if (out) {
+        out->step = step;
+        out->loss = losses->total;
+        out->grad_norm = norm;
+        out->lr = lr;
+        out->seconds = qac_now() - t0;
+    }
+    return QAC_OK;
+}
+
 qac_status qac_pretrainer_step(qac_pretrainer *t, const qac_pt_batch *b, qac_pt_losses *losses,
                                qac_step_stats *out) {
     double t0 = qac_now();
-    qac_status st = qac_pretrainer_grads(t, b, losses);
+    qac_status st = t->gpu ? gpu_grads(t, b, losses) : qac_pretrainer_grads(t, b, losses);
     if (st) return st;
     if (!isfinite(losses->total))
         return qac_set_error(QAC_ERR_INTERNAL, "pretrain: loss is %g at step %ld", losses->total, t->step + 1);
+    if (t->gpu) return gpu_update(t, losses, out, t0);
     /* torch's clip_grad_norm_ over every trained tensor */
     double ss = 0;
     for (int i = 0; i < t->n_tensors; i++) {
@@ -657,9 +766,7 @@ qac_status qac_pretrainer_step(qac_pretrainer *t, const qac_pt_batch *b, qac_pt_
             for (size_t i = 0; i < t->n_grad; i++) t->grad_mem[i] *= fc;
         }
     }
-    double lr = t->schedule_ctx.mode == QAC_PT_MODE_CURRICULUM
-                    ? o->lr * qac_pt_lr_scale(&t->schedule_ctx, t->step, o->total_steps, t->warmup_frac)
-                    : qac_lr_at(o->schedule, o->lr, t->step, o->warmup_steps, o->total_steps);
+    double lr = lr_now(t);
     long step = t->step + 1;
     for (int i = 0; i < t->n_tensors; i++) {
         qac_pt_tensor *x = &t->tensors[i];

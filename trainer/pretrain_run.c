@@ -307,6 +307,7 @@ qac_status qac_pretrain_run(qac_model *m, const qac_pretrain_opts *o, long *resu
     if (log && fclose(log) != 0 && !st) st = qac_set_error(QAC_ERR_IO, "%s: %s", log_path, strerror(errno));
     /* the encoder alone, in OUT itself: what fine-tuning and encode read;
      * its files appear together (config.json last), checkpoints untouched */
+    if (!st) st = qac_pretrainer_sync_host(s.t);
     if (!st) st = qac_ckpt_export(m, o->out_dir);
     qac_pretrainer_free(s.t);
     qac_pt_data_free(s.d);

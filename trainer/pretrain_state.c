@@ -92,8 +92,10 @@ static qac_status write_state(void *user, const char *path) {
 }
 
 qac_status qac_pretrainer_save(qac_pretrainer *t, const char *dir, const void *cursor, size_t cursor_len) {
+    qac_status st = qac_pretrainer_sync_host(t); /* on CUDA: the device's parameters and state */
+    if (st) return st;
     t->save_cursor = cursor, t->save_cursor_len = cursor_len;
-    qac_status st = qac_ckpt_save(t->m, dir, write_state, t);
+    st = qac_ckpt_save(t->m, dir, write_state, t);
     t->save_cursor = NULL, t->save_cursor_len = 0;
     return st;
 }
@@ -269,6 +271,10 @@ qac_status qac_pretrainer_resume(qac_pretrainer *t, const char *dir, void **curs
     qac_bert_repack(&t->pk, &t->m->cfg, &t->m->p, t->pool);
     qac_pretrainer_heads_changed(t);
     qac_model_update_fingerprint(t->m);
+    if (t->gpu) { /* the same blocks on the device: a CPU run resumes on CUDA */
+        st = qac_cuda_pretrainer_upload(t->gpu, t->m->param_mem, t->head_mem, t->adam_m, t->adam_v);
+        t->host_stale = 0;
+    }
 done:
     if (st) {
         free(*cursor);

@@ -5,6 +5,7 @@
 #define QAC_PRETRAINER_H
 
 #include "bert_cpu.h"
+#include "qac_cuda_pretrain.h"
 #include "qac_heads.h"
 #include "qac_pretrain.h"
 #include "qac_train.h"
@@ -86,6 +87,11 @@ typedef struct qac_pretrainer {
     uint64_t *seq_ids;
     int seq_cap;
     long step;
+    /* o.device == QAC_DEVICE_CUDA: the step runs there (kernels/qac_cuda_pretrain.h)
+     * on device copies of [encoder | heads], grads, m and v; the host
+     * copies above are brought up to date before a save (host_stale) */
+    qac_cuda_pretrainer *gpu;
+    int host_stale;
     /* a curriculum's two-stage schedule replaces o.schedule (mode CURRICULUM) */
     qac_pt_context schedule_ctx;
     double warmup_frac;
@@ -102,8 +108,15 @@ void qac_pretrainer_free(qac_pretrainer *t);
 qac_status qac_pretrainer_load_mlm_head(qac_pretrainer *t, const char *dir, int *found);
 /* Re-pack the heads after their parameters were changed from outside. */
 void qac_pretrainer_heads_changed(qac_pretrainer *t);
+/* On CUDA: copy the host's encoder and heads to the device after they were
+ * changed from outside (QAC_OK on the CPU). */
+qac_status qac_pretrainer_params_changed(qac_pretrainer *t);
+/* On CUDA: bring the host's encoder, heads, m and v up to date with the
+ * device (QAC_OK on the CPU or when nothing changed since). */
+qac_status qac_pretrainer_sync_host(qac_pretrainer *t);
 
-/* Zero the gradients and accumulate the objective's over the batch. */
+/* Zero the gradients and accumulate the objective's over the batch (on
+ * CUDA computed there and copied into grad_mem). */
 qac_status qac_pretrainer_grads(qac_pretrainer *t, const qac_pt_batch *b, qac_pt_losses *out);
 /* grads, then global-norm clip, AdamW over every tensor, re-pack. */
 qac_status qac_pretrainer_step(qac_pretrainer *t, const qac_pt_batch *b, qac_pt_losses *losses,

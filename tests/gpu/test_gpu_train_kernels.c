@@ -2,7 +2,9 @@
  * sizes, padding, T not a multiple of any tile), on fresh random inputs:
  * embeddings, LayerNorm, GELU, linear-layer and attention backward (the
  * encoder's and the decoder's causal windowed attention), dropout
- * (identical masks), pooling backward, InfoNCE, gradient clipping + AdamW.
+ * (identical masks), pooling backward, InfoNCE, gradient clipping + AdamW,
+ * and the pre-training losses: coCondenser's contrastive loss and the MLM
+ * cross-entropy over the vocabulary.
  *
  * Tolerances (relative Frobenius error per tensor): fp32 1e-5 (fp32
  * arithmetic in another order); bf16 from the 8-bit mantissa: every input
@@ -16,6 +18,7 @@
 #include "bert_cpu.h"
 #include "gpu_testutil.h"
 #include "qac_cuda_train_kernels.h"
+#include "qac_heads.h"
 #include "qac_train.h"
 #include "testutil.h"
 
@@ -256,6 +259,58 @@ static void test_infonce(int nq, int n, int C, float tau, qac_similarity sim) {
     free(q), free(p), free(dq), free(dp), free(gdq), free(gdp);
 }
 
+static void test_cocondenser(int B, int C, float tau) {
+    const int n2 = 2 * B;
+    float *x = rnd((size_t)n2 * C, -1, 1), *dx = malloc(sizeof(float) * n2 * C), *gdx = malloc(sizeof(float) * n2 * C);
+    double loss, gloss;
+    CHECK_OK(qac_cocondenser_loss(&loss, dx, x, n2, C, tau));
+    CHECK_OK(qac_cuda_cocondenser_loss(&gloss, gdx, x, n2, C, tau));
+    char shape[64];
+    snprintf(shape, sizeof shape, "n2 %d C%d tau%.2f", n2, C, (double)tau);
+    const double lrel = fabs(gloss - loss) / fabs(loss);
+    printf("%-24s %-5s %-30s loss %.9g vs %.9g rel %.3g (tol 1e-9)\n", "cocondenser", "fp32", shape, gloss, loss,
+           lrel);
+    CHECK_MSG(lrel <= 1e-9, "cocondenser loss %s: %g vs %g", shape, gloss, loss);
+    report("cocondenser (dx)", QAC_PREC_FP32, shape, gdx, dx, (size_t)n2 * C, 1e-6);
+    free(x), free(dx), free(gdx);
+}
+
+/* The twin of ce_task in trainer/mlm.c (static there): logits + bias in
+ * float, double sums, float gradients. */
+static double mlm_ce_ref(float *dl, const float *logits, const float *bias, const int32_t *labels, int M, int V) {
+    double total = 0;
+    for (int i = 0; i < M; i++) {
+        float *row = dl + (size_t)i * V;
+        for (int v = 0; v < V; v++) row[v] = logits[(size_t)i * V + v] + bias[v];
+        double mx = row[0], z = 0;
+        for (int v = 1; v < V; v++) mx = row[v] > mx ? row[v] : mx;
+        for (int v = 0; v < V; v++) z += exp(row[v] - mx);
+        const double lse = mx + log(z);
+        total += lse - row[labels[i]];
+        for (int v = 0; v < V; v++) row[v] = (float)(exp(row[v] - lse) / M);
+        row[labels[i]] -= 1.0f / M;
+    }
+    return total / M;
+}
+
+static void test_mlm_ce(int M, int V) {
+    float *logits = rnd((size_t)M * V, -4, 4), *bias = rnd(V, -1, 1);
+    float *dl = malloc(sizeof(float) * M * V), *gdl = malloc(sizeof(float) * M * V);
+    int32_t *labels = malloc(sizeof(int32_t) * M);
+    for (int i = 0; i < M; i++) labels[i] = gpu_test_int(0, V - 1);
+    const double loss = mlm_ce_ref(dl, logits, bias, labels, M, V);
+    double gloss = 0;
+    CHECK_OK(qac_cuda_mlm_ce(&gloss, gdl, logits, bias, labels, M, V));
+    char shape[64];
+    snprintf(shape, sizeof shape, "M%d V%d", M, V);
+    const double lrel = fabs(gloss - loss) / fabs(loss);
+    printf("%-24s %-5s %-30s loss %.12g vs %.12g rel %.3g (tol 1e-12)\n", "mlm ce", "fp32", shape, gloss, loss, lrel);
+    CHECK_MSG(lrel <= 1e-12, "mlm ce loss %s: %g vs %g", shape, gloss, loss);
+    /* the same float and double operations; exp may differ by an ulp */
+    report("mlm ce (dlogits)", QAC_PREC_FP32, shape, gdl, dl, (size_t)M * V, 1e-6);
+    free(logits), free(bias), free(dl), free(gdl), free(labels);
+}
+
 static float bf16_round(float f) {
     uint32_t u;
     memcpy(&u, &f, 4);
@@ -304,7 +359,7 @@ static void test_clip_adamw(size_t n, double max_norm) {
 }
 
 /* An optional argument runs one group (embeddings, layernorm, gelu, matmul,
- * dropout, attention, pooling, infonce, adamw): the sanitizer runs use it.
+ * dropout, attention, pooling, infonce, pretrain, adamw): the sanitizer runs use it.
  * QAC_TEST_SMALL=1 drops the largest shapes. */
 static const char *only;
 static int small;
@@ -359,6 +414,13 @@ int main(int argc, char **argv) {
         test_infonce(4, 3, 64, 1.0f, QAC_SIM_DOT);
         test_infonce(8, 8, 768, 0.05f, QAC_SIM_COS);
         test_infonce(5, 7, 100, 1.0f, QAC_SIM_COS);
+    }
+    if (want("pretrain")) {
+        test_cocondenser(2, 64, 1.0f);
+        test_cocondenser(9, 384, 0.05f); /* odd pair count */
+        test_mlm_ce(7, 200);
+        test_mlm_ce(130, 1000);
+        if (!small) test_mlm_ce(64, 30522); /* BERT's vocabulary */
     }
     if (want("adamw")) {
         test_clip_adamw(100003, 1e9);  /* no clipping */

@@ -4,7 +4,9 @@ A bad --objective, --context or --curriculum and a missing --out are usage
 errors (exit 2) naming the bad value; a missing --data file, a batch too
 small for the contrastive loss and resuming a run with another objective
 or batch size are runtime errors (exit 1)
-naming the cause; --help lists the options."""
+naming the cause; --help lists the options. --device cuda: the objectives
+not written for the GPU (CoT-MAE, qgen, PAIR) are refused by name, and
+without a usable GPU (or a CUDA build) the error says so (exit 2)."""
 import os
 import sys
 import tempfile
@@ -73,8 +75,17 @@ if states:
         f.write(bytes([byte[0] ^ 0x10]))
     r = pt("--data", data, "--objective", "cotmae", "--steps", "50", "--resume", out="run")
     check(r.returncode == 1 and "checksum" in r.stderr, "a flipped byte in the training state: " + r.stderr.strip()[:200])
+for args, names in ((["--objective", "cotmae"], "CoT-MAE decoder"), (["--objective", "qgen"], "query-generation"),
+                    (["--alpha", "0.1"], "PAIR")):
+    r = pt("--data", data, "--device", "cuda", *args)
+    check(r.returncode == 2 and names in r.stderr and "--device cpu" in r.stderr and untouched(),
+          f"--device cuda {' '.join(args)}: refused by name: " + r.stderr.strip()[:200])
+probe = run(["pretrain", *BASE, "--data", data, "--device", "cuda", "--steps", "1", "--out", p("cuda-probe")])
+if "no usable CUDA GPU" in probe.stderr or "built without CUDA" in probe.stderr:
+    check(probe.returncode == 2 and not os.path.exists(p("cuda-probe")),
+          "--device cuda without a GPU: a clear error, nothing written: " + probe.stderr.strip()[:200])
 r = run(["pretrain", "--help"])
 check(r.returncode == 0 and all(f"--{o}" in r.stdout for o in (
     "objective", "context", "curriculum", "mask-rate", "enc-mask-rate", "dec-mask-rate", "skip-from", "head-layers",
-    "tau", "alpha", "save-every", "resume")), "--help lists the options")
+    "tau", "alpha", "save-every", "resume", "device", "train-precision")), "--help lists the options")
 finish()

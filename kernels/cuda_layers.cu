@@ -1,0 +1,238 @@
+// The BERT layer stack of the CUDA training backends (kernels/cuda_layers.cuh).
+//
+// Not yet run on a GPU: compiled and reviewed only, until
+// scripts/gpu_train_verify.sh passes on a device.
+#include "cuda_layers.cuh"
+
+size_t qac_kl_align(size_t x) { return (x + 255) & ~(size_t)255; }
+
+const void *qac_kl_act_w(const qac_kl_ctx *t, const float *view) {
+    if (t->prec == QAC_PREC_FP32) return view;
+    return t->params_act + (view - t->params);
+}
+
+qac_kt_drop qac_kl_drop(float p, uint64_t key, uint64_t seq_base) {
+    qac_kt_drop d;
+    d.p = p;
+    d.key = key;
+    d.seq_base = seq_base;
+    return d;
+}
+
+static size_t big_cols(const qac_bert_config *c) {
+    return (size_t)(c->intermediate_size > 3 * c->hidden_size ? c->intermediate_size : 3 * c->hidden_size);
+}
+
+void qac_kl_acts_bind(const qac_kl_ctx *t, qac_kl_acts *s, qac_kl_bump *b, int B, int T, int L_, int with_emb) {
+    const qac_bert_config *c = &t->cfg;
+    const size_t N = (size_t)B * T, C = c->hidden_size, I = c->intermediate_size, L = (size_t)L_;
+    const size_t NH = c->num_heads, es = t->esize, nP = (size_t)B * NH * T * T;
+    if (with_emb) {
+        b->take(&s->emb, N * C * 4);
+        b->take(&s->emb_mean, N * 4);
+        b->take(&s->emb_rstd, N * 4);
+    } else {
+        s->emb = s->emb_mean = s->emb_rstd = NULL;
+    }
+    b->take(&s->hidden, (L + 1) * N * C * 4);
+    if (t->prec == QAC_PREC_FP32)
+        s->hidden_act = s->hidden;
+    else
+        b->take((char **)&s->hidden_act, (L + 1) * N * C * es);
+    b->take((char **)&s->q, L * N * C * es);
+    b->take((char **)&s->k, L * N * C * es);
+    b->take((char **)&s->v, L * N * C * es);
+    b->take((char **)&s->P, L * nP * es);
+    b->take((char **)&s->atty, L * N * C * es);
+    b->take(&s->res1, L * N * C * 4);
+    b->take(&s->ln1, L * N * C * 4);
+    b->take(&s->res2, L * N * C * 4);
+    if (t->prec == QAC_PREC_FP32)
+        s->ln1_act = s->ln1;
+    else
+        b->take((char **)&s->ln1_act, L * N * C * es);
+    b->take(&s->ln1_mean, L * N * 4);
+    b->take(&s->ln1_rstd, L * N * 4);
+    b->take(&s->ln2_mean, L * N * 4);
+    b->take(&s->ln2_rstd, L * N * 4);
+    b->take((char **)&s->ffn_pre, L * N * I * es);
+    b->take((char **)&s->ffn_act, L * N * I * es);
+    s->B = B;
+    s->T = T;
+    s->L = L_;
+}
+
+size_t qac_kl_work_bind(const qac_kl_ctx *t, qac_kl_work *w, char *base, size_t N, size_t nP) {
+    const qac_bert_config *c = &t->cfg;
+    const size_t C = c->hidden_size, I = c->intermediate_size, es = t->esize;
+    qac_kl_bump b = {base, 0};
+    b.take((char **)&w->big, N * big_cols(c) * es);
+    b.take((char **)&w->proj, N * C * es);
+    b.take(&w->S, nP * 4);
+    b.take((char **)&w->Pd, nP * es);
+    b.take((char **)&w->dS, nP * es);
+    b.take((char **)&w->O, N * C * es);
+    b.take((char **)&w->dq, N * C * es);
+    b.take((char **)&w->dk, N * C * es);
+    b.take((char **)&w->dv, N * C * es);
+    b.take((char **)&w->datty, N * C * es);
+    b.take(&w->dy, N * C * 4);
+    b.take(&w->dres, N * C * 4);
+    b.take(&w->dln1, N * C * 4);
+    size_t np = qac_kt_colsum_floats((int)N, (int)C, 2);
+    const size_t n2 = qac_kt_colsum_floats((int)N, (int)I, 1), n3 = qac_kt_colsum_floats((int)N, (int)(3 * C), 1);
+    np = np > n2 ? np : n2;
+    np = np > n3 ? np : n3;
+    b.take(&w->partial, np * 4);
+    return b.off;
+}
+
+qac_status qac_kl_work_ensure(const qac_kl_ctx *t, qac_kl_work *w, size_t N, size_t nP) {
+    const size_t need = qac_kl_work_bind(t, w, NULL, N, nP);
+    if (need > w->cap) {
+        QAC_CU(cudaStreamSynchronize(t->stream));
+        cudaFree(w->mem);
+        w->mem = NULL;
+        w->cap = 0;
+        cudaError_t e = cudaMalloc(&w->mem, need);
+        if (e != cudaSuccess)
+            return qac_set_error(QAC_ERR_NOMEM, "CUDA trainer: cannot allocate %.2f GiB of work buffers (%s)",
+                                 (double)need / (1 << 30), cudaGetErrorString(e));
+        w->cap = need;
+    }
+    qac_kl_work_bind(t, w, (char *)w->mem, N, nP);
+    return QAC_OK;
+}
+
+qac_status qac_kl_embed_fwd(const qac_kl_ctx *t, qac_kl_acts *s, const int32_t *ids, const qac_bert_params *w,
+                            uint64_t key, uint64_t seq_base) {
+    const qac_bert_config *c = &t->cfg;
+    const int B = s->B, T = s->T, N = B * T, C = c->hidden_size;
+    const qac_precision p = t->prec;
+    const qac_kt_drop dh = qac_kl_drop(t->p_hidden, key, seq_base);
+    cudaStream_t st = t->stream;
+    QAC_CU(qac_kt_embed_fwd(s->emb, ids, NULL, w->word_emb, w->pos_emb, w->type_emb, N, T, C, st));
+    QAC_CU(qac_kt_layernorm_fwd(s->hidden, NULL, s->emb_mean, s->emb_rstd, s->emb, w->emb_ln_w, w->emb_ln_b, N, C,
+                                c->layer_norm_eps, p, st));
+    if (t->p_hidden > 0) QAC_CU(qac_kt_dropout(s->hidden, s->hidden, dh, 0, QAC_DROP_EMB, B, T, C, QAC_PREC_FP32, st));
+    return QAC_OK;
+}
+
+qac_status qac_kl_layers_fwd(const qac_kl_ctx *t, qac_kl_acts *s, qac_kl_work *k, const qac_bert_params *w,
+                             const int *lens, uint64_t key, uint64_t seq_base) {
+    const qac_bert_config *c = &t->cfg;
+    const int B = s->B, T = s->T, N = B * T, C = c->hidden_size, I = c->intermediate_size, NH = c->num_heads;
+    const size_t NC = (size_t)N * C, NI = (size_t)N * I, nP = (size_t)B * NH * T * T;
+    const qac_precision p = t->prec;
+    const float eps = c->layer_norm_eps;
+    const qac_kt_drop dh = qac_kl_drop(t->p_hidden, key, seq_base), da = qac_kl_drop(t->p_attn, key, seq_base);
+    cudaStream_t st = t->stream;
+    if (p != QAC_PREC_FP32) QAC_CU(qac_k_from_f32(s->hidden_act, s->hidden, NC, p, st));
+
+    for (int l = 0; l < s->L; l++) {
+        const size_t lc = (size_t)l * C;
+        const float *x = QAC_KL_AT(s->hidden, l, NC);
+        const void *xa = QAC_KL_ACT(t, s->hidden_act, l, NC);
+        void *q = QAC_KL_ACT(t, s->q, l, NC), *kk = QAC_KL_ACT(t, s->k, l, NC), *v = QAC_KL_ACT(t, s->v, l, NC);
+        void *P = QAC_KL_ACT(t, s->P, l, nP), *atty = QAC_KL_ACT(t, s->atty, l, NC);
+        void *ln1_act = QAC_KL_ACT(t, s->ln1_act, l, NC);
+        void *ffn_pre = QAC_KL_ACT(t, s->ffn_pre, l, NI), *ffn_act = QAC_KL_ACT(t, s->ffn_act, l, NI);
+        float *res1 = QAC_KL_AT(s->res1, l, NC), *ln1 = QAC_KL_AT(s->ln1, l, NC), *res2 = QAC_KL_AT(s->res2, l, NC);
+
+        qac_status e = qac_kt_linear_fwd(t->blas, k->big, xa, qac_kl_act_w(t, w->qkv_w + lc * 3 * C), N, C, 3 * C, p);
+        if (e) return e;
+        if ((e = qac_kt_attention_fwd(t->blas, atty, q, kk, v, P, k->S, k->Pd, k->O, k->big, w->qkv_b + lc * 3, lens,
+                                      da, l, B, T, C, NH, 0, 0, p, st)))
+            return e;
+        if ((e = qac_kt_linear_fwd(t->blas, k->proj, atty, qac_kl_act_w(t, w->attn_out_w + lc * C), N, C, C, p)))
+            return e;
+        QAC_CU(qac_kt_bias_dropout_residual(res1, k->proj, w->attn_out_b + lc, x, dh, l, QAC_DROP_ATT_OUT, B, T, C, p,
+                                            st));
+        QAC_CU(qac_kt_layernorm_fwd(ln1, p == QAC_PREC_FP32 ? NULL : ln1_act, QAC_KL_AT(s->ln1_mean, l, N),
+                                    QAC_KL_AT(s->ln1_rstd, l, N), res1, w->ln1_w + lc, w->ln1_b + lc, N, C, eps, p, st));
+        if ((e = qac_kt_linear_fwd(t->blas, ffn_pre, ln1_act, qac_kl_act_w(t, w->ffn_in_w + (size_t)l * I * C), N, C, I,
+                                   p)))
+            return e;
+        QAC_CU(qac_kt_bias_gelu_fwd(ffn_pre, ffn_act, w->ffn_in_b + (size_t)l * I, N, I, p, st));
+        if ((e = qac_kt_linear_fwd(t->blas, k->proj, ffn_act, qac_kl_act_w(t, w->ffn_out_w + lc * I), N, I, C, p)))
+            return e;
+        QAC_CU(qac_kt_bias_dropout_residual(res2, k->proj, w->ffn_out_b + lc, ln1, dh, l, QAC_DROP_FFN_OUT, B, T, C, p,
+                                            st));
+        QAC_CU(qac_kt_layernorm_fwd(QAC_KL_AT(s->hidden, l + 1, NC),
+                                    p == QAC_PREC_FP32 ? NULL : QAC_KL_ACT(t, s->hidden_act, l + 1, NC),
+                                    QAC_KL_AT(s->ln2_mean, l, N), QAC_KL_AT(s->ln2_rstd, l, N), res2, w->ln2_w + lc,
+                                    w->ln2_b + lc, N, C, eps, p, st));
+    }
+    return QAC_OK;
+}
+
+qac_status qac_kl_layers_bwd(const qac_kl_ctx *t, qac_kl_acts *s, qac_kl_work *k, const qac_bert_params *w,
+                             const qac_bert_params *g, const int *lens, uint64_t key, uint64_t seq_base,
+                             const float *dh_add, int add_at) {
+    const qac_bert_config *c = &t->cfg;
+    const int B = s->B, T = s->T, N = B * T, C = c->hidden_size, I = c->intermediate_size, NH = c->num_heads;
+    const size_t NC = (size_t)N * C, NI = (size_t)N * I, nP = (size_t)B * NH * T * T;
+    const qac_precision p = t->prec;
+    const qac_kt_drop dh = qac_kl_drop(t->p_hidden, key, seq_base), da = qac_kl_drop(t->p_attn, key, seq_base);
+    cudaStream_t st = t->stream;
+    qac_status e;
+    for (int l = s->L - 1; l >= 0; l--) {
+        const size_t lc = (size_t)l * C, li = (size_t)l * I;
+        // y = LN2(res2), res2 = ln1 + dropout(ffn_act W2^T + b2)
+        QAC_CU(qac_kt_layernorm_bwd(k->dres, g->ln2_w + lc, g->ln2_b + lc, k->dy, QAC_KL_AT(s->res2, l, NC),
+                                    QAC_KL_AT(s->ln2_mean, l, N), QAC_KL_AT(s->ln2_rstd, l, N), w->ln2_w + lc,
+                                    k->partial, N, C, st));
+        QAC_CU(qac_kt_dropout(k->proj, k->dres, dh, l, QAC_DROP_FFN_OUT, B, T, C, p, st));
+        if ((e = qac_kt_linear_bwd(t->blas, k->big, p, 0.0f, g->ffn_out_w + lc * I, g->ffn_out_b + lc, k->proj,
+                                   QAC_KL_ACT(t, s->ffn_act, l, NI), qac_kl_act_w(t, w->ffn_out_w + lc * I), k->partial,
+                                   N, I, C, p, st)))
+            return e;
+        // ffn_act = GELU(ln1 W1^T + b1)
+        QAC_CU(qac_kt_gelu_bwd(k->big, k->big, QAC_KL_ACT(t, s->ffn_pre, l, NI), NI, p, st));
+        QAC_CU(cudaMemcpyAsync(k->dln1, k->dres, NC * sizeof(float), cudaMemcpyDeviceToDevice, st));
+        if ((e = qac_kt_linear_bwd(t->blas, k->dln1, QAC_PREC_FP32, 1.0f, g->ffn_in_w + li * C, g->ffn_in_b + li,
+                                   k->big, QAC_KL_ACT(t, s->ln1_act, l, NC), qac_kl_act_w(t, w->ffn_in_w + li * C),
+                                   k->partial, N, C, I, p, st)))
+            return e;
+        // ln1 = LN1(res1), res1 = x + dropout(atty Wo^T + bo)
+        QAC_CU(qac_kt_layernorm_bwd(k->dres, g->ln1_w + lc, g->ln1_b + lc, k->dln1, QAC_KL_AT(s->res1, l, NC),
+                                    QAC_KL_AT(s->ln1_mean, l, N), QAC_KL_AT(s->ln1_rstd, l, N), w->ln1_w + lc,
+                                    k->partial, N, C, st));
+        QAC_CU(qac_kt_dropout(k->proj, k->dres, dh, l, QAC_DROP_ATT_OUT, B, T, C, p, st));
+        if ((e = qac_kt_linear_bwd(t->blas, k->datty, p, 0.0f, g->attn_out_w + lc * C, g->attn_out_b + lc, k->proj,
+                                   QAC_KL_ACT(t, s->atty, l, NC), qac_kl_act_w(t, w->attn_out_w + lc * C), k->partial,
+                                   N, C, C, p, st)))
+            return e;
+        // atty = attention(x Wqkv^T + bqkv)
+        if ((e = qac_kt_attention_bwd(t->blas, k->big, k->datty, QAC_KL_ACT(t, s->q, l, NC),
+                                      QAC_KL_ACT(t, s->k, l, NC), QAC_KL_ACT(t, s->v, l, NC),
+                                      QAC_KL_ACT(t, s->P, l, nP), k->S, k->Pd, k->dS, k->O, k->dq, k->dk, k->dv, lens,
+                                      da, l, B, T, C, NH, p, st)))
+            return e;
+        QAC_CU(cudaMemcpyAsync(k->dy, k->dres, NC * sizeof(float), cudaMemcpyDeviceToDevice, st));
+        if ((e = qac_kt_linear_bwd(t->blas, k->dy, QAC_PREC_FP32, 1.0f, g->qkv_w + lc * 3 * C, g->qkv_b + lc * 3,
+                                   k->big, QAC_KL_ACT(t, s->hidden_act, l, NC), qac_kl_act_w(t, w->qkv_w + lc * 3 * C),
+                                   k->partial, N, C, 3 * C, p, st)))
+            return e;
+        // k->dy is now dL/d hidden[l]: a reader of that layer adds its share
+        if (dh_add && l == add_at) QAC_CU(qac_kt_add(k->dy, dh_add, NC, st));
+    }
+    return QAC_OK;
+}
+
+qac_status qac_kl_embed_bwd(const qac_kl_ctx *t, qac_kl_acts *s, qac_kl_work *k, const qac_bert_params *g,
+                            const qac_bert_params *w, qac_scatter_plan pw, const int32_t *plan_w,
+                            qac_scatter_plan pt, const int32_t *plan_t, uint64_t key, uint64_t seq_base) {
+    const int B = s->B, T = s->T, N = B * T, C = t->cfg.hidden_size;
+    const qac_kt_drop dh = qac_kl_drop(t->p_hidden, key, seq_base);
+    cudaStream_t st = t->stream;
+    // hidden[0] = dropout(LN(word + pos + type))
+    if (t->p_hidden > 0) QAC_CU(qac_kt_dropout(k->dy, k->dy, dh, 0, QAC_DROP_EMB, B, T, C, QAC_PREC_FP32, st));
+    QAC_CU(qac_kt_layernorm_bwd(k->dres, g->emb_ln_w, g->emb_ln_b, k->dy, s->emb, s->emb_mean, s->emb_rstd,
+                                w->emb_ln_w, k->partial, N, C, st));
+    QAC_CU(qac_kt_pos_bwd(g->pos_emb, k->dres, B, T, C, st));
+    // dln1 (N*C floats) holds the scatter partials: at most one segment per row
+    QAC_CU(qac_kt_scatter_add(g->word_emb, k->dres, pw, plan_w, k->dln1, C, st));
+    QAC_CU(qac_kt_scatter_add(g->type_emb, k->dres, pt, plan_t, k->dln1, C, st));
+    return QAC_OK;
+}

@@ -1,0 +1,122 @@
+// Internal to kernels/: the BERT layer stack of the CUDA training backends
+// (fine-tuning, kernels/cuda_trainer.cu, and pre-training,
+// kernels/cuda_pretrainer.cu): embeddings, the post-LN layers forward with
+// every tensor backward reads kept, and their backward into an fp32
+// gradient block. The pre-trainer's Condenser head runs its fresh layers
+// through the same functions, with its own parameter views.
+//
+// CPU twins: model/bert_forward.c and model/bert_backward.c
+// (qac_bert_forward_train, qac_bert_layers_forward, qac_bert_backward,
+// qac_bert_layers_backward).
+//
+// Not yet run on a GPU: compiled and reviewed only, until
+// scripts/gpu_train_verify.sh passes on a device.
+#ifndef QAC_CUDA_LAYERS_CUH
+#define QAC_CUDA_LAYERS_CUH
+
+#include "bert_kernels.cuh"
+#include "train_kernels.cuh"
+
+extern "C" {
+#include "bert_cpu.h"
+#include "qac_model.h"
+}
+
+// What every layer function needs: the shapes (cfg: hidden, heads,
+// intermediate and eps are read; the layer count is passed per call), the
+// precision, the stream and cuBLAS handle on it, and the fp32 parameter
+// block with its bf16 copy (bf16 mode: the same offsets), so that any view
+// into params finds its matrix in params_act.
+struct qac_kl_ctx {
+    qac_bert_config cfg;
+    qac_precision prec;
+    size_t esize; // bytes of an act element
+    float p_hidden, p_attn;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    float *params;
+    __nv_bfloat16 *params_act;
+};
+
+// A weight matrix in the precision of the products.
+const void *qac_kl_act_w(const qac_kl_ctx *t, const float *view);
+
+// The activations of L layers over B x T tokens, kept for backward; bound
+// into one device allocation. hidden[0] is the stack's input (the
+// embeddings' output for the encoder), hidden[l+1] layer l's output.
+struct qac_kl_acts {
+    int B, T, L;
+    float *emb, *emb_mean, *emb_rstd; // [N,C], [N], [N]: the embedding LayerNorm's input and statistics
+    float *hidden;    // [L+1, N, C]
+    void *hidden_act; // [L+1, N, C] act (== hidden in fp32)
+    void *q, *k, *v;  // [L, N*C] each, heads split, bias added
+    void *P;          // [L, B*NH*T*T]
+    void *atty;       // [L, N*C]
+    float *res1, *ln1, *res2; // [L, N*C]
+    void *ln1_act;            // [L, N*C] (== ln1 in fp32)
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd; // [L, N]
+    void *ffn_pre, *ffn_act;                          // [L, N*I]
+};
+
+// Work buffers of a backward (sized for the largest N = B*T and B*NH*T*T).
+struct qac_kl_work {
+    void *mem;
+    size_t cap;
+    void *big;          // [N, max(I, 3C)] act: the QKV product, then dFFN / dQKV
+    void *proj;         // [N, C] act: projection outputs, then masked gradients
+    float *S;           // [B*NH*T*T] scores, then their gradient
+    void *Pd, *dS;      // [B*NH*T*T] act
+    void *O, *dq, *dk, *dv, *datty; // [N, C] act
+    float *dy, *dres, *dln1;        // [N, C]: dy carries dL/d(hidden) between layers
+    float *partial;                 // column-sum partials
+};
+
+size_t qac_kl_align(size_t x);
+
+// Bump allocation over a base that may be NULL (the sizing pass).
+struct qac_kl_bump {
+    char *base;
+    size_t off;
+    template <typename P> void take(P **p, size_t bytes) {
+        *p = base ? (P *)(base + off) : nullptr;
+        off += qac_kl_align(bytes ? bytes : 1);
+    }
+};
+
+// Bind a's views at b (L layers over B x T; with_emb: the embedding
+// buffers too); returns nothing, b->off grows by the bytes taken.
+void qac_kl_acts_bind(const qac_kl_ctx *t, qac_kl_acts *a, qac_kl_bump *b, int B, int T, int L, int with_emb);
+size_t qac_kl_work_bind(const qac_kl_ctx *t, qac_kl_work *w, char *base, size_t N, size_t nP);
+// (Re)allocate w for N rows and nP attention probabilities.
+qac_status qac_kl_work_ensure(const qac_kl_ctx *t, qac_kl_work *w, size_t N, size_t nP);
+
+// Dropout of the sites of one pass: the step's key and the first sequence's id.
+qac_kt_drop qac_kl_drop(float p, uint64_t key, uint64_t seq_base);
+
+// hidden[0] (and hidden_act[0]) = dropout(LN(word[ids] + pos + type[0])),
+// the embedding statistics kept. ids, [B*T] on the device.
+qac_status qac_kl_embed_fwd(const qac_kl_ctx *t, qac_kl_acts *a, const int32_t *ids, const qac_bert_params *w,
+                            uint64_t key, uint64_t seq_base);
+// From w->dy = dL/d hidden[0]: the embedding LayerNorm's and the
+// embeddings' gradients (the scatter plans of the ids, built on the host).
+qac_status qac_kl_embed_bwd(const qac_kl_ctx *t, qac_kl_acts *a, qac_kl_work *k, const qac_bert_params *g,
+                            const qac_bert_params *w, qac_scatter_plan pw, const int32_t *plan_w,
+                            qac_scatter_plan pt, const int32_t *plan_t, uint64_t key, uint64_t seq_base);
+
+// Layers 0..a->L-1 of the stack w on hidden[0] (hidden_act[0] also set in
+// bf16 mode), lens [B] on the device.
+qac_status qac_kl_layers_fwd(const qac_kl_ctx *t, qac_kl_acts *a, qac_kl_work *k, const qac_bert_params *w,
+                             const int *lens, uint64_t key, uint64_t seq_base);
+// From k->dy = dL/d hidden[L] to k->dy = dL/d hidden[0], the parameter
+// gradients accumulated into g. dh_add (may be NULL): a gradient on
+// hidden[add_at] (0 <= add_at < L) from outside the stack, added when the
+// backward reaches it (the Condenser head's read of a middle layer).
+qac_status qac_kl_layers_bwd(const qac_kl_ctx *t, qac_kl_acts *a, qac_kl_work *k, const qac_bert_params *w,
+                             const qac_bert_params *g, const int *lens, uint64_t key, uint64_t seq_base,
+                             const float *dh_add, int add_at);
+
+// element offset into an act-typed buffer
+#define QAC_KL_ACT(t, ptr, l, n) ((void *)((char *)(ptr) + (size_t)(l) * (n) * (t)->esize))
+#define QAC_KL_AT(ptr, l, n) ((ptr) + (size_t)(l) * (n))
+
+#endif

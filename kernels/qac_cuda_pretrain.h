@@ -1,0 +1,93 @@
+/* The CUDA backend of the pre-trainer (trainer/pretrainer.h): the encoder
+ * and the objective's heads on the GPU, with the parameters, gradients and
+ * AdamW m, v in exactly the CPU pre-trainer's flat layout [encoder |
+ * heads] (heads: the head's layer stack, then the MLM head), one device
+ * allocation each, so a checkpoint or a resume is one copy of each block
+ * and the training state file is the CPU's. Internal to the trainer;
+ * without CUDA every entry point reports QAC_ERR_UNSUPPORTED.
+ *
+ * Objectives on the GPU today: coCondenser (MLM on the encoder through the
+ * tied head, the Condenser head and its MLM, the symmetric contrastive
+ * loss) with either pooling and normalisation. The CoT-MAE decoder, the
+ * query-generation decoder and the PAIR loss are not written yet: the
+ * pre-trainer refuses them on cuda, naming what is missing.
+ *
+ * Precision: as the fine-tuning backend (kernels/qac_cuda_train.h): fp32
+ * throughout for checking, or bf16 products and activations with fp32
+ * residual stream, LayerNorm, softmax, losses, gradients, master weights
+ * and AdamW state.
+ *
+ * Not yet run on a GPU: see scripts/gpu_train_verify.sh. */
+#ifndef QAC_CUDA_PRETRAIN_H
+#define QAC_CUDA_PRETRAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "qac_model.h"
+#include "qac_train.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define QAC_CUDA_PT_MAX_SEGMENTS 48
+
+/* What the pre-trainer resolved: shapes, objective, optimiser. */
+typedef struct qac_cuda_pt_spec {
+    qac_bert_config cfg;   /* the encoder */
+    int objective;         /* a qac_pt_objective (only QAC_PT_COCONDENSER today) */
+    int head_layers;       /* the Condenser head's fresh layers */
+    int skip_from;         /* the head reads hidden[skip_from] (0 <= skip_from < layers) */
+    int mean_pooling;      /* the representation and bottleneck: 0 the [CLS] row, 1 the mean */
+    int normalize;         /* L2-normalise the representation for the contrastive loss */
+    float tau;
+    float p_hidden, p_attn; /* resolved dropout */
+    qac_precision prec;    /* QAC_PREC_FP32 or QAC_PREC_BF16 */
+    double max_grad_norm, beta1, beta2, eps, wd;
+    size_t n_enc, n_head;  /* floats of the encoder block and of the heads block */
+    /* the flat block's segments in order: segment j ends at seg_end[j] and
+     * decays when seg_decay[j] > 0; < 0: not trained (the pooler) */
+    int n_seg;
+    size_t seg_end[QAC_CUDA_PT_MAX_SEGMENTS];
+    int seg_decay[QAC_CUDA_PT_MAX_SEGMENTS];
+} qac_cuda_pt_spec;
+
+/* B sequences of padded length T (host memory). */
+typedef struct qac_cuda_pt_seqs {
+    int T;
+    const int32_t *ids;    /* [B,T] */
+    const int32_t *labels; /* [B,T], -100: no MLM target */
+    const int *lens;       /* [B] */
+} qac_cuda_pt_seqs;
+
+typedef struct qac_cuda_pretrainer qac_cuda_pretrainer;
+
+/* Upload the encoder block enc [n_enc] and the heads block heads [n_head];
+ * m, v start at zero. */
+qac_status qac_cuda_pretrainer_create(qac_cuda_pretrainer **out, const qac_cuda_pt_spec *spec, const float *enc,
+                                      const float *heads);
+void qac_cuda_pretrainer_free(qac_cuda_pretrainer *g);
+
+/* Zero the gradients and accumulate the objective's over B pairs (a_i,
+ * b_i). Dropout: the encoder's masks from enc_key, the heads' from
+ * head_key, sequence ids s*B + i for side s (as the CPU's). losses[3]:
+ * encoder (late) MLM, head MLM, contrastive. */
+qac_status qac_cuda_pretrainer_grads(qac_cuda_pretrainer *g, int B, const qac_cuda_pt_seqs *a,
+                                     const qac_cuda_pt_seqs *b, uint64_t enc_key, uint64_t head_key,
+                                     double losses[3]);
+/* Global-norm clip (on the device) and AdamW step t (1-based) at rate lr
+ * over the trained segments; *grad_norm: the norm before clipping. */
+qac_status qac_cuda_pretrainer_update(qac_cuda_pretrainer *g, long t, double lr, double *grad_norm);
+/* Copy to the host; any pointer may be NULL. grads, m, v hold n_enc +
+ * n_head floats. */
+qac_status qac_cuda_pretrainer_download(qac_cuda_pretrainer *g, float *enc, float *heads, float *grads, float *m,
+                                        float *v);
+/* And back (a resume); NULL leaves that part as it is. */
+qac_status qac_cuda_pretrainer_upload(qac_cuda_pretrainer *g, const float *enc, const float *heads, const float *m,
+                                      const float *v);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
