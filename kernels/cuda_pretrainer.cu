@@ -510,20 +510,9 @@ extern "C" qac_status qac_cuda_pretrainer_grads(qac_cuda_pretrainer *h, int B, c
 
 extern "C" qac_status qac_cuda_pretrainer_update(qac_cuda_pretrainer *h, long step, double lr, double *grad_norm) {
     pretrainer *t = h->t;
-    const size_t n_train = t->tensors.bounds[t->tensors.n];
-    // the scalars exactly as qac_adamw_update derives them
-    qac_kt_adamw a;
-    a.decay = (float)(1.0 - lr * t->sp.wd);
-    a.w1 = (float)(1.0 - t->sp.beta1);
-    a.b2 = (float)t->sp.beta2;
-    a.w2 = (float)(1.0 - t->sp.beta2);
-    a.step_size = (float)(-(lr / (1.0 - pow(t->sp.beta1, (double)step))));
-    a.bc2_sqrt = (float)sqrt(1.0 - pow(t->sp.beta2, (double)step));
-    a.eps = (float)t->sp.eps;
-    QAC_CU(qac_kt_sumsq(t->norm_partial, t->grads, n_train, t->stream));
-    QAC_CU(qac_kt_clip_scale(t->d_scale, t->d_norm, t->norm_partial, t->sp.max_grad_norm, t->stream));
-    QAC_CU(qac_kt_adamw_step(t->params, t->params_act, t->grads, t->adam_m, t->adam_v, t->d_scale, &t->tensors, a,
-                             t->stream));
+    QAC_CU(qac_kt_clip_adamw(t->params, t->params_act, t->grads, t->adam_m, t->adam_v, t->norm_partial, t->d_norm,
+                             t->d_scale, &t->tensors, step, lr, t->sp.beta1, t->sp.beta2, t->sp.eps, t->sp.wd,
+                             t->sp.max_grad_norm, t->stream));
     QAC_CU(cudaMemcpyAsync(&t->h_scalars[3], t->d_norm, sizeof(double), cudaMemcpyDeviceToHost, t->stream));
     QAC_CU(cudaStreamSynchronize(t->stream));
     *grad_norm = t->h_scalars[3];

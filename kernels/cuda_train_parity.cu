@@ -459,7 +459,6 @@ extern "C" qac_status qac_cuda_clip_adamw(float *p, float *p_bf16, const float *
     void *d_pb = NULL;
     double *partial, *d_norm;
     qac_kt_tensors tens;
-    qac_kt_adamw a;
     memset(&tens, 0, sizeof tens);
     tens.n = n_decay < n ? 2 : 1;
     tens.bounds[0] = 0;
@@ -467,14 +466,6 @@ extern "C" qac_status qac_cuda_clip_adamw(float *p, float *p_bf16, const float *
     tens.bounds[2] = n;
     tens.decays[0] = 1;
     tens.decays[1] = 0;
-    // the scalars exactly as qac_adamw_update derives them
-    a.decay = (float)(1.0 - lr * wd);
-    a.w1 = (float)(1.0 - beta1);
-    a.b2 = (float)beta2;
-    a.w2 = (float)(1.0 - beta2);
-    a.step_size = (float)(-(lr / (1.0 - pow(beta1, (double)t))));
-    a.bc2_sqrt = (float)sqrt(1.0 - pow(beta2, (double)t));
-    a.eps = (float)eps;
     TRY(up_f(&s, &d_p, p, n));
     TRY(up_f(&s, &d_g, g, n));
     TRY(up_f(&s, &d_m, m, n));
@@ -483,9 +474,8 @@ extern "C" qac_status qac_cuda_clip_adamw(float *p, float *p_bf16, const float *
     TRY(dalloc(&s, (void **)&partial, QAC_KT_NORM_BLOCKS * sizeof(double)));
     TRY(dalloc(&s, (void **)&d_norm, sizeof(double)));
     if (p_bf16) TRY(dalloc(&s, &d_pb, n * 2));
-    TRY_CU(qac_kt_sumsq(partial, d_g, n, 0));
-    TRY_CU(qac_kt_clip_scale(d_scale, d_norm, partial, max_norm, 0));
-    TRY_CU(qac_kt_adamw_step(d_p, d_pb, d_g, d_m, d_v, d_scale, &tens, a, 0));
+    TRY_CU(qac_kt_clip_adamw(d_p, d_pb, d_g, d_m, d_v, partial, d_norm, d_scale, &tens, t, lr, beta1, beta2, eps, wd,
+                             max_norm, 0));
     TRY(down_f(p, d_p, n));
     TRY(down_f(m, d_m, n));
     TRY(down_f(v, d_v, n));

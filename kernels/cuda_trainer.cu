@@ -442,19 +442,8 @@ extern "C" qac_status qac_cuda_trainer_grads(qac_cuda_trainer *h, const qac_trai
 
 extern "C" qac_status qac_cuda_trainer_update(qac_cuda_trainer *h, long step, double lr, double *grad_norm) {
     cuda_trainer *t = &h->t;
-    const size_t n_train = t->tensors.bounds[t->tensors.n];
-    // the scalars exactly as qac_adamw_update derives them
-    qac_kt_adamw a;
-    a.decay = (float)(1.0 - lr * t->wd);
-    a.w1 = (float)(1.0 - t->beta1);
-    a.b2 = (float)t->beta2;
-    a.w2 = (float)(1.0 - t->beta2);
-    a.step_size = (float)(-(lr / (1.0 - pow(t->beta1, (double)step))));
-    a.bc2_sqrt = (float)sqrt(1.0 - pow(t->beta2, (double)step));
-    a.eps = (float)t->eps;
-    QAC_CU(qac_kt_sumsq(t->norm_partial, t->grads, n_train, t->stream));
-    QAC_CU(qac_kt_clip_scale(t->d_scale, t->d_norm, t->norm_partial, t->max_grad_norm, t->stream));
-    QAC_CU(qac_kt_adamw_step(t->params, t->params_act, t->grads, t->adam_m, t->adam_v, t->d_scale, &t->tensors, a,
+    QAC_CU(qac_kt_clip_adamw(t->params, t->params_act, t->grads, t->adam_m, t->adam_v, t->norm_partial, t->d_norm,
+                             t->d_scale, &t->tensors, step, lr, t->beta1, t->beta2, t->eps, t->wd, t->max_grad_norm,
                              t->stream));
     QAC_CU(cudaMemcpyAsync(&t->h_scalars[1], t->d_norm, sizeof(double), cudaMemcpyDeviceToHost, t->stream));
     QAC_CU(cudaStreamSynchronize(t->stream));

@@ -970,6 +970,25 @@ cudaError_t qac_kt_adamw_step(float *p, void *p_act, const float *g, float *m, f
     return cudaGetLastError();
 }
 
+cudaError_t qac_kt_clip_adamw(float *p, void *p_act, const float *g, float *m, float *v, double *partial, double *norm,
+                              float *scale, const qac_kt_tensors *tensors, long step, double lr, double beta1,
+                              double beta2, double eps, double wd, double max_norm, cudaStream_t s) {
+    if (tensors->n < 1 || tensors->n > QAC_KT_MAX_TENSORS) return cudaErrorInvalidValue;
+    // the scalars exactly as qac_adamw_update derives them
+    qac_kt_adamw a;
+    a.decay = (float)(1.0 - lr * wd);
+    a.w1 = (float)(1.0 - beta1);
+    a.b2 = (float)beta2;
+    a.w2 = (float)(1.0 - beta2);
+    a.step_size = (float)(-(lr / (1.0 - pow(beta1, (double)step))));
+    a.bc2_sqrt = (float)sqrt(1.0 - pow(beta2, (double)step));
+    a.eps = (float)eps;
+    cudaError_t e = qac_kt_sumsq(partial, g, tensors->bounds[tensors->n], s);
+    if (e == cudaSuccess) e = qac_kt_clip_scale(scale, norm, partial, max_norm, s);
+    if (e == cudaSuccess) e = qac_kt_adamw_step(p, p_act, g, m, v, scale, tensors, a, s);
+    return e;
+}
+
 cublasStatus_t qac_kt_gemm(cublasHandle_t h, int transA, int transB, int M, int N, int K, float alpha,
                            const void *A, int lda, long long strideA, const void *B, int ldb, long long strideB,
                            float beta, void *C, int ldc, long long strideC, int batch, qac_precision ab_prec,

@@ -156,6 +156,13 @@ cudaError_t qac_kt_clip_scale(float *scale, double *norm, const double *partial,
 // the device); p_act (may be NULL) receives the new weights in bf16.
 cudaError_t qac_kt_adamw_step(float *p, void *p_act, const float *g, float *m, float *v, const float *scale,
                               const qac_kt_tensors *tensors, qac_kt_adamw a, cudaStream_t s);
+// One optimizer step of the trainers: the gradient's global norm over the
+// trained prefix (partial [QAC_KT_NORM_BLOCKS], norm [1] and scale [1] on
+// the device, no host round trip), the clip scale, and AdamW step `step`
+// (1-based) at rate lr with the scalars derived as qac_adamw_update does.
+cudaError_t qac_kt_clip_adamw(float *p, void *p_act, const float *g, float *m, float *v, double *partial, double *norm,
+                              float *scale, const qac_kt_tensors *tensors, long step, double lr, double beta1,
+                              double beta2, double eps, double wd, double max_norm, cudaStream_t s);
 
 // ---- pre-training (CPU twins: trainer/mlm.c, trainer/cocondenser.c) ----
 // y [n] += x [n] (fp32).
