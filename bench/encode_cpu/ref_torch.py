@@ -2,7 +2,11 @@
 """PyTorch side of bench/encode_cpu: the same texts through
 sentence-transformers (minilm) or a BERT-base-shaped transformers BertModel
 with CLS pooling (bertbase), torch.set_num_threads(THREADS), batch 32.
-Usage: ref_torch.py CRAN_FILE MODEL_DIR|bertbase MAX_LEN N THREADS"""
+DTYPE fp32 (default) runs in fp32; bf16 runs the forward under
+torch.autocast("cpu", dtype=torch.bfloat16), as a user would ask PyTorch
+for bf16 on a CPU (oneDNN's bf16 kernels where the CPU has them).
+Usage: ref_torch.py CRAN_FILE MODEL_DIR|bertbase MAX_LEN N THREADS [DTYPE]"""
+import contextlib
 import resource
 import sys
 import time
@@ -32,6 +36,9 @@ def read_cranfield(path):
 
 def main():
     cran, model, max_len, n, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    dtype = sys.argv[6] if len(sys.argv) > 6 else "fp32"
+    if dtype not in ("fp32", "bf16"):
+        sys.exit(f"ref_torch.py: DTYPE must be fp32 or bf16, not {dtype}")
     torch.set_num_threads(threads)
     docs = read_cranfield(cran)
     texts = [docs[i % len(docs)] for i in range(n)]
@@ -62,12 +69,14 @@ def main():
         def encode(ts):
             return st.encode(ts, batch_size=32, convert_to_numpy=True)
         name = "minilm"
-    encode(texts[:32])  # warm-up
-    t0, c0 = time.perf_counter(), time.process_time()
-    encode(texts)
+    amp = torch.autocast("cpu", dtype=torch.bfloat16) if dtype == "bf16" else contextlib.nullcontext()
+    with amp:
+        encode(texts[:32])  # warm-up
+        t0, c0 = time.perf_counter(), time.process_time()
+        encode(texts)
     dt, cpu = time.perf_counter() - t0, time.process_time() - c0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    print(f"torch {name} max_len={max_len} passages={n} seconds={dt:.3f} passages_per_s={n / dt:.2f} "
+    print(f"torch {name} dtype={dtype} max_len={max_len} passages={n} seconds={dt:.3f} passages_per_s={n / dt:.2f} "
           f"peak_rss_mib={rss:.1f} cpu_passages_per_s={n / cpu:.2f}")
 
 
