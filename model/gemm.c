@@ -25,16 +25,27 @@
 
 size_t qac_gemm_packed_floats(int OC, int IC) { return (size_t)((OC + NP - 1) / NP) * (size_t)IC * NP; }
 
+/* Panel j holds columns [16 j, 16 j + 16) of W^T: packed[(j IC + k) 16 + c]
+ * = W[16 j + c][k], zero past OC. A copy: the loops follow the source's
+ * rows (contiguous reads), and the zero tail is written once per panel. */
 void qac_gemm_pack_into(float *packed, const float *w, int OC, int IC, int ldw, int transposed) {
     int np = (OC + NP - 1) / NP;
-    for (int j = 0; j < np; j++)
-        for (int k = 0; k < IC; k++) {
-            float *dst = packed + ((size_t)j * IC + k) * NP;
-            for (int c = 0; c < NP; c++) {
-                int o = j * NP + c;
-                dst[c] = o >= OC ? 0.0f : transposed ? w[(size_t)k * ldw + o] : w[(size_t)o * ldw + k];
+    for (int j = 0; j < np; j++) {
+        int o0 = j * NP, n = OC - o0 < NP ? OC - o0 : NP;
+        float *dst = packed + (size_t)j * IC * NP;
+        if (transposed) { /* row k of W^T holds the panel's 16 values contiguously */
+            for (int k = 0; k < IC; k++) {
+                memcpy(dst + (size_t)k * NP, w + (size_t)k * ldw + o0, (size_t)n * sizeof *dst);
+                if (n < NP) memset(dst + (size_t)k * NP + n, 0, (size_t)(NP - n) * sizeof *dst);
             }
+            continue;
         }
+        if (n < NP) memset(dst, 0, (size_t)IC * NP * sizeof *dst);
+        for (int c = 0; c < n; c++) {
+            const float *src = w + (size_t)(o0 + c) * ldw;
+            for (int k = 0; k < IC; k++) dst[(size_t)k * NP + c] = src[k];
+        }
+    }
 }
 
 qac_status qac_gemm_pack(qac_packed_w *pw, const float *w, int OC, int IC) {
@@ -385,11 +396,15 @@ static rows_bf16_fn pick_rows_bf16(void) {
     return rows_bf16_portable;
 }
 
+/* rows per tile of a block: a multiple of both kernels' tile heights */
+#define MBLK 12
+
 typedef struct gemm_ctx {
     float *out;
     const float *inp, *bias, *resid;
     const qac_packed_w *pw;
-    int N, mc;
+    int N, mc;          /* rows; the most rows of a block */
+    int64_t tiles, nb;  /* MBLK-row tiles of N, blocks */
     rows_fn rows;
     rows_bf16_fn rows_bf16;
     round_row_fn round_row;
@@ -400,7 +415,9 @@ static void gemm_task(void *vctx, int64_t begin, int64_t end, int tid) {
     const gemm_ctx *g = vctx;
     int IC = g->pw->IC, OC = g->pw->OC;
     for (int64_t blk = begin; blk < end; blk++) {
-        int r0 = (int)blk * g->mc, r1 = r0 + g->mc < g->N ? r0 + g->mc : g->N;
+        /* block blk: tiles [blk tiles / nb, (blk + 1) tiles / nb) */
+        int r0 = (int)(blk * g->tiles / g->nb) * MBLK, r1 = (int)((blk + 1) * g->tiles / g->nb) * MBLK;
+        if (r1 > g->N) r1 = g->N;
         if (g->abuf) {
             int IC2 = (IC + 1) / 2;
             uint16_t *ab = g->abuf + (size_t)tid * g->mc * IC2 * 2;
@@ -419,24 +436,27 @@ static void gemm_task(void *vctx, int64_t begin, int64_t end, int tid) {
     }
 }
 
-/* rows per block: a multiple of both kernels' tile heights */
-#define MBLK 12
-
 void qac_gemm(float *out, const float *inp, const qac_packed_w *pw, const float *bias, const float *resid, int N,
               qac_pool *pool) {
     if (N <= 0) return;
-    /* the block of inp fits in about 128 KiB of L2 */
+    /* a block of inp fits in about 128 KiB of L2 */
     int mc = 32768 / pw->IC / MBLK * MBLK;
     if (mc < MBLK) mc = MBLK;
     int nt = qac_pool_size(pool);
-    /* enough blocks for every thread */
-    while (mc > MBLK && (N + mc - 1) / mc < nt) mc -= MBLK;
-    gemm_ctx g = {out, inp, bias, resid, pw, N, mc, pick_rows(), pick_rows_bf16(), pick_round_row(), NULL};
+    /* blocks: a multiple of the threads, each a whole number of tiles, their
+     * sizes within one tile of each other, so a short batch (a few queries)
+     * keeps every thread busy for the same time. The split never changes a
+     * result: each output element is one FMA chain over k. */
+    int64_t tiles = (N + MBLK - 1) / MBLK, nb = (N + mc - 1) / mc;
+    nb = (nb + nt - 1) / nt * nt;
+    if (nb > tiles) nb = tiles;
+    mc = (int)((tiles + nb - 1) / nb) * MBLK;
+    gemm_ctx g = {out, inp, bias, resid, pw, N, mc, tiles, nb, pick_rows(), pick_rows_bf16(), pick_round_row(), NULL};
     if (pw->pb) {
         g.abuf = malloc((size_t)nt * mc * ((pw->IC + 1) / 2) * 2 * sizeof(uint16_t));
         if (!g.abuf) abort(); /* out of memory: no status to return here */
     }
-    qac_pool_for(pool, (N + mc - 1) / mc, 1, gemm_task, &g);
+    qac_pool_for(pool, nb, 1, gemm_task, &g);
     free(g.abuf);
 }
 

@@ -37,6 +37,11 @@ embeddings equal sentence-transformers' bit for bit on this model. Then:
       --infinity-python ~/venv-infinity/bin/python
 Its start (imports, model load, warm-up) takes tens of seconds on a quiet
 machine, minutes on a loaded one; the services get 900 s to answer /health.
+
+--dtype bf16 runs qac's encoder in its bf16 mode (`qac serve --dtype bf16`)
+and the FastAPI references under torch.autocast("cpu", dtype=torch.bfloat16),
+so both sides trade the same precision; the index stays fp32. Whether bf16
+pays depends on the CPU (bench/RESULTS.md, cpu_peak: the `vdpbf16ps` rate).
 """
 import argparse
 import json
@@ -155,11 +160,17 @@ def main():
     ap.add_argument("--infinity-python", default=None,
                     help="python of a separate environment with infinity-emb and faiss-cpu (see above); "
                          "absent: the infinity reference and the embedding comparison are skipped")
+    ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
+                    help="encoder precision of qac (--dtype) and of the FastAPI references (bf16: torch.autocast); "
+                         "the index stays fp32")
     ap.add_argument("--encode-concurrency", default="1,32",
                     help="concurrencies of the embedding-only comparison (qac against infinity)")
     a = ap.parse_args()
     if not shutil.which("wrk"):
         sys.exit("bench: wrk is not installed (scripts/setup.sh --test)")
+    if a.infinity_python and a.dtype != "fp32":
+        sys.exit("bench: --dtype bf16 runs the FastAPI references under bf16 autocast; the infinity reference "
+                 "has no such switch here: leave out --infinity-python")
     if a.infinity_python and not os.access(a.infinity_python, os.X_OK):
         sys.exit(f"bench: --infinity-python {a.infinity_python}: not an executable")
     if not a.infinity_python:
@@ -201,11 +212,11 @@ def main():
     conc = [int(c) for c in a.concurrency.split(",")]
     results = {}
     services = {
-        "qac": [a.qac, "serve", "--index", index, "--model", model, "--threads", str(a.threads)],
+        "qac": [a.qac, "serve", "--index", index, "--model", model, "--threads", str(a.threads), "--dtype", a.dtype],
         "reference": [sys.executable, os.path.join(HERE, "reference_service.py"), "--model", model, "--index", index,
-                      "--docids", docids],
+                      "--docids", docids, "--dtype", a.dtype],
         "batched": [sys.executable, os.path.join(HERE, "reference_batched.py"), "--model", model, "--index", index,
-                    "--docids", docids],
+                    "--docids", docids, "--dtype", a.dtype],
     }
     if a.infinity_python:
         services["infinity"] = [a.infinity_python, os.path.join(HERE, "reference_infinity.py"), "--model", model,
@@ -291,7 +302,7 @@ def main():
     print(f"\n### serve: qac vs FastAPI+sentence-transformers+faiss{'+infinity-emb' if a.infinity_python else ''} "
           f"({time.strftime('%Y-%m-%d')})\n")
     print(f"Machine: {cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}. "
-          f"{a.passages} synthetic Cranfield passages, Flat index, all-MiniLM-L6-v2, k=10, "
+          f"{a.passages} synthetic Cranfield passages, Flat index, all-MiniLM-L6-v2, encoders in {a.dtype}, k=10, "
           f"wrk {a.duration} s per run.\n")
     refs = [n for n in services if n != "qac"]
     def best_ref(c):  # the reference with the higher throughput at concurrency c

@@ -7,11 +7,13 @@ POST /search and reference_service.py (the unbatched reference).
 
 usage: python reference_batched.py --model DIR --index DIR --docids FILE --port N"""
 import argparse
+import contextlib
 import asyncio
 from contextlib import asynccontextmanager
 
 import faiss
 import numpy as np
+import torch
 import uvicorn
 from fastapi import FastAPI
 from pydantic import BaseModel
@@ -30,10 +32,18 @@ def main():
     ap.add_argument("--docids", required=True, help="one docid per line, in index row order")
     ap.add_argument("--port", type=int, required=True)
     ap.add_argument("--max-len", type=int, default=32)
+    ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
+                    help="bf16: encode under torch.autocast(\"cpu\", dtype=torch.bfloat16), as a user asks PyTorch "
+                         "for bf16 on a CPU")
     ap.add_argument("--wait-ms", type=float, default=2.0, help="how long a batch waits for more requests")
     ap.add_argument("--max-batch", type=int, default=64)
     a = ap.parse_args()
     model = SentenceTransformer(a.model, device="cpu")
+
+    def amp():
+        if a.dtype == "bf16":
+            return torch.autocast("cpu", dtype=torch.bfloat16)
+        return contextlib.nullcontext()
     model.max_seq_length = a.max_len
     index = faiss.read_index(f"{a.index}/index.faiss")
     with open(a.docids, encoding="utf-8") as f:
@@ -41,8 +51,9 @@ def main():
     pending: asyncio.Queue = asyncio.Queue()
 
     def run_batch(texts, k):
-        v = model.encode(texts, batch_size=len(texts), convert_to_numpy=True,
-                         normalize_embeddings=False).astype(np.float32)
+        with amp():
+            v = model.encode(texts, batch_size=len(texts), convert_to_numpy=True,
+                             normalize_embeddings=False).astype(np.float32)
         return index.search(v, k)
 
     async def batcher():
