@@ -236,3 +236,98 @@ qac_status qac_kl_embed_bwd(const qac_kl_ctx *t, qac_kl_acts *s, qac_kl_work *k,
     QAC_CU(qac_kt_scatter_add(g->type_emb, k->dres, pt, plan_t, k->dln1, C, st));
     return QAC_OK;
 }
+
+static constexpr size_t BLAS_WORKSPACE = 32u << 20;
+
+qac_status qac_kl_dev_init(qac_kl_dev *t, int n_loss) {
+    QAC_CU(cudaGetDevice(&t->device));
+    cudaDeviceProp prop;
+    QAC_CU(cudaGetDeviceProperties(&prop, t->device));
+    if (prop.major < 8)
+        return qac_set_error(QAC_ERR_UNSUPPORTED, "GPU %s has compute capability %d.%d; training needs 8.0 or newer",
+                             prop.name, prop.major, prop.minor);
+    QAC_CU(cudaStreamCreateWithFlags(&t->stream, cudaStreamNonBlocking));
+    QAC_CUBLAS(cublasCreate(&t->blas));
+    QAC_CUBLAS(cublasSetStream(t->blas, t->stream));
+    QAC_CU(cudaMalloc(&t->blas_ws, BLAS_WORKSPACE));
+    QAC_CUBLAS(cublasSetWorkspace(t->blas, t->blas_ws, BLAS_WORKSPACE));
+    if (t->prec == QAC_PREC_FP32) QAC_CUBLAS(cublasSetMathMode(t->blas, CUBLAS_PEDANTIC_MATH));
+    const size_t n = t->n_params, bytes = n * sizeof(float);
+    QAC_CU(cudaMalloc((void **)&t->params, bytes));
+    QAC_CU(cudaMalloc((void **)&t->grads, bytes));
+    QAC_CU(cudaMalloc((void **)&t->adam_m, bytes));
+    QAC_CU(cudaMalloc((void **)&t->adam_v, bytes));
+    if (t->prec != QAC_PREC_FP32) QAC_CU(cudaMalloc((void **)&t->params_act, n * sizeof(__nv_bfloat16)));
+    QAC_CU(cudaMalloc((void **)&t->norm_partial, QAC_KT_NORM_BLOCKS * sizeof(double)));
+    QAC_CU(cudaMalloc((void **)&t->d_norm, sizeof(double)));
+    QAC_CU(cudaMalloc((void **)&t->d_loss, (size_t)n_loss * sizeof(double)));
+    QAC_CU(cudaMalloc((void **)&t->d_scale, sizeof(float)));
+    QAC_CU(cudaMallocHost((void **)&t->h_scalars, ((size_t)n_loss + 1) * sizeof(double)));
+    t->n_loss = n_loss;
+    QAC_CU(cudaMemsetAsync(t->grads, 0, bytes, t->stream));
+    QAC_CU(cudaMemsetAsync(t->adam_m, 0, bytes, t->stream));
+    QAC_CU(cudaMemsetAsync(t->adam_v, 0, bytes, t->stream));
+    QAC_CU(cudaStreamSynchronize(t->stream));
+    return QAC_OK;
+}
+
+void qac_kl_dev_release(qac_kl_dev *t) {
+    cudaFree(t->params), cudaFree(t->grads), cudaFree(t->adam_m), cudaFree(t->adam_v), cudaFree(t->params_act);
+    cudaFree(t->norm_partial), cudaFree(t->d_norm), cudaFree(t->d_loss), cudaFree(t->d_scale);
+    cudaFreeHost(t->h_scalars);
+    if (t->blas) cublasDestroy(t->blas);
+    cudaFree(t->blas_ws);
+    if (t->stream) cudaStreamDestroy(t->stream);
+    cudaGetLastError();
+}
+
+qac_status qac_kl_dev_upload(qac_kl_dev *t, const float *const parts[], const size_t ends[], int n_parts,
+                             const float *m, const float *v) {
+    const size_t bytes = t->n_params * sizeof(float);
+    QAC_CU(cudaStreamSynchronize(t->stream));
+    int any = 0;
+    for (int i = 0; i < n_parts; i++) {
+        const size_t lo = i ? ends[i - 1] : 0;
+        if (!parts[i]) continue;
+        QAC_CU(cudaMemcpy(t->params + lo, parts[i], (ends[i] - lo) * sizeof(float), cudaMemcpyHostToDevice));
+        any = 1;
+    }
+    if (m) QAC_CU(cudaMemcpy(t->adam_m, m, bytes, cudaMemcpyHostToDevice));
+    if (v) QAC_CU(cudaMemcpy(t->adam_v, v, bytes, cudaMemcpyHostToDevice));
+    if (any && t->params_act) QAC_CU(qac_k_from_f32(t->params_act, t->params, t->n_params, t->prec, t->stream));
+    QAC_CU(cudaStreamSynchronize(t->stream));
+    return QAC_OK;
+}
+
+qac_status qac_kl_dev_download(qac_kl_dev *t, float *const parts[], const size_t ends[], int n_parts, float *grads,
+                               float *m, float *v) {
+    const size_t bytes = t->n_params * sizeof(float);
+    QAC_CU(cudaStreamSynchronize(t->stream));
+    for (int i = 0; i < n_parts; i++) {
+        const size_t lo = i ? ends[i - 1] : 0;
+        if (parts[i])
+            QAC_CU(cudaMemcpy(parts[i], t->params + lo, (ends[i] - lo) * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+    if (grads) QAC_CU(cudaMemcpy(grads, t->grads, bytes, cudaMemcpyDeviceToHost));
+    if (m) QAC_CU(cudaMemcpy(m, t->adam_m, bytes, cudaMemcpyDeviceToHost));
+    if (v) QAC_CU(cudaMemcpy(v, t->adam_v, bytes, cudaMemcpyDeviceToHost));
+    return QAC_OK;
+}
+
+qac_status qac_kl_dev_losses(qac_kl_dev *t, double *out) {
+    QAC_CU(cudaMemcpyAsync(t->h_scalars, t->d_loss, (size_t)t->n_loss * sizeof(double), cudaMemcpyDeviceToHost,
+                           t->stream));
+    QAC_CU(cudaStreamSynchronize(t->stream));
+    for (int i = 0; i < t->n_loss; i++) out[i] = t->h_scalars[i];
+    return QAC_OK;
+}
+
+qac_status qac_kl_dev_update(qac_kl_dev *t, const qac_kt_tensors *tensors, long step, double lr, double beta1,
+                             double beta2, double eps, double wd, double max_norm, double *grad_norm) {
+    QAC_CU(qac_kt_clip_adamw(t->params, t->params_act, t->grads, t->adam_m, t->adam_v, t->norm_partial, t->d_norm,
+                             t->d_scale, tensors, step, lr, beta1, beta2, eps, wd, max_norm, t->stream));
+    QAC_CU(cudaMemcpyAsync(&t->h_scalars[t->n_loss], t->d_norm, sizeof(double), cudaMemcpyDeviceToHost, t->stream));
+    QAC_CU(cudaStreamSynchronize(t->stream));
+    *grad_norm = t->h_scalars[t->n_loss];
+    return QAC_OK;
+}

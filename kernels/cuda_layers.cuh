@@ -38,6 +38,48 @@ struct qac_kl_ctx {
     __nv_bfloat16 *params_act;
 };
 
+// The device side of a trainer (fine-tuning, kernels/cuda_trainer.cu, and
+// pre-training, kernels/cuda_pretrainer.cu): the layer context with its
+// stream, cuBLAS handle and workspace, and the four parameter-sized fp32
+// blocks (params, grads, AdamW m and v: one layout, so a checkpoint, a
+// resume or a step is one copy or one loop over each), the bf16 copy of
+// params, the norm's buffers and the step's losses.
+struct qac_kl_dev : qac_kl_ctx {
+    int device;
+    size_t n_params; // floats of every block
+    float *grads, *adam_m, *adam_v;
+    void *blas_ws;
+    double *norm_partial, *d_norm, *d_loss; // d_loss [n_loss]
+    float *d_scale;
+    int n_loss;
+    double *h_scalars; // pinned [n_loss + 1]: the losses, then the norm
+};
+
+// On the current device (compute capability 8.0 or newer): the stream,
+// cuBLAS (pedantic fp32 math in fp32 mode), the blocks for d->n_params
+// floats with grads, m and v zeroed, n_loss losses. prec, esize and
+// n_params must be set; the parameters are uploaded afterwards
+// (qac_kl_dev_upload). A failure leaves what was made for
+// qac_kl_dev_release.
+qac_status qac_kl_dev_init(qac_kl_dev *d, int n_loss);
+// Frees what qac_kl_dev_init made (the caller has synchronised the stream
+// and freed its own buffers); clears the sticky CUDA error.
+void qac_kl_dev_release(qac_kl_dev *d);
+// Host <-> device over the parameter block in parts: part i covers floats
+// [ends[i-1], ends[i]) (ends[-1] = 0) of params and comes from (goes to)
+// parts[i]; a NULL part, grads, m or v is left alone. An upload of any
+// part refreshes the bf16 copy. Both synchronise.
+qac_status qac_kl_dev_upload(qac_kl_dev *d, const float *const parts[], const size_t ends[], int n_parts,
+                             const float *m, const float *v);
+qac_status qac_kl_dev_download(qac_kl_dev *d, float *const parts[], const size_t ends[], int n_parts, float *grads,
+                               float *m, float *v);
+// The losses of the step just queued into out [n_loss] (synchronises).
+qac_status qac_kl_dev_losses(qac_kl_dev *d, double *out);
+// Global-norm clip and AdamW step `step` (1-based) over the trained
+// tensors; *grad_norm: the norm before clipping (synchronises).
+qac_status qac_kl_dev_update(qac_kl_dev *d, const qac_kt_tensors *tensors, long step, double lr, double beta1,
+                             double beta2, double eps, double wd, double max_norm, double *grad_norm);
+
 // A weight matrix in the precision of the products.
 const void *qac_kl_act_w(const qac_kl_ctx *t, const float *view);
 

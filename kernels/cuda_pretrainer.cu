@@ -22,8 +22,6 @@ extern "C" {
 
 namespace {
 
-constexpr size_t BLAS_WORKSPACE = 32u << 20;
-
 // One side of the pairs (a or b): inputs, the encoder's and the head's
 // activations, the gradients flowing into the encoder.
 struct pside {
@@ -51,19 +49,14 @@ struct mlm_buf {
     float *partial;
 };
 
-struct pretrainer : qac_kl_ctx {
-    int device;
+// The device state (kernels/cuda_layers.cuh): n_params floats per block
+// over [encoder | heads]; d_loss [3].
+struct pretrainer : qac_kl_dev {
     qac_cuda_pt_spec sp;
     qac_bert_config hc; // the head's stack: the encoder's shape, head_layers layers
-    void *blas_ws;
-    size_t n_total;
-    float *grads, *adam_m, *adam_v;
     qac_bert_params w, g, hw, hg;
     qac_mlm_head mh, mg;
     qac_kt_tensors tensors;
-    double *norm_partial, *d_norm, *d_loss; // d_loss [3]
-    float *d_scale;
-    double *h_scalars; // pinned [4]: the losses, the norm
     pside sd[2];
     qac_kl_work wk;
     mlm_buf mb;
@@ -336,41 +329,14 @@ void destroy(pretrainer *t) {
         cudaFreeHost(t->sd[i].h_stage);
     }
     cudaFree(t->wk.mem), cudaFree(t->mb.mem), cudaFree(t->x), cudaFree(t->dx), cudaFree(t->cl_work);
-    cudaFree(t->params), cudaFree(t->grads), cudaFree(t->adam_m), cudaFree(t->adam_v), cudaFree(t->params_act);
-    cudaFree(t->norm_partial), cudaFree(t->d_norm), cudaFree(t->d_loss), cudaFree(t->d_scale);
-    cudaFreeHost(t->h_scalars);
-    if (t->blas) cublasDestroy(t->blas);
-    cudaFree(t->blas_ws);
-    if (t->stream) cudaStreamDestroy(t->stream);
-    cudaGetLastError();
+    qac_kl_dev_release(t);
     free(t->counts);
     free(t);
 }
 
 qac_status init(pretrainer *t, const float *enc, const float *heads) {
-    QAC_CU(cudaGetDevice(&t->device));
-    cudaDeviceProp prop;
-    QAC_CU(cudaGetDeviceProperties(&prop, t->device));
-    if (prop.major < 8)
-        return qac_set_error(QAC_ERR_UNSUPPORTED, "GPU %s has compute capability %d.%d; training needs 8.0 or newer",
-                             prop.name, prop.major, prop.minor);
-    QAC_CU(cudaStreamCreateWithFlags(&t->stream, cudaStreamNonBlocking));
-    QAC_CUBLAS(cublasCreate(&t->blas));
-    QAC_CUBLAS(cublasSetStream(t->blas, t->stream));
-    QAC_CU(cudaMalloc(&t->blas_ws, BLAS_WORKSPACE));
-    QAC_CUBLAS(cublasSetWorkspace(t->blas, t->blas_ws, BLAS_WORKSPACE));
-    if (t->prec == QAC_PREC_FP32) QAC_CUBLAS(cublasSetMathMode(t->blas, CUBLAS_PEDANTIC_MATH));
-    const size_t n = t->n_total, bytes = n * sizeof(float);
-    QAC_CU(cudaMalloc((void **)&t->params, bytes));
-    QAC_CU(cudaMalloc((void **)&t->grads, bytes));
-    QAC_CU(cudaMalloc((void **)&t->adam_m, bytes));
-    QAC_CU(cudaMalloc((void **)&t->adam_v, bytes));
-    if (t->prec != QAC_PREC_FP32) QAC_CU(cudaMalloc((void **)&t->params_act, n * sizeof(__nv_bfloat16)));
-    QAC_CU(cudaMalloc((void **)&t->norm_partial, QAC_KT_NORM_BLOCKS * sizeof(double)));
-    QAC_CU(cudaMalloc((void **)&t->d_norm, sizeof(double)));
-    QAC_CU(cudaMalloc((void **)&t->d_loss, 3 * sizeof(double)));
-    QAC_CU(cudaMalloc((void **)&t->d_scale, sizeof(float)));
-    QAC_CU(cudaMallocHost((void **)&t->h_scalars, 4 * sizeof(double)));
+    qac_status e = qac_kl_dev_init(t, 3);
+    if (e) return e;
     // views: the same binders as the CPU's over the device block
     const size_t n_stack = qac_bert_stack_param_count(&t->hc);
     const int C = t->cfg.hidden_size, V = t->cfg.vocab_size;
@@ -380,14 +346,9 @@ qac_status init(pretrainer *t, const float *enc, const float *heads) {
     qac_bert_stack_bind(&t->hg, &t->hc, t->grads + t->sp.n_enc);
     qac_mlm_bind(&t->mh, t->params + t->sp.n_enc + n_stack, C, V);
     qac_mlm_bind(&t->mg, t->grads + t->sp.n_enc + n_stack, C, V);
-    QAC_CU(cudaMemsetAsync(t->grads, 0, bytes, t->stream));
-    QAC_CU(cudaMemsetAsync(t->adam_m, 0, bytes, t->stream));
-    QAC_CU(cudaMemsetAsync(t->adam_v, 0, bytes, t->stream));
-    QAC_CU(cudaMemcpy(t->params, enc, t->sp.n_enc * sizeof(float), cudaMemcpyHostToDevice));
-    QAC_CU(cudaMemcpy(t->params + t->sp.n_enc, heads, t->sp.n_head * sizeof(float), cudaMemcpyHostToDevice));
-    if (t->params_act) QAC_CU(qac_k_from_f32(t->params_act, t->params, n, t->prec, t->stream));
-    QAC_CU(cudaStreamSynchronize(t->stream));
-    return QAC_OK;
+    const float *parts[2] = {enc, heads};
+    const size_t ends[2] = {t->sp.n_enc, t->n_params};
+    return qac_kl_dev_upload(t, parts, ends, 2, NULL, NULL);
 }
 
 qac_status check_seqs(const qac_bert_config *c, const qac_cuda_pt_seqs *q, int B, const char *what) {
@@ -445,7 +406,7 @@ extern "C" qac_status qac_cuda_pretrainer_create(qac_cuda_pretrainer **out, cons
     t->esize = qac_prec_size(spec->prec);
     t->p_hidden = spec->p_hidden;
     t->p_attn = spec->p_attn;
-    t->n_total = spec->n_enc + spec->n_head;
+    t->n_params = spec->n_enc + spec->n_head;
     t->tensors.n = spec->n_seg;
     t->tensors.bounds[0] = 0;
     for (int i = 0; i < spec->n_seg; i++) {
@@ -500,51 +461,29 @@ extern "C" qac_status qac_cuda_pretrainer_grads(qac_cuda_pretrainer *h, int B, c
     if ((st = upload_side(t, &t->sd[0], a, t->mb.labels)) ||
         (st = upload_side(t, &t->sd[1], b, t->mb.labels + t->sd[0].M)))
         return st;
-    QAC_CU(cudaMemsetAsync(t->grads, 0, t->n_total * sizeof(float), t->stream));
+    QAC_CU(cudaMemsetAsync(t->grads, 0, t->n_params * sizeof(float), t->stream));
     if ((st = cocondenser_step(t, enc_key, head_key))) return qac_wrap_error(st, "CUDA pre-training step");
-    QAC_CU(cudaMemcpyAsync(t->h_scalars, t->d_loss, 3 * sizeof(double), cudaMemcpyDeviceToHost, t->stream));
-    QAC_CU(cudaStreamSynchronize(t->stream));
-    for (int i = 0; i < 3; i++) losses[i] = t->h_scalars[i];
-    return QAC_OK;
+    return qac_kl_dev_losses(t, losses);
 }
 
 extern "C" qac_status qac_cuda_pretrainer_update(qac_cuda_pretrainer *h, long step, double lr, double *grad_norm) {
     pretrainer *t = h->t;
-    QAC_CU(qac_kt_clip_adamw(t->params, t->params_act, t->grads, t->adam_m, t->adam_v, t->norm_partial, t->d_norm,
-                             t->d_scale, &t->tensors, step, lr, t->sp.beta1, t->sp.beta2, t->sp.eps, t->sp.wd,
-                             t->sp.max_grad_norm, t->stream));
-    QAC_CU(cudaMemcpyAsync(&t->h_scalars[3], t->d_norm, sizeof(double), cudaMemcpyDeviceToHost, t->stream));
-    QAC_CU(cudaStreamSynchronize(t->stream));
-    *grad_norm = t->h_scalars[3];
-    return QAC_OK;
+    return qac_kl_dev_update(t, &t->tensors, step, lr, t->sp.beta1, t->sp.beta2, t->sp.eps, t->sp.wd,
+                             t->sp.max_grad_norm, grad_norm);
 }
 
 extern "C" qac_status qac_cuda_pretrainer_download(qac_cuda_pretrainer *h, float *enc, float *heads, float *grads,
                                                    float *m, float *v) {
     pretrainer *t = h->t;
-    const size_t bytes = t->n_total * sizeof(float);
-    QAC_CU(cudaStreamSynchronize(t->stream));
-    if (enc) QAC_CU(cudaMemcpy(enc, t->params, t->sp.n_enc * sizeof(float), cudaMemcpyDeviceToHost));
-    if (heads)
-        QAC_CU(cudaMemcpy(heads, t->params + t->sp.n_enc, t->sp.n_head * sizeof(float), cudaMemcpyDeviceToHost));
-    if (grads) QAC_CU(cudaMemcpy(grads, t->grads, bytes, cudaMemcpyDeviceToHost));
-    if (m) QAC_CU(cudaMemcpy(m, t->adam_m, bytes, cudaMemcpyDeviceToHost));
-    if (v) QAC_CU(cudaMemcpy(v, t->adam_v, bytes, cudaMemcpyDeviceToHost));
-    return QAC_OK;
+    float *const parts[2] = {enc, heads};
+    const size_t ends[2] = {t->sp.n_enc, t->n_params};
+    return qac_kl_dev_download(t, parts, ends, 2, grads, m, v);
 }
 
 extern "C" qac_status qac_cuda_pretrainer_upload(qac_cuda_pretrainer *h, const float *enc, const float *heads,
                                                  const float *m, const float *v) {
     pretrainer *t = h->t;
-    const size_t bytes = t->n_total * sizeof(float);
-    QAC_CU(cudaStreamSynchronize(t->stream));
-    if (enc) QAC_CU(cudaMemcpy(t->params, enc, t->sp.n_enc * sizeof(float), cudaMemcpyHostToDevice));
-    if (heads)
-        QAC_CU(cudaMemcpy(t->params + t->sp.n_enc, heads, t->sp.n_head * sizeof(float), cudaMemcpyHostToDevice));
-    if (m) QAC_CU(cudaMemcpy(t->adam_m, m, bytes, cudaMemcpyHostToDevice));
-    if (v) QAC_CU(cudaMemcpy(t->adam_v, v, bytes, cudaMemcpyHostToDevice));
-    if ((enc || heads) && t->params_act)
-        QAC_CU(qac_k_from_f32(t->params_act, t->params, t->n_total, t->prec, t->stream));
-    QAC_CU(cudaStreamSynchronize(t->stream));
-    return QAC_OK;
+    const float *const parts[2] = {enc, heads};
+    const size_t ends[2] = {t->sp.n_enc, t->n_params};
+    return qac_kl_dev_upload(t, parts, ends, 2, m, v);
 }
