@@ -162,7 +162,8 @@ qac_status qac_cuda_pretrainer_create(qac_cuda_pretrainer **out, const qac_cuda_
 }
 void qac_cuda_pretrainer_free(qac_cuda_pretrainer *g) {}
 qac_status qac_cuda_pretrainer_grads(qac_cuda_pretrainer *g, int B, const qac_cuda_pt_seqs *a,
-                                     const qac_cuda_pt_seqs *b, uint64_t enc_key, uint64_t head_key,
+                                     const qac_cuda_pt_seqs *b, const qac_cuda_pt_seqs *da,
+                                     const qac_cuda_pt_seqs *db, uint64_t enc_key, uint64_t head_key,
                                      double losses[3]) {
     return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
 }

@@ -80,7 +80,6 @@ qac_status qac_pt_objective_parse(qac_pt_objective *out, const char *name) {
 }
 
 const char *qac_pt_cuda_missing(const qac_pt_objective_opts *o) {
-    if (o->objective == QAC_PT_COTMAE) return "the CoT-MAE decoder (its embedding-pass input and masked decoder MLM)";
     if (o->objective == QAC_PT_QGEN) return "the query-generation decoder (GPT-2 blocks and the next-token loss)";
     if (o->objective == QAC_PT_COCONDENSER && o->alpha > 0) return "the PAIR loss (--alpha > 0)";
     return NULL;
@@ -691,8 +690,12 @@ static qac_status gpu_grads(qac_pretrainer *t, const qac_pt_batch *b, qac_pt_los
     qac_status st = check_batch(t, b);
     if (st) return st;
     qac_cuda_pt_seqs a = {b->a.T, b->a.ids, b->a.labels, b->a.lens}, bb = {b->b.T, b->b.ids, b->b.labels, b->b.lens};
+    qac_cuda_pt_seqs da = {b->da.T, b->da.ids, b->da.labels, b->da.lens};
+    qac_cuda_pt_seqs db = {b->db.T, b->db.ids, b->db.labels, b->db.lens};
+    const int cot = t->ob.objective == QAC_PT_COTMAE;
     double l[3];
-    st = qac_cuda_pretrainer_grads(t->gpu, b->B, &a, &bb, qac_rng_key(t->o.seed, (uint64_t)t->step, STREAM_DROP, 0),
+    st = qac_cuda_pretrainer_grads(t->gpu, b->B, &a, &bb, cot ? &da : NULL, cot ? &db : NULL,
+                                   qac_rng_key(t->o.seed, (uint64_t)t->step, STREAM_DROP, 0),
                                    qac_rng_key(t->o.seed, (uint64_t)t->step, STREAM_HEAD_DROP, 0), l);
     out->mlm = l[0], out->head = l[1], out->contrastive = l[2];
     out->total = out->mlm + out->head + out->contrastive;
