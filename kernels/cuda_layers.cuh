@@ -19,6 +19,7 @@
 
 extern "C" {
 #include "bert_cpu.h"
+#include "qac_heads.h"
 #include "qac_model.h"
 }
 
@@ -156,6 +157,51 @@ qac_status qac_kl_layers_fwd(const qac_kl_ctx *t, qac_kl_acts *a, qac_kl_work *k
 qac_status qac_kl_layers_bwd(const qac_kl_ctx *t, qac_kl_acts *a, qac_kl_work *k, const qac_bert_params *w,
                              const qac_bert_params *g, const int *lens, uint64_t key, uint64_t seq_base,
                              const float *dh_add, int add_at);
+
+// The embedding pass on its own buffers: out [B*T,C] (fp32) =
+// dropout(LN(word[ids] + pos + type[0])) with the dropout at (drop_layer,
+// QAC_DROP_EMB), emb, mean, rstd kept; and its backward from k->dy = dL/d
+// out (k->dy overwritten). The encoder's pass is drop_layer 0; the
+// query-generation decoder's input draws the backbone's embedding dropout
+// at layer 1 (trainer/qgen.c).
+qac_status qac_kl_embed_fwd_into(const qac_kl_ctx *t, float *out, float *emb, float *mean, float *rstd,
+                                 const int32_t *ids, const qac_bert_params *w, int B, int T, uint64_t key,
+                                 uint64_t seq_base, int drop_layer);
+qac_status qac_kl_embed_bwd_from(const qac_kl_ctx *t, qac_kl_work *k, const float *emb, const float *mean,
+                                 const float *rstd, int B, int T, const qac_bert_params *g, const qac_bert_params *w,
+                                 qac_scatter_plan pw, const int32_t *plan_w, qac_scatter_plan pt,
+                                 const int32_t *plan_t, uint64_t key, uint64_t seq_base, int drop_layer);
+
+// The query-generation decoder (trainer/qgen.c, qac_qgen_forward and
+// qac_qgen_backward): L pre-LN GPT-2 blocks of MLP width I with the causal
+// windowed attention, then the final LayerNorm. Its activations over B x T
+// tokens, with the embedding pass of its input (emb*), kept for backward.
+struct qac_kl_gpt_acts {
+    int B, T, L, I;
+    float *emb, *emb_mean, *emb_rstd;                 // [N,C], [N], [N]
+    float *hidden;                                    // [L+1,N,C]: [0] the blocks' input, [l+1] block l's output
+    float *ln1, *ln2;                                 // [L,N,C]
+    void *ln1_act, *ln2_act;                          // [L,N,C] act (== ln1, ln2 in fp32)
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd; // [L,N]
+    void *q, *k, *v, *atty;                           // [L,N*C] act
+    void *P;                                          // [L,B*NH*T*T] act
+    float *res1;                                      // [L,N,C]: input + attention output
+    void *fc_pre, *fc_act;                            // [L,N*I] act
+    float *out, *lnf_mean, *lnf_rstd;                 // [N,C], [N], [N]: after the final LayerNorm
+};
+void qac_kl_gpt_acts_bind(const qac_kl_ctx *t, qac_kl_gpt_acts *a, qac_kl_bump *b, int B, int T, int L, int I);
+// hidden[0] (set by the caller: the input after its dropout) -> out. The
+// work buffers must hold N rows of width max(I, 3C). Dropout as the CPU's:
+// attention probabilities at (l, QAC_DROP_ATT), the two output projections
+// at (l, QAC_DROP_ATT_OUT) and (l, QAC_DROP_FFN_OUT), rate t->p_attn and
+// t->p_hidden.
+qac_status qac_kl_gpt_fwd(const qac_kl_ctx *t, qac_kl_gpt_acts *a, qac_kl_work *k, const qac_qgen_params *w,
+                          int window, const int *lens, uint64_t key, uint64_t seq_base);
+// From dout = dL/d out [N,C] (fp32) to k->dy = dL/d hidden[0], the
+// parameter gradients accumulated into g.
+qac_status qac_kl_gpt_bwd(const qac_kl_ctx *t, qac_kl_gpt_acts *a, qac_kl_work *k, const qac_qgen_params *w,
+                          const qac_qgen_params *g, int window, const int *lens, const float *dout, uint64_t key,
+                          uint64_t seq_base);
 
 // element offset into an act-typed buffer
 #define QAC_KL_ACT(t, ptr, l, n) ((void *)((char *)(ptr) + (size_t)(l) * (n) * (t)->esize))

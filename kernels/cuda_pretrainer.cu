@@ -1,11 +1,13 @@
-// The CUDA pre-trainer (kernels/qac_cuda_pretrain.h): the coCondenser and
-// CoT-MAE steps of trainer/pretrain.c on the GPU. Both texts of every pair
-// go through the encoder (kernels/cuda_layers.cuh, activations kept), the
-// head's layers (the Condenser head, or CoT-MAE's decoder) through the same
-// layer functions with the head's views, both MLM losses through the tied
-// head, coCondenser's contrastive loss in fp64, then the backward of it all
-// into one fp32 gradient block over [encoder | heads]; clipping and AdamW
-// run on the device over the same block.
+// The CUDA pre-trainer (kernels/qac_cuda_pretrain.h): the coCondenser,
+// CoT-MAE and query-generation steps of trainer/pretrain.c and
+// trainer/qgen.c on the GPU. The texts go through the encoder
+// (kernels/cuda_layers.cuh, activations kept), the head's layers (the
+// Condenser head, or CoT-MAE's decoder) through the same layer functions
+// with the head's views, or the query-generation decoder's GPT-2 blocks;
+// both MLM (or next-token) losses through the tied head, coCondenser's
+// contrastive loss in fp64, then the backward of it all into one fp32
+// gradient block over [encoder | heads]; clipping and AdamW run on the
+// device over the same block.
 //
 // Not yet run on a GPU: compiled and reviewed only, until
 // scripts/gpu_train_verify.sh passes on a device.
@@ -19,6 +21,7 @@ extern "C" {
 #include "qac_cuda_pretrain.h"
 #include "qac_heads.h"
 #include "qac_pretrain.h"
+#include "qac_rng.h"
 }
 
 namespace {
@@ -32,16 +35,22 @@ struct pinput {
     qac_scatter_plan pw, pt;
 };
 
-// One side of the pairs (a or b): inputs, the encoder's and the head's
-// activations, the gradients flowing into the encoder. The head reads the
-// encoder's input (coCondenser) or its own (din: CoT-MAE's decoder reads
-// the other text, masked at the decoder's rate, hT tokens).
+// What a side's head reads: the encoder's input (the Condenser head), or
+// its own input din of hT tokens: CoT-MAE's decoder (BERT layers) reads
+// the other text masked at the decoder's rate, the query-generation decoder
+// (GPT-2 blocks) the unmasked query with next-token labels.
+enum { HEAD_CONDENSER = 0, HEAD_COTMAE = 1, HEAD_QGEN = 2 };
+
+// One side of the pairs (a or b; query generation: the passage side only):
+// inputs, the encoder's and the head's activations, the gradients flowing
+// into the encoder.
 struct pside {
     void *mem;
     size_t cap; // bytes
-    int B, dec;
+    int B, dec; // dec: a HEAD_*
     pinput in, din;
     qac_kl_acts enc, head;
+    qac_kl_gpt_acts gen;
     float *dlast, *dmid, *dtmp; // [N,C]: dL/d last layer, middle layer; scratch
     float *dhead;               // [B*hT,C]: dL/d head output
     float *pooled, *rep, *drep; // [B,C]: bottleneck, representation, a gradient on either
@@ -66,7 +75,9 @@ struct mlm_buf {
 struct pretrainer : qac_kl_dev {
     qac_cuda_pt_spec sp;
     qac_bert_config hc; // the head's stack: the encoder's shape, head_layers layers
+    qac_qgen_config qc; // query generation: head_layers GPT-2 blocks
     qac_bert_params w, g, hw, hg;
+    qac_qgen_params qw, qg;
     qac_mlm_head mh, mg;
     qac_kt_tensors tensors;
     pside sd[2];
@@ -78,6 +89,8 @@ struct pretrainer : qac_kl_dev {
     size_t cl_cap;
     int32_t *counts;
     int counts_cap;
+    int32_t *h_targets; // query generation: next-token labels, host
+    size_t targets_cap;
 };
 
 void bind_input(pinput *in, qac_kl_bump *b, int B, int T) {
@@ -107,7 +120,10 @@ size_t bind_side(const pretrainer *t, pside *s, char *base, int B, int T, int hT
     b.take(&s->rep, (size_t)B * C * 4);
     b.take(&s->drep, (size_t)B * C * 4);
     qac_kl_acts_bind(t, &s->enc, &b, B, T, t->cfg.num_layers, 1);
-    qac_kl_acts_bind(t, &s->head, &b, B, hT, t->hc.num_layers, dec);
+    if (dec == HEAD_QGEN)
+        qac_kl_gpt_acts_bind(t, &s->gen, &b, B, hT, t->qc.layers, t->qc.inner);
+    else
+        qac_kl_acts_bind(t, &s->head, &b, B, hT, t->hc.num_layers, dec == HEAD_COTMAE);
     s->B = B, s->dec = dec;
     return b.off;
 }
@@ -437,6 +453,50 @@ qac_status cotmae_step(pretrainer *t, uint64_t enc_key, uint64_t head_key) {
     return QAC_OK;
 }
 
+// The query-generation step (trainer/qgen.c qac_qgen_objective_grads):
+// the passage (side 0's input) through the encoder with MLM, and the
+// decoder generating the unmasked query (side 0's din, next-token labels)
+// from the passage's bottleneck. The decoder's input is the backbone's
+// embedding pass on the query with its dropout at layer 1 of the decoder's
+// key, position 0 replaced by the bottleneck, then GPT-2's input dropout
+// (layer 0); the decoder's key is the encoder's salted, sequence ids 0..B-1.
+qac_status qgen_step(pretrainer *t, uint64_t enc_key) {
+    pside *sd = &t->sd[0];
+    qac_kl_gpt_acts *ga = &sd->gen;
+    const int B = sd->B, C = t->cfg.hidden_size, hT = sd->din.T;
+    const size_t rowb = (size_t)C * sizeof(float), NC = (size_t)B * hT * C;
+    const uint64_t dkey = qac_rng_mix(enc_key ^ QAC_QGEN_DROP_SALT);
+    const qac_kt_drop din_drop = qac_kl_drop(t->p_hidden, dkey, 0);
+    cudaStream_t st = t->stream;
+    qac_status e;
+    if ((e = encoder_fwd(t, 0, enc_key)) ||
+        (e = qac_kl_embed_fwd_into(t, ga->hidden, ga->emb, ga->emb_mean, ga->emb_rstd, sd->din.ids, &t->w, B, hT,
+                                   dkey, 0, 1)))
+        return e;
+    QAC_CU(cudaMemcpy2DAsync(ga->hidden, (size_t)hT * rowb, sd->pooled, rowb, rowb, B, cudaMemcpyDeviceToDevice, st));
+    if (t->p_hidden > 0)
+        QAC_CU(qac_kt_dropout(ga->hidden, ga->hidden, din_drop, 0, QAC_DROP_EMB, B, hT, C, QAC_PREC_FP32, st));
+    if ((e = qac_kl_gpt_fwd(t, ga, &t->wk, &t->qw, t->qc.window, sd->din.lens, dkey, 0))) return e;
+    QAC_CU(cudaMemsetAsync(sd->dlast, 0, (size_t)B * sd->in.T * rowb, st));
+    QAC_CU(cudaMemsetAsync(sd->dhead, 0, NC * sizeof(float), st));
+    // the next-token loss, then the encoder's MLM, both through the tied head
+    const float *outs[2] = {ga->out, NULL}, *lasts[2] = {last_of(t, &sd->enc), NULL};
+    float *const douts[2] = {sd->dhead, NULL}, *const dlasts[2] = {sd->dlast, NULL};
+    if ((e = mlm_run(t, t->d_loss + 1, outs, douts, 1)) || (e = mlm_run(t, t->d_loss + 0, lasts, dlasts, 0))) return e;
+    QAC_CU(cudaMemsetAsync(t->d_loss + 2, 0, sizeof(double), st));
+    if ((e = qac_kl_gpt_bwd(t, ga, &t->wk, &t->qw, &t->qg, t->qc.window, sd->din.lens, sd->dhead, dkey, 0))) return e;
+    if (t->p_hidden > 0)
+        QAC_CU(qac_kt_dropout(t->wk.dy, t->wk.dy, din_drop, 0, QAC_DROP_EMB, B, hT, C, QAC_PREC_FP32, st));
+    // position 0 was the bottleneck: its gradient to the pooling, the rest
+    // to the query's embeddings
+    QAC_CU(cudaMemcpy2DAsync(sd->drep, rowb, t->wk.dy, (size_t)hT * rowb, rowb, B, cudaMemcpyDeviceToDevice, st));
+    QAC_CU(cudaMemset2DAsync(t->wk.dy, (size_t)hT * rowb, 0, rowb, B, st));
+    if ((e = qac_kl_embed_bwd_from(t, &t->wk, ga->emb, ga->emb_mean, ga->emb_rstd, B, hT, &t->g, &t->w, sd->din.pw,
+                                   sd->din.plan_w, sd->din.pt, sd->din.plan_t, dkey, 0, 1)))
+        return e;
+    return encoder_bwd(t, 0, enc_key, NULL);
+}
+
 void destroy(pretrainer *t) {
     if (!t) return;
     if (t->stream) cudaStreamSynchronize(t->stream);
@@ -447,6 +507,7 @@ void destroy(pretrainer *t) {
     cudaFree(t->wk.mem), cudaFree(t->mb.mem), cudaFree(t->x), cudaFree(t->dx), cudaFree(t->cl_work);
     qac_kl_dev_release(t);
     free(t->counts);
+    free(t->h_targets);
     free(t);
 }
 
@@ -454,12 +515,18 @@ qac_status init(pretrainer *t, const float *enc, const float *heads) {
     qac_status e = qac_kl_dev_init(t, 3);
     if (e) return e;
     // views: the same binders as the CPU's over the device block
-    const size_t n_stack = qac_bert_stack_param_count(&t->hc);
+    const int qgen = t->sp.objective == QAC_PT_QGEN;
+    const size_t n_stack = qgen ? qac_qgen_param_count(&t->qc) : qac_bert_stack_param_count(&t->hc);
     const int C = t->cfg.hidden_size, V = t->cfg.vocab_size;
     qac_bert_params_bind(&t->w, &t->cfg, t->params);
     qac_bert_params_bind(&t->g, &t->cfg, t->grads);
-    qac_bert_stack_bind(&t->hw, &t->hc, t->params + t->sp.n_enc);
-    qac_bert_stack_bind(&t->hg, &t->hc, t->grads + t->sp.n_enc);
+    if (qgen) {
+        qac_qgen_bind(&t->qw, &t->qc, t->params + t->sp.n_enc);
+        qac_qgen_bind(&t->qg, &t->qc, t->grads + t->sp.n_enc);
+    } else {
+        qac_bert_stack_bind(&t->hw, &t->hc, t->params + t->sp.n_enc);
+        qac_bert_stack_bind(&t->hg, &t->hc, t->grads + t->sp.n_enc);
+    }
     qac_mlm_bind(&t->mh, t->params + t->sp.n_enc + n_stack, C, V);
     qac_mlm_bind(&t->mg, t->grads + t->sp.n_enc + n_stack, C, V);
     const float *parts[2] = {enc, heads};
@@ -494,8 +561,9 @@ extern "C" qac_status qac_cuda_pretrainer_create(qac_cuda_pretrainer **out, cons
                                                  const float *enc, const float *heads) {
     *out = NULL;
     const qac_bert_config *c = &spec->cfg;
-    if (spec->objective != QAC_PT_COCONDENSER && spec->objective != QAC_PT_COTMAE)
-        return qac_set_error(QAC_ERR_UNSUPPORTED, "CUDA pre-trainer: only coCondenser and CoT-MAE run on the GPU");
+    if (spec->objective != QAC_PT_COCONDENSER && spec->objective != QAC_PT_COTMAE && spec->objective != QAC_PT_QGEN)
+        return qac_set_error(QAC_ERR_UNSUPPORTED, "CUDA pre-trainer: objective %d does not run on the GPU",
+                             spec->objective);
     if (!qac_cuda_available()) return qac_set_error(QAC_ERR_UNSUPPORTED, "no usable CUDA GPU for pre-training");
     if (spec->prec != QAC_PREC_FP32 && spec->prec != QAC_PREC_BF16)
         return qac_set_error(QAC_ERR_UNSUPPORTED, "CUDA pre-trainer: precision must be fp32 or bf16");
@@ -519,7 +587,10 @@ extern "C" qac_status qac_cuda_pretrainer_create(qac_cuda_pretrainer **out, cons
     t->cfg = *c;
     t->sp = *spec;
     t->hc = *c;
-    t->hc.num_layers = spec->head_layers;
+    t->hc.num_layers = spec->objective == QAC_PT_QGEN ? 0 : spec->head_layers;
+    qac_qgen_config_default(&t->qc, c);
+    t->qc.layers = spec->head_layers;
+    t->qc.window = spec->window;
     t->prec = spec->prec;
     t->esize = qac_prec_size(spec->prec);
     t->p_hidden = spec->p_hidden;
@@ -556,22 +627,47 @@ extern "C" qac_status qac_cuda_pretrainer_grads(qac_cuda_pretrainer *h, int B, c
                                                 double losses[3]) {
     pretrainer *t = h->t;
     const qac_bert_config *c = &t->cfg;
-    const int dec = t->sp.objective == QAC_PT_COTMAE;
+    const int obj = t->sp.objective;
+    const int dec = obj == QAC_PT_COTMAE ? HEAD_COTMAE : obj == QAC_PT_QGEN ? HEAD_QGEN : HEAD_CONDENSER;
+    const int nsides = dec == HEAD_QGEN ? 1 : 2;
     qac_status st;
-    if (B < (dec ? 1 : 2))
+    if (B < (dec == HEAD_CONDENSER ? 2 : 1))
         return qac_set_error(QAC_ERR_INVALID, "CUDA pre-trainer: the contrastive loss needs 2 pairs or more");
-    if (dec && (!da || !db))
+    if (dec == HEAD_COTMAE && (!da || !db))
         return qac_set_error(QAC_ERR_INVALID, "CUDA pre-trainer: CoT-MAE needs the decoders' targets");
-    if ((st = check_seqs(c, a, B, "first text")) || (st = check_seqs(c, b, B, "second text")) ||
-        (dec && ((st = check_seqs(c, da, B, "first decoder target")) ||
-                 (st = check_seqs(c, db, B, "second decoder target")))))
+    if ((st = check_seqs(c, a, B, "first text")) || (dec != HEAD_QGEN && (st = check_seqs(c, b, B, "second text"))) ||
+        (dec == HEAD_COTMAE && ((st = check_seqs(c, da, B, "first decoder target")) ||
+                                (st = check_seqs(c, db, B, "second decoder target")))))
         return st;
+    // query generation: the decoder reads the unmasked query b with its
+    // next-token labels (b's own labels are not read)
+    qac_cuda_pt_seqs qb;
+    if (dec == HEAD_QGEN) {
+        if (!b->ids || !b->lens || b->T < 1 || b->T > c->max_position)
+            return qac_set_error(QAC_ERR_INVALID, "CUDA pre-trainer: queries missing or too long (T %d)", b->T);
+        for (int i = 0; i < B; i++)
+            if (b->lens[i] < 1 || b->lens[i] > b->T)
+                return qac_set_error(QAC_ERR_INVALID, "CUDA pre-trainer: query %d has length %d (T=%d)", i, b->lens[i],
+                                     b->T);
+        const size_t n = (size_t)B * b->T;
+        if (n > t->targets_cap) {
+            int32_t *p = (int32_t *)realloc(t->h_targets, n * sizeof(int32_t));
+            if (!p) return qac_set_error(QAC_ERR_NOMEM, "CUDA pre-trainer: out of host memory");
+            t->h_targets = p, t->targets_cap = n;
+        }
+        qac_qgen_targets(t->h_targets, b->ids, b->lens, B, b->T);
+        qb = {b->T, b->ids, t->h_targets, b->lens};
+        if ((st = check_seqs(c, &qb, B, "query"))) return st;
+    }
     QAC_CU(cudaSetDevice(t->device));
-    // side s: the encoder reads q[s], the head dq[s] (q[s] itself without a decoder)
-    const qac_cuda_pt_seqs *q[2] = {a, b}, *dq[2] = {dec ? da : a, dec ? db : b};
+    // side s: the encoder reads q[s], the head dq[s] (q[s] itself for the Condenser head)
+    const qac_cuda_pt_seqs *q[2] = {a, b};
+    const qac_cuda_pt_seqs *dq[2] = {dec == HEAD_COTMAE ? da : dec == HEAD_QGEN ? &qb : a,
+                                     dec == HEAD_COTMAE ? db : b};
     const int C = c->hidden_size, NH = c->num_heads;
     size_t Nmax = 0, nPmax = 0, M[2] = {0, 0};
-    for (int s = 0; s < 2; s++) {
+    t->sd[1].in.M = t->sd[1].din.M = 0;
+    for (int s = 0; s < nsides; s++) {
         const qac_cuda_pt_seqs *both[2] = {q[s], dq[s]};
         for (int k = 0; k < 2; k++) {
             int m = 0;
@@ -586,20 +682,27 @@ extern "C" qac_status qac_cuda_pretrainer_grads(qac_cuda_pretrainer *h, int B, c
     }
     // rows: the larger loss's; labels: the encoder's, then the decoders'
     const size_t rows = dec && M[1] > M[0] ? M[1] : M[0], nlab = M[0] + (dec ? M[1] : 0);
-    if ((st = ensure_side(t, &t->sd[0], B, a->T, dq[0]->T, dec)) ||
-        (st = ensure_side(t, &t->sd[1], B, b->T, dq[1]->T, dec)) ||
-        (st = qac_kl_work_ensure(t, &t->wk, Nmax, nPmax)) || (st = ensure_mlm(t, rows ? rows : 1, nlab ? nlab : 1)))
+    // the work buffers also serve the query decoder's MLP (width qc.inner)
+    qac_kl_ctx wide = *t;
+    if (dec == HEAD_QGEN && t->qc.inner > wide.cfg.intermediate_size) wide.cfg.intermediate_size = t->qc.inner;
+    for (int s = 0; s < nsides; s++)
+        if ((st = ensure_side(t, &t->sd[s], B, q[s]->T, dq[s]->T, dec))) return st;
+    if ((st = qac_kl_work_ensure(&wide, &t->wk, Nmax, nPmax)) || (st = ensure_mlm(t, rows ? rows : 1, nlab ? nlab : 1)))
         return st;
-    if (!dec && ((st = grow(&t->x, &t->x_cap, 2 * (size_t)B * C)) || (st = grow(&t->dx, &t->dx_cap, 2 * (size_t)B * C)) ||
-                 (st = grow(&t->cl_work, &t->cl_cap, qac_kt_cocondenser_scratch(2 * B, C)))))
+    if (dec == HEAD_CONDENSER &&
+        ((st = grow(&t->x, &t->x_cap, 2 * (size_t)B * C)) || (st = grow(&t->dx, &t->dx_cap, 2 * (size_t)B * C)) ||
+         (st = grow(&t->cl_work, &t->cl_cap, qac_kt_cocondenser_scratch(2 * B, C)))))
         return st;
     int32_t *lab = t->mb.labels, *dlab = t->mb.labels + M[0];
-    if ((st = upload_side(t, &t->sd[0], a, lab, da, dlab)) ||
-        (st = upload_side(t, &t->sd[1], b, lab + t->sd[0].in.M, db, dec ? dlab + t->sd[0].din.M : NULL)))
+    if ((st = upload_side(t, &t->sd[0], a, lab, dq[0], dlab)) ||
+        (nsides > 1 &&
+         (st = upload_side(t, &t->sd[1], b, lab + t->sd[0].in.M, dq[1], dec ? dlab + t->sd[0].din.M : NULL))))
         return st;
     QAC_CU(cudaMemsetAsync(t->grads, 0, t->n_params * sizeof(float), t->stream));
-    if ((st = dec ? cotmae_step(t, enc_key, head_key) : cocondenser_step(t, enc_key, head_key)))
-        return qac_wrap_error(st, "CUDA pre-training step");
+    st = dec == HEAD_QGEN     ? qgen_step(t, enc_key)
+         : dec == HEAD_COTMAE ? cotmae_step(t, enc_key, head_key)
+                              : cocondenser_step(t, enc_key, head_key);
+    if (st) return qac_wrap_error(st, "CUDA pre-training step");
     return qac_kl_dev_losses(t, losses);
 }
 

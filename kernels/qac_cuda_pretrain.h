@@ -8,12 +8,15 @@
  *
  * Objectives on the GPU today: coCondenser (MLM on the encoder through the
  * tied head, the Condenser head and its MLM, the symmetric contrastive
- * loss) with either pooling and normalisation, and CoT-MAE (MLM on the
+ * loss) with either pooling and normalisation, CoT-MAE (MLM on the
  * encoder, and per side a decoder of fresh BERT layers fed the backbone's
  * embeddings of the other text with the bottleneck at position 0, its MLM
- * through the tied head). The query-generation decoder and the PAIR loss
- * are not written yet: the pre-trainer refuses them on cuda, naming what is
- * missing.
+ * through the tied head), and query generation (the passage through the
+ * encoder with MLM, GPT-2 blocks with the causal windowed attention fed
+ * the query's embeddings with the bottleneck at position 0, the next-token
+ * loss through the tied head; heads block [qgen decoder | MLM head]). The
+ * PAIR loss is not written yet: the pre-trainer refuses it on cuda, naming
+ * what is missing.
  *
  * Precision: as the fine-tuning backend (kernels/qac_cuda_train.h): fp32
  * throughout for checking, or bf16 products and activations with fp32
@@ -39,8 +42,9 @@ extern "C" {
 /* What the pre-trainer resolved: shapes, objective, optimiser. */
 typedef struct qac_cuda_pt_spec {
     qac_bert_config cfg;   /* the encoder */
-    int objective;         /* a qac_pt_objective: QAC_PT_COCONDENSER or QAC_PT_COTMAE */
-    int head_layers;       /* the Condenser head's (CoT-MAE: the decoder's) fresh layers */
+    int objective;         /* a qac_pt_objective */
+    int head_layers;       /* the Condenser head's (CoT-MAE, qgen: the decoder's) fresh layers */
+    int window;            /* qgen: the attention window (<= 0 plain causal) */
     int skip_from;         /* coCondenser: the head reads hidden[skip_from] (0 <= skip_from < layers) */
     int mean_pooling;      /* the representation and bottleneck: 0 the [CLS] row, 1 the mean */
     int normalize;         /* coCondenser: L2-normalise the representation for the contrastive loss */
@@ -74,10 +78,13 @@ void qac_cuda_pretrainer_free(qac_cuda_pretrainer *g);
 
 /* Zero the gradients and accumulate the objective's over B pairs (a_i,
  * b_i); CoT-MAE: da_i is what a_i's decoder reconstructs, db_i b_i's (NULL
- * for coCondenser). Dropout: the encoder's masks from enc_key, the heads'
- * (CoT-MAE: the decoder's input and layers) from head_key, sequence ids
- * s*B + i for side s (as the CPU's). losses[3]: encoder (late) MLM, head
- * (decoder) MLM, contrastive (0 for CoT-MAE). */
+ * otherwise); qgen: a the masked passages, b the unmasked queries (b's
+ * labels are not read: the targets are the next tokens). Dropout: the
+ * encoder's masks from enc_key, the heads' (CoT-MAE: the decoder's input
+ * and layers) from head_key, sequence ids s*B + i for side s (as the
+ * CPU's); qgen's decoder from enc_key salted as trainer/qgen.c does.
+ * losses[3]: encoder (late) MLM, head (decoder) MLM or next-token loss,
+ * contrastive (0 but for coCondenser). */
 qac_status qac_cuda_pretrainer_grads(qac_cuda_pretrainer *g, int B, const qac_cuda_pt_seqs *a,
                                      const qac_cuda_pt_seqs *b, const qac_cuda_pt_seqs *da,
                                      const qac_cuda_pt_seqs *db, uint64_t enc_key, uint64_t head_key,

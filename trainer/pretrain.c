@@ -80,7 +80,6 @@ qac_status qac_pt_objective_parse(qac_pt_objective *out, const char *name) {
 }
 
 const char *qac_pt_cuda_missing(const qac_pt_objective_opts *o) {
-    if (o->objective == QAC_PT_QGEN) return "the query-generation decoder (GPT-2 blocks and the next-token loss)";
     if (o->objective == QAC_PT_COCONDENSER && o->alpha > 0) return "the PAIR loss (--alpha > 0)";
     return NULL;
 }
@@ -135,7 +134,8 @@ static qac_status gpu_create(qac_pretrainer *t) {
     memset(&sp, 0, sizeof sp);
     sp.cfg = t->m->cfg;
     sp.objective = t->ob.objective;
-    sp.head_layers = t->hc.num_layers;
+    sp.head_layers = t->ob.objective == QAC_PT_QGEN ? t->qc.layers : t->hc.num_layers;
+    sp.window = t->qc.window;
     sp.skip_from = t->ob.skip_from;
     sp.mean_pooling = t->ob.pooling == QAC_POOL_MEAN;
     sp.normalize = t->ob.normalize != 0;

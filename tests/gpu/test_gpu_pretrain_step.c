@@ -1,11 +1,13 @@
 /* The CUDA pre-trainer against the CPU pre-trainer (the reference) on a
  * small random BERT with dropout on, the same batch, masks and fresh heads,
- * for both objectives the GPU runs: coCondenser (encoder MLM, the Condenser
- * head and its MLM, the contrastive loss) and CoT-MAE (encoder MLM, per
- * side a 1-layer decoder reading the embeddings of the other text with the
- * bottleneck at position 0, its MLM):
+ * for the objectives the GPU runs: coCondenser (encoder MLM, the Condenser
+ * head and its MLM, the contrastive loss), CoT-MAE (encoder MLM, per side a
+ * 1-layer decoder reading the embeddings of the other text with the
+ * bottleneck at position 0, its MLM) and query generation (encoder MLM on
+ * the passage, a 1-block GPT-2 decoder with the window-3 causal attention
+ * generating the query from the passage's bottleneck, next-token loss):
  *   1. gradient parity of a whole step, per tensor of the flat block
- *      [encoder | head layers | MLM head], and the three losses: fp32 and
+ *      [encoder | head layers or decoder | MLM head], and the three losses: fp32 and
  *      bf16, raw [CLS] (coCondenser: tau 1) and mean pooling (coCondenser:
  *      + normalisation, tau 0.05);
  *   2. trajectories: 10 steps fp32 (loss within 1e-4 relative per step) and
@@ -13,7 +15,7 @@
  *   3. checkpoints across devices: a CUDA run saved and resumed on the CPU,
  *      and the reverse, continue as the uninterrupted run does (the training
  *      state file is the CPU's QACPTST).
- * qgen and PAIR are refused on cuda (checked at the end).
+ * PAIR is refused on cuda (checked at the end).
  *
  * Tolerances. fp32: max |diff| / max |ref| <= 1e-5 per tensor, the
  * summation-order bound of tests/gpu/test_gpu_train_step.c. bf16: unit
@@ -27,8 +29,11 @@
  * on ||diff|| / ||ref||. CoT-MAE's path has fewer: 2 encoder layers and 1
  * decoder layer (its input embeddings and their LayerNorm are fp32, rounded
  * once where the layer reads them, counted in the layer's 12), and the same
- * MLM head, so the same bound holds. The key biases (encoder and head) are
- * left out: their gradient is zero in exact arithmetic.
+ * MLM head, so the same bound holds; so has query generation (2 encoder
+ * layers, 1 GPT-2 block with the same dozen roundings: its two LayerNorm
+ * outputs, the products and the attention's, the masked gradients). The key
+ * biases (encoder, head, decoder) are left out: their gradient is zero in
+ * exact arithmetic (softmax is shift-invariant per row, causal or not).
  *
  * --selfcheck (no GPU needed; in the default suite): the CPU on both sides,
  * every comparison exact. */
@@ -131,7 +136,9 @@ static void free_batch(batch_mem *m) {
     for (int s = 0; s < 4; s++) free(m->s[s].ids), free(m->s[s].labels), free(m->s[s].lens);
 }
 
-static const char *obj_name(qac_pt_objective obj) { return obj == QAC_PT_COTMAE ? "cotmae" : "cocondenser"; }
+static const char *obj_name(qac_pt_objective obj) {
+    return obj == QAC_PT_COTMAE ? "cotmae" : obj == QAC_PT_QGEN ? "qgen" : "cocondenser";
+}
 
 static void opts_for(qac_train_opts *o, qac_pt_objective_opts *ob, qac_pt_objective obj, qac_device dev,
                      qac_precision prec, int mean_norm, long steps) {
@@ -151,13 +158,17 @@ static void opts_for(qac_train_opts *o, qac_pt_objective_opts *ob, qac_pt_object
     ob->tau = mean_norm ? 0.05f : 1.0f;
 }
 
-/* The name of trained tensor i of a coCondenser or CoT-MAE pre-trainer
- * ("head." the Condenser head's or the decoder's layers). */
-static void tensor_name(char *buf, size_t cap, int i) {
+/* The name of trained tensor i of a pre-trainer of objective obj ("head."
+ * the Condenser head's or CoT-MAE decoder's layers, "gen." the query
+ * decoder's blocks). */
+static void tensor_name(char *buf, size_t cap, qac_pt_objective obj, int i) {
     static const char *mlm[QAC_MLM_NUM_TENSORS] = {"dense_w", "dense_b", "ln_w", "ln_b", "bias"};
-    const int enc = QAC_BERT_NUM_TENSORS - 2, head = QAC_BERT_LAYER_END - QAC_BERT_LAYER_FIRST;
+    const int qgen = obj == QAC_PT_QGEN;
+    const int enc = QAC_BERT_NUM_TENSORS - 2, head = qgen ? QAC_QGEN_NUM_TENSORS : QAC_BERT_LAYER_END - QAC_BERT_LAYER_FIRST;
     if (i < enc)
         snprintf(buf, cap, "%s", qac_bert_tensor_name(i));
+    else if (i < enc + head && qgen)
+        snprintf(buf, cap, "gen.%s", qac_qgen_tensor_name(i - enc));
     else if (i < enc + head)
         snprintf(buf, cap, "head.%s", qac_bert_tensor_name(QAC_BERT_LAYER_FIRST + i - enc));
     else
@@ -181,15 +192,16 @@ static void grad_parity(qac_pt_objective obj, qac_precision prec, int mean_norm)
     CHECK_OK(qac_pretrainer_grads(tc, &bm.b, &lc));
     CHECK_OK(qac_pretrainer_grads(tg, &bm.b, &lg));
     char what[96];
-    if (obj == QAC_PT_COTMAE)
-        snprintf(what, sizeof what, "cotmae %s %s", gpu_test_prec_name(prec), mean_norm ? "mean" : "cls");
+    if (obj != QAC_PT_COCONDENSER)
+        snprintf(what, sizeof what, "%s %s %s", obj_name(obj), gpu_test_prec_name(prec), mean_norm ? "mean" : "cls");
     else
         snprintf(what, sizeof what, "%s %s", gpu_test_prec_name(prec), mean_norm ? "mean+l2 tau 0.05" : "cls tau 1");
     const double ltol = selfcheck ? 0 : prec == QAC_PREC_FP32 ? 1e-6 : 1e-2;
     const double parts_c[3] = {lc.mlm, lc.head, lc.contrastive}, parts_g[3] = {lg.mlm, lg.head, lg.contrastive};
-    const char *parts[3] = {"mlm", obj == QAC_PT_COTMAE ? "decoder mlm" : "head mlm", "contrastive"};
+    const char *parts[3] = {"mlm", obj == QAC_PT_COTMAE ? "decoder mlm" : obj == QAC_PT_QGEN ? "next-token" : "head mlm",
+                            "contrastive"};
     for (int i = 0; i < 3; i++) {
-        /* CoT-MAE has no contrastive term: both 0 */
+        /* CoT-MAE and qgen have no contrastive term: both 0 */
         const double d = fabs(parts_g[i] - parts_c[i]), rel = parts_c[i] != 0 ? d / fabs(parts_c[i]) : d;
         printf("step parity %-22s %-12s gpu %.9g cpu %.9g rel %.3g (tol %.1g)\n", what, parts[i], parts_g[i],
                parts_c[i], rel, ltol);
@@ -202,8 +214,8 @@ static void grad_parity(qac_pt_objective obj, qac_precision prec, int mean_norm)
         const float *gc = tc->tensors[i].g, *gg = tg->tensors[i].g;
         const size_t n = tc->tensors[i].n;
         char nm[64];
-        tensor_name(nm, sizeof nm, i);
-        const int key_bias = !strcmp(nm, "qkv_b") || !strcmp(nm, "head.qkv_b");
+        tensor_name(nm, sizeof nm, obj, i);
+        const int key_bias = !strcmp(nm, "qkv_b") || !strcmp(nm, "head.qkv_b") || !strcmp(nm, "gen.qkv_b");
         double md = 0, mr = 0, sd = 0, sr = 0;
         for (size_t j = 0; j < n; j++) {
             if (key_bias && (j % (3 * HID)) / HID == 1) continue; /* zero in exact arithmetic */
@@ -324,7 +336,7 @@ static void refusals(void) {
         qac_pt_objective obj;
         float alpha;
         const char *names;
-    } cases[] = {{QAC_PT_QGEN, 0, "query-generation decoder"}, {QAC_PT_COCONDENSER, 0.1f, "PAIR loss"}};
+    } cases[] = {{QAC_PT_COCONDENSER, 0.1f, "PAIR loss"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         qac_train_opts o;
         qac_pt_objective_opts ob;
@@ -356,8 +368,8 @@ int main(int argc, char **argv) {
     tmp = qac_test_tmpdir("gpupretrain");
     write_vocab(tmp);
 
-    static const qac_pt_objective objs[2] = {QAC_PT_COCONDENSER, QAC_PT_COTMAE};
-    for (int k = 0; k < 2; k++) {
+    static const qac_pt_objective objs[3] = {QAC_PT_COCONDENSER, QAC_PT_COTMAE, QAC_PT_QGEN};
+    for (int k = 0; k < 3; k++) {
         const qac_pt_objective obj = objs[k];
         if (!only || !strcmp(only, "parity")) {
             grad_parity(obj, QAC_PREC_FP32, 0);
