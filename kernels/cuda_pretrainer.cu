@@ -83,14 +83,15 @@ struct pretrainer : qac_kl_dev {
     pside sd[2];
     qac_kl_work wk;
     mlm_buf mb;
-    float *x, *dx; // [2B,C]
-    size_t x_cap, dx_cap; // floats
+    float *x, *dx, *dx2; // [2B,C]; dx2: PAIR's second loss's gradient
+    size_t x_cap, dx_cap, dx2_cap; // floats
     char *cl_work;
     size_t cl_cap;
     int32_t *counts;
     int counts_cap;
     int32_t *h_targets; // query generation: next-token labels, host
     size_t targets_cap;
+    double *d_pair; // PAIR's L_p
 };
 
 void bind_input(pinput *in, qac_kl_bump *b, int B, int T) {
@@ -341,6 +342,32 @@ qac_status encoder_bwd(pretrainer *t, int s, uint64_t enc_key, const float *dmid
                             enc_key, (uint64_t)s * B);
 }
 
+// PAIR (trainer/loss.c qac_pair_loss) with one passage per query, as the
+// pre-trainer batches it: t->x holds the queries [B,C] then the passages
+// [B,C]. L_q is InfoNCE of the queries over the passages and L_p of the
+// passages over the queries (no negatives: n = 1), both with raw dot
+// products in fp64; loss (1 - alpha) L_q + alpha L_p into d_loss[2] and
+// its gradient into t->dx, combined with cuBLAS (no new kernel).
+qac_status pair_loss(pretrainer *t, int B) {
+    const int C = t->cfg.hidden_size;
+    const double a = t->sp.alpha, one_minus = 1.0 - a;
+    const float af = (float)a, omf = (float)one_minus;
+    const size_t BC = (size_t)B * C;
+    float *q = t->x, *p = t->x + BC;
+    qac_status e;
+    if ((e = qac_kt_infonce(t->blas, t->d_loss + 2, t->dx, t->dx + BC, q, p, B, 1, C, 1.0f, QAC_SIM_DOT, t->cl_work,
+                            t->stream)) ||
+        (e = qac_kt_infonce(t->blas, t->d_pair, t->dx2 + BC, t->dx2, p, q, B, 1, C, 1.0f, QAC_SIM_DOT, t->cl_work,
+                            t->stream)))
+        return e;
+    QAC_CUBLAS(cublasSetPointerMode(t->blas, CUBLAS_POINTER_MODE_HOST));
+    QAC_CUBLAS(cublasDscal(t->blas, 1, &one_minus, t->d_loss + 2, 1));
+    QAC_CUBLAS(cublasDaxpy(t->blas, 1, &a, t->d_pair, 1, t->d_loss + 2, 1));
+    QAC_CUBLAS(cublasSscal(t->blas, (int)(2 * BC), &omf, t->dx, 1));
+    QAC_CUBLAS(cublasSaxpy(t->blas, (int)(2 * BC), &af, t->dx2, 1, t->dx, 1));
+    return QAC_OK;
+}
+
 // coCondenser's step (trainer/pretrain.c grads_cocondenser).
 qac_status cocondenser_step(pretrainer *t, uint64_t enc_key, uint64_t head_key) {
     const qac_bert_config *c = &t->cfg;
@@ -369,18 +396,31 @@ qac_status cocondenser_step(pretrainer *t, uint64_t enc_key, uint64_t head_key) 
     float *const dlasts[2] = {t->sd[0].dlast, t->sd[1].dlast};
     if ((e = mlm_run(t, t->d_loss + 1, heads, dheads, 0)) || (e = mlm_run(t, t->d_loss + 0, lasts, dlasts, 0)))
         return e;
-    // the contrastive loss on the representations, siblings adjacent (row 2i + s)
+    // the contrastive loss on the representations, siblings adjacent (row
+    // 2i + s); PAIR: the queries (side b) in rows 0..B-1, the passages
+    // (side a) in rows B..2B-1
     const size_t rowb = (size_t)C * sizeof(float);
+    const int pair = t->sp.alpha > 0;
     for (int s = 0; s < 2; s++) {
         pside *sd = &t->sd[s];
         QAC_CU(qac_k_pool(sd->rep, lasts[s], sd->in.lens, B, sd->in.T, C, mean, t->sp.normalize, st));
-        QAC_CU(cudaMemcpy2DAsync(t->x + (size_t)s * C, 2 * rowb, sd->rep, rowb, rowb, B, cudaMemcpyDeviceToDevice, st));
+        if (pair)
+            QAC_CU(cudaMemcpyAsync(t->x + (size_t)(1 - s) * B * C, sd->rep, B * rowb, cudaMemcpyDeviceToDevice, st));
+        else
+            QAC_CU(cudaMemcpy2DAsync(t->x + (size_t)s * C, 2 * rowb, sd->rep, rowb, rowb, B, cudaMemcpyDeviceToDevice,
+                                     st));
     }
-    if ((e = qac_kt_cocondenser(t->blas, t->d_loss + 2, t->dx, t->x, 2 * B, C, t->sp.tau, t->cl_work, st))) return e;
+    if ((e = pair ? pair_loss(t, B) : qac_kt_cocondenser(t->blas, t->d_loss + 2, t->dx, t->x, 2 * B, C, t->sp.tau,
+                                                           t->cl_work, st)))
+        return e;
     for (int s = 0; s < 2; s++) {
         pside *sd = &t->sd[s];
         const size_t NC = (size_t)B * sd->in.T * C;
-        QAC_CU(cudaMemcpy2DAsync(sd->drep, rowb, t->dx + (size_t)s * C, 2 * rowb, rowb, B, cudaMemcpyDeviceToDevice, st));
+        if (pair)
+            QAC_CU(cudaMemcpyAsync(sd->drep, t->dx + (size_t)(1 - s) * B * C, B * rowb, cudaMemcpyDeviceToDevice, st));
+        else
+            QAC_CU(cudaMemcpy2DAsync(sd->drep, rowb, t->dx + (size_t)s * C, 2 * rowb, rowb, B, cudaMemcpyDeviceToDevice,
+                                     st));
         QAC_CU(qac_kt_pool_bwd(sd->dtmp, sd->drep, lasts[s], sd->in.lens, B, sd->in.T, C, mean, t->sp.normalize, st));
         QAC_CU(qac_kt_add(sd->dlast, sd->dtmp, NC, st));
     }
@@ -504,7 +544,8 @@ void destroy(pretrainer *t) {
         cudaFree(t->sd[i].mem);
         cudaFreeHost(t->sd[i].h_stage);
     }
-    cudaFree(t->wk.mem), cudaFree(t->mb.mem), cudaFree(t->x), cudaFree(t->dx), cudaFree(t->cl_work);
+    cudaFree(t->wk.mem), cudaFree(t->mb.mem), cudaFree(t->x), cudaFree(t->dx), cudaFree(t->dx2), cudaFree(t->cl_work);
+    cudaFree(t->d_pair);
     qac_kl_dev_release(t);
     free(t->counts);
     free(t->h_targets);
@@ -529,6 +570,7 @@ qac_status init(pretrainer *t, const float *enc, const float *heads) {
     }
     qac_mlm_bind(&t->mh, t->params + t->sp.n_enc + n_stack, C, V);
     qac_mlm_bind(&t->mg, t->grads + t->sp.n_enc + n_stack, C, V);
+    if (t->sp.alpha > 0) QAC_CU(cudaMalloc((void **)&t->d_pair, sizeof(double)));
     const float *parts[2] = {enc, heads};
     const size_t ends[2] = {t->sp.n_enc, t->n_params};
     return qac_kl_dev_upload(t, parts, ends, 2, NULL, NULL);
@@ -571,7 +613,8 @@ extern "C" qac_status qac_cuda_pretrainer_create(qac_cuda_pretrainer **out, cons
         c->max_position >= (1 << 20))
         return qac_set_error(QAC_ERR_UNSUPPORTED, "CUDA pre-trainer: %d heads over %d hidden units, %d positions",
                              c->num_heads, c->hidden_size, c->max_position);
-    if (spec->head_layers < 1 ||
+    if (spec->head_layers < 1 || !(spec->alpha >= 0 && spec->alpha <= 1) ||
+        (spec->alpha > 0 && spec->objective != QAC_PT_COCONDENSER) ||
         (spec->objective == QAC_PT_COCONDENSER &&
          (spec->skip_from < 0 || spec->skip_from >= c->num_layers || !(spec->tau > 0))))
         return qac_set_error(QAC_ERR_INVALID, "CUDA pre-trainer: %d head layers reading layer %d of %d, tau %g",
@@ -631,7 +674,7 @@ extern "C" qac_status qac_cuda_pretrainer_grads(qac_cuda_pretrainer *h, int B, c
     const int dec = obj == QAC_PT_COTMAE ? HEAD_COTMAE : obj == QAC_PT_QGEN ? HEAD_QGEN : HEAD_CONDENSER;
     const int nsides = dec == HEAD_QGEN ? 1 : 2;
     qac_status st;
-    if (B < (dec == HEAD_CONDENSER ? 2 : 1))
+    if (B < (dec == HEAD_CONDENSER && !(t->sp.alpha > 0) ? 2 : 1))
         return qac_set_error(QAC_ERR_INVALID, "CUDA pre-trainer: the contrastive loss needs 2 pairs or more");
     if (dec == HEAD_COTMAE && (!da || !db))
         return qac_set_error(QAC_ERR_INVALID, "CUDA pre-trainer: CoT-MAE needs the decoders' targets");
@@ -689,9 +732,12 @@ extern "C" qac_status qac_cuda_pretrainer_grads(qac_cuda_pretrainer *h, int B, c
         if ((st = ensure_side(t, &t->sd[s], B, q[s]->T, dq[s]->T, dec))) return st;
     if ((st = qac_kl_work_ensure(&wide, &t->wk, Nmax, nPmax)) || (st = ensure_mlm(t, rows ? rows : 1, nlab ? nlab : 1)))
         return st;
+    const int pair = dec == HEAD_CONDENSER && t->sp.alpha > 0;
     if (dec == HEAD_CONDENSER &&
         ((st = grow(&t->x, &t->x_cap, 2 * (size_t)B * C)) || (st = grow(&t->dx, &t->dx_cap, 2 * (size_t)B * C)) ||
-         (st = grow(&t->cl_work, &t->cl_cap, qac_kt_cocondenser_scratch(2 * B, C)))))
+         (pair && (st = grow(&t->dx2, &t->dx2_cap, 2 * (size_t)B * C))) ||
+         (st = grow(&t->cl_work, &t->cl_cap,
+                    pair ? qac_kt_infonce_scratch(B, 1, C) : qac_kt_cocondenser_scratch(2 * B, C)))))
         return st;
     int32_t *lab = t->mb.labels, *dlab = t->mb.labels + M[0];
     if ((st = upload_side(t, &t->sd[0], a, lab, dq[0], dlab)) ||

@@ -14,9 +14,10 @@
  * through the tied head), and query generation (the passage through the
  * encoder with MLM, GPT-2 blocks with the causal windowed attention fed
  * the query's embeddings with the bottleneck at position 0, the next-token
- * loss through the tied head; heads block [qgen decoder | MLM head]). The
- * PAIR loss is not written yet: the pre-trainer refuses it on cuda, naming
- * what is missing.
+ * loss through the tied head; heads block [qgen decoder | MLM head]), and
+ * coCondenser with the PAIR loss in place of the contrastive one (alpha >
+ * 0). --recompute is not written for the GPU: the pre-trainer refuses it
+ * on cuda.
  *
  * Precision: as the fine-tuning backend (kernels/qac_cuda_train.h): fp32
  * throughout for checking, or bf16 products and activations with fp32
@@ -49,6 +50,7 @@ typedef struct qac_cuda_pt_spec {
     int mean_pooling;      /* the representation and bottleneck: 0 the [CLS] row, 1 the mean */
     int normalize;         /* coCondenser: L2-normalise the representation for the contrastive loss */
     float tau;
+    float alpha;           /* > 0: PAIR in place of the contrastive loss (coCondenser only) */
     float p_hidden, p_attn; /* resolved dropout */
     qac_precision prec;    /* QAC_PREC_FP32 or QAC_PREC_BF16 */
     double max_grad_norm, beta1, beta2, eps, wd;

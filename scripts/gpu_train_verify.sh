@@ -9,7 +9,7 @@
 #      checkpoints resumed across devices), and the NCCL path against one GPU
 #      (test_gpu_train_dist, when the CUDA installation has NCCL), and the
 #      pre-trainer's step against the CPU pre-trainer (test_gpu_pretrain_step:
-#      coCondenser, CoT-MAE and qgen gradient parity per tensor fp32 and bf16,
+#      coCondenser, CoT-MAE, qgen and PAIR gradient parity per tensor fp32 and bf16,
 #      cls and mean(+l2), a 10-step fp32 and a 50-step bf16 trajectory,
 #      checkpoints resumed across devices);
 #   3. compute-sanitizer: memcheck on the training kernels (small shapes),
@@ -17,7 +17,7 @@
 #      on attention backward, the reductions and the pre-training losses;
 #   4. bench/train_gpu against PyTorch on the same GPU;
 #   4b. (stage pretrain) qac pretrain --device cuda on a tiny generated
-#      jsonl, for coCondenser, CoT-MAE and qgen: a smoke run saved, resumed
+#      jsonl, for coCondenser, CoT-MAE, qgen and PAIR: a smoke run saved, resumed
 #      and exported, and 20 steps on the CPU (fp32) against the GPU in fp32
 #      (loss within 1e-3 per step) and bf16 (within 3%);
 #   5. (stage cranfield, when a model and the Cranfield data are at hand) 100
@@ -155,8 +155,10 @@ with open(sys.argv[1], "w") as f:
         text = " ".join(sent(random.randint(5, 12)) for _ in range(random.randint(2, 5)))
         f.write(json.dumps({"id": str(i), "text": text, "queries": [sent(4)[:-1], sent(3)[:-1]]}) + "\n")
 PY
-    for obj in cocondenser cotmae qgen; do
-      pt=(pretrain --model "$model" --data "$d/tiny.jsonl" --objective "$obj" --batch 8 --max-len 64
+    for obj in cocondenser cotmae qgen pair; do
+      # pair: coCondenser with the PAIR loss in place of the contrastive one
+      if [ "$obj" = pair ]; then objargs=(--objective cocondenser --alpha 0.1); else objargs=(--objective "$obj"); fi
+      pt=(pretrain --model "$model" --data "$d/tiny.jsonl" "${objargs[@]}" --batch 8 --max-len 64
           --query-max-len 16 --seed 11)
       # smoke: 6 steps with a save at 3, killed nowhere, then resumed to 9 and exported
       step "pretrain-$obj-smoke" "$build/qac" "${pt[@]}" --device cuda --steps 6 --save-every 3 --out "$d/$obj-smoke"
@@ -173,7 +175,7 @@ import json, sys
 d = sys.argv[1]
 load = lambda r: [json.loads(l) for l in open(f"{d}/{r}/log.jsonl") if l.strip()]
 ok = True
-for obj in ("cocondenser", "cotmae", "qgen"):
+for obj in ("cocondenser", "cotmae", "qgen", "pair"):
     cpu = load(f"{obj}-cpu")
     ok = ok and len(cpu) == 20
     for run, tol in (("gpu32", 1e-3), ("gpu16", 3e-2)):

@@ -80,7 +80,7 @@ qac_status qac_pt_objective_parse(qac_pt_objective *out, const char *name) {
 }
 
 const char *qac_pt_cuda_missing(const qac_pt_objective_opts *o) {
-    if (o->objective == QAC_PT_COCONDENSER && o->alpha > 0) return "the PAIR loss (--alpha > 0)";
+    (void)o; /* every objective runs on the GPU today */
     return NULL;
 }
 
@@ -140,6 +140,7 @@ static qac_status gpu_create(qac_pretrainer *t) {
     sp.mean_pooling = t->ob.pooling == QAC_POOL_MEAN;
     sp.normalize = t->ob.normalize != 0;
     sp.tau = t->ob.tau;
+    sp.alpha = t->ob.alpha;
     sp.p_hidden = t->drop.hidden, sp.p_attn = t->drop.attn;
     sp.prec = t->o.gpu_precision;
     sp.max_grad_norm = t->o.max_grad_norm, sp.beta1 = t->o.beta1, sp.beta2 = t->o.beta2, sp.eps = t->o.adam_eps;

@@ -5,7 +5,8 @@
  * 1-layer decoder reading the embeddings of the other text with the
  * bottleneck at position 0, its MLM) and query generation (encoder MLM on
  * the passage, a 1-block GPT-2 decoder with the window-3 causal attention
- * generating the query from the passage's bottleneck, next-token loss):
+ * generating the query from the passage's bottleneck, next-token loss),
+ * and coCondenser with PAIR (alpha 0.1) in place of the contrastive loss:
  *   1. gradient parity of a whole step, per tensor of the flat block
  *      [encoder | head layers or decoder | MLM head], and the three losses: fp32 and
  *      bf16, raw [CLS] (coCondenser: tau 1) and mean pooling (coCondenser:
@@ -15,7 +16,7 @@
  *   3. checkpoints across devices: a CUDA run saved and resumed on the CPU,
  *      and the reverse, continue as the uninterrupted run does (the training
  *      state file is the CPU's QACPTST).
- * PAIR is refused on cuda (checked at the end).
+ * --recompute is refused on cuda (checked at the end).
  *
  * Tolerances. fp32: max |diff| / max |ref| <= 1e-5 per tensor, the
  * summation-order bound of tests/gpu/test_gpu_train_step.c. bf16: unit
@@ -31,7 +32,8 @@
  * once where the layer reads them, counted in the layer's 12), and the same
  * MLM head, so the same bound holds; so has query generation (2 encoder
  * layers, 1 GPT-2 block with the same dozen roundings: its two LayerNorm
- * outputs, the products and the attention's, the masked gradients). The key
+ * outputs, the products and the attention's, the masked gradients); PAIR's
+ * loss is fp64 as the contrastive one, so coCondenser's bound holds. The key
  * biases (encoder, head, decoder) are left out: their gradient is zero in
  * exact arithmetic (softmax is shift-invariant per row, causal or not).
  *
@@ -48,6 +50,7 @@
 
 static const char *tmp;
 static int selfcheck;
+static float pair_alpha; /* > 0: coCondenser runs with PAIR at this alpha */
 
 enum { V = 200, HID = 128, LAYERS = 2, HEADS = 4, INTER = 256, POS = 64, MASK_ID = 4 };
 
@@ -137,7 +140,7 @@ static void free_batch(batch_mem *m) {
 }
 
 static const char *obj_name(qac_pt_objective obj) {
-    return obj == QAC_PT_COTMAE ? "cotmae" : obj == QAC_PT_QGEN ? "qgen" : "cocondenser";
+    return obj == QAC_PT_COTMAE ? "cotmae" : obj == QAC_PT_QGEN ? "qgen" : pair_alpha > 0 ? "pair" : "cocondenser";
 }
 
 static void opts_for(qac_train_opts *o, qac_pt_objective_opts *ob, qac_pt_objective obj, qac_device dev,
@@ -153,6 +156,7 @@ static void opts_for(qac_train_opts *o, qac_pt_objective_opts *ob, qac_pt_object
     o->gpu_precision = prec;
     qac_pt_objective_opts_default(ob);
     ob->objective = obj;
+    ob->alpha = obj == QAC_PT_COCONDENSER ? pair_alpha : 0;
     ob->pooling = mean_norm ? QAC_POOL_MEAN : QAC_POOL_CLS;
     ob->normalize = mean_norm;
     ob->tau = mean_norm ? 0.05f : 1.0f;
@@ -194,6 +198,8 @@ static void grad_parity(qac_pt_objective obj, qac_precision prec, int mean_norm)
     char what[96];
     if (obj != QAC_PT_COCONDENSER)
         snprintf(what, sizeof what, "%s %s %s", obj_name(obj), gpu_test_prec_name(prec), mean_norm ? "mean" : "cls");
+    else if (pair_alpha > 0)
+        snprintf(what, sizeof what, "pair %s %s", gpu_test_prec_name(prec), mean_norm ? "mean+l2" : "cls");
     else
         snprintf(what, sizeof what, "%s %s", gpu_test_prec_name(prec), mean_norm ? "mean+l2 tau 0.05" : "cls tau 1");
     const double ltol = selfcheck ? 0 : prec == QAC_PREC_FP32 ? 1e-6 : 1e-2;
@@ -328,28 +334,21 @@ static void cross_resume(qac_pt_objective obj, qac_device first, qac_device seco
     qac_model_free(ma), qac_model_free(mb);
 }
 
-/* ---- the objectives the GPU does not run yet: refused by name ---- */
+/* ---- what the GPU does not run yet: refused by name ---- */
 
 static void refusals(void) {
     qac_model *m = make_model();
-    static const struct {
-        qac_pt_objective obj;
-        float alpha;
-        const char *names;
-    } cases[] = {{QAC_PT_COCONDENSER, 0.1f, "PAIR loss"}};
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        qac_train_opts o;
-        qac_pt_objective_opts ob;
-        opts_for(&o, &ob, cases[i].obj, QAC_DEVICE_CUDA, QAC_PREC_FP32, 0, 10);
-        o.device = QAC_DEVICE_CUDA;
-        ob.alpha = cases[i].alpha;
-        qac_pretrainer *t = NULL;
-        qac_status st = qac_pretrainer_create(&t, m, &o, &ob);
-        printf("refusal: %s\n", st ? qac_last_error() : "(accepted)");
-        CHECK_MSG(st == QAC_ERR_UNSUPPORTED && !t && strstr(qac_last_error(), cases[i].names),
-                  "cuda must refuse the %s by name", cases[i].names);
-        qac_pretrainer_free(t);
-    }
+    qac_train_opts o;
+    qac_pt_objective_opts ob;
+    opts_for(&o, &ob, QAC_PT_COCONDENSER, QAC_DEVICE_CUDA, QAC_PREC_FP32, 0, 10);
+    o.device = QAC_DEVICE_CUDA;
+    o.recompute = 1;
+    qac_pretrainer *t = NULL;
+    qac_status st = qac_pretrainer_create(&t, m, &o, &ob);
+    printf("refusal: %s\n", st ? qac_last_error() : "(accepted)");
+    CHECK_MSG(st == QAC_ERR_UNSUPPORTED && !t && strstr(qac_last_error(), "--recompute"),
+              "cuda must refuse --recompute by name");
+    qac_pretrainer_free(t);
     qac_model_free(m);
 }
 
@@ -386,6 +385,17 @@ int main(int argc, char **argv) {
             cross_resume(obj, QAC_DEVICE_CPU, QAC_DEVICE_CUDA);
         }
     }
+    /* PAIR: the coCondenser step with its loss in place of the contrastive one */
+    pair_alpha = 0.1f;
+    if (!only || !strcmp(only, "parity")) {
+        grad_parity(QAC_PT_COCONDENSER, QAC_PREC_FP32, 0);
+        grad_parity(QAC_PT_COCONDENSER, QAC_PREC_FP32, 1);
+        grad_parity(QAC_PT_COCONDENSER, QAC_PREC_BF16, 0);
+        grad_parity(QAC_PT_COCONDENSER, QAC_PREC_BF16, 1);
+    }
+    if (!only || !strcmp(only, "trajectory")) trajectory(QAC_PT_COCONDENSER, QAC_PREC_FP32, 10, 1e-4);
+    if (!only || !strcmp(only, "resume")) cross_resume(QAC_PT_COCONDENSER, QAC_DEVICE_CUDA, QAC_DEVICE_CPU);
+    pair_alpha = 0;
     if (!only || !strcmp(only, "refusals")) refusals();
 
     char cmd[4200];
