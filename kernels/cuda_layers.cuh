@@ -2,12 +2,15 @@
 // (fine-tuning, kernels/cuda_trainer.cu, and pre-training,
 // kernels/cuda_pretrainer.cu): embeddings, the post-LN layers forward with
 // every tensor backward reads kept, and their backward into an fp32
-// gradient block. The pre-trainer's Condenser head runs its fresh layers
-// through the same functions, with its own parameter views.
+// gradient block. The pre-trainer's Condenser head and CoT-MAE decoder run
+// their fresh layers through the same functions, with their own parameter
+// views; the query-generation decoder's GPT-2 blocks are here too. With
+// them, the device state both trainers share (qac_kl_dev).
 //
 // CPU twins: model/bert_forward.c and model/bert_backward.c
 // (qac_bert_forward_train, qac_bert_layers_forward, qac_bert_backward,
-// qac_bert_layers_backward).
+// qac_bert_layers_backward), trainer/qgen.c (qac_qgen_forward,
+// qac_qgen_backward) for the GPT-2 blocks.
 //
 // Not yet run on a GPU: compiled and reviewed only, until
 // scripts/gpu_train_verify.sh passes on a device.

@@ -168,7 +168,8 @@ static void opts_for(qac_train_opts *o, qac_pt_objective_opts *ob, qac_pt_object
 static void tensor_name(char *buf, size_t cap, qac_pt_objective obj, int i) {
     static const char *mlm[QAC_MLM_NUM_TENSORS] = {"dense_w", "dense_b", "ln_w", "ln_b", "bias"};
     const int qgen = obj == QAC_PT_QGEN;
-    const int enc = QAC_BERT_NUM_TENSORS - 2, head = qgen ? QAC_QGEN_NUM_TENSORS : QAC_BERT_LAYER_END - QAC_BERT_LAYER_FIRST;
+    const int enc = QAC_BERT_NUM_TENSORS - 2;
+    const int head = qgen ? QAC_QGEN_NUM_TENSORS : QAC_BERT_LAYER_END - QAC_BERT_LAYER_FIRST;
     if (i < enc)
         snprintf(buf, cap, "%s", qac_bert_tensor_name(i));
     else if (i < enc + head && qgen)
@@ -204,8 +205,8 @@ static void grad_parity(qac_pt_objective obj, qac_precision prec, int mean_norm)
         snprintf(what, sizeof what, "%s %s", gpu_test_prec_name(prec), mean_norm ? "mean+l2 tau 0.05" : "cls tau 1");
     const double ltol = selfcheck ? 0 : prec == QAC_PREC_FP32 ? 1e-6 : 1e-2;
     const double parts_c[3] = {lc.mlm, lc.head, lc.contrastive}, parts_g[3] = {lg.mlm, lg.head, lg.contrastive};
-    const char *parts[3] = {"mlm", obj == QAC_PT_COTMAE ? "decoder mlm" : obj == QAC_PT_QGEN ? "next-token" : "head mlm",
-                            "contrastive"};
+    const char *head_loss = obj == QAC_PT_COTMAE ? "decoder mlm" : obj == QAC_PT_QGEN ? "next-token" : "head mlm";
+    const char *parts[3] = {"mlm", head_loss, "contrastive"};
     for (int i = 0; i < 3; i++) {
         /* CoT-MAE and qgen have no contrastive term: both 0 */
         const double d = fabs(parts_g[i] - parts_c[i]), rel = parts_c[i] != 0 ? d / fabs(parts_c[i]) : d;
