@@ -149,6 +149,11 @@ qac_status qac_cuda_attention_causal_train(float *out, float *att, const float *
                                            qac_precision prec) {
     return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
 }
+qac_status qac_cuda_qgen_block(float *out, float *dx, float *dparams, const float *params, const float *x,
+                               const float *dout, const int *lens, const qac_qgen_config *q, float p_hidden,
+                               float p_attn, uint64_t key, int B, int T, qac_precision prec) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
 qac_status qac_cuda_attention_causal_backward(float *dqkv, const float *datty, const float *qkv, const int *lens,
                                               int window, float p_attn, uint64_t key, int layer, int B, int T, int C,
                                               int NH, qac_precision prec) {
