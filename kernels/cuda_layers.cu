@@ -104,18 +104,25 @@ qac_status qac_kl_work_ensure(const qac_kl_ctx *t, qac_kl_work *w, size_t N, siz
     return QAC_OK;
 }
 
-qac_status qac_kl_embed_fwd(const qac_kl_ctx *t, qac_kl_acts *s, const int32_t *ids, const qac_bert_params *w,
-                            uint64_t key, uint64_t seq_base) {
+qac_status qac_kl_embed_fwd_into(const qac_kl_ctx *t, float *out, float *emb, float *mean, float *rstd,
+                                 const int32_t *ids, const qac_bert_params *w, int B, int T, uint64_t key,
+                                 uint64_t seq_base, int drop_layer) {
     const qac_bert_config *c = &t->cfg;
-    const int B = s->B, T = s->T, N = B * T, C = c->hidden_size;
-    const qac_precision p = t->prec;
+    const int N = B * T, C = c->hidden_size;
     const qac_kt_drop dh = qac_kl_drop(t->p_hidden, key, seq_base);
     cudaStream_t st = t->stream;
-    QAC_CU(qac_kt_embed_fwd(s->emb, ids, NULL, w->word_emb, w->pos_emb, w->type_emb, N, T, C, st));
-    QAC_CU(qac_kt_layernorm_fwd(s->hidden, NULL, s->emb_mean, s->emb_rstd, s->emb, w->emb_ln_w, w->emb_ln_b, N, C,
-                                c->layer_norm_eps, p, st));
-    if (t->p_hidden > 0) QAC_CU(qac_kt_dropout(s->hidden, s->hidden, dh, 0, QAC_DROP_EMB, B, T, C, QAC_PREC_FP32, st));
+    QAC_CU(qac_kt_embed_fwd(emb, ids, NULL, w->word_emb, w->pos_emb, w->type_emb, N, T, C, st));
+    QAC_CU(qac_kt_layernorm_fwd(out, NULL, mean, rstd, emb, w->emb_ln_w, w->emb_ln_b, N, C, c->layer_norm_eps,
+                                t->prec, st));
+    if (t->p_hidden > 0)
+        QAC_CU(qac_kt_dropout(out, out, dh, drop_layer, QAC_DROP_EMB, B, T, C, QAC_PREC_FP32, st));
     return QAC_OK;
+}
+
+qac_status qac_kl_embed_fwd(const qac_kl_ctx *t, qac_kl_acts *s, const int32_t *ids, const qac_bert_params *w,
+                            uint64_t key, uint64_t seq_base) {
+    return qac_kl_embed_fwd_into(t, s->hidden, s->emb, s->emb_mean, s->emb_rstd, ids, w, s->B, s->T, key, seq_base,
+                                 0);
 }
 
 qac_status qac_kl_layers_fwd(const qac_kl_ctx *t, qac_kl_acts *s, qac_kl_work *k, const qac_bert_params *w,
@@ -220,19 +227,259 @@ qac_status qac_kl_layers_bwd(const qac_kl_ctx *t, qac_kl_acts *s, qac_kl_work *k
     return QAC_OK;
 }
 
-qac_status qac_kl_embed_bwd(const qac_kl_ctx *t, qac_kl_acts *s, qac_kl_work *k, const qac_bert_params *g,
-                            const qac_bert_params *w, qac_scatter_plan pw, const int32_t *plan_w,
-                            qac_scatter_plan pt, const int32_t *plan_t, uint64_t key, uint64_t seq_base) {
-    const int B = s->B, T = s->T, N = B * T, C = t->cfg.hidden_size;
+qac_status qac_kl_embed_bwd_from(const qac_kl_ctx *t, qac_kl_work *k, const float *emb, const float *mean,
+                                 const float *rstd, int B, int T, const qac_bert_params *g, const qac_bert_params *w,
+                                 qac_scatter_plan pw, const int32_t *plan_w, qac_scatter_plan pt,
+                                 const int32_t *plan_t, uint64_t key, uint64_t seq_base, int drop_layer) {
+    const int N = B * T, C = t->cfg.hidden_size;
     const qac_kt_drop dh = qac_kl_drop(t->p_hidden, key, seq_base);
     cudaStream_t st = t->stream;
-    // hidden[0] = dropout(LN(word + pos + type))
-    if (t->p_hidden > 0) QAC_CU(qac_kt_dropout(k->dy, k->dy, dh, 0, QAC_DROP_EMB, B, T, C, QAC_PREC_FP32, st));
-    QAC_CU(qac_kt_layernorm_bwd(k->dres, g->emb_ln_w, g->emb_ln_b, k->dy, s->emb, s->emb_mean, s->emb_rstd,
-                                w->emb_ln_w, k->partial, N, C, st));
+    // out = dropout(LN(word + pos + type))
+    if (t->p_hidden > 0)
+        QAC_CU(qac_kt_dropout(k->dy, k->dy, dh, drop_layer, QAC_DROP_EMB, B, T, C, QAC_PREC_FP32, st));
+    QAC_CU(qac_kt_layernorm_bwd(k->dres, g->emb_ln_w, g->emb_ln_b, k->dy, emb, mean, rstd, w->emb_ln_w, k->partial, N,
+                                C, st));
     QAC_CU(qac_kt_pos_bwd(g->pos_emb, k->dres, B, T, C, st));
     // dln1 (N*C floats) holds the scatter partials: at most one segment per row
     QAC_CU(qac_kt_scatter_add(g->word_emb, k->dres, pw, plan_w, k->dln1, C, st));
     QAC_CU(qac_kt_scatter_add(g->type_emb, k->dres, pt, plan_t, k->dln1, C, st));
+    return QAC_OK;
+}
+
+qac_status qac_kl_embed_bwd(const qac_kl_ctx *t, qac_kl_acts *s, qac_kl_work *k, const qac_bert_params *g,
+                            const qac_bert_params *w, qac_scatter_plan pw, const int32_t *plan_w,
+                            qac_scatter_plan pt, const int32_t *plan_t, uint64_t key, uint64_t seq_base) {
+    return qac_kl_embed_bwd_from(t, k, s->emb, s->emb_mean, s->emb_rstd, s->B, s->T, g, w, pw, plan_w, pt, plan_t, key,
+                                 seq_base, 0);
+}
+
+void qac_kl_gpt_acts_bind(const qac_kl_ctx *t, qac_kl_gpt_acts *s, qac_kl_bump *b, int B, int T, int L_, int I_) {
+    const qac_bert_config *c = &t->cfg;
+    const size_t N = (size_t)B * T, C = c->hidden_size, I = (size_t)I_, L = (size_t)L_;
+    const size_t NH = c->num_heads, es = t->esize, nP = (size_t)B * NH * T * T;
+    const int f32 = t->prec == QAC_PREC_FP32;
+    b->take(&s->emb, N * C * 4);
+    b->take(&s->emb_mean, N * 4);
+    b->take(&s->emb_rstd, N * 4);
+    b->take(&s->hidden, (L + 1) * N * C * 4);
+    b->take(&s->ln1, L * N * C * 4);
+    b->take(&s->ln2, L * N * C * 4);
+    if (f32) {
+        s->ln1_act = s->ln1, s->ln2_act = s->ln2;
+    } else {
+        b->take((char **)&s->ln1_act, L * N * C * es);
+        b->take((char **)&s->ln2_act, L * N * C * es);
+    }
+    b->take(&s->ln1_mean, L * N * 4);
+    b->take(&s->ln1_rstd, L * N * 4);
+    b->take(&s->ln2_mean, L * N * 4);
+    b->take(&s->ln2_rstd, L * N * 4);
+    b->take((char **)&s->q, L * N * C * es);
+    b->take((char **)&s->k, L * N * C * es);
+    b->take((char **)&s->v, L * N * C * es);
+    b->take((char **)&s->atty, L * N * C * es);
+    b->take((char **)&s->P, L * nP * es);
+    b->take(&s->res1, L * N * C * 4);
+    b->take((char **)&s->fc_pre, L * N * I * es);
+    b->take((char **)&s->fc_act, L * N * I * es);
+    b->take(&s->out, N * C * 4);
+    b->take(&s->lnf_mean, N * 4);
+    b->take(&s->lnf_rstd, N * 4);
+    s->B = B, s->T = T, s->L = L_, s->I = I_;
+}
+
+qac_status qac_kl_gpt_fwd(const qac_kl_ctx *t, qac_kl_gpt_acts *s, qac_kl_work *k, const qac_qgen_params *w,
+                          int window, const int *lens, uint64_t key, uint64_t seq_base) {
+    const qac_bert_config *c = &t->cfg;
+    const int B = s->B, T = s->T, N = B * T, C = c->hidden_size, I = s->I, NH = c->num_heads;
+    const size_t NC = (size_t)N * C, NI = (size_t)N * I, nP = (size_t)B * NH * T * T;
+    const qac_precision p = t->prec;
+    const int f32 = p == QAC_PREC_FP32;
+    const float eps = c->layer_norm_eps;
+    const qac_kt_drop dh = qac_kl_drop(t->p_hidden, key, seq_base), da = qac_kl_drop(t->p_attn, key, seq_base);
+    cudaStream_t st = t->stream;
+    qac_status e;
+    for (int l = 0; l < s->L; l++) {
+        const size_t lc = (size_t)l * C;
+        const float *x = QAC_KL_AT(s->hidden, l, NC);
+        float *res1 = QAC_KL_AT(s->res1, l, NC);
+        void *ln1_act = QAC_KL_ACT(t, s->ln1_act, l, NC), *ln2_act = QAC_KL_ACT(t, s->ln2_act, l, NC);
+        void *atty = QAC_KL_ACT(t, s->atty, l, NC);
+        void *fc_pre = QAC_KL_ACT(t, s->fc_pre, l, NI), *fc_act = QAC_KL_ACT(t, s->fc_act, l, NI);
+        // res1 = x + dropout(Attn(LN1(x)) Wo^T + bo)
+        QAC_CU(qac_kt_layernorm_fwd(QAC_KL_AT(s->ln1, l, NC), f32 ? NULL : ln1_act, QAC_KL_AT(s->ln1_mean, l, N),
+                                    QAC_KL_AT(s->ln1_rstd, l, N), x, w->ln1_w + lc, w->ln1_b + lc, N, C, eps, p, st));
+        if ((e = qac_kt_linear_fwd(t->blas, k->big, ln1_act, qac_kl_act_w(t, w->qkv_w + lc * 3 * C), N, C, 3 * C, p)))
+            return e;
+        if ((e = qac_kt_attention_fwd(t->blas, atty, QAC_KL_ACT(t, s->q, l, NC), QAC_KL_ACT(t, s->k, l, NC),
+                                      QAC_KL_ACT(t, s->v, l, NC), QAC_KL_ACT(t, s->P, l, nP), k->S, k->Pd, k->O, k->big,
+                                      w->qkv_b + lc * 3, lens, da, l, B, T, C, NH, 1, window, p, st)))
+            return e;
+        if ((e = qac_kt_linear_fwd(t->blas, k->proj, atty, qac_kl_act_w(t, w->attn_proj_w + lc * C), N, C, C, p)))
+            return e;
+        QAC_CU(qac_kt_bias_dropout_residual(res1, k->proj, w->attn_proj_b + lc, x, dh, l, QAC_DROP_ATT_OUT, B, T, C, p,
+                                            st));
+        // hidden[l+1] = res1 + dropout(GELU(LN2(res1) Wfc^T + bfc) Wp^T + bp)
+        QAC_CU(qac_kt_layernorm_fwd(QAC_KL_AT(s->ln2, l, NC), f32 ? NULL : ln2_act, QAC_KL_AT(s->ln2_mean, l, N),
+                                    QAC_KL_AT(s->ln2_rstd, l, N), res1, w->ln2_w + lc, w->ln2_b + lc, N, C, eps, p,
+                                    st));
+        if ((e = qac_kt_linear_fwd(t->blas, fc_pre, ln2_act, qac_kl_act_w(t, w->fc_w + (size_t)l * I * C), N, C, I,
+                                   p)))
+            return e;
+        QAC_CU(qac_kt_bias_gelu_fwd(fc_pre, fc_act, w->fc_b + (size_t)l * I, N, I, p, st));
+        if ((e = qac_kt_linear_fwd(t->blas, k->proj, fc_act, qac_kl_act_w(t, w->fc_proj_w + lc * I), N, I, C, p)))
+            return e;
+        QAC_CU(qac_kt_bias_dropout_residual(QAC_KL_AT(s->hidden, l + 1, NC), k->proj, w->fc_proj_b + lc, res1, dh, l,
+                                            QAC_DROP_FFN_OUT, B, T, C, p, st));
+    }
+    QAC_CU(qac_kt_layernorm_fwd(s->out, NULL, s->lnf_mean, s->lnf_rstd, QAC_KL_AT(s->hidden, s->L, NC), w->lnf_w,
+                                w->lnf_b, N, C, eps, p, st));
+    return QAC_OK;
+}
+
+qac_status qac_kl_gpt_bwd(const qac_kl_ctx *t, qac_kl_gpt_acts *s, qac_kl_work *k, const qac_qgen_params *w,
+                          const qac_qgen_params *g, int window, const int *lens, const float *dout, uint64_t key,
+                          uint64_t seq_base) {
+    const qac_bert_config *c = &t->cfg;
+    const int B = s->B, T = s->T, N = B * T, C = c->hidden_size, I = s->I, NH = c->num_heads;
+    const size_t NC = (size_t)N * C, NI = (size_t)N * I, nP = (size_t)B * NH * T * T;
+    const qac_precision p = t->prec;
+    const qac_kt_drop dh = qac_kl_drop(t->p_hidden, key, seq_base), da = qac_kl_drop(t->p_attn, key, seq_base);
+    cudaStream_t st = t->stream;
+    qac_status e;
+    QAC_CU(qac_kt_layernorm_bwd(k->dy, g->lnf_w, g->lnf_b, dout, QAC_KL_AT(s->hidden, s->L, NC), s->lnf_mean,
+                                s->lnf_rstd, w->lnf_w, k->partial, N, C, st));
+    for (int l = s->L - 1; l >= 0; l--) {
+        const size_t lc = (size_t)l * C, li = (size_t)l * I;
+        // k->dy = dL/d hidden[l+1]: through the MLP's output dropout, c_proj, GELU, c_fc, LN2
+        QAC_CU(qac_kt_dropout(k->proj, k->dy, dh, l, QAC_DROP_FFN_OUT, B, T, C, p, st));
+        if ((e = qac_kt_linear_bwd(t->blas, k->big, p, 0.0f, g->fc_proj_w + lc * I, g->fc_proj_b + lc, k->proj,
+                                   QAC_KL_ACT(t, s->fc_act, l, NI), qac_kl_act_w(t, w->fc_proj_w + lc * I), k->partial,
+                                   N, I, C, p, st)))
+            return e;
+        QAC_CU(qac_kt_gelu_bwd(k->big, k->big, QAC_KL_ACT(t, s->fc_pre, l, NI), NI, p, st));
+        if ((e = qac_kt_linear_bwd(t->blas, k->dln1, QAC_PREC_FP32, 0.0f, g->fc_w + li * C, g->fc_b + li, k->big,
+                                   QAC_KL_ACT(t, s->ln2_act, l, NC), qac_kl_act_w(t, w->fc_w + li * C), k->partial, N,
+                                   C, I, p, st)))
+            return e;
+        QAC_CU(qac_kt_layernorm_bwd(k->dres, g->ln2_w + lc, g->ln2_b + lc, k->dln1, QAC_KL_AT(s->res1, l, NC),
+                                    QAC_KL_AT(s->ln2_mean, l, N), QAC_KL_AT(s->ln2_rstd, l, N), w->ln2_w + lc,
+                                    k->partial, N, C, st));
+        QAC_CU(qac_kt_add(k->dres, k->dy, NC, st)); // the residual path: dres = dL/d res1
+        // res1 = x + dropout(atty Wo^T + bo), atty = Attn(LN1(x))
+        QAC_CU(qac_kt_dropout(k->proj, k->dres, dh, l, QAC_DROP_ATT_OUT, B, T, C, p, st));
+        if ((e = qac_kt_linear_bwd(t->blas, k->datty, p, 0.0f, g->attn_proj_w + lc * C, g->attn_proj_b + lc, k->proj,
+                                   QAC_KL_ACT(t, s->atty, l, NC), qac_kl_act_w(t, w->attn_proj_w + lc * C), k->partial,
+                                   N, C, C, p, st)))
+            return e;
+        if ((e = qac_kt_attention_bwd(t->blas, k->big, k->datty, QAC_KL_ACT(t, s->q, l, NC),
+                                      QAC_KL_ACT(t, s->k, l, NC), QAC_KL_ACT(t, s->v, l, NC),
+                                      QAC_KL_ACT(t, s->P, l, nP), k->S, k->Pd, k->dS, k->O, k->dq, k->dk, k->dv, lens,
+                                      da, l, B, T, C, NH, p, st)))
+            return e;
+        if ((e = qac_kt_linear_bwd(t->blas, k->dln1, QAC_PREC_FP32, 0.0f, g->qkv_w + lc * 3 * C, g->qkv_b + lc * 3,
+                                   k->big, QAC_KL_ACT(t, s->ln1_act, l, NC), qac_kl_act_w(t, w->qkv_w + lc * 3 * C),
+                                   k->partial, N, C, 3 * C, p, st)))
+            return e;
+        QAC_CU(qac_kt_layernorm_bwd(k->dy, g->ln1_w + lc, g->ln1_b + lc, k->dln1, QAC_KL_AT(s->hidden, l, NC),
+                                    QAC_KL_AT(s->ln1_mean, l, N), QAC_KL_AT(s->ln1_rstd, l, N), w->ln1_w + lc,
+                                    k->partial, N, C, st));
+        QAC_CU(qac_kt_add(k->dy, k->dres, NC, st)); // k->dy = dL/d hidden[l]
+    }
+    return QAC_OK;
+}
+
+static constexpr size_t BLAS_WORKSPACE = 32u << 20;
+
+qac_status qac_kl_dev_init(qac_kl_dev *t, int n_loss) {
+    QAC_CU(cudaGetDevice(&t->device));
+    cudaDeviceProp prop;
+    QAC_CU(cudaGetDeviceProperties(&prop, t->device));
+    if (prop.major < 8)
+        return qac_set_error(QAC_ERR_UNSUPPORTED, "GPU %s has compute capability %d.%d; training needs 8.0 or newer",
+                             prop.name, prop.major, prop.minor);
+    QAC_CU(cudaStreamCreateWithFlags(&t->stream, cudaStreamNonBlocking));
+    QAC_CUBLAS(cublasCreate(&t->blas));
+    QAC_CUBLAS(cublasSetStream(t->blas, t->stream));
+    QAC_CU(cudaMalloc(&t->blas_ws, BLAS_WORKSPACE));
+    QAC_CUBLAS(cublasSetWorkspace(t->blas, t->blas_ws, BLAS_WORKSPACE));
+    if (t->prec == QAC_PREC_FP32) QAC_CUBLAS(cublasSetMathMode(t->blas, CUBLAS_PEDANTIC_MATH));
+    const size_t n = t->n_params, bytes = n * sizeof(float);
+    QAC_CU(cudaMalloc((void **)&t->params, bytes));
+    QAC_CU(cudaMalloc((void **)&t->grads, bytes));
+    QAC_CU(cudaMalloc((void **)&t->adam_m, bytes));
+    QAC_CU(cudaMalloc((void **)&t->adam_v, bytes));
+    if (t->prec != QAC_PREC_FP32) QAC_CU(cudaMalloc((void **)&t->params_act, n * sizeof(__nv_bfloat16)));
+    QAC_CU(cudaMalloc((void **)&t->norm_partial, QAC_KT_NORM_BLOCKS * sizeof(double)));
+    QAC_CU(cudaMalloc((void **)&t->d_norm, sizeof(double)));
+    QAC_CU(cudaMalloc((void **)&t->d_loss, (size_t)n_loss * sizeof(double)));
+    QAC_CU(cudaMalloc((void **)&t->d_scale, sizeof(float)));
+    QAC_CU(cudaMallocHost((void **)&t->h_scalars, ((size_t)n_loss + 1) * sizeof(double)));
+    t->n_loss = n_loss;
+    QAC_CU(cudaMemsetAsync(t->grads, 0, bytes, t->stream));
+    QAC_CU(cudaMemsetAsync(t->adam_m, 0, bytes, t->stream));
+    QAC_CU(cudaMemsetAsync(t->adam_v, 0, bytes, t->stream));
+    QAC_CU(cudaStreamSynchronize(t->stream));
+    return QAC_OK;
+}
+
+void qac_kl_dev_release(qac_kl_dev *t) {
+    cudaFree(t->params), cudaFree(t->grads), cudaFree(t->adam_m), cudaFree(t->adam_v), cudaFree(t->params_act);
+    cudaFree(t->norm_partial), cudaFree(t->d_norm), cudaFree(t->d_loss), cudaFree(t->d_scale);
+    cudaFreeHost(t->h_scalars);
+    if (t->blas) cublasDestroy(t->blas);
+    cudaFree(t->blas_ws);
+    if (t->stream) cudaStreamDestroy(t->stream);
+    cudaGetLastError();
+}
+
+qac_status qac_kl_dev_upload(qac_kl_dev *t, const float *const parts[], const size_t ends[], int n_parts,
+                             const float *m, const float *v) {
+    const size_t bytes = t->n_params * sizeof(float);
+    QAC_CU(cudaStreamSynchronize(t->stream));
+    int any = 0;
+    for (int i = 0; i < n_parts; i++) {
+        const size_t lo = i ? ends[i - 1] : 0;
+        if (!parts[i]) continue;
+        QAC_CU(cudaMemcpy(t->params + lo, parts[i], (ends[i] - lo) * sizeof(float), cudaMemcpyHostToDevice));
+        any = 1;
+    }
+    if (m) QAC_CU(cudaMemcpy(t->adam_m, m, bytes, cudaMemcpyHostToDevice));
+    if (v) QAC_CU(cudaMemcpy(t->adam_v, v, bytes, cudaMemcpyHostToDevice));
+    if (any && t->params_act) QAC_CU(qac_k_from_f32(t->params_act, t->params, t->n_params, t->prec, t->stream));
+    QAC_CU(cudaStreamSynchronize(t->stream));
+    return QAC_OK;
+}
+
+qac_status qac_kl_dev_download(qac_kl_dev *t, float *const parts[], const size_t ends[], int n_parts, float *grads,
+                               float *m, float *v) {
+    const size_t bytes = t->n_params * sizeof(float);
+    QAC_CU(cudaStreamSynchronize(t->stream));
+    for (int i = 0; i < n_parts; i++) {
+        const size_t lo = i ? ends[i - 1] : 0;
+        if (parts[i])
+            QAC_CU(cudaMemcpy(parts[i], t->params + lo, (ends[i] - lo) * sizeof(float), cudaMemcpyDeviceToHost));
+    }
+    if (grads) QAC_CU(cudaMemcpy(grads, t->grads, bytes, cudaMemcpyDeviceToHost));
+    if (m) QAC_CU(cudaMemcpy(m, t->adam_m, bytes, cudaMemcpyDeviceToHost));
+    if (v) QAC_CU(cudaMemcpy(v, t->adam_v, bytes, cudaMemcpyDeviceToHost));
+    return QAC_OK;
+}
+
+qac_status qac_kl_dev_losses(qac_kl_dev *t, double *out) {
+    QAC_CU(cudaMemcpyAsync(t->h_scalars, t->d_loss, (size_t)t->n_loss * sizeof(double), cudaMemcpyDeviceToHost,
+                           t->stream));
+    QAC_CU(cudaStreamSynchronize(t->stream));
+    for (int i = 0; i < t->n_loss; i++) out[i] = t->h_scalars[i];
+    return QAC_OK;
+}
+
+qac_status qac_kl_dev_update(qac_kl_dev *t, const qac_kt_tensors *tensors, long step, double lr, double beta1,
+                             double beta2, double eps, double wd, double max_norm, double *grad_norm) {
+    QAC_CU(qac_kt_clip_adamw(t->params, t->params_act, t->grads, t->adam_m, t->adam_v, t->norm_partial, t->d_norm,
+                             t->d_scale, tensors, step, lr, beta1, beta2, eps, wd, max_norm, t->stream));
+    QAC_CU(cudaMemcpyAsync(&t->h_scalars[t->n_loss], t->d_norm, sizeof(double), cudaMemcpyDeviceToHost, t->stream));
+    QAC_CU(cudaStreamSynchronize(t->stream));
+    *grad_norm = t->h_scalars[t->n_loss];
     return QAC_OK;
 }

@@ -2,12 +2,15 @@
 // (fine-tuning, kernels/cuda_trainer.cu, and pre-training,
 // kernels/cuda_pretrainer.cu): embeddings, the post-LN layers forward with
 // every tensor backward reads kept, and their backward into an fp32
-// gradient block. The pre-trainer's Condenser head runs its fresh layers
-// through the same functions, with its own parameter views.
+// gradient block. The pre-trainer's Condenser head and CoT-MAE decoder run
+// their fresh layers through the same functions, with their own parameter
+// views; the query-generation decoder's GPT-2 blocks are here too. With
+// them, the device state both trainers share (qac_kl_dev).
 //
 // CPU twins: model/bert_forward.c and model/bert_backward.c
 // (qac_bert_forward_train, qac_bert_layers_forward, qac_bert_backward,
-// qac_bert_layers_backward).
+// qac_bert_layers_backward), trainer/qgen.c (qac_qgen_forward,
+// qac_qgen_backward) for the GPT-2 blocks.
 //
 // Not yet run on a GPU: compiled and reviewed only, until
 // scripts/gpu_train_verify.sh passes on a device.
@@ -19,6 +22,7 @@
 
 extern "C" {
 #include "bert_cpu.h"
+#include "qac_heads.h"
 #include "qac_model.h"
 }
 
@@ -37,6 +41,48 @@ struct qac_kl_ctx {
     float *params;
     __nv_bfloat16 *params_act;
 };
+
+// The device side of a trainer (fine-tuning, kernels/cuda_trainer.cu, and
+// pre-training, kernels/cuda_pretrainer.cu): the layer context with its
+// stream, cuBLAS handle and workspace, and the four parameter-sized fp32
+// blocks (params, grads, AdamW m and v: one layout, so a checkpoint, a
+// resume or a step is one copy or one loop over each), the bf16 copy of
+// params, the norm's buffers and the step's losses.
+struct qac_kl_dev : qac_kl_ctx {
+    int device;
+    size_t n_params; // floats of every block
+    float *grads, *adam_m, *adam_v;
+    void *blas_ws;
+    double *norm_partial, *d_norm, *d_loss; // d_loss [n_loss]
+    float *d_scale;
+    int n_loss;
+    double *h_scalars; // pinned [n_loss + 1]: the losses, then the norm
+};
+
+// On the current device (compute capability 8.0 or newer): the stream,
+// cuBLAS (pedantic fp32 math in fp32 mode), the blocks for d->n_params
+// floats with grads, m and v zeroed, n_loss losses. prec, esize and
+// n_params must be set; the parameters are uploaded afterwards
+// (qac_kl_dev_upload). A failure leaves what was made for
+// qac_kl_dev_release.
+qac_status qac_kl_dev_init(qac_kl_dev *d, int n_loss);
+// Frees what qac_kl_dev_init made (the caller has synchronised the stream
+// and freed its own buffers); clears the sticky CUDA error.
+void qac_kl_dev_release(qac_kl_dev *d);
+// Host <-> device over the parameter block in parts: part i covers floats
+// [ends[i-1], ends[i]) (ends[-1] = 0) of params and comes from (goes to)
+// parts[i]; a NULL part, grads, m or v is left alone. An upload of any
+// part refreshes the bf16 copy. Both synchronise.
+qac_status qac_kl_dev_upload(qac_kl_dev *d, const float *const parts[], const size_t ends[], int n_parts,
+                             const float *m, const float *v);
+qac_status qac_kl_dev_download(qac_kl_dev *d, float *const parts[], const size_t ends[], int n_parts, float *grads,
+                               float *m, float *v);
+// The losses of the step just queued into out [n_loss] (synchronises).
+qac_status qac_kl_dev_losses(qac_kl_dev *d, double *out);
+// Global-norm clip and AdamW step `step` (1-based) over the trained
+// tensors; *grad_norm: the norm before clipping (synchronises).
+qac_status qac_kl_dev_update(qac_kl_dev *d, const qac_kt_tensors *tensors, long step, double lr, double beta1,
+                             double beta2, double eps, double wd, double max_norm, double *grad_norm);
 
 // A weight matrix in the precision of the products.
 const void *qac_kl_act_w(const qac_kl_ctx *t, const float *view);
@@ -114,6 +160,51 @@ qac_status qac_kl_layers_fwd(const qac_kl_ctx *t, qac_kl_acts *a, qac_kl_work *k
 qac_status qac_kl_layers_bwd(const qac_kl_ctx *t, qac_kl_acts *a, qac_kl_work *k, const qac_bert_params *w,
                              const qac_bert_params *g, const int *lens, uint64_t key, uint64_t seq_base,
                              const float *dh_add, int add_at);
+
+// The embedding pass on its own buffers: out [B*T,C] (fp32) =
+// dropout(LN(word[ids] + pos + type[0])) with the dropout at (drop_layer,
+// QAC_DROP_EMB), emb, mean, rstd kept; and its backward from k->dy = dL/d
+// out (k->dy overwritten). The encoder's pass is drop_layer 0; the
+// query-generation decoder's input draws the backbone's embedding dropout
+// at layer 1 (trainer/qgen.c).
+qac_status qac_kl_embed_fwd_into(const qac_kl_ctx *t, float *out, float *emb, float *mean, float *rstd,
+                                 const int32_t *ids, const qac_bert_params *w, int B, int T, uint64_t key,
+                                 uint64_t seq_base, int drop_layer);
+qac_status qac_kl_embed_bwd_from(const qac_kl_ctx *t, qac_kl_work *k, const float *emb, const float *mean,
+                                 const float *rstd, int B, int T, const qac_bert_params *g, const qac_bert_params *w,
+                                 qac_scatter_plan pw, const int32_t *plan_w, qac_scatter_plan pt,
+                                 const int32_t *plan_t, uint64_t key, uint64_t seq_base, int drop_layer);
+
+// The query-generation decoder (trainer/qgen.c, qac_qgen_forward and
+// qac_qgen_backward): L pre-LN GPT-2 blocks of MLP width I with the causal
+// windowed attention, then the final LayerNorm. Its activations over B x T
+// tokens, with the embedding pass of its input (emb*), kept for backward.
+struct qac_kl_gpt_acts {
+    int B, T, L, I;
+    float *emb, *emb_mean, *emb_rstd;                 // [N,C], [N], [N]
+    float *hidden;                                    // [L+1,N,C]: [0] the blocks' input, [l+1] block l's output
+    float *ln1, *ln2;                                 // [L,N,C]
+    void *ln1_act, *ln2_act;                          // [L,N,C] act (== ln1, ln2 in fp32)
+    float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd; // [L,N]
+    void *q, *k, *v, *atty;                           // [L,N*C] act
+    void *P;                                          // [L,B*NH*T*T] act
+    float *res1;                                      // [L,N,C]: input + attention output
+    void *fc_pre, *fc_act;                            // [L,N*I] act
+    float *out, *lnf_mean, *lnf_rstd;                 // [N,C], [N], [N]: after the final LayerNorm
+};
+void qac_kl_gpt_acts_bind(const qac_kl_ctx *t, qac_kl_gpt_acts *a, qac_kl_bump *b, int B, int T, int L, int I);
+// hidden[0] (set by the caller: the input after its dropout) -> out. The
+// work buffers must hold N rows of width max(I, 3C). Dropout as the CPU's:
+// attention probabilities at (l, QAC_DROP_ATT), the two output projections
+// at (l, QAC_DROP_ATT_OUT) and (l, QAC_DROP_FFN_OUT), rate t->p_attn and
+// t->p_hidden.
+qac_status qac_kl_gpt_fwd(const qac_kl_ctx *t, qac_kl_gpt_acts *a, qac_kl_work *k, const qac_qgen_params *w,
+                          int window, const int *lens, uint64_t key, uint64_t seq_base);
+// From dout = dL/d out [N,C] (fp32) to k->dy = dL/d hidden[0], the
+// parameter gradients accumulated into g.
+qac_status qac_kl_gpt_bwd(const qac_kl_ctx *t, qac_kl_gpt_acts *a, qac_kl_work *k, const qac_qgen_params *w,
+                          const qac_qgen_params *g, int window, const int *lens, const float *dout, uint64_t key,
+                          uint64_t seq_base);
 
 // element offset into an act-typed buffer
 #define QAC_KL_ACT(t, ptr, l, n) ((void *)((char *)(ptr) + (size_t)(l) * (n) * (t)->esize))

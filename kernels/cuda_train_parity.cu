@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "bert_kernels.cuh"
+#include "cuda_layers.cuh"
 #include "train_kernels.cuh"
 
 extern "C" {
@@ -362,6 +363,71 @@ extern "C" qac_status qac_cuda_attention_causal_backward(float *dqkv, const floa
                                                          int layer, int B, int T, int C, int NH,
                                                          qac_precision prec) {
     return attention_backward(dqkv, datty, qkv, lens, p_attn, key, layer, B, T, C, NH, 1, window, prec);
+}
+
+extern "C" qac_status qac_cuda_qgen_block(float *out, float *dx, float *dparams, const float *params,
+                                          const float *x, const float *dout, const int *lens, const qac_qgen_config *q,
+                                          float p_hidden, float p_attn, uint64_t key, int B, int T,
+                                          qac_precision prec) {
+    qac_status st = start(prec);
+    if (st != QAC_OK) return st;
+    if (q->heads <= 0 || q->hidden % q->heads || q->layers < 1)
+        return qac_set_error(QAC_ERR_INVALID, "qgen block: %d heads over %d, %d layers", q->heads, q->hidden,
+                             q->layers);
+    dev_scratch s = {{0}, 0};
+    qac_kl_ctx t;
+    memset(&t, 0, sizeof t);
+    qac_kl_work wk;
+    memset(&wk, 0, sizeof wk);
+    qac_kl_gpt_acts a;
+    memset(&a, 0, sizeof a);
+    const int C = q->hidden;
+    const size_t N = (size_t)B * T, NC = N * C, np = qac_qgen_param_count(q), nP = (size_t)B * q->heads * T * T;
+    const qac_kt_drop d0 = drop_of(p_hidden, key);
+    qac_qgen_params w, g;
+    float *d_grads = NULL, *d_dout = NULL;
+    int *d_lens = NULL;
+    void *acts = NULL;
+    qac_kl_bump sizing = {NULL, 0}, bind = {NULL, 0};
+    // the context: the decoder's shapes (the work buffers sized for its MLP)
+    t.cfg.hidden_size = C;
+    t.cfg.num_heads = q->heads;
+    t.cfg.intermediate_size = q->inner;
+    t.cfg.layer_norm_eps = q->ln_eps;
+    t.prec = prec;
+    t.esize = qac_prec_size(prec);
+    t.p_hidden = p_hidden;
+    t.p_attn = p_attn;
+    t.stream = 0;
+    TRY(make_blas(&t.blas, prec));
+    TRY(up_f(&s, &t.params, params, np));
+    if (prec != QAC_PREC_FP32) {
+        TRY(dalloc(&s, (void **)&t.params_act, np * sizeof(__nv_bfloat16)));
+        TRY_CU(qac_k_from_f32(t.params_act, t.params, np, prec, 0));
+    }
+    TRY(up_f(&s, &d_grads, dparams, np));
+    qac_qgen_bind(&w, q, t.params);
+    qac_qgen_bind(&g, q, d_grads);
+    qac_kl_gpt_acts_bind(&t, &a, &sizing, B, T, q->layers, q->inner);
+    TRY(dalloc(&s, &acts, sizing.off));
+    bind.base = (char *)acts;
+    qac_kl_gpt_acts_bind(&t, &a, &bind, B, T, q->layers, q->inner);
+    TRY(qac_kl_work_ensure(&t, &wk, N, nP));
+    TRY(up(&s, (void **)&d_lens, lens, (size_t)B * sizeof(int)));
+    TRY(up_f(&s, &d_dout, dout, NC));
+    // hidden[0] = dropout(x) at (0, QAC_DROP_EMB), as qac_qgen_forward
+    TRY_CU(cudaMemcpy(a.hidden, x, NC * sizeof(float), cudaMemcpyHostToDevice));
+    if (p_hidden > 0) TRY_CU(qac_kt_dropout(a.hidden, a.hidden, d0, 0, QAC_DROP_EMB, B, T, C, QAC_PREC_FP32, 0));
+    TRY(qac_kl_gpt_fwd(&t, &a, &wk, &w, q->window, d_lens, key, 0));
+    TRY(down_f(out, a.out, NC));
+    TRY(qac_kl_gpt_bwd(&t, &a, &wk, &w, &g, q->window, d_lens, d_dout, key, 0));
+    if (p_hidden > 0) TRY_CU(qac_kt_dropout(wk.dy, wk.dy, d0, 0, QAC_DROP_EMB, B, T, C, QAC_PREC_FP32, 0));
+    TRY(down_f(dx, wk.dy, NC));
+    TRY(down_f(dparams, d_grads, np));
+done:
+    if (st == QAC_OK) st = qac_cuda_check(cudaDeviceSynchronize(), "qgen block");
+    cudaFree(wk.mem);
+    return finish(&s, t.blas, st, "qgen decoder blocks");
 }
 
 extern "C" qac_status qac_cuda_pooling_backward(float *dhidden, const float *dout, const float *hidden,

@@ -22,8 +22,6 @@ extern "C" {
 
 namespace {
 
-constexpr size_t BLAS_WORKSPACE = 32u << 20;
-
 // One side of a batch (the queries or the passages): its inputs and the
 // layer stack's activations, bound into one device allocation per (B, T).
 struct side : qac_kl_acts {
@@ -40,24 +38,15 @@ struct side : qac_kl_acts {
 
 typedef qac_kl_work work;
 
-// The context (kernels/cuda_layers.cuh) holds the shapes, precision,
-// stream, cuBLAS handle and the parameter block with its bf16 copy.
-struct cuda_trainer : qac_kl_ctx {
+// The device state (kernels/cuda_layers.cuh) holds the shapes, precision,
+// stream, cuBLAS handle and the four parameter-sized blocks.
+struct cuda_trainer : qac_kl_dev {
     int mean_pooling, normalize;
-    int device;
     float tau;
     qac_similarity sim;
     double max_grad_norm, beta1, beta2, eps, wd;
     qac_kt_tensors tensors;
-
-    void *blas_ws;
-
-    size_t n_params;
-    float *grads, *adam_m, *adam_v; // fp32 blocks, parameter layout (params: the context's)
-    qac_bert_params w, g;                    // views into params and grads
-    double *norm_partial, *d_norm, *d_loss;
-    float *d_scale;
-    double *h_scalars; // pinned: [0] loss, [1] norm
+    qac_bert_params w, g; // views into params and grads
 
     side sq, sp;
     work wk;
@@ -232,49 +221,19 @@ void trainer_destroy(cuda_trainer *t) {
     cudaFree(t->wk.mem);
     cudaFree(t->loss_work);
     cudaFree(t->reps_q), cudaFree(t->reps_p), cudaFree(t->dreps_q), cudaFree(t->dreps_p);
-    cudaFree(t->params), cudaFree(t->grads), cudaFree(t->adam_m), cudaFree(t->adam_v), cudaFree(t->params_act);
-    cudaFree(t->norm_partial), cudaFree(t->d_norm), cudaFree(t->d_loss), cudaFree(t->d_scale);
-    cudaFreeHost(t->h_scalars);
-    if (t->blas) cublasDestroy(t->blas);
-    cudaFree(t->blas_ws);
-    if (t->stream) cudaStreamDestroy(t->stream);
-    cudaGetLastError();
+    qac_kl_dev_release(t);
     free(t->counts);
     free(t);
 }
 
 qac_status trainer_init(cuda_trainer *t, const qac_model *m) {
-    QAC_CU(cudaGetDevice(&t->device));
-    cudaDeviceProp prop;
-    QAC_CU(cudaGetDeviceProperties(&prop, t->device));
-    if (prop.major < 8)
-        return qac_set_error(QAC_ERR_UNSUPPORTED, "GPU %s has compute capability %d.%d; training needs 8.0 or newer",
-                             prop.name, prop.major, prop.minor);
-    QAC_CU(cudaStreamCreateWithFlags(&t->stream, cudaStreamNonBlocking));
-    QAC_CUBLAS(cublasCreate(&t->blas));
-    QAC_CUBLAS(cublasSetStream(t->blas, t->stream));
-    QAC_CU(cudaMalloc(&t->blas_ws, BLAS_WORKSPACE));
-    QAC_CUBLAS(cublasSetWorkspace(t->blas, t->blas_ws, BLAS_WORKSPACE));
-    if (t->prec == QAC_PREC_FP32) QAC_CUBLAS(cublasSetMathMode(t->blas, CUBLAS_PEDANTIC_MATH));
-    const size_t n = t->n_params, bytes = n * sizeof(float);
-    QAC_CU(cudaMalloc((void **)&t->params, bytes));
-    QAC_CU(cudaMalloc((void **)&t->grads, bytes));
-    QAC_CU(cudaMalloc((void **)&t->adam_m, bytes));
-    QAC_CU(cudaMalloc((void **)&t->adam_v, bytes));
-    if (t->prec != QAC_PREC_FP32) QAC_CU(cudaMalloc((void **)&t->params_act, n * sizeof(__nv_bfloat16)));
-    QAC_CU(cudaMalloc((void **)&t->norm_partial, QAC_KT_NORM_BLOCKS * sizeof(double)));
-    QAC_CU(cudaMalloc((void **)&t->d_norm, sizeof(double)));
-    QAC_CU(cudaMalloc((void **)&t->d_loss, sizeof(double)));
-    QAC_CU(cudaMalloc((void **)&t->d_scale, sizeof(float)));
-    QAC_CU(cudaMallocHost((void **)&t->h_scalars, 2 * sizeof(double)));
+    qac_status e = qac_kl_dev_init(t, 1);
+    if (e) return e;
     qac_bert_params_bind(&t->w, &t->cfg, t->params);
     qac_bert_params_bind(&t->g, &t->cfg, t->grads);
-    QAC_CU(cudaMemsetAsync(t->grads, 0, bytes, t->stream));
-    QAC_CU(cudaMemsetAsync(t->adam_m, 0, bytes, t->stream));
-    QAC_CU(cudaMemsetAsync(t->adam_v, 0, bytes, t->stream));
-    QAC_CU(cudaMemcpy(t->params, m->param_mem, bytes, cudaMemcpyHostToDevice));
-    if (t->params_act) QAC_CU(qac_k_from_f32(t->params_act, t->params, n, t->prec, t->stream));
-    QAC_CU(cudaStreamSynchronize(t->stream));
+    const float *parts[1] = {m->param_mem};
+    const size_t ends[1] = {t->n_params};
+    if ((e = qac_kl_dev_upload(t, parts, ends, 1, NULL, NULL))) return e;
     if (t->world > 0) {
 #ifdef QAC_HAVE_NCCL
         ncclUniqueId id;
@@ -434,46 +393,29 @@ extern "C" qac_status qac_cuda_trainer_grads(qac_cuda_trainer *h, const qac_trai
         if (!st) st = reduce_grads(t);
         if (st) return qac_wrap_error(st, "CUDA training step (GradCache)");
     }
-    QAC_CU(cudaMemcpyAsync(&t->h_scalars[0], t->d_loss, sizeof(double), cudaMemcpyDeviceToHost, t->stream));
-    QAC_CU(cudaStreamSynchronize(t->stream));
-    *loss = t->h_scalars[0];
-    return QAC_OK;
+    return qac_kl_dev_losses(t, loss);
 }
 
 extern "C" qac_status qac_cuda_trainer_update(qac_cuda_trainer *h, long step, double lr, double *grad_norm) {
     cuda_trainer *t = &h->t;
-    QAC_CU(qac_kt_clip_adamw(t->params, t->params_act, t->grads, t->adam_m, t->adam_v, t->norm_partial, t->d_norm,
-                             t->d_scale, &t->tensors, step, lr, t->beta1, t->beta2, t->eps, t->wd, t->max_grad_norm,
-                             t->stream));
-    QAC_CU(cudaMemcpyAsync(&t->h_scalars[1], t->d_norm, sizeof(double), cudaMemcpyDeviceToHost, t->stream));
-    QAC_CU(cudaStreamSynchronize(t->stream));
-    *grad_norm = t->h_scalars[1];
-    return QAC_OK;
+    return qac_kl_dev_update(t, &t->tensors, step, lr, t->beta1, t->beta2, t->eps, t->wd, t->max_grad_norm,
+                             grad_norm);
 }
 
 extern "C" qac_status qac_cuda_trainer_download(qac_cuda_trainer *h, float *params, float *grads, float *adam_m,
                                                 float *adam_v) {
     cuda_trainer *t = &h->t;
-    const size_t bytes = t->n_params * sizeof(float);
-    QAC_CU(cudaStreamSynchronize(t->stream));
-    if (params) QAC_CU(cudaMemcpy(params, t->params, bytes, cudaMemcpyDeviceToHost));
-    if (grads) QAC_CU(cudaMemcpy(grads, t->grads, bytes, cudaMemcpyDeviceToHost));
-    if (adam_m) QAC_CU(cudaMemcpy(adam_m, t->adam_m, bytes, cudaMemcpyDeviceToHost));
-    if (adam_v) QAC_CU(cudaMemcpy(adam_v, t->adam_v, bytes, cudaMemcpyDeviceToHost));
-    return QAC_OK;
+    float *const parts[1] = {params};
+    const size_t ends[1] = {t->n_params};
+    return qac_kl_dev_download(t, parts, ends, 1, grads, adam_m, adam_v);
 }
 
 extern "C" qac_status qac_cuda_trainer_upload(qac_cuda_trainer *h, const float *params, const float *adam_m,
                                               const float *adam_v) {
     cuda_trainer *t = &h->t;
-    const size_t bytes = t->n_params * sizeof(float);
-    QAC_CU(cudaStreamSynchronize(t->stream));
-    if (params) QAC_CU(cudaMemcpy(t->params, params, bytes, cudaMemcpyHostToDevice));
-    if (adam_m) QAC_CU(cudaMemcpy(t->adam_m, adam_m, bytes, cudaMemcpyHostToDevice));
-    if (adam_v) QAC_CU(cudaMemcpy(t->adam_v, adam_v, bytes, cudaMemcpyHostToDevice));
-    if (params && t->params_act) QAC_CU(qac_k_from_f32(t->params_act, t->params, t->n_params, t->prec, t->stream));
-    QAC_CU(cudaStreamSynchronize(t->stream));
-    return QAC_OK;
+    const float *const parts[1] = {params};
+    const size_t ends[1] = {t->n_params};
+    return qac_kl_dev_upload(t, parts, ends, 1, adam_m, adam_v);
 }
 
 extern "C" qac_status qac_train_dist_id(unsigned char id[128]) {

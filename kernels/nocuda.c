@@ -149,6 +149,11 @@ qac_status qac_cuda_attention_causal_train(float *out, float *att, const float *
                                            qac_precision prec) {
     return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
 }
+qac_status qac_cuda_qgen_block(float *out, float *dx, float *dparams, const float *params, const float *x,
+                               const float *dout, const int *lens, const qac_qgen_config *q, float p_hidden,
+                               float p_attn, uint64_t key, int B, int T, qac_precision prec) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
 qac_status qac_cuda_attention_causal_backward(float *dqkv, const float *datty, const float *qkv, const int *lens,
                                               int window, float p_attn, uint64_t key, int layer, int B, int T, int C,
                                               int NH, qac_precision prec) {
@@ -162,7 +167,8 @@ qac_status qac_cuda_pretrainer_create(qac_cuda_pretrainer **out, const qac_cuda_
 }
 void qac_cuda_pretrainer_free(qac_cuda_pretrainer *g) {}
 qac_status qac_cuda_pretrainer_grads(qac_cuda_pretrainer *g, int B, const qac_cuda_pt_seqs *a,
-                                     const qac_cuda_pt_seqs *b, uint64_t enc_key, uint64_t head_key,
+                                     const qac_cuda_pt_seqs *b, const qac_cuda_pt_seqs *da,
+                                     const qac_cuda_pt_seqs *db, uint64_t enc_key, uint64_t head_key,
                                      double losses[3]) {
     return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
 }

@@ -8,9 +8,16 @@
  *
  * Objectives on the GPU today: coCondenser (MLM on the encoder through the
  * tied head, the Condenser head and its MLM, the symmetric contrastive
- * loss) with either pooling and normalisation. The CoT-MAE decoder, the
- * query-generation decoder and the PAIR loss are not written yet: the
- * pre-trainer refuses them on cuda, naming what is missing.
+ * loss) with either pooling and normalisation, CoT-MAE (MLM on the
+ * encoder, and per side a decoder of fresh BERT layers fed the backbone's
+ * embeddings of the other text with the bottleneck at position 0, its MLM
+ * through the tied head), and query generation (the passage through the
+ * encoder with MLM, GPT-2 blocks with the causal windowed attention fed
+ * the query's embeddings with the bottleneck at position 0, the next-token
+ * loss through the tied head; heads block [qgen decoder | MLM head]), and
+ * coCondenser with the PAIR loss in place of the contrastive one (alpha >
+ * 0). --recompute is not written for the GPU: the pre-trainer refuses it
+ * on cuda.
  *
  * Precision: as the fine-tuning backend (kernels/qac_cuda_train.h): fp32
  * throughout for checking, or bf16 products and activations with fp32
@@ -36,12 +43,14 @@ extern "C" {
 /* What the pre-trainer resolved: shapes, objective, optimiser. */
 typedef struct qac_cuda_pt_spec {
     qac_bert_config cfg;   /* the encoder */
-    int objective;         /* a qac_pt_objective (only QAC_PT_COCONDENSER today) */
-    int head_layers;       /* the Condenser head's fresh layers */
-    int skip_from;         /* the head reads hidden[skip_from] (0 <= skip_from < layers) */
+    int objective;         /* a qac_pt_objective */
+    int head_layers;       /* the Condenser head's (CoT-MAE, qgen: the decoder's) fresh layers */
+    int window;            /* qgen: the attention window (<= 0 plain causal) */
+    int skip_from;         /* coCondenser: the head reads hidden[skip_from] (0 <= skip_from < layers) */
     int mean_pooling;      /* the representation and bottleneck: 0 the [CLS] row, 1 the mean */
-    int normalize;         /* L2-normalise the representation for the contrastive loss */
+    int normalize;         /* coCondenser: L2-normalise the representation for the contrastive loss */
     float tau;
+    float alpha;           /* > 0: PAIR in place of the contrastive loss (coCondenser only) */
     float p_hidden, p_attn; /* resolved dropout */
     qac_precision prec;    /* QAC_PREC_FP32 or QAC_PREC_BF16 */
     double max_grad_norm, beta1, beta2, eps, wd;
@@ -70,11 +79,17 @@ qac_status qac_cuda_pretrainer_create(qac_cuda_pretrainer **out, const qac_cuda_
 void qac_cuda_pretrainer_free(qac_cuda_pretrainer *g);
 
 /* Zero the gradients and accumulate the objective's over B pairs (a_i,
- * b_i). Dropout: the encoder's masks from enc_key, the heads' from
- * head_key, sequence ids s*B + i for side s (as the CPU's). losses[3]:
- * encoder (late) MLM, head MLM, contrastive. */
+ * b_i); CoT-MAE: da_i is what a_i's decoder reconstructs, db_i b_i's (NULL
+ * otherwise); qgen: a the masked passages, b the unmasked queries (b's
+ * labels are not read: the targets are the next tokens). Dropout: the
+ * encoder's masks from enc_key, the heads' (CoT-MAE: the decoder's input
+ * and layers) from head_key, sequence ids s*B + i for side s (as the
+ * CPU's); qgen's decoder from enc_key salted as trainer/qgen.c does.
+ * losses[3]: encoder (late) MLM, head (decoder) MLM or next-token loss,
+ * contrastive (0 but for coCondenser). */
 qac_status qac_cuda_pretrainer_grads(qac_cuda_pretrainer *g, int B, const qac_cuda_pt_seqs *a,
-                                     const qac_cuda_pt_seqs *b, uint64_t enc_key, uint64_t head_key,
+                                     const qac_cuda_pt_seqs *b, const qac_cuda_pt_seqs *da,
+                                     const qac_cuda_pt_seqs *db, uint64_t enc_key, uint64_t head_key,
                                      double losses[3]);
 /* Global-norm clip (on the device) and AdamW step t (1-based) at rate lr
  * over the trained segments; *grad_norm: the norm before clipping. */

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "qac_encoder.h"
+#include "qac_heads.h"
 #include "qac_train.h"
 
 #ifdef __cplusplus
@@ -61,6 +62,16 @@ qac_status qac_cuda_attention_causal_train(float *out, float *att, const float *
 qac_status qac_cuda_attention_causal_backward(float *dqkv, const float *datty, const float *qkv, const int *lens,
                                               int window, float p_attn, uint64_t key, int layer, int B, int T, int C,
                                               int NH, qac_precision prec);
+/* The query-generation decoder's blocks (the layer functions of
+ * kernels/cuda_layers, qac_kl_gpt_fwd and qac_kl_gpt_bwd) as
+ * qac_qgen_forward then qac_qgen_backward: out [B,T,C] from x [B,T,C]
+ * (GPT-2's input dropout included), dx [B,T,C] from dout, the parameter
+ * gradients += into dparams [qac_qgen_param_count(q)] over the flat block
+ * params of qac_qgen_bind. Dropout rates p_hidden, p_attn with key, seq ids
+ * 0..B-1. */
+qac_status qac_cuda_qgen_block(float *out, float *dx, float *dparams, const float *params, const float *x,
+                               const float *dout, const int *lens, const qac_qgen_config *q, float p_hidden,
+                               float p_attn, uint64_t key, int B, int T, qac_precision prec);
 /* qac_pooling_backward: dhidden [B,T,C] written. */
 qac_status qac_cuda_pooling_backward(float *dhidden, const float *dout, const float *hidden, const int *lens, int B,
                                      int T, int C, qac_pooling pooling, int normalize);

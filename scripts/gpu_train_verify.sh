@@ -9,17 +9,17 @@
 #      checkpoints resumed across devices), and the NCCL path against one GPU
 #      (test_gpu_train_dist, when the CUDA installation has NCCL), and the
 #      pre-trainer's step against the CPU pre-trainer (test_gpu_pretrain_step:
-#      coCondenser gradient parity per tensor fp32 and bf16, cls and
-#      mean+l2, a 10-step fp32 and a 50-step bf16 trajectory, checkpoints
-#      resumed across devices);
+#      coCondenser, CoT-MAE, qgen and PAIR gradient parity per tensor fp32 and bf16,
+#      cls and mean(+l2), a 10-step fp32 and a 50-step bf16 trajectory,
+#      checkpoints resumed across devices);
 #   3. compute-sanitizer: memcheck on the training kernels (small shapes),
 #      on one parity step of the trainer and of the pre-trainer, racecheck
 #      on attention backward, the reductions and the pre-training losses;
 #   4. bench/train_gpu against PyTorch on the same GPU;
 #   4b. (stage pretrain) qac pretrain --device cuda on a tiny generated
-#      jsonl: a smoke run saved, resumed and exported, and 20 coCondenser
-#      steps on the CPU (fp32) against the GPU in fp32 (loss within 1e-3 per
-#      step) and bf16 (within 3%);
+#      jsonl, for coCondenser, CoT-MAE, qgen and PAIR: a smoke run saved, resumed
+#      and exported, and 20 steps on the CPU (fp32) against the GPU in fp32
+#      (loss within 1e-3 per step) and bf16 (within 3%);
 #   5. (stage cranfield, when a model and the Cranfield data are at hand) 100
 #      fine-tuning steps on Cranfield fold 0 with qac finetune on the CPU
 #      (fp32) and on the GPU (bf16): the loss curves within 1% and the dev
@@ -155,29 +155,38 @@ with open(sys.argv[1], "w") as f:
         text = " ".join(sent(random.randint(5, 12)) for _ in range(random.randint(2, 5)))
         f.write(json.dumps({"id": str(i), "text": text, "queries": [sent(4)[:-1], sent(3)[:-1]]}) + "\n")
 PY
-    pt=(pretrain --model "$model" --data "$d/tiny.jsonl" --objective cocondenser --batch 8 --max-len 64
-        --query-max-len 16 --seed 11)
-    # smoke: 6 steps with a save at 3, killed nowhere, then resumed to 9 and exported
-    step pretrain-smoke "$build/qac" "${pt[@]}" --device cuda --steps 6 --save-every 3 --out "$d/smoke"
-    step pretrain-smoke-resume "$build/qac" "${pt[@]}" --device cuda --steps 9 --save-every 3 --resume --out "$d/smoke"
-    step pretrain-cpu "$build/qac" "${pt[@]}" --device cpu --steps 20 --threads "$(nproc)" --out "$d/cpu"
-    step pretrain-gpu-fp32 "$build/qac" "${pt[@]}" --device cuda --train-precision fp32 --steps 20 --out "$d/gpu32"
-    step pretrain-gpu-bf16 "$build/qac" "${pt[@]}" --device cuda --train-precision bf16 --steps 20 --out "$d/gpu16"
+    for obj in cocondenser cotmae qgen pair; do
+      # pair: coCondenser with the PAIR loss in place of the contrastive one
+      if [ "$obj" = pair ]; then objargs=(--objective cocondenser --alpha 0.1); else objargs=(--objective "$obj"); fi
+      pt=(pretrain --model "$model" --data "$d/tiny.jsonl" "${objargs[@]}" --batch 8 --max-len 64
+          --query-max-len 16 --seed 11)
+      # smoke: 6 steps with a save at 3, killed nowhere, then resumed to 9 and exported
+      step "pretrain-$obj-smoke" "$build/qac" "${pt[@]}" --device cuda --steps 6 --save-every 3 --out "$d/$obj-smoke"
+      step "pretrain-$obj-smoke-resume" "$build/qac" "${pt[@]}" --device cuda --steps 9 --save-every 3 --resume \
+        --out "$d/$obj-smoke"
+      step "pretrain-$obj-cpu" "$build/qac" "${pt[@]}" --device cpu --steps 20 --threads "$(nproc)" --out "$d/$obj-cpu"
+      step "pretrain-$obj-gpu-fp32" "$build/qac" "${pt[@]}" --device cuda --train-precision fp32 --steps 20 \
+        --out "$d/$obj-gpu32"
+      step "pretrain-$obj-gpu-bf16" "$build/qac" "${pt[@]}" --device cuda --train-precision bf16 --steps 20 \
+        --out "$d/$obj-gpu16"
+    done
     step pretrain-compare "$py" - "$d" <<'PY'
 import json, sys
 d = sys.argv[1]
 load = lambda r: [json.loads(l) for l in open(f"{d}/{r}/log.jsonl") if l.strip()]
-cpu = load("cpu")
-ok = len(cpu) == 20
-for run, tol in (("gpu32", 1e-3), ("gpu16", 3e-2)):
-    g = load(run)
-    worst = max(abs(b["loss"] - a["loss"]) / abs(a["loss"]) for a, b in zip(cpu, g))
-    print(f"{run}: steps {len(g)}; loss cpu {cpu[0]['loss']:.5f} -> {cpu[-1]['loss']:.5f}, "
-          f"gpu {g[0]['loss']:.5f} -> {g[-1]['loss']:.5f}; worst rel {worst:.3g} (tol {tol})")
-    ok = ok and len(g) == 20 and worst <= tol
-smoke = load("smoke")
-print(f"smoke: steps {[r['step'] for r in smoke]}")
-ok = ok and [r["step"] for r in smoke] == list(range(1, 10))
+ok = True
+for obj in ("cocondenser", "cotmae", "qgen", "pair"):
+    cpu = load(f"{obj}-cpu")
+    ok = ok and len(cpu) == 20
+    for run, tol in (("gpu32", 1e-3), ("gpu16", 3e-2)):
+        g = load(f"{obj}-{run}")
+        worst = max(abs(b["loss"] - a["loss"]) / abs(a["loss"]) for a, b in zip(cpu, g))
+        print(f"{obj} {run}: steps {len(g)}; loss cpu {cpu[0]['loss']:.5f} -> {cpu[-1]['loss']:.5f}, "
+              f"gpu {g[0]['loss']:.5f} -> {g[-1]['loss']:.5f}; worst rel {worst:.3g} (tol {tol})")
+        ok = ok and len(g) == 20 and worst <= tol
+    smoke = load(f"{obj}-smoke")
+    print(f"{obj} smoke: steps {[r['step'] for r in smoke]}")
+    ok = ok and [r["step"] for r in smoke] == list(range(1, 10))
 sys.exit(0 if ok else 1)
 PY
   else

@@ -80,9 +80,7 @@ qac_status qac_pt_objective_parse(qac_pt_objective *out, const char *name) {
 }
 
 const char *qac_pt_cuda_missing(const qac_pt_objective_opts *o) {
-    if (o->objective == QAC_PT_COTMAE) return "the CoT-MAE decoder (its embedding-pass input and masked decoder MLM)";
-    if (o->objective == QAC_PT_QGEN) return "the query-generation decoder (GPT-2 blocks and the next-token loss)";
-    if (o->objective == QAC_PT_COCONDENSER && o->alpha > 0) return "the PAIR loss (--alpha > 0)";
+    (void)o; /* every objective runs on the GPU today */
     return NULL;
 }
 
@@ -136,11 +134,13 @@ static qac_status gpu_create(qac_pretrainer *t) {
     memset(&sp, 0, sizeof sp);
     sp.cfg = t->m->cfg;
     sp.objective = t->ob.objective;
-    sp.head_layers = t->hc.num_layers;
+    sp.head_layers = t->ob.objective == QAC_PT_QGEN ? t->qc.layers : t->hc.num_layers;
+    sp.window = t->qc.window;
     sp.skip_from = t->ob.skip_from;
     sp.mean_pooling = t->ob.pooling == QAC_POOL_MEAN;
     sp.normalize = t->ob.normalize != 0;
     sp.tau = t->ob.tau;
+    sp.alpha = t->ob.alpha;
     sp.p_hidden = t->drop.hidden, sp.p_attn = t->drop.attn;
     sp.prec = t->o.gpu_precision;
     sp.max_grad_norm = t->o.max_grad_norm, sp.beta1 = t->o.beta1, sp.beta2 = t->o.beta2, sp.eps = t->o.adam_eps;
@@ -691,8 +691,12 @@ static qac_status gpu_grads(qac_pretrainer *t, const qac_pt_batch *b, qac_pt_los
     qac_status st = check_batch(t, b);
     if (st) return st;
     qac_cuda_pt_seqs a = {b->a.T, b->a.ids, b->a.labels, b->a.lens}, bb = {b->b.T, b->b.ids, b->b.labels, b->b.lens};
+    qac_cuda_pt_seqs da = {b->da.T, b->da.ids, b->da.labels, b->da.lens};
+    qac_cuda_pt_seqs db = {b->db.T, b->db.ids, b->db.labels, b->db.lens};
+    const int cot = t->ob.objective == QAC_PT_COTMAE;
     double l[3];
-    st = qac_cuda_pretrainer_grads(t->gpu, b->B, &a, &bb, qac_rng_key(t->o.seed, (uint64_t)t->step, STREAM_DROP, 0),
+    st = qac_cuda_pretrainer_grads(t->gpu, b->B, &a, &bb, cot ? &da : NULL, cot ? &db : NULL,
+                                   qac_rng_key(t->o.seed, (uint64_t)t->step, STREAM_DROP, 0),
                                    qac_rng_key(t->o.seed, (uint64_t)t->step, STREAM_HEAD_DROP, 0), l);
     out->mlm = l[0], out->head = l[1], out->contrastive = l[2];
     out->total = out->mlm + out->head + out->contrastive;

@@ -1,16 +1,22 @@
 /* The CUDA pre-trainer against the CPU pre-trainer (the reference) on a
- * small random BERT with dropout on, the same batch, masks and fresh heads
- * (coCondenser: encoder MLM, the Condenser head and its MLM, the
- * contrastive loss):
+ * small random BERT with dropout on, the same batch, masks and fresh heads,
+ * for the objectives the GPU runs: coCondenser (encoder MLM, the Condenser
+ * head and its MLM, the contrastive loss), CoT-MAE (encoder MLM, per side a
+ * 1-layer decoder reading the embeddings of the other text with the
+ * bottleneck at position 0, its MLM) and query generation (encoder MLM on
+ * the passage, a 1-block GPT-2 decoder with the window-3 causal attention
+ * generating the query from the passage's bottleneck, next-token loss),
+ * and coCondenser with PAIR (alpha 0.1) in place of the contrastive loss:
  *   1. gradient parity of a whole step, per tensor of the flat block
- *      [encoder | Condenser head | MLM head], and the three losses: fp32 and
- *      bf16, raw [CLS] (tau 1) and mean pooling + normalisation (tau 0.05);
+ *      [encoder | head layers or decoder | MLM head], and the three losses: fp32 and
+ *      bf16, raw [CLS] (coCondenser: tau 1) and mean pooling (coCondenser:
+ *      + normalisation, tau 0.05);
  *   2. trajectories: 10 steps fp32 (loss within 1e-4 relative per step) and
  *      50 steps bf16 against CPU fp32 (within 2% per step);
  *   3. checkpoints across devices: a CUDA run saved and resumed on the CPU,
  *      and the reverse, continue as the uninterrupted run does (the training
  *      state file is the CPU's QACPTST).
- * CoT-MAE, qgen and PAIR are refused on cuda (checked at the end).
+ * --recompute is refused on cuda (checked at the end).
  *
  * Tolerances. fp32: max |diff| / max |ref| <= 1e-5 per tensor, the
  * summation-order bound of tests/gpu/test_gpu_train_step.c. bf16: unit
@@ -21,8 +27,15 @@
  * GELU's), about 60 in all: sqrt(60) u ~ 1.5e-2 of a tensor's norm, and a
  * factor of 4 for cancellation in the reductions (the vocabulary scatter,
  * the tied decoder's product over every masked row) gives 6e-2 per tensor
- * on ||diff|| / ||ref||. The key biases (encoder and head) are left out:
- * their gradient is zero in exact arithmetic.
+ * on ||diff|| / ||ref||. CoT-MAE's path has fewer: 2 encoder layers and 1
+ * decoder layer (its input embeddings and their LayerNorm are fp32, rounded
+ * once where the layer reads them, counted in the layer's 12), and the same
+ * MLM head, so the same bound holds; so has query generation (2 encoder
+ * layers, 1 GPT-2 block with the same dozen roundings: its two LayerNorm
+ * outputs, the products and the attention's, the masked gradients); PAIR's
+ * loss is fp64 as the contrastive one, so coCondenser's bound holds. The key
+ * biases (encoder, head, decoder) are left out: their gradient is zero in
+ * exact arithmetic (softmax is shift-invariant per row, causal or not).
  *
  * --selfcheck (no GPU needed; in the default suite): the CPU on both sides,
  * every comparison exact. */
@@ -37,6 +50,7 @@
 
 static const char *tmp;
 static int selfcheck;
+static float pair_alpha; /* > 0: coCondenser runs with PAIR at this alpha */
 
 enum { V = 200, HID = 128, LAYERS = 2, HEADS = 4, INTER = 256, POS = 64, MASK_ID = 4 };
 
@@ -85,7 +99,7 @@ typedef struct side_mem {
 
 typedef struct batch_mem {
     qac_pt_batch b;
-    side_mem s[2];
+    side_mem s[4]; /* a, b, and CoT-MAE's decoder targets da, db */
 } batch_mem;
 
 static qac_pt_seqs fill_side(side_mem *m, int B, int T) {
@@ -107,21 +121,30 @@ static qac_pt_seqs fill_side(side_mem *m, int B, int T) {
     return (qac_pt_seqs){T, m->ids, m->labels, m->lens};
 }
 
-static batch_mem make_batch(int B, int Ta, int Tb) {
+/* CoT-MAE: da, what a's decoder reconstructs, has b's length; db a's */
+static batch_mem make_batch(qac_pt_objective obj, int B, int Ta, int Tb) {
     batch_mem m;
     memset(&m, 0, sizeof m);
     m.b.B = B;
     m.b.a = fill_side(&m.s[0], B, Ta);
     m.b.b = fill_side(&m.s[1], B, Tb);
+    if (obj == QAC_PT_COTMAE) {
+        m.b.da = fill_side(&m.s[2], B, Tb);
+        m.b.db = fill_side(&m.s[3], B, Ta);
+    }
     return m;
 }
 
 static void free_batch(batch_mem *m) {
-    for (int s = 0; s < 2; s++) free(m->s[s].ids), free(m->s[s].labels), free(m->s[s].lens);
+    for (int s = 0; s < 4; s++) free(m->s[s].ids), free(m->s[s].labels), free(m->s[s].lens);
 }
 
-static void opts_for(qac_train_opts *o, qac_pt_objective_opts *ob, qac_device dev, qac_precision prec, int mean_norm,
-                     long steps) {
+static const char *obj_name(qac_pt_objective obj) {
+    return obj == QAC_PT_COTMAE ? "cotmae" : obj == QAC_PT_QGEN ? "qgen" : pair_alpha > 0 ? "pair" : "cocondenser";
+}
+
+static void opts_for(qac_train_opts *o, qac_pt_objective_opts *ob, qac_pt_objective obj, qac_device dev,
+                     qac_precision prec, int mean_norm, long steps) {
     qac_train_opts_default(o);
     o->total_steps = steps;
     o->warmup_steps = steps / 10;
@@ -132,18 +155,25 @@ static void opts_for(qac_train_opts *o, qac_pt_objective_opts *ob, qac_device de
     o->device = selfcheck ? QAC_DEVICE_CPU : dev;
     o->gpu_precision = prec;
     qac_pt_objective_opts_default(ob);
-    ob->objective = QAC_PT_COCONDENSER;
+    ob->objective = obj;
+    ob->alpha = obj == QAC_PT_COCONDENSER ? pair_alpha : 0;
     ob->pooling = mean_norm ? QAC_POOL_MEAN : QAC_POOL_CLS;
     ob->normalize = mean_norm;
     ob->tau = mean_norm ? 0.05f : 1.0f;
 }
 
-/* The name of trained tensor i of a coCondenser pre-trainer. */
-static void tensor_name(char *buf, size_t cap, int i) {
+/* The name of trained tensor i of a pre-trainer of objective obj ("head."
+ * the Condenser head's or CoT-MAE decoder's layers, "gen." the query
+ * decoder's blocks). */
+static void tensor_name(char *buf, size_t cap, qac_pt_objective obj, int i) {
     static const char *mlm[QAC_MLM_NUM_TENSORS] = {"dense_w", "dense_b", "ln_w", "ln_b", "bias"};
-    const int enc = QAC_BERT_NUM_TENSORS - 2, head = QAC_BERT_LAYER_END - QAC_BERT_LAYER_FIRST;
+    const int qgen = obj == QAC_PT_QGEN;
+    const int enc = QAC_BERT_NUM_TENSORS - 2;
+    const int head = qgen ? QAC_QGEN_NUM_TENSORS : QAC_BERT_LAYER_END - QAC_BERT_LAYER_FIRST;
     if (i < enc)
         snprintf(buf, cap, "%s", qac_bert_tensor_name(i));
+    else if (i < enc + head && qgen)
+        snprintf(buf, cap, "gen.%s", qac_qgen_tensor_name(i - enc));
     else if (i < enc + head)
         snprintf(buf, cap, "head.%s", qac_bert_tensor_name(QAC_BERT_LAYER_FIRST + i - enc));
     else
@@ -152,27 +182,34 @@ static void tensor_name(char *buf, size_t cap, int i) {
 
 /* ---- 1. gradient parity ---- */
 
-static void grad_parity(qac_precision prec, int mean_norm) {
+static void grad_parity(qac_pt_objective obj, qac_precision prec, int mean_norm) {
     qac_model *mc = make_model(), *mg = make_model();
     qac_train_opts oc, og;
     qac_pt_objective_opts bc, bg;
-    opts_for(&oc, &bc, QAC_DEVICE_CPU, prec, mean_norm, 10);
-    opts_for(&og, &bg, QAC_DEVICE_CUDA, prec, mean_norm, 10);
+    opts_for(&oc, &bc, obj, QAC_DEVICE_CPU, prec, mean_norm, 10);
+    opts_for(&og, &bg, obj, QAC_DEVICE_CUDA, prec, mean_norm, 10);
     qac_pretrainer *tc = NULL, *tg = NULL;
     CHECK_OK(qac_pretrainer_create(&tc, mc, &oc, &bc));
     CHECK_OK(qac_pretrainer_create(&tg, mg, &og, &bg));
     if (!tc || !tg) exit(1);
-    batch_mem bm = make_batch(4, 21, 9);
+    batch_mem bm = make_batch(obj, 4, 21, 9);
     qac_pt_losses lc, lg;
     CHECK_OK(qac_pretrainer_grads(tc, &bm.b, &lc));
     CHECK_OK(qac_pretrainer_grads(tg, &bm.b, &lg));
     char what[96];
-    snprintf(what, sizeof what, "%s %s", gpu_test_prec_name(prec), mean_norm ? "mean+l2 tau 0.05" : "cls tau 1");
+    if (obj != QAC_PT_COCONDENSER)
+        snprintf(what, sizeof what, "%s %s %s", obj_name(obj), gpu_test_prec_name(prec), mean_norm ? "mean" : "cls");
+    else if (pair_alpha > 0)
+        snprintf(what, sizeof what, "pair %s %s", gpu_test_prec_name(prec), mean_norm ? "mean+l2" : "cls");
+    else
+        snprintf(what, sizeof what, "%s %s", gpu_test_prec_name(prec), mean_norm ? "mean+l2 tau 0.05" : "cls tau 1");
     const double ltol = selfcheck ? 0 : prec == QAC_PREC_FP32 ? 1e-6 : 1e-2;
     const double parts_c[3] = {lc.mlm, lc.head, lc.contrastive}, parts_g[3] = {lg.mlm, lg.head, lg.contrastive};
-    const char *parts[3] = {"mlm", "head mlm", "contrastive"};
+    const char *head_loss = obj == QAC_PT_COTMAE ? "decoder mlm" : obj == QAC_PT_QGEN ? "next-token" : "head mlm";
+    const char *parts[3] = {"mlm", head_loss, "contrastive"};
     for (int i = 0; i < 3; i++) {
-        const double rel = fabs(parts_g[i] - parts_c[i]) / fabs(parts_c[i]);
+        /* CoT-MAE and qgen have no contrastive term: both 0 */
+        const double d = fabs(parts_g[i] - parts_c[i]), rel = parts_c[i] != 0 ? d / fabs(parts_c[i]) : d;
         printf("step parity %-22s %-12s gpu %.9g cpu %.9g rel %.3g (tol %.1g)\n", what, parts[i], parts_g[i],
                parts_c[i], rel, ltol);
         CHECK_MSG(rel <= ltol, "%s: %s loss %g vs %g", what, parts[i], parts_g[i], parts_c[i]);
@@ -184,8 +221,8 @@ static void grad_parity(qac_precision prec, int mean_norm) {
         const float *gc = tc->tensors[i].g, *gg = tg->tensors[i].g;
         const size_t n = tc->tensors[i].n;
         char nm[64];
-        tensor_name(nm, sizeof nm, i);
-        const int key_bias = !strcmp(nm, "qkv_b") || !strcmp(nm, "head.qkv_b");
+        tensor_name(nm, sizeof nm, obj, i);
+        const int key_bias = !strcmp(nm, "qkv_b") || !strcmp(nm, "head.qkv_b") || !strcmp(nm, "gen.qkv_b");
         double md = 0, mr = 0, sd = 0, sr = 0;
         for (size_t j = 0; j < n; j++) {
             if (key_bias && (j % (3 * HID)) / HID == 1) continue; /* zero in exact arithmetic */
@@ -211,18 +248,18 @@ static void grad_parity(qac_precision prec, int mean_norm) {
 
 /* ---- 2. trajectories ---- */
 
-static void trajectory(qac_precision prec, long steps, double tol) {
+static void trajectory(qac_pt_objective obj, qac_precision prec, long steps, double tol) {
     qac_model *mc = make_model(), *mg = make_model();
     qac_train_opts oc, og;
     qac_pt_objective_opts bc, bg;
-    opts_for(&oc, &bc, QAC_DEVICE_CPU, QAC_PREC_FP32, 0, steps);
-    opts_for(&og, &bg, QAC_DEVICE_CUDA, prec, 0, steps);
+    opts_for(&oc, &bc, obj, QAC_DEVICE_CPU, QAC_PREC_FP32, 0, steps);
+    opts_for(&og, &bg, obj, QAC_DEVICE_CUDA, prec, 0, steps);
     qac_pretrainer *tc = NULL, *tg = NULL;
     CHECK_OK(qac_pretrainer_create(&tc, mc, &oc, &bc));
     CHECK_OK(qac_pretrainer_create(&tg, mg, &og, &bg));
     if (!tc || !tg) exit(1);
     batch_mem bms[4];
-    for (int i = 0; i < 4; i++) bms[i] = make_batch(4, 18, 10);
+    for (int i = 0; i < 4; i++) bms[i] = make_batch(obj, 4, 18, 10);
     double worst = 0, first = 0, last_c = 0, last_g = 0;
     long worst_at = 0;
     for (long s = 0; s < steps; s++) {
@@ -239,9 +276,10 @@ static void trajectory(qac_precision prec, long steps, double tol) {
                    rel, sc.grad_norm, sg.grad_norm);
     }
     const double t = selfcheck ? 0 : tol;
-    printf("trajectory %s %ld steps: loss %.5f -> cpu %.5f gpu %.5f, worst rel %.3g at step %ld (tol %.2g)\n",
-           gpu_test_prec_name(prec), steps, first, last_c, last_g, worst, worst_at, t);
-    CHECK_MSG(worst <= t, "trajectory %s: loss off by %g at step %ld", gpu_test_prec_name(prec), worst, worst_at);
+    printf("trajectory %s %s %ld steps: loss %.5f -> cpu %.5f gpu %.5f, worst rel %.3g at step %ld (tol %.2g)\n",
+           obj_name(obj), gpu_test_prec_name(prec), steps, first, last_c, last_g, worst, worst_at, t);
+    CHECK_MSG(worst <= t, "trajectory %s %s: loss off by %g at step %ld", obj_name(obj), gpu_test_prec_name(prec),
+              worst, worst_at);
     /* the pooler is a gap of the flat block: no update, no decay */
     CHECK_OK(qac_pretrainer_sync_host(tg));
     size_t pooler = (size_t)(mg->p.pooler_w - mg->param_mem), np = mg->n_params - pooler;
@@ -254,24 +292,24 @@ static void trajectory(qac_precision prec, long steps, double tol) {
 
 /* ---- 3. checkpoints across devices ---- */
 
-static void cross_resume(qac_device first, qac_device second) {
+static void cross_resume(qac_pt_objective obj, qac_device first, qac_device second) {
     enum { steps = 5, split = 3 };
     qac_model *ma = make_model(), *mb = make_model();
     qac_train_opts oa, ob;
     qac_pt_objective_opts ba, bb;
-    opts_for(&oa, &ba, first, QAC_PREC_FP32, 0, steps);
-    opts_for(&ob, &bb, second, QAC_PREC_FP32, 0, steps);
+    opts_for(&oa, &ba, obj, first, QAC_PREC_FP32, 0, steps);
+    opts_for(&ob, &bb, obj, second, QAC_PREC_FP32, 0, steps);
     qac_pretrainer *ta = NULL, *tb = NULL;
     CHECK_OK(qac_pretrainer_create(&ta, ma, &oa, &ba));
     CHECK_OK(qac_pretrainer_create(&tb, mb, &ob, &bb));
     if (!ta || !tb) exit(1);
     batch_mem bms[steps];
-    for (int i = 0; i < steps; i++) bms[i] = make_batch(3, 16, 8);
+    for (int i = 0; i < steps; i++) bms[i] = make_batch(obj, 3, 16, 8);
     qac_step_stats s;
     qac_pt_losses l;
     for (long i = 0; i < split; i++) CHECK_OK(qac_pretrainer_step(ta, &bms[i].b, &l, &s));
     char dir[4096];
-    snprintf(dir, sizeof dir, "%s/ckpt-%d-%d", tmp, (int)first, (int)second);
+    snprintf(dir, sizeof dir, "%s/ckpt-%s-%d-%d", tmp, obj_name(obj), (int)first, (int)second);
     const char cursor[] = "cursor";
     CHECK_OK(qac_pretrainer_save(ta, dir, cursor, sizeof cursor));
     void *cur = NULL;
@@ -287,39 +325,31 @@ static void cross_resume(qac_device first, qac_device second) {
         CHECK_OK(qac_pretrainer_step(ta, &bms[i].b, &la, &sa));
         CHECK_OK(qac_pretrainer_step(tb, &bms[i].b, &lb, &sb));
         const double rel = fabs(sb.loss - sa.loss) / fabs(sa.loss), tol = selfcheck ? 0 : 1e-4;
-        printf("resume %s -> %s step %ld: loss uninterrupted %.9g resumed %.9g rel %.3g (tol %.1g)\n", name[first],
-               name[second], i + 1, sa.loss, sb.loss, rel, tol);
-        CHECK_MSG(rel <= tol, "resume %s -> %s: step %ld off by %g", name[first], name[second], i + 1, rel);
+        printf("resume %s %s -> %s step %ld: loss uninterrupted %.9g resumed %.9g rel %.3g (tol %.1g)\n",
+               obj_name(obj), name[first], name[second], i + 1, sa.loss, sb.loss, rel, tol);
+        CHECK_MSG(rel <= tol, "resume %s %s -> %s: step %ld off by %g", obj_name(obj), name[first], name[second],
+                  i + 1, rel);
     }
     for (int i = 0; i < steps; i++) free_batch(&bms[i]);
     qac_pretrainer_free(ta), qac_pretrainer_free(tb);
     qac_model_free(ma), qac_model_free(mb);
 }
 
-/* ---- the objectives the GPU does not run yet: refused by name ---- */
+/* ---- what the GPU does not run yet: refused by name ---- */
 
 static void refusals(void) {
     qac_model *m = make_model();
-    static const struct {
-        qac_pt_objective obj;
-        float alpha;
-        const char *names;
-    } cases[] = {{QAC_PT_COTMAE, 0, "CoT-MAE decoder"}, {QAC_PT_QGEN, 0, "query-generation decoder"},
-                 {QAC_PT_COCONDENSER, 0.1f, "PAIR loss"}};
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        qac_train_opts o;
-        qac_pt_objective_opts ob;
-        opts_for(&o, &ob, QAC_DEVICE_CUDA, QAC_PREC_FP32, 0, 10);
-        o.device = QAC_DEVICE_CUDA;
-        ob.objective = cases[i].obj;
-        ob.alpha = cases[i].alpha;
-        qac_pretrainer *t = NULL;
-        qac_status st = qac_pretrainer_create(&t, m, &o, &ob);
-        printf("refusal: %s\n", st ? qac_last_error() : "(accepted)");
-        CHECK_MSG(st == QAC_ERR_UNSUPPORTED && !t && strstr(qac_last_error(), cases[i].names),
-                  "cuda must refuse the %s by name", cases[i].names);
-        qac_pretrainer_free(t);
-    }
+    qac_train_opts o;
+    qac_pt_objective_opts ob;
+    opts_for(&o, &ob, QAC_PT_COCONDENSER, QAC_DEVICE_CUDA, QAC_PREC_FP32, 0, 10);
+    o.device = QAC_DEVICE_CUDA;
+    o.recompute = 1;
+    qac_pretrainer *t = NULL;
+    qac_status st = qac_pretrainer_create(&t, m, &o, &ob);
+    printf("refusal: %s\n", st ? qac_last_error() : "(accepted)");
+    CHECK_MSG(st == QAC_ERR_UNSUPPORTED && !t && strstr(qac_last_error(), "--recompute"),
+              "cuda must refuse --recompute by name");
+    qac_pretrainer_free(t);
     qac_model_free(m);
 }
 
@@ -338,20 +368,35 @@ int main(int argc, char **argv) {
     tmp = qac_test_tmpdir("gpupretrain");
     write_vocab(tmp);
 
+    static const qac_pt_objective objs[3] = {QAC_PT_COCONDENSER, QAC_PT_COTMAE, QAC_PT_QGEN};
+    for (int k = 0; k < 3; k++) {
+        const qac_pt_objective obj = objs[k];
+        if (!only || !strcmp(only, "parity")) {
+            grad_parity(obj, QAC_PREC_FP32, 0);
+            grad_parity(obj, QAC_PREC_FP32, 1);
+            grad_parity(obj, QAC_PREC_BF16, 0);
+            grad_parity(obj, QAC_PREC_BF16, 1);
+        }
+        if (!only || !strcmp(only, "trajectory")) {
+            trajectory(obj, QAC_PREC_FP32, 10, 1e-4);
+            trajectory(obj, QAC_PREC_BF16, selfcheck ? 10 : 50, 2e-2);
+        }
+        if (!only || !strcmp(only, "resume")) {
+            cross_resume(obj, QAC_DEVICE_CUDA, QAC_DEVICE_CPU);
+            cross_resume(obj, QAC_DEVICE_CPU, QAC_DEVICE_CUDA);
+        }
+    }
+    /* PAIR: the coCondenser step with its loss in place of the contrastive one */
+    pair_alpha = 0.1f;
     if (!only || !strcmp(only, "parity")) {
-        grad_parity(QAC_PREC_FP32, 0);
-        grad_parity(QAC_PREC_FP32, 1);
-        grad_parity(QAC_PREC_BF16, 0);
-        grad_parity(QAC_PREC_BF16, 1);
+        grad_parity(QAC_PT_COCONDENSER, QAC_PREC_FP32, 0);
+        grad_parity(QAC_PT_COCONDENSER, QAC_PREC_FP32, 1);
+        grad_parity(QAC_PT_COCONDENSER, QAC_PREC_BF16, 0);
+        grad_parity(QAC_PT_COCONDENSER, QAC_PREC_BF16, 1);
     }
-    if (!only || !strcmp(only, "trajectory")) {
-        trajectory(QAC_PREC_FP32, 10, 1e-4);
-        trajectory(QAC_PREC_BF16, selfcheck ? 10 : 50, 2e-2);
-    }
-    if (!only || !strcmp(only, "resume")) {
-        cross_resume(QAC_DEVICE_CUDA, QAC_DEVICE_CPU);
-        cross_resume(QAC_DEVICE_CPU, QAC_DEVICE_CUDA);
-    }
+    if (!only || !strcmp(only, "trajectory")) trajectory(QAC_PT_COCONDENSER, QAC_PREC_FP32, 10, 1e-4);
+    if (!only || !strcmp(only, "resume")) cross_resume(QAC_PT_COCONDENSER, QAC_DEVICE_CUDA, QAC_DEVICE_CPU);
+    pair_alpha = 0;
     if (!only || !strcmp(only, "refusals")) refusals();
 
     char cmd[4200];

@@ -1,7 +1,8 @@
 /* Every CUDA training kernel against its CPU twin at several shapes (odd
  * sizes, padding, T not a multiple of any tile), on fresh random inputs:
  * embeddings, LayerNorm, GELU, linear-layer and attention backward (the
- * encoder's and the decoder's causal windowed attention), dropout
+ * encoder's and the decoder's causal windowed attention), the
+ * query-generation decoder's GPT-2 blocks as a whole, dropout
  * (identical masks), pooling backward, InfoNCE, gradient clipping + AdamW,
  * and the pre-training losses: coCondenser's contrastive loss and the MLM
  * cross-entropy over the vocabulary.
@@ -223,6 +224,56 @@ static void test_causal_attention(int B, int T, int C, int NH, int window, float
     free(qkv), free(datty), free(lens), free(out), free(att), free(dqkv), free(gout), free(gatt), free(gdqkv);
 }
 
+/* The query-generation decoder's blocks (kernels/cuda_layers) against
+ * qac_qgen_forward and qac_qgen_backward: the output, the input's gradient
+ * and every parameter tensor's. bf16: a block holds about a dozen roundings
+ * between its input and a parameter gradient (the layer count of
+ * tests/gpu/test_gpu_pretrain_step.c), sqrt(12 L) 2^-9 with room for the
+ * reductions' cancellation: 3e-2 for the output (its last LayerNorm
+ * renormalises), 6e-2 for the gradients. */
+static void test_qgen_block(int B, int T, int C, int NH, int layers, int window, float p) {
+    qac_qgen_config q;
+    memset(&q, 0, sizeof q);
+    q.layers = layers, q.hidden = C, q.heads = NH, q.inner = 4 * C, q.window = window, q.ln_eps = 1e-12f;
+    q.pooling = QAC_POOL_CLS;
+    const size_t N = (size_t)B * T, NC = N * C, np = qac_qgen_param_count(&q);
+    float *params = rnd(np, -0.06f, 0.06f), *x = rnd(NC, -1, 1), *dout = rnd(NC, -1, 1);
+    qac_qgen_params pv;
+    qac_qgen_bind(&pv, &q, params);
+    for (int l = 0; l < layers * C; l++)
+        pv.ln1_w[l] = gpu_test_uniform(0.9f, 1.1f), pv.ln2_w[l] = gpu_test_uniform(0.9f, 1.1f);
+    for (int k = 0; k < C; k++) pv.lnf_w[k] = gpu_test_uniform(0.9f, 1.1f);
+    int *lens = random_lens(B, T);
+    const uint64_t key = gpu_test_next();
+    qac_dropout d = {p, p, key, NULL};
+    qac_qgen_acts a;
+    memset(&a, 0, sizeof a);
+    CHECK_OK(qac_qgen_acts_alloc(&a, &q, B, T));
+    float *dx = malloc(sizeof(float) * NC), *dparams = calloc(np, sizeof(float));
+    CHECK_OK(qac_qgen_forward(&a, &q, &pv, x, lens, &d, B, T, NULL));
+    qac_qgen_params gv;
+    qac_qgen_bind(&gv, &q, dparams);
+    CHECK_OK(qac_qgen_backward(dx, &gv, &a, dout, &q, &pv, lens, &d, B, T, NULL));
+    float *gout = malloc(sizeof(float) * NC), *gdx = malloc(sizeof(float) * NC), *gdparams = malloc(sizeof(float) * np);
+    char shape[64];
+    snprintf(shape, sizeof shape, "B%d T%d C%d H%d L%d w%d p%.2f", B, T, C, NH, layers, window, (double)p);
+    for (int pi = 0; pi < 2; pi++) {
+        gpu_test_poison(gout, NC), gpu_test_poison(gdx, NC);
+        memset(gdparams, 0, np * sizeof(float));
+        CHECK_OK(qac_cuda_qgen_block(gout, gdx, gdparams, params, x, dout, lens, &q, p, p, key, B, T, PRECS[pi]));
+        report("qgen block fwd (out)", PRECS[pi], shape, gout, a.out, NC, tol_for(PRECS[pi], 1e-5, 3e-2));
+        report("qgen block bwd (dx)", PRECS[pi], shape, gdx, dx, NC, tol_for(PRECS[pi], 1e-5, 6e-2));
+        for (size_t i = 0, off = 0; i < QAC_QGEN_NUM_TENSORS; off += qac_qgen_tensor_size(&q, (int)i), i++) {
+            char what[48];
+            snprintf(what, sizeof what, "qgen block bwd (%s)", qac_qgen_tensor_name((int)i));
+            report(what, PRECS[pi], shape, gdparams + off, dparams + off, qac_qgen_tensor_size(&q, (int)i),
+                   tol_for(PRECS[pi], 1e-5, 6e-2));
+        }
+    }
+    qac_qgen_acts_free(&a);
+    free(params), free(x), free(dout), free(lens), free(dx), free(dparams), free(gout), free(gdx), free(gdparams);
+}
+
 static void test_pooling_backward(int B, int T, int C) {
     float *hidden = rnd((size_t)B * T * C, -3, 3), *dout = rnd((size_t)B * C, -1, 1);
     float *want = malloc(sizeof(float) * B * T * C), *got = malloc(sizeof(float) * B * T * C);
@@ -405,6 +456,11 @@ int main(int argc, char **argv) {
         test_causal_attention(3, 11, 64, 2, 3, 0.0f); /* the released window of 3 */
         test_causal_attention(2, 33, 96, 3, 3, 0.1f);
         test_causal_attention(2, 20, 64, 2, 0, 0.1f); /* plain causal */
+    }
+    if (want("qgen")) {
+        test_qgen_block(3, 11, 64, 2, 1, 3, 0.0f); /* the released shape: 1 block, window 3 */
+        test_qgen_block(2, 33, 96, 3, 2, 3, 0.1f);
+        test_qgen_block(2, 20, 64, 2, 1, 0, 0.1f); /* plain causal */
     }
     if (want("pooling")) {
         test_pooling_backward(5, 17, 384);
