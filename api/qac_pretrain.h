@@ -58,8 +58,9 @@ double qac_pt_span_prob(const qac_pt_context *c, long step, long total);
 /* S above for the curriculum; otherwise 0 (query, mixed) or total (span). */
 long qac_pt_span_steps(const qac_pt_context *c, long total);
 /* The learning-rate multiplier of step `step` for the curriculum: stage 1
- * (steps [0, S)) linear warmup over the first warmup_frac*S steps, then a
- * cosine decay to 0 at S; stage 2 (steps [S, total)) constant 1 (the
+ * (steps [0, S)) qac_lr_at's warmup + cosine over S steps (from 0 at step
+ * 0, warmup llround(warmup_frac*S) steps, decay to 0 at S: transformers'
+ * get_cosine_schedule_with_warmup); stage 2 (steps [S, total)) constant 1 (the
  * paper's second run starts again from the peak rate). For the other modes
  * warmup and cosine over the whole run; an engine with its own schedule
  * option may use that instead. A scale in [0, 1]. */

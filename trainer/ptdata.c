@@ -76,20 +76,14 @@ double qac_pt_span_prob(const qac_pt_context *c, long step, long total) {
     }
 }
 
-static double warmup_cosine(long step, long n, double warmup_frac) {
-    if (n <= 0) return 1.0;
-    long w = (long)(warmup_frac * (double)n);
-    if (step < w) return (double)(step + 1) / (double)w;
-    if (n <= w) return 1.0;
-    double p = (double)(step - w) / (double)(n - w);
-    if (p > 1.0) p = 1.0;
-    return 0.5 * (1.0 + cos(M_PI * p));
-}
-
+/* Warmup + cosine over n steps as every other schedule (qac_lr_at, the
+ * transformers convention: 0 at step 0, warmup llround(frac n) steps, as
+ * pretrain_run.c rounds the main schedules' warmup). The curriculum runs it
+ * over the span stage, then holds the rate constant. */
 double qac_pt_lr_scale(const qac_pt_context *c, long step, long total, double warmup_frac) {
-    if (c->mode != QAC_PT_MODE_CURRICULUM) return warmup_cosine(step, total, warmup_frac);
-    long s = qac_pt_span_steps(c, total);
-    return step < s ? warmup_cosine(step, s, warmup_frac) : 1.0;
+    long n = c->mode == QAC_PT_MODE_CURRICULUM ? qac_pt_span_steps(c, total) : total;
+    if (step >= n && c->mode == QAC_PT_MODE_CURRICULUM) return 1.0;
+    return qac_lr_at(QAC_SCHED_COSINE, 1.0, step, (long)llround(warmup_frac * (double)n), n);
 }
 
 /* ---- data ---- */

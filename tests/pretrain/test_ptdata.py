@@ -378,8 +378,16 @@ for spec, frac in (("span:0.75,query", 0.75), ("span,query", 0.75), ("span:0.6,q
         check(p == [1.0] * S + [0.0] * (total - S), f"--curriculum '{spec}' over {total} steps: span steps [0, {S})")
 out = tool("prob", "query", "span:0.75,query", 100).stdout.splitlines()
 lr = [float(l.split()[2]) for l in out[1:]]
-ref = [(s + 1) / 7 if s < 7 else 0.5 * (1 + math.cos(math.pi * (s - 7) / (75 - 7))) for s in range(75)] + [1.0] * 25
-check(max(abs(a - b) for a, b in zip(lr, ref)) < 1e-12, "curriculum learning rate: warmup + cosine over the span stage, then constant")
+# the reference: transformers' own warmup + cosine schedule over the span
+# stage (75 steps, warmup round(0.1 * 75) = 8), then the constant stage
+import torch  # noqa: E402
+from transformers import get_cosine_schedule_with_warmup  # noqa: E402
+sched = get_cosine_schedule_with_warmup(torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0),
+                                        num_warmup_steps=math.floor(0.1 * 75 + 0.5), num_training_steps=75)
+ref = [sched.lr_lambdas[0](s) for s in range(75)] + [1.0] * 25
+check(lr[0] == 0.0, "curriculum learning rate: 0 at step 0, as every other schedule")
+check(max(abs(a - b) for a, b in zip(lr, ref)) < 1e-12,
+      "curriculum learning rate: transformers' warmup + cosine over the span stage, then constant")
 for bad_ctx, bad_cur in (("spam", "-"), ("query", "span:1.5,query"), ("query", "query,span"), ("query", "span:0.5"),
                          ("query", "span:x,query")):
     r = tool("prob", bad_ctx, bad_cur, 3, ok=False)
