@@ -57,11 +57,13 @@ typedef struct qac_ft_data qac_ft_data;
 qac_status qac_ft_data_create(qac_ft_data **out, qac_title_join join);
 void qac_ft_data_free(qac_ft_data *d);
 /* Tevatron jsonl: {"query_id","query","positive_passages":[{"docid","title","text"}],
- * "negative_passages":[...]}. A malformed line is an error naming file and
- * line; a query without positives is skipped and counted. */
+ * "negative_passages":[...]}, plain or gzip-compressed (util/qac_lines.h).
+ * A malformed line is an error naming file and line; a query without
+ * positives is skipped and counted. */
 qac_status qac_ft_data_add_tevatron(qac_ft_data *d, const char *path);
-/* MS MARCO qidpidtriples ("qid\tpos_pid\tneg_pid"), grouped by query; ids
- * are looked up in the queries file and the corpus (any qac_data.h format). */
+/* MS MARCO qidpidtriples ("qid\tpos_pid\tneg_pid", plain or gzip), grouped
+ * by query; ids are looked up in the queries file and the corpus (any
+ * qac_data.h format). */
 qac_status qac_ft_data_add_triples(qac_ft_data *d, const char *triples, const char *queries, const char *corpus);
 /* Qrels (relevance >= 1 is a positive), queries and a corpus: positives
  * only, so these examples train with in-batch negatives (n == 1). */
