@@ -28,7 +28,8 @@ typedef enum qac_status {
     QAC_ERR_FAISS = 8,        /* FAISS raised an error */
     QAC_ERR_INTERNAL = 9,     /* a bug: an invariant did not hold */
     QAC_ERR_BUSY = 10,        /* a queue or resource is full */
-    QAC_ERR_CANCELLED = 11    /* stopped by a signal or a caller */
+    QAC_ERR_CANCELLED = 11,   /* stopped by a signal or a caller */
+    QAC_ERR_MISMATCH = 12     /* a resume whose options differ from the run it would continue */
 } qac_status;
 
 /* Message of the last failure on this thread ("" if none). */

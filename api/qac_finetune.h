@@ -57,11 +57,13 @@ typedef struct qac_ft_data qac_ft_data;
 qac_status qac_ft_data_create(qac_ft_data **out, qac_title_join join);
 void qac_ft_data_free(qac_ft_data *d);
 /* Tevatron jsonl: {"query_id","query","positive_passages":[{"docid","title","text"}],
- * "negative_passages":[...]}. A malformed line is an error naming file and
- * line; a query without positives is skipped and counted. */
+ * "negative_passages":[...]}, plain or gzip-compressed (util/qac_lines.h).
+ * A malformed line is an error naming file and line; a query without
+ * positives is skipped and counted. */
 qac_status qac_ft_data_add_tevatron(qac_ft_data *d, const char *path);
-/* MS MARCO qidpidtriples ("qid\tpos_pid\tneg_pid"), grouped by query; ids
- * are looked up in the queries file and the corpus (any qac_data.h format). */
+/* MS MARCO qidpidtriples ("qid\tpos_pid\tneg_pid", plain or gzip), grouped
+ * by query; ids are looked up in the queries file and the corpus (any
+ * qac_data.h format). */
 qac_status qac_ft_data_add_triples(qac_ft_data *d, const char *triples, const char *queries, const char *corpus);
 /* Qrels (relevance >= 1 is a positive), queries and a corpus: positives
  * only, so these examples train with in-batch negatives (n == 1). */
@@ -125,7 +127,9 @@ void qac_finetune_opts_default(qac_finetune_opts *o);
 /* Check everything (data, dev files, the run directory, a resumed
  * checkpoint's architecture), then train m in place to o->out_dir: the
  * engine's checkpoints, log.jsonl, and dev.jsonl with the dev metrics of
- * every save. *total_steps receives the run's length. */
+ * every save. *total_steps receives the run's length. A resume whose
+ * options would not continue the run (README "Fine-tuning") is refused with
+ * QAC_ERR_MISMATCH, naming the option and both values. */
 qac_status qac_finetune_run(qac_model *m, const qac_ft_data *d, const qac_finetune_opts *o, long *total_steps,
                             long *resumed_at);
 

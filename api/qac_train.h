@@ -166,8 +166,11 @@ long qac_trainer_steps_done(const qac_trainer *t);
  * absent: it is written as DIR.tmp and renamed over DIR. */
 qac_status qac_trainer_save(qac_trainer *t, const char *dir, const void *cursor, size_t cursor_len);
 /* Load a directory that qac_trainer_save wrote into t (whose model must have
- * the same shape): parameters, optimiser state and step. The cursor is
- * copied into a malloc'd buffer the caller frees. */
+ * the same shape): parameters, optimiser state and step. The options the
+ * state records that shape the steps (steps, seed, AdamW, clip, schedule,
+ * warmup, loss, dropout) must equal t's: the first that differs is refused
+ * with QAC_ERR_MISMATCH, naming it and both values. The cursor is copied
+ * into a malloc'd buffer the caller frees. */
 qac_status qac_trainer_resume(qac_trainer *t, const char *dir, void **cursor, size_t *cursor_len);
 
 /* ---- the training loop ---- */

@@ -175,7 +175,8 @@ int qac_cmd_finetune(int argc, char **argv) {
         fprintf(stderr, "qac finetune: %zu examples, model %s, %d x %d passages per step\n", qac_ft_data_count(d),
                 model_dir, fo.queries_per_batch, fo.n_passages);
     if (!st) st = qac_finetune_run(m, d, &fo, &total, &from);
-    if (st) rc = qac_cli_fail("finetune");
+    /* a resume that contradicts the run is a command-line error */
+    if (st) rc = qac_cli_fail("finetune"), rc = st == QAC_ERR_MISMATCH ? 2 : rc;
     else if (!u.quiet && !fo.dry_run)
         fprintf(stderr, "qac finetune: steps %ld..%ld done in %.1f s; checkpoints in %s\n", from + 1, total,
                 qac_now() - t0, fo.out_dir);

@@ -11,7 +11,12 @@
 #include "qac_finetune.h"
 #include "qac_util.h"
 
-#define CURSOR_MAGIC 0x5255434654434151ull /* "QACFTCUR" */
+/* The data cursor: u64 magic, examples, data digest, examples drawn, then
+ * (version 2) queries per batch, passages per query, q_max, p_max. A
+ * version-1 cursor lacks the batch shape, which is then not compared. */
+#define CURSOR_MAGIC 0x5255434654434151ull    /* "QACTFCUR" in the file, version 1 */
+#define CURSOR_MAGIC_V2 0x3255434654434151ull /* "QACTFCU2" */
+#define CURSOR_WORDS 8
 
 void qac_finetune_opts_default(qac_finetune_opts *o) {
     memset(o, 0, sizeof *o);
@@ -91,24 +96,36 @@ static qac_status src_next(void *user, const qac_train_batch **out) {
 
 static qac_status src_get_cursor(void *user, void **bytes, size_t *len) {
     ft_src *s = user;
-    uint64_t *c = malloc(4 * sizeof *c);
+    uint64_t *c = malloc(CURSOR_WORDS * sizeof *c);
     if (!c) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
-    c[0] = CURSOR_MAGIC, c[1] = s->N, c[2] = s->digest, c[3] = (uint64_t)s->pos;
-    *bytes = c, *len = 4 * sizeof *c;
+    c[0] = CURSOR_MAGIC_V2, c[1] = s->N, c[2] = s->digest, c[3] = (uint64_t)s->pos;
+    c[4] = (uint64_t)s->nq, c[5] = (uint64_t)s->n, c[6] = (uint64_t)s->q_max, c[7] = (uint64_t)s->p_max;
+    *bytes = c, *len = CURSOR_WORDS * sizeof *c;
     return QAC_OK;
 }
 
 static qac_status src_set_cursor(void *user, const void *bytes, size_t len) {
     ft_src *s = user;
-    uint64_t c[4];
-    if (len != sizeof c) return qac_set_error(QAC_ERR_FORMAT, "resume: not a fine-tuning data cursor");
-    memcpy(c, bytes, sizeof c);
-    if (c[0] != CURSOR_MAGIC) return qac_set_error(QAC_ERR_FORMAT, "resume: not a fine-tuning data cursor");
+    uint64_t c[CURSOR_WORDS] = {0};
+    if (len == 4 * sizeof *c || len == sizeof c) memcpy(c, bytes, len);
+    if (!(c[0] == CURSOR_MAGIC && len == 4 * sizeof *c) && !(c[0] == CURSOR_MAGIC_V2 && len == sizeof c))
+        return qac_set_error(QAC_ERR_FORMAT, "resume: not a fine-tuning data cursor");
+    if (c[0] == CURSOR_MAGIC_V2) {
+        static const char *const names[4] = {"--batch", "--n-passages", "--q-max-len", "--p-max-len"};
+        const uint64_t now[4] = {(uint64_t)s->nq, (uint64_t)s->n, (uint64_t)s->q_max, (uint64_t)s->p_max};
+        for (int i = 0; i < 4; i++)
+            if (c[4 + i] != now[i])
+                return qac_set_error(QAC_ERR_MISMATCH,
+                                     "resume: the run was written with %s %llu, this resume has %llu; resume with the "
+                                     "same %s (a changed option would not continue the run bit for bit), or start a "
+                                     "new --out",
+                                     names[i], (unsigned long long)c[4 + i], (unsigned long long)now[i], names[i]);
+    }
     if (c[1] != s->N || c[2] != s->digest)
-        return qac_set_error(QAC_ERR_INVALID,
-                             "resume: the training data differ from the run's (%llu examples then, %zu now); resume "
-                             "with the same --train files and --n-passages",
-                             (unsigned long long)c[1], s->N);
+        return qac_set_error(QAC_ERR_MISMATCH,
+                             "resume: the training data differ from the run's (%llu examples then, %zu now%s); resume "
+                             "with the same --train files, --title-join and --n-passages, or start a new --out",
+                             (unsigned long long)c[1], s->N, c[1] == s->N ? ", other content" : "");
     s->pos = (int64_t)c[3];
     return QAC_OK;
 }

@@ -1,6 +1,5 @@
 /* Fine-tuning examples and Tevatron's seeded group sampling
  * (api/qac_finetune.h states the rule). */
-#include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -165,57 +164,38 @@ static qac_status add_psg_list(qac_ft_data *d, json_t *list, const char *key, co
 }
 
 qac_status qac_ft_data_add_tevatron(qac_ft_data *d, const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return qac_set_error(QAC_ERR_NOT_FOUND, "%s: %s", path, strerror(errno));
-    char *buf = NULL;
-    size_t cap = 0;
-    long line = 0;
-    qac_status st = QAC_OK;
-    ssize_t n;
-    while (!st && (n = getline(&buf, &cap, f)) >= 0) {
-        line++;
-        while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) buf[--n] = '\0';
-        size_t k = 0;
-        while (k < (size_t)n && (buf[k] == ' ' || buf[k] == '\t')) k++;
-        if (k == (size_t)n) continue;
-        json_error_t err;
-        json_t *o = json_loadb(buf, (size_t)n, 0, &err);
-        if (!o) {
-            st = qac_set_error(QAC_ERR_FORMAT, "%s:%ld: malformed JSON: %s (column %d)", path, line, err.text,
-                               err.column);
-            break;
-        }
+    qac_lines *lr;
+    qac_status st = qac_lines_open(&lr, path);
+    if (st) return st;
+    json_t *o;
+    for (int got; !st && !(st = qac_jsonl_next(lr, &o, &got)) && got; json_decref(o)) {
+        long line = qac_lines_lineno(lr);
         char idb[QAC_JSON_ID_BUF];
         json_t *qv = json_object_get(o, "query"), *qidv = json_object_get(o, "query_id");
         const char *qid = qidv ? qac_json_id_text(qidv, idb) : NULL;
-        if (!json_is_object(o)) st = qac_set_error(QAC_ERR_FORMAT, "%s:%ld: not a JSON object", path, line);
-        else if (!qid) st = qac_set_error(QAC_ERR_FORMAT, "%s:%ld: missing \"query_id\" (string or integer)", path, line);
+        if (!qid) st = qac_set_error(QAC_ERR_FORMAT, "%s:%ld: missing \"query_id\" (string or integer)", path, line);
         else if (!json_is_string(qv)) st = qac_set_error(QAC_ERR_FORMAT, "%s:%ld: missing string \"query\"", path, line);
-        if (!st) {
-            example *e;
-            size_t ps0 = d->n_ps, len0 = d->len;
-            int np = 0, nn = 0;
-            if (!(st = begin_example(d, qid, json_string_value(qv), &e))) {
-                e->pos0 = d->n_ps;
-                st = add_psg_list(d, json_object_get(o, "positive_passages"), "positive_passages", path, line, &np);
-            }
-            if (!st) {
-                e->neg0 = d->n_ps;
-                st = add_psg_list(d, json_object_get(o, "negative_passages"), "negative_passages", path, line, &nn);
-            }
-            if (!st && np == 0) {
-                d->no_pos++; /* skipped: drop what this line added */
-                d->n_ps = ps0, d->len = len0;
-            } else if (!st) {
-                e->npos = np, e->nneg = nn;
-                d->n_ex++;
-            }
+        if (st) continue;
+        example *e;
+        size_t ps0 = d->n_ps, len0 = d->len;
+        int np = 0, nn = 0;
+        if (!(st = begin_example(d, qid, json_string_value(qv), &e))) {
+            e->pos0 = d->n_ps;
+            st = add_psg_list(d, json_object_get(o, "positive_passages"), "positive_passages", path, line, &np);
         }
-        json_decref(o);
+        if (!st) {
+            e->neg0 = d->n_ps;
+            st = add_psg_list(d, json_object_get(o, "negative_passages"), "negative_passages", path, line, &nn);
+        }
+        if (!st && np == 0) {
+            d->no_pos++; /* skipped: drop what this line added */
+            d->n_ps = ps0, d->len = len0;
+        } else if (!st) {
+            e->npos = np, e->nneg = nn;
+            d->n_ex++;
+        }
     }
-    if (!st && ferror(f)) st = qac_set_error(QAC_ERR_IO, "%s: read error", path);
-    free(buf);
-    fclose(f);
+    qac_lines_free(lr);
     return st;
 }
 
@@ -319,29 +299,36 @@ static qac_status load_maps(const char *queries, const char *corpus, qac_textmap
 qac_status qac_ft_data_add_triples(qac_ft_data *d, const char *triples, const char *queries, const char *corpus) {
     qac_textmap *q, *c;
     stage_set ss = {0};
-    qac_status st = load_maps(queries, corpus, &q, &c);
-    FILE *f = NULL;
-    if (!st) st = qac_strmap_create(&ss.qids);
-    if (!st && !(f = fopen(triples, "rb"))) st = qac_set_error(QAC_ERR_NOT_FOUND, "%s: %s", triples, strerror(errno));
-    char *buf = NULL;
+    qac_lines *lr = NULL;
+    char *buf = NULL; /* the line, cut at its tabs */
     size_t cap = 0;
-    long line = 0;
-    ssize_t n;
-    while (!st && (n = getline(&buf, &cap, f)) >= 0) {
-        line++;
-        while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r')) buf[--n] = '\0';
+    qac_status st = load_maps(queries, corpus, &q, &c);
+    if (!st) st = qac_strmap_create(&ss.qids);
+    if (!st) st = qac_lines_open(&lr, triples);
+    const char *line;
+    size_t n;
+    for (int got; !st && !(st = qac_lines_next(lr, &line, &n, &got)) && got;) {
         if (n == 0) continue;
+        if (n + 1 > cap) {
+            char *nb = realloc(buf, n + 1);
+            if (!nb) {
+                st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
+                break;
+            }
+            buf = nb, cap = n + 1;
+        }
+        memcpy(buf, line, n + 1);
         char *save = NULL, *a = strtok_r(buf, "\t", &save), *b = strtok_r(NULL, "\t", &save),
              *c3 = strtok_r(NULL, "\t", &save), *extra = strtok_r(NULL, "\t", &save);
         staged *s;
         if (!a || !b || !c3 || extra)
             st = qac_set_error(QAC_ERR_FORMAT, "%s:%ld: expected 'qid<TAB>positive pid<TAB>negative pid'", triples,
-                               line);
+                               qac_lines_lineno(lr));
         else if (!(st = stage_get(&ss, a, &s)) && !(st = push_id(&s->pos, &s->npos, &s->cpos, b)))
             st = push_id(&s->neg, &s->nneg, &s->cneg, c3);
     }
     free(buf);
-    if (f) fclose(f);
+    qac_lines_free(lr);
     if (!st) st = stage_emit(d, &ss, q, c, triples, queries, corpus);
     stage_free(&ss);
     qac_textmap_free(q), qac_textmap_free(c);

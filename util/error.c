@@ -25,6 +25,7 @@ const char *qac_status_name(qac_status s) {
     case QAC_ERR_INTERNAL: return "internal";
     case QAC_ERR_BUSY: return "busy";
     case QAC_ERR_CANCELLED: return "cancelled";
+    case QAC_ERR_MISMATCH: return "mismatch";
     }
     return "unknown";
 }

@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """Bad input to qac finetune: clear errors before any training starts
 (malformed lines name file and line; empty set; missing dev file; a
-checkpoint of another architecture; a non-BERT model), skips counted; and
+checkpoint of another architecture; a non-BERT model), skips counted;
+Tevatron and qidpidtriples files compressed with gzip read as the plain
+ones (the same batches; errors still name file and line; a truncated
+stream refused); and
 the MS MARCO forms (qidpidtriples, qrels) read correctly."""
+import gzip
 import json
 import os
 import sys
@@ -70,6 +74,37 @@ check(r.returncode == 1 and "training set is empty" in r.stderr and untouched("o
 r = ft("--train", p("missing.jsonl"), out="o-missing")
 check(r.returncode == 1 and "missing.jsonl" in r.stderr and untouched("o-missing"), "missing training file named")
 
+# gzip: the same examples give the same batches; a blank line and CRLF endings as in the plain file
+multi = [dict(good, query_id=f"m{i}", query=f"query {i}",
+              positive_passages=[{"docid": f"p{i}", "title": f"title {i}", "text": f"positive {i}"}],
+              negative_passages=[{"docid": f"n{i}.{j}", "text": f"negative {i} {j}"} for j in range(4)])
+         for i in range(7)]
+text = "\r\n".join(json.dumps(x) for x in multi[:3]) + "\n\n" + "\n".join(json.dumps(x) for x in multi[3:]) + "\n"
+plain = write("multi.jsonl", text)
+with gzip.open(p("multi.jsonl.gz"), "wt", newline="") as f:
+    f.write(text)
+dumps = {}
+for name in ("multi.jsonl", "multi.jsonl.gz"):
+    r = ft("--train", p(name), "--dry-run", "--dump-batches", p(name + ".dump"), "--batch", "3", "--steps", "5",
+           "--n-passages", "3", out="o-" + name)
+    dumps[name] = open(p(name + ".dump")).read() if r.returncode == 0 else ""
+    check(r.returncode == 0 and "7 examples" in r.stderr, f"{name}: 7 examples read: " + r.stderr.strip()[-160:])
+batches = [json.loads(l) for l in dumps["multi.jsonl"].splitlines()]
+check(len(batches) == 5 and dumps["multi.jsonl.gz"] == dumps["multi.jsonl"],
+      "a .gz training file gives the plain file's batches, byte for byte")
+bad_gz = p("bad.jsonl.gz")
+with gzip.open(bad_gz, "wt") as f:
+    f.write(json.dumps(good) + "\n" + json.dumps(good) + "\n{\"query_id\": \"x\", \"query\": \n")
+r = ft("--train", bad_gz, out="o-badgz")
+check(r.returncode == 1 and (bad_gz + ":3: malformed JSON") in r.stderr and untouched("o-badgz"),
+      "a malformed line of a .gz file names file and line: " + r.stderr.strip()[-160:])
+cut_gz = p("cut.jsonl.gz")
+with open(cut_gz, "wb") as f:
+    f.write(gzip.compress(text.encode())[:-30])
+r = ft("--train", cut_gz, out="o-cutgz")
+check(r.returncode == 1 and cut_gz in r.stderr and "truncated gzip stream" in r.stderr and untouched("o-cutgz"),
+      "a truncated .gz file is refused, named: " + r.stderr.strip()[-160:])
+
 corpus = write("corpus.tsv", "a\tpos\nb\tneg\n")
 r = ft("--train", train, "--dev-queries", p("nodev.tsv"), "--dev-qrels", p("q.txt"), "--dev-corpus", corpus, out="o-dev")
 check(r.returncode == 1 and "nodev.tsv" in r.stderr and untouched("o-dev"), "missing dev file: " + r.stderr.strip()[-120:])
@@ -104,6 +139,12 @@ got = read_jsonl(p("tri.jsonl")) if r.returncode == 0 else [{}]
 groups = dict(zip(got[0].get("queries", []), got[0].get("passages", [])))
 check(r.returncode == 0 and groups.get("first", [None])[0] == "one" and sorted(groups["first"][1:]) == ["three", "two"]
       and groups.get("second") == ["four", "one", "one"], f"qidpidtriples grouped by query ({groups})")
+with gzip.open(p("triples.tsv.gz"), "wt") as f:
+    f.write(open(triples).read())
+r = ft("--train-triples", p("triples.tsv.gz"), "--train-queries", queries, "--train-corpus", corpus, "--dry-run",
+       "--dump-batches", p("trigz.jsonl"), "--batch", "2", "--steps", "1", "--n-passages", "3", out="o-trigz")
+check(r.returncode == 0 and open(p("trigz.jsonl")).read() == open(p("tri.jsonl")).read(),
+      "qidpidtriples.gz gives the plain file's batch: " + r.stderr.strip()[-160:])
 bad = write("triples-bad.tsv", "q1\tp1\tp2\nq1\tp1\n")
 r = ft("--train-triples", bad, "--train-queries", queries, "--train-corpus", corpus, out="o-tri2")
 check(r.returncode == 1 and "triples-bad.tsv:2:" in r.stderr, "malformed triples line named")

@@ -6,16 +6,21 @@ scored at each save) on Cranfield BM25 negatives. The same run is killed
 (SIGKILL) half-way through writing checkpoint 6, resumed and killed again
 before the batch of step 8, then resumed to the end: the per-step log
 (exact digits), the dev metrics, and the final weights and optimiser state
-equal the uninterrupted run's bit for bit. Also: progress lines on stderr,
-and `qac plot` writes a valid PNG of the log."""
+equal the uninterrupted run's bit for bit. Before that last resume, every
+option that shapes the steps, changed, is refused (exit 2) before any step
+with its name and both values, the run untouched; and a copy of the run
+whose state is rewritten as version 1 (no batch shape in its cursor) still
+refuses another --steps and resumes to the same end bit for bit. Also:
+progress lines on stderr, and `qac plot` writes a valid PNG of the log."""
 import os
+import shutil
 import struct
 import sys
 import tempfile
 import zlib
 
 sys.path.insert(0, os.path.dirname(__file__))
-from ftlib import CRAN, check, finish, read_jsonl, run, tiny_model  # noqa: E402
+from ftlib import CRAN, check, finish, read_jsonl, run, tiny_model, xxh64  # noqa: E402
 
 tmp = tempfile.mkdtemp(prefix="qac-ft-resume-")
 p = lambda name: os.path.join(tmp, name)  # noqa: E731
@@ -81,14 +86,79 @@ check(r.returncode == -9 and "steps 4..7" not in r.stderr, f"resumed and killed 
 check(latest(out) == "checkpoint-6", f"work since the first kill was kept ({latest(out)})")
 r = finetune(out)
 check(r.returncode == 1 and "--resume" in r.stderr, "a second run into the same directory without --resume is refused")
+
+
+def file_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def run_files(out):
+    return {f: file_bytes(os.path.join(out, f)) for f in ("latest", "log.jsonl", "dev.jsonl",
+                                                          os.path.join("checkpoint-6", "training_state.qts"))}
+
+
+# an option that shapes the steps, changed on resume: refused by name with both values, nothing touched
+before = run_files(out)
+CHANGED = "the run was written with "
+changes = [(["--steps", "12"], "--steps (or --epochs) 10, this resume has 12"),
+           (["--steps", "0", "--epochs", "1"], "--steps (or --epochs) 10, this resume has 8"),
+           (["--seed", "6"], "--seed 5, this resume has 6"),
+           (["--lr", "2e-3"], "--lr 0.001, this resume has 0.002"),
+           (["--weight-decay", "0"], "--weight-decay 0.01, this resume has 0"),
+           (["--max-grad-norm", "0.5"], "--max-grad-norm 1, this resume has 0.5"),
+           (["--schedule", "cosine"], "--schedule linear, this resume has cosine"),
+           (["--warmup-steps", "3"], "--warmup-steps (or --warmup-ratio times the steps) 1, this resume has 3"),
+           (["--warmup-ratio", "0.3"], "--warmup-steps (or --warmup-ratio times the steps) 1, this resume has 3"),
+           (["--tau", "0.5"], "--tau 1, this resume has 0.5"),
+           (["--sim", "cos"], "--sim dot, this resume has cos"),
+           (["--dropout", "0.2"], "--dropout 0.1, this resume has 0.2"),
+           (["--batch", "3"], "--batch 2, this resume has 3"),
+           (["--n-passages", "4"], "--n-passages 3, this resume has 4"),
+           (["--q-max-len", "20"], "--q-max-len 16, this resume has 20"),
+           (["--p-max-len", "40"], "--p-max-len 48, this resume has 40"),
+           (["--title-join", "space"], "the training data differ from the run's (16 examples then, 16 now, other "
+                                       "content)")]
+for extra, msg in changes:
+    r = finetune(out, "--resume", *extra)
+    want = msg if msg.startswith("the training data") else CHANGED + msg
+    check(r.returncode == 2 and want in r.stderr and not any(l.startswith("step ") for l in r.stderr.splitlines())
+          and run_files(out) == before,
+          f"--resume with {' '.join(extra)} is refused before any step, naming both values: " + r.stderr.strip()[-300:])
+
+# a copy of the run with its checkpoint-6 state rewritten as version 1: the
+# same header, the pair-alpha slot 0, and the 4-word cursor (magic, examples,
+# digest, position) without the batch shape
+old = p("v1")
+shutil.copytree(out, old)
+state = os.path.join(old, "checkpoint-6", "training_state.qts")
+st = file_bytes(state)
+# magic 8; u32 version, 0; u64 step, n_params, seed, cursor_len; 6 f64; 2 i64; 4 i32; 4 f32
+HEAD = 8 + 4 + 4 + 4 * 8 + 6 * 8 + 2 * 8 + 4 * 4 + 4 * 4
+version, cursor_len = struct.unpack_from("<I", st, 8)[0], struct.unpack_from("<Q", st, 40)[0]
+cursor = struct.unpack_from("<8Q", st, HEAD) if cursor_len == 64 else ()
+check(version == 2 and cursor_len == 64 and cursor[0] == int.from_bytes(b"QACTFCU2", "little")
+      and cursor[4:] == (2, 3, 16, 48) and struct.unpack_from("<f", st, HEAD - 4)[0] == 0,
+      f"the state is version 2 and its cursor records --batch, --n-passages and the lengths ({version}, {cursor})")
+v1_cursor = struct.pack("<4Q", int.from_bytes(b"QACTFCUR", "little"), *cursor[1:4]) if cursor else b""
+body = st[:8] + struct.pack("<I", 1) + st[12:40] + struct.pack("<Q", 32) + st[48:HEAD] + v1_cursor + st[HEAD + 64:-8]
+with open(state, "wb") as f:
+    f.write(body + struct.pack("<Q", xxh64(body)))
+r = finetune(old, "--resume", "--steps", "12")
+check(r.returncode == 2 and CHANGED + "--steps (or --epochs) 10, this resume has 12" in r.stderr,
+      "a version-1 state is held to the options it records: " + r.stderr.strip()[-300:])
+
 r = finetune(out, "--resume")
 check(r.returncode == 0 and "steps 7..10" in r.stderr, "resumed from checkpoint 6 to the end: " + r.stderr[-300:])
-check(traj(out) == traj(ref), "loss, lr and grad norm of every step equal the uninterrupted run's")
-check(read_jsonl(os.path.join(out, "dev.jsonl")) == dev_ref, "dev metrics equal the uninterrupted run's")
-for f in ("model.safetensors", "training_state.qts"):
-    a = open(os.path.join(ref, "checkpoint-10", f), "rb").read()
-    b = open(os.path.join(out, "checkpoint-10", f), "rb").read()
-    check(a == b, f"final {f} is bit-identical")
+r1 = finetune(old, "--resume")
+check(r1.returncode == 0 and "steps 7..10" in r1.stderr, "the version-1 state resumes to the end: " + r1.stderr[-300:])
+for d, what in ((out, ""), (old, " (from the version-1 state)")):
+    check(traj(d) == traj(ref), "loss, lr and grad norm of every step equal the uninterrupted run's" + what)
+    check(read_jsonl(os.path.join(d, "dev.jsonl")) == dev_ref, "dev metrics equal the uninterrupted run's" + what)
+    for f in ("model.safetensors", "training_state.qts"):
+        a = file_bytes(os.path.join(ref, "checkpoint-10", f))
+        b = file_bytes(os.path.join(d, "checkpoint-10", f))
+        check(a == b, f"final {f} is bit-identical" + what)
 
 # the training curve
 png = p("loss.png")

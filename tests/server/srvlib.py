@@ -89,7 +89,7 @@ class Server:
                 raise RuntimeError(f"server did not start: {line!r} {err}")
             self.base = m.group(1)
 
-    def stop(self, timeout=60):
+    def stop(self, timeout=300):  # generous: a drain on a loaded machine
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
         try:
@@ -177,6 +177,15 @@ def is_sanitized_binary():
             return b"__asan_init" in f.read()
     except OSError:
         return False
+
+
+def metric(base, name):
+    """The value of an unlabelled metric on /metrics (None if absent)."""
+    _, _, text = http(base, "GET", "/metrics")
+    for line in text.splitlines() if isinstance(text, str) else ():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return None
 
 
 def wait_until(pred, timeout=10.0, step=0.05):
