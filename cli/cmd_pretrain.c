@@ -181,7 +181,7 @@ int qac_cmd_pretrain(int argc, char **argv) {
                 qac_opts_str(&o, "objective"), po.batch, po.train.total_steps, rep);
     }
     if (!st) st = qac_pretrain_run(m, &po, &from);
-    if (st) rc = qac_cli_fail("pretrain");
+    if (st) rc = qac_cli_fail("pretrain"), rc = st == QAC_ERR_MISMATCH ? 2 : rc; /* as finetune: a changed option */
     else if (!u.quiet)
         fprintf(stderr, "qac pretrain: steps %ld..%ld done in %.1f s; the encoder is in %s (checkpoints with the heads "
                         "beside it)\n",

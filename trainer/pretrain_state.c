@@ -130,7 +130,7 @@ static void two_reals(char *a, char *b, size_t cap, double x, double y) {
 }
 
 static qac_status changed(const char *use, const char *option, const char *then, const char *now) {
-    return qac_set_error(QAC_ERR_INVALID,
+    return qac_set_error(QAC_ERR_MISMATCH,
                          "%s: the run was written with %s %s, this resume has %s; resume with the same %s (a changed "
                          "option would not continue the run bit for bit), or start a new --out",
                          use, option, then, now, option);
@@ -158,7 +158,7 @@ static qac_status check_options(const header *h, const header *w, const char *us
     if (h->version >= 3) {
         if (h->context != w->context || (curriculum && h->span_frac != w->span_frac)) {
             context_name(a, sizeof a, h->context, h->span_frac), context_name(b, sizeof b, w->context, w->span_frac);
-            return qac_set_error(QAC_ERR_INVALID,
+            return qac_set_error(QAC_ERR_MISMATCH,
                                  "%s: the run was written with %s, this resume has %s; resume with the same "
                                  "--context or --curriculum (a changed option would not continue the run bit for "
                                  "bit), or start a new --out",

@@ -81,7 +81,7 @@ for arm in ARMS:
                          (["--schedule", "cosine"], "--schedule linear, this resume has cosine")]}[arm]
     for extra, msg in changes:
         r = pretrain(arm, out, "--resume", *extra)
-        check(r.returncode == 1 and "the run was written with " + msg in r.stderr and
+        check(r.returncode == 2 and "the run was written with " + msg in r.stderr and
               not any(l.startswith("step ") for l in r.stderr.splitlines()) and
               all(file_bytes(os.path.join(out, f)) == b for f, b in before.items()),
               f"{arm}: --resume with {' '.join(extra)} is refused before any step, naming both values: "
