@@ -23,7 +23,9 @@
 #   5. (stage cranfield, when a model and the Cranfield data are at hand) 100
 #      fine-tuning steps on Cranfield fold 0 with qac finetune on the CPU
 #      (fp32) and on the GPU (bf16): the loss curves within 1% and the dev
-#      nDCG@10 of the final checkpoints within 0.01.
+#      nDCG@10 of the final checkpoints within 0.01; and 20 steps with the
+#      PAIR loss (--alpha 0.1) on the CPU against the GPU in fp32 (loss within
+#      1e-3 per step).
 # Everything is logged under the output directory; a summary comes last.
 #   scripts/gpu_train_verify.sh [out-dir]      (default: gpu-train-verify-<date>)
 # On a machine without package access, bring the build's libraries as .deb
@@ -218,6 +220,19 @@ nc, ng = (load(d, "dev.jsonl")[-1]["ndcg_cut_10"] for d in sys.argv[1:3])
 print(f"dev nDCG@10 cpu {nc:.4f} gpu {ng:.4f} diff {ng - nc:+.4f} (tol 0.01)")
 sys.exit(0 if len(cpu) == len(gpu) == 100 and worst <= 0.01 and abs(ng - nc) <= 0.01 else 1)
 PY
+    # PAIR (--alpha): 20 steps on the CPU against the GPU in fp32, loss within 1e-3 per step
+    step cranfield-pair-cpu "$build/qac" "${ft[@]}" --alpha 0.1 --steps 20 --device cpu --threads "$(nproc)" \
+      --out "$d/pair-cpu"
+    step cranfield-pair-gpu "$build/qac" "${ft[@]}" --alpha 0.1 --steps 20 --device cuda --train-precision fp32 \
+      --out "$d/pair-gpu"
+    step cranfield-pair-compare "$py" - "$d/pair-cpu" "$d/pair-gpu" <<'PY'
+import json, sys
+cpu, gpu = ([json.loads(l) for l in open(f"{d}/log.jsonl") if l.strip()] for d in sys.argv[1:3])
+worst = max(abs(g["loss"] - c["loss"]) / abs(c["loss"]) for c, g in zip(cpu, gpu))
+print(f"pair: steps {len(cpu)} / {len(gpu)}; loss cpu {cpu[-1]['loss']:.5f} gpu {gpu[-1]['loss']:.5f}; "
+      f"worst rel {worst:.3g} (tol 1e-3)")
+sys.exit(0 if len(cpu) == len(gpu) == 20 and worst <= 1e-3 else 1)
+PY
   else
     summary+=("NOTE stage cranfield skipped: no Cranfield data in $data or no model (set QAC_DATA, QAC_MODEL)")
   fi
@@ -227,6 +242,6 @@ echo "== results in $out =="
 grep -h "^RESULT\|^RATIO\|^NOTE" "$out"/bench-*.log 2>/dev/null
 grep -h "worst tensor\|^trajectory\|^resume\|loss gpu" "$out"/test-train-step.log "$out"/test-pretrain-step.log \
   2>/dev/null | tee "$out/parity.txt"
-cat "$out/pretrain-compare.log" "$out/cranfield-compare.log" 2>/dev/null
+cat "$out/pretrain-compare.log" "$out/cranfield-compare.log" "$out/cranfield-pair-compare.log" 2>/dev/null
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 ! grep -q '^FAIL' "$out/summary.txt"

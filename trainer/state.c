@@ -4,7 +4,7 @@
  *   u64 step, n_params, seed, cursor_len
  *   f64 lr, weight_decay, beta1, beta2, adam_eps, max_grad_norm
  *   i64 warmup_steps, total_steps; i32 schedule, sim, chunk, recompute
- *   f32 tau, hidden_dropout, attn_dropout, 0
+ *   f32 tau, hidden_dropout, attn_dropout, pair_alpha (0 before PAIR was an option)
  *   u8 cursor[cursor_len]; f32 adam_m[n_params]; f32 adam_v[n_params]
  *   u64 XXH64 of every byte before it
  * Little-endian. The directory is written as DIR.tmp and renamed, so DIR is
@@ -29,7 +29,7 @@ static qac_status write_state(void *user, const char *path) {
     uint64_t step = (uint64_t)t->step, n = t->m->n_params, seed = o->seed, cl = t->save_cursor_len;
     int64_t warm = o->warmup_steps, total = o->total_steps;
     int32_t ints[4] = {(int32_t)o->schedule, (int32_t)o->sim, o->chunk, o->recompute};
-    float fl[4] = {o->tau, t->drop.hidden, t->drop.attn, 0};
+    float fl[4] = {o->tau, t->drop.hidden, t->drop.attn, o->pair_alpha};
     double dbl[6] = {o->lr, o->weight_decay, o->beta1, o->beta2, o->adam_eps, o->max_grad_norm};
 #define PUT(v) qac_state_put(&w, &(v), sizeof(v))
     qac_state_put(&w, QAC_STATE_MAGIC_FT, 8);
