@@ -1,7 +1,9 @@
 // The CUDA training backend (kernels/qac_cuda_train.h): the training step
 // of trainer/trainer.c and model/bert_backward.c on the GPU. Forward keeps
-// every layer's tensors; backward reads them top-down, accumulating into
-// one fp32 gradient block; clipping and AdamW run on the device.
+// every layer's tensors (with --recompute only each layer's input, the
+// layer re-run just before its backward); backward reads them top-down,
+// accumulating into one fp32 gradient block; clipping and AdamW run on the
+// device.
 //
 // Not yet run on a GPU: compiled and reviewed only, until
 // scripts/gpu_train_verify.sh passes on a device.
@@ -45,6 +47,7 @@ struct cuda_trainer : qac_kl_dev {
     float tau;
     qac_similarity sim;
     float pair_alpha; // > 0: PAIR in place of InfoNCE
+    int recompute;    // keep only the layer inputs; re-run each layer in backward
     double max_grad_norm, beta1, beta2, eps, wd;
     qac_kt_tensors tensors;
     qac_bert_params w, g; // views into params and grads
@@ -80,7 +83,7 @@ size_t bind_side(const cuda_trainer *t, side *s, char *base, int B, int T) {
     b.take(&s->plan_w, nplan * sizeof(int32_t));
     b.take(&s->plan_t, nplan * sizeof(int32_t));
     b.take(&s->lens, (size_t)B * sizeof(int));
-    qac_kl_acts_bind(t, s, &b, B, T, t->cfg.num_layers, 1);
+    qac_kl_acts_bind(t, s, &b, B, T, t->cfg.num_layers, 1, t->recompute);
     return b.off;
 }
 
@@ -328,6 +331,7 @@ extern "C" qac_status qac_cuda_trainer_create(qac_cuda_trainer **out, const qac_
     t->tau = o->tau;
     t->sim = o->sim;
     t->pair_alpha = o->pair_alpha;
+    t->recompute = o->recompute;
     t->max_grad_norm = o->max_grad_norm;
     t->chunk = o->chunk;
     t->world = o->dist_world > 0 ? o->dist_world : 0;

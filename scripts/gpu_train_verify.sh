@@ -6,7 +6,8 @@
 #      CPU twin (test_gpu_train_kernels), the whole step against the CPU
 #      trainer (test_gpu_train_step: gradient parity fp32 and bf16, GradCache,
 #      a 10-step fp32 and a 100-step bf16 trajectory against CPU fp32,
-#      checkpoints resumed across devices), and the NCCL path against one GPU
+#      checkpoints resumed across devices, PAIR, --recompute bit-identical
+#      to keeping every activation), and the NCCL path against one GPU
 #      (test_gpu_train_dist, when the CUDA installation has NCCL), and the
 #      pre-trainer's step against the CPU pre-trainer (test_gpu_pretrain_step:
 #      coCondenser, CoT-MAE, qgen and PAIR gradient parity per tensor fp32 and bf16,
@@ -19,7 +20,8 @@
 #   4b. (stage pretrain) qac pretrain --device cuda on a tiny generated
 #      jsonl, for coCondenser, CoT-MAE, qgen and PAIR: a smoke run saved, resumed
 #      and exported, and 20 steps on the CPU (fp32) against the GPU in fp32
-#      (loss within 1e-3 per step) and bf16 (within 3%);
+#      (loss within 1e-3 per step) and bf16 (within 3%), and the fp32 run
+#      again with --recompute (the same losses, bit for bit);
 #   5. (stage cranfield, when a model and the Cranfield data are at hand) 100
 #      fine-tuning steps on Cranfield fold 0 with qac finetune on the CPU
 #      (fp32) and on the GPU (bf16): the loss curves within 1% and the dev
@@ -171,6 +173,9 @@ PY
         --out "$d/$obj-gpu32"
       step "pretrain-$obj-gpu-bf16" "$build/qac" "${pt[@]}" --device cuda --train-precision bf16 --steps 20 \
         --out "$d/$obj-gpu16"
+      # --recompute: the same losses as the fp32 run keeping every activation, bit for bit
+      step "pretrain-$obj-gpu-fp32-recompute" "$build/qac" "${pt[@]}" --device cuda --train-precision fp32 \
+        --recompute --steps 20 --out "$d/$obj-gpu32-rc"
     done
     step pretrain-compare "$py" - "$d" <<'PY'
 import json, sys
@@ -186,6 +191,10 @@ for obj in ("cocondenser", "cotmae", "qgen", "pair"):
         print(f"{obj} {run}: steps {len(g)}; loss cpu {cpu[0]['loss']:.5f} -> {cpu[-1]['loss']:.5f}, "
               f"gpu {g[0]['loss']:.5f} -> {g[-1]['loss']:.5f}; worst rel {worst:.3g} (tol {tol})")
         ok = ok and len(g) == 20 and worst <= tol
+    rc, g32 = load(f"{obj}-gpu32-rc"), load(f"{obj}-gpu32")
+    same = len(rc) == 20 and [r["loss"] for r in rc] == [r["loss"] for r in g32]
+    print(f"{obj} gpu32 --recompute: losses {'identical to' if same else 'DIFFER from'} the keeping run's")
+    ok = ok and same
     smoke = load(f"{obj}-smoke")
     print(f"{obj} smoke: steps {[r['step'] for r in smoke]}")
     ok = ok and [r["step"] for r in smoke] == list(range(1, 10))

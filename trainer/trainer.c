@@ -64,10 +64,6 @@ qac_status qac_trainer_create(qac_trainer **out, qac_model *m, const qac_train_o
         free(t);
         return qac_set_error(QAC_ERR_INVALID, "trainer: PAIR alpha %g is past 1", (double)o->pair_alpha);
     }
-    if (o->device == QAC_DEVICE_CUDA && o->recompute) {
-        free(t);
-        return qac_set_error(QAC_ERR_UNSUPPORTED, "trainer: the CUDA backend has no recompute yet (train on the CPU)");
-    }
     size_t n = m->n_params;
     t->grad_mem = calloc(n, sizeof(float));
     t->adam_m = calloc(n, sizeof(float));
