@@ -77,8 +77,7 @@ typedef struct qac_train_opts {
     uint64_t seed;
     int threads;           /* <= 0: one per core */
     /* QAC_DEVICE_CPU (the reference; AUTO means CPU too) or QAC_DEVICE_CUDA
-     * (an error without a usable GPU). CUDA has neither PAIR nor recompute
-     * yet and refuses them. */
+     * (an error without a usable GPU; it runs PAIR and recompute too). */
     qac_device device;
     /* CUDA: QAC_PREC_BF16 (mixed precision, the default) or QAC_PREC_FP32
      * (no TF32; for checking against the CPU) */

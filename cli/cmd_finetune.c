@@ -30,6 +30,7 @@ static const qac_opt ft_opts[] = {
     {"p-max-len", QAC_OPT_INT, "128", 2, 8192, NULL, NULL, "passage max tokens incl. specials", 0},
     {"tau", QAC_OPT_FLOAT, "1.0", 1e-6, 1e6, NULL, NULL, "InfoNCE temperature", 0},
     {"sim", QAC_OPT_ENUM, "dot", 0, -1, "dot|cos", NULL, "similarity (after the checkpoint's pooling/normalisation)", 0},
+    {"alpha", QAC_OPT_FLOAT, "0", 0, 1, NULL, NULL, "> 0: the PAIR loss (1-alpha) L_q + alpha L_p instead of InfoNCE (--tau, --sim unused)", 0},
     {"chunk", QAC_OPT_INT, "0", 0, 1 << 20, NULL, NULL, "GradCache chunk in sequences (0 = whole batch at once)", 0},
     {"dropout", QAC_OPT_FLOAT, "-1", -1, 1, NULL, NULL, "hidden and attention dropout (-1 = the checkpoint's)", 0},
     {"recompute", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL, "keep only layer inputs; recompute in backward", 0},
@@ -127,6 +128,7 @@ int qac_cmd_finetune(int argc, char **argv) {
     fo.p_max = (int)qac_opts_int(&o, "p-max-len");
     fo.train.tau = (float)qac_opts_float(&o, "tau");
     fo.train.sim = !strcmp(qac_opts_str(&o, "sim"), "cos") ? QAC_SIM_COS : QAC_SIM_DOT;
+    fo.train.pair_alpha = (float)qac_opts_float(&o, "alpha");
     fo.train.chunk = (int)qac_opts_int(&o, "chunk");
     fo.train.hidden_dropout = fo.train.attn_dropout = (float)qac_opts_float(&o, "dropout");
     fo.train.recompute = qac_opts_bool(&o, "recompute");

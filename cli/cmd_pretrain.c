@@ -105,11 +105,6 @@ int qac_cmd_pretrain(int argc, char **argv) {
     }
     if (on_cuda) {
         po.obj.alpha = (float)qac_opts_float(&o, "alpha");
-        if (qac_opts_bool(&o, "recompute")) {
-            fprintf(stderr, "qac pretrain: --device cuda keeps every activation; --recompute is for --device cpu\n");
-            qac_opts_free(&o);
-            return 2;
-        }
         const char *missing = qac_pt_cuda_missing(&po.obj);
         const char *why = missing ? missing : !qac_cuda_available() ?
 #ifdef QAC_HAVE_CUDA

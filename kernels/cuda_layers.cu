@@ -23,9 +23,12 @@ static size_t big_cols(const qac_bert_config *c) {
     return (size_t)(c->intermediate_size > 3 * c->hidden_size ? c->intermediate_size : 3 * c->hidden_size);
 }
 
-void qac_kl_acts_bind(const qac_kl_ctx *t, qac_kl_acts *s, qac_kl_bump *b, int B, int T, int L_, int with_emb) {
+void qac_kl_acts_bind(const qac_kl_ctx *t, qac_kl_acts *s, qac_kl_bump *b, int B, int T, int L_, int with_emb,
+                      int recompute) {
     const qac_bert_config *c = &t->cfg;
     const size_t N = (size_t)B * T, C = c->hidden_size, I = c->intermediate_size, L = (size_t)L_;
+    // the layer inputs for all L layers; the rest for Lk (one when recomputed)
+    const size_t Lk = recompute ? 1 : L;
     const size_t NH = c->num_heads, es = t->esize, nP = (size_t)B * NH * T * T;
     if (with_emb) {
         b->take(&s->emb, N * C * 4);
@@ -39,27 +42,28 @@ void qac_kl_acts_bind(const qac_kl_ctx *t, qac_kl_acts *s, qac_kl_bump *b, int B
         s->hidden_act = s->hidden;
     else
         b->take((char **)&s->hidden_act, (L + 1) * N * C * es);
-    b->take((char **)&s->q, L * N * C * es);
-    b->take((char **)&s->k, L * N * C * es);
-    b->take((char **)&s->v, L * N * C * es);
-    b->take((char **)&s->P, L * nP * es);
-    b->take((char **)&s->atty, L * N * C * es);
-    b->take(&s->res1, L * N * C * 4);
-    b->take(&s->ln1, L * N * C * 4);
-    b->take(&s->res2, L * N * C * 4);
+    b->take((char **)&s->q, Lk * N * C * es);
+    b->take((char **)&s->k, Lk * N * C * es);
+    b->take((char **)&s->v, Lk * N * C * es);
+    b->take((char **)&s->P, Lk * nP * es);
+    b->take((char **)&s->atty, Lk * N * C * es);
+    b->take(&s->res1, Lk * N * C * 4);
+    b->take(&s->ln1, Lk * N * C * 4);
+    b->take(&s->res2, Lk * N * C * 4);
     if (t->prec == QAC_PREC_FP32)
         s->ln1_act = s->ln1;
     else
-        b->take((char **)&s->ln1_act, L * N * C * es);
-    b->take(&s->ln1_mean, L * N * 4);
-    b->take(&s->ln1_rstd, L * N * 4);
-    b->take(&s->ln2_mean, L * N * 4);
-    b->take(&s->ln2_rstd, L * N * 4);
-    b->take((char **)&s->ffn_pre, L * N * I * es);
-    b->take((char **)&s->ffn_act, L * N * I * es);
+        b->take((char **)&s->ln1_act, Lk * N * C * es);
+    b->take(&s->ln1_mean, Lk * N * 4);
+    b->take(&s->ln1_rstd, Lk * N * 4);
+    b->take(&s->ln2_mean, Lk * N * 4);
+    b->take(&s->ln2_rstd, Lk * N * 4);
+    b->take((char **)&s->ffn_pre, Lk * N * I * es);
+    b->take((char **)&s->ffn_act, Lk * N * I * es);
     s->B = B;
     s->T = T;
     s->L = L_;
+    s->recompute = recompute;
 }
 
 size_t qac_kl_work_bind(const qac_kl_ctx *t, qac_kl_work *w, char *base, size_t N, size_t nP) {
@@ -125,8 +129,11 @@ qac_status qac_kl_embed_fwd(const qac_kl_ctx *t, qac_kl_acts *s, const int32_t *
                                  0);
 }
 
-qac_status qac_kl_layers_fwd(const qac_kl_ctx *t, qac_kl_acts *s, qac_kl_work *k, const qac_bert_params *w,
-                             const int *lens, uint64_t key, uint64_t seq_base) {
+// Layer l of the stack w on hidden[l] (hidden_act[l]) into hidden[l+1]
+// (hidden_act[l+1]), its tensors in slot l of s (slot 0 when s recomputes).
+// Dropout is keyed by l, never by the slot, so a re-run draws the same masks.
+static qac_status layer_fwd(const qac_kl_ctx *t, qac_kl_acts *s, qac_kl_work *k, const qac_bert_params *w,
+                            const int *lens, uint64_t key, uint64_t seq_base, int l) {
     const qac_bert_config *c = &t->cfg;
     const int B = s->B, T = s->T, N = B * T, C = c->hidden_size, I = c->intermediate_size, NH = c->num_heads;
     const size_t NC = (size_t)N * C, NI = (size_t)N * I, nP = (size_t)B * NH * T * T;
@@ -134,41 +141,49 @@ qac_status qac_kl_layers_fwd(const qac_kl_ctx *t, qac_kl_acts *s, qac_kl_work *k
     const float eps = c->layer_norm_eps;
     const qac_kt_drop dh = qac_kl_drop(t->p_hidden, key, seq_base), da = qac_kl_drop(t->p_attn, key, seq_base);
     cudaStream_t st = t->stream;
-    if (p != QAC_PREC_FP32) QAC_CU(qac_k_from_f32(s->hidden_act, s->hidden, NC, p, st));
+    const int j = s->recompute ? 0 : l;
+    const size_t lc = (size_t)l * C;
+    const float *x = QAC_KL_AT(s->hidden, l, NC);
+    const void *xa = QAC_KL_ACT(t, s->hidden_act, l, NC);
+    void *q = QAC_KL_ACT(t, s->q, j, NC), *kk = QAC_KL_ACT(t, s->k, j, NC), *v = QAC_KL_ACT(t, s->v, j, NC);
+    void *P = QAC_KL_ACT(t, s->P, j, nP), *atty = QAC_KL_ACT(t, s->atty, j, NC);
+    void *ln1_act = QAC_KL_ACT(t, s->ln1_act, j, NC);
+    void *ffn_pre = QAC_KL_ACT(t, s->ffn_pre, j, NI), *ffn_act = QAC_KL_ACT(t, s->ffn_act, j, NI);
+    float *res1 = QAC_KL_AT(s->res1, j, NC), *ln1 = QAC_KL_AT(s->ln1, j, NC), *res2 = QAC_KL_AT(s->res2, j, NC);
 
+    qac_status e = qac_kt_linear_fwd(t->blas, k->big, xa, qac_kl_act_w(t, w->qkv_w + lc * 3 * C), N, C, 3 * C, p);
+    if (e) return e;
+    if ((e = qac_kt_attention_fwd(t->blas, atty, q, kk, v, P, k->S, k->Pd, k->O, k->big, w->qkv_b + lc * 3, lens, da,
+                                  l, B, T, C, NH, 0, 0, p, st)))
+        return e;
+    if ((e = qac_kt_linear_fwd(t->blas, k->proj, atty, qac_kl_act_w(t, w->attn_out_w + lc * C), N, C, C, p)))
+        return e;
+    QAC_CU(qac_kt_bias_dropout_residual(res1, k->proj, w->attn_out_b + lc, x, dh, l, QAC_DROP_ATT_OUT, B, T, C, p,
+                                        st));
+    QAC_CU(qac_kt_layernorm_fwd(ln1, p == QAC_PREC_FP32 ? NULL : ln1_act, QAC_KL_AT(s->ln1_mean, j, N),
+                                QAC_KL_AT(s->ln1_rstd, j, N), res1, w->ln1_w + lc, w->ln1_b + lc, N, C, eps, p, st));
+    if ((e = qac_kt_linear_fwd(t->blas, ffn_pre, ln1_act, qac_kl_act_w(t, w->ffn_in_w + (size_t)l * I * C), N, C, I,
+                               p)))
+        return e;
+    QAC_CU(qac_kt_bias_gelu_fwd(ffn_pre, ffn_act, w->ffn_in_b + (size_t)l * I, N, I, p, st));
+    if ((e = qac_kt_linear_fwd(t->blas, k->proj, ffn_act, qac_kl_act_w(t, w->ffn_out_w + lc * I), N, I, C, p)))
+        return e;
+    QAC_CU(qac_kt_bias_dropout_residual(res2, k->proj, w->ffn_out_b + lc, ln1, dh, l, QAC_DROP_FFN_OUT, B, T, C, p,
+                                        st));
+    QAC_CU(qac_kt_layernorm_fwd(QAC_KL_AT(s->hidden, l + 1, NC),
+                                p == QAC_PREC_FP32 ? NULL : QAC_KL_ACT(t, s->hidden_act, l + 1, NC),
+                                QAC_KL_AT(s->ln2_mean, j, N), QAC_KL_AT(s->ln2_rstd, j, N), res2, w->ln2_w + lc,
+                                w->ln2_b + lc, N, C, eps, p, st));
+    return QAC_OK;
+}
+
+qac_status qac_kl_layers_fwd(const qac_kl_ctx *t, qac_kl_acts *s, qac_kl_work *k, const qac_bert_params *w,
+                             const int *lens, uint64_t key, uint64_t seq_base) {
+    const size_t NC = (size_t)s->B * s->T * t->cfg.hidden_size;
+    if (t->prec != QAC_PREC_FP32) QAC_CU(qac_k_from_f32(s->hidden_act, s->hidden, NC, t->prec, t->stream));
     for (int l = 0; l < s->L; l++) {
-        const size_t lc = (size_t)l * C;
-        const float *x = QAC_KL_AT(s->hidden, l, NC);
-        const void *xa = QAC_KL_ACT(t, s->hidden_act, l, NC);
-        void *q = QAC_KL_ACT(t, s->q, l, NC), *kk = QAC_KL_ACT(t, s->k, l, NC), *v = QAC_KL_ACT(t, s->v, l, NC);
-        void *P = QAC_KL_ACT(t, s->P, l, nP), *atty = QAC_KL_ACT(t, s->atty, l, NC);
-        void *ln1_act = QAC_KL_ACT(t, s->ln1_act, l, NC);
-        void *ffn_pre = QAC_KL_ACT(t, s->ffn_pre, l, NI), *ffn_act = QAC_KL_ACT(t, s->ffn_act, l, NI);
-        float *res1 = QAC_KL_AT(s->res1, l, NC), *ln1 = QAC_KL_AT(s->ln1, l, NC), *res2 = QAC_KL_AT(s->res2, l, NC);
-
-        qac_status e = qac_kt_linear_fwd(t->blas, k->big, xa, qac_kl_act_w(t, w->qkv_w + lc * 3 * C), N, C, 3 * C, p);
+        qac_status e = layer_fwd(t, s, k, w, lens, key, seq_base, l);
         if (e) return e;
-        if ((e = qac_kt_attention_fwd(t->blas, atty, q, kk, v, P, k->S, k->Pd, k->O, k->big, w->qkv_b + lc * 3, lens,
-                                      da, l, B, T, C, NH, 0, 0, p, st)))
-            return e;
-        if ((e = qac_kt_linear_fwd(t->blas, k->proj, atty, qac_kl_act_w(t, w->attn_out_w + lc * C), N, C, C, p)))
-            return e;
-        QAC_CU(qac_kt_bias_dropout_residual(res1, k->proj, w->attn_out_b + lc, x, dh, l, QAC_DROP_ATT_OUT, B, T, C, p,
-                                            st));
-        QAC_CU(qac_kt_layernorm_fwd(ln1, p == QAC_PREC_FP32 ? NULL : ln1_act, QAC_KL_AT(s->ln1_mean, l, N),
-                                    QAC_KL_AT(s->ln1_rstd, l, N), res1, w->ln1_w + lc, w->ln1_b + lc, N, C, eps, p, st));
-        if ((e = qac_kt_linear_fwd(t->blas, ffn_pre, ln1_act, qac_kl_act_w(t, w->ffn_in_w + (size_t)l * I * C), N, C, I,
-                                   p)))
-            return e;
-        QAC_CU(qac_kt_bias_gelu_fwd(ffn_pre, ffn_act, w->ffn_in_b + (size_t)l * I, N, I, p, st));
-        if ((e = qac_kt_linear_fwd(t->blas, k->proj, ffn_act, qac_kl_act_w(t, w->ffn_out_w + lc * I), N, I, C, p)))
-            return e;
-        QAC_CU(qac_kt_bias_dropout_residual(res2, k->proj, w->ffn_out_b + lc, ln1, dh, l, QAC_DROP_FFN_OUT, B, T, C, p,
-                                            st));
-        QAC_CU(qac_kt_layernorm_fwd(QAC_KL_AT(s->hidden, l + 1, NC),
-                                    p == QAC_PREC_FP32 ? NULL : QAC_KL_ACT(t, s->hidden_act, l + 1, NC),
-                                    QAC_KL_AT(s->ln2_mean, l, N), QAC_KL_AT(s->ln2_rstd, l, N), res2, w->ln2_w + lc,
-                                    w->ln2_b + lc, N, C, eps, p, st));
     }
     return QAC_OK;
 }
@@ -185,35 +200,39 @@ qac_status qac_kl_layers_bwd(const qac_kl_ctx *t, qac_kl_acts *s, qac_kl_work *k
     qac_status e;
     for (int l = s->L - 1; l >= 0; l--) {
         const size_t lc = (size_t)l * C, li = (size_t)l * I;
+        // recompute: the layer again from its kept input, the same kernels
+        // and masks (hidden[l+1] is rewritten with the values it holds)
+        if (s->recompute && (e = layer_fwd(t, s, k, w, lens, key, seq_base, l))) return e;
+        const int j = s->recompute ? 0 : l; // the slot of layer l's tensors
         // y = LN2(res2), res2 = ln1 + dropout(ffn_act W2^T + b2)
-        QAC_CU(qac_kt_layernorm_bwd(k->dres, g->ln2_w + lc, g->ln2_b + lc, k->dy, QAC_KL_AT(s->res2, l, NC),
-                                    QAC_KL_AT(s->ln2_mean, l, N), QAC_KL_AT(s->ln2_rstd, l, N), w->ln2_w + lc,
+        QAC_CU(qac_kt_layernorm_bwd(k->dres, g->ln2_w + lc, g->ln2_b + lc, k->dy, QAC_KL_AT(s->res2, j, NC),
+                                    QAC_KL_AT(s->ln2_mean, j, N), QAC_KL_AT(s->ln2_rstd, j, N), w->ln2_w + lc,
                                     k->partial, N, C, st));
         QAC_CU(qac_kt_dropout(k->proj, k->dres, dh, l, QAC_DROP_FFN_OUT, B, T, C, p, st));
         if ((e = qac_kt_linear_bwd(t->blas, k->big, p, 0.0f, g->ffn_out_w + lc * I, g->ffn_out_b + lc, k->proj,
-                                   QAC_KL_ACT(t, s->ffn_act, l, NI), qac_kl_act_w(t, w->ffn_out_w + lc * I), k->partial,
+                                   QAC_KL_ACT(t, s->ffn_act, j, NI), qac_kl_act_w(t, w->ffn_out_w + lc * I), k->partial,
                                    N, I, C, p, st)))
             return e;
         // ffn_act = GELU(ln1 W1^T + b1)
-        QAC_CU(qac_kt_gelu_bwd(k->big, k->big, QAC_KL_ACT(t, s->ffn_pre, l, NI), NI, p, st));
+        QAC_CU(qac_kt_gelu_bwd(k->big, k->big, QAC_KL_ACT(t, s->ffn_pre, j, NI), NI, p, st));
         QAC_CU(cudaMemcpyAsync(k->dln1, k->dres, NC * sizeof(float), cudaMemcpyDeviceToDevice, st));
         if ((e = qac_kt_linear_bwd(t->blas, k->dln1, QAC_PREC_FP32, 1.0f, g->ffn_in_w + li * C, g->ffn_in_b + li,
-                                   k->big, QAC_KL_ACT(t, s->ln1_act, l, NC), qac_kl_act_w(t, w->ffn_in_w + li * C),
+                                   k->big, QAC_KL_ACT(t, s->ln1_act, j, NC), qac_kl_act_w(t, w->ffn_in_w + li * C),
                                    k->partial, N, C, I, p, st)))
             return e;
         // ln1 = LN1(res1), res1 = x + dropout(atty Wo^T + bo)
-        QAC_CU(qac_kt_layernorm_bwd(k->dres, g->ln1_w + lc, g->ln1_b + lc, k->dln1, QAC_KL_AT(s->res1, l, NC),
-                                    QAC_KL_AT(s->ln1_mean, l, N), QAC_KL_AT(s->ln1_rstd, l, N), w->ln1_w + lc,
+        QAC_CU(qac_kt_layernorm_bwd(k->dres, g->ln1_w + lc, g->ln1_b + lc, k->dln1, QAC_KL_AT(s->res1, j, NC),
+                                    QAC_KL_AT(s->ln1_mean, j, N), QAC_KL_AT(s->ln1_rstd, j, N), w->ln1_w + lc,
                                     k->partial, N, C, st));
         QAC_CU(qac_kt_dropout(k->proj, k->dres, dh, l, QAC_DROP_ATT_OUT, B, T, C, p, st));
         if ((e = qac_kt_linear_bwd(t->blas, k->datty, p, 0.0f, g->attn_out_w + lc * C, g->attn_out_b + lc, k->proj,
-                                   QAC_KL_ACT(t, s->atty, l, NC), qac_kl_act_w(t, w->attn_out_w + lc * C), k->partial,
+                                   QAC_KL_ACT(t, s->atty, j, NC), qac_kl_act_w(t, w->attn_out_w + lc * C), k->partial,
                                    N, C, C, p, st)))
             return e;
         // atty = attention(x Wqkv^T + bqkv)
-        if ((e = qac_kt_attention_bwd(t->blas, k->big, k->datty, QAC_KL_ACT(t, s->q, l, NC),
-                                      QAC_KL_ACT(t, s->k, l, NC), QAC_KL_ACT(t, s->v, l, NC),
-                                      QAC_KL_ACT(t, s->P, l, nP), k->S, k->Pd, k->dS, k->O, k->dq, k->dk, k->dv, lens,
+        if ((e = qac_kt_attention_bwd(t->blas, k->big, k->datty, QAC_KL_ACT(t, s->q, j, NC),
+                                      QAC_KL_ACT(t, s->k, j, NC), QAC_KL_ACT(t, s->v, j, NC),
+                                      QAC_KL_ACT(t, s->P, j, nP), k->S, k->Pd, k->dS, k->O, k->dq, k->dk, k->dv, lens,
                                       da, l, B, T, C, NH, p, st)))
             return e;
         QAC_CU(cudaMemcpyAsync(k->dy, k->dres, NC * sizeof(float), cudaMemcpyDeviceToDevice, st));

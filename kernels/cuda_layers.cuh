@@ -90,11 +90,15 @@ const void *qac_kl_act_w(const qac_kl_ctx *t, const float *view);
 // The activations of L layers over B x T tokens, kept for backward; bound
 // into one device allocation. hidden[0] is the stack's input (the
 // embeddings' output for the encoder), hidden[l+1] layer l's output.
+// recompute (--recompute): hidden and hidden_act hold every layer, the
+// other per-layer tensors one layer, which the backward re-runs from its
+// kept input just before it needs it (the CPU's QAC_ACTS_RECOMPUTE).
 struct qac_kl_acts {
-    int B, T, L;
+    int B, T, L, recompute;
     float *emb, *emb_mean, *emb_rstd; // [N,C], [N], [N]: the embedding LayerNorm's input and statistics
     float *hidden;    // [L+1, N, C]
     void *hidden_act; // [L+1, N, C] act (== hidden in fp32)
+    // the rest: [L, ...], or [1, ...] when recomputed
     void *q, *k, *v;  // [L, N*C] each, heads split, bias added
     void *P;          // [L, B*NH*T*T]
     void *atty;       // [L, N*C]
@@ -130,8 +134,10 @@ struct qac_kl_bump {
 };
 
 // Bind a's views at b (L layers over B x T; with_emb: the embedding
-// buffers too); returns nothing, b->off grows by the bytes taken.
-void qac_kl_acts_bind(const qac_kl_ctx *t, qac_kl_acts *a, qac_kl_bump *b, int B, int T, int L, int with_emb);
+// buffers too; recompute: see qac_kl_acts); returns nothing, b->off grows
+// by the bytes taken.
+void qac_kl_acts_bind(const qac_kl_ctx *t, qac_kl_acts *a, qac_kl_bump *b, int B, int T, int L, int with_emb,
+                      int recompute);
 size_t qac_kl_work_bind(const qac_kl_ctx *t, qac_kl_work *w, char *base, size_t N, size_t nP);
 // (Re)allocate w for N rows and nP attention probabilities.
 qac_status qac_kl_work_ensure(const qac_kl_ctx *t, qac_kl_work *w, size_t N, size_t nP);
@@ -154,7 +160,13 @@ qac_status qac_kl_embed_bwd(const qac_kl_ctx *t, qac_kl_acts *a, qac_kl_work *k,
 qac_status qac_kl_layers_fwd(const qac_kl_ctx *t, qac_kl_acts *a, qac_kl_work *k, const qac_bert_params *w,
                              const int *lens, uint64_t key, uint64_t seq_base);
 // From k->dy = dL/d hidden[L] to k->dy = dL/d hidden[0], the parameter
-// gradients accumulated into g. dh_add (may be NULL): a gradient on
+// gradients accumulated into g. When a recomputes, each layer is run
+// forward again first (the same kernels on the same input with the same
+// dropout keys, so the gradients are the keeping path's bit for bit, as
+// long as cuBLAS picks the same algorithm for slot 0 as for slot l: equal
+// shapes, both 16-byte aligned when a layer's P is; it uses k's forward
+// buffers, never k->dy, and rewrites hidden[l+1] with the values it
+// holds). dh_add (may be NULL): a gradient on
 // hidden[add_at] (0 <= add_at < L) from outside the stack, added when the
 // backward reaches it (the Condenser head's read of a middle layer).
 qac_status qac_kl_layers_bwd(const qac_kl_ctx *t, qac_kl_acts *a, qac_kl_work *k, const qac_bert_params *w,

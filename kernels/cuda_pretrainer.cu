@@ -120,11 +120,11 @@ size_t bind_side(const pretrainer *t, pside *s, char *base, int B, int T, int hT
     b.take(&s->pooled, (size_t)B * C * 4);
     b.take(&s->rep, (size_t)B * C * 4);
     b.take(&s->drep, (size_t)B * C * 4);
-    qac_kl_acts_bind(t, &s->enc, &b, B, T, t->cfg.num_layers, 1);
+    qac_kl_acts_bind(t, &s->enc, &b, B, T, t->cfg.num_layers, 1, t->sp.recompute);
     if (dec == HEAD_QGEN)
         qac_kl_gpt_acts_bind(t, &s->gen, &b, B, hT, t->qc.layers, t->qc.inner);
     else
-        qac_kl_acts_bind(t, &s->head, &b, B, hT, t->hc.num_layers, dec == HEAD_COTMAE);
+        qac_kl_acts_bind(t, &s->head, &b, B, hT, t->hc.num_layers, dec == HEAD_COTMAE, t->sp.recompute);
     s->B = B, s->dec = dec;
     return b.off;
 }

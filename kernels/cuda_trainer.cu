@@ -1,7 +1,9 @@
 // The CUDA training backend (kernels/qac_cuda_train.h): the training step
 // of trainer/trainer.c and model/bert_backward.c on the GPU. Forward keeps
-// every layer's tensors; backward reads them top-down, accumulating into
-// one fp32 gradient block; clipping and AdamW run on the device.
+// every layer's tensors (with --recompute only each layer's input, the
+// layer re-run just before its backward); backward reads them top-down,
+// accumulating into one fp32 gradient block; clipping and AdamW run on the
+// device.
 //
 // Not yet run on a GPU: compiled and reviewed only, until
 // scripts/gpu_train_verify.sh passes on a device.
@@ -44,6 +46,8 @@ struct cuda_trainer : qac_kl_dev {
     int mean_pooling, normalize;
     float tau;
     qac_similarity sim;
+    float pair_alpha; // > 0: PAIR in place of InfoNCE
+    int recompute;    // keep only the layer inputs; re-run each layer in backward
     double max_grad_norm, beta1, beta2, eps, wd;
     qac_kt_tensors tensors;
     qac_bert_params w, g; // views into params and grads
@@ -56,6 +60,11 @@ struct cuda_trainer : qac_kl_dev {
     size_t loss_cap;
     float *reps_q, *reps_p, *dreps_q, *dreps_p;
     size_t cap_rq, cap_rp, cap_dq, cap_dp;
+    // PAIR's second loss: its anchors and candidates, their gradients, the
+    // queries' share of it ([nq | np | nq | np | nq] x C), and its value
+    float *pair;
+    size_t cap_pair;
+    double *d_pair;
     int chunk;
     // several GPUs: this trainer is rank `rank` of `world` (0: alone)
     int world, rank;
@@ -74,7 +83,7 @@ size_t bind_side(const cuda_trainer *t, side *s, char *base, int B, int T) {
     b.take(&s->plan_w, nplan * sizeof(int32_t));
     b.take(&s->plan_t, nplan * sizeof(int32_t));
     b.take(&s->lens, (size_t)B * sizeof(int));
-    qac_kl_acts_bind(t, s, &b, B, T, t->cfg.num_layers, 1);
+    qac_kl_acts_bind(t, s, &b, B, T, t->cfg.num_layers, 1, t->recompute);
     return b.off;
 }
 
@@ -157,11 +166,51 @@ qac_status backward_side(cuda_trainer *t, side *s, uint64_t key, uint64_t seq_ba
     return qac_kl_embed_bwd(t, s, &t->wk, &t->g, &t->w, s->pw, s->plan_w, s->pt, s->plan_t, key, seq_base);
 }
 
-// InfoNCE over the two sides' representations: both sides' dreps and the
-// loss in t->d_loss.
+// PAIR (trainer/loss.c qac_pair_loss): L_q is InfoNCE of every query over
+// every passage; L_p is the cross-entropy of each positive p_{i n} over the
+// queries and the negatives, its own query the target. The softmax does not
+// care about the order of the candidates, so L_p is InfoNCE too: anchors
+// the positives, candidates the passage groups with each positive replaced
+// by its query (the target, at i n). Both with raw dot products (tau and
+// sim unused, as on the CPU), in fp64; loss (1 - alpha) L_q + alpha L_p
+// and its gradients combined with cuBLAS.
+qac_status pair_fwd_bwd(cuda_trainer *t, int nq, int n) {
+    const int C = t->cfg.hidden_size, np = nq * n;
+    const size_t QC = (size_t)nq * C, PC = (size_t)np * C, row = (size_t)C * sizeof(float), group = n * row;
+    qac_status e = grow(&t->pair, &t->cap_pair, 3 * QC + 2 * PC);
+    if (e) return e;
+    float *anc = t->pair, *cand = anc + QC, *danc = cand + PC, *dcand = danc + QC, *dq2 = dcand + PC;
+    cudaStream_t st = t->stream;
+    if ((e = qac_kt_infonce(t->blas, t->d_loss, t->dreps_q, t->dreps_p, t->reps_q, t->reps_p, nq, n, C, 1.0f,
+                            QAC_SIM_DOT, t->loss_work, st)))
+        return e;
+    QAC_CU(cudaMemcpy2DAsync(anc, row, t->reps_p, group, row, nq, cudaMemcpyDeviceToDevice, st));
+    QAC_CU(cudaMemcpyAsync(cand, t->reps_p, PC * sizeof(float), cudaMemcpyDeviceToDevice, st));
+    QAC_CU(cudaMemcpy2DAsync(cand, group, t->reps_q, row, row, nq, cudaMemcpyDeviceToDevice, st));
+    if ((e = qac_kt_infonce(t->blas, t->d_pair, danc, dcand, anc, cand, nq, n, C, 1.0f, QAC_SIM_DOT, t->loss_work,
+                            st)))
+        return e;
+    // the queries' rows of dcand go to dq2; the positives' take their place
+    QAC_CU(cudaMemcpy2DAsync(dq2, row, dcand, group, row, nq, cudaMemcpyDeviceToDevice, st));
+    QAC_CU(cudaMemcpy2DAsync(dcand, group, danc, row, row, nq, cudaMemcpyDeviceToDevice, st));
+    const double a = t->pair_alpha, one_minus = 1.0 - a;
+    const float af = (float)a, omf = (float)one_minus;
+    QAC_CUBLAS(cublasSetPointerMode(t->blas, CUBLAS_POINTER_MODE_HOST));
+    QAC_CUBLAS(cublasDscal(t->blas, 1, &one_minus, t->d_loss, 1));
+    QAC_CUBLAS(cublasDaxpy(t->blas, 1, &a, t->d_pair, 1, t->d_loss, 1));
+    QAC_CUBLAS(cublasSscal(t->blas, (int)QC, &omf, t->dreps_q, 1));
+    QAC_CUBLAS(cublasSaxpy(t->blas, (int)QC, &af, dq2, 1, t->dreps_q, 1));
+    QAC_CUBLAS(cublasSscal(t->blas, (int)PC, &omf, t->dreps_p, 1));
+    QAC_CUBLAS(cublasSaxpy(t->blas, (int)PC, &af, dcand, 1, t->dreps_p, 1));
+    return QAC_OK;
+}
+
+// The batch's loss over the two sides' representations: both sides' dreps
+// and the loss in t->d_loss.
 qac_status loss_fwd_bwd(cuda_trainer *t, int nq, int n) {
     qac_status e = grow(&t->loss_work, &t->loss_cap, qac_kt_infonce_scratch(nq, n, t->cfg.hidden_size));
     if (e) return e;
+    if (t->pair_alpha > 0) return pair_fwd_bwd(t, nq, n);
     return qac_kt_infonce(t->blas, t->d_loss, t->dreps_q, t->dreps_p, t->reps_q, t->reps_p, nq, n,
                           t->cfg.hidden_size, t->tau, t->sim, t->loss_work, t->stream);
 }
@@ -221,6 +270,7 @@ void trainer_destroy(cuda_trainer *t) {
     cudaFree(t->wk.mem);
     cudaFree(t->loss_work);
     cudaFree(t->reps_q), cudaFree(t->reps_p), cudaFree(t->dreps_q), cudaFree(t->dreps_p);
+    cudaFree(t->pair), cudaFree(t->d_pair);
     qac_kl_dev_release(t);
     free(t->counts);
     free(t);
@@ -229,6 +279,7 @@ void trainer_destroy(cuda_trainer *t) {
 qac_status trainer_init(cuda_trainer *t, const qac_model *m) {
     qac_status e = qac_kl_dev_init(t, 1);
     if (e) return e;
+    if (t->pair_alpha > 0) QAC_CU(cudaMalloc((void **)&t->d_pair, sizeof(double)));
     qac_bert_params_bind(&t->w, &t->cfg, t->params);
     qac_bert_params_bind(&t->g, &t->cfg, t->grads);
     const float *parts[1] = {m->param_mem};
@@ -279,6 +330,8 @@ extern "C" qac_status qac_cuda_trainer_create(qac_cuda_trainer **out, const qac_
     t->p_attn = attn_dropout;
     t->tau = o->tau;
     t->sim = o->sim;
+    t->pair_alpha = o->pair_alpha;
+    t->recompute = o->recompute;
     t->max_grad_norm = o->max_grad_norm;
     t->chunk = o->chunk;
     t->world = o->dist_world > 0 ? o->dist_world : 0;

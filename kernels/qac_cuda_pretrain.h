@@ -16,8 +16,9 @@
  * the query's embeddings with the bottleneck at position 0, the next-token
  * loss through the tied head; heads block [qgen decoder | MLM head]), and
  * coCondenser with the PAIR loss in place of the contrastive one (alpha >
- * 0). --recompute is not written for the GPU: the pre-trainer refuses it
- * on cuda.
+ * 0). --recompute keeps only the layer inputs of the encoder and of the
+ * head's BERT layers (the query decoder's blocks keep theirs, as on the
+ * CPU).
  *
  * Precision: as the fine-tuning backend (kernels/qac_cuda_train.h): fp32
  * throughout for checking, or bf16 products and activations with fp32
@@ -52,6 +53,8 @@ typedef struct qac_cuda_pt_spec {
     float tau;
     float alpha;           /* > 0: PAIR in place of the contrastive loss (coCondenser only) */
     float p_hidden, p_attn; /* resolved dropout */
+    int recompute;         /* keep only the layer inputs of the encoder and the head's layers; re-run
+                            * each layer just before its backward (same gradients, bit for bit) */
     qac_precision prec;    /* QAC_PREC_FP32 or QAC_PREC_BF16 */
     double max_grad_norm, beta1, beta2, eps, wd;
     size_t n_enc, n_head;  /* floats of the encoder block and of the heads block */

@@ -6,7 +6,8 @@
 #      CPU twin (test_gpu_train_kernels), the whole step against the CPU
 #      trainer (test_gpu_train_step: gradient parity fp32 and bf16, GradCache,
 #      a 10-step fp32 and a 100-step bf16 trajectory against CPU fp32,
-#      checkpoints resumed across devices), and the NCCL path against one GPU
+#      checkpoints resumed across devices, PAIR, --recompute bit-identical
+#      to keeping every activation), and the NCCL path against one GPU
 #      (test_gpu_train_dist, when the CUDA installation has NCCL), and the
 #      pre-trainer's step against the CPU pre-trainer (test_gpu_pretrain_step:
 #      coCondenser, CoT-MAE, qgen and PAIR gradient parity per tensor fp32 and bf16,
@@ -19,11 +20,14 @@
 #   4b. (stage pretrain) qac pretrain --device cuda on a tiny generated
 #      jsonl, for coCondenser, CoT-MAE, qgen and PAIR: a smoke run saved, resumed
 #      and exported, and 20 steps on the CPU (fp32) against the GPU in fp32
-#      (loss within 1e-3 per step) and bf16 (within 3%);
+#      (loss within 1e-3 per step) and bf16 (within 3%), and the fp32 run
+#      again with --recompute (the same losses, bit for bit);
 #   5. (stage cranfield, when a model and the Cranfield data are at hand) 100
 #      fine-tuning steps on Cranfield fold 0 with qac finetune on the CPU
 #      (fp32) and on the GPU (bf16): the loss curves within 1% and the dev
-#      nDCG@10 of the final checkpoints within 0.01.
+#      nDCG@10 of the final checkpoints within 0.01; and 20 steps with the
+#      PAIR loss (--alpha 0.1) on the CPU against the GPU in fp32 (loss within
+#      1e-3 per step).
 # Everything is logged under the output directory; a summary comes last.
 #   scripts/gpu_train_verify.sh [out-dir]      (default: gpu-train-verify-<date>)
 # On a machine without package access, bring the build's libraries as .deb
@@ -169,6 +173,9 @@ PY
         --out "$d/$obj-gpu32"
       step "pretrain-$obj-gpu-bf16" "$build/qac" "${pt[@]}" --device cuda --train-precision bf16 --steps 20 \
         --out "$d/$obj-gpu16"
+      # --recompute: the same losses as the fp32 run keeping every activation, bit for bit
+      step "pretrain-$obj-gpu-fp32-recompute" "$build/qac" "${pt[@]}" --device cuda --train-precision fp32 \
+        --recompute --steps 20 --out "$d/$obj-gpu32-rc"
     done
     step pretrain-compare "$py" - "$d" <<'PY'
 import json, sys
@@ -184,6 +191,10 @@ for obj in ("cocondenser", "cotmae", "qgen", "pair"):
         print(f"{obj} {run}: steps {len(g)}; loss cpu {cpu[0]['loss']:.5f} -> {cpu[-1]['loss']:.5f}, "
               f"gpu {g[0]['loss']:.5f} -> {g[-1]['loss']:.5f}; worst rel {worst:.3g} (tol {tol})")
         ok = ok and len(g) == 20 and worst <= tol
+    rc, g32 = load(f"{obj}-gpu32-rc"), load(f"{obj}-gpu32")
+    same = len(rc) == 20 and [r["loss"] for r in rc] == [r["loss"] for r in g32]
+    print(f"{obj} gpu32 --recompute: losses {'identical to' if same else 'DIFFER from'} the keeping run's")
+    ok = ok and same
     smoke = load(f"{obj}-smoke")
     print(f"{obj} smoke: steps {[r['step'] for r in smoke]}")
     ok = ok and [r["step"] for r in smoke] == list(range(1, 10))
@@ -218,6 +229,19 @@ nc, ng = (load(d, "dev.jsonl")[-1]["ndcg_cut_10"] for d in sys.argv[1:3])
 print(f"dev nDCG@10 cpu {nc:.4f} gpu {ng:.4f} diff {ng - nc:+.4f} (tol 0.01)")
 sys.exit(0 if len(cpu) == len(gpu) == 100 and worst <= 0.01 and abs(ng - nc) <= 0.01 else 1)
 PY
+    # PAIR (--alpha): 20 steps on the CPU against the GPU in fp32, loss within 1e-3 per step
+    step cranfield-pair-cpu "$build/qac" "${ft[@]}" --alpha 0.1 --steps 20 --device cpu --threads "$(nproc)" \
+      --out "$d/pair-cpu"
+    step cranfield-pair-gpu "$build/qac" "${ft[@]}" --alpha 0.1 --steps 20 --device cuda --train-precision fp32 \
+      --out "$d/pair-gpu"
+    step cranfield-pair-compare "$py" - "$d/pair-cpu" "$d/pair-gpu" <<'PY'
+import json, sys
+cpu, gpu = ([json.loads(l) for l in open(f"{d}/log.jsonl") if l.strip()] for d in sys.argv[1:3])
+worst = max(abs(g["loss"] - c["loss"]) / abs(c["loss"]) for c, g in zip(cpu, gpu))
+print(f"pair: steps {len(cpu)} / {len(gpu)}; loss cpu {cpu[-1]['loss']:.5f} gpu {gpu[-1]['loss']:.5f}; "
+      f"worst rel {worst:.3g} (tol 1e-3)")
+sys.exit(0 if len(cpu) == len(gpu) == 20 and worst <= 1e-3 else 1)
+PY
   else
     summary+=("NOTE stage cranfield skipped: no Cranfield data in $data or no model (set QAC_DATA, QAC_MODEL)")
   fi
@@ -227,6 +251,6 @@ echo "== results in $out =="
 grep -h "^RESULT\|^RATIO\|^NOTE" "$out"/bench-*.log 2>/dev/null
 grep -h "worst tensor\|^trajectory\|^resume\|loss gpu" "$out"/test-train-step.log "$out"/test-pretrain-step.log \
   2>/dev/null | tee "$out/parity.txt"
-cat "$out/pretrain-compare.log" "$out/cranfield-compare.log" 2>/dev/null
+cat "$out/pretrain-compare.log" "$out/cranfield-compare.log" "$out/cranfield-pair-compare.log" 2>/dev/null
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 ! grep -q '^FAIL' "$out/summary.txt"

@@ -127,9 +127,6 @@ static qac_status gpu_create(qac_pretrainer *t) {
     if (missing)
         return qac_set_error(QAC_ERR_UNSUPPORTED, "pretrain --device cuda: %s is not written for the GPU yet; run this "
                                                   "objective with --device cpu", missing);
-    if (t->o.recompute)
-        return qac_set_error(QAC_ERR_UNSUPPORTED, "pretrain --device cuda keeps every activation; --recompute is for "
-                                                  "the CPU");
     qac_cuda_pt_spec sp;
     memset(&sp, 0, sizeof sp);
     sp.cfg = t->m->cfg;
@@ -138,6 +135,7 @@ static qac_status gpu_create(qac_pretrainer *t) {
     sp.window = t->qc.window;
     sp.skip_from = t->ob.skip_from;
     sp.mean_pooling = t->ob.pooling == QAC_POOL_MEAN;
+    sp.recompute = t->o.recompute;
     sp.normalize = t->ob.normalize != 0;
     sp.tau = t->ob.tau;
     sp.alpha = t->ob.alpha;

@@ -4,7 +4,7 @@
  *   u64 step, n_params, seed, cursor_len
  *   f64 lr, weight_decay, beta1, beta2, adam_eps, max_grad_norm
  *   i64 warmup_steps, total_steps; i32 schedule, sim, chunk, recompute
- *   f32 tau, hidden_dropout, attn_dropout, pair_alpha (version 1: 0, unrecorded)
+ *   f32 tau, hidden_dropout, attn_dropout, pair_alpha (version 1: 0, unrecorded; 0 is also "no PAIR")
  *   u8 cursor[cursor_len]; f32 adam_m[n_params]; f32 adam_v[n_params]
  *   u64 XXH64 of every byte before it
  * Little-endian. The directory is written as DIR.tmp and renamed, so DIR is

@@ -60,10 +60,9 @@ qac_status qac_trainer_create(qac_trainer **out, qac_model *m, const qac_train_o
         return qac_set_error(QAC_ERR_INVALID, "trainer: rank %d of %d (several GPUs need the CUDA device)",
                              o->dist_rank, o->dist_world);
     }
-    if (o->device == QAC_DEVICE_CUDA && (o->pair_alpha > 0 || o->recompute)) {
+    if (o->pair_alpha > 1) {
         free(t);
-        return qac_set_error(QAC_ERR_UNSUPPORTED, "trainer: the CUDA backend has no %s yet (train on the CPU)",
-                             o->pair_alpha > 0 ? "PAIR loss" : "recompute");
+        return qac_set_error(QAC_ERR_INVALID, "trainer: PAIR alpha %g is past 1", (double)o->pair_alpha);
     }
     size_t n = m->n_params;
     t->grad_mem = calloc(n, sizeof(float));

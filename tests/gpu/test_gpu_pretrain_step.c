@@ -16,7 +16,9 @@
  *   3. checkpoints across devices: a CUDA run saved and resumed on the CPU,
  *      and the reverse, continue as the uninterrupted run does (the training
  *      state file is the CPU's QACPTST).
- * --recompute is refused on cuda (checked at the end).
+ *   4. --recompute on the GPU: the same parity against the CPU, and the
+ *      losses and every gradient bit-identical to the GPU keeping every
+ *      activation (fp32 and bf16: the same kernels on the same inputs).
  *
  * Tolerances. fp32: max |diff| / max |ref| <= 1e-5 per tensor, the
  * summation-order bound of tests/gpu/test_gpu_train_step.c. bf16: unit
@@ -182,27 +184,45 @@ static void tensor_name(char *buf, size_t cap, qac_pt_objective obj, int i) {
 
 /* ---- 1. gradient parity ---- */
 
-static void grad_parity(qac_pt_objective obj, qac_precision prec, int mean_norm) {
-    qac_model *mc = make_model(), *mg = make_model();
-    qac_train_opts oc, og;
-    qac_pt_objective_opts bc, bg;
+/* recompute: the GPU side runs with --recompute, and must also match a GPU
+ * run keeping every activation bit for bit (the same kernels, inputs and
+ * dropout keys). */
+static void grad_parity(qac_pt_objective obj, qac_precision prec, int mean_norm, int recompute) {
+    qac_model *mc = make_model(), *mg = make_model(), *mk = make_model();
+    qac_train_opts oc, og, ok;
+    qac_pt_objective_opts bc, bg, bk;
     opts_for(&oc, &bc, obj, QAC_DEVICE_CPU, prec, mean_norm, 10);
     opts_for(&og, &bg, obj, QAC_DEVICE_CUDA, prec, mean_norm, 10);
-    qac_pretrainer *tc = NULL, *tg = NULL;
+    opts_for(&ok, &bk, obj, QAC_DEVICE_CUDA, prec, mean_norm, 10);
+    og.recompute = recompute;
+    qac_pretrainer *tc = NULL, *tg = NULL, *tk = NULL;
     CHECK_OK(qac_pretrainer_create(&tc, mc, &oc, &bc));
     CHECK_OK(qac_pretrainer_create(&tg, mg, &og, &bg));
-    if (!tc || !tg) exit(1);
+    if (recompute) CHECK_OK(qac_pretrainer_create(&tk, mk, &ok, &bk));
+    if (!tc || !tg || (recompute && !tk)) exit(1);
     batch_mem bm = make_batch(obj, 4, 21, 9);
-    qac_pt_losses lc, lg;
+    qac_pt_losses lc, lg, lk;
     CHECK_OK(qac_pretrainer_grads(tc, &bm.b, &lc));
     CHECK_OK(qac_pretrainer_grads(tg, &bm.b, &lg));
     char what[96];
     if (obj != QAC_PT_COCONDENSER)
-        snprintf(what, sizeof what, "%s %s %s", obj_name(obj), gpu_test_prec_name(prec), mean_norm ? "mean" : "cls");
+        snprintf(what, sizeof what, "%s %s %s%s", obj_name(obj), gpu_test_prec_name(prec), mean_norm ? "mean" : "cls",
+                 recompute ? " recompute" : "");
     else if (pair_alpha > 0)
-        snprintf(what, sizeof what, "pair %s %s", gpu_test_prec_name(prec), mean_norm ? "mean+l2" : "cls");
+        snprintf(what, sizeof what, "pair %s %s%s", gpu_test_prec_name(prec), mean_norm ? "mean+l2" : "cls",
+                 recompute ? " recompute" : "");
     else
-        snprintf(what, sizeof what, "%s %s", gpu_test_prec_name(prec), mean_norm ? "mean+l2 tau 0.05" : "cls tau 1");
+        snprintf(what, sizeof what, "%s %s%s", gpu_test_prec_name(prec), mean_norm ? "mean+l2 tau 0.05" : "cls tau 1",
+                 recompute ? " recompute" : "");
+    if (recompute) {
+        CHECK_OK(qac_pretrainer_grads(tk, &bm.b, &lk));
+        int same = lk.mlm == lg.mlm && lk.head == lg.head && lk.contrastive == lg.contrastive;
+        for (int i = 0; i < tk->n_tensors && same; i++)
+            same = !memcmp(tk->tensors[i].g, tg->tensors[i].g, tk->tensors[i].n * sizeof(float));
+        printf("step parity %-22s losses and gradients %s the keeping run's\n", what,
+               same ? "bit-identical to" : "DIFFER from");
+        CHECK_MSG(same, "%s: recompute changed the losses or gradients", what);
+    }
     const double ltol = selfcheck ? 0 : prec == QAC_PREC_FP32 ? 1e-6 : 1e-2;
     const double parts_c[3] = {lc.mlm, lc.head, lc.contrastive}, parts_g[3] = {lg.mlm, lg.head, lg.contrastive};
     const char *head_loss = obj == QAC_PT_COTMAE ? "decoder mlm" : obj == QAC_PT_QGEN ? "next-token" : "head mlm";
@@ -242,8 +262,8 @@ static void grad_parity(qac_pt_objective obj, qac_precision prec, int mean_norm)
     }
     printf("step parity %-22s worst tensor %s %.3g\n", what, worst_name, worst);
     free_batch(&bm);
-    qac_pretrainer_free(tc), qac_pretrainer_free(tg);
-    qac_model_free(mc), qac_model_free(mg);
+    qac_pretrainer_free(tc), qac_pretrainer_free(tg), qac_pretrainer_free(tk);
+    qac_model_free(mc), qac_model_free(mg), qac_model_free(mk);
 }
 
 /* ---- 2. trajectories ---- */
@@ -335,26 +355,8 @@ static void cross_resume(qac_pt_objective obj, qac_device first, qac_device seco
     qac_model_free(ma), qac_model_free(mb);
 }
 
-/* ---- what the GPU does not run yet: refused by name ---- */
-
-static void refusals(void) {
-    qac_model *m = make_model();
-    qac_train_opts o;
-    qac_pt_objective_opts ob;
-    opts_for(&o, &ob, QAC_PT_COCONDENSER, QAC_DEVICE_CUDA, QAC_PREC_FP32, 0, 10);
-    o.device = QAC_DEVICE_CUDA;
-    o.recompute = 1;
-    qac_pretrainer *t = NULL;
-    qac_status st = qac_pretrainer_create(&t, m, &o, &ob);
-    printf("refusal: %s\n", st ? qac_last_error() : "(accepted)");
-    CHECK_MSG(st == QAC_ERR_UNSUPPORTED && !t && strstr(qac_last_error(), "--recompute"),
-              "cuda must refuse --recompute by name");
-    qac_pretrainer_free(t);
-    qac_model_free(m);
-}
-
 /* Arguments: --selfcheck (see above), and/or one group to run: parity,
- * trajectory, resume or refusals (the sanitizer run uses parity). */
+ * recompute, trajectory or resume (the sanitizer run uses parity). */
 int main(int argc, char **argv) {
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
@@ -372,10 +374,14 @@ int main(int argc, char **argv) {
     for (int k = 0; k < 3; k++) {
         const qac_pt_objective obj = objs[k];
         if (!only || !strcmp(only, "parity")) {
-            grad_parity(obj, QAC_PREC_FP32, 0);
-            grad_parity(obj, QAC_PREC_FP32, 1);
-            grad_parity(obj, QAC_PREC_BF16, 0);
-            grad_parity(obj, QAC_PREC_BF16, 1);
+            grad_parity(obj, QAC_PREC_FP32, 0, 0);
+            grad_parity(obj, QAC_PREC_FP32, 1, 0);
+            grad_parity(obj, QAC_PREC_BF16, 0, 0);
+            grad_parity(obj, QAC_PREC_BF16, 1, 0);
+        }
+        if (!only || !strcmp(only, "recompute")) {
+            grad_parity(obj, QAC_PREC_FP32, 0, 1);
+            grad_parity(obj, QAC_PREC_BF16, 1, 1);
         }
         if (!only || !strcmp(only, "trajectory")) {
             trajectory(obj, QAC_PREC_FP32, 10, 1e-4);
@@ -389,15 +395,15 @@ int main(int argc, char **argv) {
     /* PAIR: the coCondenser step with its loss in place of the contrastive one */
     pair_alpha = 0.1f;
     if (!only || !strcmp(only, "parity")) {
-        grad_parity(QAC_PT_COCONDENSER, QAC_PREC_FP32, 0);
-        grad_parity(QAC_PT_COCONDENSER, QAC_PREC_FP32, 1);
-        grad_parity(QAC_PT_COCONDENSER, QAC_PREC_BF16, 0);
-        grad_parity(QAC_PT_COCONDENSER, QAC_PREC_BF16, 1);
+        grad_parity(QAC_PT_COCONDENSER, QAC_PREC_FP32, 0, 0);
+        grad_parity(QAC_PT_COCONDENSER, QAC_PREC_FP32, 1, 0);
+        grad_parity(QAC_PT_COCONDENSER, QAC_PREC_BF16, 0, 0);
+        grad_parity(QAC_PT_COCONDENSER, QAC_PREC_BF16, 1, 0);
     }
+    if (!only || !strcmp(only, "recompute")) grad_parity(QAC_PT_COCONDENSER, QAC_PREC_FP32, 1, 1);
     if (!only || !strcmp(only, "trajectory")) trajectory(QAC_PT_COCONDENSER, QAC_PREC_FP32, 10, 1e-4);
     if (!only || !strcmp(only, "resume")) cross_resume(QAC_PT_COCONDENSER, QAC_DEVICE_CUDA, QAC_DEVICE_CPU);
     pair_alpha = 0;
-    if (!only || !strcmp(only, "refusals")) refusals();
 
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);

@@ -1,12 +1,15 @@
 /* The CUDA trainer against the CPU trainer (the reference) on a small random
  * BERT with dropout on, the same batch and the same masks:
- *   1. gradient parity of a whole step (encoder + pooling + InfoNCE), per
- *      tensor, fp32 and bf16, dot/CLS and cos/mean+normalize, and GradCache
- *      chunks on the GPU against the whole batch on the CPU;
+ *   1. gradient parity of a whole step (encoder + pooling + InfoNCE or
+ *      PAIR), per tensor, fp32 and bf16, dot/CLS and cos/mean+normalize, and
+ *      GradCache chunks on the GPU against the whole batch on the CPU;
  *   2. trajectories: 10 steps fp32 (loss within 1e-4 relative per step) and
  *      100 steps bf16 against CPU fp32 (within 1% per step);
  *   3. checkpoints across devices: a GPU run saved and resumed on the CPU,
- *      and the reverse, continue as the uninterrupted run does.
+ *      and the reverse, continue as the uninterrupted run does;
+ *   4. --recompute on the GPU: the same parity against the CPU, and the loss
+ *      and gradients bit-identical to the GPU keeping every activation (fp32
+ *      and bf16: the same kernels on the same inputs).
  *
  * Tolerances. fp32: the GPU sums in another order (cuBLAS without TF32,
  * block reductions), so a gradient differs from the CPU's by a few ulps of
@@ -126,25 +129,47 @@ static void opts_for(qac_train_opts *o, qac_device dev, qac_precision prec, qac_
 
 /* ---- 1. gradient parity ---- */
 
-static void grad_parity(qac_precision prec, qac_similarity sim, float tau, int mean_norm, int chunk) {
-    qac_model *mc = make_model(mean_norm), *mg = make_model(mean_norm);
+/* The loss: InfoNCE (sim, tau), or PAIR with alpha > 0 (tau and sim
+ * unused); n_per passages per query. recompute: the GPU side runs with
+ * --recompute, and must also match a GPU run keeping every activation (the
+ * same chunking) bit for bit: the same kernels, inputs and dropout keys. */
+static void grad_parity(qac_precision prec, qac_similarity sim, float tau, int mean_norm, int chunk, float alpha,
+                        int n_per, int recompute) {
+    qac_model *mc = make_model(mean_norm), *mg = make_model(mean_norm), *mk = make_model(mean_norm);
     qac_train_opts oc, og;
     opts_for(&oc, QAC_DEVICE_CPU, prec, sim, tau, 10);
     opts_for(&og, QAC_DEVICE_CUDA, prec, sim, tau, 10);
+    oc.pair_alpha = og.pair_alpha = alpha;
     og.chunk = chunk; /* GradCache on the GPU against the whole batch on the CPU */
-    qac_trainer *tc = NULL, *tg = NULL;
+    qac_train_opts ok = og;
+    og.recompute = recompute;
+    qac_trainer *tc = NULL, *tg = NULL, *tk = NULL;
     CHECK_OK(qac_trainer_create(&tc, mc, &oc));
     CHECK_OK(qac_trainer_create(&tg, mg, &og));
-    if (!tc || !tg) exit(1);
-    batch_mem bm = make_batch(4, 3, 9, 23);
-    double lc = 0, lg = 0;
+    if (recompute) CHECK_OK(qac_trainer_create(&tk, mk, &ok));
+    if (!tc || !tg || (recompute && !tk)) exit(1);
+    batch_mem bm = make_batch(4, n_per, 9, 23);
+    double lc = 0, lg = 0, lk = 0;
     CHECK_OK(qac_trainer_grads(tc, &bm.b, &lc));
     CHECK_OK(qac_trainer_grads(tg, &bm.b, &lg));
     const float *gc = qac_trainer_grad_mem(tc), *gg = qac_trainer_grad_mem(tg);
     CHECK_MSG(gc && gg, "gradient blocks: %s", qac_last_error());
     char what[96];
-    snprintf(what, sizeof what, "%s %s tau %.2f %s%s", gpu_test_prec_name(prec), sim == QAC_SIM_COS ? "cos" : "dot",
-             (double)tau, mean_norm ? "mean+l2" : "cls", chunk ? " gradcache" : "");
+    if (alpha > 0)
+        snprintf(what, sizeof what, "%s pair %.2f n %d %s%s%s", gpu_test_prec_name(prec), (double)alpha, n_per,
+                 mean_norm ? "mean+l2" : "cls", chunk ? " gradcache" : "", recompute ? " recompute" : "");
+    else
+        snprintf(what, sizeof what, "%s %s tau %.2f %s%s%s", gpu_test_prec_name(prec),
+                 sim == QAC_SIM_COS ? "cos" : "dot", (double)tau, mean_norm ? "mean+l2" : "cls",
+                 chunk ? " gradcache" : "", recompute ? " recompute" : "");
+    if (recompute && gg) {
+        CHECK_OK(qac_trainer_grads(tk, &bm.b, &lk));
+        const float *gk = qac_trainer_grad_mem(tk);
+        const int same = gk && lk == lg && !memcmp(gk, gg, mk->n_params * sizeof(float));
+        printf("step parity %-28s loss and gradients %s the keeping run's\n", what,
+               same ? "bit-identical to" : "DIFFER from");
+        CHECK_MSG(same, "%s: recompute changed the loss or the gradients", what);
+    }
     const double lrel = fabs(lg - lc) / fabs(lc),
                  ltol = selfcheck && !chunk ? 0 : prec == QAC_PREC_FP32 ? 1e-6 : 1e-2;
     printf("step parity %-28s loss gpu %.9g cpu %.9g rel %.3g (tol %.1g)\n", what, lg, lc, lrel, ltol);
@@ -178,8 +203,8 @@ static void grad_parity(qac_precision prec, qac_similarity sim, float tau, int m
     printf("step parity %-28s worst tensor %s %.3g\n", what, worst_name, worst);
 done:
     free_batch(&bm);
-    qac_trainer_free(tc), qac_trainer_free(tg);
-    qac_model_free(mc), qac_model_free(mg);
+    qac_trainer_free(tc), qac_trainer_free(tg), qac_trainer_free(tk);
+    qac_model_free(mc), qac_model_free(mg), qac_model_free(mk);
 }
 
 /* ---- 2. trajectories ---- */
@@ -260,7 +285,7 @@ static void cross_resume(qac_device first, qac_device second) {
 }
 
 /* Arguments: --selfcheck (see above), and/or one group to run: parity,
- * trajectory or resume (the sanitizer runs use parity). */
+ * recompute, trajectory or resume (the sanitizer runs use parity). */
 int main(int argc, char **argv) {
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
@@ -276,11 +301,23 @@ int main(int argc, char **argv) {
     init_params();
 
     if (!only || !strcmp(only, "parity")) {
-        grad_parity(QAC_PREC_FP32, QAC_SIM_DOT, 1.0f, 0, 0);
-        grad_parity(QAC_PREC_FP32, QAC_SIM_COS, 0.05f, 1, 0);
-        grad_parity(QAC_PREC_FP32, QAC_SIM_DOT, 1.0f, 0, 5); /* chunks of 4 queries; 5 + 5 + 2 passages */
-        grad_parity(QAC_PREC_BF16, QAC_SIM_DOT, 1.0f, 0, 0);
-        grad_parity(QAC_PREC_BF16, QAC_SIM_COS, 0.05f, 1, 0);
+        grad_parity(QAC_PREC_FP32, QAC_SIM_DOT, 1.0f, 0, 0, 0, 3, 0);
+        grad_parity(QAC_PREC_FP32, QAC_SIM_COS, 0.05f, 1, 0, 0, 3, 0);
+        grad_parity(QAC_PREC_FP32, QAC_SIM_DOT, 1.0f, 0, 5, 0, 3, 0); /* chunks of 4 queries; 5 + 5 + 2 passages */
+        grad_parity(QAC_PREC_BF16, QAC_SIM_DOT, 1.0f, 0, 0, 0, 3, 0);
+        grad_parity(QAC_PREC_BF16, QAC_SIM_COS, 0.05f, 1, 0, 0, 3, 0);
+        /* PAIR: negatives among L_p's candidates (n 3), none (n 1), GradCache;
+         * the sim and tau given must be ignored */
+        grad_parity(QAC_PREC_FP32, QAC_SIM_COS, 0.05f, 0, 0, 0.1f, 3, 0);
+        grad_parity(QAC_PREC_FP32, QAC_SIM_DOT, 1.0f, 1, 0, 0.3f, 1, 0);
+        grad_parity(QAC_PREC_FP32, QAC_SIM_DOT, 1.0f, 0, 5, 0.1f, 3, 0);
+        grad_parity(QAC_PREC_BF16, QAC_SIM_DOT, 1.0f, 0, 0, 0.1f, 3, 0);
+        grad_parity(QAC_PREC_BF16, QAC_SIM_DOT, 1.0f, 1, 0, 0.3f, 1, 0);
+    }
+    if (!only || !strcmp(only, "recompute")) {
+        grad_parity(QAC_PREC_FP32, QAC_SIM_DOT, 1.0f, 0, 0, 0, 3, 1);
+        grad_parity(QAC_PREC_FP32, QAC_SIM_DOT, 1.0f, 0, 5, 0.1f, 3, 1); /* GradCache's re-forward, PAIR */
+        grad_parity(QAC_PREC_BF16, QAC_SIM_COS, 0.05f, 1, 0, 0, 3, 1);
     }
     if (!only || !strcmp(only, "trajectory")) {
         trajectory(QAC_PREC_FP32, 10, 1e-4);
