@@ -48,7 +48,7 @@ static const qac_opt pt_opts[] = {
     {"seed", QAC_OPT_INT, "42", 0, 9.2e18, NULL, "QAC_SEED", "seed for pairs, masks, dropout and fresh heads", 0},
     {"threads", QAC_OPT_INT, "0", 0, 1024, NULL, "QAC_THREADS", "CPU threads (0 = all cores)", 0},
     {"device", QAC_OPT_ENUM, "auto", 0, -1, "auto|cpu|cuda", "QAC_DEVICE",
-     "training device (auto = cpu; cuda must be asked for, and runs cocondenser without --alpha today)", 0},
+     "training device (auto = cpu; cuda must be asked for)", 0},
     {"train-precision", QAC_OPT_ENUM, "bf16", 0, -1, "bf16|fp32", "QAC_TRAIN_PRECISION",
      "CUDA training: bf16 mixed precision or fp32 throughout", 0},
     {"save-every", QAC_OPT_INT, "0", 0, 1e12, NULL, NULL, "steps between checkpoints (0 = only at the end)", 0},
