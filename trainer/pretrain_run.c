@@ -148,12 +148,12 @@ static qac_status check_cursor(const pt_src *s, const void *bytes, size_t len) {
     memcpy(c, bytes, sizeof c);
     if (c[0] != CURSOR_MAGIC) return qac_set_error(QAC_ERR_FORMAT, "resume: not a pre-training data cursor");
     if (c[1] != (uint64_t)s->ndocs)
-        return qac_set_error(QAC_ERR_INVALID,
+        return qac_set_error(QAC_ERR_MISMATCH,
                              "resume: the pre-training data differ from the run's (%llu documents then, %ld now); "
                              "resume with the same --data and --docs",
                              (unsigned long long)c[1], s->ndocs);
     if (c[3] != (uint64_t)s->o->batch || c[4] != s->o->train.seed)
-        return qac_set_error(QAC_ERR_INVALID,
+        return qac_set_error(QAC_ERR_MISMATCH,
                              "resume: the run drew %llu pairs per step with seed %llu; resume with the same --batch and "
                              "--seed (now %d and %llu)",
                              (unsigned long long)c[3], (unsigned long long)c[4], s->o->batch,

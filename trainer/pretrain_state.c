@@ -227,14 +227,14 @@ qac_status qac_pretrainer_resume(qac_pretrainer *t, const char *dir, void **curs
     }
     if (h.objective != want.objective || h.head_layers != want.head_layers ||
         (h.objective == QAC_PT_COCONDENSER && h.skip_from != want.skip_from) || h.fl[7] != want.fl[7]) {
-        st = qac_set_error(QAC_ERR_INVALID,
+        st = qac_set_error(QAC_ERR_MISMATCH,
                            "%s: the run was %s with %d head layers (skip-from %d, qgen window %g); resume it with the "
                            "same --objective, --head-layers, --skip-from and --qgen-window",
                            use, objective_name(h.objective), h.head_layers, h.skip_from, (double)h.fl[7]);
         goto done;
     }
     if (h.pooling != want.pooling || (h.normalize != want.normalize && h.objective == QAC_PT_COCONDENSER)) {
-        st = qac_set_error(QAC_ERR_INVALID,
+        st = qac_set_error(QAC_ERR_MISMATCH,
                            "%s: the run's representation was %s pooling%s, this one is %s pooling%s; resume it with "
                            "the same --pooling and --normalize",
                            use, qac_pooling_name((qac_pooling)h.pooling), h.normalize ? ", L2-normalised" : "",

@@ -60,9 +60,9 @@ check(r.returncode == 1 and "--batch" in r.stderr and untouched(),
 r = pt("--data", data, "--objective", "cotmae", out="run")
 check(r.returncode == 0, "a CoT-MAE run " + r.stderr[-300:])
 r = pt("--data", data, "--objective", "cocondenser", "--resume", out="run")
-check(r.returncode == 1 and "--objective" in r.stderr, "resuming with another objective: " + r.stderr.strip()[:200])
+check(r.returncode == 2 and "--objective" in r.stderr, "resuming with another objective: " + r.stderr.strip()[:200])
 r = pt("--data", data, "--objective", "cotmae", "--batch", "3", "--resume", out="run")
-check(r.returncode == 1 and "--batch" in r.stderr, "resuming with another batch size: " + r.stderr.strip()[:200])
+check(r.returncode == 2 and "--batch" in r.stderr, "resuming with another batch size: " + r.stderr.strip()[:200])
 # a corrupt training state is refused by its checksum, never resumed
 import glob
 states = sorted(glob.glob(os.path.join(p("run"), "checkpoint-*", "training_state.qts")))

@@ -62,7 +62,7 @@ check(st_files(out) == st_files(model) and "sentence_transformers.models.Normali
 
 for extra, what in ((["--pooling", "cls"], "--pooling cls"), (["--normalize", "false"], "--normalize false")):
     r = run(BASE + ["--resume"] + extra, env=env)
-    check(r.returncode != 0 and "the run's representation was mean pooling, L2-normalised" in r.stderr and
+    check(r.returncode == 2 and "the run's representation was mean pooling, L2-normalised" in r.stderr and
           "steps" not in r.stderr.splitlines()[-1],
           f"--resume with {what} is refused, naming the run's representation: " + r.stderr[-300:])
 r = run(BASE + ["--resume", "--pooling", "mean", "--normalize", "true"], env=env)
@@ -101,14 +101,14 @@ def old_state(version, d):
 
 TB = old_state(1, p("v1"))
 r = run(TB + ["--resume", "--pooling", "mean"], env=env)
-check(r.returncode != 0 and "the run's representation was cls pooling" in r.stderr, "a version-1 state is the raw [CLS]: --pooling mean refused "
+check(r.returncode == 2 and "the run's representation was cls pooling" in r.stderr, "a version-1 state is the raw [CLS]: --pooling mean refused "
       + r.stderr[-200:])
 r = run(TB + ["--resume"], env=env)
 check(r.returncode == 0 and "steps 2..2" in r.stderr, "a version-1 state resumes with the checkpoint's cls pooling "
       + r.stderr[-200:])
 TB = old_state(2, p("v2"))
 r = run(TB + ["--resume", "--steps", "3"], env=env)
-check(r.returncode == 1 and "the run was written with --steps 2, this resume has 3" in r.stderr,
+check(r.returncode == 2 and "the run was written with --steps 2, this resume has 3" in r.stderr,
       "a version-2 state refuses another --steps " + r.stderr[-200:])
 r = run(TB + ["--resume"], env=env)
 check(r.returncode == 0 and "steps 2..2" in r.stderr and
