@@ -310,10 +310,8 @@ typedef struct qac_pretrain_opts {
 
 void qac_pt_objective_opts_default(qac_pt_objective_opts *o);
 void qac_pretrain_opts_default(qac_pretrain_opts *o);
-/* train.device QAC_DEVICE_CUDA runs the step on the GPU (train.gpu_precision
- * fp32 or bf16). NULL when objective o runs there; else what is not
- * written for the GPU yet, for the error message. */
-const char *qac_pt_cuda_missing(const qac_pt_objective_opts *o);
+/* train.device QAC_DEVICE_CUDA runs the step of every objective on the GPU
+ * (train.gpu_precision fp32 or bf16). */
 /* "cocondenser" | "cotmae" | "qgen" */
 qac_status qac_pt_objective_parse(qac_pt_objective *out, const char *name);
 

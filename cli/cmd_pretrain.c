@@ -104,18 +104,12 @@ int qac_cmd_pretrain(int argc, char **argv) {
         return 2;
     }
     if (on_cuda) {
-        po.obj.alpha = (float)qac_opts_float(&o, "alpha");
-        const char *missing = qac_pt_cuda_missing(&po.obj);
-        const char *why = missing ? missing : !qac_cuda_available() ?
+        if (!qac_cuda_available()) {
 #ifdef QAC_HAVE_CUDA
-                                                                   "no usable CUDA GPU is present"
+            fprintf(stderr, "qac pretrain: --device cuda, but no usable CUDA GPU is present\n");
 #else
-                                                                   "qac was built without CUDA"
+            fprintf(stderr, "qac pretrain: --device cuda, but qac was built without CUDA\n");
 #endif
-                                                                   : NULL;
-        if (why) {
-            fprintf(stderr, "qac pretrain: --device cuda, but %s%s\n", why,
-                    missing ? " is not written for the GPU yet (run this objective with --device cpu)" : "");
             qac_opts_free(&o);
             return 2;
         }

@@ -79,11 +79,6 @@ qac_status qac_pt_objective_parse(qac_pt_objective *out, const char *name) {
     return qac_set_error(QAC_ERR_INVALID, "unknown objective '%s' (cocondenser, cotmae or qgen)", name ? name : "");
 }
 
-const char *qac_pt_cuda_missing(const qac_pt_objective_opts *o) {
-    (void)o; /* every objective runs on the GPU today */
-    return NULL;
-}
-
 /* HF Trainer's rule, per qac_bert_params tensor: no decay on biases and
  * LayerNorm weights. */
 static const char enc_decays[QAC_BERT_NUM_TENSORS] = {1, 1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0};
@@ -123,10 +118,6 @@ static void add_tensor(qac_pretrainer *t, float *p, float *g, size_t n, int deca
  * the flat block in order, the untrained pooler a gap between the encoder's
  * trained tensors and the heads. */
 static qac_status gpu_create(qac_pretrainer *t) {
-    const char *missing = qac_pt_cuda_missing(&t->ob);
-    if (missing)
-        return qac_set_error(QAC_ERR_UNSUPPORTED, "pretrain --device cuda: %s is not written for the GPU yet; run this "
-                                                  "objective with --device cpu", missing);
     qac_cuda_pt_spec sp;
     memset(&sp, 0, sizeof sp);
     sp.cfg = t->m->cfg;
