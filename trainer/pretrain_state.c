@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "pretrainer.h"
+#include "resume_check.h"
 #include "qac_util.h"
 
 #define STATE_VERSION 3u
@@ -104,13 +105,6 @@ static const char *objective_name(uint32_t o) {
     return o == QAC_PT_COCONDENSER ? "cocondenser" : o == QAC_PT_COTMAE ? "cotmae" : o == QAC_PT_QGEN ? "qgen" : "?";
 }
 
-static const char *schedule_name(int32_t s) {
-    return s == QAC_SCHED_LINEAR     ? "linear"
-           : s == QAC_SCHED_COSINE   ? "cosine"
-           : s == QAC_SCHED_CONSTANT ? "constant"
-                                     : "?";
-}
-
 static void context_name(char *buf, size_t cap, int32_t mode, double span_frac) {
     if (mode == QAC_PT_MODE_CURRICULUM) snprintf(buf, cap, "--curriculum span:%g,query", span_frac);
     else
@@ -121,20 +115,6 @@ static void context_name(char *buf, size_t cap, int32_t mode, double span_frac) 
                                              : "?");
 }
 
-/* two numbers that differ, printed so that they read differently */
-static void two_reals(char *a, char *b, size_t cap, double x, double y) {
-    for (int digits = 6; digits <= 17; digits++) {
-        snprintf(a, cap, "%.*g", digits, x), snprintf(b, cap, "%.*g", digits, y);
-        if (strcmp(a, b)) return;
-    }
-}
-
-static qac_status changed(const char *use, const char *option, const char *then, const char *now) {
-    return qac_set_error(QAC_ERR_MISMATCH,
-                         "%s: the run was written with %s %s, this resume has %s; resume with the same %s (a changed "
-                         "option would not continue the run bit for bit), or start a new --out",
-                         use, option, then, now, option);
-}
 
 /* Every recorded option that changes the trajectory, as the run resolved
  * it; the first that differs is refused by name. What the objective does
@@ -145,14 +125,14 @@ static qac_status check_options(const header *h, const header *w, const char *us
     char a[64], b[64];
     if (h->total != w->total) {
         snprintf(a, sizeof a, "%lld", (long long)h->total), snprintf(b, sizeof b, "%lld", (long long)w->total);
-        return changed(use, "--steps", a, b);
+        return qac_resume_changed(use, "--steps", a, b);
     }
     static const char *const dbl_names[6] = {"--lr", "--weight-decay", "AdamW beta1", "AdamW beta2", "AdamW epsilon",
                                              "--max-grad-norm"};
     for (int i = 0; i < 6; i++)
         if (memcmp(&h->dbl[i], &w->dbl[i], sizeof h->dbl[i])) {
-            two_reals(a, b, sizeof a, h->dbl[i], w->dbl[i]);
-            return changed(use, dbl_names[i], a, b);
+            qac_resume_two_reals(a, b, sizeof a, h->dbl[i], w->dbl[i]);
+            return qac_resume_changed(use, dbl_names[i], a, b);
         }
     int curriculum = h->version >= 3 && h->context == QAC_PT_MODE_CURRICULUM;
     if (h->version >= 3) {
@@ -166,23 +146,24 @@ static qac_status check_options(const header *h, const header *w, const char *us
         }
         if (h->max_len != w->max_len) {
             snprintf(a, sizeof a, "%d", h->max_len), snprintf(b, sizeof b, "%d", w->max_len);
-            return changed(use, "--max-len", a, b);
+            return qac_resume_changed(use, "--max-len", a, b);
         }
         if (h->query_max_len != w->query_max_len) {
             snprintf(a, sizeof a, "%d", h->query_max_len), snprintf(b, sizeof b, "%d", w->query_max_len);
-            return changed(use, "--query-max-len", a, b);
+            return qac_resume_changed(use, "--query-max-len", a, b);
         }
     }
     /* a curriculum's schedule is its own: warmup as a ratio of the span stage */
     if (curriculum && h->warmup_ratio != w->warmup_ratio) {
-        two_reals(a, b, sizeof a, h->warmup_ratio, w->warmup_ratio);
-        return changed(use, "--warmup-ratio", a, b);
+        qac_resume_two_reals(a, b, sizeof a, h->warmup_ratio, w->warmup_ratio);
+        return qac_resume_changed(use, "--warmup-ratio", a, b);
     }
     if (!curriculum && h->schedule != w->schedule)
-        return changed(use, "--schedule", schedule_name(h->schedule), schedule_name(w->schedule));
+        return qac_resume_changed(use, "--schedule", qac_resume_schedule_name(h->schedule),
+                                  qac_resume_schedule_name(w->schedule));
     if (!curriculum && h->warmup != w->warmup) {
         snprintf(a, sizeof a, "%lld", (long long)h->warmup), snprintf(b, sizeof b, "%lld", (long long)w->warmup);
-        return changed(use, "--warmup-steps (or --warmup-ratio times --steps)", a, b);
+        return qac_resume_changed(use, "--warmup-steps (or --warmup-ratio times --steps)", a, b);
     }
     /* fl: mask_rate, enc_mask_rate, dec_mask_rate, tau, alpha, hidden dropout, attention dropout */
     int coco = h->objective == QAC_PT_COCONDENSER, cot = h->objective == QAC_PT_COTMAE;
@@ -191,8 +172,8 @@ static qac_status check_options(const header *h, const header *w, const char *us
                                             "--alpha", "--dropout", "--dropout (attention)"};
     for (int i = 0; i < 7; i++)
         if (used[i] && memcmp(&h->fl[i], &w->fl[i], sizeof h->fl[i])) {
-            two_reals(a, b, sizeof a, h->fl[i], w->fl[i]);
-            return changed(use, fl_names[i], a, b);
+            qac_resume_two_reals(a, b, sizeof a, h->fl[i], w->fl[i]);
+            return qac_resume_changed(use, fl_names[i], a, b);
         }
     return QAC_OK;
 }

@@ -19,6 +19,7 @@
 
 #include "qac_util.h"
 #include "trainer_internal.h"
+#include "resume_check.h"
 
 #define STATE_VERSION 2u
 /* the header after the magic, up to the cursor */
@@ -78,7 +79,7 @@ typedef struct recorded {
     float tau, hidden_dropout, attn_dropout, pair_alpha;
 } recorded;
 
-static const char *schedule_name(int32_t s) {
+const char *qac_resume_schedule_name(int32_t s) {
     return s == QAC_SCHED_LINEAR     ? "linear"
            : s == QAC_SCHED_COSINE   ? "cosine"
            : s == QAC_SCHED_CONSTANT ? "constant"
@@ -86,14 +87,14 @@ static const char *schedule_name(int32_t s) {
 }
 
 /* two numbers that differ, printed so that they read differently */
-static void two_reals(char *a, char *b, size_t cap, double x, double y) {
+void qac_resume_two_reals(char *a, char *b, size_t cap, double x, double y) {
     for (int digits = 6; digits <= 17; digits++) {
         snprintf(a, cap, "%.*g", digits, x), snprintf(b, cap, "%.*g", digits, y);
         if (strcmp(a, b)) return;
     }
 }
 
-static qac_status changed(const char *use, const char *option, const char *then, const char *now) {
+qac_status qac_resume_changed(const char *use, const char *option, const char *then, const char *now) {
     return qac_set_error(QAC_ERR_MISMATCH,
                          "%s: the run was written with %s %s, this resume has %s; resume with the same %s (a changed "
                          "option would not continue the run bit for bit), or start a new --out",
@@ -109,46 +110,48 @@ static qac_status check_options(const recorded *h, const qac_trainer *t, const c
     char a[64], b[64];
     if (h->total != o->total_steps) {
         snprintf(a, sizeof a, "%lld", (long long)h->total), snprintf(b, sizeof b, "%ld", o->total_steps);
-        return changed(use, "--steps (or --epochs)", a, b);
+        return qac_resume_changed(use, "--steps (or --epochs)", a, b);
     }
     if (h->seed != o->seed) {
         snprintf(a, sizeof a, "%llu", (unsigned long long)h->seed);
         snprintf(b, sizeof b, "%llu", (unsigned long long)o->seed);
-        return changed(use, "--seed", a, b);
+        return qac_resume_changed(use, "--seed", a, b);
     }
     const double want[6] = {o->lr, o->weight_decay, o->beta1, o->beta2, o->adam_eps, o->max_grad_norm};
     static const char *const dbl_names[6] = {"--lr", "--weight-decay", "AdamW beta1", "AdamW beta2", "AdamW epsilon",
                                              "--max-grad-norm"};
     for (int i = 0; i < 6; i++)
         if (memcmp(&h->dbl[i], &want[i], sizeof want[i])) {
-            two_reals(a, b, sizeof a, h->dbl[i], want[i]);
-            return changed(use, dbl_names[i], a, b);
+            qac_resume_two_reals(a, b, sizeof a, h->dbl[i], want[i]);
+            return qac_resume_changed(use, dbl_names[i], a, b);
         }
     if (h->schedule != (int32_t)o->schedule)
-        return changed(use, "--schedule", schedule_name(h->schedule), schedule_name((int32_t)o->schedule));
+        return qac_resume_changed(use, "--schedule", qac_resume_schedule_name(h->schedule),
+                                  qac_resume_schedule_name((int32_t)o->schedule));
     if (h->warmup != o->warmup_steps) {
         snprintf(a, sizeof a, "%lld", (long long)h->warmup), snprintf(b, sizeof b, "%ld", o->warmup_steps);
-        return changed(use, "--warmup-steps (or --warmup-ratio times the steps)", a, b);
+        return qac_resume_changed(use, "--warmup-steps (or --warmup-ratio times the steps)", a, b);
     }
     float alpha = h->version >= 2 ? h->pair_alpha : o->pair_alpha;
     if (memcmp(&alpha, &o->pair_alpha, sizeof alpha)) {
-        two_reals(a, b, sizeof a, alpha, o->pair_alpha);
-        return changed(use, "the PAIR alpha", a, b);
+        qac_resume_two_reals(a, b, sizeof a, alpha, o->pair_alpha);
+        return qac_resume_changed(use, "the PAIR alpha", a, b);
     }
     if (!(o->pair_alpha > 0)) { /* InfoNCE: PAIR reads neither */
         if (memcmp(&h->tau, &o->tau, sizeof o->tau)) {
-            two_reals(a, b, sizeof a, h->tau, o->tau);
-            return changed(use, "--tau", a, b);
+            qac_resume_two_reals(a, b, sizeof a, h->tau, o->tau);
+            return qac_resume_changed(use, "--tau", a, b);
         }
         if (h->sim != (int32_t)o->sim)
-            return changed(use, "--sim", h->sim == QAC_SIM_COS ? "cos" : "dot", o->sim == QAC_SIM_COS ? "cos" : "dot");
+            return qac_resume_changed(use, "--sim", h->sim == QAC_SIM_COS ? "cos" : "dot",
+                                      o->sim == QAC_SIM_COS ? "cos" : "dot");
     }
     const float drop[2] = {t->drop.hidden, t->drop.attn}, was[2] = {h->hidden_dropout, h->attn_dropout};
     static const char *const drop_names[2] = {"--dropout", "--dropout (attention)"};
     for (int i = 0; i < 2; i++)
         if (memcmp(&was[i], &drop[i], sizeof drop[i])) {
-            two_reals(a, b, sizeof a, was[i], drop[i]);
-            return changed(use, drop_names[i], a, b);
+            qac_resume_two_reals(a, b, sizeof a, was[i], drop[i]);
+            return qac_resume_changed(use, drop_names[i], a, b);
         }
     return QAC_OK;
 }
