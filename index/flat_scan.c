@@ -9,7 +9,8 @@
  * tree in all three: bit-identical scores. fp16 rows are widened exactly (F16C or in
  * software) and then scored like fp32 ones. bf16 rows take vdpbf16ps where
  * the CPU has AVX512_BF16, else its emulation (AVX2 under MXCSR's DAZ/FTZ,
- * or portable C), with the same bits. */
+ * or portable C), with the same bits. The SIMD kernels prefetch the
+ * thread's next row block while they score this one (see pf_plan). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,15 +57,21 @@ float qac_half_to_float(uint16_t h) {
 }
 
 /* out[i * ldo + r] = dot(q_i, x_r) for i < nq, r < m; x is fp32 or fp16 */
-typedef void (*score_fn)(const void *x, int m, int dim, const float *q, int nq, float *out, int ldo);
+/* next/next_bytes: the rows the scan reads after these (to prefetch), or NULL */
+typedef void (*score_fn)(const void *x, int m, int dim, const float *q, int nq, float *out, int ldo, const void *next,
+                         size_t next_bytes);
 
-static void score_portable_f32(const void *xv, int m, int dim, const float *q, int nq, float *out, int ldo) {
+static void score_portable_f32(const void *xv, int m, int dim, const float *q, int nq, float *out, int ldo,
+                               const void *next, size_t next_bytes) {
+    (void)next, (void)next_bytes;
     const float *x = xv;
     for (int i = 0; i < nq; i++)
         for (int r = 0; r < m; r++) out[(size_t)i * ldo + r] = qac_flat_dot(q + (size_t)i * dim, x + (size_t)r * dim, dim);
 }
 
-static void score_portable_f16(const void *xv, int m, int dim, const float *q, int nq, float *out, int ldo) {
+static void score_portable_f16(const void *xv, int m, int dim, const float *q, int nq, float *out, int ldo,
+                               const void *next, size_t next_bytes) {
+    (void)next, (void)next_bytes;
     const uint16_t *x = xv;
     float row[512], *tmp = dim <= 512 ? row : malloc(sizeof(float) * (size_t)dim);
     if (!tmp) { /* keep going, slower: one element at a time */
@@ -131,7 +138,9 @@ float qac_flat_dot_bf16(const uint16_t *q, const uint16_t *x, int dim) {
     return reduce8(acc);
 }
 
-static void score_portable_bf16(const void *xv, int m, int dim, const float *q, int nq, float *out, int ldo) {
+static void score_portable_bf16(const void *xv, int m, int dim, const float *q, int nq, float *out, int ldo,
+                               const void *next, size_t next_bytes) {
+    (void)next, (void)next_bytes;
     const uint16_t *x = xv;
     int dpad = bf16_dpad(dim);
     for (int i = 0; i < nq; i++)
@@ -144,6 +153,29 @@ static void score_portable_bf16(const void *xv, int m, int dim, const float *q, 
 
 #ifdef QAC_SCAN_X86
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
+
+/* The next row block, pulled into L2 while this one is scored: a block
+ * scored against several query groups is read from memory by the first
+ * and from L2 by the others, and without this the first group waits on
+ * memory while the others compute. The lines are spread evenly over the
+ * kernel's steps (ceil(lines / steps) a step). */
+typedef struct prefetcher {
+    uintptr_t p, end;
+    int per_step;
+} prefetcher;
+
+static inline prefetcher pf_plan(const void *next, size_t bytes, int64_t steps) {
+    prefetcher pf = {(uintptr_t)next, next ? (uintptr_t)next + bytes : 0, 1};
+    int64_t lines = (int64_t)(bytes + 63) / 64;
+    if (steps > 0) pf.per_step = (int)((lines + steps - 1) / steps);
+    return pf;
+}
+
+#define PF_STEP(pf)                                                                                          \
+    do {                                                                                                     \
+        for (int k_ = 0; k_ < (pf).per_step && (pf).p < (pf).end; k_++, (pf).p += 64)                      \
+            _mm_prefetch((const char *)(pf).p, _MM_HINT_T1);                                                               \
+    } while (0)
 
 /* Four 8-lane sums at once, each ((a0+a4)+(a1+a5)) + ((a2+a6)+(a3+a7)). */
 AVX2 static inline __m128 reduce4(__m256 a, __m256 b, __m256 c, __m256 d) {
@@ -176,6 +208,7 @@ AVX2 static inline __m256 tail_f16(const uint16_t *p, int n) {
         _Pragma("GCC unroll 16") for (int t_ = 0; t_ < QN * RN + 3; t_++) acc[t_] = _mm256_setzero_ps(); \
         int d = 0;                                                                                       \
         for (; d + 8 <= dim; d += 8) {                                                                   \
+            PF_STEP(pf);                                                                                 \
             __m256 xv[RN];                                                                               \
             _Pragma("GCC unroll 8") for (int b_ = 0; b_ < RN; b_++) xv[b_] = LOADX(x0 + (size_t)b_ * dim + d); \
             _Pragma("GCC unroll 4") for (int a_ = 0; a_ < QN; a_++) {                                    \
@@ -204,8 +237,11 @@ AVX2 static inline __m256 tail_f16(const uint16_t *p, int n) {
 /* 4, 3 or 2 queries x 3 rows per tile; a lone query takes 4 rows per step
  * (it is memory-bound, and four row streams prefetch best). */
 #define SCORE_AVX2(NAME, XT, LOADX, TAILX)                                                               \
-    AVX2 static void NAME(const void *xp, int m, int dim, const float *q, int nq, float *out, int ldo) {  \
+    AVX2 static void NAME(const void *xp, int m, int dim, const float *q, int nq, float *out, int ldo,   \
+                          const void *next, size_t next_bytes) {                                         \
         const XT *x = xp;                                                                                \
+        prefetcher pf = pf_plan(next, next_bytes,                                                        \
+                                (int64_t)(nq >= 2 ? (nq + 3) / 4 * ((m + 2) / 3) : (m + 3) / 4) * (dim / 8)); \
         int i = 0;                                                                                       \
         for (; i + 4 <= nq || (i < nq && nq - i >= 2); i += 4) {                                         \
             int qn = nq - i < 4 ? nq - i : 4;                                                            \
@@ -323,7 +359,9 @@ AVX2 NOT_INLINED static void lanes_avx2_bf16(const uint16_t *x, int m, int dim,
 }
 #undef TILEB
 
-AVX2 static void score_avx2_bf16(const void *xp, int m, int dim, const float *q, int nq, float *out, int ldo) {
+AVX2 static void score_avx2_bf16(const void *xp, int m, int dim, const float *q, int nq, float *out, int ldo,
+                                 const void *next, size_t next_bytes) {
+    (void)next, (void)next_bytes;
     float lanes[4 * ROW_BLOCK * 8];
     int dpad = bf16_dpad(dim);
     for (int i = 0; i < nq; i += 4) {
@@ -358,6 +396,7 @@ AVX2 static void score_avx2_bf16(const void *xp, int m, int dim, const float *q,
             _Pragma("GCC unroll 8") for (int b_ = 0; b_ < RN; b_++) acc[a_][b_] = _mm512_setzero_ps();        \
         int d = 0;                                                                                           \
         for (; d + 8 <= dim; d += 8) {                                                                       \
+            PF_STEP(pf);                                                                                     \
             __m512 qv[QN / 2];                                                                               \
             _Pragma("GCC unroll 2") for (int a_ = 0; a_ < QN / 2; a_++) qv[a_] = _mm512_insertf32x8(         \
                 _mm512_castps256_ps512(_mm256_loadu_ps(q0 + (size_t)(2 * a_) * dim + d)),                    \
@@ -400,8 +439,10 @@ AVX2 static void score_avx2_bf16(const void *xp, int m, int dim, const float *q,
 
 /* query pairs (4, then 2) x 8 rows; a last odd query through the AVX2 kernel */
 #define SCORE_AVX512(NAME, XT, BX, BTX, AVX2_NAME)                                                         \
-    AVX512 static void NAME(const void *xp, int m, int dim, const float *q, int nq, float *out, int ldo) { \
+    AVX512 static void NAME(const void *xp, int m, int dim, const float *q, int nq, float *out, int ldo,   \
+                            const void *next, size_t next_bytes) {                                         \
         const XT *x = xp;                                                                                  \
+        prefetcher pf = pf_plan(next, next_bytes, (int64_t)(m + 7) / 8 * ((nq + 2) / 4) * (dim / 8));     \
         int i = 0;                                                                                         \
         for (; i + 2 <= nq; i += 4) {                                                                      \
             int qn = nq - i < 4 ? 2 : 4;                                                                   \
@@ -431,7 +472,9 @@ AVX2 static void score_avx2_bf16(const void *xp, int m, int dim, const float *q,
             }                                                                                              \
             if (qn == 2) i -= 2;                                                                           \
         }                                                                                                  \
-        if (i < nq) AVX2_NAME(xp, m, dim, q + (size_t)i * dim, 1, out + (size_t)i * ldo, ldo);             \
+        if (i < nq) /* a last odd query; the prefetching is its own when it is the only one */            \
+            AVX2_NAME(xp, m, dim, q + (size_t)i * dim, 1, out + (size_t)i * ldo, ldo, nq == 1 ? next : NULL, \
+                      nq == 1 ? next_bytes : 0);                                                           \
     }
 
 SCORE_AVX512(score_avx512_f32, float, BCAST_F32, BTAIL_F32, score_avx2_f32)
@@ -450,6 +493,7 @@ SCORE_AVX512(score_avx512_f16, uint16_t, BCAST_F16, BTAIL_F16, score_avx2_f16)
         _Pragma("GCC unroll 2") for (int a_ = 0; a_ < QN / 2; a_++)                                       \
             _Pragma("GCC unroll 8") for (int b_ = 0; b_ < RN; b_++) acc[a_][b_] = _mm512_setzero_ps();     \
         for (int d = 0; d < dpad; d += 16) {                                                              \
+            PF_STEP(pf);                                                                                  \
             __mmask16 mk = d + 16 <= dim ? (__mmask16)0xffff : (__mmask16)((1u << (dim - d)) - 1);       \
             __m512i qv[QN / 2];                                                                           \
             _Pragma("GCC unroll 2") for (int a_ = 0; a_ < QN / 2; a_++) qv[a_] = _mm512_inserti64x4(      \
@@ -485,6 +529,7 @@ SCORE_AVX512(score_avx512_f16, uint16_t, BCAST_F16, BTAIL_F16, score_avx2_f16)
         __m256 acc[RN + 3];                                                                               \
         _Pragma("GCC unroll 8") for (int b_ = 0; b_ < RN + 3; b_++) acc[b_] = _mm256_setzero_ps();         \
         for (int d = 0; d < dpad; d += 16) {                                                              \
+            PF_STEP(pf);                                                                                  \
             __mmask16 mk = d + 16 <= dim ? (__mmask16)0xffff : (__mmask16)((1u << (dim - d)) - 1);       \
             __m256i qv = _mm256_loadu_si256((const __m256i *)(const void *)(qb0 + d));                    \
             _Pragma("GCC unroll 8") for (int b_ = 0; b_ < RN; b_++) {                                     \
@@ -498,10 +543,11 @@ SCORE_AVX512(score_avx512_f16, uint16_t, BCAST_F16, BTAIL_F16, score_avx2_f16)
     } while (0)
 
 AVX512BF static void score_avx512_bf16(const void *xp, int m, int dim, const float *q, int nq, float *out,
-                                       int ldo) {
+                                       int ldo, const void *next, size_t next_bytes) {
     const uint16_t *x = xp;
     int dpad = bf16_dpad(dim);
     const uint16_t *qb = (const uint16_t *)(q + (size_t)nq * dpad);
+    prefetcher pf = pf_plan(next, next_bytes, (int64_t)(nq >= 2 ? (m + 7) / 8 * ((nq + 2) / 4) : (m + 3) / 4) * (dpad / 16));
     int i = 0;
     for (; i + 2 <= nq; i += 4) {
         int qn = nq - i < 4 ? 2 : 4;
@@ -632,7 +678,11 @@ static void scan_task(void *arg, int64_t begin, int64_t end, int tid) {
         const void *rows = f->x     ? (const void *)(f->x + (size_t)r0 * f->dim)
                            : f->x16 ? (const void *)(f->x16 + (size_t)r0 * f->dim)
                                     : (const void *)(f->xb + (size_t)r0 * f->dim);
-        c->score(rows, m, f->dim, c->q, nq, buf, ROW_BLOCK);
+        /* the next block, if this thread scores it: prefetched while this one is scored */
+        int64_t nm = blk + 1 < end ? (f->n - r0 - m < ROW_BLOCK ? f->n - r0 - m : ROW_BLOCK) : 0;
+        size_t width = f->x ? sizeof(float) : sizeof(uint16_t);
+        c->score(rows, m, f->dim, c->q, nq, buf, ROW_BLOCK, nm > 0 ? (const char *)rows + (size_t)m * f->dim * width : NULL,
+                 (size_t)nm * f->dim * width);
         for (int i = 0; i < nq; i++) {
             const float *sc = buf + (size_t)i * ROW_BLOCK;
             float *h = hs + (size_t)i * kk;

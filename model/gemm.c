@@ -409,6 +409,8 @@ typedef struct gemm_ctx {
     rows_bf16_fn rows_bf16;
     round_row_fn round_row;
     uint16_t *abuf; /* bf16 mode: per thread [mc, 2 IC2], the block's rows in bf16 */
+    qac_gemm_post_fn post;
+    void *post_ctx;
 } gemm_ctx;
 
 static void gemm_task(void *vctx, int64_t begin, int64_t end, int tid) {
@@ -429,15 +431,20 @@ static void gemm_task(void *vctx, int64_t begin, int64_t end, int tid) {
             }
             g->rows_bf16(g->out + (size_t)r0 * OC, OC, ab, IC2 * 2, g->pw->pb, IC2, OC, r1 - r0, g->bias,
                          g->resid ? g->resid + (size_t)r0 * OC : NULL);
-            continue;
-        }
-        g->rows(g->out + (size_t)r0 * OC, OC, g->inp + (size_t)r0 * IC, IC, g->pw->p, IC, OC, r1 - r0, 1.0f, g->bias,
-                g->resid ? g->resid + (size_t)r0 * OC : NULL);
+        } else
+            g->rows(g->out + (size_t)r0 * OC, OC, g->inp + (size_t)r0 * IC, IC, g->pw->p, IC, OC, r1 - r0, 1.0f,
+                    g->bias, g->resid ? g->resid + (size_t)r0 * OC : NULL);
+        if (g->post) g->post(g->post_ctx, r0, r1);
     }
 }
 
 void qac_gemm(float *out, const float *inp, const qac_packed_w *pw, const float *bias, const float *resid, int N,
               qac_pool *pool) {
+    qac_gemm_then(out, inp, pw, bias, resid, N, pool, NULL, NULL);
+}
+
+void qac_gemm_then(float *out, const float *inp, const qac_packed_w *pw, const float *bias, const float *resid, int N,
+                   qac_pool *pool, qac_gemm_post_fn post, void *post_ctx) {
     if (N <= 0) return;
     /* a block of inp fits in about 128 KiB of L2 */
     int mc = 32768 / pw->IC / MBLK * MBLK;
@@ -451,7 +458,8 @@ void qac_gemm(float *out, const float *inp, const qac_packed_w *pw, const float 
     nb = (nb + nt - 1) / nt * nt;
     if (nb > tiles) nb = tiles;
     mc = (int)((tiles + nb - 1) / nb) * MBLK;
-    gemm_ctx g = {out, inp, bias, resid, pw, N, mc, tiles, nb, pick_rows(), pick_rows_bf16(), pick_round_row(), NULL};
+    gemm_ctx g = {out, inp, bias, resid, pw, N, mc, tiles, nb, pick_rows(), pick_rows_bf16(), pick_round_row(), NULL,
+                  post, post_ctx};
     if (pw->pb) {
         g.abuf = malloc((size_t)nt * mc * ((pw->IC + 1) / 2) * 2 * sizeof(uint16_t));
         if (!g.abuf) abort(); /* out of memory: no status to return here */

@@ -43,6 +43,14 @@ uint16_t qac_bf16_round(float x);
 void qac_gemm(float *out, const float *inp, const qac_packed_w *pw, const float *bias, const float *resid, int N,
               qac_pool *pool);
 
+/* qac_gemm, then post(post_ctx, r0, r1) for each block of finished rows
+ * [r0, r1), on the thread that computed them while they are still in its
+ * cache: an element-wise step fused into the product without a second
+ * pass over memory or a second parallel loop (the FFN's bias and GELU). */
+typedef void (*qac_gemm_post_fn)(void *post_ctx, int r0, int r1);
+void qac_gemm_then(float *out, const float *inp, const qac_packed_w *pw, const float *bias, const float *resid, int N,
+                   qac_pool *pool, qac_gemm_post_fn post, void *post_ctx);
+
 /* The general form, for strided operands (attention heads):
  * packed holds qac_gemm_packed_floats(OC, IC) floats, filled by
  * qac_gemm_pack_into from W [OC, IC] with row stride ldw, or, when

@@ -211,7 +211,7 @@ typedef struct bgelu_ctx {
     int OC;
 } bgelu_ctx;
 
-static void bias_gelu_task(void *vctx, int64_t b, int64_t e, int tid) {
+static void bias_gelu_rows(void *vctx, int b, int e) {
     const bgelu_ctx *c = vctx;
     float *dst = c->pre ? c->pre : c->out;
     for (int64_t r = b; r < e; r++) {
@@ -225,9 +225,8 @@ static void bias_gelu_task(void *vctx, int64_t b, int64_t e, int tid) {
 
 void qac_matmul_gelu_packed(float *out, float *pre, const float *inp, const qac_packed_w *pw, const float *bias,
                             int N, qac_pool *pool) {
-    qac_gemm(pre ? pre : out, inp, pw, NULL, NULL, N, pool);
     bgelu_ctx c = {out, pre, bias, pw->OC};
-    qac_pool_for(pool, N, 0, bias_gelu_task, &c);
+    qac_gemm_then(pre ? pre : out, inp, pw, NULL, NULL, N, pool, bias_gelu_rows, &c); /* GELU while the rows are in cache */
 }
 
 void qac_matmul_gelu_forward(float *out, float *pre, const float *inp, const float *w, const float *bias, int N,

@@ -3,7 +3,7 @@
  * bandwidth, and the achieved GFLOP/s of qac's matrix product on the
  * encoder's shapes (and of the attention products) on each path, as a
  * fraction of that path's peak at the same thread count.
- *   qac_bench_cpu_peak [threads (2)] [rounds (5)]
+ *   qac_bench_cpu_peak [threads (2)] [rounds (5)] [all|gemm|scan (all)]
  * Each number is the best of the rounds. Besides wall-clock GFLOP/s, each
  * is also given per core from the process's CPU time (time on a core, not
  * time waiting for one), and %peak compares those: on a shared machine the
@@ -16,7 +16,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "flat_scan.h"
 #include "gemm.h"
+#include "qac_bf16.h"
 #include "qac_cpu.h"
 #include "qac_pool.h"
 #include "qac_util.h"
@@ -189,6 +191,39 @@ static best_t gemm_gflops(int N, int IC, int OC, int bf16, qac_pool *pool, int r
     return (best_t){gf / b.wall, gf / b.cpu};
 }
 
+/* Flat scan: nq queries against n x dim rows (fp32, or bf16 codes), top 10;
+ * 2 * n * dim * nq flops. The rows are evicted from the caches before each
+ * round (a sweep over 64 MiB), as the encoder's weights evict them between
+ * the server's batches. */
+static int row_less(const void *ctx, int64_t a, int64_t b) {
+    (void)ctx;
+    return a > b;
+}
+
+static best_t scan_gflops(int64_t n, int dim, int nq, int bf16, qac_pool *pool, int rounds) {
+    unsigned long long s = 11;
+    float *x = malloc(sizeof(float) * (size_t)n * dim), *q = malloc(sizeof(float) * (size_t)nq * dim);
+    uint16_t *xb = bf16 ? malloc(sizeof(uint16_t) * (size_t)n * dim) : NULL;
+    float *sc = malloc(sizeof(float) * (size_t)nq * 10);
+    uint64_t *evict = calloc(((size_t)64 << 20) / sizeof(uint64_t), sizeof(uint64_t));
+    int64_t *rows = malloc(sizeof(int64_t) * (size_t)nq * 10);
+    best_t b = {1e30, 1e30};
+    if (!x || !q || (bf16 && !xb) || !sc || !evict || !rows) goto out;
+    for (size_t i = 0; i < (size_t)n * dim; i++) x[i] = frand(&s);
+    for (size_t i = 0; i < (size_t)nq * dim; i++) q[i] = frand(&s);
+    if (bf16)
+        for (size_t i = 0; i < (size_t)n * dim; i++) xb[i] = qac_bf16_from_float(x[i]);
+    qac_flat f = {bf16 ? NULL : x, NULL, n, dim, row_less, NULL, xb};
+    for (int r = 0; r < rounds; r++) {
+        for (size_t i = 0; i < ((size_t)64 << 20) / sizeof(uint64_t); i++) evict[i] += (uint64_t)r; /* not memset: its streaming stores bypass the caches */
+        TIMED(b, qac_flat_topk(&f, q, nq, 10, pool, sc, rows));
+    }
+out:
+    free(x), free(q), free(xb), free(sc), free(evict), free(rows);
+    double gf = 2.0 * n * dim * nq / 1e9;
+    return (best_t){gf / b.wall, gf / b.cpu};
+}
+
 /* attention on one thread: per head, S = Q K^T (T x T, k = hs), then P V */
 static best_t attention_gflops(int T, int hs, int heads, int rounds) {
     unsigned long long s = 7;
@@ -211,6 +246,12 @@ static best_t attention_gflops(int T, int hs, int heads, int rounds) {
 
 int main(int argc, char **argv) {
     int threads = argc > 1 ? atoi(argv[1]) : 2, rounds = argc > 2 ? atoi(argv[2]) : 5;
+    const char *which = argc > 3 ? argv[3] : "all";
+    int do_gemm = !strcmp(which, "all") || !strcmp(which, "gemm"), do_scan = !strcmp(which, "all") || !strcmp(which, "scan");
+    if (!do_gemm && !do_scan) {
+        fprintf(stderr, "usage: qac_bench_cpu_peak [threads] [rounds] [all|gemm|scan]\n");
+        return 2;
+    }
     qac_pool *pool = NULL;
     if (threads < 1 || qac_pool_create(&pool, threads) != QAC_OK) return 2;
     qac_isa best = qac_cpu_isa_best();
@@ -237,7 +278,7 @@ int main(int argc, char **argv) {
     };
     printf("%-22s %18s %-7s %12s %13s %6s\n", "kernel", "N x IC x OC", "isa", "GFLOP/s wall", "GFLOP/s /core",
            "%peak");
-    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+    for (size_t i = 0; do_gemm && i < sizeof shapes / sizeof shapes[0]; i++)
         for (int isa = QAC_ISA_GENERIC; isa <= (int)best; isa++) {
             if (isa == QAC_ISA_GENERIC && i > 0) continue; /* one line is enough for the portable path */
             qac_cpu_set_isa((qac_isa)isa);
@@ -250,12 +291,27 @@ int main(int argc, char **argv) {
                        shapes[i].OC, "bf16", g.wall, g.cpu, 100 * g.cpu / peak[PEAK_BF16].cpu);
             }
         }
-    for (int hs = 32; hs <= 64; hs += 32)
+    for (int hs = 32; do_gemm && hs <= 64; hs += 32)
         for (int isa = QAC_ISA_GENERIC; isa <= (int)best; isa++) {
             qac_cpu_set_isa((qac_isa)isa);
             best_t g = attention_gflops(128, hs, isa ? 12 : 1, rounds);
             printf("attention (1 thread) %5d x%5d x%5d %-7s %12.1f %13.1f %5.1f%%\n", 128, hs, 128,
                    qac_cpu_isa_name((qac_isa)isa), g.wall, g.cpu, 100 * g.cpu / peak[isa].cpu);
+        }
+    /* the server's scan (20,000 x 384, a batch of 1, 16 or 64 queries) and a corpus far past the caches */
+    static const struct { int64_t n; int dim, nq; } scans[] = {
+        {20000, 384, 1}, {20000, 384, 16}, {20000, 384, 64}, {1000000, 384, 16}, {1000000, 384, 64},
+    };
+    for (size_t i = 0; do_scan && i < sizeof scans / sizeof scans[0]; i++)
+        for (int isa = QAC_ISA_AVX2 <= best ? QAC_ISA_AVX2 : QAC_ISA_GENERIC; isa <= (int)best + bf16; isa++) {
+            int isb = isa > (int)best;
+            qac_cpu_set_isa(isb ? best : (qac_isa)isa);
+            best_t g = scan_gflops(scans[i].n, scans[i].dim, scans[i].nq, isb, pool, rounds);
+            double bytes = (double)scans[i].n * scans[i].dim * (isb ? 2 : 4);
+            printf("flat scan nq %-3d %7lld x%5d %-7s %12.1f %13.1f %5.1f%%  %6.1f GB/s\n", scans[i].nq,
+                   (long long)scans[i].n, scans[i].dim, isb ? "bf16" : qac_cpu_isa_name((qac_isa)isa), g.wall, g.cpu,
+                   100 * g.cpu / peak[isb ? PEAK_BF16 : isa].cpu,
+                   bytes * g.wall / (2.0 * scans[i].n * scans[i].dim * scans[i].nq));
         }
     qac_pool_free(pool);
     return 0;

@@ -40,8 +40,11 @@ machine, minutes on a loaded one; the services get 900 s to answer /health.
 
 --dtype bf16 runs qac's encoder in its bf16 mode (`qac serve --dtype bf16`)
 and the FastAPI references under torch.autocast("cpu", dtype=torch.bfloat16),
-so both sides trade the same precision; the index stays fp32. Whether bf16
-pays depends on the CPU (bench/RESULTS.md, cpu_peak: the `vdpbf16ps` rate).
+so both sides trade the same precision; the index stays fp32. With
+--qac-factory SQbf16, qac searches its own index of bf16 corpus vectors
+(built by its encoder in --dtype: with bf16, qac's whole bf16 mode), while
+the references keep faiss-cpu's fp32 Flat search. Whether bf16 pays depends
+on the CPU (bench/RESULTS.md, cpu_peak: the `vdpbf16ps` rate).
 """
 import argparse
 import json
@@ -162,7 +165,11 @@ def main():
                          "absent: the infinity reference and the embedding comparison are skipped")
     ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
                     help="encoder precision of qac (--dtype) and of the FastAPI references (bf16: torch.autocast); "
-                         "the index stays fp32")
+                         "the index stays fp32 unless --qac-factory says otherwise")
+    ap.add_argument("--qac-factory", choices=("Flat", "SQbf16"), default="Flat",
+                    help="qac's own index: Flat (fp32 corpus vectors, the file the references load too) or SQbf16 "
+                         "(bf16 corpus vectors, built with the encoder in --dtype; with --dtype bf16 this is qac's "
+                         "whole bf16 mode). The references always search the fp32 Flat index with faiss-cpu")
     ap.add_argument("--encode-concurrency", default="1,32",
                     help="concurrencies of the embedding-only comparison (qac against infinity)")
     a = ap.parse_args()
@@ -204,6 +211,14 @@ def main():
     subprocess.run([a.qac, "index", "build", "--corpus", corpus, "--out", index, "--model", model,
                     "--threads", str(a.threads)], check=True)
     print(f"bench: index of {a.passages} passages ready in {time.time() - t0:.0f} s", file=sys.stderr)
+    qac_index = index
+    if a.qac_factory != "Flat":  # qac's own index: the same passages, bf16 corpus vectors
+        qac_index = os.path.join(work, f"index-{a.passages}-{a.qac_factory.lower()}-{a.dtype}")
+        t0 = time.time()
+        subprocess.run([a.qac, "index", "build", "--corpus", corpus, "--out", qac_index, "--model", model,
+                        "--threads", str(a.threads), "--factory", a.qac_factory, "--encoder-dtype", a.dtype],
+                       check=True)
+        print(f"bench: qac's {a.qac_factory} index ready in {time.time() - t0:.0f} s", file=sys.stderr)
 
     env = dict(os.environ, QAC_BENCH_QUERIES=qfile, QAC_BENCH_K="10", QAC_QUIET="1")
     inf_env = dict(env, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", DO_NOT_TRACK="1",
@@ -212,7 +227,7 @@ def main():
     conc = [int(c) for c in a.concurrency.split(",")]
     results = {}
     services = {
-        "qac": [a.qac, "serve", "--index", index, "--model", model, "--threads", str(a.threads), "--dtype", a.dtype],
+        "qac": [a.qac, "serve", "--index", qac_index, "--model", model, "--threads", str(a.threads), "--dtype", a.dtype],
         "reference": [sys.executable, os.path.join(HERE, "reference_service.py"), "--model", model, "--index", index,
                       "--docids", docids, "--dtype", a.dtype],
         "batched": [sys.executable, os.path.join(HERE, "reference_batched.py"), "--model", model, "--index", index,
@@ -302,7 +317,8 @@ def main():
     print(f"\n### serve: qac vs FastAPI+sentence-transformers+faiss{'+infinity-emb' if a.infinity_python else ''} "
           f"({time.strftime('%Y-%m-%d')})\n")
     print(f"Machine: {cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}. "
-          f"{a.passages} synthetic Cranfield passages, Flat index, all-MiniLM-L6-v2, encoders in {a.dtype}, k=10, "
+          f"{a.passages} synthetic Cranfield passages, Flat index (qac: {a.qac_factory}), all-MiniLM-L6-v2, "
+          f"encoders in {a.dtype}, k=10, "
           f"wrk {a.duration} s per run.\n")
     refs = [n for n in services if n != "qac"]
     def best_ref(c):  # the reference with the higher throughput at concurrency c
