@@ -387,6 +387,29 @@ AVX2 static void score_avx2_bf16(const void *xp, int m, int dim, const float *q,
 #define BTAIL_F32(p, mk) _mm512_broadcast_f32x8(_mm256_maskz_loadu_ps(mk, p))
 #define BTAIL_F16(p, mk) _mm512_cvtph_ps(_mm256_broadcastsi128_si256(_mm_maskz_loadu_epi16(mk, p)))
 
+/* The final sums of acc[QN / 2][RN] (query 2a in the low 8 lanes of
+ * acc[a][b], query 2a + 1 in the high 8, both against row b) into
+ * o0[query * ldo + b]: four at a time, as the AVX2 kernel does them. */
+#define PAIR_SUMS(QN, RN)                                                                                     \
+    do {                                                                                                     \
+        __m256 h_[QN * RN + 3];                                                                              \
+        float *dst_[QN * RN + 3];                                                                            \
+        float sink_[4];                                                                                      \
+        int nh_ = 0;                                                                                         \
+        _Pragma("GCC unroll 2") for (int a_ = 0; a_ < QN / 2; a_++)                                          \
+            _Pragma("GCC unroll 8") for (int b_ = 0; b_ < RN; b_++) {                                        \
+                h_[nh_] = _mm512_castps512_ps256(acc[a_][b_]), dst_[nh_++] = o0 + (size_t)(2 * a_) * ldo + b_; \
+                h_[nh_] = _mm512_extractf32x8_ps(acc[a_][b_], 1);                                             \
+                dst_[nh_++] = o0 + (size_t)(2 * a_ + 1) * ldo + b_;                                          \
+            }                                                                                                \
+        for (int t_ = nh_; t_ < QN * RN + 3; t_++) h_[t_] = _mm256_setzero_ps(), dst_[t_] = sink_;           \
+        for (int t_ = 0; t_ < nh_; t_ += 4) {                                                                \
+            float s_[4];                                                                                     \
+            _mm_storeu_ps(s_, reduce4(h_[t_], h_[t_ + 1], h_[t_ + 2], h_[t_ + 3]));                          \
+            for (int u_ = 0; u_ < 4; u_++) *dst_[t_ + u_] = s_[u_];                                          \
+        }                                                                                                    \
+    } while (0)
+
 /* QN (2 or 4) queries x RN rows: acc[a][b] holds query 2a in its low
  * 8 lanes and query 2a + 1 in its high 8, both against row b. */
 #define TILE512(QN, RN, BX, BTX)                                                                             \
@@ -418,23 +441,7 @@ AVX2 static void score_avx2_bf16(const void *xp, int m, int dim, const float *q,
                 for (int a_ = 0; a_ < QN / 2; a_++) acc[a_][b_] = _mm512_fmadd_ps(qv[a_], xv, acc[a_][b_]);  \
             }                                                                                                \
         }                                                                                                    \
-        /* lane sums four at a time, as the AVX2 kernel does them */                                         \
-        __m256 h_[QN * RN + 3];                                                                              \
-        float *dst_[QN * RN + 3];                                                                            \
-        float sink_[4];                                                                                      \
-        int nh_ = 0;                                                                                         \
-        _Pragma("GCC unroll 2") for (int a_ = 0; a_ < QN / 2; a_++)                                          \
-            _Pragma("GCC unroll 8") for (int b_ = 0; b_ < RN; b_++) {                                        \
-                h_[nh_] = _mm512_castps512_ps256(acc[a_][b_]), dst_[nh_++] = o0 + (size_t)(2 * a_) * ldo + b_; \
-                h_[nh_] = _mm512_extractf32x8_ps(acc[a_][b_], 1);                                             \
-                dst_[nh_++] = o0 + (size_t)(2 * a_ + 1) * ldo + b_;                                          \
-            }                                                                                                \
-        for (int t_ = nh_; t_ < QN * RN + 3; t_++) h_[t_] = _mm256_setzero_ps(), dst_[t_] = sink_;           \
-        for (int t_ = 0; t_ < nh_; t_ += 4) {                                                                \
-            float s_[4];                                                                                     \
-            _mm_storeu_ps(s_, reduce4(h_[t_], h_[t_ + 1], h_[t_ + 2], h_[t_ + 3]));                          \
-            for (int u_ = 0; u_ < 4; u_++) *dst_[t_ + u_] = s_[u_];                                          \
-        }                                                                                                    \
+        PAIR_SUMS(QN, RN);                                                                                   \
     } while (0)
 
 /* query pairs (4, then 2) x 8 rows; a last odd query through the AVX2 kernel */
@@ -505,22 +512,7 @@ SCORE_AVX512(score_avx512_f16, uint16_t, BCAST_F16, BTAIL_F16, score_avx2_f16)
                     acc[a_][b_] = _mm512_dpbf16_ps(acc[a_][b_], (__m512bh)qv[a_], (__m512bh)xv);          \
             }                                                                                             \
         }                                                                                                 \
-        __m256 h_[QN * RN + 3];                                                                           \
-        float *dst_[QN * RN + 3];                                                                         \
-        float sink_[4];                                                                                   \
-        int nh_ = 0;                                                                                      \
-        _Pragma("GCC unroll 2") for (int a_ = 0; a_ < QN / 2; a_++)                                       \
-            _Pragma("GCC unroll 8") for (int b_ = 0; b_ < RN; b_++) {                                     \
-                h_[nh_] = _mm512_castps512_ps256(acc[a_][b_]), dst_[nh_++] = o0 + (size_t)(2 * a_) * ldo + b_; \
-                h_[nh_] = _mm512_extractf32x8_ps(acc[a_][b_], 1);                                          \
-                dst_[nh_++] = o0 + (size_t)(2 * a_ + 1) * ldo + b_;                                       \
-            }                                                                                             \
-        for (int t_ = nh_; t_ < QN * RN + 3; t_++) h_[t_] = _mm256_setzero_ps(), dst_[t_] = sink_;        \
-        for (int t_ = 0; t_ < nh_; t_ += 4) {                                                             \
-            float s_[4];                                                                                  \
-            _mm_storeu_ps(s_, reduce4(h_[t_], h_[t_ + 1], h_[t_ + 2], h_[t_ + 3]));                       \
-            for (int u_ = 0; u_ < 4; u_++) *dst_[t_ + u_] = s_[u_];                                       \
-        }                                                                                                 \
+        PAIR_SUMS(QN, RN);                                                                                \
     } while (0)
 
 /* one query x RN rows on ymm */
@@ -594,6 +586,7 @@ AVX512BF static void score_avx512_bf16(const void *xp, int m, int dim, const flo
 }
 #undef TILE512B
 #undef TILE256B
+#undef PAIR_SUMS
 #endif
 
 static score_fn pick_kernel(int f16, int bf16) {
