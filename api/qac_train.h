@@ -191,6 +191,11 @@ typedef struct qac_run_opts {
     int resume;           /* continue from out_dir/latest; without it an existing run is an error */
     /* called after every step (NULL: nothing) */
     void (*on_step)(void *user, const qac_step_stats *st, long total);
+    /* called once before the first step with the step the run continues
+     * from (0: a fresh run), after a resume was accepted, so that the
+     * caller's own per-step files are trimmed as log.jsonl is (a refused
+     * resume never calls it); an error stops the run. NULL: nothing. */
+    qac_status (*on_start)(void *user, long step);
     void *user;
 } qac_run_opts;
 
@@ -199,9 +204,11 @@ typedef struct qac_run_opts {
  * names it (written atomically), then older checkpoints beyond `keep` are
  * removed. out_dir/log.jsonl gets one line per step (step, loss, lr,
  * grad_norm, seconds); on resume, lines past the checkpoint are dropped so
- * the log reads as one uninterrupted run. A kill at any moment loses at
- * most the steps since the last checkpoint. *resumed_at (may be NULL)
- * receives the step the run continued from (0 for a fresh run). */
+ * the log reads as one uninterrupted run. A refused resume (another run's
+ * options, a damaged state) writes nothing into out_dir. A kill at any
+ * moment loses at most the steps since the last checkpoint. *resumed_at
+ * (may be NULL) receives the step the run continued from (0 for a fresh
+ * run). */
 qac_status qac_train_run(qac_trainer *t, const qac_batch_source *src, const qac_run_opts *ro, long *resumed_at);
 
 #ifdef __cplusplus

@@ -350,6 +350,13 @@ static qac_status trim_dev_log(const char *path, long step) {
     return qac_atomic_commit(&af);
 }
 
+/* dev.jsonl is trimmed only once the resume was accepted: a refused one
+ * leaves the run as it was */
+static qac_status on_start(void *user, long step) {
+    hook *h = user;
+    return trim_dev_log(h->dev_log, step);
+}
+
 qac_status qac_finetune_run(qac_model *m, const qac_ft_data *d, const qac_finetune_opts *o, long *total_steps,
                             long *resumed_at) {
     if (resumed_at) *resumed_at = 0;
@@ -393,14 +400,17 @@ qac_status qac_finetune_run(qac_model *m, const qac_ft_data *d, const qac_finetu
     if (!st && o->dry_run) {
         for (long i = 0; i < to.total_steps && !st; i++) st = fill_texts(&s);
     } else if (!st) {
-        char dev_log[4096];
-        if (!(st = qac_mkdirs(o->out_dir)) && !(st = qac_path_join(dev_log, sizeof dev_log, o->out_dir, "dev.jsonl")))
-            st = trim_dev_log(dev_log, latest >= 0 ? latest : 0);
+        if (!(st = qac_mkdirs(o->out_dir))) st = qac_path_join(h.dev_log, sizeof h.dev_log, o->out_dir, "dev.jsonl");
         if (!st) st = qac_trainer_create(&t, m, &to);
         h.src = &s, h.o = o, h.m = m, h.dev = have_dev ? &dev : NULL, h.t0 = qac_now();
-        snprintf(h.dev_log, sizeof h.dev_log, "%s", dev_log);
         qac_batch_source bs = {&s, src_next, src_get_cursor, src_set_cursor};
-        qac_run_opts ro = {o->out_dir, o->save_every, o->keep, o->resume, on_step, &h};
+        qac_run_opts ro = {.out_dir = o->out_dir,
+                           .save_every = o->save_every,
+                           .keep = o->keep,
+                           .resume = o->resume,
+                           .on_step = on_step,
+                           .on_start = on_start,
+                           .user = &h};
         if (!st) st = qac_train_run(t, &bs, &ro, resumed_at);
         if (!st && s.deferred) st = s.deferred;
     }

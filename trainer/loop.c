@@ -126,6 +126,7 @@ qac_status qac_train_run(qac_trainer *t, const qac_batch_source *src, const qac_
     } else if ((st = qac_rundir_trim_log(log_path, 0))) {
         return st;
     }
+    if (ro->on_start && (st = ro->on_start(ro->user, t->step))) return st;
     FILE *log = fopen(log_path, "a");
     if (!log) return qac_set_error(QAC_ERR_IO, "%s: %s", log_path, strerror(errno));
     long total = t->o.total_steps, every = ro->save_every;

@@ -4,11 +4,14 @@
 A tiny random BERT is fine-tuned for 10 steps (checkpoint every 3, dev set
 scored at each save) on Cranfield BM25 negatives. The same run is killed
 (SIGKILL) half-way through writing checkpoint 6, resumed and killed again
-before the batch of step 8, then resumed to the end: the per-step log
-(exact digits), the dev metrics, and the final weights and optimiser state
-equal the uninterrupted run's bit for bit. Before that last resume, every
-option that shapes the steps, changed, is refused (exit 2) before any step
-with its name and both values, the run untouched; and a copy of the run
+before the batch of step 8, resumed and killed half-way through writing
+checkpoint 9 (its log and dev lines written, `latest` still checkpoint 6),
+then resumed to the end: the per-step log (exact digits), the dev metrics,
+and the final weights and optimiser state equal the uninterrupted run's bit
+for bit. Before that last resume, every option that shapes the steps,
+changed, is refused (exit 2) before any step with its name and both values,
+every file of the run byte-identical after (the log and dev lines past the
+checkpoint included: a refused resume trims nothing); and a copy of the run
 whose state is rewritten as version 1 (no batch shape in its cursor) still
 refuses another --steps and resumes to the same end bit for bit. Also:
 progress lines on stderr, and `qac plot` writes a valid PNG of the log."""
@@ -84,6 +87,12 @@ check(latest(out) == "checkpoint-3", f"latest names the last complete checkpoint
 r = finetune(out, "--resume", env={"QAC_TEST_CRASH": "finetune_batch:5"})
 check(r.returncode == -9 and "steps 4..7" not in r.stderr, f"resumed and killed before step 8 (rc {r.returncode})")
 check(latest(out) == "checkpoint-6", f"work since the first kill was kept ({latest(out)})")
+r = finetune(out, "--resume", env={"QAC_TEST_KILL_IN_SAVE": "9"})
+check(r.returncode == -9 and latest(out) == "checkpoint-6",
+      f"resumed and killed half-way through checkpoint 9 (rc {r.returncode}, {latest(out)})")
+check([s for s, *_ in traj(out)] == list(range(1, 10))
+      and [d["step"] for d in read_jsonl(os.path.join(out, "dev.jsonl"))] == [3, 6, 9],
+      "log.jsonl and dev.jsonl hold lines past the checkpoint (steps 7 to 9)")
 r = finetune(out)
 check(r.returncode == 1 and "--resume" in r.stderr, "a second run into the same directory without --resume is refused")
 
@@ -94,12 +103,19 @@ def file_bytes(path):
 
 
 def run_files(out):
-    return {f: file_bytes(os.path.join(out, f)) for f in ("latest", "log.jsonl", "dev.jsonl",
-                                                          os.path.join("checkpoint-6", "training_state.qts"))}
+    """every file under the run directory, by relative path"""
+    files = {}
+    for d, _, names in os.walk(out):
+        for n in names:
+            files[os.path.relpath(os.path.join(d, n), out)] = file_bytes(os.path.join(d, n))
+    return files
 
 
 # an option that shapes the steps, changed on resume: refused by name with both values, nothing touched
 before = run_files(out)
+check(all(f in before for f in ("latest", "log.jsonl", "dev.jsonl",
+                                 os.path.join("checkpoint-6", "training_state.qts"))),
+      "the run directory holds latest, log.jsonl, dev.jsonl and checkpoint-6's state")
 CHANGED = "the run was written with "
 changes = [(["--steps", "12"], "--steps (or --epochs) 10, this resume has 12"),
            (["--steps", "0", "--epochs", "1"], "--steps (or --epochs) 10, this resume has 8"),
@@ -122,9 +138,12 @@ changes = [(["--steps", "12"], "--steps (or --epochs) 10, this resume has 12"),
 for extra, msg in changes:
     r = finetune(out, "--resume", *extra)
     want = msg if msg.startswith("the training data") else CHANGED + msg
+    after = run_files(out)
+    changed = sorted(f for f in before.keys() | after.keys() if before.get(f) != after.get(f))
     check(r.returncode == 2 and want in r.stderr and not any(l.startswith("step ") for l in r.stderr.splitlines())
-          and run_files(out) == before,
-          f"--resume with {' '.join(extra)} is refused before any step, naming both values: " + r.stderr.strip()[-300:])
+          and not changed,
+          f"--resume with {' '.join(extra)} is refused before any step, naming both values, every file of the run "
+          f"byte-identical (changed: {changed}): " + r.stderr.strip()[-300:])
 
 # a copy of the run with its checkpoint-6 state rewritten as version 1: the
 # same header, the pair-alpha slot 0, and the 4-word cursor (magic, examples,

@@ -189,9 +189,26 @@ def metric(base, name):
 
 
 def wait_until(pred, timeout=10.0, step=0.05):
+    """Poll pred until it is true (True) or timeout seconds pass (False)."""
     end = time.time() + timeout
     while time.time() < end:
         if pred():
             return True
         time.sleep(step)
     return False
+
+
+def accept_backlog(port):
+    """Connections in the kernel's accept queue of the socket listening on
+    port, not yet accepted by the server (None: no such socket)."""
+    found = None
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(path) as f:
+                rows = [ln.split() for ln in f.readlines()[1:]]
+        except OSError:
+            continue
+        for r in rows:  # sl local rem st tx_queue:rx_queue ...; a listener's rx_queue is its accept queue
+            if len(r) > 4 and r[3] == "0A" and int(r[1].rsplit(":", 1)[1], 16) == port:
+                found = (found or 0) + int(r[4].split(":")[1], 16)
+    return found

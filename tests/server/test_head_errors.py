@@ -12,10 +12,13 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from srvlib import Contract, Server, check, finish  # noqa: E402
+from srvlib import Contract, Server, accept_backlog, check, finish, metric, wait_until  # noqa: E402
 
 TABLE = "--table" in sys.argv
 MAX_HEAD = 16384  # the default --max-head-bytes
+# the server's state is polled for, never assumed after a fixed sleep: on a
+# loaded machine it may not run for seconds
+DEADLINE = 120
 
 
 def exchange(port, data, timeout=5.0):
@@ -318,7 +321,9 @@ for i in range(16):  # heads in, bodies pending: each holds a connection of the 
     c = socket.create_connection(("127.0.0.1", sport), timeout=5)
     c.sendall(b"POST /tokenize HTTP/1.1\r\n" + H + b"Content-Length: 100\r\n\r\n{")
     held.append(c)
-time.sleep(0.5)
+# every one in flight (its head read by the library); the probe counts itself
+check(wait_until(lambda: (metric(small.base, "qac_inflight_requests") or 0) >= 17, DEADLINE, 0.1),
+      "the 16 requests with pending bodies are in flight")
 out, closed = exchange(sport, b"POST /tokenize HTTP/1.1\r\n" + H + b"Content-Length: 2\r\n\r\n{}")
 st, ctype, body = parse(out)
 if TABLE:
@@ -337,7 +342,8 @@ for i in range(16):
     c = socket.create_connection(("127.0.0.1", sport), timeout=5)
     c.sendall(b"GET /health HTTP/1.1\r\nX-Slow: ")
     slow.append(c)
-time.sleep(0.3)
+# all 16 accepted by the gate (a probe request would be one more connection)
+check(wait_until(lambda: accept_backlog(sport) == 0, DEADLINE), "the gate accepted the 16 slow heads")
 out, _ = exchange(sport, b"GET /health HTTP/1.1\r\n" + H + b"Connection: close\r\n\r\n")
 check(out.startswith(b"HTTP/1.1 200"), f"with --max-connections heads waiting, one more is served: {out[:60]!r}")
 slow[0].settimeout(2)

@@ -27,10 +27,15 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from srvlib import QAC, Server, build_indexes, check, finish, http, workdir  # noqa: E402
+from srvlib import QAC, Server, build_indexes, check, finish, http, wait_until, workdir  # noqa: E402
 
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+# A state the probes need (a request being encoded, connections closed) is
+# polled for, never assumed after a fixed sleep: on a loaded machine the
+# server or a client thread may not run for seconds.
+DEADLINE = 120
 
 d = workdir("hostile")
 corpus, ix, _ = build_indexes(d, n_docs=60, bm25=False)
@@ -169,7 +174,8 @@ def run_bulk():
 calls0, small0 = metric("qac_batch_tokens_count"), metric(re.escape('qac_batch_tokens_bucket{le="256"}'))
 th = threading.Thread(target=run_bulk)
 th.start()
-time.sleep(0.3)
+check(wait_until(lambda: not th.is_alive() or metric("qac_batch_tokens_count") > calls0, DEADLINE),
+      "the bulk encode is being encoded before the searches start")
 lat = []
 while th.is_alive() and len(lat) < 40:
     t = time.time()
@@ -204,17 +210,18 @@ tok0 = metric("qac_batch_tokens_sum")
 s = socket.create_connection(("127.0.0.1", port))
 s.sendall(b"POST /encode HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
           % len(payload) + payload)
-time.sleep(0.5)
+check(wait_until(lambda: metric("qac_batch_tokens_sum") > tok0, DEADLINE),
+      "the bulk encode is being encoded before its client leaves")
 s.close()
 t_left = time.time()
 # The request's thread ends soon after its client (the /metrics request
 # itself is the one left in flight); without cancellation it works on.
-freed = False
-while time.time() - t_left < 3.0 and not freed:
-    freed = metric("qac_inflight_requests") <= 1
-    time.sleep(0.1)
+# The 3 s are the bound under test, not a wait.
+freed = wait_until(lambda: metric("qac_inflight_requests") <= 1, 3.0, 0.1)
 freed_after = time.time() - t_left
 check(freed, f"the request ends once its client is gone ({'after %.2f s' % freed_after if freed else 'still running after 3 s'})")
+# the two windows are the measurement: what is encoded 1.5 s after the
+# client left, then nothing more in the next 2 s
 time.sleep(max(0, 1.5 - freed_after))
 tok1 = metric("qac_batch_tokens_sum")
 time.sleep(2.0)
@@ -303,24 +310,31 @@ for i in range(n_probe):
 print(f"slow connections: {len(socks)} open ({opened:.1f} s), /health {ok_h}/{n_probe}, /search {ok_s}/{n_probe}")
 check(ok_h == n_probe, f"/health under 600 slow heads + 515 slow bodies: {ok_h}/{n_probe}")
 check(ok_s == n_probe, f"/search under 600 slow heads + 515 slow bodies: {ok_s}/{n_probe}")
-# the head deadline (8 s here) closes the slow heads
-time.sleep(max(0, 8.0 + 1.5 - (time.time() - t0)))
-r, _, _ = select.select(socks[:600], [], [], 0.5)
-closed = 0
-for c in r:
-    try:
-        closed += c.recv(1) == b""
-    except OSError:
-        closed += 1
+# The head deadline (8 s here) closes the slow heads. Each one's end is
+# read as it comes, until 20 s past the deadline: still short of the idle
+# timeout (30 s), and no connection arrives meanwhile to evict one, so
+# nothing but the head deadline can close them.
+pending, closed = list(socks[:600]), 0
+while pending and closed < 590 and time.time() < t0 + 8.0 + 20.0:
+    r, _, _ = select.select(pending, [], [], 0.5)
+    for c in r:
+        try:
+            closed += c.recv(1) == b""
+        except OSError:
+            closed += 1
+        pending.remove(c)
+print(f"slow heads: {closed} closed {time.time() - t0:.1f} s after the first opened")
 check(closed >= 590, f"slow heads closed by the head deadline: {closed}/600")
 for c in socks:
     c.close()
 
 # ---- 2. drain deadline: SIGTERM with a busy request exits on time, non-zero ----
+tok0 = metric("qac_batch_tokens_sum")
 th = threading.Thread(target=lambda: http(base, "POST", "/encode", bulk, timeout=60))
 th.daemon = True
 th.start()
-time.sleep(0.5)
+check(wait_until(lambda: metric("qac_batch_tokens_sum") > tok0, DEADLINE),
+      "the bulk encode is being encoded when SIGTERM comes")
 t0 = time.time()
 srv.proc.send_signal(signal.SIGTERM)
 try:

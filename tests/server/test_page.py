@@ -8,14 +8,17 @@ it. Skips (77) when no Chromium is installed."""
 import json
 import os
 import re
-import time
 import shutil
 import struct
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from srvlib import Server, build_indexes, check, finish, http, workdir  # noqa: E402
+from srvlib import Server, build_indexes, check, finish, http, wait_until, workdir  # noqa: E402
+
+# the page's state is polled for, never assumed after a fixed sleep: on a
+# loaded machine the browser may not run for seconds
+DEADLINE = 60
 
 
 def chromium():
@@ -117,11 +120,13 @@ def check_snippets(exe, d, srv, query, k):
     try:
         from urllib.parse import quote_plus
         cdp.open(srv.base + "/?q=" + quote_plus(query) + "&k=%d" % k)
-        deadline = time.time() + 60
         hits = []
-        while time.time() < deadline and len(hits) < k:
-            time.sleep(0.2)
-            hits = cdp.js(HITS_JS) or []
+
+        def rendered():
+            hits[:] = cdp.js(HITS_JS) or []
+            return len(hits) >= k
+
+        wait_until(rendered, DEADLINE, 0.2)
         check(len(hits) == k, f"DevTools: {len(hits)} hits rendered")
         long_hits = [h for h in hits if len(words_of(texts[h["docid"]])) > 30]
         check(len(long_hits) >= 2, f"{len(long_hits)} hits longer than 30 words (the snippet is exercised)")
@@ -158,15 +163,25 @@ def check_snippets(exe, d, srv, query, k):
             where = (f"(() => {{ const s = document.querySelectorAll('li.hit')[{i}].querySelector('summary');"
                      f" s.scrollIntoView(); const r = s.getBoundingClientRect();"
                      f" return [r.x + r.width / 4, r.y + r.height / 2]; }})()")
+            seen = {}
+
+            def shown(opened):
+                """the clicked hit as it is now, and whether it is (still) in the state wanted"""
+                h = seen["h"] = cdp.js(HITS_JS)[i]
+                if opened:
+                    return (h["open"] is True and h["fullVisible"] and not h["snippetVisible"]
+                            and h["summary"] == "Show less")
+                return h["open"] is False and not h["fullVisible"] and h["snippetVisible"]
+
             cdp.click(*cdp.js(where))
-            time.sleep(0.3)
-            h = cdp.js(HITS_JS)[i]
+            wait_until(lambda: shown(True), DEADLINE, 0.1)
+            h = seen["h"]
             check(h["open"] is True and h["fullVisible"] and not h["snippetVisible"] and h["summary"] == "Show less",
                   f"a mouse click expands: open={h['open']} full shown={h['fullVisible']} "
                   f"snippet shown={h['snippetVisible']} label={h['summary']!r}")
             cdp.click(*cdp.js(where))  # the summary moved up: the snippet above it is hidden
-            time.sleep(0.3)
-            h = cdp.js(HITS_JS)[i]
+            wait_until(lambda: shown(False), DEADLINE, 0.1)
+            h = seen["h"]
             check(h["open"] is False and not h["fullVisible"] and h["snippetVisible"],
                   "a second click collapses back to the snippet")
     finally:

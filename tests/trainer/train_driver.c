@@ -105,7 +105,8 @@ int main(int argc, char **argv) {
     qac_trainer *t;
     if (qac_trainer_create(&t, m, &o)) return fprintf(stderr, "%s\n", qac_last_error()), 1;
     qac_batch_source bs = {&s, next, get_cursor, set_cursor};
-    qac_run_opts ro = {argv[2], atol(argv[4]), 2, argc > 5 && !strcmp(argv[5], "--resume"), NULL, NULL};
+    qac_run_opts ro = {.out_dir = argv[2], .save_every = atol(argv[4]), .keep = 2,
+                       .resume = argc > 5 && !strcmp(argv[5], "--resume")};
     long from = 0;
     qac_status st = qac_train_run(t, &bs, &ro, &from);
     fprintf(stderr, "resumed at step %ld\n", from);
