@@ -39,5 +39,29 @@ qac_device qac_cli_device(const char *name);
 qac_text_format qac_cli_format(const char *name);
 /* Resolve --model: the flag's value, or the default model directory. */
 const char *qac_cli_model_dir(const qac_opts *o, char *buf, size_t cap);
+/* "1h02m" or "3m05s": the time left of a long run, for progress lines. */
+void qac_cli_fmt_eta(char *buf, size_t cap, double seconds);
+
+/* Option rows both trainers take (qac finetune, qac pretrain), with the
+ * same meaning and defaults: the schedule after --lr ... */
+#define QAC_CLI_SCHEDULE_OPTS                                                                                          \
+    {"schedule", QAC_OPT_ENUM, "linear", 0, -1, "linear|cosine|constant", NULL, "learning-rate schedule after warmup", 0}, \
+        {"warmup-ratio", QAC_OPT_FLOAT, "0.1", 0, 1, NULL, NULL, "warmup as a fraction of the steps", 0},             \
+        {"warmup-steps", QAC_OPT_INT, NULL, 0, 1e12, NULL, NULL, "warmup steps (overrides --warmup-ratio)", 0},       \
+        {"weight-decay", QAC_OPT_FLOAT, "0.01", 0, 10, NULL, NULL, "AdamW weight decay (not on biases or LayerNorm)", 0}
+/* ... dropout and memory ... */
+#define QAC_CLI_DROPOUT_OPTS                                                                                           \
+    {"dropout", QAC_OPT_FLOAT, "-1", -1, 1, NULL, NULL, "hidden and attention dropout (-1 = the checkpoint's)", 0},  \
+        {"recompute", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL, "keep only layer inputs; recompute in backward", 0}
+/* ... and where it runs, how it saves and resumes. */
+#define QAC_CLI_RUN_OPTS                                                                                               \
+    {"threads", QAC_OPT_INT, "0", 0, 1024, NULL, "QAC_THREADS", "CPU threads (0 = all cores)", 0},                   \
+        {"device", QAC_OPT_ENUM, "auto", 0, -1, "auto|cpu|cuda", "QAC_DEVICE",                                        \
+         "training device (auto = cpu; cuda must be asked for)", 0},                                                  \
+        {"train-precision", QAC_OPT_ENUM, "bf16", 0, -1, "bf16|fp32", "QAC_TRAIN_PRECISION",                          \
+         "CUDA training: bf16 mixed precision or fp32 throughout", 0},                                                \
+        {"save-every", QAC_OPT_INT, "0", 0, 1e12, NULL, NULL, "steps between checkpoints (0 = only at the end)", 0}, \
+        {"keep", QAC_OPT_INT, "2", 1, 1e6, NULL, NULL, "checkpoints kept", 0},                                        \
+        {"resume", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL, "continue the run in --out from its latest checkpoint", 0}
 
 #endif

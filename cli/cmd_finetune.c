@@ -17,10 +17,7 @@ static const qac_opt ft_opts[] = {
     {"train-corpus", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "corpus for --train-triples / --train-qrels", 0},
     {"out", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "run directory: checkpoints, log.jsonl, dev.jsonl", 1},
     {"lr", QAC_OPT_FLOAT, "2e-5", 0, 1, NULL, NULL, "peak learning rate", 0},
-    {"schedule", QAC_OPT_ENUM, "linear", 0, -1, "linear|cosine|constant", NULL, "learning-rate schedule after warmup", 0},
-    {"warmup-ratio", QAC_OPT_FLOAT, "0.1", 0, 1, NULL, NULL, "warmup as a fraction of the steps", 0},
-    {"warmup-steps", QAC_OPT_INT, NULL, 0, 1e12, NULL, NULL, "warmup steps (overrides --warmup-ratio)", 0},
-    {"weight-decay", QAC_OPT_FLOAT, "0.01", 0, 10, NULL, NULL, "AdamW weight decay (not on biases or LayerNorm)", 0},
+    QAC_CLI_SCHEDULE_OPTS,
     {"max-grad-norm", QAC_OPT_FLOAT, "1.0", 0, 1e9, NULL, NULL, "global gradient-norm clip (0 = none)", 0},
     {"epochs", QAC_OPT_FLOAT, "3", 0, 1e6, NULL, NULL, "epochs over the training examples", 0},
     {"steps", QAC_OPT_INT, "0", 0, 1e12, NULL, NULL, "optimiser steps (0 = from --epochs)", 0},
@@ -32,17 +29,9 @@ static const qac_opt ft_opts[] = {
     {"sim", QAC_OPT_ENUM, "dot", 0, -1, "dot|cos", NULL, "similarity (after the checkpoint's pooling/normalisation)", 0},
     {"alpha", QAC_OPT_FLOAT, "0", 0, 1, NULL, NULL, "> 0: the PAIR loss (1-alpha) L_q + alpha L_p instead of InfoNCE (--tau, --sim unused)", 0},
     {"chunk", QAC_OPT_INT, "0", 0, 1 << 20, NULL, NULL, "GradCache chunk in sequences (0 = whole batch at once)", 0},
-    {"dropout", QAC_OPT_FLOAT, "-1", -1, 1, NULL, NULL, "hidden and attention dropout (-1 = the checkpoint's)", 0},
-    {"recompute", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL, "keep only layer inputs; recompute in backward", 0},
+    QAC_CLI_DROPOUT_OPTS,
     {"seed", QAC_OPT_INT, "42", 0, 9.2e18, NULL, "QAC_SEED", "seed for sampling, order and dropout", 0},
-    {"threads", QAC_OPT_INT, "0", 0, 1024, NULL, "QAC_THREADS", "CPU threads (0 = all cores)", 0},
-    {"device", QAC_OPT_ENUM, "auto", 0, -1, "auto|cpu|cuda", "QAC_DEVICE",
-     "training device (auto = cpu; cuda must be asked for)", 0},
-    {"train-precision", QAC_OPT_ENUM, "bf16", 0, -1, "bf16|fp32", "QAC_TRAIN_PRECISION",
-     "CUDA training: bf16 mixed precision or fp32 throughout", 0},
-    {"save-every", QAC_OPT_INT, "0", 0, 1e12, NULL, NULL, "steps between checkpoints (0 = only at the end)", 0},
-    {"keep", QAC_OPT_INT, "2", 1, 1e6, NULL, NULL, "checkpoints kept", 0},
-    {"resume", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL, "continue the run in --out from its latest checkpoint", 0},
+    QAC_CLI_RUN_OPTS,
     {"dev-queries", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "dev queries, scored at every save", 0},
     {"dev-qrels", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "dev qrels", 0},
     {"dev-corpus", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "dev corpus (ranked exhaustively)", 0},
@@ -59,17 +48,12 @@ typedef struct ui {
     long resumed;
 } ui;
 
-static void fmt_eta(char *buf, size_t cap, double s) {
-    if (s >= 3600) snprintf(buf, cap, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
-    else snprintf(buf, cap, "%dm%02ds", (int)(s / 60), (int)s % 60);
-}
-
 static void print_step(void *user, const qac_ft_progress *p) {
     ui *u = user;
     if (u->quiet) return;
     double per = p->elapsed / (double)p->steps_run;
     char eta[32];
-    fmt_eta(eta, sizeof eta, per * (double)(p->total - p->step));
+    qac_cli_fmt_eta(eta, sizeof eta, per * (double)(p->total - p->step));
     fprintf(stderr, "step %ld/%ld  epoch %.2f  loss %.4f  lr %.3g  grad_norm %.3f  %.1f passages/s  ETA %s\n", p->step,
             p->total, p->epoch, p->loss, p->lr, p->grad_norm, p->passages / p->seconds, eta);
 }

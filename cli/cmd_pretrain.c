@@ -21,10 +21,7 @@ static const qac_opt pt_opts[] = {
     {"steps", QAC_OPT_INT, "1000", 1, 1e12, NULL, NULL, "optimiser steps", 0},
     {"batch", QAC_OPT_INT, "16", 1, 65536, NULL, NULL, "pairs per step (2 texts each)", 0},
     {"lr", QAC_OPT_FLOAT, "1e-4", 0, 1, NULL, NULL, "peak learning rate", 0},
-    {"schedule", QAC_OPT_ENUM, "linear", 0, -1, "linear|cosine|constant", NULL, "learning-rate schedule after warmup", 0},
-    {"warmup-ratio", QAC_OPT_FLOAT, "0.1", 0, 1, NULL, NULL, "warmup as a fraction of the steps", 0},
-    {"warmup-steps", QAC_OPT_INT, NULL, 0, 1e12, NULL, NULL, "warmup steps (overrides --warmup-ratio)", 0},
-    {"weight-decay", QAC_OPT_FLOAT, "0.01", 0, 10, NULL, NULL, "AdamW weight decay (not on biases or LayerNorm)", 0},
+    QAC_CLI_SCHEDULE_OPTS,
     {"max-grad-norm", QAC_OPT_FLOAT, "1.0", 0, 1e9, NULL, NULL, "global gradient-norm clip over encoder and heads (0 = none)", 0},
     {"mask-rate", QAC_OPT_FLOAT, "0.15", 0.001, 1, NULL, NULL, "coCondenser whole-word MLM rate", 0},
     {"enc-mask-rate", QAC_OPT_FLOAT, "0.30", 0.001, 1, NULL, NULL, "CoT-MAE / qgen encoder MLM rate (qgen's queries stay unmasked)", 0},
@@ -43,17 +40,9 @@ static const qac_opt pt_opts[] = {
     {"alpha", QAC_OPT_FLOAT, "0", 0, 1, NULL, NULL, "> 0: the PAIR loss (1-alpha) L_q + alpha L_p instead of the contrastive loss", 0},
     {"max-len", QAC_OPT_INT, "144", 4, 8192, NULL, NULL, "passage and span max tokens incl. specials", 0},
     {"query-max-len", QAC_OPT_INT, "32", 3, 8192, NULL, NULL, "query max tokens incl. specials", 0},
-    {"dropout", QAC_OPT_FLOAT, "-1", -1, 1, NULL, NULL, "hidden and attention dropout (-1 = the checkpoint's)", 0},
-    {"recompute", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL, "keep only layer inputs; recompute in backward", 0},
+    QAC_CLI_DROPOUT_OPTS,
     {"seed", QAC_OPT_INT, "42", 0, 9.2e18, NULL, "QAC_SEED", "seed for pairs, masks, dropout and fresh heads", 0},
-    {"threads", QAC_OPT_INT, "0", 0, 1024, NULL, "QAC_THREADS", "CPU threads (0 = all cores)", 0},
-    {"device", QAC_OPT_ENUM, "auto", 0, -1, "auto|cpu|cuda", "QAC_DEVICE",
-     "training device (auto = cpu; cuda must be asked for)", 0},
-    {"train-precision", QAC_OPT_ENUM, "bf16", 0, -1, "bf16|fp32", "QAC_TRAIN_PRECISION",
-     "CUDA training: bf16 mixed precision or fp32 throughout", 0},
-    {"save-every", QAC_OPT_INT, "0", 0, 1e12, NULL, NULL, "steps between checkpoints (0 = only at the end)", 0},
-    {"keep", QAC_OPT_INT, "2", 1, 1e6, NULL, NULL, "checkpoints kept", 0},
-    {"resume", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL, "continue the run in --out from its latest checkpoint", 0},
+    QAC_CLI_RUN_OPTS,
 };
 #define N_PT_OPTS (int)(sizeof pt_opts / sizeof pt_opts[0])
 
@@ -61,11 +50,6 @@ typedef struct ui {
     int quiet;
     int contrastive; /* the objective has a contrastive part to show */
 } ui;
-
-static void fmt_eta(char *buf, size_t cap, double s) {
-    if (s >= 3600) snprintf(buf, cap, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
-    else snprintf(buf, cap, "%dm%02ds", (int)(s / 60), (int)s % 60);
-}
 
 static void print_note(void *user, const char *line) {
     ui *u = user;
@@ -76,7 +60,7 @@ static void print_step(void *user, const qac_pt_progress *p) {
     ui *u = user;
     if (u->quiet) return;
     char eta[32], parts[96];
-    fmt_eta(eta, sizeof eta, p->elapsed / (double)p->steps_run * (double)(p->total - p->step));
+    qac_cli_fmt_eta(eta, sizeof eta, p->elapsed / (double)p->steps_run * (double)(p->total - p->step));
     if (u->contrastive)
         snprintf(parts, sizeof parts, "mlm %.3f head %.3f cl %.3f", p->mlm, p->head, p->contrastive);
     else

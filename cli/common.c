@@ -49,3 +49,8 @@ qac_text_format qac_cli_format(const char *name) {
         if (!strcmp(name, names[i])) return (qac_text_format)i;
     return QAC_FMT_AUTO;
 }
+
+void qac_cli_fmt_eta(char *buf, size_t cap, double s) {
+    if (s >= 3600) snprintf(buf, cap, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
+    else snprintf(buf, cap, "%dm%02ds", (int)(s / 60), (int)s % 60);
+}
