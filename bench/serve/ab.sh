@@ -9,31 +9,48 @@
 #     WORK     a bench_serve.py --work directory (queries.jsonl, index-N/)
 #     VARIANT  label=QAC_BINARY[,DTYPE[,INDEX]]: DTYPE fp32 (default) or
 #              bf16 (qac serve --dtype), INDEX a directory under WORK
-#              (default: the first index-* there)
+#              (default: the first index-* there). QAC_BINARY may instead be
+#              `batched` or `unbatched`: bench_serve.py's Python references
+#              (reference_batched.py, reference_service.py; DTYPE bf16 runs
+#              them under torch's bf16 autocast), on the same index file
 #   environment: ROUNDS (3), DURATION (10 s), WARMUP (3 s), CONCURRENCY (32),
-#                PORT (18082), QAC_MODEL (default: the installed default model)
-# Example, the build before a change against the one after, in fp32 and bf16:
+#                PORT (18082), QAC_MODEL (default: the installed default model),
+#                PYTHON (the references' python; default .venv/bin/python3)
+# Examples: the build before a change against the one after, in fp32 and
+# bf16; qac against the batching reference over several alternating rounds:
 #   bench/serve/ab.sh /tmp/serve-20k old=../old/build/qac new=build/qac \
 #       old-bf16=../old/build/qac,bf16 new-bf16=build/qac,bf16
+#   ROUNDS=5 bench/serve/ab.sh /tmp/serve-20k qac=build/qac ref=batched
 # Run it on a quiet machine; wrk and the server share its cores.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-[ $# -ge 2 ] || { sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+[ $# -ge 2 ] || { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 work=$(cd "$1" && pwd)
 shift
 command -v wrk >/dev/null || { echo "ab.sh: wrk is not installed (scripts/setup.sh --test)" >&2; exit 2; }
 model=${QAC_MODEL:-${QAC_HOME:-$HOME/.local/share/qac}/models/all-MiniLM-L6-v2}
 rounds=${ROUNDS:-3} duration=${DURATION:-10} warmup=${WARMUP:-3} conc=${CONCURRENCY:-32} port=${PORT:-18082}
 default_index=$(cd "$work" && ls -d index-* 2>/dev/null | head -1)
+docids=$(cd "$work" && ls docids-*.txt 2>/dev/null | head -1)
+python=${PYTHON:-$(cd "$here/../.." && pwd)/.venv/bin/python3}
 [ -f "$work/queries.jsonl" ] || { echo "ab.sh: $work has no queries.jsonl (run bench_serve.py --work $work first)" >&2; exit 2; }
 
 run() { # label binary dtype index
     local log
     log=$(mktemp)
-    QAC_QUIET=1 "$2" serve --index "$work/$4" --model "$model" --port "$port" --dtype "$3" >"$log" 2>&1 &
+    case $2 in
+    batched | unbatched)
+        [ -n "$docids" ] || { echo "ab.sh: $work has no docids-*.txt for the references" >&2; exit 2; }
+        local script=reference_batched.py
+        [ "$2" = unbatched ] && script=reference_service.py
+        "$python" "$here/$script" --model "$model" --index "$work/$4" --docids "$work/$docids" --port "$port" \
+            --dtype "$3" >"$log" 2>&1 &
+        ;;
+    *) QAC_QUIET=1 "$2" serve --index "$work/$4" --model "$model" --port "$port" --dtype "$3" >"$log" 2>&1 & ;;
+    esac
     local pid=$! up=0
-    for _ in $(seq 300); do
-        if curl -sf "http://127.0.0.1:$port/health" >/dev/null; then up=1; break; fi
+    for _ in $(seq 900); do # any HTTP answer: the references have no /health
+        if [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/health")" != 000 ]; then up=1; break; fi
         kill -0 $pid 2>/dev/null || break
         sleep 0.2
     done
