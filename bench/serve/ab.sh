@@ -30,8 +30,8 @@ shift
 command -v wrk >/dev/null || { echo "ab.sh: wrk is not installed (scripts/setup.sh --test)" >&2; exit 2; }
 model=${QAC_MODEL:-${QAC_HOME:-$HOME/.local/share/qac}/models/all-MiniLM-L6-v2}
 rounds=${ROUNDS:-3} duration=${DURATION:-10} warmup=${WARMUP:-3} conc=${CONCURRENCY:-32} port=${PORT:-18082}
-default_index=$(cd "$work" && ls -d index-* 2>/dev/null | head -1)
-docids=$(cd "$work" && ls docids-*.txt 2>/dev/null | head -1)
+default_index=$(cd "$work" && ls -d index-* 2>/dev/null | head -1 || true)
+docids=$(cd "$work" && ls docids-*.txt 2>/dev/null | head -1 || true)
 python=${PYTHON:-$(cd "$here/../.." && pwd)/.venv/bin/python3}
 [ -f "$work/queries.jsonl" ] || { echo "ab.sh: $work has no queries.jsonl (run bench_serve.py --work $work first)" >&2; exit 2; }
 

@@ -169,3 +169,17 @@ def tiny_model(out, hidden=32, layers=2, heads=2, seed=0):
 
 def read_jsonl(path):
     return [json.loads(l) for l in open(path) if l.strip()]
+
+
+def file_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def run_files(out):
+    """every file under a run directory, by relative path"""
+    files = {}
+    for d, _, names in os.walk(out):
+        for n in names:
+            files[os.path.relpath(os.path.join(d, n), out)] = file_bytes(os.path.join(d, n))
+    return files

@@ -23,7 +23,7 @@ import tempfile
 import zlib
 
 sys.path.insert(0, os.path.dirname(__file__))
-from ftlib import CRAN, check, finish, read_jsonl, run, tiny_model, xxh64  # noqa: E402
+from ftlib import CRAN, check, file_bytes, finish, read_jsonl, run, run_files, tiny_model, xxh64  # noqa: E402
 
 tmp = tempfile.mkdtemp(prefix="qac-ft-resume-")
 p = lambda name: os.path.join(tmp, name)  # noqa: E731
@@ -95,21 +95,6 @@ check([s for s, *_ in traj(out)] == list(range(1, 10))
       "log.jsonl and dev.jsonl hold lines past the checkpoint (steps 7 to 9)")
 r = finetune(out)
 check(r.returncode == 1 and "--resume" in r.stderr, "a second run into the same directory without --resume is refused")
-
-
-def file_bytes(path):
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def run_files(out):
-    """every file under the run directory, by relative path"""
-    files = {}
-    for d, _, names in os.walk(out):
-        for n in names:
-            files[os.path.relpath(os.path.join(d, n), out)] = file_bytes(os.path.join(d, n))
-    return files
-
 
 # an option that shapes the steps, changed on resume: refused by name with both values, nothing touched
 before = run_files(out)

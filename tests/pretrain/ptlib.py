@@ -6,7 +6,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "finetune"))
-from ftlib import SHARED, check, default_model_dir, finish, read_jsonl, run, tiny_model  # noqa: E402,F401
+from ftlib import SHARED, check, default_model_dir, file_bytes, finish, read_jsonl, run, run_files, tiny_model  # noqa: E402,F401
 
 
 def debian_pairs(out, n=60):
@@ -30,8 +30,3 @@ def trajectory(out):
     keep = ("step", "loss", "lr", "grad_norm", "mlm", "head_mlm", "contrastive", "dec_mlm", "next_token", "span_frac",
             "tokens")
     return [tuple((k, repr(l[k])) for k in keep if k in l) for l in read_jsonl(os.path.join(out, "log.jsonl"))]
-
-
-def file_bytes(path):
-    with open(path, "rb") as f:
-        return f.read()

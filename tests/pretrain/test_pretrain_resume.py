@@ -23,7 +23,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
-from ptlib import check, debian_pairs, file_bytes, finish, read_jsonl, run, tiny_model, trajectory  # noqa: E402
+from ptlib import check, debian_pairs, file_bytes, finish, read_jsonl, run, run_files, tiny_model, trajectory  # noqa: E402
 
 tmp = tempfile.mkdtemp(prefix="qac-pt-resume-")
 p = lambda name: os.path.join(tmp, name)  # noqa: E731
@@ -42,15 +42,6 @@ def pretrain(arm, out, *extra, env=None):
 
 def latest(out):
     return open(os.path.join(out, "latest")).read().strip()
-
-
-def run_files(out):
-    """every file under the run directory, by relative path"""
-    files = {}
-    for d, _, names in os.walk(out):
-        for n in names:
-            files[os.path.relpath(os.path.join(d, n), out)] = file_bytes(os.path.join(d, n))
-    return files
 
 
 for arm in ARMS:
