@@ -245,15 +245,15 @@ ROWS_BY_TILES(rows_avx2, tile_avx2)
         }                                                                                                  \
     } while (0)
 
-/* RN rows x NPN panels (1 or 2); partial panels through lane masks */
-#define MICRO512(RN, NPN)                                                                                  \
+/* RN rows x NPN panels (1 or 2); partial panels through lane masks. LOADB(h, k)
+ * reads panel h's 16 values at step k. */
+#define MICRO512(RN, NPN, LOADB)                                                                           \
     do {                                                                                                   \
         __m512 c0[RN], c1[RN];                                                                             \
         _Pragma("GCC unroll 12") for (int r = 0; r < RN; r++) c0[r] = c1[r] = _mm512_setzero_ps();         \
-        const float *p0 = panel, *p1 = panel + (size_t)IC * NP;                                            \
         for (int k = 0; k < IC; k++) {                                                                     \
-            __m512 b0 = _mm512_loadu_ps(p0 + (size_t)k * NP), b1 = b0;                                     \
-            if (NPN == 2) b1 = _mm512_loadu_ps(p1 + (size_t)k * NP);                                       \
+            __m512 b0 = LOADB(0, k), b1 = b0;                                                              \
+            if (NPN == 2) b1 = LOADB(1, k);                                                                \
             _Pragma("GCC unroll 12") for (int r = 0; r < RN; r++) {                                        \
                 __m512 av = _mm512_set1_ps(a[(size_t)r * lda + k]);                                        \
                 c0[r] = _mm512_fmadd_ps(av, b0, c0[r]);                                                    \
@@ -263,6 +263,15 @@ ROWS_BY_TILES(rows_avx2, tile_avx2)
         EPI512(RN, NPN);                                                                                   \
     } while (0)
 
+#define TILE_CASES(LOADB)                                                                                  \
+    switch (rn * 2 + npn - 1) {                                                                            \
+        CASE(12, LOADB) CASE(11, LOADB) CASE(10, LOADB) CASE(9, LOADB) CASE(8, LOADB) CASE(7, LOADB)       \
+        CASE(6, LOADB) CASE(5, LOADB) CASE(4, LOADB) CASE(3, LOADB) CASE(2, LOADB) CASE(1, LOADB)          \
+    }
+#define CASE(R, LOADB)                       \
+    case R * 2: MICRO512(R, 1, LOADB); break; \
+    case R * 2 + 1: MICRO512(R, 2, LOADB); break;
+
 /* rn (<= 12) rows x the columns [o0, o0 + ncols), ncols <= 32, of panels j and j + 1 */
 AVX512 static void tile_avx512(float *out, int ldo, const float *a, int lda, int IC, int rn, const float *panel,
                                int o0, int ncols, float alpha, const float *bias, const float *resid) {
@@ -270,14 +279,28 @@ AVX512 static void tile_avx512(float *out, int ldo, const float *a, int lda, int
     int n0 = ncols < NP ? ncols : NP, n1 = ncols - n0;
     __mmask16 m0 = (__mmask16)((1u << n0) - 1), m1 = (__mmask16)((1u << n1) - 1);
     int npn = n1 > 0 ? 2 : 1;
-    switch (rn * 2 + npn - 1) {
-#define CASE(R) \
-    case R * 2: MICRO512(R, 1); break; \
-    case R * 2 + 1: MICRO512(R, 2); break;
-        CASE(12) CASE(11) CASE(10) CASE(9) CASE(8) CASE(7) CASE(6) CASE(5) CASE(4) CASE(3) CASE(2) CASE(1)
-#undef CASE
-    }
+    const float *p0 = panel, *p1 = panel + (size_t)IC * NP;
+#define PACKED(h, k) _mm512_loadu_ps((h ? p1 : p0) + (size_t)(k) * NP)
+    TILE_CASES(PACKED)
+#undef PACKED
 }
+
+/* the same with B [IC, >= o0 + ncols] read in place (row stride ldb): the
+ * panel's 16 columns of row k are contiguous, so no packing is needed */
+AVX512 static void tile_b_avx512(float *out, int ldo, const float *a, int lda, int IC, int rn, const float *b,
+                                 int ldb, int o0, int ncols, float alpha) {
+    static const float zeros[NP] = {0};
+    const float *bias = NULL, *resid = NULL;
+    int n0 = ncols < NP ? ncols : NP, n1 = ncols - n0;
+    __mmask16 m0 = (__mmask16)((1u << n0) - 1), m1 = (__mmask16)((1u << n1) - 1);
+    int npn = n1 > 0 ? 2 : 1;
+    const float *p0 = b + o0, *p1 = p0 + NP;
+#define INPLACE(h, k) _mm512_maskz_loadu_ps(h ? m1 : m0, (h ? p1 : p0) + (size_t)(k) * ldb)
+    TILE_CASES(INPLACE)
+#undef INPLACE
+}
+#undef CASE
+#undef TILE_CASES
 #undef MICRO512
 
 AVX512 static void rows_avx512(float *out, int ldo, const float *a, int lda, const float *packed, int IC, int OC,
@@ -289,6 +312,17 @@ AVX512 static void rows_avx512(float *out, int ldo, const float *a, int lda, con
             int rn = N - r < MR512 ? N - r : MR512;
             tile_avx512(out + (size_t)r * ldo, ldo, a + (size_t)r * lda, lda, IC, rn, panel, o0, ncols, alpha, bias,
                         resid ? resid + (size_t)r * ldo : NULL);
+        }
+    }
+}
+
+AVX512 static void rows_b_avx512(float *out, int ldo, const float *a, int lda, const float *b, int ldb, int IC, int OC,
+                                 int N, float alpha) {
+    for (int o0 = 0; o0 < OC; o0 += 2 * NP) {
+        int ncols = OC - o0 < 2 * NP ? OC - o0 : 2 * NP;
+        for (int r = 0; r < N; r += MR512) {
+            int rn = N - r < MR512 ? N - r : MR512;
+            tile_b_avx512(out + (size_t)r * ldo, ldo, a + (size_t)r * lda, lda, IC, rn, b, ldb, o0, ncols, alpha);
         }
     }
 }
@@ -380,10 +414,24 @@ AVX512 static void round_row_avx512(uint16_t *d, const float *x, int n) {
     }
     round_row_portable(d + k, x + k, n - k);
 }
+
+/* With AVX512_BF16, vcvtneps2bf16 rounds 32 at a time. It differs from the
+ * integer formula only on fp32 subnormals (it reads them as zero, the
+ * formula keeps a bf16 subnormal), and vdpbf16ps reads a bf16 subnormal as
+ * zero: the products, and so the outputs, are the same bits. */
+AVX512BF static void round_row_cvt(uint16_t *d, const float *x, int n) {
+    int k = 0;
+    for (; k + 32 <= n; k += 32) {
+        __m512bh r = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(x + k + 16), _mm512_loadu_ps(x + k));
+        _mm512_storeu_si512((void *)(d + k), (__m512i)r);
+    }
+    round_row_portable(d + k, x + k, n - k);
+}
 #endif
 
 static round_row_fn pick_round_row(void) {
 #ifdef QAC_GEMM_X86
+    if (qac_cpu_bf16()) return round_row_cvt; /* only with rows_bf16_avx512 */
     if (qac_cpu_isa() == QAC_ISA_AVX512) return round_row_avx512;
 #endif
     return round_row_portable;
@@ -472,4 +520,17 @@ void qac_gemm_strided(float *out, int ldo, const float *inp, int ldi, const floa
                       float alpha, int N) {
     if (N <= 0) return;
     pick_rows()(out, ldo, inp, ldi, packed, IC, OC, N, alpha, NULL, NULL);
+}
+
+void qac_gemm_strided_b(float *out, int ldo, const float *inp, int ldi, const float *b, int ldb, int IC, int OC,
+                        float alpha, int N, float *scratch) {
+    if (N <= 0) return;
+#ifdef QAC_GEMM_X86
+    if (qac_cpu_isa() == QAC_ISA_AVX512) {
+        rows_b_avx512(out, ldo, inp, ldi, b, ldb, IC, OC, N, alpha);
+        return;
+    }
+#endif
+    qac_gemm_pack_into(scratch, b, OC, IC, ldb, 1);
+    pick_rows()(out, ldo, inp, ldi, scratch, IC, OC, N, alpha, NULL, NULL);
 }

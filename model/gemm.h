@@ -61,5 +61,12 @@ size_t qac_gemm_packed_floats(int OC, int IC);
 void qac_gemm_pack_into(float *packed, const float *w, int OC, int IC, int ldw, int transposed);
 void qac_gemm_strided(float *out, int ldo, const float *inp, int ldi, const float *packed, int IC, int OC,
                       float alpha, int N);
+/* The same with the right operand given as B = W^T [IC, OC] (row stride
+ * ldb) and packed here only where the path needs it (into scratch, of
+ * qac_gemm_packed_floats(OC, IC) floats); the AVX-512 path reads B in
+ * place. The same bits as packing B with qac_gemm_pack_into(.., 1) and
+ * calling qac_gemm_strided. */
+void qac_gemm_strided_b(float *out, int ldo, const float *inp, int ldi, const float *b, int ldb, int IC, int OC,
+                        float alpha, int N, float *scratch);
 
 #endif

@@ -366,8 +366,9 @@ static void att_task(void *vctx, int64_t begin, int64_t end, int tid) {
     int T = c->T, C = c->C, NH = c->NH, hs = C / NH;
     int dropping = qac_dropout_active(c->drop, QAC_DROP_ATT);
     float scale = 1.0f / sqrtf((float)hs);
-    /* packed K^T [T x hs] and V [hs x T] of one head (gemm.h layout), and
-     * the dropped probabilities when dropout is on */
+    /* packed K^T [T x hs] of one head (gemm.h layout), room for V [hs x T]
+     * on the paths that pack it (qac_gemm_strided_b), and the dropped
+     * probabilities when dropout is on */
     size_t nk = qac_gemm_packed_floats(T, hs), nv = qac_gemm_packed_floats(hs, T);
     float *pk = malloc((nk + nv + (dropping ? (size_t)T * T : 0)) * sizeof *pk), *pv = pk + nk, *pd = pv + nv;
     if (!pk) abort(); /* out of memory: no status to return here */
@@ -386,10 +387,7 @@ static void att_task(void *vctx, int64_t begin, int64_t end, int tid) {
         qac_gemm_strided(att, T, q, 3 * C, pk, hs, len, scale, M);
         for (int t = 0; t < M; t++) {
             float *row = att + (size_t)t * T;
-            float mx = row[0];
-            for (int j = 1; j < len; j++) mx = row[j] > mx ? row[j] : mx;
-            float inv = 1.0f / qac_vm_exp_shift_sum(row, len, mx);
-            for (int j = 0; j < len; j++) row[j] *= inv;
+            qac_vm_softmax_row(row, len);
             if (c->att)
                 for (int j = len; j < T; j++) row[j] = 0.0f;
             if (dropping) {
@@ -397,8 +395,8 @@ static void att_task(void *vctx, int64_t begin, int64_t end, int tid) {
                 drop_att_row(pd + (size_t)t * T, len, c->drop, b, c->layer, h, t);
             }
         }
-        qac_gemm_pack_into(pv, v, hs, len, 3 * C, 1);
-        qac_gemm_strided(c->out + row0 * C + (size_t)h * hs, C, dropping ? pd : att, T, pv, len, hs, 1.0f, M);
+        qac_gemm_strided_b(c->out + row0 * C + (size_t)h * hs, C, dropping ? pd : att, T, v, 3 * C, len, hs, 1.0f, M,
+                           pv);
     }
     free(pk);
 }
@@ -453,9 +451,8 @@ static void attb_task(void *vctx, int64_t begin, int64_t end, int tid) {
             if (dropping) drop_att_row(m2, len, c->drop, b, c->layer, h, t);
             for (int j = 0; j < len; j++) m1[(size_t)j * T + t] = m2[j];
         }
-        /* dV [len, hs] = Pd^T dO: W' = dO^T, packed from dO [T, hs] */
-        qac_gemm_pack_into(pk, dO, hs, T, C, 1);
-        qac_gemm_strided(dv, C3, m1, T, pk, T, hs, 1.0f, len);
+        /* dV [len, hs] = Pd^T dO: B = dO [T, hs] */
+        qac_gemm_strided_b(dv, C3, m1, T, dO, C, T, hs, 1.0f, len, pk);
         /* m2 = dPd [T, len] = dO V^T: W' = V [len, hs] */
         qac_gemm_pack_into(pk, v, len, hs, C3, 0);
         qac_gemm_strided(m2, T, dO, C, pk, hs, len, 1.0f, T);
@@ -467,14 +464,12 @@ static void attb_task(void *vctx, int64_t begin, int64_t end, int tid) {
             for (int j = 0; j < len; j++) s += p[j] * dp[j];
             for (int j = 0; j < len; j++) dp[j] = p[j] * (dp[j] - s) * scale;
         }
-        /* dQ [T, hs] = dS K: W' = K^T, packed from K [len, hs] */
-        qac_gemm_pack_into(pk, k, hs, len, C3, 1);
-        qac_gemm_strided(dq, C3, m2, T, pk, len, hs, 1.0f, T);
-        /* dK [len, hs] = dS^T Q: inp = dS^T [len, T], W' = Q^T packed from Q [T, hs] */
+        /* dQ [T, hs] = dS K: B = K [len, hs] */
+        qac_gemm_strided_b(dq, C3, m2, T, k, C3, len, hs, 1.0f, T, pk);
+        /* dK [len, hs] = dS^T Q: inp = dS^T [len, T], B = Q [T, hs] */
         for (int t = 0; t < T; t++)
             for (int j = 0; j < len; j++) m1[(size_t)j * T + t] = m2[(size_t)t * T + j];
-        qac_gemm_pack_into(pk, q, hs, T, C3, 1);
-        qac_gemm_strided(dk, C3, m1, T, pk, T, hs, 1.0f, len);
+        qac_gemm_strided_b(dk, C3, m1, T, q, C3, T, hs, 1.0f, len, pk);
         for (int j = len; j < T; j++) {
             memset(dk + (size_t)j * C3, 0, (size_t)hs * sizeof(float));
             memset(dv + (size_t)j * C3, 0, (size_t)hs * sizeof(float));

@@ -125,22 +125,43 @@ BODY void qac_vm_gelu_backward_body(float *dinp, const float *dout, const float 
     for (; i < n; i++) dinp[i] = dout[i] * gelu_grad_one(pre[i]);
 }
 
-BODY float qac_vm_exp_shift_sum_body(float *x, int n, float max) {
-    float acc[VBLOCK] = {0};
-    int i = 0;
-    for (; i + VBLOCK <= n; i += VBLOCK)
+/* A softmax row, all of it in SIMD lanes: attention rows are short (a
+ * query's 10-30 keys), so the part past the last whole block runs as one
+ * more block padded with -inf (exp of it never enters the sum) instead of
+ * a scalar tail, and the 16 lanes' max and sum are folded as a tree
+ * (halves added lane-wise), not one lane after another. Each element's exp
+ * is one lane's operations and the folding order is fixed, so the bits
+ * depend on n alone. */
+BODY void qac_vm_softmax_row_body(float *x, int n) {
+    float m[VBLOCK], t[VBLOCK], acc[VBLOCK] = {0};
+    int i = 0, full = n / VBLOCK * VBLOCK, rem = n - full;
+    for (int j = 0; j < VBLOCK; j++) m[j] = t[j] = -INFINITY;
+    for (int j = 0; j < rem; j++) t[j] = x[full + j];
+    for (; i < full; i += VBLOCK)
+        for (int j = 0; j < VBLOCK; j++) m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
+    for (int j = 0; j < VBLOCK; j++) m[j] = t[j] > m[j] ? t[j] : m[j];
+#pragma GCC unroll 4
+    for (int h = VBLOCK / 2; h > 0; h /= 2)
+        for (int j = 0; j < h; j++) m[j] = m[j + h] > m[j] ? m[j + h] : m[j];
+    float mx = m[0];
+    for (i = 0; i < full; i += VBLOCK)
         for (int j = 0; j < VBLOCK; j++) {
-            float e = exp_poly(x[i + j] - max);
+            float e = exp_poly(x[i + j] - mx);
             x[i + j] = e;
             acc[j] += e;
         }
-    float sum = 0;
-    for (; i < n; i++) {
-        x[i] = exp_poly(x[i] - max);
-        sum += x[i];
+    for (int j = 0; j < VBLOCK; j++) {
+        float e = exp_poly(t[j] - mx);
+        t[j] = e;
+        acc[j] += j < rem ? e : 0.0f;
     }
-    for (int j = 0; j < VBLOCK; j++) sum += acc[j];
-    return sum;
+#pragma GCC unroll 4
+    for (int h = VBLOCK / 2; h > 0; h /= 2)
+        for (int j = 0; j < h; j++) acc[j] += acc[j + h];
+    float inv = 1.0f / acc[0];
+    for (i = 0; i < full; i += VBLOCK)
+        for (int j = 0; j < VBLOCK; j++) x[i + j] *= inv;
+    for (int j = 0; j < rem; j++) x[full + j] = t[j] * inv;
 }
 
 /* Lane-wise partial sums let the reductions vectorise (strict FP order
@@ -178,7 +199,7 @@ DISPATCH(void, , qac_vm_bias_gelu, (float *out, float *pre, const float *bias, i
          (out, pre, bias, n, keep))
 DISPATCH(void, , qac_vm_gelu_backward, (float *dinp, const float *dout, const float *pre, size_t n),
          (dinp, dout, pre, n))
-DISPATCH(float, return, qac_vm_exp_shift_sum, (float *x, int n, float max), (x, n, max))
+DISPATCH(void, , qac_vm_softmax_row, (float *x, int n), (x, n))
 DISPATCH(void, , qac_vm_layernorm_row,
          (float *o, float *mean, float *rstd, const float *x, const float *w, const float *b, int C, float eps),
          (o, mean, rstd, x, w, b, C, eps))

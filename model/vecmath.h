@@ -1,5 +1,5 @@
 /* Internal to model/: the element-wise SIMD kernels under the layer math
- * (GELU and its derivative, the softmax exponent, a LayerNorm row).
+ * (GELU and its derivative, a softmax row, a LayerNorm row).
  *
  * expf and erff from libm are scalar calls; GELU and softmax evaluate them
  * for every FFN and attention element, so these use branch-free polynomial
@@ -18,8 +18,8 @@ void qac_vm_gelu(float *out, const float *inp, size_t n);
 void qac_vm_bias_gelu(float *out, float *pre, const float *bias, int n, int keep);
 /* dinp = dout * GELU'(pre). dinp may alias dout. [n] */
 void qac_vm_gelu_backward(float *dinp, const float *dout, const float *pre, size_t n);
-/* x[i] = exp(x[i] - max); returns the sum. [n] */
-float qac_vm_exp_shift_sum(float *x, int n, float max);
+/* x = softmax(x), in place; n >= 1. [n] */
+void qac_vm_softmax_row(float *x, int n);
 /* One LayerNorm row: o = (x - mean) * rstd * w + b; mean, rstd may be NULL. */
 void qac_vm_layernorm_row(float *o, float *mean, float *rstd, const float *x, const float *w, const float *b, int C,
                           float eps);

@@ -5,7 +5,8 @@
  *    the thread count or the kernel: each check runs on every ISA path the
  *    CPU has (portable, AVX2, AVX-512);
  *  - bias and residual are added after the product, residual aliasing out;
- *  - the strided and transposed packing used by attention gives the same;
+ *  - the strided and transposed packing used by attention gives the same,
+ *    and so does qac_gemm_strided_b reading W^T in place;
  *  - qac_gemm_then's post step sees every row exactly once, already
  *    finished (equal to qac_gemm's result), in fp32 and bf16, at 1-3 threads;
  *  - bf16 mode (inputs with exact rounding ties among them): every element
@@ -94,6 +95,18 @@ static void check_shape_isa(int N, int IC, int OC, qac_isa isa) {
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++) bad += out2[(size_t)n * OC + o] != ref_elem(a + (size_t)n * IC, w, IC, 0.125f, NULL, NULL, o);
     CHECK_MSG(bad == 0, "%s %d x %d x %d strided: %d elements differ", qac_cpu_isa_name(isa), N, IC, OC, bad);
+    /* B = W^T read in place (or packed into scratch): the same bits; the
+     * scratch starts as garbage and the columns past OC as NaN, which a read
+     * outside the operand would carry into the result */
+    for (int k = 0; k < IC; k++)
+        for (int o = OC; o < ld; o++) wt[(size_t)k * ld + o] = NAN;
+    for (size_t i = 0; i < qac_gemm_packed_floats(OC, IC); i++) pk[i] = NAN;
+    memset(out2, 0xff, sizeof(float) * (size_t)N * OC);
+    qac_gemm_strided_b(out2, OC, a, IC, wt, ld, IC, OC, 0.125f, N, pk);
+    bad = 0;
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) bad += out2[(size_t)n * OC + o] != ref_elem(a + (size_t)n * IC, w, IC, 0.125f, NULL, NULL, o);
+    CHECK_MSG(bad == 0, "%s %d x %d x %d B in place: %d elements differ", qac_cpu_isa_name(isa), N, IC, OC, bad);
     printf("gemm %-7s %4d x %4d x %4d: bit-equal to the scalar chain, batch/thread/kernel-invariant\n",
            qac_cpu_isa_name(isa), N, IC, OC);
     qac_gemm_packed_free(&pw);
