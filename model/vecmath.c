@@ -8,6 +8,9 @@
 /* Each kernel is compiled once per ISA path from one body and picked by
  * qac_cpu_isa(); with no contraction (-ffp-contract=off) and lane-wise
  * loops, every path does the same operations per element: the same bits.
+ * The polynomials' steps are explicit fmaf calls, one rounding each on
+ * every path (an FMA instruction on AVX2 and AVX-512, libm's exact fmaf on
+ * the generic one), about a third fewer operations than mul + add.
  * Dispatch is on features, not the CPU model. */
 #if defined(__x86_64__) && defined(__GNUC__)
 #include "qac_cpu.h"
@@ -55,12 +58,12 @@ static inline __attribute__((always_inline)) float exp_poly(float x) {
     float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
     float r = x - n * 0.693359375f + n * 2.12194440e-4f;
     float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    float y = p * r * r + r + 1.0f;
+    p = fmaf(p, r, 1.3981999507e-3f);
+    p = fmaf(p, r, 8.3334519073e-3f);
+    p = fmaf(p, r, 4.1665795894e-2f);
+    p = fmaf(p, r, 1.6666665459e-1f);
+    p = fmaf(p, r, 5.0000001201e-1f);
+    float y = fmaf(p * r, r, r) + 1.0f;
     int32_t e = ((int32_t)n + 127) << 23;
     float scale;
     memcpy(&scale, &e, sizeof scale);
@@ -70,10 +73,13 @@ static inline __attribute__((always_inline)) float exp_poly(float x) {
 /* erf(z) for the GELU argument z = x / sqrt 2 */
 static inline __attribute__((always_inline)) float erf_poly(float z) {
     float az = fabsf(z);
-    float t = 1.0f / (1.0f + 0.3275911f * az);
-    float poly = t * (0.254829592f +
-                      t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
-    return copysignf(1.0f - poly * exp_poly(-az * az), z);
+    float t = 1.0f / fmaf(0.3275911f, az, 1.0f);
+    float poly = fmaf(t, 1.061405429f, -1.453152027f);
+    poly = fmaf(poly, t, 1.421413741f);
+    poly = fmaf(poly, t, -0.284496736f);
+    poly = fmaf(poly, t, 0.254829592f);
+    poly *= t;
+    return copysignf(fmaf(-poly, exp_poly(-az * az), 1.0f), z);
 }
 
 static inline __attribute__((always_inline)) float gelu_one(float x) {
@@ -140,9 +146,12 @@ BODY void qac_vm_softmax_row_body(float *x, int n) {
     for (; i < full; i += VBLOCK)
         for (int j = 0; j < VBLOCK; j++) m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
     for (int j = 0; j < VBLOCK; j++) m[j] = t[j] > m[j] ? t[j] : m[j];
-#pragma GCC unroll 4
-    for (int h = VBLOCK / 2; h > 0; h /= 2)
-        for (int j = 0; j < h; j++) m[j] = m[j + h] > m[j] ? m[j + h] : m[j];
+#define FOLD(H) for (int j = 0; j < H; j++) m[j] = m[j + H] > m[j] ? m[j + H] : m[j]
+    FOLD(8);
+    FOLD(4);
+    FOLD(2);
+    FOLD(1);
+#undef FOLD
     float mx = m[0];
     for (i = 0; i < full; i += VBLOCK)
         for (int j = 0; j < VBLOCK; j++) {
@@ -155,9 +164,12 @@ BODY void qac_vm_softmax_row_body(float *x, int n) {
         t[j] = e;
         acc[j] += j < rem ? e : 0.0f;
     }
-#pragma GCC unroll 4
-    for (int h = VBLOCK / 2; h > 0; h /= 2)
-        for (int j = 0; j < h; j++) acc[j] += acc[j + h];
+#define FOLD(H) for (int j = 0; j < H; j++) acc[j] += acc[j + H]
+    FOLD(8);
+    FOLD(4);
+    FOLD(2);
+    FOLD(1);
+#undef FOLD
     float inv = 1.0f / acc[0];
     for (i = 0; i < full; i += VBLOCK)
         for (int j = 0; j < VBLOCK; j++) x[i + j] *= inv;
