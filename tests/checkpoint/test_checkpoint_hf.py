@@ -20,7 +20,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import warnings
 
 import numpy as np
@@ -28,6 +27,9 @@ import torch
 from safetensors.numpy import load_file as np_load
 from safetensors.torch import load_file as torch_load
 from safetensors.torch import save_file as torch_save
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import scratch  # noqa: E402
 
 warnings.simplefilter("ignore")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -53,7 +55,7 @@ def tool(*args):
     r = subprocess.run([TOOL, *args], capture_output=True, text=True)
     if r.returncode != 0:
         print(r.stderr)
-        raise SystemExit(f"ckpt_tool {' '.join(args)} failed")
+        sys.exit(f"ckpt_tool {' '.join(args)} failed")
 
 
 def bits_equal(a, b):
@@ -131,7 +133,7 @@ def xxh64(data):
     return "%016x" % lib.XXH64(data, len(data), 0)
 
 
-tmp = tempfile.mkdtemp(prefix="qac-ckpt-hf-")
+tmp = scratch.mkdtemp(prefix="qac-ckpt-hf-")
 src = default_model_dir()
 
 # ---- 1. default model views, extras, fingerprint ----
@@ -257,7 +259,6 @@ if qac_bin and os.path.exists(qac_bin):
     check(r.returncode == 1 and "missing" in r.stderr, f"qac info on a missing dir: rc {r.returncode} {r.stderr}")
     print("qac info --json matches config.json, sentence-transformers and transformers' parameter count")
 
-shutil.rmtree(tmp, ignore_errors=True)
 if failures:
     print(f"{len(failures)} failures")
     sys.exit(1)

@@ -26,11 +26,13 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.error
 import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import scratch  # noqa: E402
 
 QAC = os.environ.get("QAC_BIN", "qac")
 SHARED = os.environ.get("QAC_SHARED_DATA", "")
@@ -270,7 +272,7 @@ def main():
         skip("podman is not installed (scripts/setup.sh --test installs podman, runc and debootstrap)")
     if not os.path.exists(os.path.join(CRAN, "cran.all.1400")):
         skip(f"no Cranfield collection at {CRAN}")
-    work = tempfile.mkdtemp(prefix="qac-docker-")
+    work = scratch.mkdtemp(prefix="qac-docker-")
     os.chmod(work, 0o755)
     pm = Podman(work)
     r = pm("info", check=False, timeout=120)
@@ -410,7 +412,6 @@ def main():
         print((logs.stdout + logs.stderr).strip()[-800:])
     finally:
         pm("rm", "-f", name, check=False, timeout=120)
-        subprocess.run(["rm", "-rf", work])
     log(f"docker test done in {time.time() - t_start:.0f} s")
     if failures:
         print(f"{len(failures)} checks failed", file=sys.stderr)

@@ -10,12 +10,13 @@ import gzip
 import json
 import os
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 from ftlib import check, finish, read_jsonl, run, tiny_model  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import scratch  # noqa: E402
 
-tmp = tempfile.mkdtemp(prefix="qac-ft-bad-")
+tmp = scratch.mkdtemp(prefix="qac-ft-bad-")
 p = lambda name: os.path.join(tmp, name)  # noqa: E731
 model = tiny_model(p("tiny"))
 other = tiny_model(p("tiny64"), hidden=64, heads=4)

@@ -8,10 +8,11 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 from ftlib import check, finish, order, read_jsonl, run, sample  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import scratch  # noqa: E402
 
 TOOL = sys.argv[1]
 
@@ -45,7 +46,7 @@ for ex in range(5):
           f"example {ex}: the window walks one fixed shuffle by n-1 per epoch, wrapping after 30")
 
 # 3. the data module and batch source end to end
-tmp = tempfile.mkdtemp(prefix="qac-ft-sampling-")
+tmp = scratch.mkdtemp(prefix="qac-ft-sampling-")
 P = lambda d, t, title="": {"docid": d, "title": title, "text": t}  # noqa: E731
 examples = [
     {"query_id": "a", "query": "alpha query", "positive_passages": [P("a1", "alpha one", "Alpha"), P("a2", "alpha two")],

@@ -6,15 +6,16 @@ the checkpoint and its fingerprint."""
 import json
 import os
 import sys
-import tempfile
 
 HERE = os.path.dirname(__file__)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "server"))
 import srvlib  # noqa: E402
 from ftlib import CRAN, check, finish, run, tiny_model  # noqa: E402
+sys.path.insert(0, os.path.join(HERE, ".."))
+import scratch  # noqa: E402
 
-tmp = tempfile.mkdtemp(prefix="qac-ft-serve-")
+tmp = scratch.mkdtemp(prefix="qac-ft-serve-")
 p = lambda name: os.path.join(tmp, name)  # noqa: E731
 model = tiny_model(p("tiny"))
 docs = srvlib.cranfield_subset(p("cran60"), 60)

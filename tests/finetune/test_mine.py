@@ -5,12 +5,13 @@ equals mining that model's search run."""
 import functools
 import os
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 from ftlib import CRAN, STREAM_MINE, check, cranfield_docs, default_model_dir, finish, key, read_jsonl, run, shuffle, xxh64  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import scratch  # noqa: E402
 
-tmp = tempfile.mkdtemp(prefix="qac-mine-")
+tmp = scratch.mkdtemp(prefix="qac-mine-")
 p = lambda name: os.path.join(tmp, name)  # noqa: E731
 
 

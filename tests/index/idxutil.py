@@ -4,6 +4,7 @@ import json
 import os
 import struct
 import subprocess
+import sys
 
 import numpy as np
 
@@ -45,7 +46,7 @@ def read_index_vectors(d):
 def run(args, check=True, **kw):
     p = subprocess.run([QAC] + args, capture_output=True, text=True, **kw)
     if check and p.returncode != 0:
-        raise SystemExit("FAIL: qac %s -> %d\n%s" % (" ".join(args), p.returncode, p.stderr))
+        sys.exit("FAIL: qac %s -> %d\n%s" % (" ".join(args), p.returncode, p.stderr))
     return p
 
 
@@ -56,7 +57,7 @@ def tool_search(tool, index_dir, queries, k, tmp, param=None):
     args = [tool, index_dir, qpath, str(len(queries)), str(k), out] + ([param] if param else [])
     p = subprocess.run(args, capture_output=True, text=True)
     if p.returncode != 0:
-        raise SystemExit("FAIL: %s\n%s" % (" ".join(args), p.stderr))
+        sys.exit("FAIL: %s\n%s" % (" ".join(args), p.stderr))
     rows = np.fromfile(out + ".rows", dtype=np.int64).reshape(len(queries), k)
     scores = np.fromfile(out + ".scores", dtype=np.float32).reshape(len(queries), k)
     docids = open(out + ".docids").read().split("\n")[:-1]

@@ -14,13 +14,14 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 import idxutil as U  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import scratch  # noqa: E402
 
 data = os.path.join(os.environ.get("QAC_SHARED_DATA", ""), "cranfield")
 if not os.path.exists(os.path.join(data, "cran.all.1400")):
@@ -43,7 +44,7 @@ with open(os.path.join(model, "model.safetensors"), "rb") as f:
 if sha != ref_st["model_safetensors_sha256"]:
     print("FAIL: the model at %s is not the one %s was made with; rerun its generator" % (model, REF))
     sys.exit(1)
-tmp = tempfile.mkdtemp(prefix="qac-ixcran-")
+tmp = scratch.mkdtemp(prefix="qac-ixcran-")
 failures = 0
 
 

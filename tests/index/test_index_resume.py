@@ -8,7 +8,6 @@ import os
 import random
 import subprocess
 import sys
-import tempfile
 import time
 
 import faiss
@@ -16,9 +15,11 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 import idxutil as U  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import scratch  # noqa: E402
 
 tool = sys.argv[1]
-tmp = tempfile.mkdtemp(prefix="qac-ixresume-")
+tmp = scratch.mkdtemp(prefix="qac-ixresume-")
 rng = random.Random(5)
 words = ("wing flow boundary layer pressure heat transfer shock wave supersonic model test plate "
          "cylinder turbulent laminar mach number cone body drag lift theory solution").split()

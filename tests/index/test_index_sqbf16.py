@@ -14,16 +14,17 @@ ScalarQuantizer.QT_bf16):
 import json
 import os
 import sys
-import tempfile
 
 import faiss
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 import idxutil as U  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import scratch  # noqa: E402
 
 tool = sys.argv[1]
-tmp = tempfile.mkdtemp(prefix="qac-sqbf16-")
+tmp = scratch.mkdtemp(prefix="qac-sqbf16-")
 failures = 0
 
 

@@ -6,16 +6,17 @@
 - fp16 shards, ties ordered by docid descending, resume refusal, bad input."""
 import os
 import sys
-import tempfile
 
 import faiss
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 import idxutil as U  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import scratch  # noqa: E402
 
 tool = sys.argv[1]
-tmp = tempfile.mkdtemp(prefix="qac-ixvec-")
+tmp = scratch.mkdtemp(prefix="qac-ixvec-")
 rng = np.random.default_rng(1)
 n, d, nq, k = 12000, 48, 100, 20
 cent = rng.normal(size=(100, d)).astype(np.float32)

@@ -11,7 +11,9 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import scratch  # noqa: E402
 
 QAC = os.environ.get("QAC_BIN", "qac")
 SHARED = os.environ.get("QAC_SHARED_DATA", "")
@@ -174,7 +176,7 @@ def compare(label, docs_path, records, tsv=None, **kw):
     return got_st
 
 
-tmp = tempfile.mkdtemp(prefix="qac-hlp-")
+tmp = scratch.mkdtemp(prefix="qac-hlp-")
 
 # 1. the real file, in full
 with gzip.open(DEB, "rt", encoding="utf-8") as f:

@@ -9,12 +9,13 @@ naming the cause; --help lists the options. --device cuda (with
 CUDA build) the error says so (exit 2)."""
 import os
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 from ptlib import check, debian_pairs, finish, run, tiny_model  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import scratch  # noqa: E402
 
-tmp = tempfile.mkdtemp(prefix="qac-pt-cli-")
+tmp = scratch.mkdtemp(prefix="qac-pt-cli-")
 p = lambda name: os.path.join(tmp, name)  # noqa: E731
 model = tiny_model(p("tiny"))
 data = debian_pairs(p("pairs.jsonl"), n=10)

@@ -16,14 +16,15 @@
 import json
 import os
 import sys
-import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 from ptlib import check, debian_pairs, default_model_dir, finish, run, tiny_model  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import scratch  # noqa: E402
 
-tmp = tempfile.mkdtemp(prefix="qac-pt-export-")
+tmp = scratch.mkdtemp(prefix="qac-pt-export-")
 p = lambda name: os.path.join(tmp, name)  # noqa: E731
 data = debian_pairs(p("pairs.jsonl"), n=40)
 texts = ["Real-time strategy game of ancient warfare", "library for parsing JSON documents in C",

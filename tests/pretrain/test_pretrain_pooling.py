@@ -19,13 +19,14 @@ import json
 import os
 import struct
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 from ptlib import check, debian_pairs, default_model_dir, file_bytes, finish, read_jsonl, run, tiny_model  # noqa: E402
 from ftlib import xxh64  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import scratch  # noqa: E402
 
-tmp = tempfile.mkdtemp(prefix="qac-pt-pooling-")
+tmp = scratch.mkdtemp(prefix="qac-pt-pooling-")
 p = lambda name: os.path.join(tmp, name)  # noqa: E731
 data = debian_pairs(p("pairs.jsonl"), n=12)
 model = default_model_dir()

@@ -20,12 +20,13 @@ finished run is not overwritten without --resume, progress lines on
 stderr, and `qac plot` draws the log."""
 import os
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(__file__))
 from ptlib import check, debian_pairs, file_bytes, finish, read_jsonl, run, run_files, tiny_model, trajectory  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import scratch  # noqa: E402
 
-tmp = tempfile.mkdtemp(prefix="qac-pt-resume-")
+tmp = scratch.mkdtemp(prefix="qac-pt-resume-")
 p = lambda name: os.path.join(tmp, name)  # noqa: E731
 model = tiny_model(p("tiny"))
 data = debian_pairs(p("pairs.jsonl"))

@@ -14,7 +14,9 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import scratch  # noqa: E402
 
 TOOL = sys.argv[1]
 QAC = os.environ.get("QAC_BIN", "qac")
@@ -120,7 +122,7 @@ def rule(tok, sent, span):
 
 
 # ---- data ----
-tmp = tempfile.mkdtemp(prefix="qac-ptdata-")
+tmp = scratch.mkdtemp(prefix="qac-ptdata-")
 recs = []
 with gzip.open(DEB, "rt", encoding="utf-8") as f:
     for i, l in enumerate(f):

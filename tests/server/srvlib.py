@@ -7,13 +7,15 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
 
 import jsonschema_rs
 import yaml
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import scratch  # noqa: E402
 
 QAC = os.environ.get("QAC_BIN", "qac")
 SHARED = os.environ.get("QAC_SHARED_DATA", "")
@@ -40,8 +42,7 @@ def finish():
 
 
 def workdir(tag):
-    d = tempfile.mkdtemp(prefix=f"qac-srv-{tag}-")
-    return d
+    return scratch.mkdtemp(prefix=f"qac-srv-{tag}-")
 
 
 def cranfield_subset(out_path, n_docs):

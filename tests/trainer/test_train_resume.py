@@ -20,10 +20,12 @@ import random
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import scratch  # noqa: E402
 
 DRIVER, FIXTURE = sys.argv[1], sys.argv[2]
 QAC = os.environ.get("QAC_BIN")
@@ -69,7 +71,7 @@ def file_bytes(path):
 
 
 def main():
-    tmp = tempfile.mkdtemp(prefix="qac-train-resume-")
+    tmp = scratch.mkdtemp(prefix="qac-train-resume-")
     ref, out = os.path.join(tmp, "ref"), os.path.join(tmp, "killed")
     r = run(ref)
     check(r.returncode == 0 and resumed_at(r.stderr) == 0, "reference run completes from step 0")
