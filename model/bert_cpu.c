@@ -21,7 +21,10 @@ static acts_layout layout(const qac_bert_config *c, int B, int T, int keep, int 
     size_t N = (size_t)B * T, C = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
     size_t L = (size_t)c->num_layers, NH = (size_t)c->num_heads;
     size_t off = 0;
-#define TAKE(field, n) (l.field = off, off += (n))
+    /* every region starts on a cache line (the block is 64-byte aligned):
+     * rows of C floats then never straddle two lines */
+#define UP(o) (((o) + 15) & ~(size_t)15)
+#define TAKE(field, n) (off = UP(off), l.field = off, off += (n))
     if (keep) {
         size_t Lk = keep == QAC_ACTS_RECOMPUTE ? 1 : L;
         TAKE(emb, N * C);
@@ -45,9 +48,9 @@ static acts_layout layout(const qac_bert_config *c, int B, int T, int keep, int 
         /* row A: layer input, residual 2, output; row B: residual 1 / LN1;
          * "big": Q|K|V and the attention context, later the FFN activation */
         size_t A = off;
-        off += N * C;
+        off = UP(off + N * C);
         size_t Bq = off;
-        off += N * C;
+        off = UP(off + N * C);
         size_t big = off;
         off += N * (4 * C > I ? 4 * C : I);
         l.emb = l.hidden = l.res2 = A;
@@ -59,6 +62,7 @@ static acts_layout layout(const qac_bert_config *c, int B, int T, int keep, int 
         TAKE(scratch, (size_t)(nthreads > 0 ? nthreads : 1) * T * T);
     }
 #undef TAKE
+#undef UP
     l.total = off;
     return l;
 }
@@ -77,7 +81,8 @@ qac_status qac_bert_acts_alloc(qac_bert_acts *a, const qac_bert_config *c, int B
     if (nthreads < 1) nthreads = 1;
     acts_layout l = layout(c, B, T, keep, nthreads);
     if (l.total > a->n_floats) {
-        float *m = malloc(l.total * sizeof(float));
+        float *m = NULL;
+        if (posix_memalign((void **)&m, 64, l.total * sizeof(float)) != 0) m = NULL;
         if (!m)
             return qac_set_error(QAC_ERR_NOMEM, "activations: cannot allocate %.1f MiB for B=%d T=%d",
                                  (double)l.total * 4 / (1 << 20), B, T);

@@ -509,8 +509,8 @@ void qac_gemm_then(float *out, const float *inp, const qac_packed_w *pw, const f
     gemm_ctx g = {out, inp, bias, resid, pw, N, mc, tiles, nb, pick_rows(), pick_rows_bf16(), pick_round_row(), NULL,
                   post, post_ctx};
     if (pw->pb) {
-        g.abuf = malloc((size_t)nt * mc * ((pw->IC + 1) / 2) * 2 * sizeof(uint16_t));
-        if (!g.abuf) abort(); /* out of memory: no status to return here */
+        if (posix_memalign((void **)&g.abuf, 64, (size_t)nt * mc * ((pw->IC + 1) / 2) * 2 * sizeof(uint16_t)))
+            abort(); /* out of memory: no status to return here */
     }
     qac_pool_for(pool, nb, 1, gemm_task, &g);
     free(g.abuf);
