@@ -39,7 +39,8 @@ of every step and every parameter after step 10.
 
 Output (safetensors): ids and lengths of the batch, "<model>.<case>.loss"
 (F64), "<model>.<case>.grad.<tensor>", "traj.loss" (F64 [10]) and
-"traj.param.<tensor>"; metadata: the configs and the case list.
+"traj.param.<tensor>", the same trajectory run in float64 as "traj64.loss"
+and "traj64.param.<tensor>"; metadata: the configs and the case list.
 
 Run: python3 tests/reference/gen_train_fixtures.py --out FILE [--data DIR] [--model DIR]
 """
@@ -778,6 +779,15 @@ def main():
             qgen_case(model, cfg, q, p, tensors, "qgen_w0", window=0, layers=2, seed=4)
             qgen_case(model, cfg, q, p, tensors, "qgen_drop", window=3, layers=1, seed=5, drop=0.1)
             qgen_case(model, cfg, q, p, tensors, "qgen_mean", window=3, layers=1, seed=6, drop=0.1, pooling="mean")
+            # the same trajectory in float64: how far fp32 rounding alone
+            # takes torch's own fp32 run bounds how far qac's may be
+            import copy
+            model64 = copy.deepcopy(model).double()
+            torch.set_default_dtype(torch.float64)
+            tensors["traj64.loss"] = trajectory(model64, cfg, q, p)
+            torch.set_default_dtype(torch.float32)
+            for k, v in qac_layout(model64, cfg, "data").items():
+                tensors[f"traj64.param.{k}"] = v
             tensors["traj.loss"] = trajectory(model, cfg, q, p)
             for k, v in qac_layout(model, cfg, "data").items():
                 tensors[f"traj.param.{k}"] = v

@@ -4,8 +4,9 @@
  * full batch, and a 10-step AdamW trajectory.
  *
  * Tolerances: gradients 1e-4 relative per tensor (max |diff| / max |ref|),
- * losses 1e-6 relative; trajectory losses and final weights 1e-5. The worst
- * tensor of every case is printed. */
+ * losses 1e-6 relative; trajectory losses and final weights within twice
+ * the distance of torch's own fp32 run from a float64 run (see
+ * trajectory()). The worst tensor of every case is printed. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,8 +55,8 @@ static int *ints(const char *name, int *rows, int *cols) {
 
 /* max |a - ref| / max |ref| per tensor over the trained tensors (not the
  * pooler); returns the worst and names it */
-static double compare_tensors(const qac_model *m, const float *got, const char *prefix, const char **worst_name,
-                              int skip_key_bias) {
+static double compare_tensors_each(const qac_model *m, const float *got, const char *prefix, const char **worst_name,
+                                   int skip_key_bias, double *each) {
     double worst = 0;
     size_t off = 0;
     float *ref = NULL;
@@ -80,6 +81,7 @@ static double compare_tensors(const qac_model *m, const float *got, const char *
                 mr = fabs(ref[j]) > mr ? fabs(ref[j]) : mr;
             }
             double rel = mr > 0 ? md / mr : md;
+            if (each) each[i] = rel;
             if (rel >= worst) {
                 worst = rel;
                 *worst_name = qac_bert_tensor_name(i);
@@ -89,6 +91,29 @@ static double compare_tensors(const qac_model *m, const float *got, const char *
     }
     free(ref);
     return worst;
+}
+
+static double compare_tensors(const qac_model *m, const float *got, const char *prefix, const char **worst_name,
+                              int skip_key_bias) {
+    return compare_tensors_each(m, got, prefix, worst_name, skip_key_bias, NULL);
+}
+
+/* the fixture's tensors "<prefix><name>" in the model's parameter layout
+ * (the pooler, never trained, copied from m) */
+static float *fixture_params(const qac_model *m, const char *prefix) {
+    float *out = malloc(m->n_params * sizeof *out);
+    memcpy(out, m->param_mem, m->n_params * sizeof *out);
+    size_t off = 0;
+    for (int i = 0; i < QAC_BERT_NUM_TENSORS; i++) {
+        size_t n = qac_bert_tensor_size(&m->cfg, i);
+        if (i < QAC_BERT_NUM_TENSORS - 2) {
+            char name[128];
+            snprintf(name, sizeof name, "%s%s", prefix, qac_bert_tensor_name(i));
+            qac_safetensors_read_f32(need(name), out + off);
+        }
+        off += n;
+    }
+    return out;
 }
 
 static qac_train_batch batch(void) {
@@ -220,7 +245,16 @@ static void gradcache(void) {
     qac_model_free(m);
 }
 
-/* 10 AdamW steps with warmup and clipping against torch's trajectory */
+/* 10 AdamW steps with warmup and clipping against torch's trajectory.
+ * The bound is torch's own rounding error: the fixture runs the trajectory
+ * twice, in fp32 (torch's) and in float64 (near exact). AdamW amplifies
+ * rounding (lr m / sqrt(v) of a small gradient), so torch's fp32 run ends
+ * up to ~1e-5 (weights) and ~5e-6 (losses) away from float64, on whichever
+ * elements happen to have near-zero second moments (per tensor the figure
+ * is luck: 9e-7 for one tensor in torch's run, 4e-6 in qac's, and the
+ * reverse for another). qac's fp32 run must stay within twice torch's
+ * distance from float64, worst step against worst step and worst tensor
+ * against worst tensor. */
 static void trajectory(void) {
     qac_model *m = load_model("tiny");
     qac_train_opts o;
@@ -233,25 +267,41 @@ static void trajectory(void) {
     qac_trainer *t = NULL;
     CHECK_OK(qac_trainer_create(&t, m, &o));
     qac_train_batch b = batch();
-    double worst_loss = 0;
+    double worst_loss = 0, torch_loss = 0;
     for (int s = 0; s < 10; s++) {
         qac_step_stats st;
         CHECK_OK(qac_trainer_step(t, &b, &st));
-        double ref = f64_at("traj.loss", s), rel = fabs(st.loss - ref) / fabs(ref);
-        printf("traj step %2d loss %.9f ref %.9f rel %.2e lr %.3g norm %.4f\n", s + 1, st.loss, ref, rel, st.lr,
-               st.grad_norm);
+        double exact = f64_at("traj64.loss", s), ref = f64_at("traj.loss", s);
+        double rel = fabs(st.loss - exact) / fabs(exact), trel = fabs(ref - exact) / fabs(exact);
+        printf("traj step %2d loss %.9f torch %.9f float64 %.9f: qac %.2e, torch %.2e from float64\n", s + 1,
+               st.loss, ref, exact, rel, trel);
         worst_loss = rel > worst_loss ? rel : worst_loss;
+        torch_loss = trel > torch_loss ? trel : torch_loss;
     }
-    CHECK_MSG(worst_loss <= 1e-5, "trajectory loss off by %.3e relative (> 1e-5)", worst_loss);
+    CHECK_MSG(worst_loss <= 2 * torch_loss + 1e-7, "trajectory loss %.3e from float64, torch's fp32 %.3e", worst_loss,
+              torch_loss);
     const char *wn = "?";
     /* The key bias adds the same q.b_k to every score of a row, which the
      * softmax cancels: its gradient is zero up to rounding, and AdamW turns
      * rounding noise into full-size steps of either sign (lr m / sqrt(v)).
      * Those 3 x 64 values cannot follow torch and are left out here; their
      * gradients are checked by the parity cases. */
+    double ours[QAC_BERT_NUM_TENSORS] = {0}, theirs[QAC_BERT_NUM_TENSORS] = {0};
+    float *torch32 = fixture_params(m, "traj.param.");
+    compare_tensors_each(m, m->param_mem, "traj64.param.", &wn, 1, ours);
+    compare_tensors_each(m, torch32, "traj64.param.", &wn, 1, theirs);
     double worst = compare_tensors(m, m->param_mem, "traj.param.", &wn, 1);
-    printf("traj weights after 10 steps: worst tensor %s rel %.2e\n", wn, worst);
-    CHECK_MSG(worst <= 1e-5, "weights after 10 steps: %s off by %.3e relative (> 1e-5)", wn, worst);
+    printf("traj weights after 10 steps: worst tensor against torch's fp32 %s rel %.2e\n", wn, worst);
+    double qw = 0, tw = 0;
+    const char *qn = "?", *tn = "?";
+    for (int i = 0; i < QAC_BERT_NUM_TENSORS - 2; i++) {
+        printf("  %-10s from float64: qac %.2e, torch %.2e\n", qac_bert_tensor_name(i), ours[i], theirs[i]);
+        if (ours[i] > qw) qw = ours[i], qn = qac_bert_tensor_name(i);
+        if (theirs[i] > tw) tw = theirs[i], tn = qac_bert_tensor_name(i);
+    }
+    CHECK_MSG(qw <= 2 * tw, "weights after 10 steps: %s %.3e from float64, torch's fp32 at most %.3e (%s)", qn, qw, tw,
+              tn);
+    free(torch32);
     qac_trainer_free(t);
     qac_model_free(m);
 }
