@@ -1,9 +1,53 @@
 #include "testutil.h"
 
+#include <errno.h>
+#include <ftw.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 int qac_test_passed, qac_test_failed;
+
+/* The directories qac_test_tmpdir made, removed at exit when the test passed
+ * or was skipped; kept when it failed. An atexit handler cannot see the exit
+ * status, so the outcome is recorded on the way out: qac_test_summary() with
+ * no failed checks and qac_test_skip() count as success, any other exit (an
+ * exit(1) after a perror, a failed check) as failure. A process killed by a
+ * signal (abort, a ctest timeout) runs no handler and leaves its directories. */
+static char **tmp_dirs;
+static int n_tmp_dirs;
+static pthread_mutex_t tmp_lock = PTHREAD_MUTEX_INITIALIZER;
+static pid_t tmp_owner; /* a forked child leaves the parent's directories alone */
+static int tmp_passed;  /* set by qac_test_summary() (no failures) and qac_test_skip() */
+
+static int rm_entry(const char *path, const struct stat *sb, int type, struct FTW *ftw) {
+    (void)sb;
+    (void)ftw;
+    int rc = (type == FTW_DP || type == FTW_DNR) ? rmdir(path) : unlink(path);
+    if (rc != 0 && errno != ENOENT) fprintf(stderr, "warning: could not remove %s: %s\n", path, strerror(errno));
+    return 0; /* go on with the rest */
+}
+
+static void tmp_cleanup(void) {
+    if (getpid() != tmp_owner) return;
+    const char *k = getenv("QAC_KEEP_TMP");
+    int keep = !tmp_passed || qac_test_failed || (k && !strcmp(k, "1"));
+    for (int i = 0; i < n_tmp_dirs; i++) {
+        if (keep) {
+            fprintf(stderr, "kept for inspection: %s\n", tmp_dirs[i]);
+        } else {
+            /* FTW_PHYS: symbolic links are removed, never followed; a failure
+             * is a warning and leaves the exit status as it was */
+            if (nftw(tmp_dirs[i], rm_entry, 16, FTW_DEPTH | FTW_PHYS) != 0 && errno != ENOENT)
+                fprintf(stderr, "warning: could not remove %s: %s\n", tmp_dirs[i], strerror(errno));
+        }
+        free(tmp_dirs[i]);
+    }
+    free(tmp_dirs);
+    tmp_dirs = NULL;
+    n_tmp_dirs = 0;
+}
 
 void qac_test_check_err(qac_status got, qac_status want, const char *needle, const char *expr,
                         const char *file, int line) {
@@ -19,6 +63,7 @@ void qac_test_check_err(qac_status got, qac_status want, const char *needle, con
 
 int qac_test_summary(void) {
     printf("%d passed, %d failed\n", qac_test_passed, qac_test_failed);
+    tmp_passed = qac_test_failed == 0;
     return qac_test_failed ? 1 : 0;
 }
 
@@ -39,10 +84,25 @@ const char *qac_test_tmpdir(const char *tag) {
         perror("mkdtemp");
         exit(1);
     }
+    pthread_mutex_lock(&tmp_lock);
+    if (!tmp_dirs) {
+        tmp_owner = getpid();
+        atexit(tmp_cleanup);
+    }
+    char **grown = realloc(tmp_dirs, (size_t)(n_tmp_dirs + 1) * sizeof *grown);
+    char *copy = strdup(buf);
+    if (!grown || !copy) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    tmp_dirs = grown;
+    tmp_dirs[n_tmp_dirs++] = copy;
+    pthread_mutex_unlock(&tmp_lock);
     return buf;
 }
 
 void qac_test_skip(const char *why) {
     printf("SKIP: %s\n", why);
+    tmp_passed = 1;
     exit(77);
 }

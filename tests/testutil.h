@@ -51,7 +51,11 @@ int qac_test_summary(void);
 
 /* The default model directory; aborts the test (failure, not skip) if absent. */
 const char *qac_test_model_dir(void);
-/* A fresh empty temporary directory, removed by nobody (under $TMPDIR). */
+/* A fresh empty temporary directory under $TMPDIR (default /tmp), removed
+ * with its contents at exit when the test passed (qac_test_summary() saw no
+ * failures) or was skipped; kept, its path printed on stderr ("kept for
+ * inspection: ..."), after a failure or any other exit. QAC_KEEP_TMP=1 keeps
+ * it always. The returned buffer is reused by the next call in the thread. */
 const char *qac_test_tmpdir(const char *tag);
 /* Exit 77 (ctest: skipped) with a reason. */
 void qac_test_skip(const char *why);

@@ -405,9 +405,6 @@ int main(int argc, char **argv) {
     if (!only || !strcmp(only, "resume")) cross_resume(QAC_PT_COCONDENSER, QAC_DEVICE_CUDA, QAC_DEVICE_CPU);
     pair_alpha = 0;
 
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);
     free(base_params);
     return qac_test_summary();
 }

@@ -328,9 +328,6 @@ int main(int argc, char **argv) {
         cross_resume(QAC_DEVICE_CPU, QAC_DEVICE_CUDA);
     }
 
-    char cmd[4200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);
     free(base_params);
     return qac_test_summary();
 }
