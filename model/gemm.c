@@ -18,6 +18,7 @@
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #define QAC_GEMM_X86 1
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")))
 #endif
 
 #define MR 6
@@ -25,14 +26,67 @@
 
 size_t qac_gemm_packed_floats(int OC, int IC) { return (size_t)((OC + NP - 1) / NP) * (size_t)IC * NP; }
 
+#ifdef QAC_GEMM_X86
+/* r[k] = column k of the 16 x 16 block whose rows are r[0..15] */
+AVX512 static void transpose16(__m512 r[16]) {
+    __m512 t[16];
+    for (int i = 0; i < 8; i++) { /* pairs of rows, interleaved in each 128-bit lane */
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) { /* r[4 i + m]: rows 4 i .. 4 i + 3 at column 4 l + m of lane l */
+        __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+        __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+        r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+    }
+    for (int i = 0; i < 4; i++) { /* then whole 128-bit lanes between groups of rows */
+        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
+        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
+    }
+    for (int i = 0; i < 8; i++) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+    }
+}
+
+/* one panel (n <= 16 rows of W, each IC long) by 16 x 16 register
+ * transposes instead of one scalar store per element (attention packs a
+ * head's keys this way for every sequence and layer) */
+AVX512 static void pack_panel_avx512(float *dst, const float *w, int n, int IC, int ldw) {
+    for (int k0 = 0; k0 < IC; k0 += NP) {
+        int kn = IC - k0 < NP ? IC - k0 : NP;
+        __mmask16 km = (__mmask16)((1u << kn) - 1);
+        __m512 r[NP];
+        for (int c = 0; c < NP; c++)
+            r[c] = c < n ? _mm512_maskz_loadu_ps(km, w + (size_t)c * ldw + k0) : _mm512_setzero_ps();
+        transpose16(r);
+        for (int k = 0; k < kn; k++) _mm512_storeu_ps(dst + (size_t)(k0 + k) * NP, r[k]);
+    }
+}
+#endif
+
 /* Panel j holds columns [16 j, 16 j + 16) of W^T: packed[(j IC + k) 16 + c]
  * = W[16 j + c][k], zero past OC. A copy: the loops follow the source's
  * rows (contiguous reads), and the zero tail is written once per panel. */
 void qac_gemm_pack_into(float *packed, const float *w, int OC, int IC, int ldw, int transposed) {
     int np = (OC + NP - 1) / NP;
+#ifdef QAC_GEMM_X86
+    int fast = !transposed && qac_cpu_isa() == QAC_ISA_AVX512;
+#endif
     for (int j = 0; j < np; j++) {
         int o0 = j * NP, n = OC - o0 < NP ? OC - o0 : NP;
         float *dst = packed + (size_t)j * IC * NP;
+#ifdef QAC_GEMM_X86
+        if (fast) {
+            pack_panel_avx512(dst, w + (size_t)o0 * ldw, n, IC, ldw);
+            continue;
+        }
+#endif
         if (transposed) { /* row k of W^T holds the panel's 16 values contiguously */
             for (int k = 0; k < IC; k++) {
                 memcpy(dst + (size_t)k * NP, w + (size_t)k * ldw + o0, (size_t)n * sizeof *dst);
@@ -224,7 +278,6 @@ ROWS_BY_TILES(rows_portable, tile_portable)
 #ifdef QAC_GEMM_X86
 ROWS_BY_TILES(rows_avx2, tile_avx2)
 
-#define AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")))
 #define MR512 12
 
 /* alpha, bias, then residual on the accumulators c0/c1, stored under masks m0/m1 */
