@@ -10,6 +10,7 @@
 
 #include "index_internal.h"
 #include "qac_bf16.h"
+#include "qac_util.h"
 
 #define FAISS_QT_BF16 7          /* ScalarQuantizer::QT_bf16 */
 #define FAISS_METRIC_IP 0        /* METRIC_INNER_PRODUCT */
@@ -75,8 +76,7 @@ qac_status qac_sqbf16_read(const char *path, int64_t want_n, int want_dim, uint1
         st = qac_set_error(QAC_ERR_FORMAT, "%s: SQbf16 index has %lld x %d, manifest says %lld x %d", path,
                            (long long)nt, (int)d, (long long)want_n, want_dim);
     uint16_t *c = NULL;
-    if (!st && posix_memalign((void **)&c, 64, ncodes ? (size_t)ncodes : 1) != 0) {
-        c = NULL;
+    if (!st && !(c = qac_malloc_lines((size_t)ncodes))) {
         st = qac_set_error(QAC_ERR_NOMEM, "out of memory for %lld x %d bf16 codes", (long long)nt, (int)d);
     }
     if (!st && fread(c, 1, (size_t)ncodes, f) != (size_t)ncodes)

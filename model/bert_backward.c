@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "bert_cpu.h"
+#include "qac_util.h"
 
 qac_status qac_bert_bwd_alloc(qac_bert_bwd *w, const qac_bert_config *c, int B, int T) {
     size_t N = (size_t)B * T, C = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
@@ -15,8 +16,7 @@ qac_status qac_bert_bwd_alloc(qac_bert_bwd *w, const qac_bert_config *c, int B, 
     scratch = scratch > s3 ? scratch : s3;
     size_t total = 4 * N * C + N * big + scratch;
     if (total > w->n_floats) {
-        float *m = NULL; /* 64-byte aligned: rows never straddle two cache lines */
-        if (posix_memalign((void **)&m, 64, total * sizeof(float)) != 0) m = NULL;
+        float *m = qac_malloc_lines(total * sizeof(float));
         if (!m)
             return qac_set_error(QAC_ERR_NOMEM, "backward: cannot allocate %.1f MiB for B=%d T=%d",
                                  (double)total * 4 / (1 << 20), B, T);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "gemm.h"
+#include "qac_util.h"
 
 /* ---- activations ---- */
 
@@ -81,8 +82,7 @@ qac_status qac_bert_acts_alloc(qac_bert_acts *a, const qac_bert_config *c, int B
     if (nthreads < 1) nthreads = 1;
     acts_layout l = layout(c, B, T, keep, nthreads);
     if (l.total > a->n_floats) {
-        float *m = NULL;
-        if (posix_memalign((void **)&m, 64, l.total * sizeof(float)) != 0) m = NULL;
+        float *m = qac_malloc_lines(l.total * sizeof(float));
         if (!m)
             return qac_set_error(QAC_ERR_NOMEM, "activations: cannot allocate %.1f MiB for B=%d T=%d",
                                  (double)l.total * 4 / (1 << 20), B, T);

@@ -9,6 +9,7 @@
 #include "gemm.h"
 #include "qac_bf16.h"
 #include "qac_cpu.h"
+#include "qac_util.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -105,7 +106,7 @@ void qac_gemm_pack_into(float *packed, const float *w, int OC, int IC, int ldw, 
 qac_status qac_gemm_pack(qac_packed_w *pw, const float *w, int OC, int IC) {
     memset(pw, 0, sizeof *pw);
     if (OC < 1 || IC < 1) return qac_set_error(QAC_ERR_INVALID, "gemm pack: bad shape %d x %d", OC, IC);
-    if (posix_memalign((void **)&pw->p, 64, qac_gemm_packed_floats(OC, IC) * sizeof(float)) != 0)
+    if (!(pw->p = qac_malloc_lines(qac_gemm_packed_floats(OC, IC) * sizeof(float))))
         return qac_set_error(QAC_ERR_NOMEM, "out of memory packing a %d x %d weight", OC, IC);
     qac_gemm_pack_into(pw->p, w, OC, IC, IC, 0);
     pw->IC = IC;
@@ -213,7 +214,7 @@ qac_status qac_gemm_pack_bf16(qac_packed_w *pw, const float *w, int OC, int IC) 
     memset(pw, 0, sizeof *pw);
     if (OC < 1 || IC < 1) return qac_set_error(QAC_ERR_INVALID, "gemm pack: bad shape %d x %d", OC, IC);
     int np = (OC + NP - 1) / NP, IC2 = (IC + 1) / 2;
-    if (posix_memalign((void **)&pw->pb, 64, (size_t)np * IC2 * NP * 2 * sizeof(uint16_t)) != 0)
+    if (!(pw->pb = qac_malloc_lines((size_t)np * IC2 * NP * 2 * sizeof(uint16_t))))
         return qac_set_error(QAC_ERR_NOMEM, "out of memory packing a %d x %d weight", OC, IC);
     for (int j = 0; j < np; j++)
         for (int k2 = 0; k2 < IC2; k2++)
@@ -562,8 +563,8 @@ void qac_gemm_then(float *out, const float *inp, const qac_packed_w *pw, const f
     gemm_ctx g = {out, inp, bias, resid, pw, N, mc, tiles, nb, pick_rows(), pick_rows_bf16(), pick_round_row(), NULL,
                   post, post_ctx};
     if (pw->pb) {
-        if (posix_memalign((void **)&g.abuf, 64, (size_t)nt * mc * ((pw->IC + 1) / 2) * 2 * sizeof(uint16_t)))
-            abort(); /* out of memory: no status to return here */
+        g.abuf = qac_malloc_lines((size_t)nt * mc * ((pw->IC + 1) / 2) * 2 * sizeof(uint16_t));
+        if (!g.abuf) abort(); /* out of memory: no status to return here */
     }
     qac_pool_for(pool, nb, 1, gemm_task, &g);
     free(g.abuf);

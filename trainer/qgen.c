@@ -10,6 +10,7 @@
 #include "gemm.h"
 #include "qac_heads.h"
 #include "qac_rng.h"
+#include "qac_util.h"
 
 void qac_qgen_config_default(qac_qgen_config *q, const qac_bert_config *enc) {
     q->layers = 1;
@@ -109,8 +110,7 @@ qac_status qac_qgen_acts_alloc(qac_qgen_acts *a, const qac_qgen_config *q, int B
     size_t total = 0, n = sizeof sizes / sizeof *sizes;
     for (size_t i = 0; i < n; i++) total += sizes[i];
     if (total > a->n_floats) {
-        float *m = NULL; /* 64-byte aligned: rows never straddle two cache lines */
-        if (posix_memalign((void **)&m, 64, total * sizeof *m) != 0) m = NULL;
+        float *m = qac_malloc_lines(total * sizeof *m);
         if (!m)
             return qac_set_error(QAC_ERR_NOMEM, "qgen: cannot allocate %.1f MiB for B=%d T=%d",
                                  (double)total * 4 / (1 << 20), B, T);

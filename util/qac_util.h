@@ -57,6 +57,10 @@ void qac_atomic_abort(qac_atomic_file *af);
  * *off receives the offset of the copy. Offsets stay valid across growth. */
 qac_status qac_arena_put(char **arena, size_t *len, size_t *cap, const char *s, size_t *off);
 
+/* malloc, 64-byte (cache-line) aligned: rows of a SIMD buffer then never
+ * straddle two lines. NULL when out of memory; free() releases it. */
+void *qac_malloc_lines(size_t bytes);
+
 /* Read a whole file into a NUL-terminated malloc'd buffer. */
 qac_status qac_read_file(const char *path, char **data, size_t *len);
 /* mkdir -p */

@@ -221,3 +221,8 @@ void qac_crash_point(const char *name) {
     if (!colon || (size_t)(colon - spec) != n || strncmp(spec, name, n) != 0) return;
     if (atomic_fetch_add(&passes, 1) + 1 == atoi(colon + 1)) raise(SIGKILL);
 }
+
+void *qac_malloc_lines(size_t bytes) {
+    void *p = NULL;
+    return posix_memalign(&p, 64, bytes ? bytes : 1) == 0 ? p : NULL;
+}
