@@ -11,20 +11,65 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "cli.h"
 #include "qac_server.h"
 
 static const char *level_names[] = {"debug", "info", "warn", "error"};
 
-static void log_stderr(void *user, qac_log_level level, const char *msg) {
-    int min_level = *(const int *)user;
-    if ((int)level < min_level) return;
-    time_t now = time(NULL);
+/* Where the server's log lines go: stderr, as text or one JSON object a
+ * line, from any thread (one fprintf a line keeps lines whole). */
+typedef struct serve_log {
+    int min_level;
+    int json;
+} serve_log;
+
+static void timestamp(char *ts, size_t cap) {
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
     struct tm tm;
-    char ts[32];
-    gmtime_r(&now, &tm);
-    strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    gmtime_r(&now.tv_sec, &tm);
+    char base[32];
+    strftime(base, sizeof base, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(ts, cap, "%s.%03ldZ", base, now.tv_nsec / 1000000L);
+}
+
+static void log_stderr(void *user, qac_log_level level, const char *msg) {
+    const serve_log *lg = user;
+    if ((int)level < lg->min_level) return;
+    char ts[48];
+    timestamp(ts, sizeof ts);
+    if (lg->json) {
+        json_t *o = json_pack("{s:s,s:s,s:s}", "ts", ts, "level", level_names[level], "msg", msg);
+        char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
+        if (line) fprintf(stderr, "%s\n", line);
+        free(line);
+        json_decref(o);
+        return;
+    }
     fprintf(stderr, "%s qac serve %s: %s\n", ts, level_names[level], msg);
+}
+
+/* One line per answered request, at level info. */
+static void log_access(void *user, const qac_access_entry *e) {
+    const serve_log *lg = user;
+    if (QAC_LOG_INFO < lg->min_level) return;
+    char ts[48];
+    timestamp(ts, sizeof ts);
+    double ms = e->seconds * 1000.0;
+    if (lg->json) {
+        json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:s,s:i,s:I,s:f,s:s,s:s}", "ts", ts, "level", "info", "msg", "request",
+                              "method", e->method, "path", e->path, "status", e->status, "bytes", (json_int_t)e->bytes,
+                              "duration_ms", ms, "request_id", e->request_id, "client", e->client);
+        char *line = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(6)) : NULL;
+        if (line) fprintf(stderr, "%s\n", line);
+        free(line);
+        json_decref(o);
+        return;
+    }
+    fprintf(stderr, "%s qac serve info: request method=%s path=%s status=%d bytes=%llu duration_ms=%.3f request_id=%s "
+            "client=%s\n", ts, e->method, e->path, e->status, e->bytes, ms, e->request_id, e->client);
 }
 
 static void *watchdog_main(void *arg) {
@@ -64,8 +109,16 @@ int qac_cmd_serve(int argc, char **argv) {
     signal(SIGPIPE, SIG_IGN);
     raise_fd_limit();
 
-    const char *quiet = getenv("QAC_QUIET");
-    int min_level = quiet && *quiet && strcmp(quiet, "0") ? QAC_LOG_WARN : QAC_LOG_INFO;
+    static serve_log lg;
+    const char *level = qac_opts_str(&o, "log-level"), *quiet = getenv("QAC_QUIET");
+    lg.min_level = QAC_LOG_INFO;
+    for (int i = 0; i < 4; i++)
+        if (level && !strcmp(level, level_names[i])) lg.min_level = i;
+    int level_given = 0; /* by flag, environment or file, not the default */
+    for (int i = 0; i < o.n; i++)
+        if (!strcmp(o.table[i].name, "log-level")) level_given = o.source[i] > QAC_SRC_DEFAULT;
+    if (!level_given && quiet && *quiet && strcmp(quiet, "0")) lg.min_level = QAC_LOG_WARN;
+    lg.json = !strcmp(qac_opts_str(&o, "log-format"), "json");
     qac_server_config cfg = {0};
     qac_server_backend be;
     qac_server_real *real = NULL;
@@ -80,22 +133,24 @@ int qac_cmd_serve(int argc, char **argv) {
                              qac_opts_str(&o, "verify"),
                              qac_opts_bool(&o, "allow-model-mismatch")))
         goto fail;
-    if (qac_server_create(&srv, &cfg, &be, log_stderr, &min_level)) goto fail;
+    if (qac_server_create(&srv, &cfg, &be, log_stderr, &lg)) goto fail;
+    qac_server_set_access_log(srv, log_access, &lg);
     if (qac_server_listen(srv)) goto fail;
     if (be.text_unavailable) {
         char msg[700];
         snprintf(msg, sizeof msg, "return_text is disabled: %s", be.text_unavailable);
-        log_stderr(&min_level, QAC_LOG_WARN, msg);
+        log_stderr(&lg, QAC_LOG_WARN, msg);
     }
     if (!qac_opts_str(&o, "index"))
-        log_stderr(&min_level, QAC_LOG_WARN, "no --index: encode-only server (/search answers 503)");
-    /* The port line is the start-up handshake scripts wait for. */
+        log_stderr(&lg, QAC_LOG_WARN, "no --index: encode-only server (/search answers 503)");
+    /* The port line is the start-up handshake scripts wait for, and the
+     * one place the address is announced. */
     printf("qac serve: listening on http://%s:%d\n", cfg.host, qac_server_port(srv));
     fflush(stdout);
 
     int sig = 0;
     sigwait(&stop, &sig);
-    log_stderr(&min_level, QAC_LOG_INFO, sig == SIGTERM ? "SIGTERM: draining" : "SIGINT: draining");
+    log_stderr(&lg, QAC_LOG_INFO, sig == SIGTERM ? "SIGTERM: draining" : "SIGINT: draining");
     /* Whatever blocks the drain or the clean-up, the process ends on time. */
     static int watchdog_ms;
     watchdog_ms = cfg.drain_timeout_ms + 800;

@@ -33,8 +33,9 @@ struct qac_metrics {
     int queue_depth, inflight;
 };
 
-static const char *route_paths[QAC_ROUTE_COUNT] = {"/", "/search", "/encode", "/v1/embeddings", "/tokenize",
-                                                   "/health", "/info", "/metrics", "/embed", "other"};
+static const char *route_paths[QAC_ROUTE_COUNT] = {"/",        "/search",     "/encode",  "/v1/embeddings",
+                                                   "/tokenize", "/health",   "/info",    "/metrics",
+                                                   "/embed",   "/embed_all", "/decode",  "/v1/models", "other"};
 
 const char *qac_route_path(qac_route r) { return r >= 0 && r < QAC_ROUTE_COUNT ? route_paths[r] : "other"; }
 
