@@ -165,6 +165,8 @@ void qac_gate_answer_close(qac_server *s, int fd, int status, const char *type, 
 
 /* ---- the page ---- */
 extern const char qac_server_page_html[];
+/* The page for this server (its largest k, its search modes); malloc'd. */
+char *qac_server_page(const qac_server *s);
 
 /* ---- the server ---- */
 typedef struct qac_docid_map qac_docid_map;

@@ -195,7 +195,7 @@ void qac_server_handle(qac_server *s, const qac_http_request *req, qac_http_resp
                       route == QAC_ROUTE_EMBED;
         if (encodes) qac_batcher_expect(s->batcher);
         switch (route) {
-        case QAC_ROUTE_PAGE: set_body(r, 200, strdup(qac_server_page_html), "text/html; charset=utf-8"); break;
+        case QAC_ROUTE_PAGE: set_body(r, 200, qac_server_page(s), "text/html; charset=utf-8"); break;
         case QAC_ROUTE_SEARCH: qac_handle_search(s, body, req->body_len, r); break;
         case QAC_ROUTE_ENCODE: qac_handle_encode(s, body, req->body_len, r); break;
         case QAC_ROUTE_EMBEDDINGS: qac_handle_embeddings(s, body, req->body_len, r); break;
