@@ -3,6 +3,8 @@
  * deadline, when requests had to be cut). All server
  * logging ends up here, on stderr. */
 #include <pthread.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +84,21 @@ static void *watchdog_main(void *arg) {
     return NULL;
 }
 
+/* The stop signals. Threads that libraries start before main (OpenBLAS's)
+ * do not block them, so the kernel may hand a SIGTERM to one of those: a
+ * handler, not only sigwait, must catch it, or it kills the process. The
+ * handler only wakes the main thread through a pipe. */
+static int stop_pipe[2] = {-1, -1};
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig) {
+    int saved = errno;
+    stop_signal = sig;
+    char c = 1;
+    (void)!write(stop_pipe[1], &c, 1);
+    errno = saved;
+}
+
 /* Thousands of connections need as many descriptors: lift the soft limit. */
 static void raise_fd_limit(void) {
     struct rlimit rl;
@@ -99,14 +116,25 @@ int qac_cmd_serve(int argc, char **argv) {
                            argv);
     if (rc) return rc < 0 ? 0 : rc;
 
-    /* Block the stop signals before any thread starts, so that every thread
-     * inherits the mask and only sigwait below sees them. */
+    /* Block the stop signals before any thread of ours starts, so that
+     * every one inherits the mask; the main thread takes them below. */
     sigset_t stop;
     sigemptyset(&stop);
     sigaddset(&stop, SIGTERM);
     sigaddset(&stop, SIGINT);
     pthread_sigmask(SIG_BLOCK, &stop, NULL);
     signal(SIGPIPE, SIG_IGN);
+    if (pipe2(stop_pipe, O_CLOEXEC) != 0) {
+        fprintf(stderr, "qac serve: cannot create a pipe: %s\n", strerror(errno));
+        qac_opts_free(&o);
+        return 1;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigfillset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
     raise_fd_limit();
 
     static serve_log lg;
@@ -148,8 +176,10 @@ int qac_cmd_serve(int argc, char **argv) {
     printf("qac serve: listening on http://%s:%d\n", cfg.host, qac_server_port(srv));
     fflush(stdout);
 
-    int sig = 0;
-    sigwait(&stop, &sig);
+    pthread_sigmask(SIG_UNBLOCK, &stop, NULL);
+    for (char c; read(stop_pipe[0], &c, 1) != 1;) { /* EINTR: the handler ran here */
+    }
+    int sig = stop_signal;
     log_stderr(&lg, QAC_LOG_INFO, sig == SIGTERM ? "SIGTERM: draining" : "SIGINT: draining");
     /* Whatever blocks the drain or the clean-up, the process ends on time. */
     static int watchdog_ms;

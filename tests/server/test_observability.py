@@ -136,7 +136,7 @@ def check_quiet():
         finally:
             rc = srv.stop()
         err = srv.proc.stderr.read()
-        check(rc == 0 and "request" not in err, f"{args or env}: no access lines: {err[-300:]!r}")
+        check(rc == 0 and "request" not in err, f"{args or env}: exit code {rc}, no access lines: {err[-300:]!r}")
 
 
 def check_metrics():
