@@ -24,7 +24,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from srvlib import CRAN_DOCS, QAC, Server, check, finish, http, metric, workdir  # noqa: E402
+from srvlib import CRAN_DOCS, CRAN_QUERIES, QAC, Server, check, finish, http, metric, workdir  # noqa: E402
 
 try:
     import openai
@@ -184,11 +184,24 @@ def check_tei(srv, d, ref, tok, mdir):
     cut = ref[1, :100] / np.linalg.norm(ref[1, :100])
     close(np.asarray(body), cut[None, :], TOL_UNIT, "/embed dimensions=100 (cut, then normalised)")
 
-    # TEI's /tokenize: the tokens of the `tokenizers` library, byte offsets into the input
+    # TEI's /tokenize: the tokens of the `tokenizers` library, byte offsets into the input,
+    # over the tokenizer edge cases (those JSON carries: valid UTF-8, no NUL) and the Cranfield queries
     inputs = ["Héllo [MASK] wörld, naïve café!", "Über die Grenzschicht: ÄÖÜ ß", "日本語 text", TEXTS[0]]
+    src = os.environ.get("QAC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
+    for h in open(os.path.join(src, "tests", "reference", "tokenizer", "edge_texts.hex")).read().split():
+        try:
+            t = bytes.fromhex(h).decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        if t and "\0" not in t:
+            inputs.append(t)
+    with open(CRAN_QUERIES, encoding="utf-8") as f:
+        inputs += [q.strip() for q in f.read().split(".W")[1:]]
+    inputs = [t[:2000] for t in inputs]  # TEI's /tokenize does not truncate; keep the request small
     for add in (True, False):
         s, _, body = http(srv.base, "POST", "/tokenize", {"inputs": inputs, "add_special_tokens": add})
         ok = s == 200 and isinstance(body, list) and len(body) == len(inputs)
+        bad = 0
         for text, got in zip(inputs, body if ok else []):
             e = tok.encode(text, add_special_tokens=add)
             b = text.encode("utf-8")
@@ -200,16 +213,22 @@ def check_tei(srv, d, ref, tok, mdir):
                     ba, bz = len(text[:a].encode()), len(text[:z].encode())
                     want.append({"id": tid, "text": b[ba:bz].decode("utf-8", "replace"), "special": False,
                                  "start": ba, "stop": bz})
-            ok &= got == want
             if got != want:
-                print(f"tokenize {text!r}: got {json.dumps(got)[:400]}\n  want {json.dumps(want)[:400]}")
-        check(ok, f"TEI /tokenize (add_special_tokens={add}) equals tokenizers' tokens and byte offsets")
+                bad += 1
+                if bad <= 3:
+                    print(f"tokenize {text[:60]!r}: got {json.dumps(got)[:400]}\n  want {json.dumps(want)[:400]}")
+        print(f"TEI /tokenize (add_special_tokens={add}): {len(inputs) - bad} of {len(inputs)} texts equal tokenizers'")
+        check(ok and bad == 0, f"TEI /tokenize (add_special_tokens={add}) equals tokenizers' tokens and byte offsets "
+                               f"({bad} texts differ)")
     # TEI's /decode: tokenizers' decode
-    id_lists = [tok.encode(t).ids for t in inputs] + [[101, 2023, 1005, 1055, 1037, 3231, 1029, 102], [2, 99999, 2003]]
+    id_lists = [tok.encode(t).ids for t in inputs if tok.encode(t).ids] + \
+        [[101, 2023, 1005, 1055, 1037, 3231, 1029, 102], [2, 99999, 2003]]
     for skip in (True, False):
         s, _, body = http(srv.base, "POST", "/decode", {"ids": id_lists, "skip_special_tokens": skip})
         want = [tok.decode(x, skip_special_tokens=skip) for x in id_lists]
-        check(s == 200 and body == want, f"TEI /decode (skip_special_tokens={skip}): {body} want {want}")
+        diff = [(g, w) for g, w in zip(body, want) if g != w] if s == 200 else []
+        print(f"TEI /decode (skip_special_tokens={skip}): {len(want) - len(diff)} of {len(want)} equal tokenizers'")
+        check(s == 200 and len(body) == len(want) and not diff, f"TEI /decode (skip_special_tokens={skip}): {diff[:3]}")
     s, _, body = http(srv.base, "POST", "/decode", {"ids": id_lists[0]})
     check(s == 200 and body == [tok.decode(id_lists[0])], f"TEI /decode of one id list: {body}")
 
