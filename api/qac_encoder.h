@@ -46,6 +46,12 @@ qac_device qac_encoder_device(const qac_encoder *e);
 qac_precision qac_encoder_cpu_precision(const qac_encoder *e);
 const qac_model *qac_encoder_model(const qac_encoder *e);
 
+/* raw = 1: the following encode calls return the pooled vectors without
+ * the model's L2 normalisation (what sentence-transformers' modules before
+ * Normalize give); raw = 0, the default, restores it. A model that does
+ * not normalise is unaffected. */
+void qac_encoder_set_raw(qac_encoder *e, int raw);
+
 /* Encode n tokenized sequences (each already [CLS] ... [SEP], lens[i] >= 1,
  * lens[i] <= model max_position). Sequences are sorted by length internally,
  * split into batches and padded to each batch's longest. out is [n, dim],

@@ -51,6 +51,23 @@ int32_t qac_tokenizer_token_to_id(const qac_tokenizer *t, const char *token);
 qac_status qac_tokenizer_tokenize(const qac_tokenizer *t, const char *text, size_t len,
                                   int32_t *ids, int cap, int *n);
 
+/* qac_tokenizer_tokenize, and each token's source bytes [start, stop) in
+ * offs[2i], offs[2i + 1] (offs holds 2 * cap entries): the widest range of
+ * the characters the token came from, as Hugging Face's tokenizers give
+ * byte offsets (a special token written in the text: where it is written).
+ * WordPiece only; SentencePiece is QAC_ERR_UNSUPPORTED. */
+qac_status qac_tokenizer_tokenize_offsets(const qac_tokenizer *t, const char *text, size_t len, int32_t *ids,
+                                          int32_t *offs, int cap, int *n);
+
+/* Text of token ids, as Hugging Face's tokenizers decode them: WordPiece
+ * puts a space before each token but the first and a "##" continuation,
+ * then applies the decoder's clean-up (" ." -> "." and the like) token by
+ * token; SentencePiece decodes through libsentencepiece. skip_special
+ * drops the special tokens ([CLS] [SEP] [PAD] [UNK] [MASK] or their
+ * SentencePiece counterparts). Ids outside the vocabulary are skipped, as
+ * tokenizers does. *text is malloc'd, NUL-terminated. */
+qac_status qac_tokenizer_decode(const qac_tokenizer *t, const int32_t *ids, int n, int skip_special, char **text);
+
 /* Single sequence with specials: [CLS] tokens [SEP], tokens truncated from
  * the right so that the total is <= max_len (max_len >= 2). `ids` must hold
  * max_len entries. Same ids as HF BertTokenizerFast(text, truncation=True,

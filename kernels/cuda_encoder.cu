@@ -21,6 +21,7 @@ constexpr size_t CUBLAS_WORKSPACE = 32u << 20;
 struct cuda_encoder {
     qac_bert_config cfg;
     int mean_pooling, normalize;
+    int model_normalize; // the checkpoint's setting; normalize is it unless raw
     qac_precision prec;
     size_t esize; // bytes per activation element
     int device;
@@ -150,6 +151,11 @@ qac_status run_layers(cuda_encoder *e, int B, int T) {
     return QAC_OK;
 }
 
+void encoder_set_raw(void *impl, int raw) {
+    cuda_encoder *e = (cuda_encoder *)impl;
+    e->normalize = e->model_normalize && !raw;
+}
+
 qac_status encoder_forward(void *impl, const int32_t *ids, const int *lens, int B, int T, float *out) {
     cuda_encoder *e = (cuda_encoder *)impl;
     const qac_bert_config *c = &e->cfg;
@@ -234,7 +240,7 @@ extern "C" qac_status qac_cuda_backend_create(qac_encoder_backend *be, const qac
     if (!e) return qac_set_error(QAC_ERR_NOMEM, "CUDA encoder: out of host memory");
     e->cfg = *c;
     e->mean_pooling = m->pooling == QAC_POOL_MEAN;
-    e->normalize = m->normalize;
+    e->normalize = e->model_normalize = m->normalize;
     e->prec = prec;
     e->esize = qac_prec_size(prec);
     qac_status st = encoder_init(e, m);
@@ -245,6 +251,7 @@ extern "C" qac_status qac_cuda_backend_create(qac_encoder_backend *be, const qac
     be->impl = e;
     be->forward = encoder_forward;
     be->free = encoder_destroy;
+    be->set_raw = encoder_set_raw;
     be->max_batch = o && o->max_batch > 0 ? o->max_batch : DEFAULT_MAX_BATCH;
     return QAC_OK;
 }

@@ -19,6 +19,7 @@ typedef struct cpu_backend {
     int *offs;
     size_t rows_cap;
     int offs_cap;
+    int raw;           /* skip the model's normalisation (qac_encoder_set_raw) */
 } cpu_backend;
 
 static qac_status cpu_forward(void *impl, const int32_t *ids, const int *lens, int B, int T, float *out) {
@@ -52,9 +53,11 @@ static qac_status cpu_forward(void *impl, const int32_t *ids, const int *lens, i
     int C = m->cfg.hidden_size;
     for (int b = 0; b < B; b++)
         qac_pooling_forward(out + (size_t)b * C, cb->acts.last + (size_t)cb->offs[b] * C, lens + b, 1, lens[b], C,
-                            m->pooling, m->normalize);
+                            m->pooling, m->normalize && !cb->raw);
     return QAC_OK;
 }
+
+static void cpu_set_raw(void *impl, int raw) { ((cpu_backend *)impl)->raw = raw; }
 
 static void cpu_free(void *impl) {
     cpu_backend *cb = impl;
@@ -83,6 +86,7 @@ qac_status qac_cpu_backend_create(qac_encoder_backend *be, const qac_model *m, c
     }
     be->impl = cb;
     be->forward = cpu_forward;
+    be->set_raw = cpu_set_raw;
     be->free = cpu_free;
     be->max_batch = o && o->max_batch > 0 ? o->max_batch : CPU_DEFAULT_BATCH;
     return QAC_OK;

@@ -96,6 +96,10 @@ qac_device qac_encoder_device(const qac_encoder *e) { return e->device; }
 qac_precision qac_encoder_cpu_precision(const qac_encoder *e) { return e->cpu_precision; }
 const qac_model *qac_encoder_model(const qac_encoder *e) { return e->m; }
 
+void qac_encoder_set_raw(qac_encoder *e, int raw) {
+    if (e->be.set_raw) e->be.set_raw(e->be.impl, raw);
+}
+
 /* Grow *p to hold n elements of size sz; *cap counts elements. */
 static qac_status grow(void *p, size_t *cap, size_t n, size_t sz) {
     if (n <= *cap) return QAC_OK;

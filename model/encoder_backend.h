@@ -14,6 +14,8 @@ typedef struct qac_encoder_backend {
      * the model says so) fp32 embeddings. Token type ids are all 0. */
     qac_status (*forward)(void *impl, const int32_t *ids, const int *lens, int B, int T, float *out);
     void (*free)(void *impl);
+    /* raw = 1: forward skips the model's L2 normalisation until set back to 0. */
+    void (*set_raw)(void *impl, int raw);
     int max_batch; /* largest B the backend wants per call */
 } qac_encoder_backend;
 

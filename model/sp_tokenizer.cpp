@@ -2,6 +2,8 @@
 // errors (status objects and exceptions) and holds no tokenisation logic.
 #include <sentencepiece_processor.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <new>
 #include <string>
 #include <vector>
@@ -62,6 +64,26 @@ qac_status qac_sp_encode(const qac_sp *sp, const char *text, size_t len, int32_t
         if (!st.ok()) return qac_set_error(QAC_ERR_FORMAT, "sentencepiece: %s", st.ToString().c_str());
         for (size_t i = 0; i < out.size() && (long long)i < cap; i++) ids[i] = out[i];
         *n = (int)out.size();
+        return QAC_OK;
+    } catch (const std::bad_alloc &) {
+        return qac_set_error(QAC_ERR_NOMEM, "sentencepiece: out of memory");
+    } catch (const std::exception &e) {
+        return qac_set_error(QAC_ERR_INTERNAL, "sentencepiece: %s", e.what());
+    }
+}
+
+qac_status qac_sp_decode(const qac_sp *sp, const int32_t *ids, int n, char **text) {
+    *text = nullptr;
+    try {
+        std::vector<int> in(ids, ids + n);
+        std::string out;
+        sentencepiece::util::Status st = sp->proc.Decode(in, &out);
+        if (!st.ok()) return qac_set_error(QAC_ERR_FORMAT, "sentencepiece: %s", st.ToString().c_str());
+        char *copy = static_cast<char *>(malloc(out.size() + 1));
+        if (!copy) return qac_set_error(QAC_ERR_NOMEM, "sentencepiece: out of memory");
+        memcpy(copy, out.data(), out.size());
+        copy[out.size()] = '\0';
+        *text = copy;
         return QAC_OK;
     } catch (const std::bad_alloc &) {
         return qac_set_error(QAC_ERR_NOMEM, "sentencepiece: out of memory");

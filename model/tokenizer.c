@@ -272,6 +272,92 @@ qac_status qac_tokenizer_tokenize(const qac_tokenizer *t, const char *text, size
     return tokenize_n(t, text, len, ids, cap, -1, n);
 }
 
+qac_status qac_tokenizer_tokenize_offsets(const qac_tokenizer *t, const char *text, size_t len, int32_t *ids,
+                                          int32_t *offs, int cap, int *n) {
+    if (!t || !n || (cap > 0 && (!ids || !offs))) return qac_set_error(QAC_ERR_INVALID, "tokenize: NULL argument");
+    if (!t->wp) return qac_set_error(QAC_ERR_UNSUPPORTED, "token offsets: WordPiece tokenizers only");
+    if (len > INT32_MAX) return qac_set_error(QAC_ERR_INVALID, "token offsets: text longer than 2 GiB");
+    *n = qac_wp_tokenize_offsets(t->wp, text ? text : "", text ? len : 0, ids, offs, cap, -1);
+    return QAC_OK;
+}
+
+/* ---------- decoding ---------- */
+
+static int is_special_id(const qac_tokenizer *t, int32_t id) {
+    const qac_special_ids *s = &t->specials;
+    return id >= 0 && (id == s->cls || id == s->sep || id == s->pad || id == s->unk || id == s->mask);
+}
+
+/* tokenizers' decoders::wordpiece::cleanup, in its order, in place (each
+ * replacement is shorter than what it replaces). */
+static void wp_cleanup(char *tok) {
+    static const char *const from[] = {" .", " ?", " !", " ,", " ' ", " n't", " 'm", " do not", " 's", " 've", " 're"};
+    static const char *const to[] = {".", "?", "!", ",", "'", "n't", "'m", " don't", "'s", "'ve", "'re"};
+    for (size_t r = 0; r < sizeof from / sizeof from[0]; r++) {
+        size_t fl = strlen(from[r]), tl = strlen(to[r]);
+        char *w = tok;
+        for (const char *p = tok; *p;) {
+            if (!strncmp(p, from[r], fl)) {
+                memcpy(w, to[r], tl);
+                w += tl, p += fl;
+            } else {
+                *w++ = *p++;
+            }
+        }
+        *w = '\0';
+    }
+}
+
+qac_status qac_tokenizer_decode(const qac_tokenizer *t, const int32_t *ids, int n, int skip_special, char **text) {
+    if (!t || !text || (n > 0 && !ids) || n < 0) return qac_set_error(QAC_ERR_INVALID, "decode: bad argument");
+    *text = NULL;
+    int vocab = qac_tokenizer_vocab_size(t);
+    if (t->sp) { /* libsentencepiece decodes; specials filtered first, as tokenizers does */
+        int32_t *keep = malloc(((size_t)n + 1) * sizeof *keep);
+        if (!keep) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+        int k = 0;
+        for (int i = 0; i < n; i++)
+            if (ids[i] >= 0 && ids[i] < vocab && !(skip_special && is_special_id(t, ids[i]))) keep[k++] = ids[i];
+        qac_status st = qac_sp_decode(t->sp, keep, k, text);
+        free(keep);
+        return st;
+    }
+    /* tokenizers' WordPiece decoder: a "##" piece joins the previous one
+     * (except as the first token), any other is preceded by a space; each
+     * token is then cleaned up on its own. */
+    size_t cap = 1;
+    for (int i = 0; i < n; i++) {
+        const char *tok = ids[i] >= 0 && ids[i] < vocab ? qac_wp_id_to_token(t->wp, ids[i]) : NULL;
+        if (tok) cap += strlen(tok) + 1;
+    }
+    char *out = malloc(cap), *tmp = malloc(cap + 1);
+    if (!out || !tmp) {
+        free(out);
+        free(tmp);
+        return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    }
+    size_t o = 0;
+    int kept = 0;
+    for (int i = 0; i < n; i++) {
+        const char *tok = ids[i] >= 0 && ids[i] < vocab ? qac_wp_id_to_token(t->wp, ids[i]) : NULL;
+        if (!tok || (skip_special && is_special_id(t, ids[i]))) continue;
+        size_t l = 0;
+        if (kept++ > 0) {
+            if (!strncmp(tok, "##", 2)) tok += 2;
+            else tmp[l++] = ' ';
+        }
+        strcpy(tmp + l, tok);
+        wp_cleanup(tmp);
+        l = strlen(tmp);
+        memcpy(out + o, tmp, l);
+        o += l;
+    }
+    out[o] = '\0';
+    free(tmp);
+    *text = out;
+    return QAC_OK;
+}
+
 qac_status qac_tokenizer_encode(const qac_tokenizer *t, const char *text, size_t len, int max_len,
                                 int32_t *ids, int *n) {
     if (!t || !ids || !n) return qac_set_error(QAC_ERR_INVALID, "encode: NULL argument");

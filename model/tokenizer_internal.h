@@ -37,6 +37,10 @@ int32_t qac_wp_token_to_id(const qac_wordpiece *wp, const char *tok, size_t len)
  * Stops early once `stop` tokens were produced (stop < 0: never). */
 int qac_wp_tokenize(const qac_wordpiece *wp, const char *text, size_t len, int32_t *ids, int cap,
                     int stop);
+/* The same, and each token's source byte range [start, stop) in offs[2i],
+ * offs[2i + 1] (offs may be NULL). */
+int qac_wp_tokenize_offsets(const qac_wordpiece *wp, const char *text, size_t len, int32_t *ids, int32_t *offs,
+                            int cap, int stop);
 
 /* ---- SentencePiece shim (sp_tokenizer.cpp): translation only ---- */
 typedef struct qac_sp qac_sp;
@@ -52,6 +56,8 @@ int32_t qac_sp_pad_id(const qac_sp *sp);
 /* Encode valid UTF-8 text; writes at most cap ids and sets *n to the count. */
 qac_status qac_sp_encode(const qac_sp *sp, const char *text, size_t len, int32_t *ids, int cap,
                          int *n);
+/* Text of ids (control pieces decode to nothing); *text is malloc'd. */
+qac_status qac_sp_decode(const qac_sp *sp, const int32_t *ids, int n, char **text);
 
 #ifdef __cplusplus
 }

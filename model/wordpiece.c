@@ -190,24 +190,41 @@ int qac_wp_vocab_size(const qac_wordpiece *wp) { return wp->n; }
 typedef struct wp_state {
     const qac_wordpiece *wp;
     int32_t *ids;
+    int32_t *offs; /* [cap][2] each token's source byte range, or NULL */
     int cap, n, stop;
     /* the current word, in code points (only the first WP_MAX_CHARS + 1 kept) */
     uint32_t cp[WP_MAX_CHARS + 1];
     uint8_t ccc[WP_MAX_CHARS + 1];
+    uint32_t src[WP_MAX_CHARS + 1][2]; /* each character's source bytes (offsets only) */
+    uint32_t word_src[2];              /* the whole word's, past the buffer too */
+    uint32_t feed_src[2];              /* the source character being fed */
     int len;     /* characters in the word so far (may exceed the buffer) */
     int barrier; /* canonical reordering never moves a mark before this */
 } wp_state;
 
-static inline void emit(wp_state *s, int32_t id) {
-    if (s->n < s->cap) s->ids[s->n] = id;
+static inline void emit(wp_state *s, int32_t id, uint32_t from, uint32_t to) {
+    if (s->n < s->cap) {
+        s->ids[s->n] = id;
+        if (s->offs) s->offs[2 * s->n] = (int32_t)from, s->offs[2 * s->n + 1] = (int32_t)to;
+    }
     s->n++;
+}
+
+/* Source range of word characters [a, b): the widest their ranges span
+ * (canonical reordering may have moved them), as tokenizers expands it. */
+static void src_range(const wp_state *s, int a, int b, uint32_t *from, uint32_t *to) {
+    *from = UINT32_MAX, *to = 0;
+    for (int i = a; i < b; i++) {
+        if (s->src[i][0] < *from) *from = s->src[i][0];
+        if (s->src[i][1] > *to) *to = s->src[i][1];
+    }
 }
 
 /* Greedy longest-match-first over one word. */
 static void wordpiece_word(wp_state *s) {
     const qac_wordpiece *wp = s->wp;
     if (s->len > WP_MAX_CHARS) {
-        emit(s, wp->unk);
+        emit(s, wp->unk, s->word_src[0], s->word_src[1]);
         return;
     }
     char buf[WP_MAX_CHARS * 4];
@@ -231,10 +248,12 @@ static void wordpiece_word(wp_state *s) {
         }
         if (id < 0) { /* unmatchable: the whole word becomes [UNK] */
             s->n = first;
-            emit(s, wp->unk);
+            emit(s, wp->unk, s->word_src[0], s->word_src[1]);
             return;
         }
-        emit(s, id);
+        uint32_t from = 0, to = 0;
+        if (s->offs) src_range(s, start, end, &from, &to);
+        emit(s, id, from, to);
         start = end;
     }
 }
@@ -246,6 +265,9 @@ static inline void flush(wp_state *s) {
 }
 
 static inline void push(wp_state *s, uint32_t c, uint8_t ccc) {
+    if (s->len == 0) s->word_src[0] = s->feed_src[0];
+    if (s->feed_src[0] < s->word_src[0]) s->word_src[0] = s->feed_src[0];
+    if (s->len == 0 || s->feed_src[1] > s->word_src[1]) s->word_src[1] = s->feed_src[1];
     if (s->len <= WP_MAX_CHARS) {
         int j = s->len;
         /* NFD's canonical ordering: a stable sort of marks by combining class */
@@ -253,11 +275,13 @@ static inline void push(wp_state *s, uint32_t c, uint8_t ccc) {
             while (j > s->barrier && s->ccc[j - 1] > ccc) {
                 s->cp[j] = s->cp[j - 1];
                 s->ccc[j] = s->ccc[j - 1];
+                s->src[j][0] = s->src[j - 1][0], s->src[j][1] = s->src[j - 1][1];
                 j--;
             }
         }
         s->cp[j] = c;
         s->ccc[j] = ccc;
+        s->src[j][0] = s->feed_src[0], s->src[j][1] = s->feed_src[1];
     }
     s->len++;
     if (!ccc) s->barrier = s->len;
@@ -344,14 +368,17 @@ static void feed_unicode(wp_state *s, uint32_t c) {
     if (cjk) flush(s);
 }
 
-/* Normalise + pre-tokenize + WordPiece over text without special tokens. */
-static void tokenize_plain(wp_state *s, const unsigned char *p, size_t len) {
+/* Normalise + pre-tokenize + WordPiece over text without special tokens;
+ * p is the text's byte `base` onwards. */
+static void tokenize_plain(wp_state *s, const unsigned char *p, size_t len, size_t base) {
     const qac_wordpiece *wp = s->wp;
     size_t i = 0;
     while (i < len) {
         unsigned b = p[i];
+        s->feed_src[0] = (uint32_t)(base + i);
         if (b < 0x80) {
             i++;
+            s->feed_src[1] = (uint32_t)(base + i);
             switch (wp->ascii_class[b]) {
             case C_KEEP: push(s, (uint32_t)(unsigned char)wp->ascii_map[b], 0); break;
             case C_SPACE: flush(s); break;
@@ -365,6 +392,7 @@ static void tokenize_plain(wp_state *s, const unsigned char *p, size_t len) {
         } else {
             uint32_t c;
             i += (size_t)qac_utf8_decode(p + i, len - i, &c);
+            s->feed_src[1] = (uint32_t)(base + i);
             feed_unicode(s, c);
         }
         if (s->stop >= 0 && s->n >= s->stop) return;
@@ -374,9 +402,15 @@ static void tokenize_plain(wp_state *s, const unsigned char *p, size_t len) {
 
 int qac_wp_tokenize(const qac_wordpiece *wp, const char *text, size_t len, int32_t *ids, int cap,
                     int stop) {
+    return qac_wp_tokenize_offsets(wp, text, len, ids, NULL, cap, stop);
+}
+
+int qac_wp_tokenize_offsets(const qac_wordpiece *wp, const char *text, size_t len, int32_t *ids, int32_t *offs,
+                            int cap, int stop) {
     wp_state s;
     s.wp = wp;
     s.ids = ids;
+    s.offs = offs;
     s.cap = cap < 0 ? 0 : cap;
     s.n = 0;
     s.stop = stop;
@@ -392,13 +426,13 @@ int qac_wp_tokenize(const qac_wordpiece *wp, const char *text, size_t len, int32
                 (best < 0 || wp->special_len[k] > wp->special_len[best]))
                 best = k;
         if (best < 0) continue;
-        tokenize_plain(&s, p + seg, i - seg);
+        tokenize_plain(&s, p + seg, i - seg, seg);
         if (stop >= 0 && s.n >= stop) return s.n;
-        emit(&s, wp->special_id[best]);
+        emit(&s, wp->special_id[best], (uint32_t)i, (uint32_t)(i + wp->special_len[best]));
         i += wp->special_len[best] - 1;
         seg = i + 1;
     }
-    if (stop < 0 || s.n < stop) tokenize_plain(&s, p + seg, len - seg);
+    if (stop < 0 || s.n < stop) tokenize_plain(&s, p + seg, len - seg, seg);
     return s.n;
 }
 

@@ -90,6 +90,19 @@ typedef struct qac_server_backend {
     qac_status (*tokenize)(void *enc, const char *text, size_t len, int32_t *ids, int cap, int *n);
     const char *(*id_to_token)(void *enc, int32_t id);
     qac_status (*encode)(void *enc, const int32_t *const *ids, const int *lens, int n, float *out);
+    /* Optional: encode's pooled vectors without the model's L2
+     * normalisation (NULL: encode gives them already). Batcher thread only. */
+    qac_status (*encode_raw)(void *enc, const int32_t *const *ids, const int *lens, int n, float *out);
+    /* Optional: ids -> text as Hugging Face's tokenizers decode them; an id
+     * outside the vocabulary is skipped. *text is malloc'd. */
+    qac_status (*decode)(void *enc, const int32_t *ids, int n, int skip_special, char **text);
+    /* Optional: token ids without specials and each token's byte range in
+     * text ([start, stop) pairs in offs, 2 per token); as tokenize. */
+    qac_status (*tokenize_offsets)(void *enc, const char *text, size_t len, int32_t *ids, int32_t *offs, int cap,
+                                   int *n);
+    int vocab_size;           /* token ids are 0 .. vocab_size - 1 */
+    int32_t cls_id, sep_id;   /* what encode_text puts around a text; -1: none */
+    int32_t special_ids[8];   /* every special token's id ([CLS] [SEP] [PAD] [UNK] [MASK]), -1: unused */
 
     /* Dense index (optional: search == NULL means none loaded). */
     void *index;
@@ -125,8 +138,22 @@ typedef void (*qac_server_log_fn)(void *user, qac_log_level level, const char *m
 
 typedef struct qac_server qac_server;
 
+/* One answered request, for the access log. Strings are borrowed for the
+ * call; path has no query string; "-" where the request head could not be
+ * read. status 499: the client went away before the answer. */
+typedef struct qac_access_entry {
+    const char *method, *path, *request_id, *client;
+    int status;
+    unsigned long long bytes; /* response body */
+    double seconds;           /* from the request head to the answer */
+} qac_access_entry;
+typedef void (*qac_server_access_fn)(void *user, const qac_access_entry *e);
+
 qac_status qac_server_create(qac_server **out, const qac_server_config *cfg, const qac_server_backend *be,
                              qac_server_log_fn log, void *log_user);
+/* Called once per answered request, from the serving threads (it must be
+ * thread-safe). Set before qac_server_listen. */
+void qac_server_set_access_log(qac_server *s, qac_server_access_fn fn, void *user);
 /* Bind and start serving (libmicrohttpd threads); returns at once. */
 qac_status qac_server_listen(qac_server *s);
 /* The bound port (useful with port 0). */

@@ -38,6 +38,25 @@ static qac_status r_encode(void *u, const int32_t *const *ids, const int *lens, 
     return qac_encoder_encode_ids(r->enc, ids, lens, n, out);
 }
 
+static qac_status r_encode_raw(void *u, const int32_t *const *ids, const int *lens, int n, float *out) {
+    qac_server_real *r = u;
+    qac_encoder_set_raw(r->enc, 1);
+    qac_status st = qac_encoder_encode_ids(r->enc, ids, lens, n, out);
+    qac_encoder_set_raw(r->enc, 0);
+    return st;
+}
+
+static qac_status r_decode(void *u, const int32_t *ids, int n, int skip_special, char **text) {
+    qac_server_real *r = u;
+    return qac_tokenizer_decode(r->model->tok, ids, n, skip_special, text);
+}
+
+static qac_status r_tokenize_offsets(void *u, const char *text, size_t len, int32_t *ids, int32_t *offs, int cap,
+                                     int *n) {
+    qac_server_real *r = u;
+    return qac_tokenizer_tokenize_offsets(r->model->tok, text, len, ids, offs, cap, n);
+}
+
 static qac_status r_search(void *u, const float *q, int nq, int k, float *scores, int64_t *rows) {
     return qac_index_search(u, q, nq, k, scores, rows);
 }
@@ -140,6 +159,15 @@ qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, c
     be->tokenize = r_tokenize;
     be->id_to_token = r_id_to_token;
     be->encode = r_encode;
+    if (m->normalize) be->encode_raw = r_encode_raw;
+    be->decode = r_decode;
+    if (qac_tokenizer_get_kind(m->tok) == QAC_TOKENIZER_WORDPIECE) be->tokenize_offsets = r_tokenize_offsets;
+    be->vocab_size = m->cfg.vocab_size;
+    qac_special_ids sp = qac_tokenizer_specials(m->tok);
+    be->cls_id = sp.cls;
+    be->sep_id = sp.sep;
+    int32_t specials[] = {sp.cls, sp.sep, sp.pad, sp.unk, sp.mask, -1, -1, -1};
+    memcpy(be->special_ids, specials, sizeof specials);
     if (r->index) {
         be->index = r->index;
         be->index_count = qac_index_count(r->index);

@@ -32,6 +32,7 @@ typedef struct job {
     int n;
     float *out;
     int k;           /* > 0: also search, into scores/rows [n, k] */
+    int raw;         /* the pooled vectors without the model's normalisation */
     float *scores;
     int64_t *rows;
     int taken;       /* texts handed to the worker */
@@ -48,10 +49,12 @@ typedef struct job {
 typedef struct seg {
     job *j;
     int from, count;
+    int at; /* its first row in the batch's output */
 } seg;
 
 struct qac_batcher {
     qac_encode_fn fn;
+    qac_encode_fn raw_fn; /* NULL: fn's vectors are the raw ones */
     void *user;
     qac_search_fn search;
     void *search_user;
@@ -192,7 +195,7 @@ static int add_seg(qac_batcher *b, int nseg, job *j, int from, int count) {
         b->segs = p;
         b->seg_cap = cap;
     }
-    b->segs[nseg] = (seg){j, from, count};
+    b->segs[nseg] = (seg){j, from, count, 0};
     return nseg + 1;
 }
 
@@ -279,24 +282,33 @@ static void *worker_main(void *arg) {
             st = QAC_ERR_NOMEM;
             snprintf(err, sizeof err, "out of memory for a batch of %d texts", n);
         } else {
-            int at = 0;
-            for (int s = 0; s < nseg; s++)
-                for (int i = 0; i < b->segs[s].count; i++, at++) {
-                    b->b_ids[at] = b->segs[s].j->ids[b->segs[s].from + i];
-                    b->b_lens[at] = b->segs[s].j->lens[b->segs[s].from + i];
+            /* normalised texts first, then the raw ones: one call for each kind */
+            int at = 0, n_norm = 0;
+            for (int raw = 0; raw < 2; raw++) {
+                for (int s = 0; s < nseg; s++) {
+                    if (b->segs[s].j->raw != raw) continue;
+                    b->segs[s].at = at;
+                    for (int i = 0; i < b->segs[s].count; i++, at++) {
+                        b->b_ids[at] = b->segs[s].j->ids[b->segs[s].from + i];
+                        b->b_lens[at] = b->segs[s].j->lens[b->segs[s].from + i];
+                    }
                 }
-            st = b->fn(b->user, (const int32_t *const *)b->b_ids, b->b_lens, n, b->b_out);
+                if (!raw) n_norm = at;
+            }
+            qac_encode_fn raw_fn = b->raw_fn ? b->raw_fn : b->fn;
+            if (n_norm) st = b->fn(b->user, (const int32_t *const *)b->b_ids, b->b_lens, n_norm, b->b_out);
+            if (!st && n > n_norm)
+                st = raw_fn(b->user, (const int32_t *const *)b->b_ids + n_norm, b->b_lens + n_norm, n - n_norm,
+                            b->b_out + (size_t)n_norm * b->o.dim);
             if (st) snprintf(err, sizeof err, "%s", qac_last_error());
         }
         double secs = qac_now() - t0;
         if (b->metrics && nseg) qac_metrics_batch(b->metrics, n, tokens, secs);
         if (st == QAC_OK) {
-            int at = 0;
             for (int s = 0; s < nseg; s++) {
                 job *j = b->segs[s].j;
-                memcpy(j->out + (size_t)b->segs[s].from * b->o.dim, b->b_out + (size_t)at * b->o.dim,
+                memcpy(j->out + (size_t)b->segs[s].from * b->o.dim, b->b_out + (size_t)b->segs[s].at * b->o.dim,
                        (size_t)b->segs[s].count * b->o.dim * sizeof(float));
-                at += b->segs[s].count;
             }
             if (b->search) sst = search_batch(b, b->segs, nseg, serr, sizeof serr);
         }
@@ -355,6 +367,8 @@ qac_status qac_batcher_create(qac_batcher **out, qac_encode_fn fn, void *user, q
     return QAC_OK;
 }
 
+void qac_batcher_set_raw(qac_batcher *b, qac_encode_fn raw_fn) { b->raw_fn = raw_fn; }
+
 qac_status qac_batcher_encode(qac_batcher *b, const int32_t *const *ids, const int *lens, int n, float *out,
                               int timeout_ms) {
     return qac_batcher_search(b, ids, lens, n, out, 0, NULL, NULL, timeout_ms);
@@ -362,7 +376,7 @@ qac_status qac_batcher_encode(qac_batcher *b, const int32_t *const *ids, const i
 
 qac_status qac_batcher_search(qac_batcher *b, const int32_t *const *ids, const int *lens, int n, float *out, int k,
                               float *scores, int64_t *rows, int timeout_ms) {
-    return qac_batcher_run(b, ids, lens, n, out, k, scores, rows, timeout_ms, NULL);
+    return qac_batcher_run(b, ids, lens, n, out, k, scores, rows, timeout_ms, NULL, 0);
 }
 
 /* The request this thread serves announced itself to this batcher. */
@@ -402,10 +416,10 @@ int qac_batcher_arriving(qac_batcher *b) {
 #define CANCEL_POLL_MS 50 /* how often a waiting request checks its client */
 
 qac_status qac_batcher_run(qac_batcher *b, const int32_t *const *ids, const int *lens, int n, float *out, int k,
-                           float *scores, int64_t *rows, int timeout_ms, const qac_cancel *cancel) {
+                           float *scores, int64_t *rows, int timeout_ms, const qac_cancel *cancel, int raw) {
     if (n <= 0) return QAC_OK;
-    if (k > 0 && (!b->search || !scores || !rows))
-        return qac_set_error(QAC_ERR_INVALID, "batcher: no search function, or no room for the hits");
+    if (k > 0 && (raw || !b->search || !scores || !rows))
+        return qac_set_error(QAC_ERR_INVALID, "batcher: no search function, no room for the hits, or raw vectors");
     job j;
     memset(&j, 0, sizeof j);
     j.ids = ids;
@@ -415,6 +429,7 @@ qac_status qac_batcher_run(qac_batcher *b, const int32_t *const *ids, const int 
     j.k = k > 0 ? k : 0;
     j.scores = scores;
     j.rows = rows;
+    j.raw = raw != 0;
     for (int i = 0; i < n; i++) j.tokens_left += lens[i];
     if (cancel && !cancel->gone) cancel = NULL;
 

@@ -21,7 +21,7 @@ static const qac_opt serve_opts[] = {
     {"max-batch-tokens", QAC_OPT_INT, "8192", 1, 1 << 24, NULL, "QAC_MAX_BATCH_TOKENS", "token budget of one encoder call", 0},
     {"max-wait-ms", QAC_OPT_INT, "2", 0, 1000, NULL, "QAC_MAX_WAIT_MS", "how long a free encoder waits for requests already arriving (read, not yet queued) before it starts a batch; it never waits for requests not yet sent", 0},
     {"max-body-bytes", QAC_OPT_INT, "2097152", 64, 1 << 30, NULL, "QAC_MAX_BODY_BYTES", "largest request body (413 past it)", 0},
-    {"max-texts", QAC_OPT_INT, "256", 1, 65536, NULL, "QAC_MAX_TEXTS", "texts or queries per request (413 past it)", 0},
+    {"max-texts", QAC_OPT_INT, "2048", 1, 65536, NULL, "QAC_MAX_TEXTS", "texts, token-id inputs or queries per request (413 past it; TEI routes: 422); each encoder call stays within --max-batch-tokens", 0},
     {"max-k", QAC_OPT_INT, "1000", 1, 100000, NULL, "QAC_MAX_K", "largest k for /search", 0},
     {"truncate", QAC_OPT_BOOL, "true", 1, 0, NULL, "QAC_TRUNCATE", "cut texts past the max length (false: 413)", 0},
     {"max-concurrent", QAC_OPT_INT, "512", 1, 100000, NULL, "QAC_MAX_CONCURRENT", "requests in flight before 429", 0},
@@ -39,6 +39,8 @@ static const qac_opt serve_opts[] = {
     {"header-timeout-ms", QAC_OPT_INT, "10000", 100, 3600000, NULL, "QAC_HEADER_TIMEOUT_MS", "close a connection whose request head is not complete this long after it starts", 0},
     {"body-timeout-ms", QAC_OPT_INT, "30000", 100, 3600000, NULL, "QAC_BODY_TIMEOUT_MS", "close a connection whose body is not complete this long after its head", 0},
     {"min-body-rate", QAC_OPT_INT, "4096", 0, 1 << 30, NULL, "QAC_MIN_BODY_RATE", "bytes/s a body must average after its first 2 s (0: no minimum)", 0},
+    {"log-level", QAC_OPT_ENUM, "info", 1, 0, "debug|info|warn|error", "QAC_LOG_LEVEL", "least severe log line written to stderr; access lines are info (QAC_QUIET=1 makes the default warn)", 0},
+    {"log-format", QAC_OPT_ENUM, "text", 1, 0, "text|json", "QAC_LOG_FORMAT", "stderr log lines as text, or one JSON object per line; one access line per request (method, path, status, bytes, duration, request id)", 0},
     QAC_CPU_ISA_OPT,
 };
 

@@ -123,8 +123,31 @@ static void retire(qac_gate *g, wlist *l, waiting *w, int own_fd) {
     g->dead = w;
 }
 
-/* A JSON error with Connection: close, on a socket nobody else writes. */
-static void send_error(qac_server *s, int fd, int status, const char *type, const char *message) {
+/* The method and path of a head that passed the checks ("-" otherwise). */
+typedef struct head_names {
+    char method[16], path[256];
+} head_names;
+
+static void names_of(const char *buf, const qac_head_verdict *v, head_names *h) {
+    snprintf(h->method, sizeof h->method, "-");
+    snprintf(h->path, sizeof h->path, "-");
+    if (!v || !v->target_len) return;
+    size_t ml = strcspn(buf, " ");
+    if (ml < sizeof h->method) snprintf(h->method, sizeof h->method, "%.*s", (int)ml, buf);
+    size_t pl = 0;
+    while (pl < v->target_len && buf[v->target_off + pl] != '?' && buf[v->target_off + pl] != '#') pl++;
+    snprintf(h->path, sizeof h->path, "%.*s", (int)pl, buf + v->target_off);
+}
+
+/* A JSON error with Connection: close, on a socket nobody else writes;
+ * logged as a request of method / path (NULL: "-") from client. */
+static void send_error(qac_server *s, int fd, int status, const char *type, const char *message,
+                       const char *request_id, const head_names *names, const char *client, double since) {
+    char rid[QAC_REQUEST_ID_CAP];
+    if (!request_id) {
+        qac_request_id(s, NULL, rid, sizeof rid);
+        request_id = rid;
+    }
     qac_http_response r;
     memset(&r, 0, sizeof r);
     qac_server_error(&r, status, type, "%s", message);
@@ -132,12 +155,12 @@ static void send_error(qac_server *s, int fd, int status, const char *type, cons
     time_t now = time(NULL);
     struct tm tm;
     if (gmtime_r(&now, &tm)) strftime(date, sizeof date, "%a, %d %b %Y %H:%M:%S GMT", &tm);
-    char head[320];
+    char head[512];
     int hl = snprintf(head, sizeof head,
                       "HTTP/1.1 %d %s\r\nDate: %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n%s"
-                      "Connection: close\r\n\r\n",
+                      "X-Request-Id: %s\r\nConnection: close\r\n\r\n",
                       r.status, qac_head_reason(r.status), date, r.body_len,
-                      r.status == 503 ? "Retry-After: 1\r\n" : "");
+                      r.status == 503 ? "Retry-After: 1\r\n" : "", request_id);
     struct iovec iov[2] = {{head, (size_t)hl}, {r.body, r.body_len}};
     struct msghdr msg;
     memset(&msg, 0, sizeof msg);
@@ -167,6 +190,8 @@ static void send_error(qac_server *s, int fd, int status, const char *type, cons
         }
     }
     qac_metrics_request(s->metrics, QAC_ROUTE_OTHER, r.status, 0);
+    qac_server_access(s, names ? names->method : NULL, names ? names->path : NULL, r.status, r.body_len,
+                      since > 0 ? qac_now() - since : 0, request_id, client);
     qac_http_response_clear(&r);
 }
 
@@ -188,8 +213,12 @@ static void linger_read(qac_gate *g, waiting *w) {
     }
 }
 
-static void answer(qac_gate *g, waiting *w, int status, const char *type, const char *message) {
-    send_error(g->s, w->fd, status, type, message);
+static void answer(qac_gate *g, waiting *w, int status, const char *type, const char *message,
+                   const head_names *names) {
+    char client[64];
+    qac_peer_name((const struct sockaddr *)&w->addr, w->addrlen, client, sizeof client);
+    send_error(g->s, w->fd, status, type, message, NULL, names, client,
+               w->deadline - g->s->cfg.header_timeout_ms / 1000.0);
     shutdown(w->fd, SHUT_WR);
     wl_remove(&g->heads, w);
     w->lingering = 1;
@@ -228,15 +257,17 @@ static void examine(qac_gate *g, waiting *w, uint32_t events) {
     qac_head_verdict v;
     qac_head_result r = qac_head_check(g->buf, (size_t)n, (size_t)g->s->cfg.max_head_bytes, QAC_HEAD_MAX_FIELDS, &v);
     if (r == QAC_HEAD_ERROR) {
-        answer(g, w, v.status, v.type, v.message);
+        answer(g, w, v.status, v.type, v.message, NULL);
     } else if (r == QAC_HEAD_OK) {
         qac_head_verdict cv;
+        head_names names;
+        names_of(g->buf, &v, &names);
         if (body_error(g->buf, (size_t)n, &v, g->s, &cv)) {
-            answer(g, w, cv.status, cv.type, cv.message);
+            answer(g, w, cv.status, cv.type, cv.message, &names);
             return;
         }
         if (atomic_load(&g->s->draining)) {
-            answer(g, w, 503, "unavailable", "the server is shutting down");
+            answer(g, w, 503, "unavailable", "the server is shutting down", &names);
             return;
         }
         qac_head_verdict bad;
@@ -255,7 +286,7 @@ static void examine(qac_gate *g, waiting *w, uint32_t events) {
         ev.events = EPOLLIN | EPOLLRDHUP | EPOLLET;
         ev.data.ptr = w;
         epoll_ctl(g->epfd, EPOLL_CTL_ADD, w->fd, &ev);
-        answer(g, w, 503, "unavailable", "too many open connections; retry later");
+        answer(g, w, 503, "unavailable", "too many open connections; retry later", &names);
     } else if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
         retire(g, &g->heads, w, 1); /* it will send no more: the head stays unfinished */
     }
@@ -485,13 +516,33 @@ static void linger_blocking(int fd) {
     }
 }
 
-/* Answers a head found invalid on a connection the library serves (from
- * its thread, between requests), so that the library never parses it. */
-static void refuse(qac_server *s, int fd, const qac_head_verdict *v) {
-    send_error(s, fd, v->status, v->type, v->message);
+static void answer_close(qac_server *s, int fd, int status, const char *type, const char *message,
+                         const char *request_id, const head_names *names, double since) {
+    struct sockaddr_storage peer;
+    socklen_t pl = sizeof peer;
+    char client[64];
+    qac_peer_name(getpeername(fd, (struct sockaddr *)&peer, &pl) == 0 ? (struct sockaddr *)&peer : NULL, pl, client,
+                  sizeof client);
+    send_error(s, fd, status, type, message, request_id, names, client, since);
     shutdown(fd, SHUT_WR);
     linger_blocking(fd);
     shutdown(fd, SHUT_RD); /* the library reads end of file and closes */
+}
+
+void qac_gate_answer_close(qac_server *s, int fd, int status, const char *type, const char *message,
+                           const char *request_id, const char *method, const char *path, double since) {
+    head_names names;
+    snprintf(names.method, sizeof names.method, "%s", method ? method : "-");
+    snprintf(names.path, sizeof names.path, "%s", path ? path : "-");
+    answer_close(s, fd, status, type, message, request_id, &names, since);
+}
+
+/* Answers a head found invalid on a connection the library serves (from
+ * its thread, between requests), so that the library never parses it. */
+static void refuse(qac_server *s, int fd, const char *buf, const qac_head_verdict *v) {
+    head_names names;
+    names_of(buf, v->target_len ? v : NULL, &names);
+    answer_close(s, fd, v->status, v->type, v->message, NULL, &names, 0);
 }
 
 int qac_gate_next_head(qac_server *s, int fd, int *bad_after, qac_head_verdict *bad) {
@@ -525,7 +576,8 @@ int qac_gate_next_head(qac_server *s, int fd, int *bad_after, qac_head_verdict *
         qac_head_result r = qac_head_check(buf, (size_t)n, max_head, QAC_HEAD_MAX_FIELDS, &v);
         qac_head_verdict cv;
         if (r == QAC_HEAD_OK && body_error(buf, (size_t)n, &v, s, &cv)) {
-            refuse(s, fd, &cv);
+            cv.target_off = v.target_off, cv.target_len = v.target_len;
+            refuse(s, fd, buf, &cv);
             result = -1;
             break;
         }
@@ -536,7 +588,8 @@ int qac_gate_next_head(qac_server *s, int fd, int *bad_after, qac_head_verdict *
             break;
         }
         if (r == QAC_HEAD_ERROR) {
-            refuse(s, fd, &v);
+            v.target_len = 0;
+            refuse(s, fd, buf, &v);
             result = -1;
             break;
         }

@@ -54,11 +54,13 @@ typedef struct texts {
     int n;
     const char **s;
     size_t *len;
+    json_t **ids; /* NULL, or per entry: token ids given instead of a text (s NULL) */
 } texts;
 
 static void texts_free(texts *t) {
     free(t->s);
     free(t->len);
+    free(t->ids);
     memset(t, 0, sizeof *t);
 }
 
@@ -191,6 +193,28 @@ static int encode_texts(qac_server *s, const texts *t, int max_len, float *out, 
     }
     long long total = 0;
     for (int i = 0; i < n; i++) {
+        ptrs[i] = ids + (size_t)i * max_len;
+        if (t->ids && t->ids[i]) { /* token ids: the model's input as given */
+            int m = (int)json_array_size(t->ids[i]);
+            if (m > max_len && !s->cfg.truncate) {
+                qac_server_error(r, 413, "payload_too_large",
+                                 "input %d has %d token ids, more than the limit of %d (truncation is off)", i, m,
+                                 max_len);
+                goto done;
+            }
+            lens[i] = m < max_len ? m : max_len;
+            for (int j = 0; j < lens[i]; j++) {
+                json_int_t id = json_integer_value(json_array_get(t->ids[i], (size_t)j));
+                if (id < 0 || id >= s->be.vocab_size) {
+                    qac_server_error(r, 422, "validation_error", "input %d: token id %lld is outside the vocabulary (0..%d)",
+                                     i, (long long)id, s->be.vocab_size - 1);
+                    goto done;
+                }
+                ids[(size_t)i * max_len + (size_t)j] = (int32_t)id;
+            }
+            total += lens[i];
+            continue;
+        }
         if (!s->cfg.truncate) {
             int full = 0;
             int32_t scratch[1];
@@ -205,7 +229,6 @@ static int encode_texts(qac_server *s, const texts *t, int max_len, float *out, 
                 goto done;
             }
         }
-        ptrs[i] = ids + (size_t)i * max_len;
         if (s->be.encode_text(s->be.enc, t->s[i], t->len[i], max_len, ids + (size_t)i * max_len, &lens[i])) {
             qac_server_error(r, 500, "internal", "tokenizer: %s", qac_last_error());
             goto done;
@@ -213,7 +236,7 @@ static int encode_texts(qac_server *s, const texts *t, int max_len, float *out, 
         total += lens[i];
     }
     qac_status st = qac_batcher_run(s->batcher, (const int32_t *const *)ptrs, lens, n, out, k, scores, rows,
-                                    s->cfg.timeout_ms, qac_srv_cancel);
+                                    s->cfg.timeout_ms, qac_srv_cancel, 0);
     if (st == QAC_ERR_CANCELLED && qac_srv_gone()) { /* nobody to answer */
         qac_server_error(r, 499, "client_closed", "the client went away");
         goto done;
@@ -316,6 +339,51 @@ done:
 
 /* ---------------- /v1/embeddings (OpenAI) ---------------- */
 
+/* A JSON array of integers (one tokenized input). */
+static int is_int_array(json_t *a) {
+    if (!json_is_array(a) || !json_array_size(a)) return 0;
+    for (size_t i = 0; i < json_array_size(a); i++)
+        if (!json_is_integer(json_array_get(a, i))) return 0;
+    return 1;
+}
+
+/* OpenAI's `input`: a string, an array of strings, an array of token ids
+ * (one input) or an array of arrays of token ids. */
+static int get_openai_input(qac_server *s, json_t *o, texts *t, qac_http_response *r) {
+    json_t *in = json_object_get(o, "input");
+    int single_ids = is_int_array(in);
+    if (!json_is_array(in) || !json_array_size(in) || json_is_string(json_array_get(in, 0)) ||
+        (!single_ids && !json_is_array(json_array_get(in, 0))))
+        return get_texts(s, o, "input", NULL, t, r); /* strings, or its error for anything else */
+    size_t n = single_ids ? 1 : json_array_size(in);
+    if (n > (size_t)s->cfg.max_texts) {
+        qac_server_error(r, 413, "payload_too_large", "'input' has %zu entries, more than the limit of %d", n,
+                         s->cfg.max_texts);
+        return 0;
+    }
+    memset(t, 0, sizeof *t);
+    t->n = (int)n;
+    t->s = calloc(n, sizeof *t->s);
+    t->len = calloc(n, sizeof *t->len);
+    t->ids = calloc(n, sizeof *t->ids);
+    if (!t->s || !t->len || !t->ids) {
+        texts_free(t);
+        qac_server_error(r, 500, "internal", "out of memory");
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = single_ids ? in : json_array_get(in, i);
+        if (!is_int_array(e)) {
+            qac_server_error(r, 422, "validation_error",
+                             "'input[%zu]' must be a non-empty array of token ids, as the other entries", i);
+            texts_free(t);
+            return 0;
+        }
+        t->ids[i] = e;
+    }
+    return 1;
+}
+
 void qac_handle_embeddings(qac_server *s, const char *body, size_t len, qac_http_response *r) {
     static const char *const encodings[] = {"float", "base64", NULL};
     json_t *o = parse_body(body, len, r);
@@ -329,16 +397,11 @@ void qac_handle_embeddings(qac_server *s, const char *body, size_t len, qac_http
         qac_server_error(r, 422, "validation_error", "'model' must be a string");
         goto done;
     }
-    json_t *input = json_object_get(o, "input");
-    if (json_is_array(input) && json_array_size(input) && json_is_integer(json_array_get(input, 0))) {
-        qac_server_error(r, 422, "validation_error", "token-id inputs are not supported: send strings");
-        goto done;
-    }
-    if (!get_texts(s, o, "input", NULL, &t, r) || !get_enum(o, "encoding_format", encodings, &encoding, r) ||
+    if (!get_openai_input(s, o, &t, r) || !get_enum(o, "encoding_format", encodings, &encoding, r) ||
         !get_int(o, "dimensions", 1, 1 << 20, &dims, r))
         goto done;
-    if (dims != s->be.dim) {
-        qac_server_error(r, 422, "validation_error", "'dimensions' must be %d for this model", s->be.dim);
+    if (dims > s->be.dim) {
+        qac_server_error(r, 422, "validation_error", "'dimensions' must be at most %d for this model", s->be.dim);
         goto done;
     }
     int dim = s->be.dim;
@@ -349,11 +412,16 @@ void qac_handle_embeddings(qac_server *s, const char *body, size_t len, qac_http
     }
     long long tokens = 0;
     if (!encode_texts(s, &t, s->cfg.passage_max_len, vec, &tokens, 0, NULL, NULL, r)) goto done;
-    if (!s->be.normalize) l2_normalize(vec, t.n, dim);
+    if (dims < dim) { /* OpenAI's shortening: the first dimensions, normalised again */
+        for (int i = 0; i < t.n; i++) memmove(vec + (size_t)i * dims, vec + (size_t)i * dim, (size_t)dims * sizeof *vec);
+        l2_normalize(vec, t.n, (int)dims);
+    } else if (!s->be.normalize) {
+        l2_normalize(vec, t.n, dim);
+    }
     json_t *data = json_array();
     for (int i = 0; data && i < t.n; i++)
         json_array_append_new(data, json_pack("{s:s,s:i,s:o}", "object", "embedding", "index", i, "embedding",
-                                              embedding_json(vec + (size_t)i * dim, dim, encoding)));
+                                              embedding_json(vec + (size_t)i * dims, (int)dims, encoding)));
     set_json(r, json_pack("{s:s,s:o,s:s,s:{s:I,s:I}}", "object", "list", "data", data, "model", s->be.model_id,
                           "usage", "prompt_tokens", (json_int_t)tokens, "total_tokens", (json_int_t)tokens));
 done:
@@ -367,6 +435,11 @@ done:
 void qac_handle_tokenize(qac_server *s, const char *body, size_t len, qac_http_response *r) {
     json_t *o = parse_body(body, len, r);
     if (!o) return;
+    if (json_object_get(o, "inputs")) { /* text-embeddings-inference's form */
+        qac_handle_tei_tokenize(s, o, r);
+        json_decref(o);
+        return;
+    }
     texts t = {0};
     int specials = 1;
     int32_t *ids = NULL;
@@ -588,6 +661,13 @@ done:
     free(hits);
     texts_free(&t);
     json_decref(o);
+}
+
+/* ---------------- /v1/models (OpenAI) ---------------- */
+
+void qac_handle_models(qac_server *s, qac_http_response *r) {
+    set_json(r, json_pack("{s:s,s:[{s:s,s:s,s:I,s:s}]}", "object", "list", "data", "id", s->be.model_id, "object",
+                          "model", "created", (json_int_t)s->started_unix, "owned_by", "qac"));
 }
 
 /* ---------------- /info, /health ---------------- */

@@ -12,7 +12,14 @@
  * A reaper thread closes connections that are too slow: the head must be
  * complete header_timeout_ms after accept, the body body_timeout_ms after
  * the head, at min_body_rate or better. /health and /metrics are never
- * refused for load (they count against no request limit). */
+ * refused for load (they count against no request limit).
+ *
+ * Connection slots: max_connections, and RESERVED_CONNECTIONS more for
+ * /health and /metrics only. A connection let in on the reserve is closed
+ * after its answer, so the reserve stays free for the next health check;
+ * when the slots run out, the connection that has waited longest for its
+ * next request (kept alive, idle) is closed to make room. Every answer
+ * carries an X-Request-Id and is reported to the access log. */
 #include <errno.h>
 #include <netdb.h>
 #include <stdarg.h>
@@ -31,6 +38,7 @@
 
 #define DISCARD_CAP (64u << 20) /* past this, a rejected body closes the connection */
 #define RESERVED_CONNECTIONS 32 /* past max_connections, for /health and /metrics only */
+#define RECLAIM_SLACK 64        /* connections shut down here that the library has not closed yet */
 
 typedef enum conn_phase { PHASE_HEAD = 0, PHASE_BODY, PHASE_HANDLING, PHASE_IDLE } conn_phase;
 
@@ -42,7 +50,10 @@ typedef struct conn {
     double since;         /* start of the current phase */
     unsigned long long body_bytes;
     size_t uri_len;       /* the current request's target, as sent */
-    int reaped;           /* shut down by the reaper */
+    int reaped;           /* shut down by the reaper, or reclaimed while idle */
+    int waiting_next;     /* idle between requests, in qac_gate_next_head */
+    int reserve;          /* let in on the reserve: close after the answer */
+    char client[64];      /* the peer's address, for the access log */
     /* Fields below: the connection's own thread only. */
     unsigned long long wire; /* bytes of its requests so far (heads and bodies) */
     int untracked;        /* wire unknown (a chunked body): later heads are the library's */
@@ -62,6 +73,7 @@ typedef struct handoff_note {
     double at;
     unsigned bad_after;
     qac_head_verdict bad;
+    int reserve;
 } handoff_note;
 
 typedef struct req_state {
@@ -73,6 +85,11 @@ typedef struct req_state {
     conn *cn;
     int client_keepalive; /* HTTP/1.1 and no Connection header but keep-alive */
     int open_answer;      /* answered without Connection: close */
+    double t0;            /* the head is in */
+    int head_only;        /* HEAD: no body goes out */
+    char method[16];
+    const char *path;     /* the library's, for this request */
+    char rid[QAC_REQUEST_ID_CAP];
 } req_state;
 
 typedef struct http_state {
@@ -83,6 +100,7 @@ typedef struct http_state {
     pthread_cond_t stop_cv;
     int stop;
     atomic_int handling;  /* requests being handled (the 429 limit) */
+    unsigned live;        /* connections handed to the library, not shut down by us; guarded by mu */
     double last_5xx_log;
     unsigned long long suppressed_5xx;
     qac_gate *gate;       /* accepts, and hands over connections with a valid head */
@@ -125,11 +143,21 @@ static void log_5xx(qac_server *s, int status) {
         qac_server_log(s, QAC_LOG_WARN, "HTTP %d", status);
 }
 
-static enum MHD_Result send_response(qac_server *s, struct MHD_Connection *c, qac_http_response *r, int close) {
+static void log_access(qac_server *s, const req_state *st, int status, unsigned long long bytes) {
+    qac_server_access(s, st->method, st->path, status, bytes, qac_now() - st->t0, st->rid,
+                      st->cn ? st->cn->client : NULL);
+}
+
+static enum MHD_Result send_response(qac_server *s, struct MHD_Connection *c, req_state *st, qac_http_response *r,
+                                     int close) {
     if (r->status == 499) { /* the client went away: nobody to answer */
+        log_access(s, st, 499, 0);
         qac_http_response_clear(r);
         return MHD_NO;
     }
+    if (st->cn && st->cn->reserve) close = 1;
+    unsigned long long bytes = st->head_only ? 0 : r->body_len;
+    int status = r->status;
     struct MHD_Response *resp = MHD_create_response_from_buffer(r->body_len, r->body, MHD_RESPMEM_MUST_FREE);
     if (!resp) {
         qac_http_response_clear(r);
@@ -144,18 +172,21 @@ static enum MHD_Result send_response(qac_server *s, struct MHD_Connection *c, qa
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, v);
     }
     if (r->www_authenticate) MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    MHD_add_response_header(resp, "X-Request-Id", st->rid);
     if (close || atomic_load(&s->draining)) MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
     if (r->status >= 500) log_5xx(s, r->status);
     qac_http_response_clear(r);
+    log_access(s, st, status, bytes);
     return ret;
 }
 
 /* An answer decided from the head alone; the body is never read. */
-static enum MHD_Result early(qac_server *s, struct MHD_Connection *c, qac_route route, qac_http_response *r) {
+static enum MHD_Result early(qac_server *s, struct MHD_Connection *c, req_state *st, qac_route route,
+                             qac_http_response *r) {
     qac_metrics_request(s->metrics, route, r->status, 0);
-    return send_response(s, c, r, 1);
+    return send_response(s, c, st, r, 1);
 }
 
 /* ---- the head: framing checks ---- */
@@ -226,8 +257,8 @@ static enum MHD_Result first_call(qac_server *s, struct MHD_Connection *c, const
     memset(&r, 0, sizeof r);
     size_t plen = strcspn(url, "?#");
     const char *allow = NULL;
-    qac_route route = qac_server_route(url, plen, &allow);
-    int is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), is_post = !strcmp(method, "POST");
+    int method_ok = 0;
+    qac_route route = qac_server_route_method(url, plen, method, &allow, &method_ok);
     head_scan h;
     memset(&h, 0, sizeof h);
     h.f.minor_11 = !version || strcmp(version, MHD_HTTP_VERSION_1_0) != 0;
@@ -247,12 +278,12 @@ static enum MHD_Result first_call(qac_server *s, struct MHD_Connection *c, const
     size_t line = strlen(method) + (st->cn ? st->cn->uri_len : strlen(url)) + 12;
     if (line > (size_t)s->cfg.max_head_bytes) {
         qac_server_error(&r, 414, "invalid_request", "the request line is longer than %d bytes", s->cfg.max_head_bytes);
-        return early(s, c, route, &r);
+        return early(s, c, st, route, &r);
     }
     if (line + h.bytes > (size_t)s->cfg.max_head_bytes) {
         qac_server_error(&r, 431, "invalid_request", "the request head is larger than %d bytes",
                          s->cfg.max_head_bytes);
-        return early(s, c, route, &r);
+        return early(s, c, st, route, &r);
     }
 
     /* RFC 9112 3.2, 6: Host, and a message length that cannot be read two
@@ -261,34 +292,34 @@ static enum MHD_Result first_call(qac_server *s, struct MHD_Connection *c, const
     if (qac_head_framing(&h.f, &v) != QAC_HEAD_OK || cl < 0) {
         if (cl < 0 && v.status == 0) qac_server_error(&r, 400, "invalid_request", "an invalid Content-Length");
         else qac_server_error(&r, v.status, v.type, "%s", v.message);
-        return early(s, c, route, &r);
+        return early(s, c, st, route, &r);
     }
     if (atomic_load(&s->draining) && route != QAC_ROUTE_HEALTH) {
         qac_server_error(&r, 503, "unavailable", "the server is shutting down");
         r.retry_after = 1;
-        return early(s, c, route, &r);
+        return early(s, c, st, route, &r);
     }
     /* Routing errors and auth come before the body too (no 100 Continue). */
-    if (route == QAC_ROUTE_OTHER || !(strstr(allow, "POST") ? is_post : is_get) ||
+    if (route == QAC_ROUTE_OTHER || !method_ok ||
         (s->cfg.api_key && !qac_server_authorized(s, route, MHD_lookup_connection_value(c, MHD_HEADER_KIND,
                                                                                           MHD_HTTP_HEADER_AUTHORIZATION)))) {
         qac_http_request req = {method, url,
                                 MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION), "", 0,
                                 NULL, NULL};
         qac_server_handle(s, &req, &r); /* answers 404 / 405 / 401 without a body */
-        return send_response(s, c, &r, 1);
+        return send_response(s, c, st, &r, 1);
     }
     if (cl > s->cfg.max_body_bytes) {
         qac_server_error(&r, 413, "payload_too_large", "the request body is larger than %lld bytes",
                          s->cfg.max_body_bytes);
-        return early(s, c, route, &r);
+        return early(s, c, st, route, &r);
     }
     /* Already at the limit: say so before reading the body. */
     if (!is_reserved(route) && atomic_load(&hs_of(s)->handling) >= s->cfg.max_concurrent) {
         qac_server_error(&r, 429, "too_many_requests", "more than %d requests in flight; retry later",
                          s->cfg.max_concurrent);
         r.retry_after = 1;
-        return early(s, c, route, &r);
+        return early(s, c, st, route, &r);
     }
     set_phase(s, st->cn, PHASE_BODY);
     return MHD_YES;
@@ -304,6 +335,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         *con_cls = st;
         const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
         st->cn = ci ? ci->socket_context : NULL;
+        st->t0 = qac_now();
+        st->head_only = !strcmp(method, "HEAD");
+        snprintf(st->method, sizeof st->method, "%s", method);
+        st->path = url;
+        qac_request_id(s, MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Request-Id"), st->rid, sizeof st->rid);
         atomic_fetch_add(&s->inflight, 1);
         if (st->cn && st->cn->refused) return MHD_NO;
         return first_call(s, c, url, method, version, st);
@@ -316,10 +352,21 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             st->cn->body_bytes += chunk;
             pthread_mutex_unlock(&hs_of(s)->mu);
         }
+        if (!st->too_large && st->len + chunk > (size_t)s->cfg.max_body_bytes && st->cn &&
+            st->cn->fd != MHD_INVALID_SOCKET) {
+            /* A chunked body past the limit. The library cannot queue an
+             * answer mid-body, so it goes out on the socket directly, at
+             * once, and the connection ends (what the client still sends
+             * is read and dropped for a moment, so that it sees the 413). */
+            char msg[96];
+            snprintf(msg, sizeof msg, "the request body is larger than %lld bytes", s->cfg.max_body_bytes);
+            qac_metrics_request(s->metrics, qac_server_route(url, strcspn(url, "?#"), NULL), 413, 0);
+            qac_gate_answer_close(s, st->cn->fd, 413, "payload_too_large", msg, st->rid, st->method, st->path, st->t0);
+            return MHD_NO;
+        }
         if (st->too_large || st->len + chunk > (size_t)s->cfg.max_body_bytes) {
-            /* A chunked body past the limit: MHD cannot answer mid-body, so
-             * the rest is dropped unread-into-memory and the 413 goes out at
-             * the end (the body deadline and rate bound how long that is). */
+            /* no socket to answer on (cannot happen with the gate): drop the
+             * rest, unread into memory, and answer at the end */
             st->too_large = 1;
             free(st->buf);
             st->buf = NULL;
@@ -343,12 +390,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
      * holds a connection (bounded by the body deadline), never a slot. */
     set_phase(s, st->cn, PHASE_HANDLING);
     qac_http_response r;
-    qac_route route = qac_server_route(url, strcspn(url, "?#"), NULL);
+    int method_ok;
+    qac_route route = qac_server_route_method(url, strcspn(url, "?#"), method, NULL, &method_ok);
     if (st->too_large) {
         memset(&r, 0, sizeof r);
         qac_server_error(&r, 413, "payload_too_large", "the request body is larger than %lld bytes",
                          s->cfg.max_body_bytes);
-        return early(s, c, route, &r);
+        return early(s, c, st, route, &r);
     }
     if (!is_reserved(route)) {
         int n = atomic_fetch_add(&hs_of(s)->handling, 1) + 1;
@@ -359,7 +407,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                              s->cfg.max_concurrent);
             r.retry_after = 1;
             qac_metrics_request(s->metrics, route, r.status, 0);
-            return send_response(s, c, &r, 0);
+            return send_response(s, c, st, &r, 0);
         }
     }
     qac_http_request req = {method, url, MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION),
@@ -369,8 +417,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
      * (pipelined): close after this answer, before the library parses it.
      * A client retries it on a new connection, where the gate answers it. */
     int close = st->cn && st->cn->bad_after && st->cn->requests >= st->cn->bad_after;
-    st->open_answer = !close && r.status != 499 && !atomic_load(&s->draining);
-    return send_response(s, c, &r, close);
+    st->open_answer = !close && r.status != 499 && !atomic_load(&s->draining) && !(st->cn && st->cn->reserve);
+    return send_response(s, c, st, &r, close);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
@@ -395,7 +443,13 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     long long used = qac_gate_consumed(cn->fd);
     if (used < 0 || (unsigned long long)used != cn->wire) return;
     int bad_after = 0;
+    pthread_mutex_lock(&hs_of(s)->mu);
+    cn->waiting_next = 1;
+    pthread_mutex_unlock(&hs_of(s)->mu);
     int r = qac_gate_next_head(s, cn->fd, &bad_after, &cn->bad);
+    pthread_mutex_lock(&hs_of(s)->mu);
+    cn->waiting_next = 0;
+    pthread_mutex_unlock(&hs_of(s)->mu);
     if (r < 0) cn->refused = 1;
     else if (r > 0 && bad_after > 0) cn->bad_after = cn->requests + (unsigned)bad_after;
 }
@@ -416,8 +470,14 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         if (note) {
             cn->bad_after = note->bad_after;
             cn->bad = note->bad;
+            cn->reserve = note->reserve;
             free(note);
         }
+        qac_peer_name(ai ? ai->client_addr : NULL, ai && ai->client_addr ? (ai->client_addr->sa_family == AF_INET6
+                                                                              ? sizeof(struct sockaddr_in6)
+                                                                              : sizeof(struct sockaddr_in))
+                                                                        : 0,
+                      cn->client, sizeof cn->client);
         cn->next = hs->conns;
         if (hs->conns) hs->conns->prev = cn;
         hs->conns = cn;
@@ -430,6 +490,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         if (cn->prev) cn->prev->next = cn->next;
         else hs->conns = cn->next;
         if (cn->next) cn->next->prev = cn->prev;
+        if (!cn->reaped && hs->live) hs->live--;
         pthread_mutex_unlock(&hs->mu);
         free(cn);
         *socket_context = NULL;
@@ -466,6 +527,7 @@ static void *reaper_main(void *arg) {
             if (kill) {
                 shutdown(cn->fd, SHUT_RDWR);
                 cn->reaped = 1;
+                if (hs->live) hs->live--;
             }
         }
         pthread_mutex_unlock(&hs->mu);
@@ -505,25 +567,52 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
     qac_server_log(s, QAC_LOG_DEBUG, "libmicrohttpd: %s", msg);
 }
 
-/* A connection whose first head the gate found valid. Past the
- * connection cap the gate answers 503 itself (0 returned), except to
- * /health and /metrics, which have a reserve of their own. */
+/* Under mu: closes the connection that has waited longest for its next
+ * request (none being sent), to free its slot. 1 if one was closed. */
+static int reclaim_idle(http_state *hs) {
+    conn *victim = NULL;
+    for (conn *cn = hs->conns; cn; cn = cn->next) {
+        if (cn->reaped || !cn->waiting_next || cn->fd == MHD_INVALID_SOCKET) continue;
+        char ch;
+        if (recv(cn->fd, &ch, 1, MSG_PEEK | MSG_DONTWAIT) > 0) continue; /* a request is arriving */
+        if (!victim || cn->since < victim->since) victim = cn;
+    }
+    if (!victim) return 0;
+    shutdown(victim->fd, SHUT_RDWR); /* its thread sees end of file and closes it */
+    victim->reaped = 1;
+    if (hs->live) hs->live--;
+    return 1;
+}
+
+/* A connection whose first head the gate found valid. At max_connections
+ * an idle kept-alive connection makes room; past it the gate answers 503
+ * itself (0 returned), except to /health and /metrics, which have a
+ * reserve of their own (a connection let in there is closed after its
+ * answer). */
 static int handoff(void *user, int fd, const struct sockaddr *addr, unsigned addrlen, const char *path,
                    size_t path_len, int bad_after, const qac_head_verdict *bad) {
     qac_server *s = user;
     http_state *hs = hs_of(s);
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
     unsigned cap = (unsigned)s->cfg.max_connections;
-    if (is_reserved(qac_server_route(path, path_len, NULL))) cap += RESERVED_CONNECTIONS;
-    if (di && di->num_connections >= cap) return 0;
-    handoff_note *note = bad_after > 0 && addrlen <= sizeof note->peer ? calloc(1, sizeof *note) : NULL;
+    int reserved = is_reserved(qac_server_route(path, path_len, NULL));
+    pthread_mutex_lock(&hs->mu);
+    if (hs->live >= cap) reclaim_idle(hs);
+    int reserve = hs->live >= cap;
+    int admit = !reserve || (reserved && hs->live < cap + RESERVED_CONNECTIONS);
+    pthread_mutex_unlock(&hs->mu);
+    /* the library's own count also holds connections closing but not yet
+     * gone (its limit leaves room for RECLAIM_SLACK of them) */
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+    if (!admit || (di && di->num_connections >= cap + RESERVED_CONNECTIONS + RECLAIM_SLACK)) return 0;
+    handoff_note *note = (bad_after > 0 || reserve) && addrlen <= sizeof note->peer ? calloc(1, sizeof *note) : NULL;
     if (note) {
         note->fd = fd;
         memcpy(&note->peer, addr, addrlen);
         note->peerlen = (socklen_t)addrlen;
         note->at = qac_now();
-        note->bad_after = (unsigned)bad_after;
-        note->bad = *bad;
+        note->bad_after = bad_after > 0 ? (unsigned)bad_after : 0;
+        if (bad_after > 0) note->bad = *bad;
+        note->reserve = reserve;
         pthread_mutex_lock(&hs->mu);
         for (handoff_note **p = &hs->notes; *p;) { /* never claimed (the library dropped the connection) */
             handoff_note *n = *p;
@@ -538,9 +627,13 @@ static int handoff(void *user, int fd, const struct sockaddr *addr, unsigned add
         hs->notes = note;
         pthread_mutex_unlock(&hs->mu);
     }
-    if (MHD_add_connection(s->daemon, fd, addr, (socklen_t)addrlen) != MHD_YES && note) { /* fd closed */
+    pthread_mutex_lock(&hs->mu);
+    hs->live++; /* counted now: the library may announce it later */
+    pthread_mutex_unlock(&hs->mu);
+    if (MHD_add_connection(s->daemon, fd, addr, (socklen_t)addrlen) != MHD_YES) { /* fd closed */
         pthread_mutex_lock(&hs->mu);
-        free(take_note(hs, fd, NULL));
+        if (hs->live) hs->live--;
+        if (note) free(take_note(hs, fd, NULL));
         pthread_mutex_unlock(&hs->mu);
     }
     return 1;
@@ -604,7 +697,7 @@ qac_status qac_server_listen(qac_server *s) {
                      MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET;
     struct MHD_Daemon *d = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, s, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)s->cfg.max_connections + RESERVED_CONNECTIONS,
+        (unsigned)s->cfg.max_connections + RESERVED_CONNECTIONS + RECLAIM_SLACK,
         /* idle keep-alive connections are closed by qac_gate_next_head, or
          * by the reaper; the library's own timer must not fire in between */
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(s->cfg.idle_timeout_s + s->cfg.header_timeout_ms / 1000 + 2),
@@ -631,8 +724,7 @@ qac_status qac_server_listen(qac_server *s) {
         http_free(s);
         return st;
     }
-    s->http_stop = http_stop;
-    qac_server_log(s, QAC_LOG_INFO, "listening on http://%s:%d", s->cfg.host, s->bound_port);
+    s->http_stop = http_stop; /* the caller announces the address (once) */
     return QAC_OK;
 }
 

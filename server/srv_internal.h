@@ -53,9 +53,13 @@ qac_status qac_batcher_encode(qac_batcher *b, const int32_t *const *ids, const i
 qac_status qac_batcher_search(qac_batcher *b, const int32_t *const *ids, const int *lens, int n, float *out, int k,
                               float *scores, int64_t *rows, int timeout_ms);
 /* Same, and gives up (QAC_ERR_CANCELLED) soon after cancel->gone says so:
- * queued texts are dropped, a slice already running finishes first. */
+ * queued texts are dropped, a slice already running finishes first.
+ * raw (k must be 0): the vectors come from the raw encoder (see
+ * qac_batcher_set_raw), in calls of their own. */
 qac_status qac_batcher_run(qac_batcher *b, const int32_t *const *ids, const int *lens, int n, float *out, int k,
-                           float *scores, int64_t *rows, int timeout_ms, const qac_cancel *cancel);
+                           float *scores, int64_t *rows, int timeout_ms, const qac_cancel *cancel, int raw);
+/* The encoder of raw jobs (NULL: the main one). Set before any job. */
+void qac_batcher_set_raw(qac_batcher *b, qac_encode_fn raw_fn);
 int qac_batcher_queue_depth(qac_batcher *b);
 /* A request that will (probably) submit work from this thread has arrived:
  * a free worker waits for it (at most max_wait_ms) rather than start a
@@ -72,7 +76,8 @@ void qac_batcher_free(qac_batcher *b);
 /* ---- metrics ---- */
 typedef enum qac_route {
     QAC_ROUTE_PAGE = 0, QAC_ROUTE_SEARCH, QAC_ROUTE_ENCODE, QAC_ROUTE_EMBEDDINGS, QAC_ROUTE_TOKENIZE,
-    QAC_ROUTE_HEALTH, QAC_ROUTE_INFO, QAC_ROUTE_METRICS, QAC_ROUTE_EMBED, QAC_ROUTE_OTHER, QAC_ROUTE_COUNT
+    QAC_ROUTE_HEALTH, QAC_ROUTE_INFO, QAC_ROUTE_METRICS, QAC_ROUTE_EMBED, QAC_ROUTE_EMBED_ALL, QAC_ROUTE_DECODE,
+    QAC_ROUTE_MODELS, QAC_ROUTE_OTHER, QAC_ROUTE_COUNT
 } qac_route;
 
 const char *qac_route_path(qac_route r);
@@ -152,9 +157,16 @@ long long qac_gate_consumed(int fd);
  * in JSON and the socket shut down both ways. On 1, *bad_after > 0 says the
  * request that many after this one is known invalid (pipelined). */
 int qac_gate_next_head(qac_server *s, int fd, int *bad_after, qac_head_verdict *bad);
+/* Answers on a socket the library serves (from its thread), then ends the
+ * connection: the JSON error with Connection: close, a lingering close
+ * (input read and dropped for a moment), shut down both ways. */
+void qac_gate_answer_close(qac_server *s, int fd, int status, const char *type, const char *message,
+                           const char *request_id, const char *method, const char *path, double since);
 
 /* ---- the page ---- */
 extern const char qac_server_page_html[];
+/* The page for this server (its largest k, its search modes); malloc'd. */
+char *qac_server_page(const qac_server *s);
 
 /* ---- the server ---- */
 typedef struct qac_docid_map qac_docid_map;
@@ -175,7 +187,23 @@ struct qac_server {
     int drain_failed;          /* a drain timed out: requests are still running */
     int bound_port;
     double started;
+    long long started_unix;    /* wall clock at creation (seconds since the epoch) */
+    qac_server_access_fn access;
+    void *access_user;
+    uint64_t rid_seed;         /* request ids: a random seed and a counter */
+    atomic_ullong rid_next;
 };
+
+#define QAC_REQUEST_ID_CAP 129 /* bytes of a request id, its NUL included */
+/* A request id for the X-Request-Id header (cap >= QAC_REQUEST_ID_CAP): the client's
+ * own when it sent a valid one (1-128 of A-Z a-z 0-9 - _ . : / + = @),
+ * else a fresh random-looking one. */
+void qac_request_id(qac_server *s, const char *client, char *out, size_t cap);
+/* A peer address as text ("-" when unknown). */
+void qac_peer_name(const struct sockaddr *addr, unsigned addrlen, char *out, size_t cap);
+/* Reports one answered request to the access log (if any). */
+void qac_server_access(qac_server *s, const char *method, const char *path, int status, unsigned long long bytes,
+                       double seconds, const char *request_id, const char *client);
 
 void qac_server_log(qac_server *s, qac_log_level level, const char *fmt, ...)
 #if defined(__GNUC__)
@@ -188,6 +216,9 @@ int qac_server_authorized(const qac_server *s, qac_route route, const char *auth
 
 /* Route table lookup: the route and the methods it allows ("GET", "POST"). */
 qac_route qac_server_route(const char *path, size_t path_len, const char **allow);
+/* The route that serves method on path (POST / is TEI's POST /embed) and
+ * whether the method is allowed there (*ok); allow as above. */
+qac_route qac_server_route_method(const char *path, size_t path_len, const char *method, const char **allow, int *ok);
 
 /* The cancel check of the request this thread is serving (NULL: none). */
 extern _Thread_local const qac_cancel *qac_srv_cancel;
@@ -200,8 +231,14 @@ void qac_handle_embeddings(qac_server *s, const char *body, size_t len, qac_http
 void qac_handle_tokenize(qac_server *s, const char *body, size_t len, qac_http_response *resp);
 void qac_handle_info(qac_server *s, qac_http_response *resp);
 void qac_handle_health(qac_server *s, qac_http_response *resp);
-/* POST /embed, text-embeddings-inference's form (srv_tei.c). */
+void qac_handle_models(qac_server *s, qac_http_response *resp);
+/* text-embeddings-inference's routes (srv_tei.c): POST /embed (and POST /),
+ * /embed_all, /decode, and /tokenize given {"inputs": ...} (o parsed). */
 void qac_handle_tei_embed(qac_server *s, const char *body, size_t len, qac_http_response *resp);
+void qac_handle_tei_embed_all(qac_server *s, const char *body, size_t len, qac_http_response *resp);
+void qac_handle_tei_decode(qac_server *s, const char *body, size_t len, qac_http_response *resp);
+struct json_t;
+void qac_handle_tei_tokenize(qac_server *s, struct json_t *o, qac_http_response *resp);
 
 /* docid -> row map (srv_handlers.c). */
 qac_status qac_docid_map_build(qac_docid_map **out, const qac_server_backend *be);

@@ -1,10 +1,14 @@
 /* Prometheus metrics: request counts by route and status, latency
  * histograms per route, batch size and token histograms, search batch
- * histograms, queue depth. */
+ * histograms, queue depth; the standard process metrics (read from /proc
+ * as Prometheus' client libraries do) and a build-info metric. */
+#include <dirent.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "srv_internal.h"
 
@@ -33,8 +37,9 @@ struct qac_metrics {
     int queue_depth, inflight;
 };
 
-static const char *route_paths[QAC_ROUTE_COUNT] = {"/", "/search", "/encode", "/v1/embeddings", "/tokenize",
-                                                   "/health", "/info", "/metrics", "/embed", "other"};
+static const char *route_paths[QAC_ROUTE_COUNT] = {"/",        "/search",     "/encode",  "/v1/embeddings",
+                                                   "/tokenize", "/health",   "/info",    "/metrics",
+                                                   "/embed",   "/embed_all", "/decode",  "/v1/models", "other"};
 
 const char *qac_route_path(qac_route r) { return r >= 0 && r < QAC_ROUTE_COUNT ? route_paths[r] : "other"; }
 
@@ -153,6 +158,73 @@ static void render_hist(sbuf *b, const char *name, const char *labels, const his
     }
 }
 
+/* The process_* family of Prometheus' client libraries, from /proc/self
+ * (Linux); what cannot be read is left out. */
+static void render_process(sbuf *b) {
+    char buf[1024];
+    FILE *f = fopen("/proc/self/stat", "r");
+    size_t got = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f) fclose(f);
+    buf[got] = '\0';
+    const char *p = strrchr(buf, ')'); /* the command name may hold spaces */
+    unsigned long long utime = 0, stime = 0, start = 0, vsize = 0;
+    long long rss = 0;
+    long ticks = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
+    /* after ")": state (3), ... utime (14), stime (15), starttime (22), vsize (23), rss (24) */
+    int have = p && ticks > 0 && page > 0 &&
+               sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d %*d %*d %llu %llu %lld",
+                      &utime, &stime, &start, &vsize, &rss) == 5;
+    if (have) {
+        sb_printf(b, "# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.\n"
+                     "# TYPE process_cpu_seconds_total counter\nprocess_cpu_seconds_total %.15g\n",
+                  (double)(utime + stime) / (double)ticks);
+        sb_printf(b, "# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
+                     "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes %lld\n",
+                  rss * (long long)page);
+        sb_printf(b, "# HELP process_virtual_memory_bytes Virtual memory size in bytes.\n"
+                     "# TYPE process_virtual_memory_bytes gauge\nprocess_virtual_memory_bytes %llu\n",
+                  vsize);
+        unsigned long long btime = 0;
+        FILE *sf = fopen("/proc/stat", "r");
+        char line[256];
+        while (sf && fgets(line, sizeof line, sf))
+            if (sscanf(line, "btime %llu", &btime) == 1) break;
+        if (sf) fclose(sf);
+        if (btime)
+            sb_printf(b, "# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.\n"
+                         "# TYPE process_start_time_seconds gauge\nprocess_start_time_seconds %.15g\n",
+                      (double)btime + (double)start / (double)ticks);
+    }
+    DIR *d = opendir("/proc/self/fd");
+    if (d) {
+        long long fds = 0;
+        for (struct dirent *e; (e = readdir(d));)
+            if (e->d_name[0] != '.' && atoi(e->d_name) != dirfd(d)) fds++; /* not the listing's own */
+        closedir(d);
+        sb_printf(b, "# HELP process_open_fds Number of open file descriptors.\n"
+                     "# TYPE process_open_fds gauge\nprocess_open_fds %lld\n",
+                  fds);
+    }
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
+        sb_printf(b, "# HELP process_max_fds Maximum number of open file descriptors.\n"
+                     "# TYPE process_max_fds gauge\nprocess_max_fds %llu\n",
+                  (unsigned long long)rl.rlim_cur);
+}
+
+#ifdef QAC_HAVE_CUDA
+#define BUILD_CUDA "yes"
+#else
+#define BUILD_CUDA "no"
+#endif
+#if defined(__clang__)
+#define BUILD_COMPILER "clang " __clang_version__
+#elif defined(__GNUC__)
+#define BUILD_COMPILER "gcc " __VERSION__
+#else
+#define BUILD_COMPILER "unknown"
+#endif
+
 char *qac_metrics_render(qac_metrics *m) {
     sbuf b = {malloc(4096), 0, 4096, 0};
     if (!b.p) return NULL;
@@ -198,6 +270,10 @@ char *qac_metrics_render(qac_metrics *m) {
                   "qac_inflight_requests %d\n",
               m->inflight);
     pthread_mutex_unlock(&m->mu);
+    render_process(&b);
+    sb_printf(&b, "# HELP qac_build_info The build: version, CUDA compiled in, compiler (value 1).\n"
+                  "# TYPE qac_build_info gauge\nqac_build_info{version=\"%s\",cuda=\"%s\",compiler=\"%s\"} 1\n",
+              QAC_VERSION_STRING, BUILD_CUDA, BUILD_COMPILER);
     if (b.oom) {
         free(b.p);
         return NULL;

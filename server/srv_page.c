@@ -5,6 +5,10 @@
  * passages show a snippet
  * with the query terms highlighted and expand in place; passage text only
  * ever becomes text nodes, never markup. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "srv_internal.h"
 
 /* The API key is typed into a password field, kept in the tab's
@@ -17,11 +21,15 @@ const char qac_server_page_html[] =
     "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
     "<title>qac search</title>\n"
     "<style>\n"
+    "*,*::before,*::after{box-sizing:border-box}\n"
     "body{font:15px/1.45 system-ui,sans-serif;max-width:52rem;margin:2rem auto;padding:0 1rem;color:#222}\n"
     "h1{font-size:1.4rem;margin:0 0 1rem}\n"
-    "form{display:flex;gap:.5rem;margin-bottom:1rem}\n"
-    "#q{flex:1;font-size:1rem;padding:.45rem .6rem;border:1px solid #999;border-radius:4px}\n"
-    "button,select,input[type=number]{font-size:1rem;padding:.4rem .6rem}\n"
+    /* narrow screens: the query takes a line of its own, the controls wrap below it */
+    "form{display:flex;flex-wrap:wrap;gap:.5rem;margin-bottom:1rem}\n"
+    "#q{flex:1 1 14rem;min-width:0;font-size:1rem;padding:.45rem .6rem;border:1px solid #999;border-radius:4px}\n"
+    "button,select,input{font-size:1rem;padding:.4rem .6rem;max-width:100%}\n"
+    "#key{flex:1 1 6rem;min-width:0;width:7rem}\n"
+    ".text{overflow-wrap:anywhere}\n"
     "#status{color:#666;margin:.5rem 0}\n"
     "#results{padding-left:0;list-style:none}\n"
     ".hit{border-bottom:1px solid #eee;padding:.6rem 0}\n"
@@ -36,9 +44,9 @@ const char qac_server_page_html[] =
     "<h1>qac search</h1>\n"
     "<form id=\"f\">\n"
     "<input id=\"q\" name=\"q\" placeholder=\"Type a query\" autofocus>\n"
-    "<select id=\"mode\" name=\"mode\"><option>dense</option><option>bm25</option><option>hybrid</option></select>\n"
-    "<input id=\"k\" name=\"k\" type=\"number\" min=\"1\" max=\"100\" value=\"10\" style=\"width:4.5rem\">\n"
-    "<input id=\"key\" type=\"password\" placeholder=\"API key\" autocomplete=\"off\" style=\"width:7rem\">\n"
+    "<select id=\"mode\" name=\"mode\">{{MODES}}</select>\n"
+    "<input id=\"k\" name=\"k\" type=\"number\" min=\"1\" max=\"{{MAX_K}}\" value=\"10\" style=\"width:5.5rem\">\n"
+    "<input id=\"key\" type=\"password\" placeholder=\"API key\" autocomplete=\"off\">\n"
     "<button type=\"submit\">Search</button>\n"
     "</form>\n"
     "<div id=\"status\"></div>\n"
@@ -110,9 +118,43 @@ const char qac_server_page_html[] =
     "  u.searchParams.set('mode', $('mode').value); history.replaceState(null, '', u);\n"
     "  search(q, parseInt($('k').value, 10) || 10, $('mode').value); });\n"
     "$('key').value = sessionStorage.getItem('qac-key') || '';\n"
-    "if (params.get('mode')) $('mode').value = params.get('mode');\n"
-    "if (params.get('k')) $('k').value = params.get('k');\n"
+    "// a mode or k from the address is taken only when valid here: the page keeps a real selection\n"
+    "const wantMode = params.get('mode');\n"
+    "if (wantMode && [...$('mode').options].some(o => o.value === wantMode)) $('mode').value = wantMode;\n"
+    "const wantK = parseInt(params.get('k'), 10), maxK = parseInt($('k').max, 10);\n"
+    "if (wantK >= 1) $('k').value = Math.min(wantK, maxK);\n"
     "if (params.get('q')) { $('q').value = params.get('q');\n"
     "  search(params.get('q'), parseInt($('k').value, 10) || 10, $('mode').value); }\n"
     "</script>\n"
     "</body></html>\n";
+
+/* The page with this server's largest k and the modes it can search (an
+ * encode-only server lists dense, which then answers why it cannot). */
+char *qac_server_page(const qac_server *s) {
+    char modes[160] = "", max_k[24];
+    if (s->be.search) strcat(modes, "<option>dense</option>");
+    if (s->be.bm25_search) strcat(modes, "<option>bm25</option>");
+    if (s->be.search && s->be.bm25_search) strcat(modes, "<option>hybrid</option>");
+    if (!modes[0]) strcat(modes, "<option>dense</option>");
+    snprintf(max_k, sizeof max_k, "%d", s->cfg.max_k);
+    const char *keys[2] = {"{{MODES}}", "{{MAX_K}}"}, *vals[2] = {modes, max_k};
+    size_t cap = sizeof qac_server_page_html + strlen(modes) + strlen(max_k);
+    char *out = malloc(cap);
+    if (!out) return NULL;
+    const char *p = qac_server_page_html;
+    size_t o = 0;
+    while (*p) {
+        int hit = -1;
+        for (int k = 0; k < 2 && hit < 0; k++)
+            if (!strncmp(p, keys[k], strlen(keys[k]))) hit = k;
+        if (hit < 0) {
+            out[o++] = *p++;
+            continue;
+        }
+        memcpy(out + o, vals[hit], strlen(vals[hit]));
+        o += strlen(vals[hit]);
+        p += strlen(keys[hit]);
+    }
+    out[o] = '\0';
+    return out;
+}

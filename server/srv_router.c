@@ -5,6 +5,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <ctype.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -18,7 +24,7 @@ typedef struct route_entry {
 } route_entry;
 
 static const route_entry routes[] = {
-    {"/", QAC_ROUTE_PAGE, "GET, HEAD"},
+    {"/", QAC_ROUTE_PAGE, "GET, HEAD, POST"}, /* POST: TEI's embed */
     {"/search", QAC_ROUTE_SEARCH, "POST"},
     {"/encode", QAC_ROUTE_ENCODE, "POST"},
     {"/v1/embeddings", QAC_ROUTE_EMBEDDINGS, "POST"},
@@ -27,6 +33,9 @@ static const route_entry routes[] = {
     {"/info", QAC_ROUTE_INFO, "GET, HEAD"},
     {"/metrics", QAC_ROUTE_METRICS, "GET, HEAD"},
     {"/embed", QAC_ROUTE_EMBED, "POST"},
+    {"/embed_all", QAC_ROUTE_EMBED_ALL, "POST"},
+    {"/decode", QAC_ROUTE_DECODE, "POST"},
+    {"/v1/models", QAC_ROUTE_MODELS, "GET, HEAD"},
 };
 #define N_ROUTES (int)(sizeof routes / sizeof routes[0])
 
@@ -38,6 +47,16 @@ qac_route qac_server_route(const char *path, size_t len, const char **allow) {
         }
     if (allow) *allow = NULL;
     return QAC_ROUTE_OTHER;
+}
+
+qac_route qac_server_route_method(const char *path, size_t len, const char *method, const char **allow, int *ok) {
+    const char *a = NULL;
+    qac_route route = qac_server_route(path, len, &a);
+    int get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
+    *ok = a && ((get && strstr(a, "GET")) || (post && strstr(a, "POST")));
+    if (route == QAC_ROUTE_PAGE && post) route = QAC_ROUTE_EMBED;
+    if (allow) *allow = a;
+    return route;
 }
 
 void qac_server_log(qac_server *s, qac_log_level level, const char *fmt, ...) {
@@ -155,18 +174,17 @@ void qac_server_handle(qac_server *s, const qac_http_request *req, qac_http_resp
     const char *path = req->path ? req->path : "/";
     size_t plen = strcspn(path, "?#");
     const char *allow = NULL;
-    qac_route route = qac_server_route(path, plen, &allow);
     const char *method = req->method ? req->method : "";
-    int is_get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-    int is_post = !strcmp(method, "POST");
+    int method_ok = 0;
+    qac_route route = qac_server_route_method(path, plen, method, &allow, &method_ok);
     const char *body = req->body ? req->body : "";
 
     if (route == QAC_ROUTE_OTHER) {
         qac_server_error(r, 404, "not_found", "no route for %.*s (see GET /info and the OpenAPI contract)",
                          (int)(plen > 200 ? 200 : plen), path);
-    } else if (!(strstr(allow, "POST") ? is_post : is_get)) {
+    } else if (!method_ok) {
         qac_server_error(r, 405, "method_not_allowed", "%s is not allowed on %s (allowed: %s)",
-                         strlen(method) > 16 ? "this method" : method, qac_route_path(route), allow);
+                         strlen(method) > 16 ? "this method" : method, qac_route_path(route == QAC_ROUTE_EMBED && plen == 1 ? QAC_ROUTE_PAGE : route), allow);
         snprintf(r->allow, sizeof r->allow, "%s", allow);
     } else if (!qac_server_authorized(s, route, req->authorization)) {
         qac_server_error(r, 401, "unauthorized", "missing or wrong API key (send 'Authorization: Bearer KEY')");
@@ -177,7 +195,7 @@ void qac_server_handle(qac_server *s, const qac_http_request *req, qac_http_resp
                       route == QAC_ROUTE_EMBED;
         if (encodes) qac_batcher_expect(s->batcher);
         switch (route) {
-        case QAC_ROUTE_PAGE: set_body(r, 200, strdup(qac_server_page_html), "text/html; charset=utf-8"); break;
+        case QAC_ROUTE_PAGE: set_body(r, 200, qac_server_page(s), "text/html; charset=utf-8"); break;
         case QAC_ROUTE_SEARCH: qac_handle_search(s, body, req->body_len, r); break;
         case QAC_ROUTE_ENCODE: qac_handle_encode(s, body, req->body_len, r); break;
         case QAC_ROUTE_EMBEDDINGS: qac_handle_embeddings(s, body, req->body_len, r); break;
@@ -186,6 +204,9 @@ void qac_server_handle(qac_server *s, const qac_http_request *req, qac_http_resp
         case QAC_ROUTE_INFO: qac_handle_info(s, r); break;
         case QAC_ROUTE_METRICS: handle_metrics(s, r); break;
         case QAC_ROUTE_EMBED: qac_handle_tei_embed(s, body, req->body_len, r); break;
+        case QAC_ROUTE_EMBED_ALL: qac_handle_tei_embed_all(s, body, req->body_len, r); break;
+        case QAC_ROUTE_DECODE: qac_handle_tei_decode(s, body, req->body_len, r); break;
+        case QAC_ROUTE_MODELS: qac_handle_models(s, r); break;
         default: qac_server_error(r, 500, "internal", "unhandled route"); break;
         }
         if (encodes) qac_batcher_expect_done(s->batcher);
@@ -193,6 +214,48 @@ void qac_server_handle(qac_server *s, const qac_http_request *req, qac_http_resp
     }
     qac_srv_cancel = NULL;
     qac_metrics_request(s->metrics, route, r->status, qac_now() - t0);
+}
+
+void qac_server_set_access_log(qac_server *s, qac_server_access_fn fn, void *user) {
+    s->access = fn;
+    s->access_user = user;
+}
+
+void qac_server_access(qac_server *s, const char *method, const char *path, int status, unsigned long long bytes,
+                       double seconds, const char *request_id, const char *client) {
+    if (!s->access) return;
+    qac_access_entry e = {method && *method ? method : "-", path && *path ? path : "-", request_id ? request_id : "-",
+                          client && *client ? client : "-", status, bytes, seconds};
+    s->access(s->access_user, &e);
+}
+
+void qac_peer_name(const struct sockaddr *addr, unsigned addrlen, char *out, size_t cap) {
+    if (!addr || !addrlen || getnameinfo(addr, (socklen_t)addrlen, out, (socklen_t)cap, NULL, 0, NI_NUMERICHOST) != 0)
+        snprintf(out, cap, "-");
+}
+
+static uint64_t splitmix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ULL;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+    return x ^ (x >> 31);
+}
+
+static int request_id_valid(const char *v) {
+    size_t n = 0;
+    for (; v[n]; n++)
+        if (n >= 128 || !(isalnum((unsigned char)v[n]) || strchr("-_.:/+=@", v[n]))) return 0;
+    return n > 0;
+}
+
+void qac_request_id(qac_server *s, const char *client, char *out, size_t cap) {
+    if (client && request_id_valid(client) && strlen(client) < cap) {
+        memcpy(out, client, strlen(client) + 1);
+        return;
+    }
+    uint64_t k = atomic_fetch_add(&s->rid_next, 1);
+    snprintf(out, cap, "%016llx%016llx", (unsigned long long)splitmix64(s->rid_seed ^ k),
+             (unsigned long long)splitmix64(~s->rid_seed + k));
 }
 
 qac_status qac_server_create(qac_server **out, const qac_server_config *cfg, const qac_server_backend *be,
@@ -209,6 +272,10 @@ qac_status qac_server_create(qac_server **out, const qac_server_config *cfg, con
     s->log = log;
     s->log_user = log_user;
     s->started = qac_now();
+    s->started_unix = (long long)time(NULL);
+    /* ids need only differ between requests and restarts, not be secret */
+    if (getrandom(&s->rid_seed, sizeof s->rid_seed, GRND_NONBLOCK) != (ssize_t)sizeof s->rid_seed)
+        s->rid_seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
     if (s->cfg.query_max_len > be->model_max_len) s->cfg.query_max_len = be->model_max_len;
     if (s->cfg.passage_max_len > be->model_max_len) s->cfg.passage_max_len = be->model_max_len;
     qac_status st = s->cfg.host ? QAC_OK : qac_set_error(QAC_ERR_NOMEM, "out of memory");
@@ -216,6 +283,7 @@ qac_status qac_server_create(qac_server **out, const qac_server_config *cfg, con
     if (!st) {
         qac_batcher_opts bo = {be->dim, cfg->max_batch_tokens, cfg->max_wait_ms, cfg->queue_size, cfg->slice_tokens};
         st = qac_batcher_create(&s->batcher, be->encode, be->enc, be->search, be->index, &bo, s->metrics);
+        if (!st) qac_batcher_set_raw(s->batcher, be->encode_raw);
     }
     if (!st && be->bm25_search && be->search) st = qac_docid_map_build(&s->docid_rows, be);
     if (st) {

@@ -1,18 +1,23 @@
-/* POST /embed in the form of Hugging Face text-embeddings-inference (TEI),
- * so TEI clients (huggingface_hub's InferenceClient.feature_extraction,
- * LangChain's HuggingFaceEndpointEmbeddings) work unchanged.
+/* Hugging Face text-embeddings-inference (TEI), as its 1.9 router answers:
+ * POST /embed (and POST /, where TEI serves an embedding model), the
+ * TEI form of POST /tokenize, POST /decode and POST /embed_all, so that
+ * TEI clients (huggingface_hub's InferenceClient, LangChain's
+ * HuggingFaceEndpointEmbeddings) work unchanged.
  *
- * Request: {"inputs": string | [string], "normalize": bool = true,
- * "truncate": bool = false}. Answer: [[float, ...], ...], one row per input,
- * float32 values printed with 9 significant digits (exact round trip).
- * Errors take TEI's shape and statuses, not qac's error family:
- * {"error": "...", "error_type": "Validation" | "Tokenizer" | "Overloaded" |
- * "Unhealthy" | "Backend" | "Empty"}: 413 Validation (too many inputs, or an
- * input past the length limit without truncate), 400 Empty (no input),
- * 422 Tokenizer (wrong JSON types), 429 Overloaded, 503 Unhealthy,
- * 424 Backend. A body that is not JSON is 400, as TEI's JSON extractor does.
- * normalize=false returns the encoder's pooled vector, which the checkpoint's
- * own Normalize module (when it has one) has already normalised. */
+ * Requests, field by field as TEI's serde types read them:
+ *   inputs: a string, an array of token ids, or an array of those (a batch);
+ *   truncate: bool or null (null or absent: the server's --truncate);
+ *   truncation_direction: "left" | "right" (also "Left" | "Right");
+ *   normalize: bool = true (false: the pooled vector as the model pools it,
+ *     before any Normalize module); dimensions: null or an integer, the
+ *     vector cut to its first dimensions (then normalised).
+ * Errors take TEI's shape {"error", "error_type"} and its statuses: 400
+ * Empty, 422 Validation / Tokenizer, 424 Backend, 429 Overloaded, 503
+ * Unhealthy. Deliberate differences (also in api/openapi.yaml): a body that
+ * is not JSON or does not fit the types is answered in this JSON shape, not
+ * as the HTTP framework's plain text; token ids are used as given (TEI
+ * decodes and re-encodes them) and one outside the vocabulary is a 422;
+ * the length limit is the server's passage length (--passage-max-len). */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -22,6 +27,12 @@
 #include <jansson.h>
 
 #include "srv_internal.h"
+
+static void tei_error(qac_http_response *r, int status, const char *type, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
 
 static void tei_error(qac_http_response *r, int status, const char *type, const char *fmt, ...) {
     char msg[512];
@@ -46,46 +57,244 @@ static void tei_error(qac_http_response *r, int status, const char *type, const 
     r->content_type = "application/json";
 }
 
-static int get_flag(json_t *o, const char *key, int *out, qac_http_response *r) {
+static void tei_json(qac_http_response *r, json_t *o) {
+    char *out = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
+    json_decref(o);
+    if (!out) {
+        tei_error(r, 424, "Backend", "Backend error: out of memory building the response");
+        return;
+    }
+    free(r->body);
+    r->status = 200;
+    r->body = out;
+    r->body_len = strlen(out);
+    r->content_type = "application/json";
+}
+
+/* The messages of TEI's JSON extractor (axum's rejections). */
+static json_t *tei_parse(const char *body, size_t len, qac_http_response *r) {
+    json_error_t je;
+    json_t *o = qac_utf8_valid(body, len) ? json_loadb(body, len, 0, &je) : NULL;
+    if (!o) {
+        tei_error(r, 400, "Validation", "Failed to parse the request body as JSON");
+        return NULL;
+    }
+    if (!json_is_object(o)) {
+        json_decref(o);
+        tei_error(r, 422, "Validation",
+                  "Failed to deserialize the JSON body into the target type: invalid type: expected a struct");
+        return NULL;
+    }
+    return o;
+}
+
+static void type_error(qac_http_response *r, const char *field, const char *want) {
+    tei_error(r, 422, "Validation", "Failed to deserialize the JSON body into the target type: %s: expected %s", field,
+              want);
+}
+
+/* bool field (TEI: bool with a default; null is a type error) */
+static int get_bool(json_t *o, const char *key, int *out, qac_http_response *r) {
     json_t *v = json_object_get(o, key);
-    if (!v || json_is_null(v)) return 1;
+    if (!v) return 1;
     if (!json_is_boolean(v)) {
-        tei_error(r, 422, "Tokenizer", "`%s` must be a boolean", key);
+        type_error(r, key, "a boolean");
         return 0;
     }
     *out = json_is_true(v);
     return 1;
 }
 
+/* Option<bool>: null or absent leaves *out alone */
+static int get_opt_bool(json_t *o, const char *key, int *out, qac_http_response *r) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) return 1;
+    return get_bool(o, key, out, r);
+}
+
+/* A JSON array of integers 0 .. 2^32-1 (Vec<u32>): 1, else 0. */
+static int is_id_list(json_t *a) {
+    if (!json_is_array(a)) return 0;
+    for (size_t i = 0; i < json_array_size(a); i++) {
+        json_t *e = json_array_get(a, i);
+        if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > 4294967295LL) return 0;
+    }
+    return 1;
+}
+
+/* TEI's `Input`: Single(string | ids) or Batch([string | ids]). items are
+ * borrowed; *batch says which. strings_only: TEI's TokenizeInput. */
+static int get_inputs(json_t *o, const char *key, int strings_only, json_t ***items, int *n, int *batch,
+                      qac_http_response *r) {
+    json_t *v = json_object_get(o, key);
+    *items = NULL;
+    *n = 0;
+    *batch = 0;
+    if (!v) {
+        tei_error(r, 422, "Validation", "Failed to deserialize the JSON body into the target type: missing field `%s`",
+                  key);
+        return 0;
+    }
+    const char *want = strings_only ? "a string or an array of strings"
+                                    : "a string, token ids, or an array of strings and token ids";
+    if (json_is_string(v) || (!strings_only && is_id_list(v))) {
+        *items = malloc(sizeof **items);
+        if (!*items) goto oom;
+        (*items)[0] = v;
+        *n = 1;
+        return 1;
+    }
+    if (!json_is_array(v)) {
+        type_error(r, key, want);
+        return 0;
+    }
+    size_t m = json_array_size(v);
+    for (size_t i = 0; i < m; i++) {
+        json_t *e = json_array_get(v, i);
+        if (!json_is_string(e) && (strings_only || !is_id_list(e))) {
+            type_error(r, key, want);
+            return 0;
+        }
+    }
+    *items = malloc((m ? m : 1) * sizeof **items);
+    if (!*items) goto oom;
+    for (size_t i = 0; i < m; i++) (*items)[i] = json_array_get(v, i);
+    *n = (int)m;
+    *batch = 1;
+    return 1;
+oom:
+    tei_error(r, 424, "Backend", "Backend error: out of memory");
+    return 0;
+}
+
+/* TEI's checks of a batch before any input is looked at. */
+static int check_batch(qac_server *s, int n, int batch, const char *what, qac_http_response *r) {
+    if (batch && n == 0) {
+        tei_error(r, 400, "Empty", "`%s` cannot be empty", what);
+        return 0;
+    }
+    if (batch && n > s->cfg.max_texts) {
+        tei_error(r, 422, "Validation", "batch size %d > maximum allowed batch size %d", n, s->cfg.max_texts);
+        return 0;
+    }
+    return 1;
+}
+
+/* One input to model ids, cut as asked: out holds max_len ids. */
+static int encode_input(qac_server *s, json_t *in, int truncate, int left, int max_len, int32_t *out, int *len,
+                        qac_http_response *r) {
+    const qac_server_backend *be = &s->be;
+    if (json_is_array(in)) { /* token ids, used as they are */
+        int n = (int)json_array_size(in);
+        if (n == 0) {
+            tei_error(r, 400, "Empty", "Input validation error: `inputs` cannot be empty");
+            return 0;
+        }
+        if (n > max_len && !truncate) {
+            tei_error(r, 422, "Validation", "Input validation error: `inputs` must have less than %d tokens. Given: %d",
+                      max_len, n);
+            return 0;
+        }
+        int keep = n > max_len ? max_len : n, from = left ? n - keep : 0;
+        for (int i = 0; i < keep; i++) {
+            long long id = json_integer_value(json_array_get(in, (size_t)(from + i)));
+            if (id >= be->vocab_size) {
+                tei_error(r, 422, "Validation", "Input validation error: token id %lld is outside the vocabulary (0..%d)",
+                          id, be->vocab_size - 1);
+                return 0;
+            }
+            out[i] = (int32_t)id;
+        }
+        *len = keep;
+        return 1;
+    }
+    const char *t = json_string_value(in);
+    size_t tl = json_string_length(in);
+    if (tl == 0) {
+        tei_error(r, 400, "Empty", "Input validation error: `inputs` cannot be empty");
+        return 0;
+    }
+    int full = 0;
+    int32_t scratch[1];
+    if (be->tokenize(be->enc, t, tl, scratch, 0, &full)) {
+        tei_error(r, 422, "Tokenizer", "tokenizer error %s", qac_last_error());
+        return 0;
+    }
+    int specials = (be->cls_id >= 0) + (be->sep_id >= 0);
+    if (full + specials > max_len && !truncate) {
+        tei_error(r, 422, "Validation", "Input validation error: `inputs` must have less than %d tokens. Given: %d",
+                  max_len, full + specials);
+        return 0;
+    }
+    if (!left || full + specials <= max_len) {
+        if (be->encode_text(be->enc, t, tl, max_len, out, len)) {
+            tei_error(r, 422, "Tokenizer", "tokenizer error %s", qac_last_error());
+            return 0;
+        }
+        return 1;
+    }
+    /* cut on the left: the last tokens, between the specials */
+    int32_t *all = malloc((size_t)full * sizeof *all);
+    if (!all) {
+        tei_error(r, 424, "Backend", "Backend error: out of memory");
+        return 0;
+    }
+    int got = 0;
+    qac_status st = be->tokenize(be->enc, t, tl, all, full, &got);
+    if (st || got != full) {
+        free(all);
+        tei_error(r, 422, "Tokenizer", "tokenizer error %s", st ? qac_last_error() : "token count changed");
+        return 0;
+    }
+    int keep = max_len - specials, o = 0;
+    if (be->cls_id >= 0) out[o++] = be->cls_id;
+    memcpy(out + o, all + (full - keep), (size_t)keep * sizeof *out);
+    o += keep;
+    if (be->sep_id >= 0) out[o++] = be->sep_id;
+    free(all);
+    *len = o;
+    return 1;
+}
+
+static void l2_normalize(float *x, int dim) {
+    double ss = 0; /* TEI's: an f64 sum, one f32 scale */
+    for (int d = 0; d < dim; d++) ss += (double)x[d] * x[d];
+    float scale = (float)(1.0 / sqrt(ss));
+    for (int d = 0; d < dim; d++) x[d] *= scale;
+}
+
 void qac_handle_tei_embed(qac_server *s, const char *body, size_t len, qac_http_response *r) {
-    json_t *o = NULL;
+    json_t *o = NULL, **items = NULL;
     int32_t *ids = NULL;
     const int32_t **ptrs = NULL;
     int *lens = NULL;
     float *vec = NULL;
-    json_error_t je;
-    if (!qac_utf8_valid(body, len) || !(o = json_loadb(body, len, 0, &je))) {
-        tei_error(r, 400, "Validation", "Failed to parse the request body as JSON");
+    if (!(o = tei_parse(body, len, r))) goto done;
+    int n = 0, batch = 0, normalize = 1, truncate = s->cfg.truncate, left = 0;
+    long long dims = 0;
+    if (!get_inputs(o, "inputs", 0, &items, &n, &batch, r) || !get_opt_bool(o, "truncate", &truncate, r) ||
+        !get_bool(o, "normalize", &normalize, r))
         goto done;
+    json_t *dir = json_object_get(o, "truncation_direction");
+    if (dir) {
+        const char *d = json_string_value(dir);
+        if (d && (!strcmp(d, "left") || !strcmp(d, "Left"))) left = 1;
+        else if (!d || (strcmp(d, "right") && strcmp(d, "Right"))) {
+            type_error(r, "truncation_direction", "one of `Left`, `Right`");
+            goto done;
+        }
     }
-    json_t *inputs = json_is_object(o) ? json_object_get(o, "inputs") : NULL;
-    if (!inputs) {
-        tei_error(r, 422, "Tokenizer", "missing field `inputs`");
-        goto done;
+    json_t *jd = json_object_get(o, "dimensions");
+    if (jd && !json_is_null(jd)) {
+        if (!json_is_integer(jd) || json_integer_value(jd) < 0) {
+            type_error(r, "dimensions", "a non-negative integer");
+            goto done;
+        }
+        dims = json_integer_value(jd);
     }
-    int normalize = 1, truncate = 0;
-    if (!get_flag(o, "normalize", &normalize, r) || !get_flag(o, "truncate", &truncate, r)) goto done;
-    int n = json_is_array(inputs) ? (int)json_array_size(inputs) : 1;
-    if (!json_is_array(inputs) && !json_is_string(inputs)) {
-        tei_error(r, 422, "Tokenizer", "`inputs` must be a string or an array of strings");
-        goto done;
-    }
-    if (n == 0) {
-        tei_error(r, 400, "Empty", "`inputs` cannot be empty");
-        goto done;
-    }
-    if (n > s->cfg.max_texts) {
-        tei_error(r, 413, "Validation", "batch size %d > maximum allowed batch size %d", n, s->cfg.max_texts);
+    if (!check_batch(s, n, batch, "inputs", r)) goto done;
+    if (jd && !json_is_null(jd) && dims == 0) {
+        tei_error(r, 422, "Validation", "Input validation error: `dimensions` should be positive");
         goto done;
     }
     int max_len = s->cfg.passage_max_len, dim = s->be.dim;
@@ -94,44 +303,28 @@ void qac_handle_tei_embed(qac_server *s, const char *body, size_t len, qac_http_
     lens = malloc((size_t)n * sizeof *lens);
     vec = malloc((size_t)n * (size_t)dim * sizeof *vec);
     if (!ids || !ptrs || !lens || !vec) {
-        tei_error(r, 424, "Backend", "out of memory");
+        tei_error(r, 424, "Backend", "Backend error: out of memory");
         goto done;
     }
     for (int i = 0; i < n; i++) {
-        json_t *e = json_is_array(inputs) ? json_array_get(inputs, (size_t)i) : inputs;
-        if (!json_is_string(e)) {
-            tei_error(r, 422, "Tokenizer", "`inputs[%d]` must be a string", i);
-            goto done;
-        }
-        const char *t = json_string_value(e);
-        size_t tl = json_string_length(e);
-        if (tl == 0) {
-            tei_error(r, 400, "Empty", "`inputs` cannot be empty");
-            goto done;
-        }
-        if (!truncate) {
-            int full = 0;
-            int32_t scratch[1];
-            if (s->be.tokenize(s->be.enc, t, tl, scratch, 0, &full)) {
-                tei_error(r, 422, "Tokenizer", "%s", qac_last_error());
-                goto done;
-            }
-            if (full + 2 > max_len) {
-                tei_error(r, 413, "Validation",
-                          "Input validation error: `inputs` must have less than %d tokens. Given: %d", max_len,
-                          full + 2);
-                goto done;
-            }
-        }
         ptrs[i] = ids + (size_t)i * max_len;
-        if (s->be.encode_text(s->be.enc, t, tl, max_len, ids + (size_t)i * max_len, &lens[i])) {
-            tei_error(r, 422, "Tokenizer", "%s", qac_last_error());
-            goto done;
-        }
+        if (!encode_input(s, items[i], truncate, left, max_len, ids + (size_t)i * max_len, &lens[i], r)) goto done;
     }
-    qac_status st = qac_batcher_encode(s->batcher, (const int32_t *const *)ptrs, lens, n, vec, s->cfg.timeout_ms);
+    if (dims > dim) {
+        tei_error(r, 422, "Validation",
+                  "Input validation error: `dimensions` should be smaller than the maximum embedding dimension.");
+        goto done;
+    }
+    /* normalize=false on a model that normalises: the raw encoder */
+    int raw = !normalize && s->be.normalize;
+    qac_status st = qac_batcher_run(s->batcher, (const int32_t *const *)ptrs, lens, n, vec, 0, NULL, NULL,
+                                    s->cfg.timeout_ms, qac_srv_cancel, raw);
+    if (st == QAC_ERR_CANCELLED && qac_srv_gone()) {
+        qac_server_error(r, 499, "client_closed", "the client went away");
+        goto done;
+    }
     if (st == QAC_ERR_BUSY) {
-        tei_error(r, 429, "Overloaded", "%s", qac_last_error());
+        tei_error(r, 429, "Overloaded", "Model is overloaded");
         r->retry_after = 1;
         goto done;
     } else if (st == QAC_ERR_CANCELLED) {
@@ -139,37 +332,179 @@ void qac_handle_tei_embed(qac_server *s, const char *body, size_t len, qac_http_
         r->retry_after = 1;
         goto done;
     } else if (st) {
-        tei_error(r, 424, "Backend", "%s", qac_last_error());
+        tei_error(r, 424, "Backend", "Backend error: %s", qac_last_error());
         goto done;
     }
+    int out_dim = dims > 0 ? (int)dims : dim;
     json_t *rows = json_array();
     for (int i = 0; rows && i < n; i++) {
         float *x = vec + (size_t)i * dim;
-        if (normalize && !s->be.normalize) {
-            double ss = 0;
-            for (int d = 0; d < dim; d++) ss += (double)x[d] * x[d];
-            float inv = ss > 0 ? (float)(1.0 / sqrt(ss)) : 0.f;
-            for (int d = 0; d < dim; d++) x[d] *= inv;
-        }
+        /* the encoder's own normalisation is kept as it is (the same bits
+         * as `qac encode`); a cut vector or an unnormalised model is scaled */
+        if (normalize && (!s->be.normalize || out_dim < dim)) l2_normalize(x, out_dim);
         json_t *row = json_array();
-        for (int d = 0; row && d < dim; d++) json_array_append_new(row, json_real(x[d]));
+        for (int d = 0; row && d < out_dim; d++) json_array_append_new(row, json_real(x[d]));
         json_array_append_new(rows, row);
     }
-    char *out = rows ? json_dumps(rows, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
-    json_decref(rows);
-    if (!out) {
-        tei_error(r, 424, "Backend", "out of memory building the response");
-        goto done;
-    }
-    free(r->body);
-    r->status = 200;
-    r->body = out;
-    r->body_len = strlen(out);
-    r->content_type = "application/json";
+    tei_json(r, rows);
 done:
     json_decref(o);
+    free(items);
     free(ids);
     free(ptrs);
     free(lens);
     free(vec);
+}
+
+/* TEI computes /embed_all (every token's last hidden state) in its backend;
+ * qac's encoder pools inside the forward pass on the CPU and the GPU and
+ * hands out pooled vectors only, so the route answers as TEI does for a
+ * model that cannot give them. */
+void qac_handle_tei_embed_all(qac_server *s, const char *body, size_t len, qac_http_response *r) {
+    (void)s;
+    json_t *o = tei_parse(body, len, r);
+    if (!o) return;
+    json_decref(o);
+    tei_error(r, 424, "Backend",
+              "Backend error: `embed_all` is not available: this server's encoder returns pooled embeddings only "
+              "(use /embed)");
+}
+
+/* TEI's /tokenize: one list of {id, text, special, start, stop} per input;
+ * start/stop are byte offsets into the input, text its bytes there (the
+ * token string for the specials, whose offsets are null). */
+void qac_handle_tei_tokenize(qac_server *s, json_t *o, qac_http_response *r) {
+    const qac_server_backend *be = &s->be;
+    json_t **items = NULL, *out = NULL;
+    int32_t *ids = NULL, *offs = NULL;
+    int n = 0, batch = 0, specials = 1;
+    if (!get_inputs(o, "inputs", 1, &items, &n, &batch, r) || !get_bool(o, "add_special_tokens", &specials, r) ||
+        !check_batch(s, n, batch, "inputs", r))
+        goto done;
+    out = json_array();
+    for (int i = 0; out && i < n; i++) {
+        const char *t = json_string_value(items[i]);
+        size_t tl = json_string_length(items[i]);
+        if (tl == 0) {
+            tei_error(r, 400, "Empty", "Input validation error: `inputs` cannot be empty");
+            goto done;
+        }
+        int cnt = 0;
+        int32_t scratch[1];
+        if (be->tokenize(be->enc, t, tl, scratch, 0, &cnt)) {
+            tei_error(r, 422, "Tokenizer", "tokenizer error %s", qac_last_error());
+            goto done;
+        }
+        free(ids);
+        free(offs);
+        ids = malloc(((size_t)cnt + 1) * sizeof *ids);
+        offs = malloc(((size_t)cnt + 1) * 2 * sizeof *offs);
+        if (!ids || !offs) {
+            tei_error(r, 424, "Backend", "Backend error: out of memory");
+            goto done;
+        }
+        int got = 0, have_offs = be->tokenize_offsets != NULL;
+        qac_status st = have_offs ? be->tokenize_offsets(be->enc, t, tl, ids, offs, cnt, &got)
+                                  : be->tokenize(be->enc, t, tl, ids, cnt, &got);
+        if (st || got != cnt) {
+            tei_error(r, 422, "Tokenizer", "tokenizer error %s", st ? qac_last_error() : "token count changed");
+            goto done;
+        }
+        json_t *list = json_array();
+        json_array_append_new(out, list);
+        for (int k = -1; list && k <= cnt; k++) {
+            int32_t id;
+            if (k == -1 || k == cnt) { /* the specials encode_text adds */
+                id = k == -1 ? be->cls_id : be->sep_id;
+                if (!specials || id < 0) continue;
+                const char *name = be->id_to_token ? be->id_to_token(be->enc, id) : NULL;
+                json_array_append_new(list, json_pack("{s:i,s:s,s:b,s:n,s:n}", "id", id, "text", name ? name : "",
+                                                      "special", 1, "start", "stop"));
+                continue;
+            }
+            id = ids[k];
+            json_t *tok;
+            if (have_offs) {
+                size_t a = (size_t)offs[2 * k], b = (size_t)offs[2 * k + 1];
+                tok = json_pack("{s:i,s:s%,s:b,s:i,s:i}", "id", id, "text", t + a, b - a, "special", 0, "start",
+                                (int)a, "stop", (int)b);
+                if (!tok) /* a range inside a character (never for WordPiece): lossy, as TEI's from_utf8_lossy */
+                    tok = json_pack("{s:i,s:s,s:b,s:i,s:i}", "id", id, "text", "\xef\xbf\xbd", "special", 0, "start",
+                                    (int)a, "stop", (int)b);
+            } else { /* no offsets (SentencePiece): the piece itself */
+                const char *piece = be->id_to_token ? be->id_to_token(be->enc, id) : NULL;
+                tok = json_pack("{s:i,s:s,s:b,s:n,s:n}", "id", id, "text", piece ? piece : "", "special", 0, "start",
+                                "stop");
+            }
+            json_array_append_new(list, tok);
+        }
+    }
+    tei_json(r, out);
+    out = NULL;
+done:
+    json_decref(out);
+    free(items);
+    free(ids);
+    free(offs);
+}
+
+/* TEI's /decode: {"ids": [ids] | [[ids], ...], "skip_special_tokens": true}
+ * -> one string per id list. */
+void qac_handle_tei_decode(qac_server *s, const char *body, size_t len, qac_http_response *r) {
+    const qac_server_backend *be = &s->be;
+    json_t *o = NULL, *out = NULL;
+    int32_t *ids = NULL;
+    if (!(o = tei_parse(body, len, r))) goto done;
+    int skip = 1;
+    json_t *v = json_object_get(o, "ids");
+    if (!v) {
+        tei_error(r, 422, "Validation", "Failed to deserialize the JSON body into the target type: missing field `ids`");
+        goto done;
+    }
+    if (!get_bool(o, "skip_special_tokens", &skip, r)) goto done;
+    int single = is_id_list(v);
+    int n = single ? 1 : json_is_array(v) ? (int)json_array_size(v) : -1;
+    for (int i = 0; !single && i < n; i++)
+        if (!is_id_list(json_array_get(v, (size_t)i))) n = -1;
+    if (n < 0) {
+        type_error(r, "ids", "an array of token ids or an array of those");
+        goto done;
+    }
+    if (!check_batch(s, n, !single, "ids", r)) goto done;
+    if (!be->decode) {
+        tei_error(r, 424, "Backend", "Backend error: this tokenizer cannot decode");
+        goto done;
+    }
+    out = json_array();
+    for (int i = 0; out && i < n; i++) {
+        json_t *list = single ? v : json_array_get(v, (size_t)i);
+        int m = (int)json_array_size(list);
+        if (m == 0) {
+            tei_error(r, 400, "Empty", "Input validation error: `input_ids` cannot be empty");
+            goto done;
+        }
+        free(ids);
+        ids = malloc((size_t)m * sizeof *ids);
+        if (!ids) {
+            tei_error(r, 424, "Backend", "Backend error: out of memory");
+            goto done;
+        }
+        for (int k = 0; k < m; k++) {
+            long long id = json_integer_value(json_array_get(list, (size_t)k));
+            ids[k] = id > INT32_MAX ? -1 : (int32_t)id; /* past the vocabulary: skipped, as tokenizers does */
+        }
+        char *text = NULL;
+        if (be->decode(be->enc, ids, m, skip, &text)) {
+            tei_error(r, 422, "Tokenizer", "tokenizer error %s", qac_last_error());
+            goto done;
+        }
+        json_array_append_new(out, json_string(text ? text : ""));
+        free(text);
+    }
+    tei_json(r, out);
+    out = NULL;
+done:
+    json_decref(out);
+    json_decref(o);
+    free(ids);
 }

@@ -84,6 +84,39 @@ static qac_status f_encode(void *u, const int32_t *const *ids, const int *lens, 
     return QAC_OK;
 }
 
+/* The fake vectors times (1 + the first id / 100): "raw" vectors whose
+ * normalisation is fake_embed's. */
+static qac_status f_encode_raw(void *u, const int32_t *const *ids, const int *lens, int n, float *out) {
+    qac_status st = f_encode(u, ids, lens, n, out);
+    for (int i = 0; !st && i < n; i++)
+        for (int d = 0; d < FAKE_DIM; d++) out[(size_t)i * FAKE_DIM + d] *= 1.0f + (float)ids[i][0] / 100.0f;
+    return st;
+}
+
+/* bytes back from ids 100..355; specials as their names unless skipped */
+static qac_status f_decode(void *u, const int32_t *ids, int n, int skip_special, char **text) {
+    char *out = malloc((size_t)n * 6 + 1);
+    if (!out) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    size_t o = 0;
+    for (int i = 0; i < n; i++) {
+        if (ids[i] >= 100 && ids[i] < 356) out[o++] = (char)(ids[i] - 100);
+        else if (!skip_special && (ids[i] == 1 || ids[i] == 2)) o += (size_t)sprintf(out + o, "%s", ids[i] == 1 ? "[CLS]" : "[SEP]");
+    }
+    out[o] = '\0';
+    *text = out;
+    return QAC_OK;
+}
+
+static qac_status f_tokenize_offsets(void *u, const char *text, size_t len, int32_t *ids, int32_t *offs, int cap,
+                                     int *n) {
+    for (size_t i = 0; i < len && (int)i < cap; i++) {
+        ids[i] = 100 + (unsigned char)text[i];
+        offs[2 * i] = (int32_t)i, offs[2 * i + 1] = (int32_t)i + 1;
+    }
+    *n = (int)len;
+    return QAC_OK;
+}
+
 static const char *f_docid(void *u, int64_t row) { return row >= 0 && row < FAKE_DOCS ? doc_ids[row] : NULL; }
 
 static qac_status f_search(void *u, const float *q, int nq, int k, float *scores, int64_t *rows) {
@@ -170,6 +203,13 @@ void fake_backend_init(qac_server_backend *be, fake_stats *stats, int with_index
     be->tokenize = f_tokenize;
     be->id_to_token = f_id_to_token;
     be->encode = f_encode;
+    be->encode_raw = f_encode_raw;
+    be->decode = f_decode;
+    be->tokenize_offsets = f_tokenize_offsets;
+    be->vocab_size = 356;
+    be->cls_id = 1;
+    be->sep_id = 2;
+    for (int i = 0; i < 8; i++) be->special_ids[i] = i < 2 ? i + 1 : -1;
     if (with_index) {
         be->index_count = FAKE_DOCS;
         be->index_type = "Flat";

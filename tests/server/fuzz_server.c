@@ -88,14 +88,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     qac_http_request req = {method, path, NULL, b, blen, NULL, NULL};
     qac_http_response r;
     qac_server_handle(server, &req, &r);
-    int tei_route = strncmp(path, "/embed", 6) == 0 && strchr("?#", path[6]); /* strchr finds the NUL too */
+    /* text-embeddings-inference's routes answer errors in its own shape */
+    size_t route_len = strcspn(path, "?#");
+    int tei_route = (route_len == 6 && !strncmp(path, "/embed", 6)) || (route_len == 10 && !strncmp(path, "/embed_all", 10)) ||
+                    (route_len == 7 && !strncmp(path, "/decode", 7)) || (route_len == 1 && !strcmp(method, "POST")) ||
+                    (route_len == 9 && !strncmp(path, "/tokenize", 9));
     int known = (tei_route && (r.status == 424 || r.status == 429)) || r.status == 200 || r.status == 400 || r.status == 404 || r.status == 405 || r.status == 413 ||
                 r.status == 422 || r.status == 503;
     if (!known || !r.body || !r.content_type) abort();
     if (r.status != 200 && strncmp(r.content_type, "application/json", 16) == 0) {
         json_t *o = json_loadb(r.body, r.body_len, 0, NULL);
         json_t *e = json_object_get(o, "error");
-        /* /embed answers errors in text-embeddings-inference's shape */
         int tei = json_is_string(e) && json_is_string(json_object_get(o, "error_type")) && tei_route;
         if (!tei && (!e || json_integer_value(json_object_get(e, "code")) != r.status ||
                      !json_is_string(json_object_get(e, "message"))))

@@ -109,8 +109,8 @@ def test_errors(base):
         expect_error(base, "POST", "/search", body, 422, "validation_error")
     for body in ({"texts": []}, {"texts": "x"}, {"texts": ["x"], "kind": "doc"}, {"texts": ["x"], "encoding": "hex"}):
         expect_error(base, "POST", "/encode", body, 422, "validation_error")
-    expect_error(base, "POST", "/v1/embeddings", {"input": [[1, 2]]}, 422, "validation_error")
-    expect_error(base, "POST", "/v1/embeddings", {"input": [1, 2]}, 422, "validation_error")
+    expect_error(base, "POST", "/v1/embeddings", {"input": [[101, 99999999, 102]]}, 422, "validation_error")  # past the vocabulary
+    expect_error(base, "POST", "/v1/embeddings", {"input": [[101, 102], "mixed"]}, 422, "validation_error")
     expect_error(base, "POST", "/tokenize", {"texts": [None]}, 422, "validation_error")
     # raw socket: a body larger than the limit is refused even without Content-Length honesty
     with socket.create_connection(("127.0.0.1", int(base.rsplit(":", 1)[1]))) as sk:

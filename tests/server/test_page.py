@@ -4,7 +4,11 @@ screenshot is a plausible PNG. Then, driving Chromium over the DevTools
 protocol: long passages show a snippet of at most 30 words with the query
 terms in <mark>, the full text (equal to /search's) stays hidden until a real
 mouse click on "Show the full passage" opens it, and a second click closes
-it. Skips (77) when no Chromium is installed."""
+it. At 375 px (a phone, mobile viewport) and 1280 px wide the form fits (the
+Search button on screen), k reaches the server's max_k, and an unknown mode
+in the address falls back to one the server has. Skips (77) when no
+Chromium is installed."""
+import base64
 import json
 import os
 import re
@@ -188,6 +192,72 @@ def check_snippets(exe, d, srv, query, k):
         cdp.close()
 
 
+LAYOUT_JS = """(() => {
+  if (!document.querySelector('#f button')) return {hits: 0, status: ''};  // not loaded yet
+  const rect = e => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
+  const b = document.querySelector('#f button'), r = b.getBoundingClientRect();
+  const top = document.elementFromPoint((r.left + r.right) / 2, (r.top + r.bottom) / 2);
+  return {inner: innerWidth, innerH: innerHeight, scroll: document.documentElement.scrollWidth,
+          controls: [...document.querySelectorAll('#f > *')].map(e => [e.id || e.tagName, ...rect(e)]),
+          button: rect(b), buttonOnTop: top === b || b.contains(top),
+          mode: $('mode').value, modes: [...$('mode').options].map(o => o.value), kmax: $('k').max, k: $('k').value,
+          hits: document.querySelectorAll('li.hit').length, status: $('status').textContent,
+          url: location.search};
+})()"""
+
+
+def check_layout(exe, d, srv, n_docs):
+    """At a phone's 375 px and a desktop's 1280 px: the form fits the width
+    (nothing scrolls sideways, the Search button is on screen and clickable),
+    k goes up to the server's max_k, an unknown mode falls back to a mode
+    the server has, and a search with k past 100 runs from a real click."""
+    _, _, info = http(srv.base, "GET", "/info")
+    max_k = info["limits"]["max_k"]
+    for width, mobile in ((375, True), (1280, False)):
+        cdp = DevTools(exe, d)
+        try:
+            cdp.open("about:blank")
+            cdp.call("Emulation.setDeviceMetricsOverride", width=width, height=800, deviceScaleFactor=1, mobile=mobile)
+            cdp.call("Page.navigate", url=srv.base + "/?q=aeroelastic+models&mode=no-such-mode&k=500")
+            lay = {}
+
+            def loaded():
+                lay.update(cdp.js(LAYOUT_JS) or {})
+                return lay.get("hits", 0) > 0 or "Error" in lay.get("status", "")
+
+            wait_until(loaded, DEADLINE, 0.2)
+            print(f"{width} px: viewport {lay['inner']}, page width {lay['scroll']}, button {lay['button']}, "
+                  f"mode {lay['mode']!r} of {lay['modes']}, k max {lay['kmax']}, {lay['hits']} hits")
+            check(lay["inner"] == width and lay["scroll"] <= width,
+                  f"{width} px: nothing overflows (viewport {lay['inner']}, page {lay['scroll']} px wide)")
+            bad = [c for c in lay["controls"] if c[1] < 0 or c[3] > width]
+            check(not bad, f"{width} px: every form control within the width: {bad}")
+            bx = lay["button"]
+            check(0 <= bx[0] and bx[2] <= width and 0 <= bx[1] and bx[3] <= lay["innerH"] and lay["buttonOnTop"],
+                  f"{width} px: the Search button is on screen and not covered: {bx}")
+            check(lay["kmax"] == str(max_k), f"{width} px: k allowed up to the server's max_k {max_k}: {lay['kmax']}")
+            check(lay["mode"] in lay["modes"] and lay["mode"] == "dense",
+                  f"{width} px: an unknown mode= falls back to a valid one: {lay['mode']!r} of {lay['modes']}")
+            check(lay["hits"] == min(500, n_docs), f"{width} px: k=500 from the address searched: {lay['hits']} hits "
+                  f"({lay['status']!r})")
+            # a real click on Search with k past the old cap of 100
+            cdp.js("$('results').textContent = ''; $('q').value = 'boundary layer flow'; $('k').value = '%d'" % max_k)
+            cdp.click(*cdp.js("(() => { const r = document.querySelector('#f button').getBoundingClientRect();"
+                              " return [(r.left + r.right) / 2, (r.top + r.bottom) / 2]; })()"))
+            lay.clear()
+            wait_until(lambda: loaded() and "boundary" in lay.get("url", ""), DEADLINE, 0.2)
+            check(lay.get("hits") == n_docs and f"k={max_k}" in lay.get("url", ""),
+                  f"{width} px: a click on Search with k={max_k} searches: {lay.get('hits')} hits, {lay.get('url')!r}")
+            shot = cdp.call("Page.captureScreenshot", format="png")["data"]
+            png = base64.b64decode(shot)
+            with open(os.path.join(d, f"page-{width}.png"), "wb") as f:
+                f.write(png)
+            w = struct.unpack(">I", png[16:20])[0]
+            check(w == width, f"{width} px: screenshot {w} px wide")
+        finally:
+            cdp.close()
+
+
 def main():
     exe = chromium()
     if not exe:
@@ -219,6 +289,7 @@ def main():
             check(len(data) > 20000 and w == 1200 and h == 900, f"plausible screenshot: {len(data)} bytes, {w}x{h}")
             print(f"screenshot: {png} ({len(data)} bytes, {w}x{h}); {len(hits)} hits in the DOM")
         check_snippets(exe, d, srv, "aeroelastic models of wings", 5)
+        check_layout(exe, d, srv, 40)
     finally:
         rc = srv.stop()
         check(rc == 0, f"exit code {rc}")

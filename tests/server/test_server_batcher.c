@@ -89,6 +89,64 @@ static void test_concurrent_batching(void) {
     CHECK(st.max_call_tokens <= 600);
 }
 
+static qac_status encode_raw_fn(void *user, const int32_t *const *ids, const int *lens, int n, float *out) {
+    return backend.encode_raw(backend.enc, ids, lens, n, out);
+}
+
+/* Jobs that want the raw vectors (TEI's normalize=false) share rounds with
+ * the others, but each kind goes through its own encoder. */
+static void *mixed_main(void *arg) {
+    worker *w = arg;
+    unsigned seed = (unsigned)w->id * 40503u + 7;
+    for (int it = 0; it < PER_THREAD; it++) {
+        int raw = (it + w->id) % 2;
+        int32_t ids[FAKE_MAX_LEN];
+        char text[40];
+        int len = 1 + (int)(rand_r(&seed) % 30);
+        for (int c = 0; c < len; c++) text[c] = (char)('a' + rand_r(&seed) % 26);
+        int n = fake_encode_text(text, (size_t)len, FAKE_MAX_LEN, ids);
+        const int32_t *p = ids;
+        float out[FAKE_DIM], want[FAKE_DIM];
+        if (qac_batcher_run(w->b, &p, &n, 1, out, 0, NULL, NULL, 0, NULL, raw) != QAC_OK) {
+            w->errors++;
+            continue;
+        }
+        fake_embed(ids, n, want); /* the fake raw encoder scales it (fake_backend.c) */
+        for (int d = 0; raw && d < FAKE_DIM; d++) want[d] *= 1.0f + (float)ids[0] / 100.0f;
+        if (memcmp(want, out, sizeof want)) w->mismatches++;
+    }
+    return NULL;
+}
+
+static void test_raw_jobs(void) {
+    fake_stats st = {0};
+    st.sleep_ms = 2;
+    fake_backend_init(&backend, &st, 0, 0);
+    qac_batcher *b = NULL;
+    qac_batcher_opts o = {FAKE_DIM, 600, 2, 1000, 0};
+    CHECK_OK(qac_batcher_create(&b, encode_fn, NULL, NULL, NULL, &o, NULL));
+    qac_batcher_set_raw(b, encode_raw_fn);
+    pthread_t th[THREADS];
+    worker w[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        w[i] = (worker){b, i, 0, 0};
+        pthread_create(&th[i], NULL, mixed_main, &w[i]);
+    }
+    int mism = 0, errs = 0;
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(th[i], NULL);
+        mism += w[i].mismatches;
+        errs += w[i].errors;
+    }
+    int calls = st.calls;
+    qac_batcher_free(b);
+    printf("raw and normalised jobs: %d requests in %d encode calls, mismatches %d, errors %d\n", THREADS * PER_THREAD,
+           calls, mism, errs);
+    CHECK(mism == 0 && errs == 0);
+    CHECK(calls < THREADS * PER_THREAD); /* still merged */
+    CHECK(st.max_concurrent == 1);
+}
+
 typedef struct slow_arg {
     qac_batcher *b;
     qac_status st;
@@ -325,6 +383,7 @@ static void test_wait_policy(void) {
 }
 
 int main(void) {
+    test_raw_jobs();
     test_wait_policy();
     test_concurrent_batching();
     test_queue_full_and_timeout();

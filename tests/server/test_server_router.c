@@ -210,8 +210,10 @@ static void test_errors(void) {
     expect_error(s, "POST", "/encode", "{\"texts\":[1]}", 422, "validation_error");
     expect_error(s, "POST", "/encode", "{\"texts\":[\"a\"],\"kind\":\"doc\"}", 422, "validation_error");
     expect_error(s, "POST", "/encode", "{\"texts\":[\"a\"],\"normalize\":1}", 422, "validation_error");
-    expect_error(s, "POST", "/v1/embeddings", "{\"input\":[1,2,3]}", 422, "validation_error");
-    expect_error(s, "POST", "/v1/embeddings", "{\"input\":\"a\",\"dimensions\":3}", 422, "validation_error");
+    expect_error(s, "POST", "/v1/embeddings", "{\"input\":[1,2,999]}", 422, "validation_error"); /* vocabulary 356 */
+    expect_error(s, "POST", "/v1/embeddings", "{\"input\":[[1,2],\"a\"]}", 422, "validation_error");
+    expect_error(s, "POST", "/v1/embeddings", "{\"input\":[[1,2],[]]}", 422, "validation_error");
+    expect_error(s, "POST", "/v1/embeddings", "{\"input\":\"a\",\"dimensions\":9}", 422, "validation_error");
     expect_error(s, "POST", "/tokenize", "{}", 422, "validation_error");
     /* the 405 carries Allow */
     qac_http_response r;
@@ -236,6 +238,154 @@ static void test_errors(void) {
     qac_server_free(s);
 }
 
+/* The fake vector of one id sequence, scaled and cut as the TEI and OpenAI
+ * routes are asked to. */
+static void want_vec(const int32_t *ids, int n, float scale, int dims, float *out) {
+    fake_embed(ids, n, out);
+    for (int d = 0; d < FAKE_DIM; d++) out[d] *= scale;
+    if (dims < FAKE_DIM) {
+        double ss = 0;
+        for (int d = 0; d < dims; d++) ss += (double)out[d] * out[d];
+        float inv = (float)(1.0 / sqrt(ss));
+        for (int d = 0; d < dims; d++) out[d] *= inv;
+    }
+}
+
+static double row_diff(json_t *row, const float *want, int dims) {
+    if (json_array_size(row) != (size_t)dims) return INFINITY;
+    double m = 0;
+    for (int d = 0; d < dims; d++) m = fmax(m, fabs((float)json_real_value(json_array_get(row, (size_t)d)) - want[d]));
+    return m;
+}
+
+/* TEI's routes (POST /, /embed options, /tokenize form, /decode, /embed_all)
+ * and OpenAI's token-id input and /v1/models, against the fake backend. */
+static void test_tei_openai(void) {
+    fake_stats st = {0};
+    qac_server *s = make_server(1, 0, NULL, 1, &st); /* passage_max_len 32 */
+    qac_http_response r;
+    json_t *o;
+    float want[FAKE_DIM];
+    int32_t ids[64];
+
+    /* POST / is /embed; GET / is still the page */
+    o = call(s, "POST", "/", "{\"inputs\":\"hello\"}", NULL, &r);
+    int n = fake_encode_text("hello", 5, 32, ids);
+    want_vec(ids, n, 1, FAKE_DIM, want);
+    CHECK_MSG(r.status == 200 && row_diff(json_array_get(o, 0), want, FAKE_DIM) == 0, "POST /: %.200s", r.body);
+    json_decref(o);
+    qac_http_response_clear(&r);
+    json_decref(call(s, "PUT", "/", "{}", NULL, &r));
+    CHECK(r.status == 405 && !strcmp(r.allow, "GET, HEAD, POST"));
+    qac_http_response_clear(&r);
+
+    /* normalize=false: the raw encoder's vector (the fake's: x (1 + first id / 100)) */
+    o = call(s, "POST", "/embed", "{\"inputs\":[\"hello\"],\"normalize\":false}", NULL, &r);
+    want_vec(ids, n, 1.0f + (float)ids[0] / 100.0f, FAKE_DIM, want);
+    CHECK_MSG(r.status == 200 && row_diff(json_array_get(o, 0), want, FAKE_DIM) == 0, "normalize=false: %.200s", r.body);
+    json_decref(o);
+    qac_http_response_clear(&r);
+
+    /* truncation on either side of a 40-byte text at 32 tokens */
+    const char *text = "0123456789abcdefghijklmnopqrstuvwxyzABCD";
+    for (int left = 0; left < 2; left++) {
+        char body[160];
+        snprintf(body, sizeof body, "{\"inputs\":\"%s\",\"truncate\":true,\"truncation_direction\":\"%s\"}", text,
+                 left ? "Left" : "right");
+        o = call(s, "POST", "/embed", body, NULL, &r);
+        n = fake_encode_text(left ? text + 10 : text, 30, 32, ids);
+        want_vec(ids, n, 1, FAKE_DIM, want);
+        CHECK_MSG(r.status == 200 && row_diff(json_array_get(o, 0), want, FAKE_DIM) == 0, "truncation %s: %.200s",
+                  left ? "left" : "right", r.body);
+        json_decref(o);
+        qac_http_response_clear(&r);
+    }
+    /* token ids as given, and dimensions: cut, then normalised */
+    o = call(s, "POST", "/embed", "{\"inputs\":[[1,104,105,2],\"x\"],\"dimensions\":3}", NULL, &r);
+    int32_t given[] = {1, 104, 105, 2};
+    want_vec(given, 4, 1, 3, want);
+    CHECK_MSG(r.status == 200 && row_diff(json_array_get(o, 0), want, 3) < 1e-7, "ids + dimensions: %.200s", r.body);
+    json_decref(o);
+    qac_http_response_clear(&r);
+
+    /* TEI's /tokenize form: tokens with byte offsets; the specials without */
+    o = call(s, "POST", "/tokenize", "{\"inputs\":\"ab\"}", NULL, &r);
+    json_t *toks = json_array_get(o, 0), *t0 = json_array_get(toks, 0), *t1 = json_array_get(toks, 1);
+    CHECK_MSG(r.status == 200 && json_array_size(toks) == 4 && json_is_true(json_object_get(t0, "special")) &&
+                  json_is_null(json_object_get(t0, "start")) && !strcmp(json_string_value(json_object_get(t0, "text")), "[CLS]") &&
+                  json_integer_value(json_object_get(t1, "id")) == 100 + 'a' && json_is_false(json_object_get(t1, "special")) &&
+                  json_integer_value(json_object_get(t1, "start")) == 0 && json_integer_value(json_object_get(t1, "stop")) == 1 &&
+                  !strcmp(json_string_value(json_object_get(t1, "text")), "a"),
+              "TEI tokenize: %.300s", r.body);
+    json_decref(o);
+    qac_http_response_clear(&r);
+
+    o = call(s, "POST", "/decode", "{\"ids\":[[1,197,198,2],[197]],\"skip_special_tokens\":false}", NULL, &r);
+    CHECK_MSG(r.status == 200 && !strcmp(json_string_value(json_array_get(o, 0)), "[CLS]ab[SEP]") &&
+                  !strcmp(json_string_value(json_array_get(o, 1)), "a"), "decode: %.200s", r.body);
+    json_decref(o);
+    qac_http_response_clear(&r);
+
+    /* TEI errors: shape and status */
+    static const struct { const char *path, *body; int status; const char *type; } tei_errors[] = {
+        {"/embed", "{\"inputs\":[]}", 400, "Empty"},
+        {"/embed", "{\"inputs\":\"\"}", 400, "Empty"},
+        {"/embed", "{\"inputs\":\"a\",\"dimensions\":0}", 422, "Validation"},
+        {"/embed", "{\"inputs\":\"a\",\"dimensions\":9}", 422, "Validation"},
+        {"/embed", "{\"inputs\":\"a\",\"truncation_direction\":\"up\"}", 422, "Validation"},
+        {"/embed", "{\"inputs\":\"0123456789012345678901234567890123\",\"truncate\":false}", 422, "Validation"},
+        {"/embed", "{\"inputs\":[[1,400]]}", 422, "Validation"},
+        {"/embed", "{\"inputs\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", 422, "Validation"},
+        {"/embed", "{\"inputs\":\"a\",\"normalize\":null}", 422, "Validation"},
+        {"/embed", "{not json", 400, "Validation"},
+        {"/", "{\"inputs\":[1.5]}", 422, "Validation"},
+        {"/embed_all", "{\"inputs\":\"a\"}", 424, "Backend"},
+        {"/decode", "{\"ids\":[]}", 400, "Empty"},
+        {"/decode", "{\"ids\":[[1],[]]}", 400, "Empty"},
+        {"/decode", "{\"ids\":[\"a\"]}", 422, "Validation"},
+        {"/tokenize", "{\"inputs\":[]}", 400, "Empty"},
+        {"/tokenize", "{\"inputs\":[[1,2]]}", 422, "Validation"},
+    };
+    for (size_t i = 0; i < sizeof tei_errors / sizeof tei_errors[0]; i++) {
+        o = call(s, "POST", tei_errors[i].path, tei_errors[i].body, NULL, &r);
+        const char *et = json_string_value(json_object_get(o, "error_type"));
+        CHECK_MSG(r.status == tei_errors[i].status && et && !strcmp(et, tei_errors[i].type) &&
+                      json_is_string(json_object_get(o, "error")) && json_object_size(o) == 2,
+                  "%s %s: %d %.200s, want %d %s", tei_errors[i].path, tei_errors[i].body, r.status, r.body,
+                  tei_errors[i].status, tei_errors[i].type);
+        json_decref(o);
+        qac_http_response_clear(&r);
+    }
+
+    /* OpenAI: one tokenized input, a list of them, and /v1/models */
+    o = call(s, "POST", "/v1/embeddings", "{\"input\":[[1,120,2],[1,130,131,2]]}", NULL, &r);
+    int32_t a[] = {1, 120, 2}, b[] = {1, 130, 131, 2};
+    want_vec(a, 3, 1, FAKE_DIM, want);
+    json_t *data = json_object_get(o, "data");
+    double da = row_diff(json_object_get(json_array_get(data, 0), "embedding"), want, FAKE_DIM);
+    want_vec(b, 4, 1, FAKE_DIM, want);
+    double db = row_diff(json_object_get(json_array_get(data, 1), "embedding"), want, FAKE_DIM);
+    CHECK_MSG(r.status == 200 && da == 0 && db == 0 &&
+                  json_integer_value(json_object_get(json_object_get(o, "usage"), "prompt_tokens")) == 7,
+              "token-id inputs: %.300s", r.body);
+    json_decref(o);
+    qac_http_response_clear(&r);
+    o = call(s, "POST", "/v1/embeddings", "{\"input\":[1,120,2]}", NULL, &r);
+    want_vec(a, 3, 1, FAKE_DIM, want);
+    CHECK_MSG(r.status == 200 && row_diff(json_object_get(json_array_get(json_object_get(o, "data"), 0), "embedding"),
+                                          want, FAKE_DIM) == 0, "one token-id input: %.200s", r.body);
+    json_decref(o);
+    qac_http_response_clear(&r);
+    o = call(s, "GET", "/v1/models", NULL, NULL, &r);
+    json_t *m0 = json_array_get(json_object_get(o, "data"), 0);
+    CHECK_MSG(r.status == 200 && !strcmp(json_string_value(json_object_get(o, "object")), "list") &&
+                  !strcmp(json_string_value(json_object_get(m0, "id")), "fake-model") &&
+                  !strcmp(json_string_value(json_object_get(m0, "object")), "model"), "models: %.200s", r.body);
+    json_decref(o);
+    qac_http_response_clear(&r);
+    qac_server_free(s);
+}
+
 static void test_auth(void) {
     fake_stats st = {0};
     qac_server *s = make_server(1, 0, "s3cret", 1, &st);
@@ -252,6 +402,13 @@ static void test_auth(void) {
     qac_http_response_clear(&r);
     json_decref(call(s, "GET", "/info", NULL, "bearer s3cret", &r));
     CHECK(r.status == 200);
+    qac_http_response_clear(&r);
+    /* the page is public, POST / (TEI's embed) is not */
+    json_decref(call(s, "GET", "/", NULL, NULL, &r));
+    CHECK(r.status == 200);
+    qac_http_response_clear(&r);
+    json_decref(call(s, "POST", "/", "{\"inputs\":\"a\"}", NULL, &r));
+    CHECK(r.status == 401);
     qac_http_response_clear(&r);
     qac_server_free(s);
 }
@@ -282,6 +439,7 @@ static void test_config_table(void) {
 int main(void) {
     test_ok_paths();
     test_errors();
+    test_tei_openai();
     test_auth();
     test_config_table();
     return qac_test_summary();
