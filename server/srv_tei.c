@@ -12,7 +12,10 @@
  * 422 Tokenizer (wrong JSON types), 429 Overloaded, 503 Unhealthy,
  * 424 Backend. A body that is not JSON is 400, as TEI's JSON extractor does.
  * normalize=false returns the encoder's pooled vector, which the checkpoint's
- * own Normalize module (when it has one) has already normalised. */
+ * own Normalize module (when it has one) has already normalised.
+ * "prompt_name" (string or null) names one of the model's prompts, put
+ * before every input (422 Validation when the model has no such prompt);
+ * without it the model's default prompt applies, if it names one. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -61,7 +64,7 @@ void qac_handle_tei_embed(qac_server *s, const char *body, size_t len, qac_http_
     json_t *o = NULL;
     int32_t *ids = NULL;
     const int32_t **ptrs = NULL;
-    int *lens = NULL;
+    int *lens = NULL, *from = NULL;
     float *vec = NULL;
     json_error_t je;
     if (!qac_utf8_valid(body, len) || !(o = json_loadb(body, len, 0, &je))) {
@@ -75,6 +78,23 @@ void qac_handle_tei_embed(qac_server *s, const char *body, size_t len, qac_http_
     }
     int normalize = 1, truncate = 0;
     if (!get_flag(o, "normalize", &normalize, r) || !get_flag(o, "truncate", &truncate, r)) goto done;
+    json_t *pn = json_object_get(o, "prompt_name");
+    if (pn && !json_is_null(pn) && !json_is_string(pn)) {
+        tei_error(r, 422, "Tokenizer", "`prompt_name` must be a string");
+        goto done;
+    }
+    const char *prompt = pn && !json_is_null(pn) ? qac_srv_prompt(s, json_string_value(pn)) : qac_srv_default_prompt(s);
+    if (!prompt) {
+        char names[256];
+        qac_srv_prompt_names(s, names, sizeof names);
+        if (s->be.n_prompts)
+            tei_error(r, 422, "Validation", "`prompt_name` `%s` was not found in the Sentence Transformers prompts. "
+                      "Available prompts: [%s]", json_string_value(pn), names);
+        else
+            tei_error(r, 422, "Validation", "`prompt_name` is set to `%s` but no prompts were found in the Sentence "
+                      "Transformers configuration", json_string_value(pn));
+        goto done;
+    }
     int n = json_is_array(inputs) ? (int)json_array_size(inputs) : 1;
     if (!json_is_array(inputs) && !json_is_string(inputs)) {
         tei_error(r, 422, "Tokenizer", "`inputs` must be a string or an array of strings");
@@ -89,11 +109,13 @@ void qac_handle_tei_embed(qac_server *s, const char *body, size_t len, qac_http_
         goto done;
     }
     int max_len = s->cfg.passage_max_len, dim = s->be.dim;
-    ids = malloc((size_t)n * (size_t)max_len * sizeof *ids);
+    int stride = max_len + 1; /* a prompted input is tokenised one longer to see whether it fits */
+    ids = malloc((size_t)n * (size_t)stride * sizeof *ids);
     ptrs = malloc((size_t)n * sizeof *ptrs);
     lens = malloc((size_t)n * sizeof *lens);
+    from = malloc((size_t)n * sizeof *from);
     vec = malloc((size_t)n * (size_t)dim * sizeof *vec);
-    if (!ids || !ptrs || !lens || !vec) {
+    if (!ids || !ptrs || !lens || !from || !vec) {
         tei_error(r, 424, "Backend", "out of memory");
         goto done;
     }
@@ -109,6 +131,24 @@ void qac_handle_tei_embed(qac_server *s, const char *body, size_t len, qac_http_
             tei_error(r, 400, "Empty", "`inputs` cannot be empty");
             goto done;
         }
+        ptrs[i] = ids + (size_t)i * stride;
+        from[i] = 0;
+        if (*prompt) {
+            int32_t *dst = ids + (size_t)i * stride;
+            int nt = 0;
+            if (s->be.encode_prompted(s->be.enc, prompt, t, tl, stride, dst, &nt, &from[i]) ||
+                (nt > max_len && truncate && s->be.encode_prompted(s->be.enc, prompt, t, tl, max_len, dst, &nt, &from[i]))) {
+                tei_error(r, 422, "Tokenizer", "%s", qac_last_error());
+                goto done;
+            }
+            if (nt > max_len) {
+                tei_error(r, 413, "Validation",
+                          "Input validation error: `inputs` with the prompt must have less than %d tokens", max_len);
+                goto done;
+            }
+            lens[i] = nt;
+            continue;
+        }
         if (!truncate) {
             int full = 0;
             int32_t scratch[1];
@@ -123,13 +163,13 @@ void qac_handle_tei_embed(qac_server *s, const char *body, size_t len, qac_http_
                 goto done;
             }
         }
-        ptrs[i] = ids + (size_t)i * max_len;
-        if (s->be.encode_text(s->be.enc, t, tl, max_len, ids + (size_t)i * max_len, &lens[i])) {
+        if (s->be.encode_text(s->be.enc, t, tl, max_len, ids + (size_t)i * stride, &lens[i])) {
             tei_error(r, 422, "Tokenizer", "%s", qac_last_error());
             goto done;
         }
     }
-    qac_status st = qac_batcher_encode(s->batcher, (const int32_t *const *)ptrs, lens, n, vec, s->cfg.timeout_ms);
+    qac_status st = qac_batcher_run(s->batcher, (const int32_t *const *)ptrs, lens, from, n, vec, 0, NULL, NULL,
+                                    s->cfg.timeout_ms, NULL);
     if (st == QAC_ERR_BUSY) {
         tei_error(r, 429, "Overloaded", "%s", qac_last_error());
         r->retry_after = 1;
@@ -171,5 +211,6 @@ done:
     free(ids);
     free(ptrs);
     free(lens);
+    free(from);
     free(vec);
 }

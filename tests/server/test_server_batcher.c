@@ -26,8 +26,9 @@ typedef struct worker {
 
 static qac_server_backend backend;
 
-static qac_status encode_fn(void *user, const int32_t *const *ids, const int *lens, int n, float *out) {
-    return backend.encode(backend.enc, ids, lens, n, out);
+static qac_status encode_fn(void *user, const int32_t *const *ids, const int *lens, const int *pool_from, int n,
+                            float *out) {
+    return backend.encode(backend.enc, ids, lens, pool_from, n, out);
 }
 
 static void *worker_main(void *arg) {
