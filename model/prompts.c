@@ -166,15 +166,5 @@ qac_status qac_model_prompt_skip(const qac_model *m, const char *prompt, int *sk
 qac_status qac_model_encode_prompted(const qac_model *m, const char *prompt, const char *text, size_t len,
                                      int max_len, int32_t *ids, int *n) {
     if (!m->tok) return qac_set_error(QAC_ERR_INVALID, "encode: the model has no tokenizer");
-    size_t pl = prompt ? strlen(prompt) : 0;
-    if (!pl) return qac_tokenizer_encode(m->tok, text, len, max_len, ids, n);
-    /* one string, as sentence-transformers builds it: the prompt's last word
-     * and the text's first may tokenise as one */
-    char stack[2048], *buf = pl + len <= sizeof stack ? stack : malloc(pl + len);
-    if (!buf) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
-    memcpy(buf, prompt, pl);
-    if (len) memcpy(buf + pl, text, len);
-    qac_status s = qac_tokenizer_encode(m->tok, buf, pl + len, max_len, ids, n);
-    if (buf != stack) free(buf);
-    return s;
+    return qac_tokenizer_encode_prompted(m->tok, prompt, text, len, max_len, ids, n);
 }
