@@ -14,8 +14,8 @@
 /* The data cursor: u64 magic, examples, data digest, examples drawn, then
  * (version 2) queries per batch, passages per query, q_max, p_max, then
  * (version 3) the prompts' digest (prompts_digest). A version-1 cursor lacks
- * the batch shape, which is then not compared; versions 1 and 2 were
- * written without prompts. */
+ * the batch shape, which is then not compared; a run without prompts writes
+ * version 2, which stands for none. */
 #define CURSOR_MAGIC 0x5255434654434151ull    /* "QACTFCUR" in the file, version 1 */
 #define CURSOR_MAGIC_V2 0x3255434654434151ull /* "QACTFCU2" */
 #define CURSOR_MAGIC_V3 0x3355434654434151ull /* "QACTFCU3" */
@@ -127,10 +127,11 @@ static qac_status src_get_cursor(void *user, void **bytes, size_t *len) {
     ft_src *s = user;
     uint64_t *c = malloc(CURSOR_WORDS * sizeof *c);
     if (!c) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
-    c[0] = CURSOR_MAGIC_V3, c[1] = s->N, c[2] = s->digest, c[3] = (uint64_t)s->pos;
+    int v3 = s->prompts != prompts_digest("", "");
+    c[0] = v3 ? CURSOR_MAGIC_V3 : CURSOR_MAGIC_V2, c[1] = s->N, c[2] = s->digest, c[3] = (uint64_t)s->pos;
     c[4] = (uint64_t)s->nq, c[5] = (uint64_t)s->n, c[6] = (uint64_t)s->q_max, c[7] = (uint64_t)s->p_max;
     c[8] = s->prompts;
-    *bytes = c, *len = CURSOR_WORDS * sizeof *c;
+    *bytes = c, *len = (size_t)(v3 ? CURSOR_WORDS : CURSOR_WORDS - 1) * sizeof *c;
     return QAC_OK;
 }
 

@@ -153,7 +153,7 @@ static uint64_t prompts_digest(const qac_pt_data_opts *o) {
 }
 
 /* the cursor: magic, documents, step, pairs per step, seed, then (version
- * 2) the prompts' digest; a version-1 cursor was written without prompts */
+ * 2) the prompts' digest; a run without prompts writes version 1 */
 static qac_status check_cursor(const pt_src *s, const void *bytes, size_t len) {
     uint64_t c[6];
     if (len != sizeof c && len != 5 * sizeof *c)
@@ -186,10 +186,12 @@ static qac_status check_cursor(const pt_src *s, const void *bytes, size_t len) {
 static qac_status save(pt_src *s, const char *out, int keep) {
     char name[64], path[4096];
     snprintf(name, sizeof name, "checkpoint-%ld", s->t->step);
-    uint64_t cur[6] = {CURSOR_MAGIC_V2, (uint64_t)s->ndocs,     (uint64_t)s->t->step,
+    qac_pt_data_opts none = {0};
+    int v2 = prompts_digest(&s->o->data) != prompts_digest(&none); /* version 1 stands for no prompts */
+    uint64_t cur[6] = {v2 ? CURSOR_MAGIC_V2 : CURSOR_MAGIC, (uint64_t)s->ndocs,     (uint64_t)s->t->step,
                        (uint64_t)s->o->batch, s->o->train.seed, prompts_digest(&s->o->data)};
     qac_status st = qac_path_join(path, sizeof path, out, name);
-    if (!st) st = qac_pretrainer_save(s->t, path, cur, sizeof cur);
+    if (!st) st = qac_pretrainer_save(s->t, path, cur, (size_t)(v2 ? 6 : 5) * sizeof *cur);
     if (!st) st = qac_rundir_write_latest(out, name);
     if (!st) st = qac_rundir_prune(out, keep > 0 ? keep : 2, s->t->step);
     return st;
