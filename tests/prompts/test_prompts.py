@@ -230,6 +230,8 @@ def test_index(d, model, st, tag):
     finally:
         check(srv.stop() == 0, f"{tag}: the server stops cleanly")
     bad = Server("--model", model, "--index", ix, "--device", "cpu", "--query-prompt", "q: ", wait=False)
+    if bad.proc.stdout.readline():  # it started listening: stop it
+        bad.stop()
     rc = bad.proc.wait(120)
     err = bad.proc.stderr.read()
     check(rc != 0 and "query prompt" in err, f"{tag}: serve refuses a query prompt the index was not built for: {err[-200:]}")
