@@ -170,10 +170,12 @@ const char *qac_model_default_prompt(const qac_model *m);
 const char *qac_model_passage_prompt_name(const qac_model *m);
 /* Add or replace prompt `name` (copied). */
 qac_status qac_model_set_prompt(qac_model *m, const char *name, const char *text);
-/* Tokens the pooling skips at the start of prompt + text: 0 when the model
- * pools prompt tokens (include_prompt true) or prompt is NULL or "", else
- * the prompt's own token count as described above. */
-qac_status qac_model_prompt_skip(const qac_model *m, const char *prompt, int *skip);
+/* Tokens the pooling skips at the start of prompt + text encoded with
+ * max_len: 0 when the model pools prompt tokens (include_prompt true) or
+ * prompt is NULL or "", else the prompt's own token count as described
+ * above, the prompt alone cut to max_len too (sentence-transformers
+ * measures it under the same max_seq_length). */
+qac_status qac_model_prompt_skip(const qac_model *m, const char *prompt, int max_len, int *skip);
 /* [CLS] prompt+text [SEP], cut on the right to max_len (as
  * qac_tokenizer_encode; prompt NULL or "" tokenises text alone). */
 qac_status qac_model_encode_prompted(const qac_model *m, const char *prompt, const char *text, size_t len,

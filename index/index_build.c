@@ -595,7 +595,7 @@ qac_status qac_index_build(const char *out_dir, qac_encoder *enc, const char *co
                             json_pack("{s:s, s:s}", "query", qprompt, "passage", pprompt));
     builder b;
     pending pc = {0};
-    if ((st = qac_model_prompt_skip(m, pprompt, &pc.pool_from))) {
+    if ((st = qac_model_prompt_skip(m, pprompt, max_len, &pc.pool_from))) {
         qac_reader_free(r);
         json_decref(identity);
         return st;

@@ -206,7 +206,7 @@ qac_status qac_encoder_encode_texts_prompted(qac_encoder *e, const char *prompt,
         e->tok_ptrs[i] = ids;
     }
     int skip = 0;
-    if ((st = qac_model_prompt_skip(m, prompt, &skip)) != QAC_OK) return st;
+    if ((st = qac_model_prompt_skip(m, prompt, max_len, &skip)) != QAC_OK) return st;
     if (!skip) return qac_encoder_encode_ids(e, e->tok_ptrs, e->tok_lens, n, out);
     if ((st = grow(&e->tok_from, &e->tok_from_cap, (size_t)n, sizeof(int))) != QAC_OK) return st;
     for (int i = 0; i < n; i++) e->tok_from[i] = skip;

@@ -148,13 +148,13 @@ qac_status qac_model_prompts_json(const qac_model *m, char **out) {
     return QAC_OK;
 }
 
-qac_status qac_model_prompt_skip(const qac_model *m, const char *prompt, int *skip) {
+qac_status qac_model_prompt_skip(const qac_model *m, const char *prompt, int max_len, int *skip) {
     *skip = 0;
     if (m->include_prompt || !prompt || !*prompt) return QAC_OK;
     if (!m->tok) return qac_set_error(QAC_ERR_INVALID, "prompt: the model has no tokenizer");
-    /* sentence-transformers measures the prompt alone, cut to the model's
-     * max_seq_length, less a closing special token */
-    int cap = m->max_seq_len > 1 ? m->max_seq_len : 2, n = 0;
+    /* sentence-transformers measures the prompt alone, cut to the same
+     * max_seq_length as the texts, less a closing special token */
+    int cap = max_len > 1 ? max_len : 2, n = 0;
     int32_t *ids = malloc((size_t)cap * sizeof *ids);
     if (!ids) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
     qac_status s = qac_tokenizer_encode(m->tok, prompt, strlen(prompt), cap, ids, &n);

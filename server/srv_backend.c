@@ -44,7 +44,7 @@ static qac_status r_encode_prompted(void *u, const char *prompt, const char *tex
                                     int32_t *ids, int *n, int *pool_from) {
     qac_server_real *r = u;
     qac_status st = qac_model_encode_prompted(r->model, prompt, text, len, max_len, ids, n);
-    return st ? st : qac_model_prompt_skip(r->model, prompt, pool_from);
+    return st ? st : qac_model_prompt_skip(r->model, prompt, max_len, pool_from);
 }
 
 static qac_status r_search(void *u, const float *q, int nq, int k, float *scores, int64_t *rows) {
