@@ -108,6 +108,16 @@ static void describe_diff(char *buf, size_t cap, const char *prefix, json_t *had
         free(hs);
         free(ws);
     }
+    /* and what the index has that this run lacks (prompts, a bf16 encoder) */
+    json_object_foreach(had, key, v) {
+        if (json_object_get(want, key)) continue;
+        char *hs = json_dumps(v, JSON_ENCODE_ANY);
+        size_t used = strlen(buf);
+        if (used < cap)
+            snprintf(buf + used, cap - used, "%s%s%s: index has %s, this run (none)", used ? "; " : "", prefix, key,
+                     hs ? hs : "?");
+        free(hs);
+    }
 }
 
 /* Remove temporaries left by a killed run ("<name>.tmp.<pid>"). */
