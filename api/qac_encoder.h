@@ -64,6 +64,19 @@ qac_status qac_encoder_encode_ids(qac_encoder *e, const int32_t *const *ids, con
 qac_status qac_encoder_encode_texts(qac_encoder *e, const char *const *texts, const size_t *lens,
                                     int n, int max_len, float *out);
 
+/* encode_ids, with the pooling of sequence i skipping its first
+ * pool_from[i] tokens (pool_from NULL: none skipped); see qac_model.h,
+ * "Prompts". */
+qac_status qac_encoder_encode_ids_from(qac_encoder *e, const int32_t *const *ids, const int *lens,
+                                       const int *pool_from, int n, float *out);
+
+/* encode_texts with a prompt before every text, as sentence-transformers
+ * applies it (qac_model.h, "Prompts"): prompt + text tokenised as one
+ * string, and the prompt's tokens left out of the pooling when the model's
+ * include_prompt is false. prompt NULL or "" is encode_texts. */
+qac_status qac_encoder_encode_texts_prompted(qac_encoder *e, const char *prompt, const char *const *texts,
+                                             const size_t *lens, int n, int max_len, float *out);
+
 #ifdef __cplusplus
 }
 #endif

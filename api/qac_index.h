@@ -74,6 +74,16 @@ int qac_index_dim(const qac_index *ix);
 const char *qac_index_factory(const qac_index *ix);
 /* The model fingerprint the index was built with (see qac_model.fingerprint). */
 const char *qac_index_model_fingerprint(const qac_index *ix);
+/* The prompts of the build (qac_model.h, "Prompts"): the passage prompt its
+ * passages were encoded with and the query prompt that goes with them ("":
+ * none), recorded in the manifest. Returns 1, or 0 with both NULL for an
+ * index built from vectors, whose prompts are unknown. Either pointer may
+ * be NULL. */
+int qac_index_prompts(const qac_index *ix, const char **query, const char **passage);
+/* QAC_ERR_MISMATCH, with a message naming both, when the index is known to
+ * want another query prompt than query_prompt (NULL: ""); the vectors of a
+ * query encoded with the wrong prompt are only silently worse. */
+qac_status qac_index_check_prompts(const qac_index *ix, const char *query_prompt);
 const char *qac_index_docid(const qac_index *ix, int64_t row);
 /* Passage text of a row, read by offset from the corpus file recorded in
  * the manifest (opened once, by qac_index_open_corpus or on first use).

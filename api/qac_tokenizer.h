@@ -75,6 +75,11 @@ qac_status qac_tokenizer_decode(const qac_tokenizer *t, const int32_t *ids, int 
 qac_status qac_tokenizer_encode(const qac_tokenizer *t, const char *text, size_t len, int max_len,
                                 int32_t *ids, int *n);
 
+/* qac_tokenizer_encode of prompt + text as one string, the way
+ * sentence-transformers applies a prompt (prompt NULL or "": text alone). */
+qac_status qac_tokenizer_encode_prompted(const qac_tokenizer *t, const char *prompt, const char *text, size_t len,
+                                         int max_len, int32_t *ids, int *n);
+
 /* Pair: [CLS] a [SEP] b [SEP], with token type 0 for the first segment and 1
  * for the second; truncation is HF's "longest_first". `ids` and `type_ids`
  * (may be NULL) must hold max_len entries (max_len >= 3). An empty b

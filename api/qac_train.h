@@ -129,6 +129,12 @@ typedef struct qac_batch_buf {
 } qac_batch_buf;
 qac_status qac_batch_build(qac_batch_buf *bb, const qac_tokenizer *tok, const char *const *queries, int nq,
                            const char *const *passages, int n, int q_max, int p_max);
+/* Same, with q_prompt before every query and p_prompt before every passage
+ * (NULL or "": none), each tokenised with its text as one string
+ * (qac_tokenizer_encode_prompted). */
+qac_status qac_batch_build_prompted(qac_batch_buf *bb, const qac_tokenizer *tok, const char *q_prompt,
+                                    const char *const *queries, int nq, const char *p_prompt,
+                                    const char *const *passages, int n, int q_max, int p_max);
 void qac_batch_buf_free(qac_batch_buf *bb);
 
 typedef struct qac_step_stats {

@@ -7,6 +7,7 @@
 
 #include "qac_config.h"
 #include "qac_data.h"
+#include "qac_model.h"
 
 int qac_cmd_info(int argc, char **argv);
 int qac_cmd_tokenize(int argc, char **argv);
@@ -41,6 +42,19 @@ qac_text_format qac_cli_format(const char *name);
 const char *qac_cli_model_dir(const qac_opts *o, char *buf, size_t cap);
 /* "1h02m" or "3m05s": the time left of a long run, for progress lines. */
 void qac_cli_fmt_eta(char *buf, size_t cap, double seconds);
+
+/* The prompt rows of every command that encodes text: they replace the
+ * model's own (config_sentence_transformers.json) query and passage prompts. */
+#define QAC_CLI_PROMPT_OPTS                                                                                            \
+    {"query-prompt", QAC_OPT_STR, NULL, 0, -1, NULL, "QAC_QUERY_PROMPT",                                            \
+     "text put before every query (default: the model's \"query\" prompt; '' for none)", 0},                       \
+        {"passage-prompt", QAC_OPT_STR, NULL, 0, -1, NULL, "QAC_PASSAGE_PROMPT",                                    \
+         "text put before every passage (default: the model's \"document\", \"passage\" or \"corpus\" prompt; '' " \
+         "for none)", 0}
+/* Put --query-prompt / --passage-prompt, when given, into m's prompts. */
+qac_status qac_cli_apply_prompts(const qac_opts *o, qac_model *m);
+/* A prompt for messages: "\"query: \"" or "none" (buf holds cap bytes). */
+const char *qac_cli_quote_prompt(char *buf, size_t cap, const char *prompt);
 
 /* Option rows both trainers take (qac finetune, qac pretrain), with the
  * same meaning and defaults: the schedule after --lr ... */

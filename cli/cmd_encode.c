@@ -19,7 +19,9 @@ static const qac_opt encode_opts[] = {
     {"input", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "TSV (id\\ttext) or JSONL ({_id|docid|id, title, text}) file", 1},
     {"output", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "output matrix: .npy, else the .qmat format", 1},
     {"ids", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "also write the record ids, one per line, in row order", 0},
-    {"kind", QAC_OPT_ENUM, "passage", 0, -1, "query|passage", NULL, "what the input holds", 0},
+    {"kind", QAC_OPT_ENUM, "passage", 0, -1, "query|passage", NULL,
+     "what the input holds: it takes the query or the passage prompt", 0},
+    QAC_CLI_PROMPT_OPTS,
     {"max-len", QAC_OPT_INT, "0", 0, 8192, NULL, "QAC_MAX_LEN",
      "tokens per text incl. [CLS]/[SEP]; 0 = 32 for queries, 256 for passages (capped by the model)", 0},
     {"batch", QAC_OPT_INT, "0", 0, 4096, NULL, "QAC_BATCH", "sequences per forward pass; 0 = backend default", 0},
@@ -46,10 +48,11 @@ static void chunk_clear(chunk *c) {
     c->n = 0;
 }
 
-static qac_status flush_chunk(qac_encoder *e, chunk *c, int max_len, float *vec, qac_matrix_writer *w,
-                              FILE *ids_f) {
+static qac_status flush_chunk(qac_encoder *e, const char *prompt, chunk *c, int max_len, float *vec,
+                              qac_matrix_writer *w, FILE *ids_f) {
     if (c->n == 0) return QAC_OK;
-    qac_status st = qac_encoder_encode_texts(e, (const char *const *)c->texts, c->lens, c->n, max_len, vec);
+    qac_status st =
+        qac_encoder_encode_texts_prompted(e, prompt, (const char *const *)c->texts, c->lens, c->n, max_len, vec);
     if (st == QAC_OK) st = qac_matrix_writer_append(w, vec, c->n);
     for (int i = 0; st == QAC_OK && ids_f && i < c->n; i++)
         if (fprintf(ids_f, "%s\n", c->ids[i]) < 0) st = qac_set_error(QAC_ERR_IO, "write ids file");
@@ -92,6 +95,8 @@ int qac_cmd_encode(int argc, char **argv) {
     if (!c) st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
     if (!st && !model_dir) st = QAC_ERR_NOT_FOUND; /* qac_default_model_dir set the message */
     if (!st) st = qac_model_load(&m, model_dir);
+    if (!st) st = qac_cli_apply_prompts(&o, m);
+    const char *prompt = st ? NULL : is_query ? qac_model_query_prompt(m) : qac_model_passage_prompt(m);
     if (!st) st = qac_encoder_create(&e, m, &eo);
     if (!st) st = qac_reader_open(&r, input, is_query ? QAC_READ_QUERIES : QAC_READ_CORPUS, QAC_FMT_AUTO);
     if (!st) st = qac_matrix_writer_open(&w, output, qac_encoder_dim(e));
@@ -121,7 +126,7 @@ int qac_cmd_encode(int argc, char **argv) {
         c->lens[i] = rec.text_len;
         c->n++;
         if (c->n == CHUNK) {
-            st = flush_chunk(e, c, max_len, vec, w, ids_af.f);
+            st = flush_chunk(e, prompt, c, max_len, vec, w, ids_af.f);
             done += CHUNK;
             /* the total is estimated from the bytes read so far */
             uint64_t total = rec.offset > 0 && file_size > rec.offset ? (uint64_t)((double)done * file_size / rec.offset) : 0;
@@ -130,7 +135,7 @@ int qac_cmd_encode(int argc, char **argv) {
     }
     if (!st && c) {
         done += (uint64_t)c->n;
-        st = flush_chunk(e, c, max_len, vec, w, ids_af.f);
+        st = flush_chunk(e, prompt, c, max_len, vec, w, ids_af.f);
     }
     if (!st) {
         qac_progress_stderr(&ps, "encode", done, done ? done : 1);

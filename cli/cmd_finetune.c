@@ -39,6 +39,7 @@ static const qac_opt ft_opts[] = {
     {"title-join", QAC_OPT_ENUM, "sep", 0, -1, "sep|space", NULL, "passage text: 'title [SEP] text' or 'title text'", 0},
     {"dump-batches", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "write every step's query and passage texts as jsonl", 0},
     {"dry-run", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL, "sample (and --dump-batches) without training", 0},
+    QAC_CLI_PROMPT_OPTS,
     QAC_CPU_ISA_OPT,
 };
 #define N_FT_OPTS (int)(sizeof ft_opts / sizeof ft_opts[0])
@@ -155,11 +156,16 @@ int qac_cmd_finetune(int argc, char **argv) {
         fprintf(stderr, "qac finetune: skipped %ld queries without a positive and %ld without negatives\n",
                 qac_ft_data_skipped_no_positive(d), qac_ft_data_skipped_no_negative(d));
     if (!st) st = qac_model_load(&m, model_dir);
+    /* the checkpoints keep the prompts (config_sentence_transformers.json) */
+    if (!st) st = qac_cli_apply_prompts(&o, m);
     long total = 0, from = 0;
     double t0 = qac_now();
+    char qp[256], pp[256];
     if (!st && !u.quiet)
-        fprintf(stderr, "qac finetune: %zu examples, model %s, %d x %d passages per step\n", qac_ft_data_count(d),
-                model_dir, fo.queries_per_batch, fo.n_passages);
+        fprintf(stderr, "qac finetune: %zu examples, model %s, %d x %d passages per step, prompts: query %s, passage %s\n",
+                qac_ft_data_count(d), model_dir, fo.queries_per_batch, fo.n_passages,
+                qac_cli_quote_prompt(qp, sizeof qp, qac_model_query_prompt(m)),
+                qac_cli_quote_prompt(pp, sizeof pp, qac_model_passage_prompt(m)));
     if (!st) st = qac_finetune_run(m, d, &fo, &total, &from);
     /* a resume that contradicts the run is a command-line error */
     if (st) rc = qac_cli_fail("finetune"), rc = st == QAC_ERR_MISMATCH ? 2 : rc;

@@ -26,6 +26,7 @@ static const qac_opt build_opts[] = {
      "CPU encoder precision: bf16 runs the linear layers in bf16 (fp32 sums); recorded in the manifest", 0},
     {"train-size", QAC_OPT_INT, "0", 0, 1e12, NULL, NULL,
      "vectors sampled for IVF/PQ/SQ training (0 = 256 x nlist, else 100000)", 0},
+    QAC_CLI_PROMPT_OPTS,
     QAC_CPU_ISA_OPT,
 };
 #define N_BUILD_OPTS (int)(sizeof build_opts / sizeof build_opts[0])
@@ -38,6 +39,12 @@ static int cmd_build(int argc, char **argv) {
     const char *corpus = qac_opts_str(&o, "corpus"), *vectors = qac_opts_str(&o, "vectors");
     if (!corpus == !vectors) {
         fprintf(stderr, "qac index build: give exactly one of --corpus or --vectors\n");
+        qac_opts_free(&o);
+        return 2;
+    }
+    if (vectors && (qac_opts_isset(&o, "query-prompt") || qac_opts_isset(&o, "passage-prompt"))) {
+        fprintf(stderr, "qac index build: --query-prompt / --passage-prompt apply to --corpus; the prompts of "
+                        "--vectors are not known to qac\n");
         qac_opts_free(&o);
         return 2;
     }
@@ -79,6 +86,7 @@ static int cmd_build(int argc, char **argv) {
         eo.max_batch = bo.batch;
         eo.cpu_precision = strcmp(qac_opts_str(&o, "encoder-dtype"), "bf16") ? QAC_PREC_FP32 : QAC_PREC_BF16;
         st = qac_model_load(&m, model_dir);
+        if (!st) st = qac_cli_apply_prompts(&o, m);
         if (!st) st = qac_encoder_create(&enc, m, &eo);
         if (!st) st = qac_index_build(out, enc, corpus, &bo);
         qac_encoder_free(enc);

@@ -23,6 +23,11 @@ static const qac_opt mine_opts[] = {
     {"max-len", QAC_OPT_INT, "32", 2, 8192, NULL, NULL, "query max tokens when searching", 0},
     {"threads", QAC_OPT_INT, "0", 0, 1024, NULL, "QAC_THREADS", "CPU threads when searching (0 = all cores)", 0},
     {"device", QAC_OPT_ENUM, "auto", 0, -1, "auto|cpu|cuda", "QAC_DEVICE", "encoder and search device", 0},
+    {"query-prompt", QAC_OPT_STR, NULL, 0, -1, NULL, "QAC_QUERY_PROMPT",
+     "text put before every query when searching (default: the model's \"query\" prompt; '' for none); must be "
+     "the one the index was built for", 0},
+    {"allow-prompt-mismatch", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL,
+     "search even if the query prompt differs from the one the index was built for (a warning)", 0},
     QAC_CPU_ISA_OPT,
 };
 #define N_MINE_OPTS (int)(sizeof mine_opts / sizeof mine_opts[0])
@@ -66,8 +71,14 @@ int qac_cmd_mine(int argc, char **argv) {
         eo.device = dev;
         eo.threads = (int)qac_opts_int(&o, "threads");
         st = qac_model_load(&m, model);
+        if (!st) st = qac_cli_apply_prompts(&o, m);
         if (!st) st = qac_index_open(&ix, index, dev);
         if (!st) st = qac_index_set_threads(ix, eo.threads);
+        if (!st && (st = qac_index_check_prompts(ix, qac_model_query_prompt(m))) &&
+            qac_opts_bool(&o, "allow-prompt-mismatch")) {
+            fprintf(stderr, "qac mine: warning: %s\n", qac_last_error());
+            st = QAC_OK;
+        }
         if (!st && strcmp(m->fingerprint, qac_index_model_fingerprint(ix)) != 0)
             st = qac_set_error(QAC_ERR_INVALID, "the index %s was built with model fingerprint %s, but --model %s has %s",
                                index, qac_index_model_fingerprint(ix), model, m->fingerprint);

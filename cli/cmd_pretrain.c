@@ -42,6 +42,7 @@ static const qac_opt pt_opts[] = {
     {"query-max-len", QAC_OPT_INT, "32", 3, 8192, NULL, NULL, "query max tokens incl. specials", 0},
     QAC_CLI_DROPOUT_OPTS,
     {"seed", QAC_OPT_INT, "42", 0, 9.2e18, NULL, "QAC_SEED", "seed for pairs, masks, dropout and fresh heads", 0},
+    QAC_CLI_PROMPT_OPTS,
     QAC_CLI_RUN_OPTS,
 };
 #define N_PT_OPTS (int)(sizeof pt_opts / sizeof pt_opts[0])
@@ -145,13 +146,18 @@ int qac_cmd_pretrain(int argc, char **argv) {
     const char *model_dir = qac_cli_model_dir(&o, buf, sizeof buf);
     qac_status st = model_dir ? QAC_OK : QAC_ERR_NOT_FOUND;
     if (!st) st = qac_model_load(&m, model_dir);
+    /* queries and passages get the prompts; the exported encoder keeps them */
+    if (!st) st = qac_cli_apply_prompts(&o, m);
+    if (!st) po.data.query_prompt = qac_model_query_prompt(m), po.data.passage_prompt = qac_model_passage_prompt(m);
     long from = 0;
     double t0 = qac_now();
     if (!st && !u.quiet) {
-        char rep[256];
+        char rep[256], qp[256], pp[256];
         qac_pt_pooling_describe(rep, sizeof rep, &po.obj, m);
-        fprintf(stderr, "qac pretrain: model %s, objective %s, %d pairs per step, %ld steps; %s\n", model_dir,
-                qac_opts_str(&o, "objective"), po.batch, po.train.total_steps, rep);
+        fprintf(stderr, "qac pretrain: model %s, objective %s, %d pairs per step, %ld steps; %s; prompts: query %s, "
+                        "passage %s\n", model_dir, qac_opts_str(&o, "objective"), po.batch, po.train.total_steps, rep,
+                qac_cli_quote_prompt(qp, sizeof qp, po.data.query_prompt),
+                qac_cli_quote_prompt(pp, sizeof pp, po.data.passage_prompt));
     }
     if (!st) st = qac_pretrain_run(m, &po, &from);
     if (st) rc = qac_cli_fail("pretrain"), rc = st == QAC_ERR_MISMATCH ? 2 : rc; /* as finetune: a changed option */

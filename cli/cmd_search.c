@@ -25,6 +25,11 @@ static const qac_opt search_opts[] = {
     {"ef-search", QAC_OPT_INT, NULL, 1, 1 << 20, NULL, NULL, "HNSW search breadth", 0},
     {"allow-model-mismatch", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL,
      "search even if the model differs from the one the index was built with", 0},
+    {"query-prompt", QAC_OPT_STR, NULL, 0, -1, NULL, "QAC_QUERY_PROMPT",
+     "text put before every query (default: the model's \"query\" prompt; '' for none); must be the one the "
+     "index was built for", 0},
+    {"allow-prompt-mismatch", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL,
+     "search even if the query prompt differs from the one the index was built for (a warning)", 0},
     {"server", QAC_OPT_STR, NULL, 0, -1, NULL, "QAC_SERVER", "search a running qac server at URL instead", 0},
     {"api-key", QAC_OPT_STR, NULL, 0, -1, NULL, "QAC_API_KEY", "API key for --server", 0},
     QAC_CPU_ISA_OPT,
@@ -48,7 +53,9 @@ static void qbatch_clear(qbatch *b) {
 /* Encode, search and write one batch of queries. */
 static qac_status run_batch(qac_encoder *enc, const qac_index *ix, qbatch *b, int k, int max_len, const char *run_id,
                             FILE *out, float *qv, float *scores, int64_t *rows, const char **docids) {
-    qac_status st = qac_encoder_encode_texts(enc, (const char *const *)b->texts, b->lens, b->n, max_len, qv);
+    const char *prompt = qac_model_query_prompt(qac_encoder_model(enc));
+    qac_status st =
+        qac_encoder_encode_texts_prompted(enc, prompt, (const char *const *)b->texts, b->lens, b->n, max_len, qv);
     if (!st) st = qac_index_search(ix, qv, b->n, k, scores, rows);
     for (int q = 0; q < b->n && !st; q++) {
         int got = 0;
@@ -84,7 +91,11 @@ static int search_local(const qac_opts *o, FILE *out) {
     if (qac_opts_isset(o, "nprobe") && qac_index_set_param(ix, "nprobe", (double)qac_opts_int(o, "nprobe"))) goto fail;
     if (qac_opts_isset(o, "ef-search") && qac_index_set_param(ix, "efSearch", (double)qac_opts_int(o, "ef-search")))
         goto fail;
-    if (qac_model_load(&m, model_dir)) goto fail;
+    if (qac_model_load(&m, model_dir) || qac_cli_apply_prompts(o, m)) goto fail;
+    if (qac_index_check_prompts(ix, qac_model_query_prompt(m))) {
+        if (!qac_opts_bool(o, "allow-prompt-mismatch")) goto fail;
+        fprintf(stderr, "qac search: warning: %s\n", qac_last_error());
+    }
     if (strcmp(m->fingerprint, qac_index_model_fingerprint(ix)) != 0 && !qac_opts_bool(o, "allow-model-mismatch")) {
         qac_set_error(QAC_ERR_INVALID,
                       "the index was built with model fingerprint %s, but --model %s has %s "
@@ -176,7 +187,12 @@ int qac_cmd_search(int argc, char **argv) {
         out = af.f;
     }
     const char *server = qac_opts_str(&o, "server");
-    if (server)
+    if (server && qac_opts_isset(&o, "query-prompt")) {
+        /* the text goes as typed; a prompt added here would be applied twice */
+        fprintf(stderr, "qac search: --query-prompt does not apply to --server: the server puts its own query "
+                        "prompt before the queries (see its /info)\n");
+        rc = 2;
+    } else if (server)
         rc = qac_cli_search_remote(server, qac_opts_str(&o, "api-key"), qac_opts_str(&o, "queries"),
                                    (int)qac_opts_int(&o, "k"), qac_opts_str(&o, "run-id"), out);
     else

@@ -54,3 +54,16 @@ void qac_cli_fmt_eta(char *buf, size_t cap, double s) {
     if (s >= 3600) snprintf(buf, cap, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
     else snprintf(buf, cap, "%dm%02ds", (int)(s / 60), (int)s % 60);
 }
+
+qac_status qac_cli_apply_prompts(const qac_opts *o, qac_model *m) {
+    const char *q = qac_opts_str(o, "query-prompt"), *p = qac_opts_str(o, "passage-prompt");
+    qac_status st = q ? qac_model_set_prompt(m, "query", q) : QAC_OK;
+    if (!st && p) st = qac_model_set_prompt(m, qac_model_passage_prompt_name(m), p);
+    return st;
+}
+
+const char *qac_cli_quote_prompt(char *buf, size_t cap, const char *prompt) {
+    if (!prompt || !*prompt) snprintf(buf, cap, "none");
+    else snprintf(buf, cap, "\"%s\"", prompt);
+    return buf;
+}

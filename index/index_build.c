@@ -108,6 +108,16 @@ static void describe_diff(char *buf, size_t cap, const char *prefix, json_t *had
         free(hs);
         free(ws);
     }
+    /* and what the index has that this run lacks (prompts, a bf16 encoder) */
+    json_object_foreach(had, key, v) {
+        if (json_object_get(want, key)) continue;
+        char *hs = json_dumps(v, JSON_ENCODE_ANY);
+        size_t used = strlen(buf);
+        if (used < cap)
+            snprintf(buf + used, cap - used, "%s%s%s: index has %s, this run (none)", used ? "; " : "", prefix, key,
+                     hs ? hs : "?");
+        free(hs);
+    }
 }
 
 /* Remove temporaries left by a killed run ("<name>.tmp.<pid>"). */
@@ -516,6 +526,7 @@ typedef struct pending {
     int32_t *tok;  /* [n, max_len] */
     int *lens;
     int *order;
+    int pool_from; /* tokens of the passage prompt the pooling skips (0: none) */
 } pending;
 
 static int by_len(const void *a, const void *b, void *keys) {
@@ -530,7 +541,7 @@ static qac_status encode_chunk(builder *b, qac_encoder *enc, pending *pc, int n,
     for (int i = 0; i < n; i++) pc->order[i] = i;
     qsort_r(pc->order, (size_t)n, sizeof(int), by_len, pc->lens);
     const int32_t *ptrs[4096];
-    int lens[4096];
+    int lens[4096], from[4096];
     float *out = malloc((size_t)b->o->batch * (size_t)b->dim * sizeof(float));
     if (!out) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
     int batch = b->o->batch > 4096 ? 4096 : b->o->batch;
@@ -541,8 +552,9 @@ static qac_status encode_chunk(builder *b, qac_encoder *enc, pending *pc, int n,
             int r = pc->order[s + j];
             ptrs[j] = pc->tok + (size_t)r * (size_t)max_len;
             lens[j] = pc->lens[r];
+            from[j] = pc->pool_from;
         }
-        if ((st = qac_encoder_encode_ids(enc, ptrs, lens, nb, out))) break;
+        if ((st = qac_encoder_encode_ids_from(enc, ptrs, lens, pc->pool_from ? from : NULL, nb, out))) break;
         for (int j = 0; j < nb; j++)
             memcpy(b->vecs + (b->fill - (uint64_t)n + (uint64_t)pc->order[s + j]) * (size_t)b->dim,
                    out + (size_t)j * b->dim, (size_t)b->dim * sizeof(float));
@@ -585,8 +597,19 @@ qac_status qac_index_build(const char *out_dir, qac_encoder *enc, const char *co
      * for fp32, so that earlier indexes still resume) */
     if (qac_encoder_cpu_precision(enc) == QAC_PREC_BF16)
         json_object_set_new(json_object_get(identity, "model"), "encoder_dtype", json_string("bf16"));
+    /* the prompts the passages get, and the query prompt that goes with
+     * them: absent when both are empty, as in indexes built before prompts */
+    const char *qprompt = qac_model_query_prompt(m), *pprompt = qac_model_passage_prompt(m);
+    if (*qprompt || *pprompt)
+        json_object_set_new(json_object_get(identity, "model"), "prompts",
+                            json_pack("{s:s, s:s}", "query", qprompt, "passage", pprompt));
     builder b;
     pending pc = {0};
+    if ((st = qac_model_prompt_skip(m, pprompt, max_len, &pc.pool_from))) {
+        qac_reader_free(r);
+        json_decref(identity);
+        return st;
+    }
     if ((st = builder_begin(&b, out_dir, o, identity, dim))) goto done;
     json_object_set_new(b.man, "device", json_string(qac_encoder_device(enc) == QAC_DEVICE_CUDA ? "cuda" : "cpu"));
     if (json_is_true(json_object_get(b.man, "encoded"))) {
@@ -636,8 +659,8 @@ qac_status qac_index_build(const char *out_dir, qac_encoder *enc, const char *co
                 break;
             }
             int len = 0;
-            if ((st = qac_tokenizer_encode(m->tok, rec.text, rec.text_len, max_len, pc.tok + (size_t)n * max_len,
-                                           &len)))
+            if ((st = qac_model_encode_prompted(m, pprompt, rec.text, rec.text_len, max_len,
+                                                pc.tok + (size_t)n * max_len, &len)))
                 goto done;
             pc.lens[n] = len;
             b.ids[b.fill] = strdup(rec.id);

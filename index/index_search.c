@@ -27,6 +27,7 @@
 
 struct qac_index {
     char *dir, *factory, *fingerprint, *corpus_path;
+    char *query_prompt, *passage_prompt; /* NULL: not known (built from vectors) */
     uint64_t corpus_size;
     qac_text_format corpus_fmt;
     int dim;
@@ -212,6 +213,14 @@ qac_status qac_index_open_verified(qac_index **out, const char *dir, qac_device 
         ix->corpus_path = dup_or_empty(json_string_value(json_object_get(src, "path")));
         ix->corpus_size = (uint64_t)json_integer_value(json_object_get(src, "size"));
         ix->corpus_fmt = fmt_from_name(json_string_value(json_object_get(src, "format")));
+        /* a corpus index without "prompts" was built with none */
+        json_t *pr = json_object_get(model, "prompts");
+        ix->query_prompt = dup_or_empty(json_string_value(json_object_get(pr, "query")));
+        ix->passage_prompt = dup_or_empty(json_string_value(json_object_get(pr, "passage")));
+        if (!ix->query_prompt || !ix->passage_prompt) {
+            st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
     }
     ix->dim = (int)json_integer_value(json_object_get(build, "dim"));
     ix->count = (int64_t)json_integer_value(json_object_get(man, "count"));
@@ -310,6 +319,8 @@ void qac_index_free(qac_index *ix) {
     free(ix->dir);
     free(ix->factory);
     free(ix->fingerprint);
+    free(ix->query_prompt);
+    free(ix->passage_prompt);
     free(ix->corpus_path);
     free(ix);
 }
@@ -318,6 +329,30 @@ int64_t qac_index_count(const qac_index *ix) { return ix->count; }
 int qac_index_dim(const qac_index *ix) { return ix->dim; }
 const char *qac_index_factory(const qac_index *ix) { return ix->factory; }
 const char *qac_index_model_fingerprint(const qac_index *ix) { return ix->fingerprint; }
+
+int qac_index_prompts(const qac_index *ix, const char **query, const char **passage) {
+    if (query) *query = ix->query_prompt;
+    if (passage) *passage = ix->passage_prompt;
+    return ix->query_prompt != NULL;
+}
+
+/* JSON-style quoting for messages: "query: " or none. */
+static void quote(char *buf, size_t cap, const char *s) {
+    if (!*s) snprintf(buf, cap, "none");
+    else snprintf(buf, cap, "\"%.*s\"", (int)(cap > 3 ? cap - 3 : 0), s);
+}
+
+qac_status qac_index_check_prompts(const qac_index *ix, const char *query_prompt) {
+    if (!ix->query_prompt || !strcmp(ix->query_prompt, query_prompt ? query_prompt : "")) return QAC_OK;
+    char want[512], have[512], pass[512];
+    quote(want, sizeof want, ix->query_prompt);
+    quote(have, sizeof have, query_prompt ? query_prompt : "");
+    quote(pass, sizeof pass, ix->passage_prompt);
+    return qac_set_error(QAC_ERR_MISMATCH,
+                         "the index was built for query prompt %s (its passages had prompt %s), but the queries "
+                         "would get %s: pass --query-prompt with the index's, or --allow-prompt-mismatch",
+                         want, pass, have);
+}
 int qac_index_on_gpu(const qac_index *ix) { return ix->gpu != NULL; }
 
 qac_status qac_index_set_threads(qac_index *ix, int nthreads) {

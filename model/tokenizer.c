@@ -373,6 +373,20 @@ qac_status qac_tokenizer_encode(const qac_tokenizer *t, const char *text, size_t
     return QAC_OK;
 }
 
+qac_status qac_tokenizer_encode_prompted(const qac_tokenizer *t, const char *prompt, const char *text, size_t len,
+                                         int max_len, int32_t *ids, int *n) {
+    size_t pl = prompt ? strlen(prompt) : 0;
+    if (!pl) return qac_tokenizer_encode(t, text, len, max_len, ids, n);
+    /* one string: the prompt's last word and the text's first may make one token */
+    char stack[2048], *buf = pl + len <= sizeof stack ? stack : malloc(pl + len);
+    if (!buf) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    memcpy(buf, prompt, pl);
+    if (len) memcpy(buf + pl, text, len);
+    qac_status s = qac_tokenizer_encode(t, buf, pl + len, max_len, ids, n);
+    if (buf != stack) free(buf);
+    return s;
+}
+
 qac_status qac_tokenizer_encode_pair(const qac_tokenizer *t, const char *a, size_t alen, const char *b,
                                      size_t blen, int max_len, int32_t *ids, int32_t *type_ids, int *n) {
     if (!t || !ids || !n) return qac_set_error(QAC_ERR_INVALID, "encode_pair: NULL argument");

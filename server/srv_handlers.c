@@ -179,22 +179,30 @@ static int get_enum(json_t *o, const char *key, const char *const *choices, int 
     return 0;
 }
 
-/* Tokenize and encode through the batcher: out is [n, dim]. With k > 0 the
- * batcher also searches the dense index, into scores/rows [n, k]. */
-static int encode_texts(qac_server *s, const texts *t, int max_len, float *out, long long *tokens, int k,
-                        float *scores, int64_t *rows, qac_http_response *r) {
-    int n = t->n, ok = 0;
-    int32_t *ids = malloc((size_t)n * (size_t)max_len * sizeof *ids);
+/* Tokenize prompt + text (prompt NULL or "": the text alone) and encode
+ * through the batcher: out is [n, dim]. With k > 0 the batcher also
+ * searches the dense index, into scores/rows [n, k]. */
+static int encode_texts(qac_server *s, const texts *t, const char *prompt, int max_len, float *out,
+                        long long *tokens, int k, float *scores, int64_t *rows, qac_http_response *r) {
+    int n = t->n, ok = 0, prompted = prompt && *prompt;
+    /* a prompted text is tokenised one token longer to see whether it fits */
+    int row = max_len + (prompted && !s->cfg.truncate);
+    int32_t *ids = malloc((size_t)n * (size_t)row * sizeof *ids);
     const int32_t **ptrs = malloc((size_t)n * sizeof *ptrs);
-    int *lens = malloc((size_t)n * sizeof *lens);
-    if (!ids || !ptrs || !lens) {
+    int *lens = malloc((size_t)n * sizeof *lens), *from = prompted ? malloc((size_t)n * sizeof *from) : NULL;
+    if (!ids || !ptrs || !lens || (prompted && !from)) {
         qac_server_error(r, 500, "internal", "out of memory");
+        goto done;
+    }
+    if (prompted && !s->be.encode_prompted) {
+        qac_server_error(r, 500, "internal", "the backend cannot apply prompts");
         goto done;
     }
     long long total = 0;
     for (int i = 0; i < n; i++) {
-        ptrs[i] = ids + (size_t)i * max_len;
-        if (t->ids && t->ids[i]) { /* token ids: the model's input as given */
+        ptrs[i] = ids + (size_t)i * row;
+        if (from) from[i] = 0;
+        if (t->ids && t->ids[i]) { /* token ids: the model's input as given, no prompt */
             int m = (int)json_array_size(t->ids[i]);
             if (m > max_len && !s->cfg.truncate) {
                 qac_server_error(r, 413, "payload_too_large",
@@ -210,7 +218,22 @@ static int encode_texts(qac_server *s, const texts *t, int max_len, float *out, 
                                      i, (long long)id, s->be.vocab_size - 1);
                     goto done;
                 }
-                ids[(size_t)i * max_len + (size_t)j] = (int32_t)id;
+                ids[(size_t)i * row + (size_t)j] = (int32_t)id;
+            }
+            total += lens[i];
+            continue;
+        }
+        if (prompted) {
+            if (s->be.encode_prompted(s->be.enc, prompt, t->s[i], t->len[i], row, ids + (size_t)i * row, &lens[i],
+                                      &from[i])) {
+                qac_server_error(r, 500, "internal", "tokenizer: %s", qac_last_error());
+                goto done;
+            }
+            if (lens[i] > max_len) {
+                qac_server_error(r, 413, "payload_too_large",
+                                 "text %d with its prompt has more than %d tokens with [CLS]/[SEP] (truncation is off)",
+                                 i, max_len);
+                goto done;
             }
             total += lens[i];
             continue;
@@ -229,13 +252,13 @@ static int encode_texts(qac_server *s, const texts *t, int max_len, float *out, 
                 goto done;
             }
         }
-        if (s->be.encode_text(s->be.enc, t->s[i], t->len[i], max_len, ids + (size_t)i * max_len, &lens[i])) {
+        if (s->be.encode_text(s->be.enc, t->s[i], t->len[i], max_len, ids + (size_t)i * row, &lens[i])) {
             qac_server_error(r, 500, "internal", "tokenizer: %s", qac_last_error());
             goto done;
         }
         total += lens[i];
     }
-    qac_status st = qac_batcher_run(s->batcher, (const int32_t *const *)ptrs, lens, n, out, k, scores, rows,
+    qac_status st = qac_batcher_run(s->batcher, (const int32_t *const *)ptrs, lens, from, n, out, k, scores, rows,
                                     s->cfg.timeout_ms, qac_srv_cancel, 0);
     if (st == QAC_ERR_CANCELLED && qac_srv_gone()) { /* nobody to answer */
         qac_server_error(r, 499, "client_closed", "the client went away");
@@ -258,6 +281,7 @@ done:
     free(ids);
     free(ptrs);
     free(lens);
+    free(from);
     return ok;
 }
 
@@ -306,6 +330,28 @@ static json_t *embedding_json(const float *x, int dim, int base64) {
     return out;
 }
 
+/* ---------------- prompts ---------------- */
+
+const char *qac_srv_prompt(const qac_server *s, const char *name) {
+    for (int i = 0; name && i < s->be.n_prompts; i++)
+        if (!strcmp(s->be.prompt_names[i], name)) return s->be.prompt_texts[i];
+    return NULL;
+}
+
+const char *qac_srv_default_prompt(const qac_server *s) {
+    const char *p = s->be.default_prompt_name ? qac_srv_prompt(s, s->be.default_prompt_name) : NULL;
+    return p ? p : "";
+}
+
+void qac_srv_prompt_names(const qac_server *s, char *buf, size_t cap) {
+    size_t k = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < s->be.n_prompts && k < cap; i++)
+        k += (size_t)snprintf(buf + k, cap - k, "%s\"%s\"", i ? ", " : "", s->be.prompt_names[i]);
+}
+
+static const char *or_empty(const char *s) { return s ? s : ""; }
+
 /* ---------------- /encode ---------------- */
 
 void qac_handle_encode(qac_server *s, const char *body, size_t len, qac_http_response *r) {
@@ -325,7 +371,9 @@ void qac_handle_encode(qac_server *s, const char *body, size_t len, qac_http_res
         goto done;
     }
     long long tokens = 0;
-    if (!encode_texts(s, &t, kind == 0 ? s->cfg.query_max_len : s->cfg.passage_max_len, vec, &tokens, 0, NULL, NULL, r)) goto done;
+    if (!encode_texts(s, &t, kind == 0 ? or_empty(s->be.query_prompt) : or_empty(s->be.passage_prompt),
+                      kind == 0 ? s->cfg.query_max_len : s->cfg.passage_max_len, vec, &tokens, 0, NULL, NULL, r))
+        goto done;
     if (normalize && !s->be.normalize) l2_normalize(vec, t.n, dim);
     json_t *embs = json_array();
     for (int i = 0; embs && i < t.n; i++) json_array_append_new(embs, embedding_json(vec + (size_t)i * dim, dim, encoding));
@@ -386,6 +434,9 @@ static int get_openai_input(qac_server *s, json_t *o, texts *t, qac_http_respons
 
 void qac_handle_embeddings(qac_server *s, const char *body, size_t len, qac_http_response *r) {
     static const char *const encodings[] = {"float", "base64", NULL};
+    /* not OpenAI's: which prompt the inputs take (absent: the default one) */
+    static const char *const input_types[] = {"query", "passage", "document", NULL};
+    int input_type = -1;
     json_t *o = parse_body(body, len, r);
     if (!o) return;
     texts t = {0};
@@ -398,7 +449,7 @@ void qac_handle_embeddings(qac_server *s, const char *body, size_t len, qac_http
         goto done;
     }
     if (!get_openai_input(s, o, &t, r) || !get_enum(o, "encoding_format", encodings, &encoding, r) ||
-        !get_int(o, "dimensions", 1, 1 << 20, &dims, r))
+        !get_int(o, "dimensions", 1, 1 << 20, &dims, r) || !get_enum(o, "input_type", input_types, &input_type, r))
         goto done;
     if (dims > s->be.dim) {
         qac_server_error(r, 422, "validation_error", "'dimensions' must be at most %d for this model", s->be.dim);
@@ -411,7 +462,12 @@ void qac_handle_embeddings(qac_server *s, const char *body, size_t len, qac_http
         goto done;
     }
     long long tokens = 0;
-    if (!encode_texts(s, &t, s->cfg.passage_max_len, vec, &tokens, 0, NULL, NULL, r)) goto done;
+    const char *prompt = input_type < 0 ? qac_srv_default_prompt(s)
+                         : input_type == 0 ? or_empty(s->be.query_prompt)
+                                           : or_empty(s->be.passage_prompt);
+    if (!encode_texts(s, &t, prompt, input_type == 0 ? s->cfg.query_max_len : s->cfg.passage_max_len, vec, &tokens,
+                      0, NULL, NULL, r))
+        goto done;
     if (dims < dim) { /* OpenAI's shortening: the first dimensions, normalised again */
         for (int i = 0; i < t.n; i++) memmove(vec + (size_t)i * dims, vec + (size_t)i * dim, (size_t)dims * sizeof *vec);
         l2_normalize(vec, t.n, (int)dims);
@@ -560,7 +616,9 @@ void qac_handle_search(qac_server *s, const char *body, size_t len, qac_http_res
             goto done;
         }
         /* encoded and searched together with other requests' queries */
-        if (!encode_texts(s, &t, s->cfg.query_max_len, qv, NULL, depth, dscores, drows, r)) goto done;
+        if (!encode_texts(s, &t, or_empty(s->be.query_prompt), s->cfg.query_max_len, qv, NULL, depth, dscores, drows,
+                          r))
+            goto done;
     }
     bscores = malloc((size_t)depth * sizeof *bscores);
     brows = malloc((size_t)depth * sizeof *brows);
@@ -689,9 +747,25 @@ void qac_handle_info(qac_server *s, qac_http_response *r) {
                           c->max_concurrent, "timeout_ms", c->timeout_ms, "queue_size", c->queue_size,
                           "query_max_len", c->query_max_len, "passage_max_len", c->passage_max_len, "auth",
                           c->api_key != NULL, "uptime_s", qac_now() - s->started);
-    if (o && s->be.search)
-        json_object_set_new(o, "index", json_pack("{s:s,s:I,s:i}", "type", s->be.index_type ? s->be.index_type : "",
-                                                  "size", (json_int_t)s->be.index_count, "dim", s->be.dim));
+    /* the prompts each endpoint applies, and every named one /embed knows */
+    json_t *named = json_object();
+    for (int i = 0; named && i < s->be.n_prompts; i++)
+        json_object_set_new(named, s->be.prompt_names[i], json_string(s->be.prompt_texts[i]));
+    if (o && named)
+        json_object_set_new(o, "prompts",
+                            json_pack("{s:s,s:s,s:s,s:o,s:b}", "query", or_empty(s->be.query_prompt), "passage",
+                                      or_empty(s->be.passage_prompt), "default_prompt_name",
+                                      or_empty(s->be.default_prompt_name), "named", json_incref(named),
+                                      "include_prompt", s->be.include_prompt));
+    json_decref(named);
+    if (o && s->be.search) {
+        json_t *ix = json_pack("{s:s,s:I,s:i}", "type", s->be.index_type ? s->be.index_type : "", "size",
+                               (json_int_t)s->be.index_count, "dim", s->be.dim);
+        if (ix && s->be.index_query_prompt)
+            json_object_set_new(ix, "prompts", json_pack("{s:s,s:s}", "query", s->be.index_query_prompt, "passage",
+                                                         or_empty(s->be.index_passage_prompt)));
+        json_object_set_new(o, "index", ix);
+    }
     if (o && s->be.bm25_search) json_object_set_new(o, "bm25", json_pack("{s:I}", "size", (json_int_t)s->be.bm25_count));
     set_json(r, o);
 }

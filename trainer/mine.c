@@ -182,7 +182,8 @@ qac_status qac_mine(const qac_mine_opts *o, qac_mine_stats *stats) {
             if (!qids[nb++] || !texts[nb - 1]) st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
         }
         if (!st && !o->run && nb && (nb == SEARCH_BATCH || eof)) {
-            st = qac_encoder_encode_texts(o->enc, (const char *const *)texts, NULL, nb, o->q_max, qv);
+            st = qac_encoder_encode_texts_prompted(o->enc, qac_model_query_prompt(qac_encoder_model(o->enc)),
+                                                   (const char *const *)texts, NULL, nb, o->q_max, qv);
             if (!st) st = qac_index_search(o->index, qv, nb, o->depth, scores, rows);
             if (!st) st = grow_cands(&x, (size_t)o->depth);
             for (int q = 0; q < nb && !st; q++) {
