@@ -57,6 +57,10 @@ qac_status qac_tokenizer_tokenize(const qac_tokenizer *t, const char *text, size
  * max_length=max_len). A special the vocabulary lacks (-1) is left out. */
 qac_status qac_tokenizer_encode(const qac_tokenizer *t, const char *text, size_t len, int max_len,
                                 int32_t *ids, int *n);
+/* The same, and whether the text was cut (*truncated = 1: it has more
+ * tokens than max_len holds). */
+qac_status qac_tokenizer_encode_cut(const qac_tokenizer *t, const char *text, size_t len, int max_len,
+                                    int32_t *ids, int *n, int *truncated);
 
 /* Pair: [CLS] a [SEP] b [SEP], with token type 0 for the first segment and 1
  * for the second; truncation is HF's "longest_first". `ids` and `type_ids`

@@ -39,6 +39,10 @@ qac_device qac_cli_device(const char *name);
 qac_text_format qac_cli_format(const char *name);
 /* Resolve --model: the flag's value, or the default model directory. */
 const char *qac_cli_model_dir(const qac_opts *o, char *buf, size_t cap);
+/* A training run's --out, checked before the work: a directory (or one to
+ * create) that is not some other model's: the run ends by writing its
+ * final model there. */
+qac_status qac_cli_check_run_dir(const char *out);
 /* "1h02m" or "3m05s": the time left of a long run, for progress lines. */
 void qac_cli_fmt_eta(char *buf, size_t cap, double seconds);
 

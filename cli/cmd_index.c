@@ -88,7 +88,14 @@ static int cmd_build(int argc, char **argv) {
         qac_opts_free(&o);
         return qac_cli_fail("index build");
     }
-    if (!ps.quiet) fprintf(stderr, "qac index build: %s ready (%.1f s)\n", out, qac_now() - t0);
+    int64_t count = 0, cut = 0;
+    int dim = 0, max_len = 0;
+    char factory[256], cut_s[96] = "";
+    if (qac_index_describe(out, &count, &dim, factory, sizeof factory, &cut, &max_len) == QAC_OK) {
+        if (max_len) snprintf(cut_s, sizeof cut_s, "; %lld cut at %d tokens", (long long)cut, max_len);
+        qac_summary("index build", "%lld passages, dim %d, %s, in %.1f s%s -> %s", (long long)count, dim, factory,
+                    qac_now() - t0, cut_s, out);
+    }
     qac_opts_free(&o);
     return 0;
 }

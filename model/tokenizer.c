@@ -274,12 +274,19 @@ qac_status qac_tokenizer_tokenize(const qac_tokenizer *t, const char *text, size
 
 qac_status qac_tokenizer_encode(const qac_tokenizer *t, const char *text, size_t len, int max_len,
                                 int32_t *ids, int *n) {
+    return qac_tokenizer_encode_cut(t, text, len, max_len, ids, n, NULL);
+}
+
+qac_status qac_tokenizer_encode_cut(const qac_tokenizer *t, const char *text, size_t len, int max_len,
+                                    int32_t *ids, int *n, int *truncated) {
     if (!t || !ids || !n) return qac_set_error(QAC_ERR_INVALID, "encode: NULL argument");
     if (max_len < 2) return qac_set_error(QAC_ERR_INVALID, "encode: max_len %d < 2", max_len);
     int cls = t->specials.cls >= 0, sep = t->specials.sep >= 0;
     int body = max_len - cls - sep, got = 0;
-    qac_status st = tokenize_n(t, text, len, ids + cls, body, body, &got);
+    /* one token past the room tells a cut text from one that just fits */
+    qac_status st = tokenize_n(t, text, len, ids + cls, body, truncated ? body + 1 : body, &got);
     if (st) return st;
+    if (truncated) *truncated = got > body;
     if (got > body) got = body;
     if (cls) ids[0] = t->specials.cls;
     if (sep) ids[cls + got] = t->specials.sep;

@@ -209,7 +209,7 @@ qac_status qac_server_create(qac_server **out, const qac_server_config *cfg, con
     s->log = log;
     s->log_user = log_user;
     s->started = qac_now();
-    if (s->cfg.query_max_len > be->model_max_len) s->cfg.query_max_len = be->model_max_len;
+    if (s->cfg.query_max_len < 2 || s->cfg.query_max_len > be->model_max_len) s->cfg.query_max_len = be->model_max_len;
     if (s->cfg.passage_max_len > be->model_max_len) s->cfg.passage_max_len = be->model_max_len;
     qac_status st = s->cfg.host ? QAC_OK : qac_set_error(QAC_ERR_NOMEM, "out of memory");
     if (!st) st = qac_metrics_create(&s->metrics);
