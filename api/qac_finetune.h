@@ -141,7 +141,7 @@ typedef struct qac_mine_opts {
     const char *run;                  /* a TREC run, or NULL to search: */
     qac_encoder *enc;                 /*   query encoder and */
     const qac_index *index;           /*   index (same model) */
-    int q_max;                        /* query tokens when searching */
+    int q_max;                        /* query tokens when searching (0: the model's limit) */
     const char *queries, *qrels, *corpus;
     qac_text_format queries_format, corpus_format;
     int n, depth;                     /* negatives kept, ranks considered */

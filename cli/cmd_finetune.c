@@ -27,8 +27,7 @@ static const qac_opt ft_opts[] = {
     {"q-max-len", QAC_OPT_INT, "32", 2, 8192, NULL, NULL, "query max tokens incl. specials", 0},
     {"p-max-len", QAC_OPT_INT, "128", 2, 8192, NULL, NULL, "passage max tokens incl. specials", 0},
     {"tau", QAC_OPT_FLOAT, NULL, 1e-6, 1e6, NULL, NULL,
-     "InfoNCE temperature (default: 0.05 for a model that normalises its embeddings or --sim cos, 1.0 for dot "
-     "products)", 0},
+     "InfoNCE temperature (default: 0.05 for a model that normalises its embeddings, 1.0 for one that does not)", 0},
     {"sim", QAC_OPT_ENUM, "dot", 0, -1, "dot|cos", NULL, "similarity (after the checkpoint's pooling/normalisation)", 0},
     {"alpha", QAC_OPT_FLOAT, "0", 0, 1, NULL, NULL, "> 0: the PAIR loss (1-alpha) L_q + alpha L_p instead of InfoNCE (--tau, --sim unused)", 0},
     {"chunk", QAC_OPT_INT, "0", 0, 1 << 20, NULL, NULL, "GradCache chunk in sequences (0 = whole batch at once)", 0},
@@ -169,9 +168,10 @@ int qac_cmd_finetune(int argc, char **argv) {
      * in [-1, 1]; dot products of unnormalised vectors take tau = 1 */
     const char *tau_why = "given";
     if (!st && !qac_opts_isset(&o, "tau")) {
-        int unit = m->normalize || fo.train.sim == QAC_SIM_COS;
-        fo.train.tau = unit ? 0.05f : 1.0f;
-        tau_why = m->normalize ? "the model normalises its embeddings" : unit ? "--sim cos" : "dot products";
+        fo.train.tau = m->normalize ? 0.05f : 1.0f;
+        tau_why = m->normalize ? "the model normalises its embeddings"
+                  : fo.train.sim == QAC_SIM_COS ? "the model's dot products; with --sim cos consider --tau 0.05"
+                                                : "the model's dot products";
     }
     long total = 0, from = 0;
     double t0 = qac_now();
