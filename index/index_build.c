@@ -182,15 +182,15 @@ static qac_status check_training(const char *factory, const qac_index_build_opts
                              "raise --train-size",
                              factory, (long long)need, why, (unsigned long long)avail);
     char hint[96];
-    if (nlist && n < 78) {
+    if (need > nlist) { /* PQ's k-means is what does not fit */
+        snprintf(hint, sizeof hint, "a PQ of fewer bits per code (PQ<m>x4 trains on 16), SQ8 or SQfp16");
+    } else if (n < 78) {
         snprintf(hint, sizeof hint, "no IVF at all");
-    } else if (nlist) {
+    } else {
         /* FAISS wants about 39 points per list: the largest power of two that keeps it */
         long long fit = 1;
         while (fit * 2 * 39 <= (long long)n) fit *= 2;
         snprintf(hint, sizeof hint, "fewer IVF lists (IVF%lld keeps 39 points per list)", fit);
-    } else {
-        snprintf(hint, sizeof hint, "fewer PQ bits, or SQfp16");
     }
     return qac_set_error(QAC_ERR_INVALID,
                          "--factory %s trains on at least %lld vectors (%s), but the input has only %llu; use %s, "
