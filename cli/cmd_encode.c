@@ -70,7 +70,7 @@ int qac_cmd_encode(int argc, char **argv) {
     int is_query = !strcmp(qac_opts_str(&o, "kind"), "query");
     int max_len = (int)qac_opts_int(&o, "max-len");
     if (max_len == 1) {
-        fprintf(stderr, "qac encode: --max-len must be at least 2 ([CLS] and [SEP])\n");
+        fprintf(stderr, "qac encode: --max-len must be 0 (the model's limit) or at least 2 ([CLS] and [SEP])\n");
         qac_opts_free(&o);
         return 2;
     }

@@ -617,12 +617,13 @@ static void set_model_dir(builder *b, const qac_model *m) {
 
 /* ---- from a corpus, through the encoder ---- */
 
-/* Whether dir holds a manifest whose passages are all encoded. */
-static int already_encoded(const char *dir) {
+/* Whether dir holds a manifest whose passages are all encoded (*count of them). */
+static int already_encoded(const char *dir, uint64_t *count) {
     char path[4096];
     if (qac_path_join(path, sizeof path, dir, "manifest.json")) return 0;
     json_t *m = json_load_file(path, 0, NULL);
     int yes = m && json_is_true(json_object_get(m, "encoded"));
+    if (yes) *count = (uint64_t)json_integer_value(json_object_get(m, "count"));
     json_decref(m);
     return yes;
 }
@@ -701,8 +702,10 @@ qac_status qac_index_build(const char *out_dir, qac_encoder *enc, const char *co
     if (st) return st;
     const char *factory = o->factory && *o->factory ? o->factory : "Flat";
     if ((st = check_factory(factory, qac_encoder_dim(enc))) || (st = qac_check_output_dir(out_dir))) return st;
-    if (!already_encoded(out_dir) &&
-        ((st = check_corpus(corpus_abs, o, &total)) || (st = check_training(factory, o, total))))
+    uint64_t encoded = 0;
+    int done_before = already_encoded(out_dir, &encoded); /* only the FAISS index is (re)built */
+    if ((!done_before && (st = check_corpus(corpus_abs, o, &total))) ||
+        (st = check_training(factory, o, done_before ? encoded : total)))
         return st;
     qac_reader *r = NULL;
     if ((st = qac_reader_open(&r, corpus_abs, QAC_READ_CORPUS, o->format))) return st;
