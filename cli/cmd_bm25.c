@@ -299,7 +299,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: qac bm25 <build|search|analyze> [options]   (qac bm25 <sub> --help)\n"
             "  build    index a corpus:          --corpus FILE --out DIR\n"
-            "  search   write a TREC run:        --index DIR --queries FILE --run OUT [--k 1000] [--k1 0.9] [--b 0.4]\n"
+            "  search   write a TREC run:        --index DIR --queries FILE --run OUT\n"
+            "                                    [--k 1000] [--k1 0.9] [--b 0.4]\n"
             "  analyze  print analyzed tokens:   TEXT... | --corpus FILE | --queries FILE\n");
 }
 

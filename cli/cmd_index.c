@@ -128,8 +128,9 @@ static int cmd_build(int argc, char **argv) {
 int qac_cmd_index(int argc, char **argv) {
     if (argc >= 1 && !strcmp(argv[0], "build")) return cmd_build(argc - 1, argv + 1);
     FILE *f = argc >= 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) ? stdout : stderr;
-    fprintf(f, "usage: qac index build --corpus FILE | --vectors FILE.npy (--ids FILE|sequential | --corpus FILE) "
-               "[--model DIR] --out DIR [options]\n"
+    fprintf(f, "usage: qac index build --corpus FILE [--model DIR] --out DIR [options]\n"
+               "       qac index build --vectors FILE.npy (--ids FILE|sequential | --corpus FILE) [--model DIR]\n"
+               "                       --out DIR [options]\n"
                "       (qac index build --help lists the options)\n");
     return f == stdout ? 0 : 2;
 }
