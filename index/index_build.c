@@ -48,7 +48,6 @@ typedef struct builder {
     uint32_t dtype;
     json_t *man;   /* the manifest being extended */
     int lock_fd;
-    int created; /* this run made the directory: a failure before any shard removes it */
     /* the shard being filled */
     float *vecs;
     char **ids;
@@ -214,8 +213,6 @@ static qac_status builder_begin(builder *b, const char *dir, const qac_index_bui
         json_decref(identity);
         return qac_set_error(QAC_ERR_INVALID, "shard size and batch must be >= 1");
     }
-    struct stat dsb;
-    b->created = stat(dir, &dsb) != 0;
     if ((st = check_factory(b->factory, dim)) || (st = qac_check_output_dir(dir)) || (st = qac_mkdirs(dir))) {
         json_decref(identity);
         return st;
@@ -232,7 +229,6 @@ static qac_status builder_begin(builder *b, const char *dir, const qac_index_bui
     }
     if (flock(b->lock_fd, LOCK_EX | LOCK_NB) != 0) {
         json_decref(identity);
-        b->created = 0; /* the running build's */
         return qac_set_error(QAC_ERR_BUSY, "%s: another qac index build is running on this directory", dir);
     }
     remove_stale_tmp(dir);
@@ -297,22 +293,6 @@ fresh:
                        "faiss");
     if (!b->man) return qac_set_error(QAC_ERR_NOMEM, "manifest: out of memory");
     return write_manifest(b);
-}
-
-/* A failed run that listed no shard leaves no directory it made: the
- * manifest would only stand in the way of the fixed run. */
-static void discard_if_empty(builder *b) {
-    if (!b->created || !b->dir || (b->man && json_array_size(json_object_get(b->man, "shards")) > 0)) return;
-    DIR *d = opendir(b->dir);
-    if (!d) return;
-    struct dirent *e;
-    char path[4096];
-    while ((e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") &&
-            qac_path_join(path, sizeof path, b->dir, e->d_name) == QAC_OK)
-            unlink(path);
-    closedir(d);
-    rmdir(b->dir);
 }
 
 static void builder_end(builder *b) {
@@ -810,7 +790,6 @@ qac_status qac_index_build(const char *out_dir, qac_encoder *enc, const char *co
     if ((st = write_manifest(&b))) goto done;
     st = finish(&b);
 done:
-    if (st) discard_if_empty(&b);
     free(pc.tok);
     free(pc.lens);
     free(pc.order);
@@ -862,6 +841,12 @@ static qac_status npy_open(npy *a, const char *path) {
     free(h);
     a->rows = rows;
     a->dim = dim;
+    /* a file cut short is said now, not when its last shard is read */
+    struct stat sb;
+    uint64_t need = a->data_off + (uint64_t)rows * (uint64_t)dim * (a->fp16 ? 2u : 4u);
+    if (!st && fstat(fileno(a->f), &sb) == 0 && (uint64_t)sb.st_size < need)
+        st = qac_set_error(QAC_ERR_FORMAT, "%s: truncated: its header promises %llu x %d values, %llu bytes, the file "
+                           "has %llu", path, rows, dim, (unsigned long long)need, (unsigned long long)sb.st_size);
     return st;
 }
 
@@ -1040,7 +1025,6 @@ qac_status qac_index_build_vectors(const char *out_dir, const char *npy_path, co
     }
     st = finish(&b);
 done:
-    if (st) discard_if_empty(&b);
     builder_end(&b);
     id_list_free(&ids);
     fclose(a.f);

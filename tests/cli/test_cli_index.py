@@ -4,7 +4,8 @@ that needs no encoding comes before any, --vectors takes its ids.
 
 - A bad JSONL line, a duplicate id, a missing tab, an empty corpus: refused
   before any passage is encoded, naming the file (and line), with no
-  directory left; the same command on the fixed file then builds.
+  directory left; the same command on the fixed file then builds. So is a
+  truncated .npy given to --vectors.
 - A build killed before its first shard was listed leaves a manifest that
   the next run, with another corpus, replaces instead of refusing.
 - An existing file as --out is named as such (not "another build is
@@ -112,6 +113,13 @@ open(p("short.txt"), "w").writelines(open(p("ids.txt")).readlines()[:-1])
 r = vectors(p("ix-short"), "--ids", p("short.txt"))
 check(r.returncode == 1 and f"{N - 1} ids" in r.stderr and f"{N} rows" in r.stderr and not os.path.exists(p("ix-short")),
       "a count mismatch is refused: " + r.stderr.strip()[-160:])
+# a .npy cut short (its header promises more rows than follow) is refused
+# before anything is written
+data = open(p("v.npy"), "rb").read()
+open(p("cut.npy"), "wb").write(data[:len(data) - 384 * 4 * 3])
+r = run(["index", "build", "--vectors", p("cut.npy"), "--ids", "sequential", "--out", p("ix-cut")])
+check(r.returncode == 1 and "truncated" in r.stderr and not os.path.exists(p("ix-cut")),
+      "a truncated .npy is refused before anything is written: " + r.stderr.strip()[-160:])
 r = vectors(p("ix-seq"), "--ids", "sequential")
 run(["search", "--index", p("ix-seq"), "--queries", p("q.tsv"), "--run", p("seq.run"), "-k", str(N)])
 seq = sorted(int(l.split()[2]) for l in open(p("seq.run")) if l.startswith("q1 "))
