@@ -195,7 +195,8 @@ int qac_cmd_search(int argc, char **argv) {
     const char *server = qac_opts_str(&o, "server");
     if (server)
         rc = qac_cli_search_remote(server, qac_opts_str(&o, "api-key"), qac_opts_str(&o, "queries"),
-                                   (int)qac_opts_int(&o, "k"), qac_opts_str(&o, "run-id"), out);
+                                   (int)qac_opts_int(&o, "k"), qac_opts_str(&o, "run-id"),
+                                   (int)qac_opts_int(&o, "max-len"), out);
     else
         rc = search_local(&o, out);
     if (!to_stdout) {

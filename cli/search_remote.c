@@ -253,7 +253,7 @@ static qac_status run_batch(const remote *r, char **qids, json_t *queries, int k
 }
 
 int qac_cli_search_remote(const char *url, const char *api_key, const char *queries_path, int k, const char *run_id,
-                          FILE *out) {
+                          int max_len, FILE *out) {
     remote r;
     memset(&r, 0, sizeof r);
     r.api_key = api_key && *api_key ? api_key : NULL;
@@ -272,6 +272,13 @@ int qac_cli_search_remote(const char *url, const char *api_key, const char *quer
     json_t *limits = json_object_get(info, "limits");
     int max_texts = (int)json_integer_value(json_object_get(limits, "max_texts"));
     int max_k = (int)json_integer_value(json_object_get(limits, "max_k"));
+    int server_len = (int)json_integer_value(json_object_get(limits, "query_max_len"));
+    /* the server embeds queries at its own length: never let --max-len look applied */
+    if (max_len > 0 && server_len > 0 && max_len != server_len)
+        fprintf(stderr,
+                "qac search: note: --max-len %d is for offline searches; the server cuts queries at %d tokens (its "
+                "--query-max-len)\n",
+                max_len, server_len);
     int per_call = max_texts > 0 && max_texts < REMOTE_BATCH ? max_texts : REMOTE_BATCH;
     if (max_k > 0 && k > max_k) {
         qac_set_error(QAC_ERR_INVALID, "k %d is larger than the server's max_k %d (start it with --max-k)", k, max_k);

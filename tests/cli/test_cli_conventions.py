@@ -191,6 +191,9 @@ try:
     cli = [int(x) for x in run(["tokenize", "--no-special-tokens", text]).stdout.split()]
     s, _, res = srvlib.http(srv.base, "POST", "/tokenize", {"text": text, "add_special_tokens": False})
     check(res["ids"][0] == cli, "... and without them")
+    r = run(["search", "--server", srv.base, "--queries", p("q.tsv"), "--run", p("r.run"), "--max-len", "32"])
+    check("--max-len 32 is for offline searches; the server cuts queries at 256 tokens" in r.stderr,
+          "search --server --max-len: a note that the server's length applies: " + r.stderr.strip()[-200:])
     url = srv.base + "/prefix"
     r = run(["search", "--server", url, "--queries", p("q.tsv"), "--run", p("r.run")])
     check(r.returncode == 1 and f"GET {url}/info: HTTP 404" in r.stderr and "POST/GET" not in r.stderr,
