@@ -127,7 +127,9 @@ void qac_finetune_opts_default(qac_finetune_opts *o);
 /* Check everything (data, dev files, the run directory, a resumed
  * checkpoint's architecture), then train m in place to o->out_dir: the
  * engine's checkpoints, log.jsonl, and dev.jsonl with the dev metrics of
- * every save. *total_steps receives the run's length. A resume whose
+ * every save; at the end the trained model itself in o->out_dir (an HF and
+ * sentence-transformers directory, written as qac_model_save does, its
+ * config.json last so it never looks whole before it is). *total_steps receives the run's length. A resume whose
  * options would not continue the run (README "Fine-tuning") is refused with
  * QAC_ERR_MISMATCH, naming the option and both values. */
 qac_status qac_finetune_run(qac_model *m, const qac_ft_data *d, const qac_finetune_opts *o, long *total_steps,
@@ -139,7 +141,7 @@ typedef struct qac_mine_opts {
     const char *run;                  /* a TREC run, or NULL to search: */
     qac_encoder *enc;                 /*   query encoder and */
     const qac_index *index;           /*   index (same model) */
-    int q_max;                        /* query tokens when searching */
+    int q_max;                        /* query tokens when searching (0: the model's limit) */
     const char *queries, *qrels, *corpus;
     qac_text_format queries_format, corpus_format;
     int n, depth;                     /* negatives kept, ranks considered */

@@ -30,6 +30,13 @@ typedef struct qac_index_build_opts {
     qac_progress_fn progress; /* phases: encode, train-sample/vectors, train/steps, add/vectors, write/files */
     const qac_model *vectors_model; /* build_vectors only: the model that made the vectors (NULL: unknown) */
     void *progress_user;
+    /* build_vectors only: row i's docid is the i-th line of ids_path (as
+     * `qac encode --ids` writes it), or the i-th record's id of ids_corpus
+     * (the corpus the vectors were made from, in ids_format); with neither,
+     * rows are numbered "0".."n-1". A count other than the rows' is refused. */
+    const char *ids_path;
+    const char *ids_corpus;
+    qac_text_format ids_format;
 } qac_index_build_opts;
 
 /* Flat, batch 64, model max length, 100000 passages per shard, fp32. */
@@ -45,13 +52,20 @@ qac_status qac_index_build(const char *out_dir, qac_encoder *enc, const char *co
                            const qac_index_build_opts *o);
 
 /* Same, from precomputed vectors: a float32 or float16 C-order .npy of
- * shape [n, dim]. Row i gets docid "i"; there is no passage text. The
+ * shape [n, dim]. Row i gets its docid from o->ids_path or o->ids_corpus
+ * (else "i"); there is no passage text. The
  * manifest records o->vectors_model's identity and fingerprint (its hidden
  * size must equal dim), or fingerprint "none" without one, which servers
  * and searches refuse unless told to ignore the model. Resumable the same way. */
 qac_status qac_index_build_vectors(const char *out_dir, const char *npy_path, const qac_index_build_opts *o);
 
 typedef struct qac_index qac_index;
+
+/* What a finished build holds, from its manifest alone (cheap: for a
+ * command's summary line): passages, dimension, factory, and the passages
+ * cut at max_len tokens (0 and 0 for vectors). */
+qac_status qac_index_describe(const char *dir, int64_t *count, int *dim, char *factory, size_t factory_cap,
+                              int64_t *truncated, int *max_len);
 
 /* How much of index.faiss and the corpus to check against the manifest's
  * checksums at open: FULL reads every byte (about 1 s per GB); SIZE only
@@ -84,6 +98,13 @@ int qac_index_prompts(const qac_index *ix, const char **query, const char **pass
  * want another query prompt than query_prompt (NULL: ""); the vectors of a
  * query encoded with the wrong prompt are only silently worse. */
 qac_status qac_index_check_prompts(const qac_index *ix, const char *query_prompt);
+/* The model's name and directory as the build recorded them ("" when not). */
+const char *qac_index_model_name(const qac_index *ix);
+const char *qac_index_model_dir(const qac_index *ix);
+/* QAC_OK when m is the model the index was built with; else
+ * QAC_ERR_MISMATCH with a message naming that model (and its directory:
+ * the --model to use instead). */
+qac_status qac_index_check_model(const qac_index *ix, const qac_model *m);
 const char *qac_index_docid(const qac_index *ix, int64_t row);
 /* Passage text of a row, read by offset from the corpus file recorded in
  * the manifest (opened once, by qac_index_open_corpus or on first use).

@@ -130,6 +130,19 @@ const char *qac_pooling_name(qac_pooling p); /* "cls" / "mean" */
  * pooling, no normalisation, max_position. The tokenizer is loaded from the
  * same directory with qac_tokenizer_load. */
 qac_status qac_model_load(qac_model **out, const char *dir);
+
+/* What a --model value names, as a directory for qac_model_load:
+ *  - an existing path: a model directory as it is; a training run directory
+ *    (`latest` beside checkpoint-N) without a final model in it yet: its
+ *    newest checkpoint, and *note says so; a run's `latest` file: the
+ *    checkpoint it names; anything else as given (loading says what is wrong);
+ *  - a bare name: the model installed under that name
+ *    ($QAC_HOME/models/NAME, else ~/.local/share/qac/models/NAME);
+ *  - ORG/NAME: that repository's snapshot in the Hugging Face hub cache
+ *    (HF_HUB_CACHE, HF_HOME/hub, ~/.cache/huggingface/hub), offline: the
+ *    revision refs/main names, else the newest snapshot.
+ * QAC_ERR_NOT_FOUND naming where it looked. note may be NULL. */
+qac_status qac_model_resolve(const char *spec, char *buf, size_t cap, char *note, size_t note_cap);
 void qac_model_free(qac_model *m);
 
 /* Build a model in memory from a config with zeroed parameters (tests,

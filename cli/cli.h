@@ -25,9 +25,11 @@ int qac_cmd_plot(int argc, char **argv);
 
 /* `qac search --server URL`: read queries (any qac_data.h format), POST them
  * to URL/search in batches and write a TREC run to `out`, identical to
- * offline `qac search`. api_key may be NULL. Returns an exit code. */
+ * offline `qac search`. api_key may be NULL. max_len > 0: the --max-len the
+ * user gave, which the server does not take (a note says so when its own
+ * length differs). Returns an exit code. */
 int qac_cli_search_remote(const char *url, const char *api_key, const char *queries_path, int k,
-                          const char *run_id, FILE *out);
+                          const char *run_id, int max_len, FILE *out);
 
 /* Parse options for a command; prints usage on --help (returns -1 → exit 0)
  * and the error plus a hint on bad input (returns 2). 0 means go on. */
@@ -40,6 +42,10 @@ qac_device qac_cli_device(const char *name);
 qac_text_format qac_cli_format(const char *name);
 /* Resolve --model: the flag's value, or the default model directory. */
 const char *qac_cli_model_dir(const qac_opts *o, char *buf, size_t cap);
+/* A training run's --out, checked before the work: a directory (or one to
+ * create) that is not some other model's: the run ends by writing its
+ * final model there. */
+qac_status qac_cli_check_run_dir(const char *out);
 /* "1h02m" or "3m05s": the time left of a long run, for progress lines. */
 void qac_cli_fmt_eta(char *buf, size_t cap, double seconds);
 

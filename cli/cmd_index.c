@@ -9,8 +9,12 @@
 
 static const qac_opt build_opts[] = {
     {"model", QAC_OPT_STR, NULL, 0, -1, NULL, "QAC_MODEL", "model directory (default: the embedded default model); with --vectors, the model that made them, recorded in the manifest so that `qac serve` accepts the index", 0},
-    {"corpus", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "corpus file: collection.tsv, BEIR/Tevatron jsonl, Cranfield", 0},
-    {"vectors", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "precomputed float32/float16 .npy [n, dim] instead of --corpus", 0},
+    {"corpus", QAC_OPT_STR, NULL, 0, -1, NULL, NULL,
+     "corpus file: collection.tsv, BEIR/Tevatron jsonl, Cranfield; with --vectors, the corpus they were made from "
+     "(its ids, in row order)", 0},
+    {"vectors", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "precomputed float32/float16 .npy [n, dim] instead of encoding --corpus", 0},
+    {"ids", QAC_OPT_STR, NULL, 0, -1, NULL, NULL,
+     "with --vectors: the rows' ids, one per line (as qac encode --ids writes), or 'sequential' to number them 0..n-1", 0},
     {"format", QAC_OPT_ENUM, "auto", 0, -1, "auto|tsv|beir|tevatron|cranfield", NULL, "corpus format", 0},
     {"out", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "index directory (created; re-run to resume)", 1},
     {"factory", QAC_OPT_STR, "Flat", 0, -1, NULL, NULL,
@@ -33,12 +37,24 @@ static const qac_opt build_opts[] = {
 
 static int cmd_build(int argc, char **argv) {
     qac_opts o;
-    int rc = qac_cli_parse(&o, "index build", "--corpus FILE | --vectors FILE.npy [--model DIR] --out DIR [options]", build_opts,
-                           N_BUILD_OPTS, argc, argv);
+    int rc = qac_cli_parse(&o, "index build",
+                           "--corpus FILE | --vectors FILE.npy (--ids FILE|sequential | --corpus FILE) [--model DIR] "
+                           "--out DIR [options]",
+                           build_opts, N_BUILD_OPTS, argc, argv);
     if (rc) return rc < 0 ? 0 : rc;
-    const char *corpus = qac_opts_str(&o, "corpus"), *vectors = qac_opts_str(&o, "vectors");
-    if (!corpus == !vectors) {
-        fprintf(stderr, "qac index build: give exactly one of --corpus or --vectors\n");
+    const char *corpus = qac_opts_str(&o, "corpus"), *vectors = qac_opts_str(&o, "vectors"),
+               *ids = qac_opts_str(&o, "ids");
+    const char *usage_err = NULL;
+    if (!corpus && !vectors) usage_err = "give --corpus FILE, or --vectors FILE.npy with their ids";
+    else if (ids && !vectors) usage_err = "--ids goes with --vectors (a corpus carries its own ids)";
+    else if (vectors && !!ids == !!corpus)
+        /* numbering rows 0..n-1 silently gives every hit the wrong id when
+         * the corpus's ids are not exactly those numbers */
+        usage_err = ids ? "with --vectors give the ids by --ids or by --corpus, not both"
+                        : "--vectors needs the rows' ids: --ids FILE (one per line, as qac encode --ids writes), "
+                          "--corpus FILE (the corpus the vectors were made from), or --ids sequential (ids 0..n-1)";
+    if (usage_err) {
+        fprintf(stderr, "qac index build: %s\n(see 'qac index build --help')\n", usage_err);
         qac_opts_free(&o);
         return 2;
     }
@@ -60,6 +76,8 @@ static int cmd_build(int argc, char **argv) {
     bo.format = qac_cli_format(qac_opts_str(&o, "format"));
     bo.progress = qac_progress_stderr;
     bo.progress_user = &ps;
+    if (vectors && ids && strcmp(ids, "sequential")) bo.ids_path = ids;
+    if (vectors && corpus) bo.ids_corpus = corpus, bo.ids_format = bo.format;
     const char *out = qac_opts_str(&o, "out");
     double t0 = qac_now();
     qac_status st;
@@ -67,15 +85,22 @@ static int cmd_build(int argc, char **argv) {
         /* Only a model named explicitly is recorded: vectors from an unknown
          * model keep fingerprint "none". */
         qac_model *vm = NULL;
-        st = qac_opts_isset(&o, "model") ? qac_model_load(&vm, qac_opts_str(&o, "model")) : QAC_OK;
+        char buf[4096];
+        const char *mdir = qac_opts_isset(&o, "model") ? qac_cli_model_dir(&o, buf, sizeof buf) : NULL;
+        st = qac_opts_isset(&o, "model") ? (mdir ? qac_model_load(&vm, mdir) : QAC_ERR_NOT_FOUND) : QAC_OK;
         bo.vectors_model = vm;
         if (!st) st = qac_index_build_vectors(out, vectors, &bo);
         qac_model_free(vm);
     } else {
         char buf[4096];
-        const char *model_dir = qac_cli_model_dir(&o, buf, sizeof buf);
         qac_model *m = NULL;
         qac_encoder *enc = NULL;
+        /* the output's place first: said before the model loads */
+        if (qac_check_output_dir(out) || qac_check_input(corpus)) {
+            qac_opts_free(&o);
+            return qac_cli_fail("index build");
+        }
+        const char *model_dir = qac_cli_model_dir(&o, buf, sizeof buf);
         if (!model_dir) {
             qac_opts_free(&o);
             return qac_cli_fail("index build");
@@ -96,7 +121,14 @@ static int cmd_build(int argc, char **argv) {
         qac_opts_free(&o);
         return qac_cli_fail("index build");
     }
-    if (!ps.quiet) fprintf(stderr, "qac index build: %s ready (%.1f s)\n", out, qac_now() - t0);
+    int64_t count = 0, cut = 0;
+    int dim = 0, max_len = 0;
+    char factory[256], cut_s[96] = "";
+    if (qac_index_describe(out, &count, &dim, factory, sizeof factory, &cut, &max_len) == QAC_OK) {
+        if (max_len) snprintf(cut_s, sizeof cut_s, "; %lld cut at %d tokens", (long long)cut, max_len);
+        qac_summary("index build", "%lld passages, dim %d, %s, in %.1f s%s -> %s", (long long)count, dim, factory,
+                    qac_now() - t0, cut_s, out);
+    }
     qac_opts_free(&o);
     return 0;
 }
@@ -104,7 +136,9 @@ static int cmd_build(int argc, char **argv) {
 int qac_cmd_index(int argc, char **argv) {
     if (argc >= 1 && !strcmp(argv[0], "build")) return cmd_build(argc - 1, argv + 1);
     FILE *f = argc >= 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) ? stdout : stderr;
-    fprintf(f, "usage: qac index build --corpus FILE | --vectors FILE.npy [--model DIR] --out DIR [options]\n"
+    fprintf(f, "usage: qac index build --corpus FILE [--model DIR] --out DIR [options]\n"
+               "       qac index build --vectors FILE.npy (--ids FILE|sequential | --corpus FILE) [--model DIR]\n"
+               "                       --out DIR [options]\n"
                "       (qac index build --help lists the options)\n");
     return f == stdout ? 0 : 2;
 }

@@ -143,6 +143,11 @@ int qac_cmd_pretrain(int argc, char **argv) {
 
     qac_model *m = NULL;
     char buf[4096];
+    if (qac_cli_check_run_dir(po.out_dir)) { /* a command-line error, said before any data loads */
+        qac_cli_fail("pretrain");
+        qac_opts_free(&o);
+        return 2;
+    }
     const char *model_dir = qac_cli_model_dir(&o, buf, sizeof buf);
     qac_status st = model_dir ? QAC_OK : QAC_ERR_NOT_FOUND;
     if (!st) st = qac_model_load(&m, model_dir);
@@ -161,10 +166,10 @@ int qac_cmd_pretrain(int argc, char **argv) {
     }
     if (!st) st = qac_pretrain_run(m, &po, &from);
     if (st) rc = qac_cli_fail("pretrain"), rc = st == QAC_ERR_MISMATCH ? 2 : rc; /* as finetune: a changed option */
-    else if (!u.quiet)
-        fprintf(stderr, "qac pretrain: steps %ld..%ld done in %.1f s; the encoder is in %s (checkpoints with the heads "
-                        "beside it)\n",
-                from + 1, po.train.total_steps, qac_now() - t0, po.out_dir);
+    else
+        qac_summary("pretrain", "steps %ld..%ld done in %.1f s; the encoder is in %s (checkpoints with the heads beside "
+                    "it)",
+                    from + 1, po.train.total_steps, qac_now() - t0, po.out_dir);
     qac_model_free(m);
     qac_opts_free(&o);
     return rc;

@@ -15,7 +15,9 @@ static const qac_opt search_opts[] = {
     {"k", QAC_OPT_INT, "1000", 1, 1000, NULL, NULL, "passages per query", 0},
     {"model", QAC_OPT_STR, NULL, 0, -1, NULL, "QAC_MODEL", "query encoder (must be the index's model)", 0},
     {"batch", QAC_OPT_INT, "128", 1, 4096, NULL, NULL, "queries per encoder call and search call", 0},
-    {"max-len", QAC_OPT_INT, "32", 2, 8192, NULL, NULL, "query max tokens incl. specials", 0},
+    {"max-len", QAC_OPT_INT, "0", 0, 8192, NULL, NULL,
+     "query max tokens incl. specials; 0 = the model's limit (its max_seq_length); longer queries are cut and "
+     "counted in the summary", 0},
     {"run-id", QAC_OPT_STR, "qac", 0, -1, NULL, NULL, "run name in the last column", 0},
     {"device", QAC_OPT_ENUM, "auto", 0, -1, "auto|cpu|cuda", "QAC_DEVICE", "encoder and search device", 0},
     {"threads", QAC_OPT_INT, "0", 0, 1024, NULL, "QAC_THREADS", "CPU threads for the encoder and the flat scan (0 = all cores)", 0},
@@ -52,7 +54,7 @@ static void qbatch_clear(qbatch *b) {
 
 /* Encode, search and write one batch of queries. */
 static qac_status run_batch(qac_encoder *enc, const qac_index *ix, qbatch *b, int k, int max_len, const char *run_id,
-                            FILE *out, float *qv, float *scores, int64_t *rows, const char **docids) {
+                            FILE *out, float *qv, float *scores, int64_t *rows, const char **docids, uint64_t *hits) {
     const char *prompt = qac_model_query_prompt(qac_encoder_model(enc));
     qac_status st =
         qac_encoder_encode_texts_prompted(enc, prompt, (const char *const *)b->texts, b->lens, b->n, max_len, qv);
@@ -62,6 +64,7 @@ static qac_status run_batch(qac_encoder *enc, const qac_index *ix, qbatch *b, in
         for (; got < k && rows[(size_t)q * k + got] >= 0; got++)
             docids[got] = qac_index_docid(ix, rows[(size_t)q * k + got]);
         st = qac_run_write(out, b->qids[q], docids, scores + (size_t)q * k, got, run_id);
+        *hits += (uint64_t)got;
     }
     return st;
 }
@@ -73,6 +76,10 @@ static int search_local(const qac_opts *o, FILE *out) {
         return 2;
     }
     int k = (int)qac_opts_int(o, "k"), batch = (int)qac_opts_int(o, "batch"), max_len = (int)qac_opts_int(o, "max-len");
+    if (max_len == 1) {
+        fprintf(stderr, "qac search: --max-len must be 0 or at least 2 ([CLS] and [SEP])\n");
+        return 2;
+    }
     const char *run_id = qac_opts_str(o, "run-id");
     qac_device dev = qac_cli_device(qac_opts_str(o, "device"));
     qac_index *ix = NULL;
@@ -85,6 +92,9 @@ static int search_local(const qac_opts *o, FILE *out) {
     const char **docids = NULL;
     int rc = 1;
     char buf[4096];
+    /* the queries first: a mistake there is said before the index and model load */
+    if (qac_reader_open(&r, qac_opts_str(o, "queries"), QAC_READ_QUERIES, qac_cli_format(qac_opts_str(o, "format"))))
+        goto fail;
     const char *model_dir = qac_cli_model_dir(o, buf, sizeof buf);
     if (!model_dir) goto fail;
     if (qac_index_open(&ix, index_dir, dev) || qac_index_set_threads(ix, (int)qac_opts_int(o, "threads"))) goto fail;
@@ -96,11 +106,10 @@ static int search_local(const qac_opts *o, FILE *out) {
         if (!qac_opts_bool(o, "allow-prompt-mismatch")) goto fail;
         fprintf(stderr, "qac search: warning: %s\n", qac_last_error());
     }
-    if (strcmp(m->fingerprint, qac_index_model_fingerprint(ix)) != 0 && !qac_opts_bool(o, "allow-model-mismatch")) {
-        qac_set_error(QAC_ERR_INVALID,
-                      "the index was built with model fingerprint %s, but --model %s has %s "
-                      "(queries and passages must share an encoder; --allow-model-mismatch overrides)",
-                      qac_index_model_fingerprint(ix), model_dir, m->fingerprint);
+    if (!qac_opts_bool(o, "allow-model-mismatch") && qac_index_check_model(ix, m)) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", qac_last_error());
+        qac_set_error(QAC_ERR_MISMATCH, "%s (or --allow-model-mismatch to search anyway)", msg);
         goto fail;
     }
     qac_encoder_opts eo = qac_encoder_default_opts();
@@ -114,8 +123,7 @@ static int search_local(const qac_opts *o, FILE *out) {
                       qac_index_dim(ix));
         goto fail;
     }
-    if (qac_reader_open(&r, qac_opts_str(o, "queries"), QAC_READ_QUERIES, qac_cli_format(qac_opts_str(o, "format"))))
-        goto fail;
+    max_len = qac_encoder_max_len(enc, max_len);
     b.qids = calloc((size_t)batch, sizeof(char *));
     b.texts = calloc((size_t)batch, sizeof(char *));
     b.lens = calloc((size_t)batch, sizeof(size_t));
@@ -129,7 +137,9 @@ static int search_local(const qac_opts *o, FILE *out) {
     }
     qac_progress_state ps;
     qac_progress_init(&ps, "queries");
-    uint64_t done = 0;
+    uint64_t done = 0, hits = 0, file_size = qac_reader_file_size(r), offset = 0;
+    double t0 = qac_now();
+    qac_progress_stderr(&ps, "search", 0, 0); /* the phase's clock starts here */
     for (int eof = 0; !eof;) {
         qac_record rec;
         int got = 0;
@@ -138,6 +148,7 @@ static int search_local(const qac_opts *o, FILE *out) {
             b.qids[b.n] = strdup(rec.id);
             b.texts[b.n] = strndup(rec.text, rec.text_len);
             b.lens[b.n] = rec.text_len;
+            offset = rec.offset;
             if (!b.qids[b.n] || !b.texts[b.n]) {
                 b.n++;
                 qac_set_error(QAC_ERR_NOMEM, "out of memory");
@@ -146,12 +157,18 @@ static int search_local(const qac_opts *o, FILE *out) {
             b.n++;
         } else eof = 1;
         if (b.n == batch || (eof && b.n)) {
-            if (run_batch(enc, ix, &b, k, max_len, run_id, out, qv, scores, rows, docids)) goto fail;
+            if (run_batch(enc, ix, &b, k, max_len, run_id, out, qv, scores, rows, docids, &hits)) goto fail;
             done += (uint64_t)b.n;
-            qac_progress_stderr(&ps, "search", done, 0);
+            /* the total is estimated from the bytes read so far, exact at the end */
+            uint64_t est = eof ? done : offset > 0 ? (uint64_t)((double)done * (double)file_size / (double)offset) : 0;
+            qac_progress_stderr(&ps, "search", done, est > done || eof ? est : done + 1);
             qbatch_clear(&b);
         }
     }
+    double dt = qac_now() - t0;
+    qac_summary("search", "%llu queries, %llu hits in %.1f s (%.1f queries/s); %lld cut at %d tokens -> %s",
+                (unsigned long long)done, (unsigned long long)hits, dt, dt > 0 ? (double)done / dt : 0.0,
+                (long long)qac_encoder_truncated(enc), max_len, qac_opts_str(o, "run"));
     rc = 0;
 fail:
     if (rc) rc = qac_cli_fail("search");
@@ -180,7 +197,7 @@ int qac_cmd_search(int argc, char **argv) {
     qac_atomic_file af = {0};
     FILE *out = stdout;
     if (!to_stdout) {
-        if (qac_atomic_open(&af, run_path)) {
+        if (qac_check_output_file(run_path) || qac_atomic_open(&af, run_path)) {
             qac_opts_free(&o);
             return qac_cli_fail("search");
         }
@@ -194,7 +211,8 @@ int qac_cmd_search(int argc, char **argv) {
         rc = 2;
     } else if (server)
         rc = qac_cli_search_remote(server, qac_opts_str(&o, "api-key"), qac_opts_str(&o, "queries"),
-                                   (int)qac_opts_int(&o, "k"), qac_opts_str(&o, "run-id"), out);
+                                   (int)qac_opts_int(&o, "k"), qac_opts_str(&o, "run-id"),
+                                   (int)qac_opts_int(&o, "max-len"), out);
     else
         rc = search_local(&o, out);
     if (!to_stdout) {

@@ -1,8 +1,11 @@
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "qac_cpu.h"
+#include "qac_model.h"
+#include "qac_util.h"
 
 int qac_cli_parse(qac_opts *o, const char *cmd, const char *synopsis, const qac_opt *table, int n,
                   int argc, char **argv) {
@@ -27,14 +30,19 @@ int qac_cli_parse(qac_opts *o, const char *cmd, const char *synopsis, const qac_
 }
 
 int qac_cli_fail(const char *cmd) {
+    qac_progress_newline();
     fprintf(stderr, "qac %s: %s\n", cmd, qac_last_error());
     return 1;
 }
 
 const char *qac_cli_model_dir(const qac_opts *o, char *buf, size_t cap) {
     const char *m = qac_opts_str(o, "model");
-    if (m) return m;
-    return qac_default_model_dir(buf, cap) == QAC_OK ? buf : NULL;
+    if (!m) return qac_default_model_dir(buf, cap) == QAC_OK ? buf : NULL;
+    char note[4096 + 512];
+    if (qac_model_resolve(m, buf, cap, note, sizeof note)) return NULL;
+    /* which model runs is never left to guess, quiet or not */
+    if (note[0]) fprintf(stderr, "qac: %s\n", note);
+    return buf;
 }
 
 qac_device qac_cli_device(const char *name) {
@@ -66,4 +74,17 @@ const char *qac_cli_quote_prompt(char *buf, size_t cap, const char *prompt) {
     if (!prompt || !*prompt) snprintf(buf, cap, "none");
     else snprintf(buf, cap, "\"%s\"", prompt);
     return buf;
+}
+
+qac_status qac_cli_check_run_dir(const char *out) {
+    qac_status st = qac_check_output_dir(out);
+    char cfg[4096], latest[4096];
+    if (st || qac_path_join(cfg, sizeof cfg, out, "config.json") || qac_path_join(latest, sizeof latest, out, "latest"))
+        return st ? st : qac_set_error(QAC_ERR_INVALID, "path too long: %s", out);
+    if (access(cfg, F_OK) == 0 && access(latest, F_OK) != 0)
+        return qac_set_error(QAC_ERR_INVALID,
+                             "%s holds a model that no training run wrote: the run's final model would replace it; "
+                             "choose another --out",
+                             out);
+    return QAC_OK;
 }

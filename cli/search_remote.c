@@ -15,6 +15,7 @@
 
 #include "cli.h"
 #include "qac_data.h"
+#include "qac_util.h"
 
 #define REMOTE_BATCH 128 /* like offline search's default batch */
 #define REMOTE_TIMEOUT_S 300
@@ -177,13 +178,18 @@ static qac_status call_json(const remote *r, const char *method, const char *pat
     json_error_t e;
     json_t *o = json_loads(body, 0, &e);
     free(body);
+    /* the URL as requested: a server behind a path prefix is named with it */
+    char where[1024];
+    snprintf(where, sizeof where, "%s http://%s%s%s:%s%s%s", method, strchr(r->host, ':') ? "[" : "", r->host,
+             strchr(r->host, ':') ? "]" : "", r->port, r->prefix, path);
     if (status / 100 != 2) {
         const char *msg = json_string_value(json_object_get(json_object_get(o, "error"), "message"));
-        st = qac_set_error(QAC_ERR_IO, "POST/GET %s: HTTP %d: %s", path, status, msg ? msg : "(no message)");
+        st = qac_set_error(QAC_ERR_IO, "%s: HTTP %d%s%s", where, status, msg ? ": " : "",
+                           msg ? msg : status == 404 ? " (is this a qac server, at this path?)" : "");
         json_decref(o);
         return st;
     }
-    if (!o) return qac_set_error(QAC_ERR_FORMAT, "%s: the server sent malformed JSON: %s", path, e.text);
+    if (!o) return qac_set_error(QAC_ERR_FORMAT, "%s: the server sent malformed JSON: %s", where, e.text);
     *out = o;
     return QAC_OK;
 }
@@ -199,7 +205,8 @@ static int rhit_cmp(const void *a, const void *b) {
     return -strcmp(x->docid, y->docid);
 }
 
-static qac_status run_batch(const remote *r, char **qids, json_t *queries, int k, const char *run_id, FILE *out) {
+static qac_status run_batch(const remote *r, char **qids, json_t *queries, int k, const char *run_id, FILE *out,
+                            uint64_t *written) {
     json_t *req = json_pack("{s:O,s:i}", "queries", queries, "k", k);
     char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
     json_decref(req);
@@ -236,6 +243,7 @@ static qac_status run_batch(const remote *r, char **qids, json_t *queries, int k
             scores[i] = hits[i].score;
         }
         st = qac_run_write(out, qids[q], docids, scores, (int)n, run_id);
+        *written += n;
     }
     free(hits);
     free(docids);
@@ -245,7 +253,7 @@ static qac_status run_batch(const remote *r, char **qids, json_t *queries, int k
 }
 
 int qac_cli_search_remote(const char *url, const char *api_key, const char *queries_path, int k, const char *run_id,
-                          FILE *out) {
+                          int max_len, FILE *out) {
     remote r;
     memset(&r, 0, sizeof r);
     r.api_key = api_key && *api_key ? api_key : NULL;
@@ -253,18 +261,29 @@ int qac_cli_search_remote(const char *url, const char *api_key, const char *quer
     json_t *info = NULL, *batch = NULL;
     char *qids[REMOTE_BATCH] = {0};
     int nb = 0, rc = 1;
+    uint64_t done = 0, hits = 0;
+    qac_progress_state ps;
+    qac_progress_init(&ps, "queries");
+    double t0 = qac_now();
     if (parse_url(&r, url)) goto fail;
+    if (qac_reader_open(&rd, queries_path, QAC_READ_QUERIES, QAC_FMT_AUTO)) goto fail;
     /* the server's limits decide the batch size and whether k is allowed */
     if (call_json(&r, "GET", "/info", NULL, &info)) goto fail;
     json_t *limits = json_object_get(info, "limits");
     int max_texts = (int)json_integer_value(json_object_get(limits, "max_texts"));
     int max_k = (int)json_integer_value(json_object_get(limits, "max_k"));
+    int server_len = (int)json_integer_value(json_object_get(limits, "query_max_len"));
+    /* the server embeds queries at its own length: never let --max-len look applied */
+    if (max_len > 0 && server_len > 0 && max_len != server_len)
+        fprintf(stderr,
+                "qac search: note: --max-len %d is for offline searches; the server cuts queries at %d tokens (its "
+                "--query-max-len)\n",
+                max_len, server_len);
     int per_call = max_texts > 0 && max_texts < REMOTE_BATCH ? max_texts : REMOTE_BATCH;
     if (max_k > 0 && k > max_k) {
         qac_set_error(QAC_ERR_INVALID, "k %d is larger than the server's max_k %d (start it with --max-k)", k, max_k);
         goto fail;
     }
-    if (qac_reader_open(&rd, queries_path, QAC_READ_QUERIES, QAC_FMT_AUTO)) goto fail;
     batch = json_array();
     if (!batch) goto fail;
     for (int eof = 0; !eof;) {
@@ -282,7 +301,9 @@ int qac_cli_search_remote(const char *url, const char *api_key, const char *quer
             nb++;
         } else eof = 1;
         if (nb == per_call || (eof && nb)) {
-            if (run_batch(&r, qids, batch, k, run_id, out)) goto fail;
+            if (run_batch(&r, qids, batch, k, run_id, out, &hits)) goto fail;
+            done += (uint64_t)nb;
+            qac_progress_stderr(&ps, "search", done, 0);
             for (int i = 0; i < nb; i++) {
                 free(qids[i]);
                 qids[i] = NULL;
@@ -291,6 +312,10 @@ int qac_cli_search_remote(const char *url, const char *api_key, const char *quer
             json_array_clear(batch);
         }
     }
+    qac_progress_stderr(&ps, "search", done, done);
+    double dt = qac_now() - t0;
+    qac_summary("search", "%llu queries, %llu hits in %.1f s (%.1f queries/s) from %s", (unsigned long long)done,
+                (unsigned long long)hits, dt, dt > 0 ? (double)done / dt : 0.0, url);
     rc = 0;
 fail:
     if (rc) rc = qac_cli_fail("search");

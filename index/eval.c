@@ -358,7 +358,7 @@ qac_status qac_eval_compute(qac_eval_result **out, const qac_qrels *qrels, const
         evaluated++;
     }
     if (evaluated == 0) {
-        st = qac_set_error(QAC_ERR_INVALID, "eval: no queries with both results and relevance judgements");
+        st = qac_set_error(QAC_ERR_INVALID, "no query has both results in the run and judgements in the qrels (do their query ids match?)");
         goto done;
     }
     res->first_summary = res->nrows;
@@ -408,7 +408,7 @@ qac_status qac_eval_summary(const qac_eval_result *res, const char *measure, dou
             if (value) *value = res->rows[i].value;
             return QAC_OK;
         }
-    return qac_set_error(QAC_ERR_NOT_FOUND, "eval: measure '%s' was not computed", measure);
+    return qac_set_error(QAC_ERR_NOT_FOUND, "measure '%s' was not computed", measure);
 }
 
 qac_status qac_eval_write(FILE *f, const qac_eval_result *res, int per_query, int digits) {
@@ -420,7 +420,7 @@ qac_status qac_eval_write(FILE *f, const qac_eval_result *res, int per_query, in
         int rc = res->is_count[r->slot]
                      ? fprintf(f, "%-22s\t%s\t%ld\n", res->names[r->slot], r->qid, (long)r->value)
                      : fprintf(f, "%-22s\t%s\t%*.*f\n", res->names[r->slot], r->qid, digits + 2, digits, r->value);
-        if (rc < 0) return qac_set_error(QAC_ERR_IO, "eval: write failed: %s", strerror(errno));
+        if (rc < 0) return qac_set_error(QAC_ERR_IO, "writing the measures: %s", strerror(errno));
     }
     return QAC_OK;
 }

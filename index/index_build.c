@@ -54,10 +54,11 @@ typedef struct builder {
     uint64_t *offsets;
     int64_t *lines;
     uint64_t fill;
+    uint64_t cut; /* passages of the filling shard cut at max_len */
 } builder;
 
 static qac_status faiss_fail(const char *what) {
-    return qac_set_error(QAC_ERR_FAISS, "faiss %s: %s", what, faiss_get_last_error());
+    return qac_set_error(QAC_ERR_FAISS, "faiss %s: %s", what, qac_faiss_message());
 }
 
 static void progress(const builder *b, const char *phase, uint64_t done, uint64_t total) {
@@ -140,9 +141,70 @@ static qac_status check_factory(const char *factory, int dim) {
                              "\"SQbf16\" only (exact search)", factory);
     FaissIndex *idx = NULL;
     if (faiss_index_factory(&idx, dim, factory, METRIC_INNER_PRODUCT))
-        return qac_set_error(QAC_ERR_INVALID, "bad --factory '%s': %s", factory, faiss_get_last_error());
+        return qac_set_error(QAC_ERR_INVALID,
+                             "bad --factory '%s' for %d-dimensional vectors: %s (examples: Flat, SQfp16, HNSW32, "
+                             "IVF1024,PQ32)",
+                             factory, dim, qac_faiss_message());
     faiss_Index_free(idx);
     return QAC_OK;
+}
+
+static int64_t parse_nlist(const char *factory);
+
+/* The fewest training vectors the factory's k-means runs take (FAISS
+ * refuses fewer points than centroids): nlist for IVF<nlist>, 2^bits per
+ * PQ<m>[x<bits>] sub-quantizer (8 bits unless given); 0 when untrained. */
+static int64_t factory_training_need(const char *factory, char *why, size_t cap) {
+    int64_t need = 0, nlist = parse_nlist(factory);
+    why[0] = '\0';
+    if (nlist > 0) {
+        need = nlist;
+        snprintf(why, cap, "IVF%lld: a point per list", (long long)nlist);
+    }
+    for (const char *p = factory; (p = strstr(p, "PQ")); p += 2) {
+        if (p > factory && p[-1] != ',' && p[-1] != 'O') continue; /* PQ as a component, or OPQ */
+        const char *q = p + 2;
+        while (*q >= '0' && *q <= '9') q++;
+        long bits = *q == 'x' ? strtol(q + 1, NULL, 10) : 8;
+        if (bits < 1 || bits > 16) continue;
+        if ((INT64_C(1) << bits) > need) {
+            need = INT64_C(1) << bits;
+            snprintf(why, cap, "PQ with %ld bits: %lld centroids per sub-quantizer", bits, (long long)need);
+        }
+    }
+    return need;
+}
+
+/* Before any encoding: will the factory train on what the corpus gives? */
+static qac_status check_training(const char *factory, const qac_index_build_opts *o, uint64_t n) {
+    char why[128];
+    int64_t need = factory_training_need(factory, why, sizeof why);
+    if (need <= 0) return QAC_OK;
+    int64_t nlist = parse_nlist(factory);
+    uint64_t auto_n = nlist ? (uint64_t)(256 * nlist) : 100000u;
+    uint64_t avail = o->train_size > 0 ? (uint64_t)o->train_size : auto_n;
+    if (avail > n) avail = n;
+    if (avail >= (uint64_t)need) return QAC_OK;
+    if (avail < n)
+        return qac_set_error(QAC_ERR_INVALID,
+                             "--factory %s trains on at least %lld vectors (%s), but --train-size gives %llu; "
+                             "raise --train-size",
+                             factory, (long long)need, why, (unsigned long long)avail);
+    char hint[96];
+    if (need > nlist) { /* PQ's k-means is what does not fit */
+        snprintf(hint, sizeof hint, "a PQ of fewer bits per code (PQ<m>x4 trains on 16), SQ8 or SQfp16");
+    } else if (n < 78) {
+        snprintf(hint, sizeof hint, "no IVF at all");
+    } else {
+        /* FAISS wants about 39 points per list: the largest power of two that keeps it */
+        long long fit = 1;
+        while (fit * 2 * 39 <= (long long)n) fit *= 2;
+        snprintf(hint, sizeof hint, "fewer IVF lists (IVF%lld keeps 39 points per list)", fit);
+    }
+    return qac_set_error(QAC_ERR_INVALID,
+                         "--factory %s trains on at least %lld vectors (%s), but the input has only %llu; use %s, "
+                         "or Flat (exact, and fast at this size)",
+                         factory, (long long)need, why, (unsigned long long)n, hint);
 }
 
 /* Lock the directory, then load or start the manifest. `identity` is
@@ -161,7 +223,7 @@ static qac_status builder_begin(builder *b, const char *dir, const qac_index_bui
         json_decref(identity);
         return qac_set_error(QAC_ERR_INVALID, "shard size and batch must be >= 1");
     }
-    if ((st = check_factory(b->factory, dim)) || (st = qac_mkdirs(dir))) {
+    if ((st = check_factory(b->factory, dim)) || (st = qac_check_output_dir(dir)) || (st = qac_mkdirs(dir))) {
         json_decref(identity);
         return st;
     }
@@ -171,7 +233,11 @@ static qac_status builder_begin(builder *b, const char *dir, const qac_index_bui
         return st;
     }
     b->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (b->lock_fd < 0 || flock(b->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    if (b->lock_fd < 0) {
+        json_decref(identity);
+        return qac_set_error(QAC_ERR_IO, "%s: %s", path, strerror(errno));
+    }
+    if (flock(b->lock_fd, LOCK_EX | LOCK_NB) != 0) {
         json_decref(identity);
         return qac_set_error(QAC_ERR_BUSY, "%s: another qac index build is running on this directory", dir);
     }
@@ -197,6 +263,13 @@ static qac_status builder_begin(builder *b, const char *dir, const qac_index_bui
                                  QAC_MANIFEST_VERSION);
         }
         json_t *had = json_object_get(m, "build");
+        /* a run that failed before its first shard left nothing to keep:
+         * this one starts over with its own identity */
+        if (!json_equal(had, identity) && json_array_size(json_object_get(m, "shards")) == 0 &&
+            !json_is_true(json_object_get(m, "encoded"))) {
+            json_decref(m);
+            goto fresh;
+        }
         if (!json_equal(had, identity)) {
             char diff[2048] = "";
             describe_diff(diff, sizeof diff, "", had, identity);
@@ -224,6 +297,7 @@ static qac_status builder_begin(builder *b, const char *dir, const qac_index_bui
         }
         return QAC_OK;
     }
+fresh:
     b->man = json_pack("{s:s, s:i, s:o, s:[], s:I, s:b, s:n}", "format", QAC_MANIFEST_FORMAT, "version",
                        QAC_MANIFEST_VERSION, "build", identity, "shards", "count", (json_int_t)0, "encoded", 0,
                        "faiss");
@@ -278,6 +352,10 @@ static qac_status flush_shard(builder *b) {
     if (!e) return qac_set_error(QAC_ERR_NOMEM, "manifest: out of memory");
     json_array_append_new(json_object_get(b->man, "shards"), e);
     json_object_set_new(b->man, "count", json_integer((json_int_t)(first + b->fill)));
+    /* passages cut at max_len, over the listed shards (a resumed run counts on) */
+    json_object_set_new(b->man, "truncated",
+                        json_integer(json_integer_value(json_object_get(b->man, "truncated")) + (json_int_t)b->cut));
+    b->cut = 0;
     for (uint64_t i = 0; i < b->fill; i++) {
         free(b->ids[i]);
         b->ids[i] = NULL;
@@ -520,7 +598,43 @@ static qac_status abs_path(const char *p, char *out, size_t cap, uint64_t *size)
     return QAC_OK;
 }
 
+/* Where the model is, beside the build identity (a moved model is the same
+ * model): what a mismatch error tells the user to pass as --model. */
+static void set_model_dir(builder *b, const qac_model *m) {
+    char real[PATH_MAX];
+    if (m->dir && realpath(m->dir, real)) json_object_set_new(b->man, "model_dir", json_string(real));
+}
+
 /* ---- from a corpus, through the encoder ---- */
+
+/* Whether dir holds a manifest whose passages are all encoded (*count of them). */
+static int already_encoded(const char *dir, uint64_t *count) {
+    char path[4096];
+    if (qac_path_join(path, sizeof path, dir, "manifest.json")) return 0;
+    json_t *m = json_load_file(path, 0, NULL);
+    int yes = m && json_is_true(json_object_get(m, "encoded"));
+    if (yes) *count = (uint64_t)json_integer_value(json_object_get(m, "count"));
+    json_decref(m);
+    return yes;
+}
+
+/* Every record read once, before any is encoded: a bad line, a duplicate id
+ * or a missing tab is said now rather than hours in, and the count makes the
+ * progress exact. */
+static qac_status check_corpus(const char *path, const qac_index_build_opts *o, uint64_t *count) {
+    qac_reader *r = NULL;
+    *count = 0;
+    qac_status st = qac_reader_open(&r, path, QAC_READ_CORPUS, o->format);
+    if (o->progress) o->progress(o->progress_user, "check", 0, 0);
+    for (int got = 1; !st;) {
+        qac_record rec;
+        if ((st = qac_reader_next(r, &rec, &got)) || !got) break;
+        if (++*count % 65536 == 0 && o->progress) o->progress(o->progress_user, "check", *count, 0);
+    }
+    if (!st && o->progress) o->progress(o->progress_user, "check", *count, *count);
+    qac_reader_free(r);
+    return st;
+}
 
 typedef struct pending {
     int32_t *tok;  /* [n, max_len] */
@@ -575,9 +689,16 @@ qac_status qac_index_build(const char *out_dir, qac_encoder *enc, const char *co
     if (max_len > m->cfg.max_position) max_len = m->cfg.max_position;
     if (max_len < 2) return qac_set_error(QAC_ERR_INVALID, "max_len %d: must be >= 2", max_len);
     char corpus_abs[PATH_MAX];
-    uint64_t corpus_size;
+    uint64_t corpus_size, total = 0;
     qac_status st = abs_path(corpus_path, corpus_abs, sizeof corpus_abs, &corpus_size);
     if (st) return st;
+    const char *factory = o->factory && *o->factory ? o->factory : "Flat";
+    if ((st = check_factory(factory, qac_encoder_dim(enc))) || (st = qac_check_output_dir(out_dir))) return st;
+    uint64_t encoded = 0;
+    int done_before = already_encoded(out_dir, &encoded); /* only the FAISS index is (re)built */
+    if ((!done_before && (st = check_corpus(corpus_abs, o, &total))) ||
+        (st = check_training(factory, o, done_before ? encoded : total)))
+        return st;
     qac_reader *r = NULL;
     if ((st = qac_reader_open(&r, corpus_abs, QAC_READ_CORPUS, o->format))) return st;
     static const char *fmt_names[] = {"auto", "tsv", "beir", "tevatron", "cranfield"};
@@ -612,6 +733,7 @@ qac_status qac_index_build(const char *out_dir, qac_encoder *enc, const char *co
     }
     if ((st = builder_begin(&b, out_dir, o, identity, dim))) goto done;
     json_object_set_new(b.man, "device", json_string(qac_encoder_device(enc) == QAC_DEVICE_CUDA ? "cuda" : "cpu"));
+    set_model_dir(&b, m);
     if (json_is_true(json_object_get(b.man, "encoded"))) {
         st = finish(&b);
         goto done;
@@ -642,6 +764,7 @@ qac_status qac_index_build(const char *out_dir, qac_encoder *enc, const char *co
         goto done;
     }
     uint64_t done_rows = man_count(&b);
+    progress(&b, "encode", done_rows, total); /* the phase's clock starts here */
     int eof = 0;
     while (!eof) {
         /* fill one chunk, never crossing a shard boundary, so a resumed run
@@ -658,11 +781,12 @@ qac_status qac_index_build(const char *out_dir, qac_encoder *enc, const char *co
                 eof = 1;
                 break;
             }
-            int len = 0;
-            if ((st = qac_model_encode_prompted(m, pprompt, rec.text, rec.text_len, max_len,
-                                                pc.tok + (size_t)n * max_len, &len)))
+            int len = 0, cut = 0;
+            if ((st = qac_tokenizer_encode_prompted_cut(m->tok, pprompt, rec.text, rec.text_len, max_len,
+                                                        pc.tok + (size_t)n * max_len, &len, &cut)))
                 goto done;
             pc.lens[n] = len;
+            b.cut += (uint64_t)cut;
             b.ids[b.fill] = strdup(rec.id);
             if (!b.ids[b.fill]) {
                 st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
@@ -675,8 +799,9 @@ qac_status qac_index_build(const char *out_dir, qac_encoder *enc, const char *co
             n++;
         }
         if (n) {
-            uint64_t est = last_offset ? (uint64_t)((double)(done_rows + n) * (double)corpus_size / (double)last_offset)
-                                       : 0;
+            uint64_t est = total ? total
+                           : last_offset ? (uint64_t)((double)(done_rows + n) * (double)corpus_size / (double)last_offset)
+                                         : 0;
             if ((st = encode_chunk(&b, enc, &pc, n, max_len, done_rows, est))) goto done;
             done_rows += (uint64_t)n;
         }
@@ -706,9 +831,8 @@ typedef struct npy {
 
 static qac_status npy_open(npy *a, const char *path) {
     memset(a, 0, sizeof *a);
-    a->f = fopen(path, "rb");
-    if (!a->f) return qac_set_error(errno == ENOENT ? QAC_ERR_NOT_FOUND : QAC_ERR_IO, "open %s: %s", path,
-                                    strerror(errno));
+    qac_status ost = qac_open_input(&a->f, path);
+    if (ost) return ost;
     unsigned char pre[12];
     if (fread(pre, 1, 10, a->f) != 10 || memcmp(pre, "\x93NUMPY", 6) != 0)
         return qac_set_error(QAC_ERR_FORMAT, "%s: not a .npy file", path);
@@ -740,6 +864,12 @@ static qac_status npy_open(npy *a, const char *path) {
     free(h);
     a->rows = rows;
     a->dim = dim;
+    /* a file cut short is said now, not when its last shard is read */
+    struct stat sb;
+    uint64_t need = a->data_off + (uint64_t)rows * (uint64_t)dim * (a->fp16 ? 2u : 4u);
+    if (!st && fstat(fileno(a->f), &sb) == 0 && (uint64_t)sb.st_size < need)
+        st = qac_set_error(QAC_ERR_FORMAT, "%s: truncated: its header promises %llu x %d values, %llu bytes, the file "
+                           "has %llu", path, rows, dim, (unsigned long long)need, (unsigned long long)sb.st_size);
     return st;
 }
 
@@ -758,6 +888,74 @@ static qac_status npy_read(npy *a, uint64_t row, uint64_t n, float *out, const c
         for (size_t j = 0; j < m; j++) out[i + j] = qac_f16_to_f32(buf[j]);
     }
     return QAC_OK;
+}
+
+/* The row ids of a vectors build, read whole before anything is written. */
+typedef struct id_list {
+    char **ids;
+    uint64_t n;
+} id_list;
+
+static void id_list_free(id_list *l) {
+    for (uint64_t i = 0; i < l->n; i++) free(l->ids[i]);
+    free(l->ids);
+    memset(l, 0, sizeof *l);
+}
+
+static qac_status id_list_add(id_list *l, const char *id, size_t len, uint64_t *cap) {
+    if (l->n == *cap) {
+        uint64_t nc = *cap ? *cap * 2 : 1024;
+        char **ni = realloc(l->ids, nc * sizeof *ni);
+        if (!ni) return qac_set_error(QAC_ERR_NOMEM, "out of memory for the ids");
+        l->ids = ni;
+        *cap = nc;
+    }
+    if (!(l->ids[l->n] = strndup(id, len))) return qac_set_error(QAC_ERR_NOMEM, "out of memory for the ids");
+    l->n++;
+    return QAC_OK;
+}
+
+static int str_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* One id per line; an empty line or a repeated id is an error naming it. */
+static qac_status read_id_file(const char *path, id_list *l) {
+    FILE *f;
+    qac_status st = qac_open_input(&f, path);
+    if (st) return st;
+    char *line = NULL;
+    size_t lcap = 0;
+    uint64_t cap = 0;
+    ssize_t len;
+    while (!st && (len = getline(&line, &lcap, f)) >= 0) {
+        while (len && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = '\0';
+        if (!len) st = qac_set_error(QAC_ERR_FORMAT, "%s:%llu: empty id", path, (unsigned long long)l->n + 1);
+        else st = id_list_add(l, line, (size_t)len, &cap);
+    }
+    free(line);
+    fclose(f);
+    if (st) return st;
+    char **sorted = malloc((l->n ? l->n : 1) * sizeof *sorted);
+    if (!sorted) return qac_set_error(QAC_ERR_NOMEM, "out of memory for the ids");
+    memcpy(sorted, l->ids, l->n * sizeof *sorted);
+    qsort(sorted, l->n, sizeof *sorted, str_cmp);
+    for (uint64_t i = 1; i < l->n && !st; i++)
+        if (!strcmp(sorted[i - 1], sorted[i])) st = qac_set_error(QAC_ERR_FORMAT, "%s: id '%s' appears twice", path, sorted[i]);
+    free(sorted);
+    return st;
+}
+
+/* The ids of a corpus's records, in order (its reader rejects repeats). */
+static qac_status read_corpus_ids(const char *path, qac_text_format fmt, id_list *l) {
+    qac_reader *r = NULL;
+    uint64_t cap = 0;
+    qac_status st = qac_reader_open(&r, path, QAC_READ_CORPUS, fmt);
+    for (int got = 1; !st;) {
+        qac_record rec;
+        if ((st = qac_reader_next(r, &rec, &got)) || !got) break;
+        st = id_list_add(l, rec.id, strlen(rec.id), &cap);
+    }
+    qac_reader_free(r);
+    return st;
 }
 
 qac_status qac_index_build_vectors(const char *out_dir, const char *npy_path, const qac_index_build_opts *opts) {
@@ -779,6 +977,28 @@ qac_status qac_index_build_vectors(const char *out_dir, const char *npy_path, co
         return qac_set_error(QAC_ERR_INVALID, "%s has dimension %d but model %s has %d", abs, a.dim, vm->name,
                              vm->cfg.hidden_size);
     }
+    /* ids, the factory and the output, all before anything is written */
+    id_list ids = {0};
+    const char *ids_src = o->ids_path ? o->ids_path : o->ids_corpus;
+    char ids_abs[PATH_MAX] = "";
+    uint64_t ids_size = 0;
+    if (o->ids_path && o->ids_corpus) st = qac_set_error(QAC_ERR_INVALID, "give the ids from a file or a corpus, not both");
+    if (!st && ids_src) st = abs_path(ids_src, ids_abs, sizeof ids_abs, &ids_size);
+    if (!st && o->ids_path) st = read_id_file(ids_abs, &ids);
+    if (!st && o->ids_corpus) st = read_corpus_ids(ids_abs, o->ids_format, &ids);
+    if (!st && ids_src && ids.n != a.rows)
+        st = qac_set_error(QAC_ERR_INVALID, "%s holds %llu ids but %s has %llu rows: they must match row for row",
+                           ids_src, (unsigned long long)ids.n, npy_path, (unsigned long long)a.rows);
+    const char *factory = o->factory && *o->factory ? o->factory : "Flat";
+    if (!st && !a.rows) st = qac_set_error(QAC_ERR_INVALID, "%s holds no vectors", npy_path);
+    if (!st) st = check_factory(factory, a.dim);
+    if (!st) st = check_training(factory, o, a.rows);
+    if (!st) st = qac_check_output_dir(out_dir);
+    if (st) {
+        id_list_free(&ids);
+        fclose(a.f);
+        return st;
+    }
     json_t *identity = json_pack("{s:{s:s, s:s, s:i, s:s, s:b}, s:{s:s, s:s, s:I, s:s}, s:i, s:i, s:s, s:i}",
                                  "model", "name", vm ? vm->name : "precomputed", "fingerprint",
                                  vm ? vm->fingerprint : "none", "dim", a.dim, "pooling",
@@ -786,22 +1006,31 @@ qac_status qac_index_build_vectors(const char *out_dir, const char *npy_path, co
                                  "source", "kind", "vectors", "path", abs, "size",
                                  (json_int_t)size, "format", a.fp16 ? "npy-f2" : "npy-f4", "max_len", 0, "dim",
                                  a.dim, "dtype", o->fp16 ? "fp16" : "fp32", "shard_size", o->shard_size);
+    /* where the ids came from is part of what was built (absent when numbered,
+     * as before ids could be given, so those builds still resume) */
+    if (identity && ids_src)
+        json_object_set_new(json_object_get(identity, "source"), "ids",
+                            json_pack("{s:s, s:s, s:I}", "kind", o->ids_path ? "file" : "corpus", "path", ids_abs,
+                                      "size", (json_int_t)ids_size));
     if (!identity) {
+        id_list_free(&ids);
         fclose(a.f);
         return qac_set_error(QAC_ERR_NOMEM, "manifest: out of memory");
     }
     builder b;
     if ((st = builder_begin(&b, out_dir, o, identity, a.dim))) goto done;
+    if (vm) set_model_dir(&b, vm);
     if (!json_is_true(json_object_get(b.man, "encoded"))) {
         if ((st = alloc_shard_buffers(&b))) goto done;
         uint64_t row = man_count(&b);
+        progress(&b, "load", row, a.rows); /* the phase's clock starts here */
         while (row < a.rows) {
             uint64_t n = a.rows - row < (uint64_t)o->shard_size ? a.rows - row : (uint64_t)o->shard_size;
             if ((st = npy_read(&a, row, n, b.vecs, abs))) goto done;
             for (uint64_t i = 0; i < n; i++) {
                 char id[32];
                 snprintf(id, sizeof id, "%" PRIu64, row + i);
-                if (!(b.ids[i] = strdup(id))) {
+                if (!(b.ids[i] = strdup(ids.n ? ids.ids[row + i] : id))) {
                     b.fill = i;
                     st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
                     goto done;
@@ -820,6 +1049,7 @@ qac_status qac_index_build_vectors(const char *out_dir, const char *npy_path, co
     st = finish(&b);
 done:
     builder_end(&b);
+    id_list_free(&ids);
     fclose(a.f);
     return st;
 }

@@ -97,4 +97,9 @@ qac_status qac_sqbf16_write_header(FILE *f, int dim, uint64_t ntotal);
 qac_status qac_sqbf16_write_rows(FILE *f, const float *x, uint64_t rows, int dim);
 qac_status qac_sqbf16_read(const char *path, int64_t want_n, int want_dim, uint16_t **codes);
 
+/* FAISS's last error without its C++ frame ("Error in <function> at
+ * <file>:<line>: ", "Error: '<condition>' failed: "): the sentence a user
+ * can act on. Points into FAISS's buffer or a thread-local copy. */
+const char *qac_faiss_message(void);
+
 #endif

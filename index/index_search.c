@@ -28,6 +28,7 @@
 struct qac_index {
     char *dir, *factory, *fingerprint, *corpus_path;
     char *query_prompt, *passage_prompt; /* NULL: not known (built from vectors) */
+    char *model_name, *model_dir; /* as built: "" when not recorded */
     uint64_t corpus_size;
     qac_text_format corpus_fmt;
     int dim;
@@ -208,6 +209,8 @@ qac_status qac_index_open_verified(qac_index **out, const char *dir, qac_device 
     ix->dir = strdup(dir);
     ix->factory = dup_or_empty(json_string_value(json_object_get(fa, "factory")));
     ix->fingerprint = dup_or_empty(json_string_value(json_object_get(model, "fingerprint")));
+    ix->model_name = dup_or_empty(json_string_value(json_object_get(model, "name")));
+    ix->model_dir = dup_or_empty(json_string_value(json_object_get(man, "model_dir")));
     const char *kind = json_string_value(json_object_get(src, "kind"));
     if (kind && !strcmp(kind, "corpus")) {
         ix->corpus_path = dup_or_empty(json_string_value(json_object_get(src, "path")));
@@ -224,7 +227,7 @@ qac_status qac_index_open_verified(qac_index **out, const char *dir, qac_device 
     }
     ix->dim = (int)json_integer_value(json_object_get(build, "dim"));
     ix->count = (int64_t)json_integer_value(json_object_get(man, "count"));
-    if (!ix->dir || !ix->factory || !ix->fingerprint) {
+    if (!ix->dir || !ix->factory || !ix->fingerprint || !ix->model_name || !ix->model_dir) {
         st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
         goto fail;
     }
@@ -281,7 +284,7 @@ qac_status qac_index_open_verified(qac_index **out, const char *dir, qac_device 
             goto fail;
         if (faiss_read_index_fname(path, 0, &ix->faiss)) {
             ix->faiss = NULL;
-            st = qac_set_error(QAC_ERR_FAISS, "faiss read_index %s: %s", path, faiss_get_last_error());
+            st = qac_set_error(QAC_ERR_FAISS, "faiss read_index %s: %s", path, qac_faiss_message());
             goto fail;
         }
         if (faiss_Index_ntotal(ix->faiss) != ix->count || faiss_Index_d(ix->faiss) != ix->dim) {
@@ -322,6 +325,8 @@ void qac_index_free(qac_index *ix) {
     free(ix->query_prompt);
     free(ix->passage_prompt);
     free(ix->corpus_path);
+    free(ix->model_name);
+    free(ix->model_dir);
     free(ix);
 }
 
@@ -353,6 +358,28 @@ qac_status qac_index_check_prompts(const qac_index *ix, const char *query_prompt
                          "would get %s: pass --query-prompt with the index's, or --allow-prompt-mismatch",
                          want, pass, have);
 }
+
+const char *qac_index_model_name(const qac_index *ix) { return ix->model_name; }
+const char *qac_index_model_dir(const qac_index *ix) { return ix->model_dir; }
+
+qac_status qac_index_check_model(const qac_index *ix, const qac_model *m) {
+    const char *fp = ix->fingerprint;
+    if (!strcmp(fp, m->fingerprint)) return QAC_OK;
+    if (!strcmp(fp, "none"))
+        return qac_set_error(QAC_ERR_MISMATCH,
+                             "the index %s was built from precomputed vectors and records no model: rebuild it with "
+                             "`qac index build --vectors FILE --model DIR` naming the model that made them",
+                             ix->dir);
+    char use[4200];
+    if (ix->model_dir[0]) snprintf(use, sizeof use, "--model %s", ix->model_dir);
+    else snprintf(use, sizeof use, "--model with %s's directory", ix->model_name[0] ? ix->model_name : "that model");
+    return qac_set_error(QAC_ERR_MISMATCH,
+                         "the index %s was built with the model %s, but the model given is %s (%s), another model "
+                         "(fingerprint %s, not %s): queries and passages must share one encoder, so use %s",
+                         ix->dir, ix->model_name[0] ? ix->model_name : "(unnamed)", m->name,
+                         m->dir ? m->dir : "in memory", m->fingerprint, fp, use);
+}
+
 int qac_index_on_gpu(const qac_index *ix) { return ix->gpu != NULL; }
 
 qac_status qac_index_set_threads(qac_index *ix, int nthreads) {
@@ -445,11 +472,11 @@ qac_status qac_index_set_param(qac_index *ix, const char *name, double value) {
     if (ix->vecs || ix->codesb) return qac_set_error(QAC_ERR_FAISS, "parameter %s: the exact search has no parameters", name);
     FaissParameterSpace *ps = NULL;
     if (faiss_ParameterSpace_new(&ps))
-        return qac_set_error(QAC_ERR_FAISS, "faiss ParameterSpace: %s", faiss_get_last_error());
+        return qac_set_error(QAC_ERR_FAISS, "faiss ParameterSpace: %s", qac_faiss_message());
     qac_status st = QAC_OK;
     if (faiss_ParameterSpace_set_index_parameter(ps, ix->faiss, name, value))
         st = qac_set_error(QAC_ERR_FAISS, "faiss parameter %s=%g on %s: %s", name, value, ix->factory,
-                           faiss_get_last_error());
+                           qac_faiss_message());
     faiss_ParameterSpace_free(ps);
     return st;
 }
@@ -524,8 +551,26 @@ qac_status qac_index_search(const qac_index *ix, const float *queries, int nq, i
         return flat_search((qac_index *)ix, queries, nq, k, scores, rows);
     } else {
         if (faiss_Index_search(ix->faiss, nq, queries, k, scores, rows))
-            return qac_set_error(QAC_ERR_FAISS, "faiss search: %s", faiss_get_last_error());
+            return qac_set_error(QAC_ERR_FAISS, "faiss search: %s", qac_faiss_message());
     }
     for (int q = 0; q < nq; q++) order_ties(ix, scores + (size_t)q * k, rows + (size_t)q * k, k);
+    return QAC_OK;
+}
+
+qac_status qac_index_describe(const char *dir, int64_t *count, int *dim, char *factory, size_t factory_cap,
+                              int64_t *truncated, int *max_len) {
+    char path[4096];
+    qac_status st = qac_path_join(path, sizeof path, dir, "manifest.json");
+    if (st) return st;
+    json_error_t err;
+    json_t *man = json_load_file(path, 0, &err);
+    if (!man) return qac_set_error(QAC_ERR_FORMAT, "%s: %s", path, err.text);
+    *count = (int64_t)json_integer_value(json_object_get(man, "count"));
+    *dim = (int)json_integer_value(json_object_get(json_object_get(man, "build"), "dim"));
+    *truncated = (int64_t)json_integer_value(json_object_get(man, "truncated"));
+    *max_len = (int)json_integer_value(json_object_get(json_object_get(man, "build"), "max_len"));
+    const char *f = json_string_value(json_object_get(json_object_get(man, "faiss"), "factory"));
+    snprintf(factory, factory_cap, "%s", f ? f : "?");
+    json_decref(man);
     return QAC_OK;
 }

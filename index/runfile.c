@@ -118,8 +118,9 @@ static qac_status run_parse(qac_run *r, FILE *f, const char *path) {
 qac_status qac_run_load(qac_run **out, const char *path) {
     *out = NULL;
     if (!path) return qac_set_error(QAC_ERR_INVALID, "run: no path");
-    FILE *f = fopen(path, "rb");
-    if (!f) return qac_set_error(errno == ENOENT ? QAC_ERR_NOT_FOUND : QAC_ERR_IO, "open %s: %s", path, strerror(errno));
+    FILE *f;
+    qac_status ost = qac_open_input(&f, path);
+    if (ost) return ost;
     qac_run *r = calloc(1, sizeof *r);
     if (!r) {
         fclose(f);

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -628,13 +629,35 @@ static qac_status alloc_params(qac_model *m) {
     return QAC_OK;
 }
 
+/* A short name for /info and index manifests: the directory's base name;
+ * a training checkpoint's run and checkpoint ("run/checkpoint-6"); a
+ * Hugging Face cache snapshot's repository ("org/name", not the hash). */
 static void set_name(qac_model *m, const char *dir) {
-    size_t n = strlen(dir);
-    while (n > 1 && dir[n - 1] == '/') n--;
+    char real[PATH_MAX];
+    const char *p = realpath(dir, real) ? real : dir;
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/') n--;
     size_t b = n;
-    while (b > 0 && dir[b - 1] != '/') b--;
-    if (n - b == 0 || (n - b == 1 && dir[b] == '.')) snprintf(m->name, sizeof m->name, "%s", "model");
-    else snprintf(m->name, sizeof m->name, "%.*s", (int)(n - b), dir + b);
+    while (b > 0 && p[b - 1] != '/') b--;
+    size_t pe = b ? b - 1 : 0, pb = pe; /* the parent's base name: [pb, pe) */
+    while (pb > 0 && p[pb - 1] != '/') pb--;
+    size_t gb = pb ? pb - 1 : 0, gbb = gb; /* the grandparent's: [gbb, gb) */
+    while (gbb > 0 && p[gbb - 1] != '/') gbb--;
+    if (n - b == 0 || (n - b == 1 && p[b] == '.')) {
+        snprintf(m->name, sizeof m->name, "%s", "model");
+    } else if (pe > pb && pe - pb == 9 && !strncmp(p + pb, "snapshots", 9) && gb - gbb > 8 &&
+               !strncmp(p + gbb, "models--", 8)) {
+        /* .../models--ORG--NAME/snapshots/HASH */
+        const char *repo = p + gbb + 8, *sep = strstr(repo, "--");
+        if (sep && sep < p + gb)
+            snprintf(m->name, sizeof m->name, "%.*s/%.*s", (int)(sep - repo), repo, (int)(p + gb - sep - 2), sep + 2);
+        else
+            snprintf(m->name, sizeof m->name, "%.*s", (int)(p + gb - repo), repo);
+    } else if (n - b > 11 && !strncmp(p + b, "checkpoint-", 11) && pe > pb) {
+        snprintf(m->name, sizeof m->name, "%.*s/%.*s", (int)(pe - pb), p + pb, (int)(n - b), p + b);
+    } else {
+        snprintf(m->name, sizeof m->name, "%.*s", (int)(n - b), p + b);
+    }
 }
 
 static int file_exists(const char *dir, const char *name) {

@@ -29,6 +29,7 @@ struct qac_encoder {
     size_t tok_ptrs_cap;
     int *tok_from;        /* [n] pooling starts of a prompted encode_texts */
     size_t tok_from_cap;
+    int64_t truncated; /* texts encode_texts cut, since creation */
 };
 
 qac_encoder_opts qac_encoder_default_opts(void) {
@@ -205,8 +206,10 @@ qac_status qac_encoder_encode_texts_prompted(qac_encoder *e, const char *prompt,
     for (int i = 0; i < n; i++) {
         int32_t *ids = e->tok + (size_t)i * max_len;
         size_t len = lens ? lens[i] : strlen(texts[i]);
-        st = qac_model_encode_prompted(m, prompt, texts[i], len, max_len, ids, &e->tok_lens[i]);
+        int cut = 0;
+        st = qac_tokenizer_encode_prompted_cut(m->tok, prompt, texts[i], len, max_len, ids, &e->tok_lens[i], &cut);
         if (st != QAC_OK) return qac_wrap_error(st, "encode: text %d", i);
+        e->truncated += cut;
         e->tok_ptrs[i] = ids;
     }
     int skip = 0;
@@ -215,4 +218,13 @@ qac_status qac_encoder_encode_texts_prompted(qac_encoder *e, const char *prompt,
     if ((st = grow(&e->tok_from, &e->tok_from_cap, (size_t)n, sizeof(int))) != QAC_OK) return st;
     for (int i = 0; i < n; i++) e->tok_from[i] = skip;
     return qac_encoder_encode_ids_from(e, e->tok_ptrs, e->tok_lens, e->tok_from, n, out);
+}
+
+int64_t qac_encoder_truncated(const qac_encoder *e) { return e ? e->truncated : 0; }
+
+int qac_encoder_max_len(const qac_encoder *e, int max_len) {
+    const qac_model *m = e->m;
+    int limit = m->max_seq_len > 0 ? m->max_seq_len : m->cfg.max_position;
+    if (limit > m->cfg.max_position) limit = m->cfg.max_position;
+    return max_len <= 0 || max_len > limit ? limit : max_len;
 }

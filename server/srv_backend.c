@@ -94,7 +94,7 @@ qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, c
     if (device && !strcmp(device, "cuda")) dev = QAC_DEVICE_CUDA;
     qac_status st;
     if ((st = qac_model_load(&r->model, model_dir))) {
-        qac_wrap_error(st, "model %s", model_dir);
+        if (!strstr(qac_last_error(), model_dir)) qac_wrap_error(st, "model %s", model_dir);
         goto fail;
     }
     if (!r->model->tok) {
@@ -122,7 +122,7 @@ qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, c
         qac_index_verify vm = verify && !strcmp(verify, "size") ? QAC_VERIFY_SIZE : QAC_VERIFY_FULL;
         if ((st = qac_index_open_verified(&r->index, index_dir, dev, vm)) ||
             (st = qac_index_set_threads(r->index, threads))) {
-            qac_wrap_error(st, "index %s", index_dir);
+            if (!strstr(qac_last_error(), index_dir)) qac_wrap_error(st, "index %s", index_dir); /* named once */
             goto fail;
         }
         if (qac_index_dim(r->index) != dim) {
@@ -136,23 +136,13 @@ qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, c
         if (cst == QAC_ERR_NOT_FOUND) {
             snprintf(r->text_unavailable, sizeof r->text_unavailable, "%s", qac_last_error());
         } else if (cst) {
-            st = qac_wrap_error(cst, "index %s", index_dir);
+            st = strstr(qac_last_error(), index_dir) ? cst : qac_wrap_error(cst, "index %s", index_dir);
             goto fail;
         }
-        const char *fp = qac_index_model_fingerprint(r->index);
-        if (fp && !strcmp(fp, "none") && !allow_model_mismatch) {
-            st = qac_set_error(QAC_ERR_INVALID,
-                               "index %s was built from precomputed vectors and records no model: rebuild it "
-                               "with `qac index build --vectors FILE --model DIR` naming the model that made "
-                               "them, or serve it with --allow-model-mismatch",
-                               index_dir);
-            goto fail;
-        }
-        if (fp && strcmp(fp, r->model->fingerprint) != 0 && !allow_model_mismatch) {
-            st = qac_set_error(QAC_ERR_INVALID,
-                               "index %s was built with model fingerprint %s, but model %s has %s "
-                               "(queries and passages must share an encoder; --allow-model-mismatch overrides)",
-                               index_dir, fp, model_dir, r->model->fingerprint);
+        if (!allow_model_mismatch && (st = qac_index_check_model(r->index, r->model))) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", qac_last_error());
+            qac_set_error(st, "%s (or --allow-model-mismatch to serve it anyway)", msg);
             goto fail;
         }
         if ((st = qac_index_check_prompts(r->index, qac_model_query_prompt(r->model)))) {
@@ -166,7 +156,7 @@ qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, c
         }
     }
     if (bm25_dir && (st = qac_bm25_open(&r->bm25, bm25_dir))) {
-        qac_wrap_error(st, "bm25 index %s", bm25_dir);
+        if (!strstr(qac_last_error(), bm25_dir)) qac_wrap_error(st, "bm25 index %s", bm25_dir);
         goto fail;
     }
     const qac_model *m = r->model;

@@ -30,7 +30,7 @@ static const qac_opt serve_opts[] = {
     {"max-concurrent", QAC_OPT_INT, "512", 1, 100000, NULL, "QAC_MAX_CONCURRENT", "requests in flight before 429", 0},
     {"timeout-ms", QAC_OPT_INT, "30000", 0, 3600000, NULL, "QAC_TIMEOUT_MS", "longest queue wait before 503 (0: none)", 0},
     {"queue-size", QAC_OPT_INT, "1024", 1, 1000000, NULL, "QAC_QUEUE_SIZE", "requests waiting for the encoder before 503", 0},
-    {"query-max-len", QAC_OPT_INT, "32", 2, 8192, NULL, "QAC_QUERY_MAX_LEN", "query length in tokens, specials included", 0},
+    {"query-max-len", QAC_OPT_INT, "0", 0, 8192, NULL, "QAC_QUERY_MAX_LEN", "query length in tokens, specials included (0 = the model's limit)", 0},
     {"passage-max-len", QAC_OPT_INT, "256", 2, 8192, NULL, "QAC_PASSAGE_MAX_LEN", "passage length in tokens, specials included", 0},
     {"idle-timeout-s", QAC_OPT_INT, "30", 1, 86400, NULL, "QAC_IDLE_TIMEOUT_S", "close idle connections after this", 0},
     {"drain-timeout-ms", QAC_OPT_INT, "30000", 0, 3600000, NULL, "QAC_DRAIN_TIMEOUT_MS", "on SIGTERM, wait this long for in-flight requests", 0},

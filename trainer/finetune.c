@@ -10,6 +10,7 @@
 
 #include "qac_finetune.h"
 #include "qac_util.h"
+#include "trainer_internal.h"
 
 /* The data cursor: u64 magic, examples, data digest, examples drawn, then
  * (version 2) queries per batch, passages per query, q_max, p_max, then
@@ -465,6 +466,11 @@ qac_status qac_finetune_run(qac_model *m, const qac_ft_data *d, const qac_finetu
                            .user = &h};
         if (!st) st = qac_train_run(t, &bs, &ro, resumed_at);
         if (!st && s.deferred) st = s.deferred;
+        /* the final model in OUT itself, as pre-training leaves it: what
+         * --model OUT, transformers and sentence-transformers load; its files
+         * appear together (config.json last), checkpoints untouched */
+        if (!st) st = qac_trainer_sync_model(t);
+        if (!st) st = qac_ckpt_export(m, o->out_dir);
     }
     if (dump.f) {
         if (st) qac_atomic_abort(&dump);

@@ -11,7 +11,7 @@
 
 void qac_mine_opts_default(qac_mine_opts *o) {
     memset(o, 0, sizeof *o);
-    o->q_max = 32;
+    o->q_max = 0; /* the model's limit, as qac search */
     o->n = 30;
     o->depth = 200;
     o->seed = 42;

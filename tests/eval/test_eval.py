@@ -254,7 +254,7 @@ def errors(tmp, qrels_path):
     with open(other, "w") as f:
         f.write("nope Q0 a 1 1.0 r\n")
     p = run_qac(qrels_path, other, expect_rc=1)
-    if "no queries with both results and relevance judgements" not in p.stderr:
+    if "no query has both results in the run and judgements in the qrels" not in p.stderr:
         fail(f"no-overlap message: {p.stderr!r}")
 
 

@@ -41,7 +41,8 @@ with tempfile.TemporaryDirectory() as tmp:
         os.rename(os.path.join(d, "m.model"), os.path.join(d, fname))
         sp = spm.SentencePieceProcessor(model_file=os.path.join(d, fname))
         want = [sp.encode(b.decode("utf-8", errors="replace")) for b in texts]
-        out = subprocess.run([qac, "tokenize", "--model", d, "--input", inp], capture_output=True, check=True)
+        out = subprocess.run([qac, "tokenize", "--model", d, "--no-special-tokens", "--input", inp], capture_output=True,
+                             check=True)
         got = [[int(x) for x in line.split()] for line in out.stdout.decode().split("\n")[:-1]]
         diff = [i for i in range(len(texts)) if i >= len(got) or got[i] != want[i]]
 
