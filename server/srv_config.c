@@ -15,7 +15,7 @@ static const qac_opt serve_opts[] = {
     {"threads", QAC_OPT_INT, "0", 0, 1024, NULL, "QAC_THREADS", "CPU threads for the encoder and the flat scan (0: all cores)", 0},
     {"device", QAC_OPT_ENUM, "auto", 1, 0, "auto|cpu|cuda", "QAC_DEVICE", "encoder and index device", 0},
     {"dtype", QAC_OPT_ENUM, "fp32", 1, 0, "fp32|bf16", "QAC_DTYPE", "CPU encoder precision: bf16 runs the linear layers in bf16 (fp32 sums)", 0},
-    {"verify", QAC_OPT_ENUM, "full", 1, 0, "full|size", "QAC_VERIFY", "check index.faiss and the corpus at start: every byte against the manifest's checksums, or sizes only (very large indexes)", 0},
+    {"verify", QAC_OPT_ENUM, "full", 1, 0, "full|size|none", "QAC_VERIFY", "check index.faiss and the corpus at start: every byte against the manifest's checksums, sizes only (very large indexes), or none (index.faiss unchecked: for a manifest without a checksum); the FAISS index's structure is checked in every mode", 0},
     {"allow-model-mismatch", QAC_OPT_BOOL, "false", 1, 0, NULL, "QAC_ALLOW_MODEL_MISMATCH", "serve an index whose recorded model differs from --model, or records none (built from --vectors without --model)", 0},
     {"api-key", QAC_OPT_STR, NULL, 1, 0, NULL, "QAC_API_KEY", "require 'Authorization: Bearer KEY' (not on /health)", 0},
     {"max-batch-tokens", QAC_OPT_INT, "8192", 1, 1 << 24, NULL, "QAC_MAX_BATCH_TOKENS", "token budget of one encoder call", 0},
