@@ -23,6 +23,7 @@ static const qac_opt mine_opts[] = {
     {"max-len", QAC_OPT_INT, "32", 2, 8192, NULL, NULL, "query max tokens when searching", 0},
     {"threads", QAC_OPT_INT, "0", 0, 1024, NULL, "QAC_THREADS", "CPU threads when searching (0 = all cores)", 0},
     {"device", QAC_OPT_ENUM, "auto", 0, -1, "auto|cpu|cuda", "QAC_DEVICE", "encoder and search device", 0},
+    QAC_CLI_VERIFY_OPT,
     QAC_CPU_ISA_OPT,
 };
 #define N_MINE_OPTS (int)(sizeof mine_opts / sizeof mine_opts[0])
@@ -66,7 +67,9 @@ int qac_cmd_mine(int argc, char **argv) {
         eo.device = dev;
         eo.threads = (int)qac_opts_int(&o, "threads");
         st = qac_model_load(&m, model);
-        if (!st) st = qac_index_open(&ix, index, dev);
+        qac_index_verify verify = QAC_VERIFY_FULL;
+        if (!st) st = qac_index_verify_parse(qac_opts_str(&o, "verify"), &verify);
+        if (!st) st = qac_index_open_verified(&ix, index, dev, verify);
         if (!st) st = qac_index_set_threads(ix, eo.threads);
         if (!st && strcmp(m->fingerprint, qac_index_model_fingerprint(ix)) != 0)
             st = qac_set_error(QAC_ERR_INVALID, "the index %s was built with model fingerprint %s, but --model %s has %s",

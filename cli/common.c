@@ -1,4 +1,5 @@
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -53,4 +54,28 @@ qac_text_format qac_cli_format(const char *name) {
 void qac_cli_fmt_eta(char *buf, size_t cap, double s) {
     if (s >= 3600) snprintf(buf, cap, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
     else snprintf(buf, cap, "%dm%02ds", (int)(s / 60), (int)s % 60);
+}
+
+static int hit_float_cmp(const void *a, const void *b) {
+    const qac_hit *x = a, *y = b;
+    float fx = (float)x->score, fy = (float)y->score;
+    if (fx != fy) return fx > fy ? -1 : 1;
+    return -strcmp(x->docid, y->docid);
+}
+
+qac_status qac_cli_write_hits(FILE *out, const char *qid, qac_hit *hits, int n, const char *run_id) {
+    /* hybrid scores are doubles: two may round to one float, which trec_eval then orders by docid */
+    qsort(hits, (size_t)n, sizeof *hits, hit_float_cmp);
+    const char **docids = malloc(((size_t)n + 1) * sizeof *docids);
+    float *scores = malloc(((size_t)n + 1) * sizeof *scores);
+    qac_status st = QAC_OK;
+    if (!docids || !scores) st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n && !st; i++) {
+        docids[i] = hits[i].docid;
+        scores[i] = (float)hits[i].score;
+    }
+    if (!st) st = qac_run_write(out, qid, docids, scores, n, run_id);
+    free(docids);
+    free(scores);
+    return st;
 }
