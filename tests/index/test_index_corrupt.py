@@ -21,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import time
+import urllib.request
 
 import numpy as np
 
@@ -37,6 +38,7 @@ def check(cond, msg):
     print(("ok   " if cond else "FAIL ") + msg)
     if not cond:
         failures.append(msg)
+    return cond
 
 
 def build(name, factory, x):
@@ -141,16 +143,32 @@ print("sweep: %.1f s" % (time.time() - t_sweep))
 # ---- the server ----
 
 
+servers = []
+
+
 def serve(index, *extra):
     """(exit code or None if it started, stderr or the base URL, process)."""
+    log = open(os.path.join(tmp, "serve.log"), "w+")  # a file: a full pipe would block the server
     p = subprocess.Popen([QAC, "serve", "--port", "0", "--index", index, "--allow-model-mismatch", *extra],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                         stdout=subprocess.PIPE, stderr=log, text=True)
+    servers.append(p)
     line = p.stdout.readline()
     m = re.search(r"listening on (http://\S+)", line)
     if m:
         return None, m.group(1), p
     p.wait(60)
-    return p.returncode, p.stderr.read(), p
+    log.seek(0)
+    return p.returncode, log.read(), p
+
+
+def stop(p):
+    p.terminate()
+    try:
+        return p.wait(60)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        return p.wait()
+
 
 
 rc, err, _ = serve(corrupt_copy(sq, "b40", 40), "--verify", "size")
@@ -160,14 +178,11 @@ rc, err, _ = serve(corrupt_copy(sq, "b40n", 40, checksum="null"))
 check(rc == 1 and "--verify none" in err, "serve, checksum null: exit %s naming --verify none" % rc)
 rc, base, proc = serve(intact_null, "--verify", "none")
 if check(rc is None, "serve --verify none on an intact index without a checksum starts"):
-    import urllib.request
     req = urllib.request.Request(base + "/search", data=json.dumps({"query": "boundary layer", "k": 3}).encode(),
                                  headers={"Content-Type": "application/json"}, method="POST")
     with urllib.request.urlopen(req, timeout=120) as r:
         body = json.loads(r.read())
     check(r.status == 200 and len(body["results"][0]) == 3, "and answers /search")
-    proc.terminate()
-    proc.wait(60)
 # a flipped code byte: nothing short of the checksum sees it; the server must still answer
 codes = corrupt_copy(sq, "code", os.path.getsize(os.path.join(sq, "index.faiss")) - 7, checksum="null")
 rc, base, proc = serve(codes, "--verify", "none")
@@ -176,8 +191,9 @@ if check(rc is None, "serve --verify none with a flipped code byte starts"):
                                  headers={"Content-Type": "application/json"}, method="POST")
     with urllib.request.urlopen(req, timeout=120) as r:
         check(r.status == 200, "and answers /search (status %d)" % r.status)
-    proc.terminate()
-    proc.wait(60)
+for p in servers:  # every server this test started ends here, started or not, passing or not
+    if p.poll() is None:
+        check(stop(p) == 0, "a started server stops cleanly on SIGTERM")
 
 if failures:
     print("%d checks failed" % len(failures))
