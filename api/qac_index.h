@@ -67,14 +67,22 @@ typedef struct qac_index qac_index;
 qac_status qac_index_describe(const char *dir, int64_t *count, int *dim, char *factory, size_t factory_cap,
                               int64_t *truncated, int *max_len);
 
-/* How much of index.faiss and the corpus to check against the manifest's
- * checksums at open: FULL reads every byte (about 1 s per GB); SIZE only
- * compares sizes, for very large indexes. Manifests without checksums
- * (older builds) are not checked. */
-typedef enum qac_index_verify { QAC_VERIFY_FULL = 0, QAC_VERIFY_SIZE = 1 } qac_index_verify;
+/* How much of index.faiss and the corpus to check against the manifest at
+ * open: FULL reads every byte against the recorded checksum (about 1 s per
+ * GB); SIZE only compares sizes, for very large indexes; NONE compares
+ * nothing (the corpus keeps its size check). A manifest that records no
+ * checksum (FULL) or no size (SIZE) for index.faiss is refused: only NONE
+ * opens it. Whatever the mode, an index FAISS reads is checked against the
+ * manifest before use: its type and layout against what the recorded
+ * factory builds (scalar quantizer type, code sizes, lists, graph links),
+ * its dimension and count against the manifest's. */
+typedef enum qac_index_verify { QAC_VERIFY_FULL = 0, QAC_VERIFY_SIZE = 1, QAC_VERIFY_NONE = 2 } qac_index_verify;
+/* "full", "size" or "none"; QAC_ERR_INVALID for anything else. */
+qac_status qac_index_verify_parse(const char *name, qac_index_verify *out);
 
 /* device: CUDA uses GPU flat search when available (AUTO: if usable).
- * Verifies index.faiss fully; a mismatch is QAC_ERR_FORMAT naming the file. */
+ * qac_index_open verifies index.faiss fully; a mismatch is QAC_ERR_FORMAT
+ * naming the file. */
 qac_status qac_index_open(qac_index **out, const char *dir, qac_device device);
 qac_status qac_index_open_verified(qac_index **out, const char *dir, qac_device device, qac_index_verify verify);
 /* Open the corpus recorded in the manifest once, for qac_index_text, after

@@ -29,6 +29,7 @@ static const qac_opt mine_opts[] = {
      "the one the index was built for", 0},
     {"allow-prompt-mismatch", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL,
      "search even if the query prompt differs from the one the index was built for (a warning)", 0},
+    QAC_CLI_VERIFY_OPT,
     QAC_CPU_ISA_OPT,
 };
 #define N_MINE_OPTS (int)(sizeof mine_opts / sizeof mine_opts[0])
@@ -80,7 +81,9 @@ int qac_cmd_mine(int argc, char **argv) {
         const char *mdir = qac_cli_model_dir(&o, mbuf, sizeof mbuf);
         st = mdir ? qac_model_load(&m, mdir) : QAC_ERR_NOT_FOUND;
         if (!st) st = qac_cli_apply_prompts(&o, m);
-        if (!st) st = qac_index_open(&ix, index, dev);
+        qac_index_verify verify = QAC_VERIFY_FULL;
+        if (!st) st = qac_index_verify_parse(qac_opts_str(&o, "verify"), &verify);
+        if (!st) st = qac_index_open_verified(&ix, index, dev, verify);
         if (!st) st = qac_index_set_threads(ix, eo.threads);
         if (!st && (st = qac_index_check_prompts(ix, qac_model_query_prompt(m))) &&
             qac_opts_bool(&o, "allow-prompt-mismatch")) {

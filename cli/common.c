@@ -1,4 +1,5 @@
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -87,4 +88,28 @@ qac_status qac_cli_check_run_dir(const char *out) {
                              "choose another --out",
                              out);
     return QAC_OK;
+}
+
+static int hit_float_cmp(const void *a, const void *b) {
+    const qac_hit *x = a, *y = b;
+    float fx = (float)x->score, fy = (float)y->score;
+    if (fx != fy) return fx > fy ? -1 : 1;
+    return -strcmp(x->docid, y->docid);
+}
+
+qac_status qac_cli_write_hits(FILE *out, const char *qid, qac_hit *hits, int n, const char *run_id) {
+    /* hybrid scores are doubles: two may round to one float, which trec_eval then orders by docid */
+    qsort(hits, (size_t)n, sizeof *hits, hit_float_cmp);
+    const char **docids = malloc(((size_t)n + 1) * sizeof *docids);
+    float *scores = malloc(((size_t)n + 1) * sizeof *scores);
+    qac_status st = QAC_OK;
+    if (!docids || !scores) st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n && !st; i++) {
+        docids[i] = hits[i].docid;
+        scores[i] = (float)hits[i].score;
+    }
+    if (!st) st = qac_run_write(out, qid, docids, scores, n, run_id);
+    free(docids);
+    free(scores);
+    return st;
 }

@@ -194,20 +194,10 @@ static qac_status call_json(const remote *r, const char *method, const char *pat
     return QAC_OK;
 }
 
-typedef struct rhit {
-    const char *docid;
-    float score;
-} rhit;
-
-static int rhit_cmp(const void *a, const void *b) {
-    const rhit *x = a, *y = b;
-    if (x->score != y->score) return x->score > y->score ? -1 : 1;
-    return -strcmp(x->docid, y->docid);
-}
-
-static qac_status run_batch(const remote *r, char **qids, json_t *queries, int k, const char *run_id, FILE *out,
-                            uint64_t *written) {
+static qac_status run_batch(const remote *r, char **qids, json_t *queries, const char *mode, int k,
+                            const char *run_id, FILE *out, uint64_t *written) {
     json_t *req = json_pack("{s:O,s:i}", "queries", queries, "k", k);
+    if (req && mode) json_object_set_new(req, "mode", json_string(mode));
     char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
     json_decref(req);
     if (!body) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
@@ -221,10 +211,8 @@ static qac_status run_batch(const remote *r, char **qids, json_t *queries, int k
         json_decref(resp);
         return qac_set_error(QAC_ERR_FORMAT, "/search: expected %zu result lists", nq);
     }
-    rhit *hits = malloc(((size_t)k + 1) * sizeof *hits);
-    const char **docids = malloc(((size_t)k + 1) * sizeof *docids);
-    float *scores = malloc(((size_t)k + 1) * sizeof *scores);
-    if (!hits || !docids || !scores) st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    qac_hit *hits = malloc(((size_t)k + 1) * sizeof *hits);
+    if (!hits) st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
     for (size_t q = 0; q < nq && !st; q++) {
         json_t *list = json_array_get(results, q);
         size_t n = json_array_size(list);
@@ -234,26 +222,19 @@ static qac_status run_batch(const remote *r, char **qids, json_t *queries, int k
             const char *d = json_string_value(json_object_get(h, "docid"));
             json_t *sc = json_object_get(h, "score");
             if (!d || !json_is_number(sc)) st = qac_set_error(QAC_ERR_FORMAT, "/search: malformed hit");
-            else hits[i] = (rhit){d, (float)json_number_value(sc)};
+            else hits[i] = (qac_hit){d, json_number_value(sc), -1};
         }
         if (st) break;
-        qsort(hits, n, sizeof *hits, rhit_cmp);
-        for (size_t i = 0; i < n; i++) {
-            docids[i] = hits[i].docid;
-            scores[i] = hits[i].score;
-        }
-        st = qac_run_write(out, qids[q], docids, scores, (int)n, run_id);
+        st = qac_cli_write_hits(out, qids[q], hits, (int)n, run_id);
         *written += n;
     }
     free(hits);
-    free(docids);
-    free(scores);
     json_decref(resp);
     return st;
 }
 
-int qac_cli_search_remote(const char *url, const char *api_key, const char *queries_path, int k, const char *run_id,
-                          int max_len, FILE *out) {
+int qac_cli_search_remote(const char *url, const char *api_key, const char *queries_path, qac_text_format fmt,
+                          const char *mode, int k, const char *run_id, int max_len, FILE *out) {
     remote r;
     memset(&r, 0, sizeof r);
     r.api_key = api_key && *api_key ? api_key : NULL;
@@ -266,7 +247,7 @@ int qac_cli_search_remote(const char *url, const char *api_key, const char *quer
     qac_progress_init(&ps, "queries");
     double t0 = qac_now();
     if (parse_url(&r, url)) goto fail;
-    if (qac_reader_open(&rd, queries_path, QAC_READ_QUERIES, QAC_FMT_AUTO)) goto fail;
+    if (qac_reader_open(&rd, queries_path, QAC_READ_QUERIES, fmt)) goto fail;
     /* the server's limits decide the batch size and whether k is allowed */
     if (call_json(&r, "GET", "/info", NULL, &info)) goto fail;
     json_t *limits = json_object_get(info, "limits");
@@ -301,7 +282,7 @@ int qac_cli_search_remote(const char *url, const char *api_key, const char *quer
             nb++;
         } else eof = 1;
         if (nb == per_call || (eof && nb)) {
-            if (run_batch(&r, qids, batch, k, run_id, out, &hits)) goto fail;
+            if (run_batch(&r, qids, batch, mode, k, run_id, out, &hits)) goto fail;
             done += (uint64_t)nb;
             qac_progress_stderr(&ps, "search", done, 0);
             for (int i = 0; i < nb; i++) {

@@ -148,14 +148,35 @@ static qac_status load_cpu_flat(qac_index *ix, json_t *man) {
     return QAC_OK;
 }
 
-/* index.faiss against the manifest's size and checksum (when recorded). */
+qac_status qac_index_verify_parse(const char *name, qac_index_verify *out) {
+    static const char *const names[] = {"full", "size", "none"};
+    for (int i = 0; name && i < 3; i++)
+        if (!strcmp(name, names[i])) {
+            *out = (qac_index_verify)i;
+            return QAC_OK;
+        }
+    return qac_set_error(QAC_ERR_INVALID, "verify mode '%s': expected full, size or none", name ? name : "(null)");
+}
+
+/* index.faiss against the manifest's size and checksum. */
 static qac_status verify_faiss(const char *path, json_t *fa, qac_index_verify verify) {
+    if (verify == QAC_VERIFY_NONE) return QAC_OK;
     json_t *sum = json_object_get(fa, "checksum"), *bytes = json_object_get(fa, "bytes");
-    if (!json_is_integer(sum)) return QAC_OK; /* built before checksums */
+    /* missing or null: an edited manifest, or one from before qac recorded them */
+    if (verify == QAC_VERIFY_FULL && !json_is_integer(sum))
+        return qac_set_error(QAC_ERR_FORMAT,
+                             "%s: the manifest records no checksum for it, so it cannot be verified; rebuild the "
+                             "index, or open it unverified with --verify none",
+                             path);
+    if (!json_is_integer(bytes))
+        return qac_set_error(QAC_ERR_FORMAT,
+                             "%s: the manifest records no size for it, so it cannot be verified; rebuild the index, "
+                             "or open it unverified with --verify none",
+                             path);
     struct stat sb;
     if (stat(path, &sb) != 0)
         return qac_set_error(errno == ENOENT ? QAC_ERR_NOT_FOUND : QAC_ERR_IO, "%s: %s", path, strerror(errno));
-    if (json_is_integer(bytes) && (uint64_t)sb.st_size != (uint64_t)json_integer_value(bytes))
+    if ((uint64_t)sb.st_size != (uint64_t)json_integer_value(bytes))
         return qac_set_error(QAC_ERR_FORMAT, "%s: %llu bytes, the manifest says %llu (corrupt or modified FAISS index)",
                              path, (unsigned long long)sb.st_size, (unsigned long long)json_integer_value(bytes));
     if (verify == QAC_VERIFY_SIZE) return QAC_OK;
@@ -282,6 +303,7 @@ qac_status qac_index_open_verified(qac_index **out, const char *dir, qac_device 
     } else if (!ix->gpu && !ix->vecs) {
         if ((st = qac_path_join(path, sizeof path, dir, json_string_value(json_object_get(fa, "file")) ? json_string_value(json_object_get(fa, "file")) : "index.faiss")))
             goto fail;
+        if ((st = qac_faiss_precheck(path))) goto fail;
         if (faiss_read_index_fname(path, 0, &ix->faiss)) {
             ix->faiss = NULL;
             st = qac_set_error(QAC_ERR_FAISS, "faiss read_index %s: %s", path, qac_faiss_message());
@@ -295,6 +317,14 @@ qac_status qac_index_open_verified(qac_index **out, const char *dir, qac_device 
         }
         if (faiss_Index_metric_type(ix->faiss) != METRIC_INNER_PRODUCT) {
             st = qac_set_error(QAC_ERR_FORMAT, "%s: FAISS index metric is not inner product", path);
+            goto fail;
+        }
+        /* Before any search: a corrupt field FAISS read without complaint
+         * would make it abort the process or read out of bounds. */
+        char why[512];
+        if (qac_faiss_check(ix->faiss, ix->factory, ix->dim, ix->count, why, sizeof why)) {
+            st = qac_set_error(QAC_ERR_FORMAT, "%s: %s (corrupt FAISS index, or not the %s index the manifest records)",
+                               path, why, ix->factory);
             goto fail;
         }
         if ((ix->codes16 = qac_faiss_fp16_codes(ix->faiss)) && (st = qac_pool_create(&ix->pool, 0))) goto fail;

@@ -142,7 +142,7 @@ typedef struct qac_server_backend {
 
 /* The real backend: loads the model (and index / BM25 when the directory is
  * not NULL) and checks that they fit together. device: "auto"|"cpu"|"cuda";
- * dtype: "fp32"|"bf16" (the CPU encoder's precision, NULL: fp32); verify: "full"|"size" (how index.faiss and the corpus are checked).
+ * dtype: "fp32"|"bf16" (the CPU encoder's precision, NULL: fp32); verify: "full"|"size"|"none" (how index.faiss and the corpus are checked, see qac_index_verify).
  * allow_model_mismatch: serve an index whose recorded model fingerprint
  * differs from the model's (or is "none": built from vectors).
  * query_prompt / passage_prompt (NULL: the model's) replace the model's

@@ -119,8 +119,9 @@ qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, c
     }
     int dim = qac_encoder_dim(r->enc);
     if (index_dir) {
-        qac_index_verify vm = verify && !strcmp(verify, "size") ? QAC_VERIFY_SIZE : QAC_VERIFY_FULL;
-        if ((st = qac_index_open_verified(&r->index, index_dir, dev, vm)) ||
+        qac_index_verify vm = QAC_VERIFY_FULL;
+        if ((verify && (st = qac_index_verify_parse(verify, &vm))) ||
+            (st = qac_index_open_verified(&r->index, index_dir, dev, vm)) ||
             (st = qac_index_set_threads(r->index, threads))) {
             if (!strstr(qac_last_error(), index_dir)) qac_wrap_error(st, "index %s", index_dir); /* named once */
             goto fail;

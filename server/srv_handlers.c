@@ -8,8 +8,9 @@
 
 #include <jansson.h>
 
-#include "srv_internal.h"
+#include "qac_fusion.h"
 #include "qac_util.h"
+#include "srv_internal.h"
 
 int qac_srv_gone(void) { return qac_srv_cancel && qac_srv_cancel->gone(qac_srv_cancel->ctx); }
 
@@ -542,20 +543,7 @@ done:
 
 /* ---------------- /search ---------------- */
 
-typedef struct hit {
-    const char *docid;
-    double score;
-    int64_t row; /* dense row for the text, -1 if unknown */
-} hit;
-
-static int hit_cmp(const void *a, const void *b) {
-    const hit *x = a, *y = b;
-    if (x->score != y->score) return x->score > y->score ? -1 : 1;
-    return -strcmp(x->docid, y->docid); /* ties: docid descending, like trec_eval */
-}
-
 enum { MODE_DENSE = 0, MODE_BM25, MODE_HYBRID };
-#define RRF_K 60
 
 void qac_handle_search(qac_server *s, const char *body, size_t len, qac_http_response *r) {
     static const char *const modes[] = {"dense", "bm25", "hybrid", NULL};
@@ -567,7 +555,8 @@ void qac_handle_search(qac_server *s, const char *body, size_t len, qac_http_res
     int mode = MODE_DENSE, return_text = 0;
     float *qv = NULL, *dscores = NULL, *bscores = NULL;
     int64_t *drows = NULL, *brows = NULL;
-    hit *hits = NULL;
+    qac_hit *hits = NULL;
+    const char **sparse = NULL, **dense = NULL;
     json_t *results = NULL;
     if (!get_texts(s, o, "query", "queries", &t, r) || !get_int(o, "k", 1, s->cfg.max_k, &k, r) ||
         !get_enum(o, "mode", modes, &mode, r) || !get_bool(o, "return_text", &return_text, r))
@@ -605,8 +594,8 @@ void qac_handle_search(qac_server *s, const char *body, size_t len, qac_http_res
         goto done;
     }
     int nq = t.n, dim = s->be.dim;
-    /* hybrid fuses deeper lists than it returns */
-    int depth = mode == MODE_HYBRID ? (int)(k > 100 ? k : 100) : (int)k;
+    /* hybrid fuses deeper lists than it returns (qac search --mode hybrid fuses the same way) */
+    int depth = mode == MODE_HYBRID ? qac_hybrid_depth((int)k) : (int)k;
     if (need_dense) {
         qv = malloc((size_t)nq * dim * sizeof *qv);
         dscores = malloc((size_t)nq * depth * sizeof *dscores);
@@ -623,8 +612,10 @@ void qac_handle_search(qac_server *s, const char *body, size_t len, qac_http_res
     bscores = malloc((size_t)depth * sizeof *bscores);
     brows = malloc((size_t)depth * sizeof *brows);
     hits = malloc((size_t)depth * 2 * sizeof *hits);
+    sparse = malloc((size_t)depth * sizeof *sparse);
+    dense = malloc((size_t)depth * sizeof *dense);
     results = json_array();
-    if (!bscores || !brows || !hits || !results) {
+    if (!bscores || !brows || !hits || !sparse || !dense || !results) {
         qac_server_error(r, 500, "internal", "out of memory");
         goto done;
     }
@@ -649,42 +640,29 @@ void qac_handle_search(qac_server *s, const char *body, size_t len, qac_http_res
             for (int i = 0; i < depth; i++) {
                 int64_t row = drows[(size_t)q * depth + i];
                 if (row < 0) continue;
-                hits[nh++] = (hit){s->be.docid(s->be.index, row), dscores[(size_t)q * depth + i], row};
+                hits[nh++] = (qac_hit){s->be.docid(s->be.index, row), dscores[(size_t)q * depth + i], row};
             }
+            qac_hits_sort(hits, nh);
         } else if (mode == MODE_BM25) {
             for (int i = 0; i < nb; i++) {
                 const char *d = s->be.bm25_docid(s->be.bm25, brows[i]);
-                hits[nh++] = (hit){d, bscores[i], s->docid_rows ? qac_docid_map_get(s->docid_rows, d) : -1};
+                hits[nh++] = (qac_hit){d, bscores[i], s->docid_rows ? qac_docid_map_get(s->docid_rows, d) : -1};
             }
+            qac_hits_sort(hits, nh);
         } else {
-            /* reciprocal-rank fusion: sum of 1/(60 + rank) over both lists */
-            int rank = 0;
-            for (int i = 0; i < depth; i++) {
-                int64_t row = drows[(size_t)q * depth + i];
-                if (row < 0) continue;
-                hits[nh++] = (hit){s->be.docid(s->be.index, row), 1.0 / (RRF_K + ++rank), row};
-            }
-            int dense_n = nh;
-            for (int i = 0; i < nb; i++) {
-                const char *d = s->be.bm25_docid(s->be.bm25, brows[i]);
-                double add = 1.0 / (RRF_K + i + 1);
-                int found = 0;
-                for (int j = 0; j < dense_n; j++)
-                    if (!strcmp(hits[j].docid, d)) {
-                        hits[j].score += add;
-                        found = 1;
-                        break;
-                    }
-                if (!found) hits[nh++] = (hit){d, add, qac_docid_map_get(s->docid_rows, d)};
-            }
+            const int64_t *rows = drows + (size_t)q * depth;
+            for (int i = 0; i < depth; i++) dense[i] = rows[i] >= 0 ? s->be.docid(s->be.index, rows[i]) : NULL;
+            for (int i = 0; i < nb; i++) sparse[i] = s->be.bm25_docid(s->be.bm25, brows[i]);
+            nh = qac_rrf_fuse(rows, dense, depth, sparse, nb, hits);
+            for (int i = 0; i < nh; i++) /* BM25-only hits: their dense row, for return_text */
+                if (hits[i].row < 0 && s->docid_rows) hits[i].row = qac_docid_map_get(s->docid_rows, hits[i].docid);
         }
-        qsort(hits, (size_t)nh, sizeof *hits, hit_cmp);
         if (nh > k) nh = (int)k;
         json_t *list = json_array();
         json_array_append_new(results, list);
         for (int i = 0; i < nh; i++) {
-            json_t *h = json_pack("{s:s,s:f,s:i}", "docid", hits[i].docid, "score",
-                                  mode == MODE_HYBRID ? hits[i].score : (double)(float)hits[i].score, "rank", i + 1);
+            json_t *h = json_pack("{s:s,s:f,s:i}", "docid", hits[i].docid, "score", (double)(float)hits[i].score, "rank",
+                                  i + 1);
             out_bytes += 48 + strlen(hits[i].docid);
             if (return_text && hits[i].row >= 0) {
                 char *text = NULL;
@@ -717,6 +695,8 @@ done:
     free(bscores);
     free(brows);
     free(hits);
+    free(sparse);
+    free(dense);
     texts_free(&t);
     json_decref(o);
 }
