@@ -44,7 +44,7 @@ def check(cond, msg):
 def build(name, factory, x):
     np.save(os.path.join(tmp, name + ".npy"), x)
     out = os.path.join(tmp, name)
-    subprocess.run([QAC, "index", "build", "--vectors", os.path.join(tmp, name + ".npy"), "--factory", factory,
+    subprocess.run([QAC, "index", "build", "--vectors", os.path.join(tmp, name + ".npy"), "--ids", "sequential", "--factory", factory,
                     "--out", out], check=True, capture_output=True)
     return out
 
