@@ -59,8 +59,8 @@ qac_status qac_index_build_vectors(const char *out_dir, const char *npy_path, co
  * which gives a passage the same vector in any batch.
  *
  * The parts directory holds parts.json (model identity, corpus path, size
- * and format, max_len: written by the first process, checked by every
- * other) and part files "part-<first row>-<count>.qemb": embedding shards
+ * and format, max_len, the encoder's device: written by the first process,
+ * checked by every other) and part files "part-<first row>-<count>.qemb": embedding shards
  * (index_internal.h) of consecutive corpus rows, each written atomically
  * and named by the rows it holds. A batch encoded twice (a worker retried
  * after dying) rewrites the same file, and a part from a killed writer is

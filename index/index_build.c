@@ -900,9 +900,11 @@ qac_status qac_index_parts_open(qac_index_parts **out, const char *dir, qac_enco
     fmt = qac_reader_format(r);
     qac_reader_free(r);
     json_t *model = model_identity(enc), *source = corpus_identity(corpus_abs, size, fmt);
-    json_t *want = model && source ? json_pack("{s:s, s:i, s:O, s:O, s:i, s:i}", "format", QAC_PARTS_FORMAT, "version",
-                                               QAC_PARTS_VERSION, "model", model, "source", source, "max_len",
-                                               max_len, "dim", qac_encoder_dim(enc))
+    /* the device is part of it: the CUDA encoder's last bits depend on the batch */
+    json_t *want = model && source ? json_pack("{s:s, s:i, s:O, s:O, s:i, s:i, s:s}", "format", QAC_PARTS_FORMAT,
+                                               "version", QAC_PARTS_VERSION, "model", model, "source", source,
+                                               "max_len", max_len, "dim", qac_encoder_dim(enc), "device",
+                                               qac_encoder_device(enc) == QAC_DEVICE_CUDA ? "cuda" : "cpu")
                                    : NULL;
     json_decref(model);
     json_decref(source);

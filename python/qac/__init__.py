@@ -256,19 +256,17 @@ def evaluate(qrels: Union[PathLike, Mapping[str, Mapping[str, int]]],
 
 # ---------------------------------------------------------------- indexes
 
-def _progress_fn(progress: Progress) -> Progress:
-    return progress
-
-
 class Index:
     """A dense index directory (``qac index build``'s): FAISS index, docids, manifest.
 
     Open one with :meth:`Index.open`, build one with :meth:`Index.build`."""
 
-    def __init__(self, handle: Any, path: str, encoder: Optional[Encoder]) -> None:
+    def __init__(self, handle: Any, path: str, encoder: Optional[Encoder] = None,
+                 model: Optional[PathLike] = None, device: str = "auto") -> None:
         self._ix = handle
         self.path = path
         self._encoder = encoder
+        self._model, self._device = model, device
 
     @classmethod
     def open(cls, path: PathLike, *, encoder: Optional[Encoder] = None, model: Optional[PathLike] = None,
@@ -277,10 +275,7 @@ class Index:
         ``model``, loaded on the first text query; None: the default model), which must be
         the model the index was built with. ``verify="size"`` skips reading the FAISS
         file's checksum (very large indexes)."""
-        ix = cls(_qac.Index(_path(path), device, verify), _path(path), encoder)
-        ix._model = model
-        ix._device = device
-        return ix
+        return cls(_qac.Index(_path(path), device, verify), _path(path), encoder, model, device)
 
     @classmethod
     def build(cls, source: Union[PathLike, np.ndarray], out: PathLike, *, encoder: Optional[Encoder] = None,
