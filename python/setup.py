@@ -24,7 +24,7 @@ class CMakeBuild(build_ext):
         if not os.path.exists(os.path.join(build, "CMakeCache.txt")):
             gen = ["-G", "Ninja"] if shutil.which("ninja") else []
             subprocess.check_call(["cmake", "-S", ROOT, "-B", build, *gen, "-DCMAKE_BUILD_TYPE=Release",
-                                   f"-DQAC_PYTHON={sys.executable}",
+                                   "-DQAC_PYTHON_MODULE=ON", f"-DQAC_PYTHON={sys.executable}",
                                    *shlex.split(os.environ.get("QAC_CMAKE_ARGS", ""))])
         subprocess.check_call(["cmake", "--build", build, "--target", "qac_python", "-j", str(os.cpu_count() or 1)])
         built = glob.glob(os.path.join(build, "python", "qac", "_qac*.so"))

@@ -12,7 +12,8 @@ if [ "${QAC_SANITIZE:-0}" = 1 ]; then
 else
   build=build; extra=()
 fi
-cmake -S . -B "$build" -G Ninja -DQAC_PYTHON="$PWD/.venv/bin/python3" "${extra[@]}" >/dev/null
+# the Python package is part of what the suite tests: its module is required here
+cmake -S . -B "$build" -G Ninja -DQAC_PYTHON="$PWD/.venv/bin/python3" -DQAC_PYTHON_MODULE=ON "${extra[@]}" >/dev/null
 cmake --build "$build" -j "$jobs"
 # the Python package into the environment, from this build (python/setup.py);
 # not a sanitizer build's, which loads only under the sanitizers' runtime
