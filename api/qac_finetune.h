@@ -72,6 +72,21 @@ qac_status qac_ft_data_add_qrels(qac_ft_data *d, const char *qrels, const char *
  * dropped (and counted) when n > 1. An empty set is an error. */
 qac_status qac_ft_data_finish(qac_ft_data *d, int n);
 
+/* The sources of one training set, as `qac finetune` takes them. */
+typedef struct qac_ft_sources {
+    const char *const *tevatron; /* Tevatron jsonl files */
+    int n_tevatron;
+    const char *triples;         /* MS MARCO qidpidtriples, or NULL */
+    const char *qrels;           /* qrels as positives only, or NULL */
+    const char *queries, *corpus; /* for triples and qrels */
+    qac_title_join title_join;
+} qac_ft_sources;
+/* Create, add every source, and finish for groups of n passages. At least
+ * one source; triples and qrels need queries and a corpus. On failure *out
+ * may still hold the set read so far (its skip counts explain an empty
+ * set); the caller frees it either way. */
+qac_status qac_ft_data_load(qac_ft_data **out, const qac_ft_sources *s, int n);
+
 size_t qac_ft_data_count(const qac_ft_data *d);
 long qac_ft_data_skipped_no_positive(const qac_ft_data *d);
 long qac_ft_data_skipped_no_negative(const qac_ft_data *d);
@@ -117,7 +132,9 @@ typedef struct qac_finetune_opts {
     /* write every step's texts as jsonl and do not train (for other tools) */
     const char *dump_batches;
     int dry_run;
-    void (*on_step)(void *user, const qac_ft_progress *p);
+    /* after every step; nonzero stops the run there (its checkpoint is still
+     * written when one is due) with QAC_ERR_CANCELLED */
+    int (*on_step)(void *user, const qac_ft_progress *p);
     void (*on_dev)(void *user, const qac_ft_dev *r);
     void *user;
 } qac_finetune_opts;

@@ -59,6 +59,52 @@ qac_status qac_index_build(const char *out_dir, qac_encoder *enc, const char *co
  * and searches refuse unless told to ignore the model. Resumable the same way. */
 qac_status qac_index_build_vectors(const char *out_dir, const char *npy_path, const qac_index_build_opts *o);
 
+/* ---- distributed builds ----
+ * Many processes (machines, Ray actors) encode parts of one corpus into a
+ * parts directory; qac_index_merge then makes of them the index that
+ * qac_index_build gives for the same corpus, model and options, file for
+ * file (shards, docids.qdoc, index.faiss, manifest) on the CPU encoder,
+ * which gives a passage the same vector in any batch.
+ *
+ * The parts directory holds parts.json (model identity, corpus path, size
+ * and format, max_len, the encoder's device: written by the first process,
+ * checked by every other) and part files "part-<first row>-<count>.qemb": embedding shards
+ * (index_internal.h) of consecutive corpus rows, each written atomically
+ * and named by the rows it holds. A batch encoded twice (a worker retried
+ * after dying) rewrites the same file, and a part from a killed writer is
+ * never visible, so parts neither lose nor duplicate a passage.
+ *
+ * Rows are the records' positions in the corpus (0-based, in file order),
+ * and each passage carries the offset and line the corpus reader gives it
+ * (qac_record): a part can only be made from passages read by qac's reader.
+ *
+ * Ownership: the parts writer borrows the encoder (free the writer first);
+ * not thread-safe, like the encoder. */
+typedef struct qac_index_parts qac_index_parts;
+
+/* Open dir for parts encoded with enc from corpus_path (format fmt, or
+ * AUTO), passages cut at max_len tokens (0: the model's; the rule of
+ * qac_index_build). QAC_ERR_INVALID when parts.json describes another
+ * model, corpus or max_len. */
+qac_status qac_index_parts_open(qac_index_parts **out, const char *dir, qac_encoder *enc, const char *corpus_path,
+                                int max_len, qac_text_format fmt);
+/* Encode n passages and write them as one part per run of consecutive
+ * rows. rows, ids, texts, offsets and lines are per passage (lens may be
+ * NULL: NUL-terminated texts); any order; a row given twice is an error. */
+qac_status qac_index_parts_encode(qac_index_parts *p, int n, const int64_t *rows, const char *const *ids,
+                                  const char *const *texts, const size_t *lens, const uint64_t *offsets,
+                                  const int64_t *lines);
+void qac_index_parts_free(qac_index_parts *p);
+
+/* Make one index in out_dir of the parts in parts_dir: the corpus that
+ * parts.json names is read again (not encoded), and each of its passages
+ * must be in a part, as the same id, offset and line; a passage no part
+ * holds, parts past the corpus's end, and two parts that disagree on a row
+ * are errors naming them. o's factory, dtype, shard size and train size
+ * apply as in qac_index_build (batch, max_len and format do not: the
+ * parts fixed them). Resumable and locked like qac_index_build. */
+qac_status qac_index_merge(const char *out_dir, const char *parts_dir, const qac_index_build_opts *o);
+
 typedef struct qac_index qac_index;
 
 /* What a finished build holds, from its manifest alone (cheap: for a

@@ -310,7 +310,9 @@ typedef struct qac_pretrain_opts {
     int keep, resume;
     /* called once before the first step with a line worth showing (NULL: none) */
     void (*on_note)(void *user, const char *line);
-    void (*on_step)(void *user, const qac_pt_progress *p);
+    /* after every step; nonzero stops the run there (its checkpoint is still
+     * written when one is due) with QAC_ERR_CANCELLED */
+    int (*on_step)(void *user, const qac_pt_progress *p);
     void *user;
 } qac_pretrain_opts;
 

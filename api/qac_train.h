@@ -195,8 +195,9 @@ typedef struct qac_run_opts {
     long save_every;      /* steps between checkpoints; <= 0: only the last */
     int keep;             /* checkpoints kept (the newest); <= 0: 2 */
     int resume;           /* continue from out_dir/latest; without it an existing run is an error */
-    /* called after every step (NULL: nothing) */
-    void (*on_step)(void *user, const qac_step_stats *st, long total);
+    /* called after every step (NULL: nothing); nonzero stops the run after
+     * that step's checkpoint, if one is due, with QAC_ERR_CANCELLED */
+    int (*on_step)(void *user, const qac_step_stats *st, long total);
     /* called once before the first step with the step the run continues
      * from (0: a fresh run), after a resume was accepted, so that the
      * caller's own per-step files are trimmed as log.jsonl is (a refused

@@ -51,14 +51,15 @@ typedef struct ui {
     long resumed;
 } ui;
 
-static void print_step(void *user, const qac_ft_progress *p) {
+static int print_step(void *user, const qac_ft_progress *p) {
     ui *u = user;
-    if (u->quiet) return;
+    if (u->quiet) return 0;
     double per = p->elapsed / (double)p->steps_run;
     char eta[32];
     qac_cli_fmt_eta(eta, sizeof eta, per * (double)(p->total - p->step));
     fprintf(stderr, "step %ld/%ld  epoch %.2f  loss %.4f  lr %.3g  grad_norm %.3f  %.1f passages/s  ETA %s\n", p->step,
             p->total, p->epoch, p->loss, p->lr, p->grad_norm, p->passages / p->seconds, eta);
+    return 0;
 }
 
 static void print_dev(void *user, const qac_ft_dev *r) {
@@ -149,18 +150,17 @@ int qac_cmd_finetune(int argc, char **argv) {
     }
     const char *model_dir = qac_cli_model_dir(&o, buf, sizeof buf);
     st = model_dir ? QAC_OK : QAC_ERR_NOT_FOUND;
-    if (!st) st = qac_ft_data_create(&d, !strcmp(qac_opts_str(&o, "title-join"), "space") ? QAC_TITLE_SPACE
-                                                                                          : QAC_TITLE_SEP);
-    if (!st && train) {
-        /* the LIST option joins repeated values with ',' */
-        char *copy = strdup(train), *save = NULL;
-        for (char *f = strtok_r(copy, ",", &save); f && !st; f = strtok_r(NULL, ",", &save))
-            st = qac_ft_data_add_tevatron(d, f);
-        free(copy);
-    }
-    if (!st && triples) st = qac_ft_data_add_triples(d, triples, queries, corpus);
-    if (!st && tq) st = qac_ft_data_add_qrels(d, tq, queries, corpus);
-    if (!st) st = qac_ft_data_finish(d, fo.n_passages);
+    /* the LIST option joins repeated values with ',' */
+    char *copy = train ? strdup(train) : NULL, *save = NULL;
+    const char *files[256];
+    qac_ft_sources src = {files, 0, triples, tq, queries, corpus,
+                          !strcmp(qac_opts_str(&o, "title-join"), "space") ? QAC_TITLE_SPACE : QAC_TITLE_SEP};
+    if (!st && train && !copy) st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    for (char *f = copy ? strtok_r(copy, ",", &save) : NULL; f && !st; f = strtok_r(NULL, ",", &save))
+        if (src.n_tevatron < 256) files[src.n_tevatron++] = f;
+        else st = qac_set_error(QAC_ERR_INVALID, "more than 256 --train files");
+    if (!st) st = qac_ft_data_load(&d, &src, fo.n_passages);
+    free(copy);
     if (d && !u.quiet && (qac_ft_data_skipped_no_positive(d) || qac_ft_data_skipped_no_negative(d)))
         fprintf(stderr, "qac finetune: skipped %ld queries without a positive and %ld without negatives\n",
                 qac_ft_data_skipped_no_positive(d), qac_ft_data_skipped_no_negative(d));

@@ -1,5 +1,6 @@
 /* qac index build: encode a corpus (or load precomputed vectors) into
- * resumable shards, then build a FAISS index. */
+ * resumable shards, then build a FAISS index; qac index merge: one index of
+ * the parts many workers encoded. */
 #include <stdio.h>
 #include <string.h>
 
@@ -133,12 +134,50 @@ static int cmd_build(int argc, char **argv) {
     return 0;
 }
 
+static const qac_opt merge_opts[] = {
+    {"parts", QAC_OPT_STR, NULL, 0, -1, NULL, NULL,
+     "parts directory written by many workers (python: qac.ray.Embed, or qac.IndexParts)", 1},
+    {"out", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "index directory (created; re-run to resume)", 1},
+    {"factory", QAC_OPT_STR, "Flat", 0, -1, NULL, NULL, "FAISS index factory string, as for index build", 0},
+    {"shard-size", QAC_OPT_INT, "100000", 1, 100000000, NULL, NULL, "passages per shard, as for index build", 0},
+    {"dtype", QAC_OPT_ENUM, "fp32", 0, -1, "fp32|fp16", NULL, "storage type of the shard vectors", 0},
+    {"train-size", QAC_OPT_INT, "0", 0, 1e12, NULL, NULL,
+     "vectors sampled for IVF/PQ/SQ training (0 = 256 x nlist, else 100000)", 0},
+};
+#define N_MERGE_OPTS (int)(sizeof merge_opts / sizeof merge_opts[0])
+
+static int cmd_merge(int argc, char **argv) {
+    qac_opts o;
+    int rc = qac_cli_parse(&o, "index merge", "--parts DIR --out DIR [options]", merge_opts, N_MERGE_OPTS, argc, argv);
+    if (rc) return rc < 0 ? 0 : rc;
+    qac_progress_state ps;
+    qac_progress_init(&ps, "passages");
+    qac_index_build_opts bo = qac_index_default_build_opts();
+    bo.factory = qac_opts_str(&o, "factory");
+    bo.shard_size = (int)qac_opts_int(&o, "shard-size");
+    bo.fp16 = !strcmp(qac_opts_str(&o, "dtype"), "fp16");
+    bo.train_size = qac_opts_int(&o, "train-size");
+    bo.progress = qac_progress_stderr;
+    bo.progress_user = &ps;
+    const char *out = qac_opts_str(&o, "out");
+    double t0 = qac_now();
+    if (qac_index_merge(out, qac_opts_str(&o, "parts"), &bo)) {
+        qac_opts_free(&o);
+        return qac_cli_fail("index merge");
+    }
+    if (!ps.quiet) fprintf(stderr, "qac index merge: %s ready (%.1f s)\n", out, qac_now() - t0);
+    qac_opts_free(&o);
+    return 0;
+}
+
 int qac_cmd_index(int argc, char **argv) {
     if (argc >= 1 && !strcmp(argv[0], "build")) return cmd_build(argc - 1, argv + 1);
+    if (argc >= 1 && !strcmp(argv[0], "merge")) return cmd_merge(argc - 1, argv + 1);
     FILE *f = argc >= 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) ? stdout : stderr;
     fprintf(f, "usage: qac index build --corpus FILE [--model DIR] --out DIR [options]\n"
                "       qac index build --vectors FILE.npy (--ids FILE|sequential | --corpus FILE) [--model DIR]\n"
                "                       --out DIR [options]\n"
-               "       (qac index build --help lists the options)\n");
+               "       qac index merge --parts DIR --out DIR [options]   (parts encoded by many workers)\n"
+               "       (qac index build --help, qac index merge --help list the options)\n");
     return f == stdout ? 0 : 2;
 }

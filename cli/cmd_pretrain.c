@@ -57,9 +57,9 @@ static void print_note(void *user, const char *line) {
     if (!u->quiet) fprintf(stderr, "qac pretrain: %s\n", line);
 }
 
-static void print_step(void *user, const qac_pt_progress *p) {
+static int print_step(void *user, const qac_pt_progress *p) {
     ui *u = user;
-    if (u->quiet) return;
+    if (u->quiet) return 0;
     char eta[32], parts[96];
     qac_cli_fmt_eta(eta, sizeof eta, p->elapsed / (double)p->steps_run * (double)(p->total - p->step));
     if (u->contrastive)
@@ -68,6 +68,7 @@ static void print_step(void *user, const qac_pt_progress *p) {
         snprintf(parts, sizeof parts, "mlm %.3f dec %.3f", p->mlm, p->head);
     fprintf(stderr, "step %ld/%ld  loss %.4f (%s)  lr %.3g  grad_norm %.3f  span %.2f  %.1f pairs/s  ETA %s\n",
             p->step, p->total, p->loss, parts, p->lr, p->grad_norm, p->span_frac, p->pairs / p->seconds, eta);
+    return 0;
 }
 
 int qac_cmd_pretrain(int argc, char **argv) {

@@ -678,20 +678,88 @@ static qac_status encode_chunk(builder *b, qac_encoder *enc, pending *pc, int n,
     return st;
 }
 
+/* The passage length of a build: the option, else the model's, within the
+ * model's limits. */
+static qac_status build_max_len(const qac_model *m, int want, int *out) {
+    int max_len = want > 0 ? want : m->max_seq_len;
+    if (max_len > m->max_seq_len) max_len = m->max_seq_len;
+    if (max_len > m->cfg.max_position) max_len = m->cfg.max_position;
+    if (max_len < 2) return qac_set_error(QAC_ERR_INVALID, "max_len %d: must be >= 2", max_len);
+    *out = max_len;
+    return QAC_OK;
+}
+
+static const char *fmt_name(qac_text_format fmt) {
+    static const char *names[] = {"auto", "tsv", "beir", "tevatron", "cranfield"};
+    return (int)fmt >= 0 && (int)fmt <= 4 ? names[fmt] : "?";
+}
+
+/* The "model" and "source" objects of a corpus build's identity. */
+static json_t *model_identity(const qac_encoder *enc) {
+    const qac_model *m = qac_encoder_model(enc);
+    json_t *j = json_pack("{s:s, s:s, s:i, s:s, s:b}", "name", m->name, "fingerprint", m->fingerprint, "dim",
+                          qac_encoder_dim(enc), "pooling", m->pooling == QAC_POOL_MEAN ? "mean" : "cls", "normalize",
+                          m->normalize);
+    /* bf16 encoder weights give other vectors: part of the identity (absent
+     * for fp32, so that earlier indexes still resume) */
+    if (j && qac_encoder_cpu_precision(enc) == QAC_PREC_BF16)
+        json_object_set_new(j, "encoder_dtype", json_string("bf16"));
+    /* the prompts the passages get, and the query prompt that goes with
+     * them: absent when both are empty, as in indexes built before prompts */
+    const char *qprompt = qac_model_query_prompt(m), *pprompt = qac_model_passage_prompt(m);
+    if (j && (*qprompt || *pprompt))
+        json_object_set_new(j, "prompts", json_pack("{s:s, s:s}", "query", qprompt, "passage", pprompt));
+    return j;
+}
+
+static json_t *corpus_identity(const char *corpus_abs, uint64_t size, qac_text_format fmt) {
+    return json_pack("{s:s, s:s, s:I, s:s}", "kind", "corpus", "path", corpus_abs, "size", (json_int_t)size, "format",
+                     fmt_name(fmt));
+}
+
+/* The whole identity a manifest's "build" records; takes the references. */
+static json_t *build_identity(json_t *model, json_t *source, int max_len, int dim, const qac_index_build_opts *o) {
+    if (!model || !source) {
+        json_decref(model);
+        json_decref(source);
+        return NULL;
+    }
+    return json_pack("{s:o, s:o, s:i, s:i, s:s, s:i}", "model", model, "source", source, "max_len", max_len, "dim", dim,
+                     "dtype", o->fp16 ? "fp16" : "fp32", "shard_size", o->shard_size);
+}
+
+/* A resumed build continues after the last listed passage: seek the reader
+ * there and check that the passage is still the one listed. */
+static qac_status resume_reader(builder *b, qac_reader *r, const char *corpus_abs) {
+    size_t ns = man_nshards(b);
+    if (!ns) return QAC_OK;
+    json_t *last = json_array_get(json_object_get(b->man, "shards"), ns - 1);
+    const char *last_id = json_string_value(json_object_get(last, "last_id"));
+    qac_record rec;
+    int got = 0;
+    qac_status st;
+    if ((st = qac_reader_seek(r, (uint64_t)json_integer_value(json_object_get(last, "last_offset")),
+                              (int64_t)json_integer_value(json_object_get(last, "last_line")))) ||
+        (st = qac_reader_next(r, &rec, &got)))
+        return st;
+    if (!got || !last_id || strcmp(rec.id, last_id) != 0)
+        return qac_set_error(QAC_ERR_INVALID, "%s changed since the last run: passage %s is not where it was",
+                             corpus_abs, last_id ? last_id : "?");
+    return QAC_OK;
+}
+
 qac_status qac_index_build(const char *out_dir, qac_encoder *enc, const char *corpus_path,
                            const qac_index_build_opts *opts) {
     qac_index_build_opts defaults = qac_index_default_build_opts();
     const qac_index_build_opts *o = opts ? opts : &defaults;
     if (!out_dir || !enc || !corpus_path) return qac_set_error(QAC_ERR_INVALID, "index build: missing argument");
     const qac_model *m = qac_encoder_model(enc);
-    int max_len = o->max_len > 0 ? o->max_len : m->max_seq_len;
-    if (max_len > m->max_seq_len) max_len = m->max_seq_len;
-    if (max_len > m->cfg.max_position) max_len = m->cfg.max_position;
-    if (max_len < 2) return qac_set_error(QAC_ERR_INVALID, "max_len %d: must be >= 2", max_len);
+    int max_len = 0;
+    qac_status st = build_max_len(m, o->max_len, &max_len);
+    if (st) return st;
     char corpus_abs[PATH_MAX];
     uint64_t corpus_size, total = 0;
-    qac_status st = abs_path(corpus_path, corpus_abs, sizeof corpus_abs, &corpus_size);
-    if (st) return st;
+    if ((st = abs_path(corpus_path, corpus_abs, sizeof corpus_abs, &corpus_size))) return st;
     const char *factory = o->factory && *o->factory ? o->factory : "Flat";
     if ((st = check_factory(factory, qac_encoder_dim(enc))) || (st = qac_check_output_dir(out_dir))) return st;
     uint64_t encoded = 0;
@@ -701,29 +769,15 @@ qac_status qac_index_build(const char *out_dir, qac_encoder *enc, const char *co
         return st;
     qac_reader *r = NULL;
     if ((st = qac_reader_open(&r, corpus_abs, QAC_READ_CORPUS, o->format))) return st;
-    static const char *fmt_names[] = {"auto", "tsv", "beir", "tevatron", "cranfield"};
-    int fmt = (int)qac_reader_format(r);
     int dim = qac_encoder_dim(enc);
-    json_t *identity = json_pack(
-        "{s:{s:s, s:s, s:i, s:s, s:b}, s:{s:s, s:s, s:I, s:s}, s:i, s:i, s:s, s:i}", "model", "name", m->name,
-        "fingerprint", m->fingerprint, "dim", dim, "pooling", m->pooling == QAC_POOL_MEAN ? "mean" : "cls",
-        "normalize", m->normalize, "source", "kind", "corpus", "path", corpus_abs, "size", (json_int_t)corpus_size,
-        "format", fmt >= 0 && fmt <= 4 ? fmt_names[fmt] : "?", "max_len", max_len, "dim", dim, "dtype",
-        o->fp16 ? "fp16" : "fp32", "shard_size", o->shard_size);
+    json_t *identity = build_identity(model_identity(enc), corpus_identity(corpus_abs, corpus_size,
+                                                                           qac_reader_format(r)),
+                                      max_len, dim, o);
     if (!identity) {
         qac_reader_free(r);
         return qac_set_error(QAC_ERR_NOMEM, "manifest: out of memory");
     }
-    /* bf16 encoder weights give other vectors: part of the identity (absent
-     * for fp32, so that earlier indexes still resume) */
-    if (qac_encoder_cpu_precision(enc) == QAC_PREC_BF16)
-        json_object_set_new(json_object_get(identity, "model"), "encoder_dtype", json_string("bf16"));
-    /* the prompts the passages get, and the query prompt that goes with
-     * them: absent when both are empty, as in indexes built before prompts */
-    const char *qprompt = qac_model_query_prompt(m), *pprompt = qac_model_passage_prompt(m);
-    if (*qprompt || *pprompt)
-        json_object_set_new(json_object_get(identity, "model"), "prompts",
-                            json_pack("{s:s, s:s}", "query", qprompt, "passage", pprompt));
+    const char *pprompt = qac_model_passage_prompt(m);
     builder b;
     pending pc = {0};
     if ((st = qac_model_prompt_skip(m, pprompt, max_len, &pc.pool_from))) {
@@ -738,22 +792,7 @@ qac_status qac_index_build(const char *out_dir, qac_encoder *enc, const char *co
         st = finish(&b);
         goto done;
     }
-    size_t ns = man_nshards(&b);
-    if (ns) {
-        json_t *last = json_array_get(json_object_get(b.man, "shards"), ns - 1);
-        const char *last_id = json_string_value(json_object_get(last, "last_id"));
-        qac_record rec;
-        int got = 0;
-        if ((st = qac_reader_seek(r, (uint64_t)json_integer_value(json_object_get(last, "last_offset")),
-                                  (int64_t)json_integer_value(json_object_get(last, "last_line")))) ||
-            (st = qac_reader_next(r, &rec, &got)))
-            goto done;
-        if (!got || !last_id || strcmp(rec.id, last_id) != 0) {
-            st = qac_set_error(QAC_ERR_INVALID, "%s changed since the last run: passage %s is not where it was",
-                               corpus_abs, last_id ? last_id : "?");
-            goto done;
-        }
-    }
+    if ((st = resume_reader(&b, r, corpus_abs))) goto done;
     if ((st = alloc_shard_buffers(&b))) goto done;
     int chunk_cap = QAC_ENCODE_CHUNK < o->shard_size ? QAC_ENCODE_CHUNK : o->shard_size;
     pc.tok = malloc((size_t)chunk_cap * (size_t)max_len * sizeof(int32_t));
@@ -1051,5 +1090,427 @@ done:
     builder_end(&b);
     id_list_free(&ids);
     fclose(a.f);
+    return st;
+}
+
+/* ---- distributed builds: parts from many processes, merged into one index ---- */
+
+#define QAC_PARTS_FORMAT "qac-index-parts"
+#define QAC_PARTS_VERSION 1
+
+struct qac_index_parts {
+    char *dir;
+    qac_encoder *enc;
+    int max_len, dim;
+    /* grown on demand */
+    int32_t *tok;
+    int *lens, *order;
+    const int32_t **ptrs;
+    float *vecs, *run_vecs;
+    const char **run_ids;
+    uint64_t *run_offsets;
+    int64_t *run_lines;
+    size_t cap;
+};
+
+static qac_status read_json(const char *path, json_t **out) {
+    json_error_t err;
+    *out = json_load_file(path, 0, &err);
+    if (!*out)
+        return qac_set_error(access(path, F_OK) == 0 ? QAC_ERR_FORMAT : QAC_ERR_NOT_FOUND, "%s: %s", path, err.text);
+    return QAC_OK;
+}
+
+static qac_status write_json(const char *path, json_t *j) {
+    char *text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    if (!text) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    qac_atomic_file af;
+    qac_status st = qac_atomic_open(&af, path);
+    if (!st) {
+        size_t n = strlen(text);
+        if (fwrite(text, 1, n, af.f) != n || fputc('\n', af.f) == EOF) {
+            st = qac_set_error(QAC_ERR_IO, "write %s: %s", path, strerror(errno));
+            qac_atomic_abort(&af);
+        } else {
+            st = qac_atomic_commit(&af);
+        }
+    }
+    free(text);
+    return st;
+}
+
+qac_status qac_index_parts_open(qac_index_parts **out, const char *dir, qac_encoder *enc, const char *corpus_path,
+                                int max_len_opt, qac_text_format fmt) {
+    *out = NULL;
+    if (!dir || !enc || !corpus_path) return qac_set_error(QAC_ERR_INVALID, "index parts: missing argument");
+    int max_len = 0;
+    qac_status st = build_max_len(qac_encoder_model(enc), max_len_opt, &max_len);
+    char corpus_abs[PATH_MAX], path[4096];
+    uint64_t size;
+    if (st || (st = abs_path(corpus_path, corpus_abs, sizeof corpus_abs, &size))) return st;
+    qac_reader *r = NULL;
+    if ((st = qac_reader_open(&r, corpus_abs, QAC_READ_CORPUS, fmt))) return st;
+    fmt = qac_reader_format(r);
+    qac_reader_free(r);
+    json_t *model = model_identity(enc), *source = corpus_identity(corpus_abs, size, fmt);
+    /* the device is part of it: the CUDA encoder's last bits depend on the batch */
+    json_t *want = model && source ? json_pack("{s:s, s:i, s:O, s:O, s:i, s:i, s:s}", "format", QAC_PARTS_FORMAT,
+                                               "version", QAC_PARTS_VERSION, "model", model, "source", source,
+                                               "max_len", max_len, "dim", qac_encoder_dim(enc), "device",
+                                               qac_encoder_device(enc) == QAC_DEVICE_CUDA ? "cuda" : "cpu")
+                                   : NULL;
+    json_decref(model);
+    json_decref(source);
+    if (!want) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    if ((st = qac_mkdirs(dir)) || (st = qac_path_join(path, sizeof path, dir, "parts.json"))) {
+        json_decref(want);
+        return st;
+    }
+    /* every process computes the same identity: the first one to get here
+     * writes it (atomically), the others must agree with it */
+    json_t *had = NULL;
+    if (access(path, F_OK) == 0) {
+        if (!(st = read_json(path, &had)) && !json_equal(had, want)) {
+            char diff[2048] = "";
+            describe_diff(diff, sizeof diff, "", had, want);
+            st = qac_set_error(QAC_ERR_INVALID, "%s holds parts of another build (%s); use another directory", dir,
+                               diff);
+        }
+        json_decref(had);
+    } else {
+        st = write_json(path, want);
+    }
+    json_decref(want);
+    if (st) return st;
+    qac_index_parts *p = calloc(1, sizeof *p);
+    if (!p || !(p->dir = strdup(dir))) {
+        free(p);
+        return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    }
+    p->enc = enc;
+    p->max_len = max_len;
+    p->dim = qac_encoder_dim(enc);
+    *out = p;
+    return QAC_OK;
+}
+
+void qac_index_parts_free(qac_index_parts *p) {
+    if (!p) return;
+    free(p->dir);
+    free(p->tok);
+    free(p->lens);
+    free(p->order);
+    free(p->ptrs);
+    free(p->vecs);
+    free(p->run_vecs);
+    free(p->run_ids);
+    free(p->run_offsets);
+    free(p->run_lines);
+    free(p);
+}
+
+static qac_status parts_grow(qac_index_parts *p, size_t n) {
+    if (n <= p->cap) return QAC_OK;
+    size_t d = (size_t)p->dim, L = (size_t)p->max_len;
+#define QAC_GROW(f, per)                                                                                               \
+    do {                                                                                                               \
+        void *q = realloc((void *)p->f, n * (per) * sizeof *p->f);                                                     \
+        if (!q) return qac_set_error(QAC_ERR_NOMEM, "index parts: out of memory for %zu passages", n);                \
+        p->f = q;                                                                                                      \
+    } while (0)
+    QAC_GROW(tok, L);
+    QAC_GROW(lens, 1);
+    QAC_GROW(order, 1);
+    QAC_GROW(ptrs, 1);
+    QAC_GROW(vecs, d);
+    QAC_GROW(run_vecs, d);
+    QAC_GROW(run_ids, 1);
+    QAC_GROW(run_offsets, 1);
+    QAC_GROW(run_lines, 1);
+#undef QAC_GROW
+    p->cap = n;
+    return QAC_OK;
+}
+
+static int by_row(const void *a, const void *b, void *keys) {
+    const int64_t *row = keys;
+    int64_t x = row[*(const int *)a], y = row[*(const int *)b];
+    return (x > y) - (x < y);
+}
+
+qac_status qac_index_parts_encode(qac_index_parts *p, int n, const int64_t *rows, const char *const *ids,
+                                  const char *const *texts, const size_t *lens, const uint64_t *offsets,
+                                  const int64_t *lines) {
+    if (n < 0) return qac_set_error(QAC_ERR_INVALID, "index parts: negative count %d", n);
+    if (n == 0) return QAC_OK;
+    qac_status st = parts_grow(p, (size_t)n);
+    if (st) return st;
+    const qac_model *m = qac_encoder_model(p->enc);
+    /* the passage prompt, as qac index build applies it */
+    const char *pprompt = qac_model_passage_prompt(m);
+    int skip = 0;
+    if ((st = qac_model_prompt_skip(m, pprompt, p->max_len, &skip))) return st;
+    for (int i = 0; i < n; i++) {
+        if (rows[i] < 0) return qac_set_error(QAC_ERR_INVALID, "index parts: passage %s has row %lld", ids[i],
+                                              (long long)rows[i]);
+        size_t len = lens ? lens[i] : strlen(texts[i]);
+        int32_t *tok = p->tok + (size_t)i * (size_t)p->max_len;
+        if ((st = qac_tokenizer_encode_prompted(m->tok, pprompt, texts[i], len, p->max_len, tok, &p->lens[i])))
+            return qac_wrap_error(st, "passage %s", ids[i]);
+        p->ptrs[i] = tok;
+        p->order[i] = i;
+    }
+    if (skip) {
+        int *from = malloc((size_t)n * sizeof *from);
+        if (!from) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+        for (int i = 0; i < n; i++) from[i] = skip;
+        st = qac_encoder_encode_ids_from(p->enc, p->ptrs, p->lens, from, n, p->vecs);
+        free(from);
+    } else {
+        st = qac_encoder_encode_ids(p->enc, p->ptrs, p->lens, n, p->vecs);
+    }
+    if (st) return st;
+    qsort_r(p->order, (size_t)n, sizeof(int), by_row, (void *)rows);
+    /* one part per run of consecutive rows; its name says which rows it
+     * holds, so a batch done twice (a retried worker) writes the same file */
+    size_t d = (size_t)p->dim;
+    for (int s = 0; s < n;) {
+        int e = s + 1;
+        while (e < n && rows[p->order[e]] == rows[p->order[e - 1]] + 1) e++;
+        if (e < n && rows[p->order[e]] == rows[p->order[e - 1]])
+            return qac_set_error(QAC_ERR_INVALID, "index parts: row %lld given twice in one call",
+                                 (long long)rows[p->order[e]]);
+        for (int j = s; j < e; j++) {
+            int i = p->order[j];
+            memcpy(p->run_vecs + (size_t)(j - s) * d, p->vecs + (size_t)i * d, d * sizeof(float));
+            p->run_ids[j - s] = ids[i];
+            p->run_offsets[j - s] = offsets[i];
+            p->run_lines[j - s] = lines[i];
+        }
+        char name[64], path[4096];
+        uint64_t first = (uint64_t)rows[p->order[s]], count = (uint64_t)(e - s), sum;
+        snprintf(name, sizeof name, "part-%012" PRIu64 "-%" PRIu64 ".qemb", first, count);
+        if ((st = qac_path_join(path, sizeof path, p->dir, name)) ||
+            (st = qac_shard_write(path, QAC_DTYPE_F32, p->dim, first, count, p->run_vecs, p->run_ids,
+                                  p->run_offsets, p->run_lines, &sum)))
+            return st;
+        s = e;
+    }
+    return QAC_OK;
+}
+
+typedef struct part_file {
+    char name[256];
+    uint64_t first, count;
+} part_file;
+
+static int part_cmp(const void *a, const void *b) {
+    const part_file *x = a, *y = b;
+    if (x->first != y->first) return x->first < y->first ? -1 : 1;
+    return (x->count < y->count) - (x->count > y->count); /* the longer first */
+}
+
+/* The part files of dir, sorted by first row, each header checked. */
+static qac_status list_parts(const char *dir, int dim, part_file **out, size_t *n_out) {
+    *out = NULL;
+    *n_out = 0;
+    DIR *d = opendir(dir);
+    if (!d) return qac_set_error(errno == ENOENT ? QAC_ERR_NOT_FOUND : QAC_ERR_IO, "%s: %s", dir, strerror(errno));
+    part_file *v = NULL;
+    size_t n = 0, cap = 0;
+    qac_status st = QAC_OK;
+    struct dirent *e;
+    while (!st && (e = readdir(d))) {
+        unsigned long long first, count;
+        int used = -1;
+        if (sscanf(e->d_name, "part-%12llu-%llu.qemb%n", &first, &count, &used) != 2 || used < 0 ||
+            e->d_name[used] != '\0')
+            continue; /* parts.json, a writer's temporary file */
+        if (n == cap) {
+            cap = cap ? cap * 2 : 256;
+            part_file *nv = realloc(v, cap * sizeof *v);
+            if (!nv) {
+                st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
+                break;
+            }
+            v = nv;
+        }
+        char path[4096];
+        qac_shard_header h;
+        snprintf(v[n].name, sizeof v[n].name, "%s", e->d_name);
+        if ((st = qac_path_join(path, sizeof path, dir, e->d_name)) || (st = qac_shard_peek(path, &h))) break;
+        if (h.first_row != first || h.count != count || (int)h.dim != dim)
+            st = qac_set_error(QAC_ERR_FORMAT, "%s: holds %llu rows from %llu of dimension %u, not what its name "
+                               "says (or not dimension %d)", path, (unsigned long long)h.count,
+                               (unsigned long long)h.first_row, h.dim, dim);
+        v[n].first = first;
+        v[n].count = count;
+        n++;
+    }
+    closedir(d);
+    if (st) {
+        free(v);
+        return st;
+    }
+    if (n) qsort(v, n, sizeof *v, part_cmp);
+    *out = v;
+    *n_out = n;
+    return QAC_OK;
+}
+
+static qac_status read_part(const char *dir, const part_file *pf, qac_shard *s) {
+    char path[4096];
+    qac_status st = qac_path_join(path, sizeof path, dir, pf->name);
+    return st ? st : qac_shard_read(path, 0, s);
+}
+
+/* Rows held by two parts (a batch a retried worker split differently) must
+ * be the same passages with the same bits. */
+static qac_status check_overlaps(const char *dir, const part_file *v, size_t n) {
+    size_t far = 0; /* the part reaching furthest so far */
+    for (size_t i = 1; i < n; i++) {
+        uint64_t end = v[far].first + v[far].count;
+        if (v[i].first < end) {
+            qac_shard a, b;
+            qac_status st = read_part(dir, &v[far], &a);
+            if (st) return st;
+            if ((st = read_part(dir, &v[i], &b))) {
+                qac_shard_free(&a);
+                return st;
+            }
+            uint64_t to = end < v[i].first + v[i].count ? end : v[i].first + v[i].count;
+            for (uint64_t r = v[i].first; r < to && !st; r++) {
+                uint64_t ia = r - a.first_row, ib = r - b.first_row;
+                if (strcmp(a.docids[ia], b.docids[ib]) || a.offsets[ia] != b.offsets[ib] ||
+                    memcmp(a.vectors + ia * (size_t)a.dim, b.vectors + ib * (size_t)b.dim, (size_t)a.dim * 4))
+                    st = qac_set_error(QAC_ERR_FORMAT, "%s and %s disagree on row %llu (passage %s): parts of "
+                                       "different runs?", v[far].name, v[i].name, (unsigned long long)r, a.docids[ia]);
+            }
+            qac_shard_free(&a);
+            qac_shard_free(&b);
+            if (st) return st;
+        }
+        if (v[i].first + v[i].count > end) far = i;
+    }
+    return QAC_OK;
+}
+
+qac_status qac_index_merge(const char *out_dir, const char *parts_dir, const qac_index_build_opts *opts) {
+    qac_index_build_opts defaults = qac_index_default_build_opts();
+    const qac_index_build_opts *o = opts ? opts : &defaults;
+    if (!out_dir || !parts_dir) return qac_set_error(QAC_ERR_INVALID, "index merge: missing argument");
+    char path[4096], corpus_abs[PATH_MAX];
+    json_t *parts = NULL;
+    qac_status st = qac_path_join(path, sizeof path, parts_dir, "parts.json");
+    if (st || (st = read_json(path, &parts))) return st;
+    const char *fmtname = json_string_value(json_object_get(parts, "format"));
+    json_t *source = json_object_get(parts, "source");
+    const char *src_path = json_string_value(json_object_get(source, "path"));
+    int dim = (int)json_integer_value(json_object_get(parts, "dim"));
+    int max_len = (int)json_integer_value(json_object_get(parts, "max_len"));
+    if (!fmtname || strcmp(fmtname, QAC_PARTS_FORMAT) != 0 ||
+        json_integer_value(json_object_get(parts, "version")) != QAC_PARTS_VERSION || !src_path || dim < 1 ||
+        !json_is_object(json_object_get(parts, "model"))) {
+        json_decref(parts);
+        return qac_set_error(QAC_ERR_FORMAT, "%s: not a qac parts description (version %d expected)", path,
+                             QAC_PARTS_VERSION);
+    }
+    uint64_t size;
+    part_file *pv = NULL;
+    size_t np = 0;
+    qac_reader *r = NULL;
+    builder b;
+    memset(&b, 0, sizeof b);
+    b.lock_fd = -1;
+    if ((st = abs_path(src_path, corpus_abs, sizeof corpus_abs, &size))) goto done;
+    if (size != (uint64_t)json_integer_value(json_object_get(source, "size"))) {
+        st = qac_set_error(QAC_ERR_INVALID, "%s changed since the parts were encoded (%llu bytes, the parts saw %lld)",
+                           corpus_abs, (unsigned long long)size,
+                           (long long)json_integer_value(json_object_get(source, "size")));
+        goto done;
+    }
+    qac_text_format fmt = QAC_FMT_AUTO;
+    const char *sf = json_string_value(json_object_get(source, "format"));
+    for (int f = QAC_FMT_TSV; f <= QAC_FMT_CRANFIELD; f++)
+        if (sf && !strcmp(sf, fmt_name((qac_text_format)f))) fmt = (qac_text_format)f;
+    if ((st = qac_reader_open(&r, corpus_abs, QAC_READ_CORPUS, fmt))) goto done;
+    if ((st = list_parts(parts_dir, dim, &pv, &np)) || (st = check_overlaps(parts_dir, pv, np))) goto done;
+    json_t *identity = build_identity(json_deep_copy(json_object_get(parts, "model")), json_deep_copy(source),
+                                      max_len, dim, o);
+    if (!identity) {
+        st = qac_set_error(QAC_ERR_NOMEM, "manifest: out of memory");
+        goto done;
+    }
+    if ((st = builder_begin(&b, out_dir, o, identity, dim))) goto done;
+    json_t *dev = json_object_get(parts, "device");
+    json_object_set_new(b.man, "device", json_string(json_is_string(dev) ? json_string_value(dev) : "cpu"));
+    if (json_is_true(json_object_get(b.man, "encoded"))) {
+        st = finish(&b);
+        goto done;
+    }
+    if ((st = resume_reader(&b, r, corpus_abs)) || (st = alloc_shard_buffers(&b))) goto done;
+    /* Walk the corpus: every passage must be in a part, as the same passage
+     * (id, offset, line), which is what makes the merged index the one a
+     * single process builds. */
+    uint64_t row = man_count(&b);
+    size_t next = 0;
+    qac_shard cur;
+    int have = 0;
+    memset(&cur, 0, sizeof cur);
+    for (;;) {
+        qac_record rec;
+        int got = 0;
+        if ((st = qac_reader_next(r, &rec, &got)) || !got) break;
+        if (!have || row >= cur.first_row + cur.count) {
+            if (have) qac_shard_free(&cur);
+            have = 0;
+            while (next < np && pv[next].first + pv[next].count <= row) next++; /* inside rows already taken */
+            if (next == np || pv[next].first > row) {
+                st = qac_set_error(QAC_ERR_NOT_FOUND, "%s: no part holds row %llu (passage %s, line %lld of %s)%s",
+                                   parts_dir, (unsigned long long)row, rec.id, (long long)rec.line, corpus_abs,
+                                   next == np ? "" : "; encode the missing rows and merge again");
+                break;
+            }
+            if ((st = read_part(parts_dir, &pv[next], &cur))) break;
+            have = 1;
+            next++;
+        }
+        uint64_t i = row - cur.first_row;
+        if (strcmp(cur.docids[i], rec.id) || cur.offsets[i] != rec.offset || cur.lines[i] != rec.line) {
+            st = qac_set_error(QAC_ERR_INVALID, "row %llu: the parts hold passage %s (offset %llu), the corpus %s "
+                               "(offset %llu): parts of another corpus?", (unsigned long long)row, cur.docids[i],
+                               (unsigned long long)cur.offsets[i], rec.id, (unsigned long long)rec.offset);
+            break;
+        }
+        if (!(b.ids[b.fill] = strdup(rec.id))) {
+            st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
+            break;
+        }
+        memcpy(b.vecs + b.fill * (size_t)dim, cur.vectors + i * (size_t)dim, (size_t)dim * sizeof(float));
+        b.offsets[b.fill] = rec.offset;
+        b.lines[b.fill] = rec.line;
+        b.fill++;
+        row++;
+        if (b.fill == (uint64_t)o->shard_size && (st = flush_shard(&b))) break;
+        if (row % 65536 == 0) progress(&b, "merge", row, 0);
+    }
+    if (have) qac_shard_free(&cur);
+    if (st) goto done;
+    for (size_t k = 0; k < np; k++)
+        if (pv[k].first + pv[k].count > row) {
+            st = qac_set_error(QAC_ERR_INVALID, "%s/%s holds rows past the corpus's %llu passages: parts of another "
+                               "corpus?", parts_dir, pv[k].name, (unsigned long long)row);
+            goto done;
+        }
+    if ((st = flush_shard(&b))) goto done;
+    progress(&b, "merge", row, row);
+    json_object_set_new(b.man, "encoded", json_true());
+    if ((st = write_manifest(&b))) goto done;
+    st = finish(&b);
+done:
+    builder_end(&b);
+    qac_reader_free(r);
+    free(pv);
+    json_decref(parts);
     return st;
 }

@@ -12,8 +12,15 @@ if [ "${QAC_SANITIZE:-0}" = 1 ]; then
 else
   build=build; extra=()
 fi
-cmake -S . -B "$build" -G Ninja -DQAC_PYTHON="$PWD/.venv/bin/python3" "${extra[@]}" >/dev/null
+# the Python package is part of what the suite tests: its module is required here
+cmake -S . -B "$build" -G Ninja -DQAC_PYTHON="$PWD/.venv/bin/python3" -DQAC_PYTHON_MODULE=ON "${extra[@]}" >/dev/null
 cmake --build "$build" -j "$jobs"
+# the Python package into the environment, from this build (python/setup.py);
+# not a sanitizer build's, which loads only under the sanitizers' runtime
+if [ "${QAC_SANITIZE:-0}" != 1 ]; then
+  QAC_BUILD_DIR="$PWD/$build" .venv/bin/python3 -m pip install -q --disable-pip-version-check \
+    --no-build-isolation --no-deps ./python
+fi
 cd "$build"
 log=$(mktemp)
 set +e

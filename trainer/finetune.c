@@ -312,17 +312,18 @@ typedef struct hook {
     char dev_log[4096];
 } hook;
 
-static void on_step(void *user, const qac_step_stats *st, long total) {
+static int on_step(void *user, const qac_step_stats *st, long total) {
     hook *h = user;
     h->steps_run++;
+    int stop = 0;
     if (h->o->on_step) {
         qac_ft_progress p = {st->step, total, (double)h->src->pos / (double)h->src->N, st->loss, st->lr,
                              st->grad_norm, st->seconds, qac_now() - h->t0, h->steps_run,
                              h->src->nq * h->src->n};
-        h->o->on_step(h->o->user, &p);
+        stop = h->o->on_step(h->o->user, &p);
     }
     int saving = (h->o->save_every > 0 && st->step % h->o->save_every == 0) || st->step == total;
-    if (!h->dev || !saving || h->src->deferred) return;
+    if (!h->dev || !saving || h->src->deferred) return stop;
     qac_ft_dev r;
     qac_status s = dev_eval(h->m, h->dev, h->o, st->step, &r);
     FILE *f = s ? NULL : fopen(h->dev_log, "a");
@@ -334,6 +335,7 @@ static void on_step(void *user, const qac_step_stats *st, long total) {
     }
     if (s) h->src->deferred = s; /* the loop stops at the next batch */
     else if (h->o->on_dev) h->o->on_dev(h->o->user, &r);
+    return stop;
 }
 
 /* The step of OUT/latest, or -1 without one; a checkpoint whose

@@ -324,13 +324,15 @@ qac_status qac_pretrain_run(qac_model *m, const qac_pretrain_opts *o, long *resu
         log_line(log, o, &ss, &l, &s);
         if (fflush(log) != 0) st = qac_set_error(QAC_ERR_IO, "%s: %s", log_path, strerror(errno));
         run++;
+        int stop = 0;
         if (o->on_step) {
             qac_pt_progress p = {ss.step, s.total, l.total, l.mlm, l.head, l.contrastive, s.span_frac, ss.lr,
                                  ss.grad_norm, ss.seconds, qac_now() - t0, run, o->batch, s.tokens};
-            o->on_step(o->user, &p);
+            stop = o->on_step(o->user, &p);
         }
         if (!st && ((o->save_every > 0 && ss.step % o->save_every == 0) || ss.step == s.total))
             st = save(&s, o->out_dir, o->keep);
+        if (!st && stop) st = qac_set_error(QAC_ERR_CANCELLED, "pre-training stopped by the caller after step %ld", ss.step);
     }
     if (log && fclose(log) != 0 && !st) st = qac_set_error(QAC_ERR_IO, "%s: %s", log_path, strerror(errno));
     /* the encoder alone, in OUT itself: what fine-tuning and encode read;
