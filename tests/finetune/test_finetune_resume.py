@@ -22,8 +22,8 @@ import sys
 import zlib
 
 sys.path.insert(0, os.path.dirname(__file__))
+from ftlib import check, file_bytes, finish, read_jsonl, run, run_files, tiny_model, xxh64  # noqa: E402
 import testdata  # noqa: E402
-from ftlib import CRAN, check, file_bytes, finish, read_jsonl, run, run_files, tiny_model, xxh64  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import scratch  # noqa: E402
 

@@ -7,8 +7,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
+from ftlib import STREAM_MINE, check, cranfield_docs, default_model_dir, finish, key, read_jsonl, run, shuffle, xxh64  # noqa: E402
 import testdata  # noqa: E402
-from ftlib import CRAN, STREAM_MINE, check, cranfield_docs, default_model_dir, finish, key, read_jsonl, run, shuffle, xxh64  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import scratch  # noqa: E402
 

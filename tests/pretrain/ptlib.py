@@ -6,8 +6,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "finetune"))
-import testdata  # noqa: E402
 from ftlib import SHARED, check, default_model_dir, file_bytes, finish, read_jsonl, run, run_files, tiny_model  # noqa: E402,F401
+import testdata  # noqa: E402
 
 
 def debian_pairs(out, n=60):
