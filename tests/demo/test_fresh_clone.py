@@ -15,7 +15,8 @@ Then, in the clone:
    run files, and the served top 10 against the dense run.
 2. scripts/data.sh cranfield downloads Cranfield from a local server: a
    tarball with one byte changed is refused by its SHA-256 sums and leaves
-   nothing behind; the real files are installed under QAC_HOME/data.
+   nothing behind; the real files are installed under QAC_HOME/data. A
+   relative QAC_DATA is taken from where the command runs.
 3. scripts/test.sh with no collection to be had (QAC_FETCH=0) stops at once
    with one line and builds nothing.
 """
@@ -247,6 +248,13 @@ check(r.returncode == 0 and where == os.path.join(home, "data", "cranfield"), f"
 check(all(open(os.path.join(where, f), "rb").read() == b for f, b in files.items()), "the files are Cranfield's")
 r = subprocess.run([data_sh, "cranfield"], capture_output=True, text=True, cwd=tmp, env=dict(env, QAC_FETCH="0"))
 check(r.stdout.strip() == where, "found there next time without a download")
+for rel, want in (("mine", "mine"), ("holder", os.path.join("holder", "cranfield"))):
+    os.makedirs(os.path.join(tmp, want))
+    for f, b in files.items():
+        open(os.path.join(tmp, want, f), "wb").write(b)
+    r = subprocess.run([data_sh, "cranfield"], capture_output=True, text=True, cwd=tmp,
+                       env=dict(env, QAC_DATA=rel, QAC_FETCH="0"))
+    check(r.stdout.strip() == os.path.join(tmp, want), f"QAC_DATA={rel} (relative to where it runs): {r.stdout.strip()}")
 shutil.rmtree(os.path.join(home, "data"))
 
 # 3. the test command without collections
