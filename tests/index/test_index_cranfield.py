@@ -23,10 +23,9 @@ import idxutil as U  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import scratch  # noqa: E402
 
-data = os.path.join(os.environ.get("QAC_SHARED_DATA", ""), "cranfield")
-if not os.path.exists(os.path.join(data, "cran.all.1400")):
-    print("SKIP: no Cranfield collection at %s" % data)
-    sys.exit(77)
+import testdata  # noqa: E402
+
+data = testdata.path("cranfield")
 try:
     import pytrec_eval
 except ImportError:

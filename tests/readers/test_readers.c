@@ -235,9 +235,7 @@ static void test_seek(void) {
 
 static void test_cranfield(void) {
     char path[4200];
-    const char *base = getenv("QAC_SHARED_DATA");
-    if (!base || !*base) base = QAC_SHARED_DATA;
-    snprintf(path, sizeof path, "%s/cranfield/cran.all.1400", base);
+    snprintf(path, sizeof path, "%s", qac_test_data("cranfield/cran.all.1400"));
     FILE *raw = fopen(path, "rb");
     if (!raw) {
         CHECK_MSG(0, "missing %s", path);
@@ -279,7 +277,7 @@ static void test_cranfield(void) {
     CHECK(got && strcmp(rec.id, "500") == 0 && rec.line == line500);
     qac_reader_free(r);
 
-    snprintf(path, sizeof path, "%s/cranfield/cran.qry", base);
+    snprintf(path, sizeof path, "%s", qac_test_data("cranfield/cran.qry"));
     CHECK_OK(qac_reader_open(&r, path, QAC_READ_QUERIES, QAC_FMT_AUTO));
     CHECK(qac_reader_format(r) == QAC_FMT_CRANFIELD);
     n = 0;

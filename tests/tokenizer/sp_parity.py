@@ -14,8 +14,11 @@ import tempfile
 
 import sentencepiece as spm
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import testdata  # noqa: E402
+
 qac = os.environ["QAC_BIN"]
-cran = os.path.join(os.environ["QAC_SHARED_DATA"], "cranfield")
+cran = testdata.path("cranfield")
 fixtures = os.path.join(os.environ["QAC_SOURCE_DIR"], "tests", "reference", "tokenizer")
 
 raw = open(os.path.join(cran, "cran.all.1400"), "rb").read() + open(os.path.join(cran, "cran.qry"), "rb").read()
