@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "bert_cpu.h"
+#include "qac_bf16.h"
 #include "qac_rng.h"
 
 #define LOG2E 1.4426950408889634f
@@ -21,7 +22,31 @@ typedef struct flash_ctx {
     const int *offs, *lens;
     const qac_dropout *drop;
     int layer, T, C, NH, N, causal, window, bq, bk;
+    qac_precision round;
 } flash_ctx;
+
+/* x rounded to fp16 (to nearest, ties to even; subnormals kept), as a float */
+static float round_fp16(float x) {
+    float ax = fabsf(x);
+    if (!(ax < INFINITY)) return x;
+    if (ax >= 65520.0f) return copysignf(INFINITY, x);
+    if (ax < 0x1p-14f) return copysignf(nearbyintf(ax * 0x1p24f) * 0x1p-24f, x); /* spacing 2^-24 */
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    u = (u + 0x0fffu + ((u >> 13) & 1u)) & ~0x1fffu; /* 10 fraction bits */
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* x as the GPU kernels hold it in the element precision p */
+static inline float round_el(float x, qac_precision p) {
+    if (p == QAC_PREC_BF16) {
+        uint32_t u = (uint32_t)qac_bf16_from_float(x) << 16;
+        memcpy(&x, &u, sizeof x);
+        return x;
+    }
+    return p == QAC_PREC_FP16 ? round_fp16(x) : x;
+}
 
 /* The rows of sequence b: the first row, query rows, key rows. */
 static void seq_rows(const flash_ctx *c, int b, size_t *row0, int *nq, int *len) {
@@ -72,7 +97,8 @@ static void load_part(float *dst, const flash_ctx *c, size_t row0, int n, int h,
     const float *bias = c->qkv_b ? c->qkv_b + (size_t)part * C + (size_t)h * hs : NULL;
     for (int r = 0; r < n; r++) {
         const float *src = c->qkv + (row0 + r) * 3 * (size_t)C + (size_t)part * C + (size_t)h * hs;
-        for (int d = 0; d < hs; d++) dst[(size_t)r * hs + d] = bias ? src[d] + bias[d] : src[d];
+        for (int d = 0; d < hs; d++)
+            dst[(size_t)r * hs + d] = round_el(round_el(src[d], c->round) + (bias ? bias[d] : 0.0f), c->round);
     }
 }
 
@@ -123,7 +149,7 @@ static void fwd_task(void *vctx, int64_t begin, int64_t end, int tid) {
                 for (int j = 0; j < nk; j++) {
                     float p = exp2f(s[j] - m_use);
                     l += p;
-                    float pd = p * att_factor(&dr, h, t, k0 + j);
+                    float pd = round_el(p * att_factor(&dr, h, t, k0 + j), c->round);
                     const float *v = V + (size_t)(k0 + j) * hs;
                     for (int d = 0; d < hs; d++) acc[d] += pd * v[d];
                 }
@@ -131,7 +157,7 @@ static void fwd_task(void *vctx, int64_t begin, int64_t end, int tid) {
             }
             float inv = l > 0.0f ? 1.0f / l : 0.0f;
             float *o = c->out + (row0 + t) * (size_t)C + (size_t)h * hs;
-            for (int d = 0; d < hs; d++) o[d] = acc[d] * inv;
+            for (int d = 0; d < hs; d++) o[d] = round_el(acc[d] * inv, c->round);
             if (c->lse) c->lse[(size_t)h * c->N + row0 + t] = l > 0.0f ? m_use + log2f(l) : INFINITY;
         }
     }
@@ -142,9 +168,9 @@ static int rows_total(const int *offs, int B, int T) { return offs ? offs[B] : B
 
 void qac_flash_attention_forward(float *out, float *lse, const float *qkv, const float *qkv_b, const int *offs,
                                  const int *lens, int B, int T, int C, int NH, int causal, int window,
-                                 const qac_dropout *drop, int layer, int bk, qac_pool *pool) {
+                                 const qac_dropout *drop, int layer, int bk, qac_precision round, qac_pool *pool) {
     flash_ctx c = {out, lse, NULL, qkv, qkv_b, NULL, NULL, NULL, offs, lens, drop, layer, T, C, NH,
-                   rows_total(offs, B, T), causal, window, 0, bk > 0 ? bk : 64};
+                   rows_total(offs, B, T), causal, window, 0, bk > 0 ? bk : 64, round};
     qac_pool_for(pool, (int64_t)B * NH, 1, fwd_task, &c);
 }
 
@@ -174,8 +200,11 @@ static void bwd_task(void *vctx, int64_t begin, int64_t end, int tid) {
         for (int t = 0; t < nq; t++) {
             const float *go = c->dout + (row0 + t) * (size_t)C + (size_t)h * hs;
             const float *fo = c->fout + (row0 + t) * (size_t)C + (size_t)h * hs;
-            memcpy(dO + (size_t)t * hs, go, (size_t)hs * sizeof *dO);
-            D[t] = dot(go, fo, hs);
+            for (int d = 0; d < hs; d++) {
+                dO[(size_t)t * hs + d] = round_el(go[d], c->round);
+                g1[d] = round_el(fo[d], c->round);
+            }
+            D[t] = dot(dO + (size_t)t * hs, g1, hs);
             L[t] = c->flse[(size_t)h * c->N + row0 + t];
         }
         /* dK, dV: each key row over the query tiles */
@@ -189,9 +218,9 @@ static void bwd_task(void *vctx, int64_t begin, int64_t end, int tid) {
                 for (int t = q0; t < q1; t++) {
                     if (!visible(j, t, c->causal, c->window)) continue;
                     float p = exp2f(dot(K + (size_t)j * hs, Q + (size_t)t * hs, hs) * sl2 - L[t]);
-                    float f = att_factor(&dr, h, t, j), pd = p * f;
+                    float f = att_factor(&dr, h, t, j), pd = round_el(p * f, c->round);
                     float dp = dot(V + (size_t)j * hs, dO + (size_t)t * hs, hs) * f;
-                    float ds = p * (dp - D[t]);
+                    float ds = round_el(p * (dp - D[t]), c->round);
                     for (int d = 0; d < hs; d++) {
                         g1[d] += pd * dO[(size_t)t * hs + d];
                         g2[d] += ds * Q[(size_t)t * hs + d];
@@ -199,8 +228,8 @@ static void bwd_task(void *vctx, int64_t begin, int64_t end, int tid) {
                 }
             }
             for (int d = 0; d < hs; d++) {
-                dv[d] = g1[d];
-                dk[d] = g2[d] * scale;
+                dv[d] = round_el(g1[d], c->round);
+                dk[d] = round_el(g2[d] * scale, c->round);
             }
         }
         /* dQ: each query row over the key tiles */
@@ -215,11 +244,11 @@ static void bwd_task(void *vctx, int64_t begin, int64_t end, int tid) {
                     float p = exp2f(dot(Q + (size_t)t * hs, K + (size_t)j * hs, hs) * sl2 - L[t]);
                     float f = att_factor(&dr, h, t, j);
                     float dp = dot(dO + (size_t)t * hs, V + (size_t)j * hs, hs) * f;
-                    float ds = p * (dp - D[t]);
+                    float ds = round_el(p * (dp - D[t]), c->round);
                     for (int d = 0; d < hs; d++) g1[d] += ds * K[(size_t)j * hs + d];
                 }
             }
-            for (int d = 0; d < hs; d++) dq[d] = g1[d] * scale;
+            for (int d = 0; d < hs; d++) dq[d] = round_el(g1[d] * scale, c->round);
         }
     }
     free(buf);
@@ -228,8 +257,8 @@ static void bwd_task(void *vctx, int64_t begin, int64_t end, int tid) {
 void qac_flash_attention_backward(float *dqkv, const float *dout, const float *out, const float *lse,
                                   const float *qkv, const float *qkv_b, const int *offs, const int *lens, int B, int T,
                                   int C, int NH, int causal, int window, const qac_dropout *drop, int layer, int bq,
-                                  int bk, qac_pool *pool) {
+                                  int bk, qac_precision round, qac_pool *pool) {
     flash_ctx c = {NULL, NULL, dqkv, qkv, qkv_b, dout, out, lse, offs, lens, drop, layer, T, C, NH,
-                   rows_total(offs, B, T), causal, window, bq > 0 ? bq : 64, bk > 0 ? bk : 64};
+                   rows_total(offs, B, T), causal, window, bq > 0 ? bq : 64, bk > 0 ? bk : 64, round};
     qac_pool_for(pool, (int64_t)B * NH, 1, bwd_task, &c);
 }

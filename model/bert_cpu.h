@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "gemm.h"
+#include "qac_encoder.h"
 #include "qac_model.h"
 #include "qac_pool.h"
 
@@ -146,10 +147,13 @@ void qac_attention_causal_backward(float *dqkv, const float *datty, const float 
  * the probability masks of qac_attention_forward_drop at `layer`.
  * out [N,C]; lse [NH,N] (may be NULL): log2 sum_j 2^v_j of the row's scores
  * in base 2, v = q.k log2(e) / sqrt(hs); a row that sees no key gets out 0
- * and lse +inf. */
+ * and lse +inf. round (QAC_PREC_FP32: none) rounds what the GPU kernels
+ * hold in bf16 or fp16 the same way: Q, K, V on load (before and after the
+ * bias), the probabilities before P V, dS before its products, dout and
+ * out as the backward reads them, and every output. */
 void qac_flash_attention_forward(float *out, float *lse, const float *qkv, const float *qkv_b, const int *offs,
                                  const int *lens, int B, int T, int C, int NH, int causal, int window,
-                                 const qac_dropout *drop, int layer, int bk, qac_pool *pool);
+                                 const qac_dropout *drop, int layer, int bk, qac_precision round, qac_pool *pool);
 /* dqkv [N,3C] (written in full: keys past lens[b] get 0) from dout [N,C],
  * the forward's out and lse, and qkv (+ qkv_b): D = rowsum(dout * out),
  * the probabilities recomputed from lse, dK and dV per key over query tiles
@@ -157,7 +161,7 @@ void qac_flash_attention_forward(float *out, float *lse, const float *qkv, const
 void qac_flash_attention_backward(float *dqkv, const float *dout, const float *out, const float *lse,
                                   const float *qkv, const float *qkv_b, const int *offs, const int *lens, int B, int T,
                                   int C, int NH, int causal, int window, const qac_dropout *drop, int layer, int bq,
-                                  int bk, qac_pool *pool);
+                                  int bk, qac_precision round, qac_pool *pool);
 
 /* Pool the last hidden state: CLS (row 0) or the mean over the lens[b] real
  * tokens, then, when normalize, x / max(||x||_2, 1e-12) (F.normalize).

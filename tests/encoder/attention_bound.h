@@ -11,7 +11,10 @@
  *   us: the two sides' fp32 unit roundoffs added (2^-24 each for the CPU;
  *       2^-22 for the GPU's tensor-core sums, which may truncate);
  *   ue: the two sides' element roundings added (2^-8 per bf16 rounding of a
- *       probability, a dS or an output, 2^-11 for fp16, 0 in fp32).
+ *       probability, a dS or an output, 2^-11 for fp16, 0 in fp32);
+ *   ae: the absolute part of those roundings (fp16's subnormals below
+ *       2^-14 are spaced 2^-24 apart: 2^-25 per rounding; 0 for bf16,
+ *       whose exponent range is fp32's).
  * For query row i with a_ij = |q_i||k_j| / sqrt(hs) summed elementwise:
  *   the scores differ by at most hs us max_j a_ij on the two sides together,
  *   and a softmax turns a score error e into a relative probability error of
@@ -20,12 +23,13 @@
  *   8 us. So every probability is off by at most rho_i p_ij with
  *     rho_i = 2 (hs + 2) us max_j a_ij + (T + 3 tiles + 8) us.
  *   out_id = sum_j p f v:   (rho_i + T us + ue) sum_j p_ij f_ij |v_jd| + ue |out_id|
+ *                           + ae (sum_j f_ij |v_jd| + 1)
  *   lse_i (log2):           log2(e) rho_i + 4 us |lse_i|
  *   D_i = dO_i . out_i:     (rho_i + (T + 2 hs) us + 2 ue) W_i + sum_d |dO_id| errO_id,
  *                           W_i = sum_j p f |dO_i||v_j| (errO: an error already in out)
- *   dS_ij = p (f dP - D):   (rho_i + (hs + 4) us + ue) p (f |dO_i||v_j| + |D_i|) + p dD_i
- *   dQ_id, dK_jd:           scale sum (dS error + (T us + ue) |dS| magnitude) |k_jd| (|q_id|)
- *   dV_jd = sum_i p f dO:   (rho_i + T us + 2 ue) sum_i p_ij f_ij |dO_id|
+ *   dS_ij = p (f dP - D):   (rho_i + (hs + 4) us + ue) p (f |dO_i||v_j| + |D_i|) + p dD_i + ae
+ *   dQ_id, dK_jd:           scale sum (dS error + (T us + ue) |dS| magnitude) |k_jd| (|q_id|) + ae
+ *   dV_jd = sum_i p f dO:   (rho_i + T us + 2 ue) sum_i p_ij f_ij |dO_id| + ae (sum_i f_ij |dO_id| + 1)
  * plus an underflow floor of 1e-30 (exp2 flushing tiny probabilities). */
 #ifndef QAC_ATTENTION_BOUND_H
 #define QAC_ATTENTION_BOUND_H
@@ -127,7 +131,7 @@ static void att_head_free(att_head *a) { free(a->p), free(a->f), free(a->rho); }
 /* bO [N,C] and bL [NH,N] (may be NULL) bound |out_a - out_b|, |lse_a -
  * lse_b|; out and lse are one side's results (for the rounding terms). */
 static void att_bound_forward(float *bO, float *bL, const att_shape *s, const float *qkv, const float *out,
-                              const float *lse, double us, double ue) {
+                              const float *lse, double us, double ue, double ae) {
     size_t N = att_rows(s);
     for (int b = 0; b < s->B; b++)
         for (int h = 0; h < s->NH; h++) {
@@ -136,11 +140,14 @@ static void att_bound_forward(float *bO, float *bL, const att_shape *s, const fl
             for (int i = 0; i < a.nq; i++) {
                 size_t r = a.row0 + i;
                 for (int d = 0; d < a.hs; d++) {
-                    double m = 0;
-                    for (int j = 0; j < a.len; j++)
+                    double m = 0, mf = 0;
+                    for (int j = 0; j < a.len; j++) {
                         m += a.p[(size_t)i * a.len + j] * a.f[(size_t)i * a.len + j] * fabs(att_e(&a, j, 2, d));
+                        mf += a.f[(size_t)i * a.len + j] * fabs(att_e(&a, j, 2, d));
+                    }
                     size_t o = r * s->C + (size_t)h * a.hs + d;
-                    bO[o] = (float)((a.rho[i] + s->T * us + ue) * m + ue * fabs(out[o]) + ATT_BOUND_FLOOR);
+                    bO[o] = (float)((a.rho[i] + s->T * us + ue) * m + ue * fabs(out[o]) + ae * (mf + 1) +
+                                    ATT_BOUND_FLOOR);
                 }
                 if (bL) bL[(size_t)h * N + r] = (float)(1.4426950408889634 * a.rho[i] + 4 * us * fabs(lse[(size_t)h * N + r]));
             }
@@ -153,7 +160,7 @@ static void att_bound_forward(float *bO, float *bL, const att_shape *s, const fl
  * side computes D from it) and errO [N,C] (may be NULL) a bound on its own
  * error, for a side that computes D from the probabilities instead. */
 static void att_bound_backward(float *bd, const att_shape *s, const float *qkv, const float *dout, const float *out,
-                               const float *errO, double us, double ue) {
+                               const float *errO, double us, double ue, double ae) {
     int C = s->C, hs = C / s->NH;
     double scale = 1.0 / sqrt((double)hs);
     for (int b = 0; b < s->B; b++)
@@ -182,7 +189,7 @@ static void att_bound_backward(float *bd, const att_shape *s, const float *qkv, 
                     size_t ij = (size_t)i * len + j;
                     double p = a.p[ij];
                     mds[ij] = p * (a.f[ij] * adp[ij] + fabs(D));
-                    eds[ij] = (a.rho[i] + (hs + 4.0) * us + ue) * mds[ij] + p * dD;
+                    eds[ij] = (a.rho[i] + (hs + 4.0) * us + ue) * mds[ij] + p * dD + ae;
                 }
             }
             for (int i = 0; i < nq; i++) /* dQ */
@@ -192,20 +199,22 @@ static void att_bound_backward(float *bd, const att_shape *s, const float *qkv, 
                         size_t ij = (size_t)i * len + j;
                         m += (eds[ij] + (s->T * us + ue) * mds[ij]) * fabs(att_e(&a, j, 1, d));
                     }
-                    bd[(a.row0 + i) * 3 * (size_t)C + (size_t)h * hs + d] = (float)(scale * m + ATT_BOUND_FLOOR);
+                    bd[(a.row0 + i) * 3 * (size_t)C + (size_t)h * hs + d] = (float)(scale * m + ae + ATT_BOUND_FLOOR);
                 }
             for (int j = 0; j < nq; j++) /* dK, dV: keys past len get none */
                 for (int d = 0; d < hs; d++) {
-                    double mk = 0, mv = 0;
+                    double mk = 0, mv = 0, mf = 0;
                     for (int i = 0; j < len && i < nq; i++) {
                         size_t ij = (size_t)i * len + j;
                         const float *go = dout + (a.row0 + i) * C + (size_t)h * hs;
                         mk += (eds[ij] + (s->T * us + ue) * mds[ij]) * fabs(att_e(&a, i, 0, d));
                         mv += (a.rho[i] + s->T * us + 2 * ue) * a.p[ij] * a.f[ij] * fabs(go[d]);
+                        mf += a.f[ij] * fabs(go[d]);
                     }
+                    double ak = j < len ? ae : 0; /* padded keys: exact zeros on both sides */
                     size_t o = (a.row0 + j) * 3 * (size_t)C + (size_t)h * hs + d;
-                    bd[o + C] = (float)(scale * mk + ATT_BOUND_FLOOR);
-                    bd[o + 2 * (size_t)C] = (float)(mv + ATT_BOUND_FLOOR);
+                    bd[o + C] = (float)(scale * mk + ak + ATT_BOUND_FLOOR);
+                    bd[o + 2 * (size_t)C] = (float)(mv + ak * (mf + 1) + ATT_BOUND_FLOOR);
                 }
             free(adp), free(eds), free(mds);
             att_head_free(&a);
