@@ -55,13 +55,13 @@ __device__ void ln_finish(float *x, T *xh, const float *row, const float *w, con
 
 template <typename T>
 __global__ void __launch_bounds__(LN_THREADS)
-embed_ln_kernel(float *x, T *xh, const int32_t *ids, const float *word_emb, const float *pos_emb,
-                const float *type_emb, const float *w, const float *b, int T_, int C, float eps) {
+embed_ln_kernel(float *x, T *xh, const int32_t *ids, const int32_t *pos_ids, const float *word_emb,
+                const float *pos_emb, const float *type_emb, const float *w, const float *b, int T_, int C, float eps) {
     extern __shared__ float row[];
     __shared__ float red[32];
     const size_t r = blockIdx.x;
     const float *we = word_emb + (size_t)ids[r] * C;
-    const float *pe = pos_emb + (size_t)(r % T_) * C;
+    const float *pe = pos_emb + (size_t)(pos_ids ? pos_ids[r] : (int)(r % T_)) * C;
     float sum = 0.f;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         const float v = we[c] + pe[c] + type_emb[c];
@@ -124,13 +124,14 @@ __global__ void to_f32_kernel(float *dst, const T *src, size_t n) {
         dst[i] = qac_to_float<T>(src[i]);
 }
 
-__global__ void pool_kernel(float *out, const float *x, const int *lens, int T_, int C, int mean_pooling,
-                            int normalize) {
+// offs NULL: sequence b at row b * T_; else at row offs[b] (packed)
+__global__ void pool_kernel(float *out, const float *x, const int *offs, const int *lens, int T_, int C,
+                            int mean_pooling, int normalize) {
     extern __shared__ float row[];
     __shared__ float red[32];
     const int b = blockIdx.x;
     const int L = lens[b];
-    const float *xb = x + (size_t)b * T_ * C;
+    const float *xb = x + (offs ? (size_t)offs[b] : (size_t)b * T_) * C;
     float sq = 0.f;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         float v;
@@ -402,13 +403,13 @@ unsigned grid_for(size_t n, unsigned threads) {
     default: return cudaErrorInvalidValue;                                                 \
     }
 
-cudaError_t qac_k_embed_ln(float *x, void *xh, const int32_t *ids, const float *word_emb,
+cudaError_t qac_k_embed_ln(float *x, void *xh, const int32_t *ids, const int32_t *pos_ids, const float *word_emb,
                            const float *pos_emb, const float *type_emb, const float *w,
                            const float *b, int N, int seq_len, int C, float eps, qac_precision prec,
                            cudaStream_t s) {
     if (N <= 0) return cudaSuccess;
     const size_t sm = (size_t)C * sizeof(float);
-    QAC_DISPATCH(prec, embed_ln_kernel<T><<<N, LN_THREADS, sm, s>>>(x, (T *)xh, ids, word_emb, pos_emb,
+    QAC_DISPATCH(prec, embed_ln_kernel<T><<<N, LN_THREADS, sm, s>>>(x, (T *)xh, ids, pos_ids, word_emb, pos_emb,
                                                                      type_emb, w, b, seq_len, C, eps));
     return cudaGetLastError();
 }
@@ -457,7 +458,14 @@ cudaError_t qac_k_attention(void *out, const void *qkv, const float *qkv_b, cons
 cudaError_t qac_k_pool(float *out, const float *x, const int *lens, int B, int T, int C, int mean_pooling,
                        int normalize, cudaStream_t s) {
     if (B <= 0) return cudaSuccess;
-    pool_kernel<<<B, 256, (size_t)C * sizeof(float), s>>>(out, x, lens, T, C, mean_pooling, normalize);
+    pool_kernel<<<B, 256, (size_t)C * sizeof(float), s>>>(out, x, NULL, lens, T, C, mean_pooling, normalize);
+    return cudaGetLastError();
+}
+
+cudaError_t qac_k_pool_packed(float *out, const float *x, const int *offs, const int *lens, int B, int C,
+                              int mean_pooling, int normalize, cudaStream_t s) {
+    if (B <= 0) return cudaSuccess;
+    pool_kernel<<<B, 256, (size_t)C * sizeof(float), s>>>(out, x, offs, lens, 0, C, mean_pooling, normalize);
     return cudaGetLastError();
 }
 
