@@ -12,6 +12,9 @@
 #ifndef QAC_FLASH_ATTENTION_CUH
 #define QAC_FLASH_ATTENTION_CUH
 
+#include <math.h>
+#include <string.h>
+
 #include "train_kernels.cuh"
 
 extern "C" {
@@ -73,6 +76,31 @@ struct params {
     int dropping, layer;
 };
 
+// The parameters of a pass (host side).
+inline params make_params(const void *qkv, const float *qkv_b, const qac_fa_rows &rows, int C, int NH, int causal,
+                          int window, const qac_kt_drop &d, int layer) {
+    params p;
+    memset(&p, 0, sizeof p);
+    p.qkv = qkv;
+    p.qkv_b = qkv_b;
+    p.offs = rows.offs;
+    p.lens = rows.lens;
+    p.T = rows.T;
+    p.N = rows.N;
+    p.C = C;
+    p.causal = causal;
+    p.window = window;
+    p.scale = 1.0f / sqrtf((float)(C / NH));
+    p.sl2 = p.scale * 1.4426950408889634f;
+    p.dropping = d.p > 0.0f;
+    p.key = d.key;
+    p.seq_base = d.seq_base;
+    p.thresh = (uint32_t)(d.p * 16777216.0f);
+    p.dscale = 1.0f / (1.0f - d.p);
+    p.layer = layer;
+    return p;
+}
+
 __device__ __forceinline__ void seq_rows(const params &p, int b, int &row0, int &nq, int &len) {
     if (p.offs) {
         row0 = p.offs[b];
@@ -97,6 +125,7 @@ __device__ __forceinline__ float drop_factor(const params &p, uint64_t stream, i
     return (uint32_t)(qac_rng_u64(stream, ctr) >> 40) >= p.thresh ? p.dscale : 0.0f;
 }
 
+#ifndef QAC_FA_EMULATE
 __device__ __forceinline__ uint32_t smem_addr(const void *ptr) {
     return (uint32_t)__cvta_generic_to_shared(ptr);
 }
@@ -128,6 +157,20 @@ __device__ __forceinline__ void ldsm4t(uint32_t (&r)[4], const void *ptr) {
                  : "r"(smem_addr(ptr))
                  : "memory");
 }
+#else
+// The instructions emulated on the CPU (tests/gpu/cuda_emu.h runs these
+// kernels' source there): the same operands, the same lanes' results.
+void emu_cp(void *dst, const void *src, int bytes, bool valid);
+void emu_cp_wait();
+void emu_ldsm4(uint32_t (&r)[4], const void *ptr, bool trans);
+template <typename E> void emu_mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+inline void cp16(void *dst, const void *src, bool valid) { emu_cp(dst, src, 16, valid); }
+inline void cp4(void *dst, const void *src, bool valid) { emu_cp(dst, src, 4, valid); }
+inline void cp_commit() {}
+inline void cp_wait_all() { emu_cp_wait(); }
+inline void ldsm4(uint32_t (&r)[4], const void *ptr) { emu_ldsm4(r, ptr, false); }
+inline void ldsm4t(uint32_t (&r)[4], const void *ptr) { emu_ldsm4(r, ptr, true); }
+#endif
 
 // c += a b for one m16n8k16 tile, fp32 accumulators. Fragments (lane =
 // 4g + i): a0 (row g, k 2i..2i+1), a1 (row g+8), a2 (row g, k 8+2i..),
@@ -136,26 +179,38 @@ __device__ __forceinline__ void ldsm4t(uint32_t (&r)[4], const void *ptr) {
 template <typename E> struct mma;
 template <> struct mma<__nv_bfloat16> {
     static __device__ __forceinline__ void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#ifndef QAC_FA_EMULATE
         asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
             "{%0,%1,%2,%3};\n"
             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+        emu_mma<__nv_bfloat16>(c, a, b0, b1);
+#endif
     }
     static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
         __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-        return *reinterpret_cast<uint32_t *>(&v);
+        uint32_t r;
+        memcpy(&r, &v, 4);
+        return r;
     }
 };
 template <> struct mma<__half> {
     static __device__ __forceinline__ void run(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#ifndef QAC_FA_EMULATE
         asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
             "{%0,%1,%2,%3};\n"
             : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+        emu_mma<__half>(c, a, b0, b1);
+#endif
     }
     static __device__ __forceinline__ uint32_t pack(float lo, float hi) {
         __half2 v = __floats2half2_rn(lo, hi);
-        return *reinterpret_cast<uint32_t *>(&v);
+        uint32_t r;
+        memcpy(&r, &v, 4);
+        return r;
     }
 };
 
@@ -191,9 +246,11 @@ __device__ __forceinline__ void bias_rows(E *dst, const float *bias, int r0, int
         const int r = i / CH, c = (i % CH) * 8;
         if (r0 + r >= valid) continue;
         uint4 raw = *reinterpret_cast<uint4 *>(dst + r * LD + c);
-        E *v = reinterpret_cast<E *>(&raw);
+        E v[8]; // copies of the registers, not aliases
+        memcpy((void *)v, &raw, 16);
 #pragma unroll
         for (int j = 0; j < 8; j++) v[j] = qac_from_float<E>(qac_to_float<E>(v[j]) + __ldg(bias + c + j));
+        memcpy(&raw, (const void *)v, 16);
         *reinterpret_cast<uint4 *>(dst + r * LD + c) = raw;
     }
 }

@@ -29,8 +29,10 @@ __global__ void fa_dot_kernel(float *dvec, const E *dout, const E *o, int N, int
     float s = 0.f;
 #pragma unroll
     for (int c = 0; c < D; c += 8) {
-        uint4 ra = *reinterpret_cast<const uint4 *>(a + c), rb = *reinterpret_cast<const uint4 *>(b + c);
-        const E *va = reinterpret_cast<const E *>(&ra), *vb = reinterpret_cast<const E *>(&rb);
+        const uint4 ra = *reinterpret_cast<const uint4 *>(a + c), rb = *reinterpret_cast<const uint4 *>(b + c);
+        E va[8], vb[8]; // copies of the registers, not aliases
+        memcpy((void *)va, &ra, 16);
+        memcpy((void *)vb, &rb, 16);
 #pragma unroll
         for (int j = 0; j < 8; j++) s += qac_to_float<E>(va[j]) * qac_to_float<E>(vb[j]);
     }
@@ -326,6 +328,9 @@ __global__ void __launch_bounds__(BQ * 2) fa_dq_kernel(const params p) {
     stage_store<E, D>(sQ + warp * 16 * LD, dq, p.scale, p.scale, dq_out, C3, nq - (q0 + warp * 16), 16, lane);
 }
 
+#ifdef QAC_FA_EMULATE // the kernels alone, run on the CPU by tests/gpu/cuda_emu.h
+} // namespace
+#else
 template <typename K> cudaError_t opt_in(K kernel, size_t smem, unsigned *done) {
     if (smem <= 48 * 1024) return cudaSuccess;
     int dev = 0;
@@ -424,30 +429,13 @@ cudaError_t qac_fa_backward(void *dqkv, float *dvec, const void *dout, const voi
     }
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return e;
-    params p;
-    memset(&p, 0, sizeof p);
-    p.qkv = qkv;
-    p.qkv_b = qkv_b;
+    params p = make_params(qkv, qkv_b, rows, C, NH, causal, window, d, layer);
     p.lse = const_cast<float *>(lse);
     p.dout = dout;
     p.o = out;
     p.dvec = dvec;
     p.dqkv = dqkv;
-    p.offs = rows.offs;
-    p.lens = rows.lens;
-    p.T = rows.T;
-    p.N = rows.N;
-    p.C = C;
-    p.causal = causal;
-    p.window = window;
-    p.scale = 1.0f / sqrtf((float)D);
-    p.sl2 = p.scale * 1.4426950408889634f;
-    p.dropping = d.p > 0.0f;
-    p.key = d.key;
-    p.seq_base = d.seq_base;
-    p.thresh = (uint32_t)(d.p * 16777216.0f);
-    p.dscale = 1.0f / (1.0f - d.p);
-    p.layer = layer;
     if ((e = run_dkdv(t, p, rows.B, NH, D, prec, s)) != cudaSuccess) return e;
     return run_dq(t, p, rows.B, NH, D, prec, s);
 }
+#endif

@@ -172,6 +172,9 @@ __global__ void __launch_bounds__(BQ * 2) fa_fwd_kernel(const params p) {
     }
 }
 
+#ifdef QAC_FA_EMULATE // the kernels alone, run on the CPU by tests/gpu/cuda_emu.h
+} // namespace
+#else
 // Kernels above 48 KiB of shared memory opt in once per device.
 template <typename K> cudaError_t opt_in(K kernel, size_t smem, unsigned *done) {
     if (smem <= 48 * 1024) return cudaSuccess;
@@ -224,30 +227,13 @@ cudaError_t qac_fa_forward(void *out, float *lse, const void *qkv, const float *
     if (rows.B <= 0 || rows.T <= 0) return cudaSuccess;
     const qac_fa_tiles t = tiles ? *tiles : qac_fa_tiles_default();
     const int D = C / NH;
-    params p;
-    memset(&p, 0, sizeof p);
-    p.qkv = qkv;
-    p.qkv_b = qkv_b;
+    params p = make_params(qkv, qkv_b, rows, C, NH, causal, window, d, layer);
     p.out = out;
     p.lse = lse;
-    p.offs = rows.offs;
-    p.lens = rows.lens;
-    p.T = rows.T;
-    p.N = rows.N;
-    p.C = C;
-    p.causal = causal;
-    p.window = window;
-    p.scale = 1.0f / sqrtf((float)D);
-    p.sl2 = p.scale * 1.4426950408889634f;
-    p.dropping = d.p > 0.0f;
-    p.key = d.key;
-    p.seq_base = d.seq_base;
-    p.thresh = (uint32_t)(d.p * 16777216.0f);
-    p.dscale = 1.0f / (1.0f - d.p);
-    p.layer = layer;
 #define QAC_FA_TRY(BQ, BK, ST) \
     if (t.bq == BQ && t.bk == BK && t.stages == ST) return dispatch_fwd<BQ, BK, ST>(p, rows.B, NH, D, prec, s);
     QAC_FA_FWD_VARIANTS(QAC_FA_TRY)
 #undef QAC_FA_TRY
     return cudaErrorInvalidValue;
 }
+#endif

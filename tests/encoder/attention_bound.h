@@ -99,9 +99,9 @@ static void att_head_fill(att_head *a, const att_shape *s, const float *qkv, int
     a->qkv = qkv;
     int nq = a->nq, len = a->len, hs = a->hs;
     double scale = 1.0 / sqrt((double)hs);
-    a->p = calloc((size_t)nq * (len > 0 ? len : 1), sizeof *a->p);
-    a->f = calloc((size_t)nq * (len > 0 ? len : 1), sizeof *a->f);
-    a->rho = calloc((size_t)(nq > 0 ? nq : 1), sizeof *a->rho);
+    a->p = (double *)calloc((size_t)nq * (len > 0 ? len : 1), sizeof *a->p);
+    a->f = (double *)calloc((size_t)nq * (len > 0 ? len : 1), sizeof *a->f);
+    a->rho = (double *)calloc((size_t)(nq > 0 ? nq : 1), sizeof *a->rho);
     for (int i = 0; i < nq; i++) {
         double mx = -INFINITY, amax = 0, z = 0;
         for (int j = 0; j < len; j++) {
@@ -169,7 +169,8 @@ static void att_bound_backward(float *bd, const att_shape *s, const float *qkv, 
             att_head_fill(&a, s, qkv, b, h, us);
             int nq = a.nq, len = a.len;
             size_t nn = (size_t)nq * (len > 0 ? len : 1);
-            double *adp = malloc(nn * sizeof *adp), *eds = malloc(nn * sizeof *eds), *mds = malloc(nn * sizeof *mds);
+            double *adp = (double *)malloc(nn * sizeof *adp), *eds = (double *)malloc(nn * sizeof *eds);
+            double *mds = (double *)malloc(nn * sizeof *mds);
             for (int i = 0; i < nq; i++) {
                 const float *go = dout + (a.row0 + i) * C + (size_t)h * hs;
                 const float *fo = out + (a.row0 + i) * C + (size_t)h * hs;
