@@ -297,10 +297,10 @@ __device__ __forceinline__ float quad_sum(float v) {
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
-// A warp's 16 rows of accumulators [D/8][4] (scaled by s_lo, s_hi per
-// half) into its rows of the staging tile, then out to dst rows (row
-// stride ld) for the rows r < nvalid; rows r >= nzero-limit get zeros when
-// zero_from <= r (the dK/dV of padded keys).
+// A warp's 16 rows of accumulators [D/8][4] (rows g scaled by s_lo, rows
+// g+8 by s_hi) rounded into its 16 rows of the staging tile, then copied in
+// 16-byte pieces to dst (row stride ld): rows r < nvalid, zeros for rows
+// r >= zero_from (the dK and dV of padded keys).
 template <typename E, int D>
 __device__ __forceinline__ void stage_store(E *stage, const float (&acc)[D / 8][4], float s_lo, float s_hi, E *dst,
                                             size_t ld, int nvalid, int zero_from, int lane) {
