@@ -158,6 +158,12 @@ step bench-encode-bf16 120 bench/encode_gpu/run.sh build bf16
 step bench-encode-fp16 120 bench/encode_gpu/run.sh build fp16
 step bench-search 150 bench/search_gpu/run.sh build
 step bench-train 150 bench/train_gpu/run.sh build
+# the attention kernels alone: every tile variant against PyTorch's SDPA
+# backends; the floor from the card's nominal read bandwidth (H100 3350,
+# H200 4800 GB/s)
+peak_gbps=3350
+nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -q H200 && peak_gbps=4800
+step bench-attention 150 bench/attention_gpu/run.sh build "$peak_gbps"
 # Kernel variants (tile sizes, warps, stages): each benchmark folder may
 # hold a variants.sh taking the build directory.
 for v in "$S"/bench/*gpu*/variants.sh; do
@@ -192,7 +198,7 @@ res="$results/gpu-results.md"
   for f in "$logs"/bench-*.log "$logs"/variants-*.log "$logs"/train-verify-*.log; do
     [ -f "$f" ] || continue
     echo "== $(basename "$f" .log)"
-    grep -h '^RESULT\|^RATIO\|^NOTE\|^VARIANT\|^CHECK\|worst rel\|nDCG\|smoke:\|identical\|DIFFER\|^PASS\|^FAIL\|^wall' "$f"
+    grep -h '^RESULT\|^RATIO\|^NOTE\|^VARIANT\|^BEST\|^CHECK\|worst rel\|nDCG\|smoke:\|identical\|DIFFER\|^PASS\|^FAIL\|^wall' "$f"
   done
   echo '```'
   echo
