@@ -19,8 +19,10 @@
 # of the tests, then the tail of each failed step's log. Without a GPU every
 # GPU step reports SKIP, never PASS.
 # Environment:
-#   QAC_GPU_BUDGET_S  seconds for the whole run (default 470); a step that
-#                     would end past it is not started (SKIP budget)
+#   QAC_GPU_BUDGET_S  seconds for the whole run (default 470): phase 1 ends by
+#                     QAC_GPU_PHASE1_PCT percent of it (default 55), phase 2 by
+#                     the whole; a step is cut (TIMEOUT) at its phase's end,
+#                     and one that would start with under 15 s left is SKIP
 #   QAC_GPU_JOBS      phase 1 parallelism (default 4)
 #   QAC_GPU_ONLY      a regular expression: run only the steps it matches
 #   QAC_PYTHON        python with torch and transformers (default python3)
@@ -89,11 +91,13 @@ step() {
   local name="$1" limit="$2"; shift 2
   [[ "$name" =~ $only ]] || return 0
   echo "$name" >>"$logs/order"
-  local left=$((budget - (SECONDS - start)))
-  if [ "$limit" -gt "$left" ]; then
-    printf 'SKIP\t0\tbudget: %s s needed, %s s left\n' "$limit" "$left" >"$logs/$name.status"
+  # a step runs to its own limit or to the phase's deadline, whichever is first
+  local left=$((deadline - SECONDS))
+  if [ "$left" -lt 15 ]; then
+    printf 'SKIP\t0\tbudget: the phase ended\n' >"$logs/$name.status"
     return 0
   fi
+  [ "$limit" -gt "$left" ] && limit=$left
   local t0=$SECONDS rc
   (cd "$S" && timeout -k 10 "$limit" "$@") >"$logs/$name.log" 2>&1
   rc=$?
@@ -122,6 +126,8 @@ bgstep() {
 } >"$logs/machine.log" 2>&1
 
 # ---- phase 1: tests, sanitizers, training comparisons (GPU shared) ----
+# phase 1 may take QAC_GPU_PHASE1_S of the budget (default 55%); phase 2 the rest
+deadline=$((start + budget * ${QAC_GPU_PHASE1_PCT:-55} / 100))
 while IFS=$'\t' read -r name exe args; do
   # shellcheck disable=SC2086 # args are the test's own, split as ctest would
   bstep "$name" 300 "build/$exe" $args
@@ -153,9 +159,9 @@ bgstep train-verify-pretrain 300 env STAGES=pretrain QAC_BUILD_DIR=build scripts
 bgstep train-verify-cranfield 300 env STAGES=cranfield QAC_BUILD_DIR=build scripts/gpu_train_verify.sh "$work/tv-cranfield"
 wait
 
-# ---- phase 2: benchmarks, one at a time (GPU alone) ----
+# ---- phase 2: benchmarks, one at a time (GPU alone), the most wanted first ----
+deadline=$((start + budget))
 step bench-encode-bf16 120 bench/encode_gpu/run.sh build bf16
-step bench-encode-fp16 120 bench/encode_gpu/run.sh build fp16
 step bench-search 150 bench/search_gpu/run.sh build
 step bench-train 150 bench/train_gpu/run.sh build
 # the attention kernels alone: every tile variant against PyTorch's SDPA
@@ -164,6 +170,7 @@ step bench-train 150 bench/train_gpu/run.sh build
 peak_gbps=3350
 nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -q H200 && peak_gbps=4800
 step bench-attention 150 bench/attention_gpu/run.sh build "$peak_gbps"
+step bench-encode-fp16 120 bench/encode_gpu/run.sh build fp16
 # Kernel variants (tile sizes, warps, stages): each benchmark folder may
 # hold a variants.sh taking the build directory.
 for v in "$S"/bench/*gpu*/variants.sh; do
