@@ -26,7 +26,10 @@
 #define QAC_GPU_MAX_NQ 1024
 
 struct qac_index {
-    char *dir, *factory, *fingerprint, *corpus_path;
+    char *dir, *factory, *fingerprint, *corpus_path, *model_name;
+    int model_normalize;
+    int rows_only;  /* opened by qac_index_open_rows: no vectors, no FAISS */
+    json_t *shards; /* the manifest's shard list, for qac_index_rows */
     uint64_t corpus_size;
     qac_text_format corpus_fmt;
     int dim;
@@ -169,7 +172,8 @@ qac_status qac_index_open(qac_index **out, const char *dir, qac_device device) {
     return qac_index_open_verified(out, dir, device, QAC_VERIFY_FULL);
 }
 
-qac_status qac_index_open_verified(qac_index **out, const char *dir, qac_device device, qac_index_verify verify) {
+static qac_status open_index(qac_index **out, const char *dir, qac_device device, qac_index_verify verify,
+                             int rows_only) {
     *out = NULL;
     char path[4096];
     qac_status st = qac_path_join(path, sizeof path, dir, "manifest.json");
@@ -207,6 +211,10 @@ qac_status qac_index_open_verified(qac_index **out, const char *dir, qac_device 
     ix->dir = strdup(dir);
     ix->factory = dup_or_empty(json_string_value(json_object_get(fa, "factory")));
     ix->fingerprint = dup_or_empty(json_string_value(json_object_get(model, "fingerprint")));
+    ix->model_name = dup_or_empty(json_string_value(json_object_get(model, "name")));
+    ix->model_normalize = json_is_true(json_object_get(model, "normalize"));
+    ix->rows_only = rows_only;
+    ix->shards = json_incref(json_object_get(man, "shards"));
     const char *kind = json_string_value(json_object_get(src, "kind"));
     if (kind && !strcmp(kind, "corpus")) {
         ix->corpus_path = dup_or_empty(json_string_value(json_object_get(src, "path")));
@@ -215,7 +223,7 @@ qac_status qac_index_open_verified(qac_index **out, const char *dir, qac_device 
     }
     ix->dim = (int)json_integer_value(json_object_get(build, "dim"));
     ix->count = (int64_t)json_integer_value(json_object_get(man, "count"));
-    if (!ix->dir || !ix->factory || !ix->fingerprint) {
+    if (!ix->dir || !ix->factory || !ix->fingerprint || !ix->model_name) {
         st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
         goto fail;
     }
@@ -226,6 +234,15 @@ qac_status qac_index_open_verified(qac_index **out, const char *dir, qac_device 
     if ((st = qac_path_join(path, sizeof path, dir, json_string_value(json_object_get(man, "docids")) ? json_string_value(json_object_get(man, "docids")) : "docids.qdoc")) ||
         (st = map_docids(ix, path)))
         goto fail;
+    if (rows_only) {
+        if (!json_is_array(ix->shards)) {
+            st = qac_set_error(QAC_ERR_FORMAT, "%s: the manifest lists no shards", dir);
+            goto fail;
+        }
+        json_decref(man);
+        *out = ix;
+        return QAC_OK;
+    }
     /* Before FAISS reads it: a flipped byte can make FAISS abort or serve wrong scores. */
     if ((st = qac_path_join(path, sizeof path, dir, json_string_value(json_object_get(fa, "file")) ? json_string_value(json_object_get(fa, "file")) : "index.faiss")) ||
         (st = verify_faiss(path, fa, verify)))
@@ -296,8 +313,18 @@ fail:
     return st;
 }
 
+qac_status qac_index_open_verified(qac_index **out, const char *dir, qac_device device, qac_index_verify verify) {
+    return open_index(out, dir, device, verify, 0);
+}
+
+qac_status qac_index_open_rows(qac_index **out, const char *dir) {
+    return open_index(out, dir, QAC_DEVICE_CPU, QAC_VERIFY_SIZE, 1);
+}
+
 void qac_index_free(qac_index *ix) {
     if (!ix) return;
+    json_decref(ix->shards);
+    free(ix->model_name);
     if (ix->faiss) faiss_Index_free(ix->faiss);
     qac_gpu_flat_free(ix->gpu);
     free(ix->vecs);
@@ -318,6 +345,9 @@ int64_t qac_index_count(const qac_index *ix) { return ix->count; }
 int qac_index_dim(const qac_index *ix) { return ix->dim; }
 const char *qac_index_factory(const qac_index *ix) { return ix->factory; }
 const char *qac_index_model_fingerprint(const qac_index *ix) { return ix->fingerprint; }
+const char *qac_index_model_name(const qac_index *ix) { return ix->model_name; }
+int qac_index_model_normalize(const qac_index *ix) { return ix->model_normalize; }
+int qac_index_has_text(const qac_index *ix) { return ix->corpus_path != NULL; }
 int qac_index_on_gpu(const qac_index *ix) { return ix->gpu != NULL; }
 
 qac_status qac_index_set_threads(qac_index *ix, int nthreads) {
@@ -406,6 +436,7 @@ qac_status qac_index_text(const qac_index *cix, int64_t row, char **text) {
 }
 
 qac_status qac_index_set_param(qac_index *ix, const char *name, double value) {
+    if (ix->rows_only) return qac_set_error(QAC_ERR_INVALID, "parameter %s: this index was opened for reading rows only", name);
     if (ix->gpu) return qac_set_error(QAC_ERR_FAISS, "parameter %s: the GPU flat search has no parameters", name);
     if (ix->vecs || ix->codesb) return qac_set_error(QAC_ERR_FAISS, "parameter %s: the exact search has no parameters", name);
     FaissParameterSpace *ps = NULL;
@@ -477,6 +508,7 @@ qac_status qac_index_search(const qac_index *ix, const float *queries, int nq, i
                             int64_t *rows) {
     if (nq < 0 || k < 1 || (nq && (!queries || !scores || !rows)))
         return qac_set_error(QAC_ERR_INVALID, "search: bad arguments (nq %d, k %d)", nq, k);
+    if (ix->rows_only) return qac_set_error(QAC_ERR_INVALID, "search: this index was opened for reading rows only");
     if (ix->gpu) {
         if (k > QAC_GPU_MAX_K) return qac_set_error(QAC_ERR_INVALID, "k %d: the GPU search allows k <= %d", k, QAC_GPU_MAX_K);
         for (int q = 0; q < nq; q += QAC_GPU_MAX_NQ) {
@@ -493,4 +525,58 @@ qac_status qac_index_search(const qac_index *ix, const float *queries, int nq, i
     }
     for (int q = 0; q < nq; q++) order_ties(ix, scores + (size_t)q * k, rows + (size_t)q * k, k);
     return QAC_OK;
+}
+
+/* ---- reading the stored vectors back, shard by shard ---- */
+
+struct qac_index_rows {
+    const qac_index *ix;
+    size_t next;    /* shard to read next */
+    int64_t row;    /* first row of that shard */
+    qac_shard cur;  /* the shard last returned (freed on the next call) */
+    int have;
+};
+
+qac_status qac_index_rows_open(qac_index_rows **out, const qac_index *ix) {
+    *out = NULL;
+    if (!json_is_array(ix->shards)) return qac_set_error(QAC_ERR_FORMAT, "%s: the manifest lists no shards", ix->dir);
+    qac_index_rows *r = calloc(1, sizeof *r);
+    if (!r) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    r->ix = ix;
+    *out = r;
+    return QAC_OK;
+}
+
+qac_status qac_index_rows_next(qac_index_rows *r, int64_t *first_row, int64_t *n, const float **vectors) {
+    const qac_index *ix = r->ix;
+    if (r->have) qac_shard_free(&r->cur);
+    r->have = 0;
+    *first_row = r->row;
+    *n = 0;
+    *vectors = NULL;
+    if (r->next >= json_array_size(ix->shards)) {
+        if (r->row != ix->count)
+            return qac_set_error(QAC_ERR_FORMAT, "%s: shards hold %lld rows, manifest says %lld", ix->dir,
+                                 (long long)r->row, (long long)ix->count);
+        return QAC_OK;
+    }
+    json_t *sh = json_array_get(ix->shards, r->next);
+    char path[4096];
+    qac_status st = qac_path_join(path, sizeof path, ix->dir, json_string_value(json_object_get(sh, "file")));
+    if (!st) st = qac_shard_read(path, (uint64_t)json_integer_value(json_object_get(sh, "checksum")), &r->cur);
+    if (st) return st;
+    r->have = 1;
+    if (r->cur.dim != ix->dim || (int64_t)r->cur.first_row != r->row || (int64_t)r->cur.count > ix->count - r->row)
+        return qac_set_error(QAC_ERR_FORMAT, "%s: shard does not match the manifest", path);
+    r->next++;
+    r->row += (int64_t)r->cur.count;
+    *n = (int64_t)r->cur.count;
+    *vectors = r->cur.vectors;
+    return QAC_OK;
+}
+
+void qac_index_rows_free(qac_index_rows *r) {
+    if (!r) return;
+    if (r->have) qac_shard_free(&r->cur);
+    free(r);
 }
