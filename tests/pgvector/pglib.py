@@ -44,9 +44,13 @@ def free_port():
 
 
 class Server:
-    def __init__(self, workdir, settings=None):
+    def __init__(self, workdir, settings=None, durable=False):
+        """settings: extra `-c name=value` server settings. durable=False
+        (tests) turns fsync, synchronous commit and full-page writes off;
+        True keeps PostgreSQL's defaults (benchmarks)."""
         self.workdir = workdir
-        self.settings = dict(settings or {})
+        self.settings = {} if durable else {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+        self.settings.update(settings or {})
         self.proc = None
         self.install = pginstall()
         if self.install is None:
@@ -98,7 +102,7 @@ class Server:
         self.port = free_port()
         self.log = open(os.path.join(self.workdir, "postgres.log"), "w")
         args = [os.path.join(binp, "postgres"), "-D", self.data, "-p", str(self.port), "-h", "127.0.0.1",
-                "-k", self.sock, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
+                "-k", self.sock]
         for k, v in self.settings.items():
             args += ["-c", "%s=%s" % (k, v)]
         self.proc = self._spawn(args, stdout=self.log, stderr=subprocess.STDOUT)

@@ -298,6 +298,14 @@ with pglib.Server(tmp) as pg:
     vec_ix = os.path.join(tmp, "vec")  # same vectors, no model recorded, docids "0".."1399"
     np.save(os.path.join(tmp, "x.npy"), X)
     must(["index", "build", "--vectors", os.path.join(tmp, "x.npy"), "--out", vec_ix])
+    f16_ix = os.path.join(tmp, "f16")  # fp16 shards: exported widened to float32, the values qac's scan uses
+    must(["index", "build", "--vectors", os.path.join(tmp, "x.npy"), "--out", f16_ix, "--dtype", "fp16"])
+    must(["export", "--index", f16_ix, "--to", url, "--table", "cran_f16", "--pg-index", "none"])
+    f16 = dict(conn.execute("SELECT id, embedding FROM cran_f16").fetchall())
+    got16 = np.stack([np.asarray(f16[str(r_)].to_numpy() if hasattr(f16[str(r_)], "to_numpy") else f16[str(r_)],
+                                 dtype=np.float32) for r_ in range(len(X))])
+    check(got16.tobytes() == X.astype(np.float16).astype(np.float32).tobytes(),
+          "an index with fp16 shards exports its vectors widened to float32, bit for bit")
     refused(["--index", vec_ix, "--to", url, "--append", "--texts"], "--texts for an index built from vectors",
             "no passage text")
     refused(["--index", vec_ix, "--to", url, "--append"], "--append of another model's vectors", "fingerprint")
