@@ -74,7 +74,10 @@ class Server:
     def _reachable(self):
         """Whether the server's user can execute the wheel's binaries (a
         checkout under a private home directory hides them from `nobody`)."""
-        r = self._run([os.path.join(self.install, "bin", "postgres"), "--version"], capture_output=True)
+        try:
+            r = self._run([os.path.join(self.install, "bin", "postgres"), "--version"], capture_output=True)
+        except OSError:  # exec refused (a directory on the way is closed to the user)
+            return False
         return r.returncode == 0
 
     def _own(self, path):
@@ -85,10 +88,17 @@ class Server:
         if self.user:
             os.chmod(self.workdir, 0o711)  # let `nobody` through to its directories
             if not self._reachable():
-                copy = os.path.join(self.workdir, "pginstall")
-                shutil.copytree(self.install, copy, symlinks=True)
-                os.chmod(copy, 0o755)
-                self.install = copy
+                # the binaries find their libraries at $ORIGIN/../../../pgserver.libs
+                # (the wheel's layout): copy both, side by side as in site-packages
+                site = os.path.dirname(os.path.dirname(self.install))
+                copy = os.path.join(self.workdir, "pgserver-copy")
+                shutil.copytree(self.install, os.path.join(copy, "pgserver", "pginstall"), symlinks=True)
+                if os.path.isdir(os.path.join(site, "pgserver.libs")):
+                    shutil.copytree(os.path.join(site, "pgserver.libs"), os.path.join(copy, "pgserver.libs"))
+                for root, dirs, _ in os.walk(copy):
+                    for d in dirs + [""]:
+                        os.chmod(os.path.join(root, d), 0o755)
+                self.install = os.path.join(copy, "pgserver", "pginstall")
         self.data = os.path.join(self.workdir, "pgdata")
         self.sock = os.path.join(self.workdir, "pgsock")
         for d in (self.data, self.sock):

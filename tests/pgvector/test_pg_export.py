@@ -295,6 +295,15 @@ with pglib.Server(tmp) as pg:
     refused(["--index", ix, "--to", url, "--append", "--texts"], "--append of rows already there",
             "already in the table")
     refused(["--index", ix, "--to", url, "--append"], "--append without the table's text column", "--texts")
+    # a load larger than the socket buffers: the server's error arrives while
+    # rows are still being sent, and is the one reported
+    np.save(os.path.join(tmp, "many.npy"), np.tile(X, (40, 1)))
+    many_ix = os.path.join(tmp, "many")
+    must(["index", "build", "--vectors", os.path.join(tmp, "many.npy"), "--out", many_ix])
+    must(["export", "--index", many_ix, "--to", url, "--table", "many", "--pg-index", "none"])
+    refused(["--index", many_ix, "--to", url, "--table", "many", "--append"],
+            "--append of 56,000 rows already there (the error arrives mid-COPY)", "duplicate key value")
+    check(conn.execute("SELECT count(*) FROM many").fetchone()[0] == 40 * len(X), "... and the table keeps its rows")
     vec_ix = os.path.join(tmp, "vec")  # same vectors, no model recorded, docids "0".."1399"
     np.save(os.path.join(tmp, "x.npy"), X)
     must(["index", "build", "--vectors", os.path.join(tmp, "x.npy"), "--out", vec_ix])
