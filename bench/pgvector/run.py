@@ -4,15 +4,17 @@ binary COPY, `copy.set_types([... 'vector'])` and `copy.write_row` a row
 at a time; pgvector-python examples/loading/example.py), on the same
 server, rows and table in the same run. Then pgvector's HNSW (and IVFFlat)
 recall@10 against the exact top-10 (qac's exact search) over a range of
-ef_search (probes).
+ef_search (probes), on the Debian package descriptions and on Cranfield.
 
     python3 bench/pgvector/run.py [--workdir DIR] [--synthetic 500000] [--rounds 3] [--queries 1000]
 
 Data: the Debian package descriptions (../shared/data/debian-packages,
 58,294 passages) encoded by `qac index build` with the default model at
 128 tokens (DIR/deb is reused when present: the build resumes or returns at
-once), queries = one package title in 58; and --synthetic N random unit
-vectors (`qac index build --vectors`) for the load at a larger size.
+once), queries = one package title in 58; Cranfield (1,400 passages, the
+default model at its default 256 tokens, 225 queries) for recall; and
+--synthetic N random unit vectors (`qac index build --vectors`) for the
+load at a larger size.
 
 Server: PostgreSQL 16.2 + pgvector 0.6.2 from pgserver, durable settings
 (PostgreSQL's defaults: fsync on, full-page writes), shared_buffers 1GB,
@@ -48,6 +50,8 @@ _spec.loader.exec_module(qpg)
 
 QAC = os.environ.get("QAC_BIN", os.path.join(SRC, "build", "qac"))
 DEB = os.path.join(SRC, "..", "shared", "data", "debian-packages", "packages.jsonl.gz")
+CRAN_DOCS = os.path.join(SRC, "..", "shared", "data", "cranfield", "cran.all.1400")
+CRAN_QUERIES = os.path.join(SRC, "..", "shared", "data", "cranfield", "cran.qry")
 
 
 def sh(args, **kw):
@@ -119,6 +123,73 @@ def recall(a, b, k=10):
     return float(np.mean([len(set(x[:k]) & set(y[:k])) / k for x, y in zip(a, b)]))
 
 
+def ann_bench(url, name, ix, Q, qids, exact, qac_exact_s):
+    """Exact search in PostgreSQL against qac's; HNSW and IVFFlat recall@10 against exact."""
+    out = {"queries": len(qids)}
+    print("== %s: HNSW (m 16, ef_construction 64, vector_ip_ops)" % name, flush=True)
+    t_hnsw, t_ivf = name + "_hnsw", name + "_ivf"
+    rate, copy_s, wall, err = qac_export(url, ix, t_hnsw, ["--maintenance-work-mem", "2GB"])
+    build_s = float(re.search(r"HNSW \(.*?\) ([0-9.]+) s", err).group(1))
+    print("  qac export with HNSW: %.1f s in all, index build %.1f s" % (wall, build_s), flush=True)
+    out["hnsw_build_s"], out["hnsw_export_s"] = build_s, wall
+    conn = psycopg.connect(url, autocommit=True)
+    sizes = conn.execute("SELECT count(*), pg_table_size(%s), pg_relation_size(%s), pg_relation_size(%s) FROM "
+                         + t_hnsw, (t_hnsw, t_hnsw + "_embedding_idx", t_hnsw + "_pkey")).fetchone()
+    out["rows"], out["table_bytes"], out["hnsw_bytes"], out["pkey_bytes"] = sizes
+    print("  sizes: table %.1f MB, HNSW index %.1f MB, primary key %.1f MB (%d rows)"
+          % (sizes[1] / 1e6, sizes[2] / 1e6, sizes[3] / 1e6, sizes[0]), flush=True)
+    t = time.time()
+    ex_ids, _ = qpg.search(conn, t_hnsw, Q, 10, exact=True)
+    pg_exact_s = time.time() - t
+    same = sum(list(ex_ids[i]) == exact[i] for i in range(len(qids)))
+    print("  exact (no index) in PostgreSQL: top-10 equals qac's for %d/%d queries; %.1f queries/s "
+          "(qac search, encoding included: %.1f queries/s)"
+          % (same, len(qids), len(qids) / pg_exact_s, len(qids) / qac_exact_s), flush=True)
+    out["exact_same"], out["pg_exact_qps"], out["qac_search_qps"] = same, len(qids) / pg_exact_s, len(qids) / qac_exact_s
+    out["hnsw"] = []
+    for ef in (10, 20, 40, 80, 160):
+        qpg.search(conn, t_hnsw, Q[:50], 10, ef_search=ef)  # warm
+        t = time.time()
+        ids, _ = qpg.search(conn, t_hnsw, Q, 10, ef_search=ef)
+        s = time.time() - t
+        r = recall(ids, exact)
+        out["hnsw"].append({"ef_search": ef, "recall10": r, "qps": len(qids) / s})
+        print("  ef_search %3d%s: recall@10 %.4f, %.0f queries/s (one connection)"
+              % (ef, " (default)" if ef == 40 else "", r, len(qids) / s), flush=True)
+    print("== %s: IVFFlat (lists = rows/1000, vector_ip_ops)" % name, flush=True)
+    rate, copy_s, wall, err = qac_export(url, ix, t_ivf, ["--pg-index", "ivfflat", "--maintenance-work-mem", "2GB"])
+    m = re.search(r"IVFFlat \(lists ([0-9]+), .*?\) ([0-9.]+) s", err)
+    out["ivf_lists"], out["ivf_build_s"] = int(m.group(1)), float(m.group(2))
+    print("  lists %s, index build %s s" % (m.group(1), m.group(2)), flush=True)
+    out["ivf"] = []
+    for probes in (1, 4, 8, 16):
+        t = time.time()
+        ids, _ = qpg.search(conn, t_ivf, Q, 10, probes=probes)
+        s = time.time() - t
+        r = recall(ids, exact)
+        out["ivf"].append({"probes": probes, "recall10": r, "qps": len(qids) / s})
+        print("  probes %2d%s: recall@10 %.4f, %.0f queries/s" % (probes, " (default)" if probes == 1 else "", r,
+                                                                 len(qids) / s), flush=True)
+    conn.close()
+    return out
+
+
+def queries_and_exact(ix, qpath):
+    """qac encode's query vectors and qac search's exact top-10 (and its time)."""
+    sh([QAC, "encode", "--input", qpath, "--kind", "query", "--output", qpath + ".npy", "--ids", qpath + ".ids",
+        "--device", "cpu"])
+    Q = np.load(qpath + ".npy")
+    t = time.time()
+    sh([QAC, "search", "--index", ix, "--queries", qpath, "--run", qpath + ".run", "--k", "10", "--device", "cpu"])
+    qac_s = time.time() - t
+    run = {}
+    for line in open(qpath + ".run"):
+        qid, _, d, *_ = line.split()
+        run.setdefault(qid, []).append(d)
+    qids = open(qpath + ".ids").read().split()
+    return Q, qids, [run[q] for q in qids], qac_s
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--workdir", default=None)
@@ -128,30 +199,31 @@ def main():
     a = ap.parse_args()
     work = a.workdir or tempfile.mkdtemp(prefix="qac-bench-pg-")
     os.makedirs(work, exist_ok=True)
+    import gzip
+    corpus = os.path.join(work, "packages.jsonl")  # BEIR form: {"_id", "title", "text"}
+    if not os.path.exists(corpus):
+        with gzip.open(DEB, "rt", encoding="utf-8") as f, open(corpus + ".tmp", "w", encoding="utf-8") as g:
+            for line in f:
+                d = json.loads(line)
+                g.write(json.dumps({"_id": d["id"], "title": d["title"], "text": d["text"]}) + "\n")
+        os.rename(corpus + ".tmp", corpus)
     deb = os.path.join(work, "deb")
     t = time.time()
-    sh([QAC, "index", "build", "--corpus", DEB, "--out", deb, "--max-len", "128", "--device", "cpu"])
+    sh([QAC, "index", "build", "--corpus", corpus, "--out", deb, "--max-len", "128", "--device", "cpu"])
     print("index build (Debian packages): %.0f s" % (time.time() - t), flush=True)
     # queries: one title in 58, as qid<TAB>text
     qpath = os.path.join(work, "queries.tsv")
-    import gzip
-    titles = [json.loads(l)["title"] for l in gzip.open(DEB, "rt", encoding="utf-8")]
+    titles = [json.loads(l)["title"] for l in open(corpus, encoding="utf-8")]
     step = max(1, len(titles) // a.queries)
     with open(qpath, "w") as f:
         for i in range(0, len(titles), step)[:a.queries]:
             f.write("q%d\t%s\n" % (i, titles[i].replace("\t", " ")))
-    sh([QAC, "encode", "--input", qpath, "--kind", "query", "--output", qpath + ".npy", "--ids", qpath + ".ids",
-        "--device", "cpu"])
-    Q = np.load(qpath + ".npy")
+    datasets = [("deb", deb) + queries_and_exact(deb, qpath)]
+    cran = os.path.join(work, "cran")
     t = time.time()
-    sh([QAC, "search", "--index", deb, "--queries", qpath, "--run", qpath + ".run", "--k", "10", "--device", "cpu"])
-    qac_exact_s = time.time() - t
-    run = {}
-    for line in open(qpath + ".run"):
-        qid, _, d, *_ = line.split()
-        run.setdefault(qid, []).append(d)
-    qids = open(qpath + ".ids").read().split()
-    exact = [run[q] for q in qids]
+    sh([QAC, "index", "build", "--corpus", CRAN_DOCS, "--out", cran, "--device", "cpu"])
+    print("index build (Cranfield): %.0f s" % (time.time() - t), flush=True)
+    datasets.append(("cran", cran) + queries_and_exact(cran, CRAN_QUERIES))
 
     syn = None
     if a.synthetic:
@@ -166,7 +238,7 @@ def main():
             os.remove(os.path.join(work, "syn.npy"))
 
     pgdir = tempfile.mkdtemp(prefix="qac-bench-pgdata-")
-    out = {"date": time.strftime("%Y-%m-%d"), "queries": len(qids)}
+    out = {"date": time.strftime("%Y-%m-%d")}
     with pglib.Server(pgdir, durable=True, settings={"shared_buffers": "1GB", "max_wal_size": "8GB"}) as pg:
         out["server"], out["pgvector"] = pg.version()
         print("PostgreSQL %s, pgvector %s (durable settings)" % pg.version(), flush=True)
@@ -176,50 +248,8 @@ def main():
         if syn:
             out["load_syn"] = load_bench(url, syn, "synthetic", a.rounds)
 
-        print("== HNSW (m 16, ef_construction 64, vector_ip_ops)", flush=True)
-        rate, copy_s, wall, err = qac_export(url, deb, "deb_hnsw", ["--maintenance-work-mem", "2GB"])
-        build_s = float(re.search(r"HNSW \(.*?\) ([0-9.]+) s", err).group(1))
-        print("  qac export with HNSW: %.1f s in all, index build %.1f s" % (wall, build_s), flush=True)
-        out["hnsw_build_s"], out["hnsw_export_s"] = build_s, wall
-        conn = psycopg.connect(url, autocommit=True)
-        sizes = conn.execute("SELECT pg_table_size('deb_hnsw'), pg_relation_size('deb_hnsw_embedding_idx'), "
-                             "pg_relation_size('deb_hnsw_pkey')").fetchone()
-        out["table_bytes"], out["hnsw_bytes"], out["pkey_bytes"] = sizes
-        print("  sizes: table %.1f MB, HNSW index %.1f MB, primary key %.1f MB (%d rows)"
-              % (sizes[0] / 1e6, sizes[1] / 1e6, sizes[2] / 1e6, out["load_deb"]["rows"]), flush=True)
-        t = time.time()
-        ex_ids, _ = qpg.search(conn, "deb_hnsw", Q, 10, exact=True)
-        pg_exact_s = time.time() - t
-        same = sum(list(ex_ids[i]) == exact[i] for i in range(len(qids)))
-        print("  exact (no index) in PostgreSQL: top-10 equals qac's for %d/%d queries; %.1f queries/s "
-              "(qac search, encoding included: %.1f queries/s)"
-              % (same, len(qids), len(qids) / pg_exact_s, len(qids) / qac_exact_s), flush=True)
-        out["exact_same"], out["pg_exact_qps"], out["qac_search_qps"] = same, len(qids) / pg_exact_s, len(qids) / qac_exact_s
-        out["hnsw"] = []
-        for ef in (10, 20, 40, 80, 160):
-            qpg.search(conn, "deb_hnsw", Q[:50], 10, ef_search=ef)  # warm
-            t = time.time()
-            ids, _ = qpg.search(conn, "deb_hnsw", Q, 10, ef_search=ef)
-            s = time.time() - t
-            r = recall(ids, exact)
-            out["hnsw"].append({"ef_search": ef, "recall10": r, "qps": len(qids) / s})
-            print("  ef_search %3d%s: recall@10 %.4f, %.0f queries/s (one connection)"
-                  % (ef, " (default)" if ef == 40 else "", r, len(qids) / s), flush=True)
-        print("== IVFFlat (lists = rows/1000, vector_ip_ops)", flush=True)
-        rate, copy_s, wall, err = qac_export(url, deb, "deb_ivf", ["--pg-index", "ivfflat", "--maintenance-work-mem", "2GB"])
-        m = re.search(r"IVFFlat \(lists ([0-9]+), .*?\) ([0-9.]+) s", err)
-        out["ivf_lists"], out["ivf_build_s"] = int(m.group(1)), float(m.group(2))
-        print("  lists %s, index build %s s" % (m.group(1), m.group(2)), flush=True)
-        out["ivf"] = []
-        for probes in (1, 4, 8, 16):
-            t = time.time()
-            ids, _ = qpg.search(conn, "deb_ivf", Q, 10, probes=probes)
-            s = time.time() - t
-            r = recall(ids, exact)
-            out["ivf"].append({"probes": probes, "recall10": r, "qps": len(qids) / s})
-            print("  probes %2d%s: recall@10 %.4f, %.0f queries/s" % (probes, " (default)" if probes == 1 else "", r,
-                                                                     len(qids) / s), flush=True)
-        conn.close()
+        for name, ix, Q, qids, exact, qac_s in datasets:
+            out[name] = ann_bench(url, name, ix, Q, qids, exact, qac_s)
     shutil.rmtree(pgdir, ignore_errors=True)
     with open(os.path.join(work, "results.json"), "w") as f:
         json.dump(out, f, indent=1)
