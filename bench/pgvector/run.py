@@ -202,10 +202,14 @@ def main():
     import gzip
     corpus = os.path.join(work, "packages.jsonl")  # BEIR form: {"_id", "title", "text"}
     if not os.path.exists(corpus):
+        seen = {}
         with gzip.open(DEB, "rt", encoding="utf-8") as f, open(corpus + ".tmp", "w", encoding="utf-8") as g:
             for line in f:
                 d = json.loads(line)
-                g.write(json.dumps({"_id": d["id"], "title": d["title"], "text": d["text"]}) + "\n")
+                # a few package names occur twice (different descriptions): docids must be unique
+                n = seen[d["id"]] = seen.get(d["id"], 0) + 1
+                pid = d["id"] if n == 1 else "%s#%d" % (d["id"], n)
+                g.write(json.dumps({"_id": pid, "title": d["title"], "text": d["text"]}) + "\n")
         os.rename(corpus + ".tmp", corpus)
     deb = os.path.join(work, "deb")
     t = time.time()
