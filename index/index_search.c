@@ -527,14 +527,43 @@ qac_status qac_index_search(const qac_index *ix, const float *queries, int nq, i
     return QAC_OK;
 }
 
-/* ---- reading the stored vectors back, shard by shard ---- */
+/* ---- reading the stored vectors back, shard by shard ----
+ * While the caller consumes one shard, a thread reads and verifies the
+ * next, so that a consumer waiting on something else (a database taking
+ * the rows) does not also wait for the disk and the checksum. */
+
+typedef struct shard_load {
+    const qac_index *ix;
+    size_t shard;      /* index in the manifest's list */
+    qac_shard s;
+    qac_status st;
+    char err[512];     /* the reading thread's message, raised again by the caller */
+} shard_load;
+
+static void *load_shard(void *arg) {
+    shard_load *l = arg;
+    json_t *sh = json_array_get(l->ix->shards, l->shard);
+    char path[4096];
+    memset(&l->s, 0, sizeof l->s);
+    l->st = qac_path_join(path, sizeof path, l->ix->dir, json_string_value(json_object_get(sh, "file")));
+    if (!l->st) l->st = qac_shard_read(path, (uint64_t)json_integer_value(json_object_get(sh, "checksum")), &l->s);
+    if (!l->st && l->s.dim != l->ix->dim) {
+        qac_shard_free(&l->s);
+        l->st = qac_set_error(QAC_ERR_FORMAT, "%s: shard does not match the manifest", path);
+    }
+    if (l->st) snprintf(l->err, sizeof l->err, "%s", qac_last_error());
+    return NULL;
+}
 
 struct qac_index_rows {
     const qac_index *ix;
-    size_t next;    /* shard to read next */
-    int64_t row;    /* first row of that shard */
-    qac_shard cur;  /* the shard last returned (freed on the next call) */
+    size_t next;        /* shard to hand out next */
+    int64_t row;        /* its first row */
+    shard_load cur;     /* the shard last handed out (freed on the next call) */
     int have;
+    shard_load ahead;   /* shard `next`, being read by `thread` */
+    pthread_t thread;
+    int reading;
 };
 
 qac_status qac_index_rows_open(qac_index_rows **out, const qac_index *ix) {
@@ -547,36 +576,52 @@ qac_status qac_index_rows_open(qac_index_rows **out, const qac_index *ix) {
     return QAC_OK;
 }
 
+/* Start reading shard r->next in the background (synchronously when no
+ * thread can be had). */
+static void read_ahead(qac_index_rows *r) {
+    memset(&r->ahead, 0, sizeof r->ahead);
+    r->ahead.ix = r->ix;
+    r->ahead.shard = r->next;
+    r->reading = pthread_create(&r->thread, NULL, load_shard, &r->ahead) == 0;
+    if (!r->reading) load_shard(&r->ahead);
+}
+
 qac_status qac_index_rows_next(qac_index_rows *r, int64_t *first_row, int64_t *n, const float **vectors) {
     const qac_index *ix = r->ix;
-    if (r->have) qac_shard_free(&r->cur);
+    if (r->have) qac_shard_free(&r->cur.s);
     r->have = 0;
     *first_row = r->row;
     *n = 0;
     *vectors = NULL;
-    if (r->next >= json_array_size(ix->shards)) {
+    size_t nshards = json_array_size(ix->shards);
+    if (r->next >= nshards) {
         if (r->row != ix->count)
             return qac_set_error(QAC_ERR_FORMAT, "%s: shards hold %lld rows, manifest says %lld", ix->dir,
                                  (long long)r->row, (long long)ix->count);
         return QAC_OK;
     }
-    json_t *sh = json_array_get(ix->shards, r->next);
-    char path[4096];
-    qac_status st = qac_path_join(path, sizeof path, ix->dir, json_string_value(json_object_get(sh, "file")));
-    if (!st) st = qac_shard_read(path, (uint64_t)json_integer_value(json_object_get(sh, "checksum")), &r->cur);
-    if (st) return st;
+    if (r->next == 0 && !r->reading) read_ahead(r); /* the first call waits for its shard */
+    if (r->reading) pthread_join(r->thread, NULL);
+    r->reading = 0;
+    r->cur = r->ahead;
+    if (r->cur.st) return qac_set_error(r->cur.st, "%s", r->cur.err);
     r->have = 1;
-    if (r->cur.dim != ix->dim || (int64_t)r->cur.first_row != r->row || (int64_t)r->cur.count > ix->count - r->row)
-        return qac_set_error(QAC_ERR_FORMAT, "%s: shard does not match the manifest", path);
+    if ((int64_t)r->cur.s.first_row != r->row || (int64_t)r->cur.s.count > ix->count - r->row)
+        return qac_set_error(QAC_ERR_FORMAT, "%s: shard %zu does not match the manifest", ix->dir, r->next);
     r->next++;
-    r->row += (int64_t)r->cur.count;
-    *n = (int64_t)r->cur.count;
-    *vectors = r->cur.vectors;
+    r->row += (int64_t)r->cur.s.count;
+    if (r->next < nshards) read_ahead(r);
+    *n = (int64_t)r->cur.s.count;
+    *vectors = r->cur.s.vectors;
     return QAC_OK;
 }
 
 void qac_index_rows_free(qac_index_rows *r) {
     if (!r) return;
-    if (r->have) qac_shard_free(&r->cur);
+    if (r->reading) {
+        pthread_join(r->thread, NULL);
+        if (!r->ahead.st) qac_shard_free(&r->ahead.s);
+    }
+    if (r->have) qac_shard_free(&r->cur.s);
     free(r);
 }

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
 #include <sys/select.h>
 
 #include "qac_index.h"
@@ -187,6 +188,18 @@ static void put_u32(copybuf *b, uint32_t v) {
     b->p[b->n++] = (unsigned char)v;
 }
 
+/* dim float4 in network byte order (htonl: a byte swap the compiler vectorises) */
+static void put_floats(copybuf *b, const float *x, int dim) {
+    unsigned char *p = b->p + b->n;
+    for (int j = 0; j < dim; j++) {
+        uint32_t u;
+        memcpy(&u, &x[j], 4);
+        u = htonl(u);
+        memcpy(p + 4 * (size_t)j, &u, 4);
+    }
+    b->n += 4 * (size_t)dim;
+}
+
 static qac_status copy_flush(copybuf *b) {
     if (!b->n) return QAC_OK;
     if (PQputCopyData(b->c, (const char *)b->p, (int)b->n) != 1) {
@@ -262,12 +275,7 @@ static qac_status copy_rows(PGconn *c, qac_index *ix, const qac_pg_export_opts *
             put_u32(&b, (uint32_t)vec_bytes);
             put_u16(&b, (uint16_t)dim);
             put_u16(&b, 0);
-            const float *x = v + (size_t)i * (size_t)dim;
-            for (int j = 0; j < dim; j++) {
-                uint32_t u;
-                memcpy(&u, &x[j], 4);
-                put_u32(&b, u);
-            }
+            put_floats(&b, v + (size_t)i * (size_t)dim, dim);
             if (o->texts) {
                 put_u32(&b, (uint32_t)tlen);
                 put_bytes(&b, text, tlen);
