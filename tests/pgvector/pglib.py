@@ -165,7 +165,10 @@ class Server:
 
 
 if __name__ == "__main__":
-    # `python3 pglib.py DIR`: start a server in DIR and print its URL until Ctrl-C
+    # `python3 pglib.py DIR`: start a server in DIR and print its URL until
+    # Ctrl-C or SIGTERM (a shell's background job ignores SIGINT)
+    import signal
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     with Server(sys.argv[1]) as pg:
         print(pg.url, pg.version(), flush=True)
         try:
