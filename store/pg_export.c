@@ -173,7 +173,6 @@ typedef struct copybuf {
     unsigned char *p;
     size_t n;
     uint64_t sent;
-    int send_failed;
 } copybuf;
 
 static void put_u16(copybuf *b, uint16_t v) {
@@ -203,7 +202,6 @@ static void put_floats(copybuf *b, const float *x, int dim) {
 static qac_status copy_flush(copybuf *b) {
     if (!b->n) return QAC_OK;
     if (PQputCopyData(b->c, (const char *)b->p, (int)b->n) != 1) {
-        b->send_failed = 1;
         char m[1024];
         one_line(m, sizeof m, PQerrorMessage(b->c));
         return qac_set_error(QAC_ERR_IO, "COPY: %s", m);
@@ -237,7 +235,7 @@ static qac_status copy_rows(PGconn *c, qac_index *ix, const qac_pg_export_opts *
                                              0,   0,   0,   0,   0,   0,   0,    0};
     int dim = qac_index_dim(ix);
     int64_t total = qac_index_count(ix);
-    copybuf b = {c, malloc(COPY_BUF), 0, 0, 0};
+    copybuf b = {c, malloc(COPY_BUF), 0, 0};
     qac_index_rows *rr = NULL;
     if (!b.p) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
     qac_status st = qac_index_rows_open(&rr, ix);
@@ -289,7 +287,6 @@ static qac_status copy_rows(PGconn *c, qac_index *ix, const qac_pg_export_opts *
         put_u16(&b, 0xffff); /* trailer: field count -1 */
         st = copy_flush(&b);
     }
-    int sending_failed = b.send_failed;
     qac_index_rows_free(rr);
     free(b.p);
     /* end the COPY either way: with an error message the server aborts it */
@@ -298,16 +295,9 @@ static qac_status copy_rows(PGconn *c, qac_index *ix, const qac_pg_export_opts *
         one_line(m, sizeof m, PQerrorMessage(c));
         st = qac_set_error(QAC_ERR_IO, "COPY: %s", m);
     }
-    /* A server error ends the COPY early, and libpq then fails our next
-     * write ("no COPY in progress"): the server's message is the one to give. */
-    int server_said = 0;
     PGresult *r;
     while ((r = PQgetResult(c))) {
-        if (!server_said && PQresultStatus(r) != PGRES_COMMAND_OK && PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) &&
-            (!st || sending_failed)) {
-            st = result_error(QAC_ERR_IO, r, c, "COPY");
-            server_said = 1;
-        }
+        if (!st && PQresultStatus(r) != PGRES_COMMAND_OK) st = result_error(QAC_ERR_IO, r, c, "COPY");
         PQclear(r);
     }
     if (!st && o->progress) o->progress(o->progress_user, "copy", (uint64_t)done, (uint64_t)total);
