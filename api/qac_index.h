@@ -135,6 +135,11 @@ qac_status qac_index_open_verified(qac_index **out, const char *dir, qac_device 
  * checking its size and (FULL) checksum. QAC_ERR_NOT_FOUND when it is gone
  * or the index was built from vectors; QAC_ERR_FORMAT when it changed. */
 qac_status qac_index_open_corpus(qac_index *ix, qac_index_verify verify);
+/* Open only what reading the rows back needs (export to another store):
+ * the manifest and the docid table, not the vectors nor the FAISS index,
+ * so that any index streams through qac_index_rows in one shard's memory.
+ * qac_index_search on this handle fails; docids, texts and rows work. */
+qac_status qac_index_open_rows(qac_index **out, const char *dir);
 void qac_index_free(qac_index *ix);
 
 int64_t qac_index_count(const qac_index *ix);
@@ -159,6 +164,11 @@ const char *qac_index_model_dir(const qac_index *ix);
  * QAC_ERR_MISMATCH with a message naming that model (and its directory:
  * the --model to use instead). */
 qac_status qac_index_check_model(const qac_index *ix, const qac_model *m);
+/* Whether the model L2-normalises its vectors, as recorded at build (0 for
+ * vectors from an unnamed model). */
+int qac_index_model_normalize(const qac_index *ix);
+/* Whether rows have passage text (built from a corpus, not from vectors). */
+int qac_index_has_text(const qac_index *ix);
 const char *qac_index_docid(const qac_index *ix, int64_t row);
 /* Passage text of a row, read by offset from the corpus file recorded in
  * the manifest (opened once, by qac_index_open_corpus or on first use).
@@ -182,6 +192,17 @@ int qac_index_on_gpu(const qac_index *ix);
  * k <= 1024 on the GPU. */
 qac_status qac_index_search(const qac_index *ix, const float *queries, int nq, int k, float *scores,
                             int64_t *rows);
+
+/* The stored vectors in row order, one embedding shard at a time, each
+ * checked against the manifest's checksum: the vectors the exact (Flat)
+ * search scores, fp16 shards widened to fp32. Whatever the FAISS factory,
+ * these are the full-precision embeddings. One reader per thread. */
+typedef struct qac_index_rows qac_index_rows;
+qac_status qac_index_rows_open(qac_index_rows **out, const qac_index *ix);
+/* Rows [*first_row, *first_row + *n): *vectors is [*n, dim], valid until
+ * the next call or qac_index_rows_free. *n == 0 at the end. */
+qac_status qac_index_rows_next(qac_index_rows *r, int64_t *first_row, int64_t *n, const float **vectors);
+void qac_index_rows_free(qac_index_rows *r);
 
 #ifdef __cplusplus
 }

@@ -16,6 +16,7 @@ int qac_cmd_encode(int argc, char **argv);
 int qac_cmd_index(int argc, char **argv);
 int qac_cmd_search(int argc, char **argv);
 int qac_cmd_bm25(int argc, char **argv);
+int qac_cmd_export(int argc, char **argv);
 int qac_cmd_eval(int argc, char **argv);
 int qac_cmd_serve(int argc, char **argv);
 int qac_cmd_pretrain(int argc, char **argv);

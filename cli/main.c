@@ -15,6 +15,7 @@ static const command commands[] = {
     {"encode", qac_cmd_encode, "embed a TSV/JSONL file into a matrix (.qmat or .npy)"},
     {"index", qac_cmd_index, "build (resumably) a FAISS index over a corpus, or merge parts encoded by many workers"},
     {"search", qac_cmd_search, "search a queries file against an index, write a TREC run"},
+    {"export", qac_cmd_export, "load an index into PostgreSQL + pgvector (binary COPY, then HNSW or IVFFlat)"},
     {"bm25", qac_cmd_bm25, "build or search a BM25 inverted index"},
     {"eval", qac_cmd_eval, "score a TREC run against qrels, trec_eval-compatible"},
     {"serve", qac_cmd_serve, "run the HTTP search service"},

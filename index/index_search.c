@@ -29,6 +29,9 @@ struct qac_index {
     char *dir, *factory, *fingerprint, *corpus_path;
     char *query_prompt, *passage_prompt; /* NULL: not known (built from vectors) */
     char *model_name, *model_dir; /* as built: "" when not recorded */
+    int model_normalize;
+    int rows_only;  /* opened by qac_index_open_rows: no vectors, no FAISS */
+    json_t *shards; /* the manifest's shard list, for qac_index_rows */
     uint64_t corpus_size;
     qac_text_format corpus_fmt;
     int dim;
@@ -192,7 +195,8 @@ qac_status qac_index_open(qac_index **out, const char *dir, qac_device device) {
     return qac_index_open_verified(out, dir, device, QAC_VERIFY_FULL);
 }
 
-qac_status qac_index_open_verified(qac_index **out, const char *dir, qac_device device, qac_index_verify verify) {
+static qac_status open_index(qac_index **out, const char *dir, qac_device device, qac_index_verify verify,
+                             int rows_only) {
     *out = NULL;
     char path[4096];
     qac_status st = qac_path_join(path, sizeof path, dir, "manifest.json");
@@ -232,6 +236,9 @@ qac_status qac_index_open_verified(qac_index **out, const char *dir, qac_device 
     ix->fingerprint = dup_or_empty(json_string_value(json_object_get(model, "fingerprint")));
     ix->model_name = dup_or_empty(json_string_value(json_object_get(model, "name")));
     ix->model_dir = dup_or_empty(json_string_value(json_object_get(man, "model_dir")));
+    ix->model_normalize = json_is_true(json_object_get(model, "normalize"));
+    ix->rows_only = rows_only;
+    ix->shards = json_incref(json_object_get(man, "shards"));
     const char *kind = json_string_value(json_object_get(src, "kind"));
     if (kind && !strcmp(kind, "corpus")) {
         ix->corpus_path = dup_or_empty(json_string_value(json_object_get(src, "path")));
@@ -259,6 +266,15 @@ qac_status qac_index_open_verified(qac_index **out, const char *dir, qac_device 
     if ((st = qac_path_join(path, sizeof path, dir, json_string_value(json_object_get(man, "docids")) ? json_string_value(json_object_get(man, "docids")) : "docids.qdoc")) ||
         (st = map_docids(ix, path)))
         goto fail;
+    if (rows_only) {
+        if (!json_is_array(ix->shards)) {
+            st = qac_set_error(QAC_ERR_FORMAT, "%s: the manifest lists no shards", dir);
+            goto fail;
+        }
+        json_decref(man);
+        *out = ix;
+        return QAC_OK;
+    }
     /* Before FAISS reads it: a flipped byte can make FAISS abort or serve wrong scores. */
     if ((st = qac_path_join(path, sizeof path, dir, json_string_value(json_object_get(fa, "file")) ? json_string_value(json_object_get(fa, "file")) : "index.faiss")) ||
         (st = verify_faiss(path, fa, verify)))
@@ -338,8 +354,18 @@ fail:
     return st;
 }
 
+qac_status qac_index_open_verified(qac_index **out, const char *dir, qac_device device, qac_index_verify verify) {
+    return open_index(out, dir, device, verify, 0);
+}
+
+qac_status qac_index_open_rows(qac_index **out, const char *dir) {
+    return open_index(out, dir, QAC_DEVICE_CPU, QAC_VERIFY_SIZE, 1);
+}
+
 void qac_index_free(qac_index *ix) {
     if (!ix) return;
+    json_decref(ix->shards);
+    free(ix->model_name);
     if (ix->faiss) faiss_Index_free(ix->faiss);
     qac_gpu_flat_free(ix->gpu);
     free(ix->vecs);
@@ -409,6 +435,9 @@ qac_status qac_index_check_model(const qac_index *ix, const qac_model *m) {
                          ix->dir, ix->model_name[0] ? ix->model_name : "(unnamed)", m->name,
                          m->dir ? m->dir : "in memory", m->fingerprint, fp, use);
 }
+
+int qac_index_model_normalize(const qac_index *ix) { return ix->model_normalize; }
+int qac_index_has_text(const qac_index *ix) { return ix->corpus_path != NULL; }
 
 int qac_index_on_gpu(const qac_index *ix) { return ix->gpu != NULL; }
 
@@ -498,6 +527,7 @@ qac_status qac_index_text(const qac_index *cix, int64_t row, char **text) {
 }
 
 qac_status qac_index_set_param(qac_index *ix, const char *name, double value) {
+    if (ix->rows_only) return qac_set_error(QAC_ERR_INVALID, "parameter %s: this index was opened for reading rows only", name);
     if (ix->gpu) return qac_set_error(QAC_ERR_FAISS, "parameter %s: the GPU flat search has no parameters", name);
     if (ix->vecs || ix->codesb) return qac_set_error(QAC_ERR_FAISS, "parameter %s: the exact search has no parameters", name);
     FaissParameterSpace *ps = NULL;
@@ -569,6 +599,7 @@ qac_status qac_index_search(const qac_index *ix, const float *queries, int nq, i
                             int64_t *rows) {
     if (nq < 0 || k < 1 || (nq && (!queries || !scores || !rows)))
         return qac_set_error(QAC_ERR_INVALID, "search: bad arguments (nq %d, k %d)", nq, k);
+    if (ix->rows_only) return qac_set_error(QAC_ERR_INVALID, "search: this index was opened for reading rows only");
     if (ix->gpu) {
         if (k > QAC_GPU_MAX_K) return qac_set_error(QAC_ERR_INVALID, "k %d: the GPU search allows k <= %d", k, QAC_GPU_MAX_K);
         for (int q = 0; q < nq; q += QAC_GPU_MAX_NQ) {
@@ -603,4 +634,103 @@ qac_status qac_index_describe(const char *dir, int64_t *count, int *dim, char *f
     snprintf(factory, factory_cap, "%s", f ? f : "?");
     json_decref(man);
     return QAC_OK;
+}
+
+/* ---- reading the stored vectors back, shard by shard ----
+ * While the caller consumes one shard, a thread reads and verifies the
+ * next, so that a consumer waiting on something else (a database taking
+ * the rows) does not also wait for the disk and the checksum. */
+
+typedef struct shard_load {
+    const qac_index *ix;
+    size_t shard;      /* index in the manifest's list */
+    qac_shard s;
+    qac_status st;
+    char err[512];     /* the reading thread's message, raised again by the caller */
+} shard_load;
+
+static void *load_shard(void *arg) {
+    shard_load *l = arg;
+    json_t *sh = json_array_get(l->ix->shards, l->shard);
+    char path[4096];
+    memset(&l->s, 0, sizeof l->s);
+    l->st = qac_path_join(path, sizeof path, l->ix->dir, json_string_value(json_object_get(sh, "file")));
+    if (!l->st) l->st = qac_shard_read(path, (uint64_t)json_integer_value(json_object_get(sh, "checksum")), &l->s);
+    if (!l->st && l->s.dim != l->ix->dim) {
+        qac_shard_free(&l->s);
+        l->st = qac_set_error(QAC_ERR_FORMAT, "%s: shard does not match the manifest", path);
+    }
+    if (l->st) snprintf(l->err, sizeof l->err, "%s", qac_last_error());
+    return NULL;
+}
+
+struct qac_index_rows {
+    const qac_index *ix;
+    size_t next;        /* shard to hand out next */
+    int64_t row;        /* its first row */
+    shard_load cur;     /* the shard last handed out (freed on the next call) */
+    int have;
+    shard_load ahead;   /* shard `next`, being read by `thread` */
+    pthread_t thread;
+    int reading;
+};
+
+qac_status qac_index_rows_open(qac_index_rows **out, const qac_index *ix) {
+    *out = NULL;
+    if (!json_is_array(ix->shards)) return qac_set_error(QAC_ERR_FORMAT, "%s: the manifest lists no shards", ix->dir);
+    qac_index_rows *r = calloc(1, sizeof *r);
+    if (!r) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    r->ix = ix;
+    *out = r;
+    return QAC_OK;
+}
+
+/* Start reading shard r->next in the background (synchronously when no
+ * thread can be had). */
+static void read_ahead(qac_index_rows *r) {
+    memset(&r->ahead, 0, sizeof r->ahead);
+    r->ahead.ix = r->ix;
+    r->ahead.shard = r->next;
+    r->reading = pthread_create(&r->thread, NULL, load_shard, &r->ahead) == 0;
+    if (!r->reading) load_shard(&r->ahead);
+}
+
+qac_status qac_index_rows_next(qac_index_rows *r, int64_t *first_row, int64_t *n, const float **vectors) {
+    const qac_index *ix = r->ix;
+    if (r->have) qac_shard_free(&r->cur.s);
+    r->have = 0;
+    *first_row = r->row;
+    *n = 0;
+    *vectors = NULL;
+    size_t nshards = json_array_size(ix->shards);
+    if (r->next >= nshards) {
+        if (r->row != ix->count)
+            return qac_set_error(QAC_ERR_FORMAT, "%s: shards hold %lld rows, manifest says %lld", ix->dir,
+                                 (long long)r->row, (long long)ix->count);
+        return QAC_OK;
+    }
+    if (r->next == 0 && !r->reading) read_ahead(r); /* the first call waits for its shard */
+    if (r->reading) pthread_join(r->thread, NULL);
+    r->reading = 0;
+    r->cur = r->ahead;
+    if (r->cur.st) return qac_set_error(r->cur.st, "%s", r->cur.err);
+    r->have = 1;
+    if ((int64_t)r->cur.s.first_row != r->row || (int64_t)r->cur.s.count > ix->count - r->row)
+        return qac_set_error(QAC_ERR_FORMAT, "%s: shard %zu does not match the manifest", ix->dir, r->next);
+    r->next++;
+    r->row += (int64_t)r->cur.s.count;
+    if (r->next < nshards) read_ahead(r);
+    *n = (int64_t)r->cur.s.count;
+    *vectors = r->cur.s.vectors;
+    return QAC_OK;
+}
+
+void qac_index_rows_free(qac_index_rows *r) {
+    if (!r) return;
+    if (r->reading) {
+        pthread_join(r->thread, NULL);
+        if (!r->ahead.st) qac_shard_free(&r->ahead.s);
+    }
+    if (r->have) qac_shard_free(&r->cur.s);
+    free(r);
 }

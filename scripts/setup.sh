@@ -12,7 +12,7 @@ want_test=0
 DEB_PACKAGES=(build-essential cmake ninja-build pkg-config git curl ca-certificates
   python3 python3-venv python3-pip python3-dev
   libopenblas-dev libfaiss-dev libmicrohttpd-dev libjansson-dev libutf8proc-dev
-  libsentencepiece-dev zlib1g-dev)
+  libsentencepiece-dev zlib1g-dev libpq-dev)
 TEST_PACKAGES=(clang libclang-rt-14-dev wrk chromium libxxhash0 openjdk-17-jre-headless)
 # tests/docker builds and runs the container image (base image by debootstrap)
 TEST_PACKAGES+=(podman runc debootstrap)
