@@ -365,7 +365,6 @@ qac_status qac_index_open_rows(qac_index **out, const char *dir) {
 void qac_index_free(qac_index *ix) {
     if (!ix) return;
     json_decref(ix->shards);
-    free(ix->model_name);
     if (ix->faiss) faiss_Index_free(ix->faiss);
     qac_gpu_flat_free(ix->gpu);
     free(ix->vecs);
