@@ -258,7 +258,7 @@ def main():
             V /= np.linalg.norm(V, axis=1, keepdims=True)
             np.save(os.path.join(work, "syn.npy"), V)
             del V
-            sh([QAC, "index", "build", "--vectors", os.path.join(work, "syn.npy"), "--out", syn])
+            sh([QAC, "index", "build", "--vectors", os.path.join(work, "syn.npy"), "--ids", "sequential", "--out", syn])
             os.remove(os.path.join(work, "syn.npy"))
 
     pgdir = tempfile.mkdtemp(prefix="qac-bench-pgdata-")

@@ -299,16 +299,16 @@ with pglib.Server(tmp) as pg:
     # rows are still being sent, and is the one reported
     np.save(os.path.join(tmp, "many.npy"), np.tile(X, (40, 1)))
     many_ix = os.path.join(tmp, "many")
-    must(["index", "build", "--vectors", os.path.join(tmp, "many.npy"), "--out", many_ix])
+    must(["index", "build", "--vectors", os.path.join(tmp, "many.npy"), "--ids", "sequential", "--out", many_ix])
     must(["export", "--index", many_ix, "--to", url, "--table", "many", "--pg-index", "none"])
     refused(["--index", many_ix, "--to", url, "--table", "many", "--append"],
             "--append of 56,000 rows already there (the error arrives mid-COPY)", "duplicate key value")
     check(conn.execute("SELECT count(*) FROM many").fetchone()[0] == 40 * len(X), "... and the table keeps its rows")
     vec_ix = os.path.join(tmp, "vec")  # same vectors, no model recorded, docids "0".."1399"
     np.save(os.path.join(tmp, "x.npy"), X)
-    must(["index", "build", "--vectors", os.path.join(tmp, "x.npy"), "--out", vec_ix])
+    must(["index", "build", "--vectors", os.path.join(tmp, "x.npy"), "--ids", "sequential", "--out", vec_ix])
     f16_ix = os.path.join(tmp, "f16")  # fp16 shards: exported widened to float32, the values qac's scan uses
-    must(["index", "build", "--vectors", os.path.join(tmp, "x.npy"), "--out", f16_ix, "--dtype", "fp16"])
+    must(["index", "build", "--vectors", os.path.join(tmp, "x.npy"), "--ids", "sequential", "--out", f16_ix, "--dtype", "fp16"])
     must(["export", "--index", f16_ix, "--to", url, "--table", "cran_f16", "--pg-index", "none"])
     f16 = dict(conn.execute("SELECT id, embedding FROM cran_f16").fetchall())
     got16 = np.stack([np.asarray(f16[str(r_)].to_numpy() if hasattr(f16[str(r_)], "to_numpy") else f16[str(r_)],
