@@ -48,11 +48,13 @@
 #                  access: they are unpacked under it, never over /
 #   QAC_PYTHON     python with torch + transformers (default python3)
 #   QAC_TEST_SEED  replay a failing random draw
+#   QAC_BUILD_DIR  an existing CUDA build to use (default build-gpu); with
+#                  it, leave the build stage out of STAGES
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-gpu-train-verify-$(date +%Y%m%d-%H%M%S)}"
 mkdir -p "$out"
-build=build-gpu
+build="${QAC_BUILD_DIR:-build-gpu}"
 py="${QAC_PYTHON:-python3}"
 stages="${STAGES:-build,test,sanitize,bench,pretrain,cranfield}"
 has() { case ",$stages," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
@@ -164,8 +166,10 @@ PY
       if [ "$obj" = pair ]; then objargs=(--objective cocondenser --alpha 0.1); else objargs=(--objective "$obj"); fi
       pt=(pretrain --model "$model" --data "$d/tiny.jsonl" "${objargs[@]}" --batch 8 --max-len 64
           --query-max-len 16 --seed 11)
-      # smoke: 6 steps with a save at 3, killed nowhere, then resumed to 9 and exported
-      step "pretrain-$obj-smoke" "$build/qac" "${pt[@]}" --device cuda --steps 6 --save-every 3 --out "$d/$obj-smoke"
+      # smoke: 9 steps saving every 3, killed (SIGKILL) half-way through writing checkpoint 6, then
+      # resumed with the same options (a resume refuses a changed --steps) to the end and exported
+      step "pretrain-$obj-smoke" bash -c '"$@"; [ $? = 137 ]' _ env QAC_TEST_KILL_IN_SAVE=6 \
+        "$build/qac" "${pt[@]}" --device cuda --steps 9 --save-every 3 --out "$d/$obj-smoke"
       step "pretrain-$obj-smoke-resume" "$build/qac" "${pt[@]}" --device cuda --steps 9 --save-every 3 --resume \
         --out "$d/$obj-smoke"
       step "pretrain-$obj-cpu" "$build/qac" "${pt[@]}" --device cpu --steps 20 --threads "$(nproc)" --out "$d/$obj-cpu"

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# Build everything a GPU machine needs to test and measure qac, and pack it
+# into one archive (at most 40 MB) for scripts/gpu_run.sh:
+#   scripts/gpu_bundle.sh OUT_DIR
+# The archive holds: the binaries (qac, every gpu-labelled test, every GPU
+# benchmark) built with CUDA for sm_90, the shared libraries they load (from
+# ldd, without glibc, the C++ runtime and CUDA's own libraries, which the GPU
+# machine has), the repository's files (scripts, benchmark references,
+# fixtures), a bf16 copy of the default model and the Cranfield collection.
+# The GPU machine needs the NVIDIA driver, CUDA 13 (cuBLAS), and for the
+# references python3 with torch and transformers; nothing else.
+# Environment:
+#   QAC_BUNDLE_BUILD  build directory (default build-gpu-bundle; an existing
+#                     CUDA build is reused as it is when QAC_BUNDLE_REBUILD=0)
+#   QAC_BUNDLE_XZ     xz level (default 9; the archive limit assumes 9)
+#   QAC_BUNDLE_MAX_MB refuse an archive larger than this (default 40)
+#   QAC_MODEL         the model to copy (default: the installed default model)
+#   QAC_DATA          the Cranfield collection (default ../shared/data/cranfield)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root="$PWD"
+out="${1:?usage: scripts/gpu_bundle.sh OUT_DIR}"
+mkdir -p "$out"
+out="$(cd "$out" && pwd)"
+build="${QAC_BUNDLE_BUILD:-build-gpu-bundle}"
+level="${QAC_BUNDLE_XZ:-9}"
+max_mb="${QAC_BUNDLE_MAX_MB:-40}"
+py="${QAC_PYTHON:-$root/.venv/bin/python3}"
+[ -x "$py" ] || py=python3
+say() { echo "gpu_bundle: $*" >&2; }
+
+# What must be at hand, checked before the (long) build.
+qac_home="${QAC_HOME:-$HOME/.local/share/qac}"
+model="${QAC_MODEL:-$qac_home/models/all-MiniLM-L6-v2}"
+data="${QAC_DATA:-$root/../shared/data/cranfield}"
+[ -f "$model/config.json" ] || { say "no model at $model (run scripts/setup.sh, or set QAC_MODEL)"; exit 1; }
+[ -f "$data/cran.all.1400" ] || { say "no Cranfield collection at $data (set QAC_DATA)"; exit 1; }
+command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || { say "nvcc not found: the bundle needs CUDA"; exit 1; }
+
+if [ "${QAC_BUNDLE_REBUILD:-1}" != 0 ] || [ ! -f "$build/CMakeCache.txt" ]; then
+  say "building with CUDA for sm_90 in $build"
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DQAC_CUDA=ON \
+    -DQAC_CUDA_ARCHITECTURES=90-real -DQAC_PYTHON="$py" >/dev/null
+  cmake --build "$build" -j "$(nproc)"
+fi
+grep -q libcudart <(ldd "$build/qac") || { say "$build/qac was built without CUDA"; exit 1; }
+
+stage="$(mktemp -d "${TMPDIR:-/tmp}/qac-gpu-bundle.XXXXXX")"
+trap 'rm -rf "$stage"' EXIT
+B="$stage/qac-gpu"
+mkdir -p "$B/src/build" "$B/lib" "$B/home/models" "$B/data"
+
+# The repository's files a GPU step reads, as they are in this working tree:
+# the scripts, the benchmarks with their Python references, the GPU tests'
+# sources (for reading a failure there). The binaries are prebuilt.
+git ls-files -z -- scripts bench tests/gpu tests/scratch.py | grep -zv '\.png$' |
+  tar --null -T - -cf - | tar -C "$B/src" -xf -
+
+# The binaries: qac, the gpu-labelled tests (with their arguments), every
+# executable under a GPU benchmark's folder, stripped.
+bins=("$build/qac")
+: >"$B/tests.txt"
+while IFS=$'\t' read -r name exe args; do
+  bins+=("$exe")
+  printf '%s\t%s\t%s\n' "$name" "${exe#"$build"/}" "$args" >>"$B/tests.txt"
+done < <(ctest --test-dir "$build" -N -L '^gpu$' --show-only=json-v1 | "$py" -c '
+import json, sys
+for t in json.load(sys.stdin)["tests"]:
+    cmd = t["command"]
+    print(t["name"], cmd[0], " ".join(cmd[1:]), sep="\t")')
+while IFS= read -r f; do bins+=("$f"); done < <(find "$build"/bench/*gpu* -maxdepth 1 -type f -perm -u+x 2>/dev/null)
+for f in "${bins[@]}"; do
+  rel="${f#"$build"/}"
+  mkdir -p "$B/src/build/$(dirname "$rel")"
+  strip --strip-unneeded -o "$B/src/build/$rel" "$f"
+done
+
+# The shared libraries they load, but glibc, the C++ runtime (the GPU
+# machine's is newer, and torch must keep its own) and CUDA's.
+skip='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt|libcudnn.*|libnccl|libnvrtc|libnvJitLink)\.so'
+for f in "${bins[@]}"; do ldd "$f"; done | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u |
+  while read -r soname path; do
+    [[ "$soname" =~ $skip ]] && continue
+    cp -L "$path" "$B/lib/$soname"
+  done
+
+"$build/tests/checkpoint/qac_ckpt_tool" save "$model" "$B/home/models/all-MiniLM-L6-v2" bf16 >/dev/null
+# vocab.txt is the tokenizer qac and transformers read; tokenizer.json repeats it
+rm -f "$B/home/models/all-MiniLM-L6-v2/tokenizer.json"
+# The weights are 2-byte bf16 units: LZMA with 2-byte literal and position
+# alignment packs them about 4% smaller than plain xz -9 (gpu_run.sh unpacks).
+xz --lzma2=preset="$level",lc=1,lp=1,pb=1 -T1 "$B/home/models/all-MiniLM-L6-v2/model.safetensors"
+cp -r "$data" "$B/data/cranfield"
+
+commit="$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!*.md' || echo -dirty)"
+{
+  echo "commit=$commit"
+  echo "date=$(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "nvcc=$("$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" --version | tail -1)"
+  echo "cuda_architectures=$(sed -n 's/^QAC_CUDA_ARCHITECTURES:[A-Z]*=//p' "$build/CMakeCache.txt")"
+  # paths compiled into the test binaries; gpu_run.sh recreates them as links
+  echo "test_data=$root/tests"
+  echo "shared_data=$(sed -n 's/^QAC_SHARED_DATA:[A-Z]*=//p' "$build/CMakeCache.txt")"
+} >"$B/MANIFEST"
+
+name="qac-gpu-$commit.tar.xz"
+say "packing $name (xz -$level)"
+tar -C "$stage" -cf - qac-gpu | xz "-$level" -T "$(nproc)" >"$out/$name.tmp"
+mv "$out/$name.tmp" "$out/$name"
+bytes=$(stat -c %s "$out/$name")
+say "$out/$name: $((bytes / 1048576)).$(((bytes % 1048576) * 10 / 1048576)) MB"
+if [ "$bytes" -gt $((max_mb * 1048576)) ]; then
+  part() { tar -C "$stage" -cf - "qac-gpu/$1" | xz "-$level" -T "$(nproc)" | wc -c; }
+  say "larger than $max_mb MB: binaries $(($(part src/build) / 1024)) kB, libraries $(($(part lib) / 1024)) kB," \
+    "model $(($(part home) / 1024)) kB, data $(($(part data) / 1024)) kB"
+  rm -f "$out/$name"
+  exit 1
+fi
+echo "$out/$name"
