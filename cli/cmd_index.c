@@ -19,6 +19,10 @@ static const qac_opt build_opts[] = {
     {"batch", QAC_OPT_INT, "64", 1, 4096, NULL, NULL, "passages per encoder call", 0},
     {"threads", QAC_OPT_INT, "0", 0, 1024, NULL, "QAC_THREADS", "CPU encoder threads (0 = all cores)", 0},
     {"device", QAC_OPT_ENUM, "auto", 0, -1, "auto|cpu|cuda", "QAC_DEVICE", "encoder device", 0},
+    {"streams", QAC_OPT_INT, "2", 1, 8, NULL, NULL,
+     "CUDA encoders, each on its own stream: one's host copies and host work overlap the others' kernels", 0},
+    {"tokenize-threads", QAC_OPT_INT, "0", 0, 256, NULL, NULL,
+     "threads tokenising ahead of the encoder (0 = one per core up to 8 on CUDA, else 1)", 0},
     {"max-len", QAC_OPT_INT, "0", 0, 8192, NULL, NULL, "passage max tokens incl. specials (0 = the model's)", 0},
     {"shard-size", QAC_OPT_INT, "100000", 1, 100000000, NULL, NULL, "passages per shard (resume granularity)", 0},
     {"dtype", QAC_OPT_ENUM, "fp32", 0, -1, "fp32|fp16", NULL, "storage type of the shard vectors", 0},
@@ -68,7 +72,9 @@ static int cmd_build(int argc, char **argv) {
         char buf[4096];
         const char *model_dir = qac_cli_model_dir(&o, buf, sizeof buf);
         qac_model *m = NULL;
-        qac_encoder *enc = NULL;
+        qac_encoder *enc = NULL, *more[8] = {NULL};
+        int n_more = 0;
+        qac_index_build_stats bs;
         if (!model_dir) {
             qac_opts_free(&o);
             return qac_cli_fail("index build");
@@ -80,7 +86,28 @@ static int cmd_build(int argc, char **argv) {
         eo.cpu_precision = strcmp(qac_opts_str(&o, "encoder-dtype"), "bf16") ? QAC_PREC_FP32 : QAC_PREC_BF16;
         st = qac_model_load(&m, model_dir);
         if (!st) st = qac_encoder_create(&enc, m, &eo);
+        if (!st && qac_encoder_device(enc) == QAC_DEVICE_CUDA) {
+            eo.device = QAC_DEVICE_CUDA;
+            for (; !st && n_more + 1 < (int)qac_opts_int(&o, "streams"); n_more++)
+                st = qac_encoder_create(&more[n_more], m, &eo);
+        }
+        bo.more_encoders = more;
+        bo.n_more_encoders = n_more;
+        bo.tokenize_threads = (int)qac_opts_int(&o, "tokenize-threads");
+        bo.stats = &bs;
         if (!st) st = qac_index_build(out, enc, corpus, &bo);
+        if (!st && !ps.quiet && bs.passages) {
+            fprintf(stderr, "qac index build: %llu passages encoded in %.1f s (%.0f passages/s) on %d %s encoder%s; "
+                    "encoders busy %.0f%% of the time", (unsigned long long)bs.passages, bs.encode_s,
+                    bs.passages / (bs.encode_s > 0 ? bs.encode_s : 1e-9), bs.encoders,
+                    qac_encoder_device(enc) == QAC_DEVICE_CUDA ? "CUDA" : "CPU", bs.encoders > 1 ? "s" : "",
+                    100.0 * bs.busy_s / (bs.encode_s > 0 ? bs.encode_s : 1e-9));
+            if (bs.device_s >= 0)
+                fprintf(stderr, ", device %.0f%% per stream", 100.0 * bs.device_s / bs.encoders / (bs.encode_s > 0 ? bs.encode_s : 1e-9));
+            fprintf(stderr, " (waited %.1f s for tokens, %.1f s writing shards; %d tokenising threads)\n", bs.wait_s,
+                    bs.flush_s, bs.tokenize_threads);
+        }
+        for (int i = 0; i < n_more; i++) qac_encoder_free(more[i]);
         qac_encoder_free(enc);
         qac_model_free(m);
     }
