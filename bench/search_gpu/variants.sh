@@ -6,7 +6,9 @@
 #   bench/search_gpu/variants.sh <build-dir> [rows] [k]
 set -euo pipefail
 build="${1:?build directory}"; n="${2:-8841823}"; k="${3:-1000}"
-out="$("$build/bench/search_gpu/bench_search_gpu" --variants "$n" "$k")" || { echo "$out"; exit 1; }
+rc=0
+out="$("$build/bench/search_gpu/bench_search_gpu" --variants "$n" "$k")" || rc=$?
+[ "$rc" = 0 ] || { echo "$out"; exit "$rc"; } # 77: no GPU
 echo "$out"
 echo "$out" | awk '$1 == "VARIANT" && $2 == "search" {
     for (i = 4; i < NF; i += 2) if (!($i in best) || $(i + 1) < best[$i]) { best[$i] = $(i + 1); who[$i] = $3 }
