@@ -50,7 +50,8 @@ typedef struct qac_index_build_stats {
     double device_s;     /* seconds the encoders' devices spent on their batches, summed over encoders, measured on
                             the device (CUDA events); -1 when an encoder cannot tell */
     double wait_s;       /* seconds the encoders waited for tokenised passages */
-    double flush_s;      /* seconds spent writing shards */
+    double flush_s;      /* seconds the encoders waited for shard writes (a thread writes a shard while the
+                            next one is encoded) */
     int encoders, tokenize_threads;
 } qac_index_build_stats;
 

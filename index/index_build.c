@@ -279,6 +279,59 @@ static qac_status flush_shard(builder *b) {
     return write_manifest(b);
 }
 
+/* Shards are written by a thread of their own while the encoders fill the
+ * next, into a second set of buffers. Until it is joined, that thread alone
+ * touches the manifest and the directory, and writes shards in order, so a
+ * crash leaves what it left before. */
+typedef struct shard_writer {
+    builder view; /* the builder, with the buffers of the shard being written (else the spare ones) */
+    pthread_t th;
+    int running;
+    qac_status st;
+    char err[512];
+} shard_writer;
+
+static void *writer_main(void *arg) {
+    shard_writer *w = arg;
+    w->st = flush_shard(&w->view);
+    if (w->st) snprintf(w->err, sizeof w->err, "%s", qac_last_error());
+    return NULL;
+}
+
+/* Wait for the shard being written; its error, if any. */
+static qac_status writer_wait(shard_writer *w) {
+    if (!w->running) return QAC_OK;
+    pthread_join(w->th, NULL);
+    w->running = 0;
+    return w->st ? qac_set_error(w->st, "%s", w->err) : QAC_OK;
+}
+
+/* Hand b's filled shard to the writer; b continues in the spare buffers. */
+static qac_status writer_start(shard_writer *w, builder *b) {
+    qac_status st = writer_wait(w);
+    if (st) return st;
+    builder spare = w->view;
+    w->view = *b;
+    b->vecs = spare.vecs;
+    b->ids = spare.ids;
+    b->offsets = spare.offsets;
+    b->lines = spare.lines;
+    b->fill = 0;
+    w->st = QAC_OK;
+    if (pthread_create(&w->th, NULL, writer_main, w) != 0) return flush_shard(&w->view);
+    w->running = 1;
+    return QAC_OK;
+}
+
+static void writer_free(shard_writer *w) {
+    writer_wait(w);
+    for (uint64_t i = 0; w->view.ids && i < w->view.fill; i++) free(w->view.ids[i]);
+    free(w->view.vecs);
+    free(w->view.ids);
+    free(w->view.offsets);
+    free(w->view.lines);
+}
+
 /* ---- FAISS stage: train on a sample, add every shard, write ---- */
 
 static int64_t parse_nlist(const char *factory) {
@@ -870,6 +923,8 @@ qac_status qac_index_build(const char *out_dir, qac_encoder *enc, const char *co
     pthread_cond_init(&fd.cv, NULL);
     pthread_t feeder_thread;
     int feeding = 0;
+    shard_writer wr;
+    memset(&wr, 0, sizeof wr);
     if (o->stats) {
         memset(o->stats, 0, sizeof *o->stats);
         o->stats->encoders = n_enc;
@@ -897,6 +952,9 @@ qac_status qac_index_build(const char *out_dir, qac_encoder *enc, const char *co
         }
     }
     if ((st = alloc_shard_buffers(&b))) goto done;
+    wr.view = b;
+    wr.view.vecs = NULL, wr.view.ids = NULL, wr.view.offsets = NULL, wr.view.lines = NULL, wr.view.fill = 0;
+    if ((st = alloc_shard_buffers(&wr.view))) goto done;
     int chunk_cap = QAC_ENCODE_CHUNK < o->shard_size ? QAC_ENCODE_CHUNK : o->shard_size;
     for (int i = 0; i < QAC_CHUNK_SLOTS; i++)
         if ((st = chunk_alloc(&fd.slots[i], chunk_cap, max_len))) goto done;
@@ -928,7 +986,7 @@ qac_status qac_index_build(const char *out_dir, qac_encoder *enc, const char *co
     feeding = 1;
     uint64_t done_rows = man_count(&b), first_row = done_rows;
     const double t_start = qac_now();
-    double busy_s = 0, wait_s = 0, flush_s = 0;
+    double busy_s = 0, wait_s = 0, flush_s = 0, t0_wait;
     for (int c_next = 0, eof = 0; !eof; c_next = (c_next + 1) % QAC_CHUNK_SLOTS) {
         double t0 = qac_now();
         pthread_mutex_lock(&fd.mu);
@@ -963,10 +1021,13 @@ qac_status qac_index_build(const char *out_dir, qac_encoder *enc, const char *co
         pthread_mutex_unlock(&fd.mu);
         if (b.fill == (uint64_t)o->shard_size || (eof && b.fill)) {
             t0 = qac_now();
-            if ((st = flush_shard(&b))) goto done;
+            if ((st = writer_start(&wr, &b))) goto done;
             flush_s += qac_now() - t0;
         }
     }
+    t0_wait = qac_now();
+    if ((st = writer_wait(&wr))) goto done;
+    flush_s += qac_now() - t0_wait;
     if (o->stats) {
         qac_index_build_stats *bs = o->stats;
         bs->passages = done_rows - first_row;
@@ -993,6 +1054,7 @@ done:
         pthread_mutex_unlock(&fd.mu);
         pthread_join(feeder_thread, NULL);
     }
+    writer_free(&wr); /* before the builder: it writes the manifest */
     if (o->stats) o->stats->tokenize_threads = fd.pool ? qac_pool_size(fd.pool) : 1;
     for (int i = 0; i < QAC_CHUNK_SLOTS; i++) chunk_free(&fd.slots[i]);
     qac_pool_free(fd.pool);
