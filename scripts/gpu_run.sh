@@ -136,7 +136,7 @@ if [ $gpu = 1 ] && [ -x "$san" ]; then
     [ -x "$S/$t/$x" ] && bstep "memcheck-$x" 300 "$san" --tool memcheck --leak-check full --error-exitcode 3 "$t/$x"
   done
   # the flat search's selection kernels share histograms and lists in shared memory
-  [ -x "$S/$t/test_gpu_topk" ] && bstep racecheck-topk 300 "$san" --tool racecheck --error-exitcode 3 "$t/test_gpu_topk"
+  [ -x "$S/$t/test_gpu_topk" ] && bstep racecheck-topk 300 "$san" --tool racecheck --error-exitcode 3 "$t/test_gpu_topk" quick
   bstep memcheck-train-step 300 "$san" --tool memcheck --error-exitcode 3 "$t/test_gpu_train_step" parity
   bstep memcheck-pretrain-step 300 "$san" --tool memcheck --error-exitcode 3 "$t/test_gpu_pretrain_step" parity
   bstep racecheck-kernels 300 "$san" --tool racecheck --error-exitcode 3 "$t/test_gpu_kernels"

@@ -14,7 +14,8 @@
  * bounds; an adversarial corpus whose sample sees only the worst rows (the
  * fused pass overflows and reruns tiled); and qac_index_search on an index
  * of the same vectors on the GPU against the CPU scan (docid ties).
- * QAC_TEST_SMALL=1 (for compute-sanitizer) shrinks every corpus. */
+ * QAC_TEST_SMALL=1 (for compute-sanitizer) shrinks every corpus; the
+ * argument "quick" runs one small corpus only (for racecheck). */
 #include <float.h>
 #include <math.h>
 #include <stdio.h>
@@ -278,10 +279,16 @@ static void index_parity(int64_t n, int dim) {
     free_corpus(&c);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     if (!qac_cuda_available()) qac_test_skip("no usable CUDA GPU");
     small = getenv("QAC_TEST_SMALL") && strcmp(getenv("QAC_TEST_SMALL"), "0") != 0;
     gpu_test_seed();
+    if (argc > 1 && !strcmp(argv[1], "quick")) { /* one corpus, both paths: for compute-sanitizer's racecheck */
+        corpus c = make_corpus(20000, 64, 0.1, 200);
+        sweep("quick", &c, 17, 0.5, NULL);
+        free_corpus(&c);
+        return qac_test_summary();
+    }
     const int64_t scale = small ? 8 : 1;
     { /* fused-sized batches on a corpus larger than every sample; sparse ternary rows: heavy ties */
         corpus c = make_corpus(250000 / scale, 128, 0.1, 2000);
