@@ -66,8 +66,27 @@ qac_status qac_encoder_encode_ids(qac_encoder *e, const int32_t *const *ids, con
 
 /* Tokenize then encode. lens may be NULL (NUL-terminated texts). max_len
  * counts the special tokens and is clamped to the model's max_seq_len. */
+/* Texts qac_encoder_encode_texts cut at max_len since the encoder was made
+ * (for a command's summary: truncation is never silent). */
+int64_t qac_encoder_truncated(const qac_encoder *e);
+/* The length encode_texts uses for a max_len: the model's limit when
+ * max_len <= 0 or larger (max_seq_len, within max_position). */
+int qac_encoder_max_len(const qac_encoder *e, int max_len);
 qac_status qac_encoder_encode_texts(qac_encoder *e, const char *const *texts, const size_t *lens,
                                     int n, int max_len, float *out);
+
+/* encode_ids, with the pooling of sequence i skipping its first
+ * pool_from[i] tokens (pool_from NULL: none skipped); see qac_model.h,
+ * "Prompts". */
+qac_status qac_encoder_encode_ids_from(qac_encoder *e, const int32_t *const *ids, const int *lens,
+                                       const int *pool_from, int n, float *out);
+
+/* encode_texts with a prompt before every text, as sentence-transformers
+ * applies it (qac_model.h, "Prompts"): prompt + text tokenised as one
+ * string, and the prompt's tokens left out of the pooling when the model's
+ * include_prompt is false. prompt NULL or "" is encode_texts. */
+qac_status qac_encoder_encode_texts_prompted(qac_encoder *e, const char *prompt, const char *const *texts,
+                                             const size_t *lens, int n, int max_len, float *out);
 
 #ifdef __cplusplus
 }

@@ -11,7 +11,8 @@
  *
  * Scoring follows trec_eval 9.0.x exactly (tests compare the output of the
  * real trec_eval 9.0.8 byte for byte): per query, documents are ordered by
- * score descending, ties by docid descending (strcmp); the -M cutoff is
+ * score descending, the scores compared as C floats (9.0.x reads them into
+ * a float; 10.0 into a double), ties by docid descending (strcmp); the -M cutoff is
  * applied after that sort; a docid twice in the kept list is an error; a
  * run query with no qrels is skipped; averages are over the evaluated
  * queries, or with `complete` (-c) over every qrels query (missing ones
@@ -69,14 +70,22 @@ const char *qac_run_qid(const qac_run *r, size_t i);
 size_t qac_run_entries(const qac_run *r, size_t i, const char *const **docids, const double **scores);
 /* File line of entry j of query i (for messages). */
 int64_t qac_run_line(const qac_run *r, size_t i, size_t j);
+/* The run id of the file's last line (what trec_eval's runid reports). */
+const char *qac_run_id(const qac_run *r);
 void qac_run_free(qac_run *r);
 
 /* ---- scoring ----
- * Measures use trec_eval's names and -m syntax: "map", "recip_rank",
- * "P.5,10", "recall.50,1000", "ndcg_cut.10", "num_q", "num_ret",
- * "num_rel", "num_rel_ret", and the nickname "official" (all of these with
- * default cutoffs). "P_5" / "ndcg_cut_10" / "recall_1000" are accepted as
- * shorthand for one cutoff. Cutoffs given twice for one measure merge. */
+ * Measures use trec_eval's names and -m syntax ("name" or "name.params"):
+ * runid, num_q, num_ret, num_rel, num_rel_ret, map, gm_map, Rprec, bpref,
+ * recip_rank, iprec_at_recall, P, relstring, recall, infAP, gm_bpref,
+ * Rprec_mult, utility, 11pt_avg, binG, G, ndcg, ndcg_rel, Rndcg, ndcg_cut,
+ * map_cut, relative_P, success, set_P, set_relative_P, set_recall, set_map,
+ * set_F, num_nonrel_judged_ret, with trec_eval's default parameters, and the
+ * nicknames "official" (the default), "set" and "all_trec". "P_5" /
+ * "ndcg_cut_10" / "recall_1000" are shorthand for one cutoff. Cutoffs given
+ * twice for one measure merge (trec_eval keeps the first list only); other
+ * parameters given twice keep the first, as trec_eval does. Not supported:
+ * trec_eval's preference and qrels_jg measures, -J and -N. */
 typedef struct qac_eval_params {
     long max_docs;  /* -M: keep the top max_docs per query; <= 0 keeps all */
     long rel_level; /* -l: judged rel >= rel_level is relevant (trec_eval default 1) */
@@ -88,11 +97,17 @@ typedef struct qac_eval_result qac_eval_result;
 /* measures: n trec_eval -m arguments (n == 0: "official"). */
 qac_status qac_eval_compute(qac_eval_result **out, const qac_qrels *qrels, const qac_run *run,
                             const char *const *measures, int n, const qac_eval_params *params);
+/* Whether name[0..len) is a measure name or nickname qac knows. */
+int qac_eval_measure_known(const char *name, size_t len);
 /* Rows in trec_eval's print order: per-query rows (queries in strcmp order,
- * measures in trec_eval's table order), then the "all" summary rows. */
+ * measures in trec_eval's table order), then the "all" summary rows. As in
+ * trec_eval, num_q, gm_map, gm_bpref and runid have summary rows only,
+ * relstring per-query rows only. */
 size_t qac_eval_num_rows(const qac_eval_result *res);
 void qac_eval_row(const qac_eval_result *res, size_t i, const char **measure, const char **qid, double *value,
                   int *is_count);
+/* The text of a runid or relstring row; NULL for numeric rows. */
+const char *qac_eval_row_text(const qac_eval_result *res, size_t i);
 /* The "all" value of one measure, e.g. "recip_rank" or "ndcg_cut_10". */
 qac_status qac_eval_summary(const qac_eval_result *res, const char *measure, double *value);
 /* Print like trec_eval: "%-22s\t%s\t%6.4f" (counts as integers); per-query

@@ -72,6 +72,21 @@ qac_status qac_ft_data_add_qrels(qac_ft_data *d, const char *qrels, const char *
  * dropped (and counted) when n > 1. An empty set is an error. */
 qac_status qac_ft_data_finish(qac_ft_data *d, int n);
 
+/* The sources of one training set, as `qac finetune` takes them. */
+typedef struct qac_ft_sources {
+    const char *const *tevatron; /* Tevatron jsonl files */
+    int n_tevatron;
+    const char *triples;         /* MS MARCO qidpidtriples, or NULL */
+    const char *qrels;           /* qrels as positives only, or NULL */
+    const char *queries, *corpus; /* for triples and qrels */
+    qac_title_join title_join;
+} qac_ft_sources;
+/* Create, add every source, and finish for groups of n passages. At least
+ * one source; triples and qrels need queries and a corpus. On failure *out
+ * may still hold the set read so far (its skip counts explain an empty
+ * set); the caller frees it either way. */
+qac_status qac_ft_data_load(qac_ft_data **out, const qac_ft_sources *s, int n);
+
 size_t qac_ft_data_count(const qac_ft_data *d);
 long qac_ft_data_skipped_no_positive(const qac_ft_data *d);
 long qac_ft_data_skipped_no_negative(const qac_ft_data *d);
@@ -117,7 +132,9 @@ typedef struct qac_finetune_opts {
     /* write every step's texts as jsonl and do not train (for other tools) */
     const char *dump_batches;
     int dry_run;
-    void (*on_step)(void *user, const qac_ft_progress *p);
+    /* after every step; nonzero stops the run there (its checkpoint is still
+     * written when one is due) with QAC_ERR_CANCELLED */
+    int (*on_step)(void *user, const qac_ft_progress *p);
     void (*on_dev)(void *user, const qac_ft_dev *r);
     void *user;
 } qac_finetune_opts;
@@ -127,7 +144,9 @@ void qac_finetune_opts_default(qac_finetune_opts *o);
 /* Check everything (data, dev files, the run directory, a resumed
  * checkpoint's architecture), then train m in place to o->out_dir: the
  * engine's checkpoints, log.jsonl, and dev.jsonl with the dev metrics of
- * every save. *total_steps receives the run's length. A resume whose
+ * every save; at the end the trained model itself in o->out_dir (an HF and
+ * sentence-transformers directory, written as qac_model_save does, its
+ * config.json last so it never looks whole before it is). *total_steps receives the run's length. A resume whose
  * options would not continue the run (README "Fine-tuning") is refused with
  * QAC_ERR_MISMATCH, naming the option and both values. */
 qac_status qac_finetune_run(qac_model *m, const qac_ft_data *d, const qac_finetune_opts *o, long *total_steps,
@@ -139,7 +158,7 @@ typedef struct qac_mine_opts {
     const char *run;                  /* a TREC run, or NULL to search: */
     qac_encoder *enc;                 /*   query encoder and */
     const qac_index *index;           /*   index (same model) */
-    int q_max;                        /* query tokens when searching */
+    int q_max;                        /* query tokens when searching (0: the model's limit) */
     const char *queries, *qrels, *corpus;
     qac_text_format queries_format, corpus_format;
     int n, depth;                     /* negatives kept, ranks considered */

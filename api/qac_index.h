@@ -30,6 +30,13 @@ typedef struct qac_index_build_opts {
     qac_progress_fn progress; /* phases: encode, train-sample/vectors, train/steps, add/vectors, write/files */
     const qac_model *vectors_model; /* build_vectors only: the model that made the vectors (NULL: unknown) */
     void *progress_user;
+    /* build_vectors only: row i's docid is the i-th line of ids_path (as
+     * `qac encode --ids` writes it), or the i-th record's id of ids_corpus
+     * (the corpus the vectors were made from, in ids_format); with neither,
+     * rows are numbered "0".."n-1". A count other than the rows' is refused. */
+    const char *ids_path;
+    const char *ids_corpus;
+    qac_text_format ids_format;
     /* Further encoders over the same model and settings (borrowed), each
      * run from its own thread on the batches of a chunk; on a GPU each is
      * a stream of its own, so one's host copies and host work overlap the
@@ -68,22 +75,83 @@ qac_status qac_index_build(const char *out_dir, qac_encoder *enc, const char *co
                            const qac_index_build_opts *o);
 
 /* Same, from precomputed vectors: a float32 or float16 C-order .npy of
- * shape [n, dim]. Row i gets docid "i"; there is no passage text. The
+ * shape [n, dim]. Row i gets its docid from o->ids_path or o->ids_corpus
+ * (else "i"); there is no passage text. The
  * manifest records o->vectors_model's identity and fingerprint (its hidden
  * size must equal dim), or fingerprint "none" without one, which servers
  * and searches refuse unless told to ignore the model. Resumable the same way. */
 qac_status qac_index_build_vectors(const char *out_dir, const char *npy_path, const qac_index_build_opts *o);
 
+/* ---- distributed builds ----
+ * Many processes (machines, Ray actors) encode parts of one corpus into a
+ * parts directory; qac_index_merge then makes of them the index that
+ * qac_index_build gives for the same corpus, model and options, file for
+ * file (shards, docids.qdoc, index.faiss, manifest) on the CPU encoder,
+ * which gives a passage the same vector in any batch.
+ *
+ * The parts directory holds parts.json (model identity, corpus path, size
+ * and format, max_len, the encoder's device: written by the first process,
+ * checked by every other) and part files "part-<first row>-<count>.qemb": embedding shards
+ * (index_internal.h) of consecutive corpus rows, each written atomically
+ * and named by the rows it holds. A batch encoded twice (a worker retried
+ * after dying) rewrites the same file, and a part from a killed writer is
+ * never visible, so parts neither lose nor duplicate a passage.
+ *
+ * Rows are the records' positions in the corpus (0-based, in file order),
+ * and each passage carries the offset and line the corpus reader gives it
+ * (qac_record): a part can only be made from passages read by qac's reader.
+ *
+ * Ownership: the parts writer borrows the encoder (free the writer first);
+ * not thread-safe, like the encoder. */
+typedef struct qac_index_parts qac_index_parts;
+
+/* Open dir for parts encoded with enc from corpus_path (format fmt, or
+ * AUTO), passages cut at max_len tokens (0: the model's; the rule of
+ * qac_index_build). QAC_ERR_INVALID when parts.json describes another
+ * model, corpus or max_len. */
+qac_status qac_index_parts_open(qac_index_parts **out, const char *dir, qac_encoder *enc, const char *corpus_path,
+                                int max_len, qac_text_format fmt);
+/* Encode n passages and write them as one part per run of consecutive
+ * rows. rows, ids, texts, offsets and lines are per passage (lens may be
+ * NULL: NUL-terminated texts); any order; a row given twice is an error. */
+qac_status qac_index_parts_encode(qac_index_parts *p, int n, const int64_t *rows, const char *const *ids,
+                                  const char *const *texts, const size_t *lens, const uint64_t *offsets,
+                                  const int64_t *lines);
+void qac_index_parts_free(qac_index_parts *p);
+
+/* Make one index in out_dir of the parts in parts_dir: the corpus that
+ * parts.json names is read again (not encoded), and each of its passages
+ * must be in a part, as the same id, offset and line; a passage no part
+ * holds, parts past the corpus's end, and two parts that disagree on a row
+ * are errors naming them. o's factory, dtype, shard size and train size
+ * apply as in qac_index_build (batch, max_len and format do not: the
+ * parts fixed them). Resumable and locked like qac_index_build. */
+qac_status qac_index_merge(const char *out_dir, const char *parts_dir, const qac_index_build_opts *o);
+
 typedef struct qac_index qac_index;
 
-/* How much of index.faiss and the corpus to check against the manifest's
- * checksums at open: FULL reads every byte (about 1 s per GB); SIZE only
- * compares sizes, for very large indexes. Manifests without checksums
- * (older builds) are not checked. */
-typedef enum qac_index_verify { QAC_VERIFY_FULL = 0, QAC_VERIFY_SIZE = 1 } qac_index_verify;
+/* What a finished build holds, from its manifest alone (cheap: for a
+ * command's summary line): passages, dimension, factory, and the passages
+ * cut at max_len tokens (0 and 0 for vectors). */
+qac_status qac_index_describe(const char *dir, int64_t *count, int *dim, char *factory, size_t factory_cap,
+                              int64_t *truncated, int *max_len);
+
+/* How much of index.faiss and the corpus to check against the manifest at
+ * open: FULL reads every byte against the recorded checksum (about 1 s per
+ * GB); SIZE only compares sizes, for very large indexes; NONE compares
+ * nothing (the corpus keeps its size check). A manifest that records no
+ * checksum (FULL) or no size (SIZE) for index.faiss is refused: only NONE
+ * opens it. Whatever the mode, an index FAISS reads is checked against the
+ * manifest before use: its type and layout against what the recorded
+ * factory builds (scalar quantizer type, code sizes, lists, graph links),
+ * its dimension and count against the manifest's. */
+typedef enum qac_index_verify { QAC_VERIFY_FULL = 0, QAC_VERIFY_SIZE = 1, QAC_VERIFY_NONE = 2 } qac_index_verify;
+/* "full", "size" or "none"; QAC_ERR_INVALID for anything else. */
+qac_status qac_index_verify_parse(const char *name, qac_index_verify *out);
 
 /* device: CUDA uses GPU flat search when available (AUTO: if usable).
- * Verifies index.faiss fully; a mismatch is QAC_ERR_FORMAT naming the file. */
+ * qac_index_open verifies index.faiss fully; a mismatch is QAC_ERR_FORMAT
+ * naming the file. */
 qac_status qac_index_open(qac_index **out, const char *dir, qac_device device);
 qac_status qac_index_open_verified(qac_index **out, const char *dir, qac_device device, qac_index_verify verify);
 /* Open the corpus recorded in the manifest once, for qac_index_text, after
@@ -97,6 +165,23 @@ int qac_index_dim(const qac_index *ix);
 const char *qac_index_factory(const qac_index *ix);
 /* The model fingerprint the index was built with (see qac_model.fingerprint). */
 const char *qac_index_model_fingerprint(const qac_index *ix);
+/* The prompts of the build (qac_model.h, "Prompts"): the passage prompt its
+ * passages were encoded with and the query prompt that goes with them ("":
+ * none), recorded in the manifest. Returns 1, or 0 with both NULL for an
+ * index built from vectors, whose prompts are unknown. Either pointer may
+ * be NULL. */
+int qac_index_prompts(const qac_index *ix, const char **query, const char **passage);
+/* QAC_ERR_MISMATCH, with a message naming both, when the index is known to
+ * want another query prompt than query_prompt (NULL: ""); the vectors of a
+ * query encoded with the wrong prompt are only silently worse. */
+qac_status qac_index_check_prompts(const qac_index *ix, const char *query_prompt);
+/* The model's name and directory as the build recorded them ("" when not). */
+const char *qac_index_model_name(const qac_index *ix);
+const char *qac_index_model_dir(const qac_index *ix);
+/* QAC_OK when m is the model the index was built with; else
+ * QAC_ERR_MISMATCH with a message naming that model (and its directory:
+ * the --model to use instead). */
+qac_status qac_index_check_model(const qac_index *ix, const qac_model *m);
 const char *qac_index_docid(const qac_index *ix, int64_t row);
 /* Passage text of a row, read by offset from the corpus file recorded in
  * the manifest (opened once, by qac_index_open_corpus or on first use).

@@ -79,11 +79,18 @@ typedef struct qac_model {
     char *dir;                /* directory it was loaded from */
     char name[128];           /* short name: the directory's base name */
     char fingerprint[17];     /* 16 hex digits, see below */
+    /* sentence-transformers prompts (config_sentence_transformers.json):
+     * prompt_names[i] -> prompt_texts[i] in file order; see "Prompts" below. */
+    int n_prompts;
+    char **prompt_names, **prompt_texts;
+    char *default_prompt_name; /* NULL: none */
+    int include_prompt;        /* 1_Pooling include_prompt; 0 pools without the prompt's tokens */
 } qac_model;
 
 /* Fingerprint: XXH64 (seed 0) over, in order, the bytes of config.json, the
- * text "\npooling=<cls|mean> normalize=<0|1> max_seq_len=<n>\n", and the
- * n_params fp32 parameters (little-endian, flat order). It identifies what
+ * text "\npooling=<cls|mean> normalize=<0|1> max_seq_len=<n>\n" (with
+ * " include_prompt=0" before the newline when the pooling skips prompt
+ * tokens), and the n_params fp32 parameters (little-endian, flat order). It identifies what
  * the encoder computes: an F16 file and its F32 twin with the same
  * config.json and the same values hash alike. A model not read from disk
  * hashes the config.json that qac_model_save writes for it. Printed as 16
@@ -105,8 +112,10 @@ qac_status qac_bert_config_to_json(const qac_bert_config *cfg, char **out);
  * pooling_mode_*_tokens booleans or the newer "pooling_mode"). Only cls or
  * mean alone are supported; max, mean_sqrt_len_tokens, weightedmean,
  * lasttoken and combinations are QAC_ERR_UNSUPPORTED. The embedding
- * dimension, when present, must equal hidden_size. */
-qac_status qac_pooling_config_parse(const char *json, size_t len, int hidden_size, qac_pooling *out);
+ * dimension, when present, must equal hidden_size. *include_prompt (may be
+ * NULL) receives "include_prompt" (true when absent). */
+qac_status qac_pooling_config_parse(const char *json, size_t len, int hidden_size, qac_pooling *out,
+                                    int *include_prompt);
 const char *qac_pooling_name(qac_pooling p); /* "cls" / "mean" */
 
 /* Load an HF BERT directory. Errors name the file and what is wrong:
@@ -121,6 +130,19 @@ const char *qac_pooling_name(qac_pooling p); /* "cls" / "mean" */
  * pooling, no normalisation, max_position. The tokenizer is loaded from the
  * same directory with qac_tokenizer_load. */
 qac_status qac_model_load(qac_model **out, const char *dir);
+
+/* What a --model value names, as a directory for qac_model_load:
+ *  - an existing path: a model directory as it is; a training run directory
+ *    (`latest` beside checkpoint-N) without a final model in it yet: its
+ *    newest checkpoint, and *note says so; a run's `latest` file: the
+ *    checkpoint it names; anything else as given (loading says what is wrong);
+ *  - a bare name: the model installed under that name
+ *    ($QAC_HOME/models/NAME, else ~/.local/share/qac/models/NAME);
+ *  - ORG/NAME: that repository's snapshot in the Hugging Face hub cache
+ *    (HF_HUB_CACHE, HF_HOME/hub, ~/.cache/huggingface/hub), offline: the
+ *    revision refs/main names, else the newest snapshot.
+ * QAC_ERR_NOT_FOUND naming where it looked. note may be NULL. */
+qac_status qac_model_resolve(const char *spec, char *buf, size_t cap, char *note, size_t note_cap);
 void qac_model_free(qac_model *m);
 
 /* Build a model in memory from a config with zeroed parameters (tests,
@@ -135,6 +157,42 @@ qac_status qac_model_save(const qac_model *m, const char *dir);
 /* Same, storing the weights as QAC_ST_F32, QAC_ST_F16 or QAC_ST_BF16
  * (an int so this header need not include qac_safetensors.h). */
 qac_status qac_model_save_as(const qac_model *m, const char *dir, int st_dtype);
+
+/* ---- Prompts ----
+ * sentence-transformers puts a prompt's text before the input string, then
+ * tokenises the whole ("query: " + text). With include_prompt false the
+ * pooling then skips the prompt's tokens: as many as the prompt alone has
+ * with [CLS] and without its closing [SEP], counted from the start (for
+ * CLS pooling, the first token after them; a text cut so short that
+ * nothing is left pools to zeros, or to [CLS]).
+ *
+ * config_sentence_transformers.json: {"prompts": {name: text},
+ * "default_prompt_name": name | null}; qac_model_load reads it (absent: no
+ * prompts), qac_model_save writes it. A query takes the "query" prompt, a
+ * passage the first of "document", "passage", "corpus" the file has
+ * (sentence-transformers' encode_document order); otherwise none. */
+
+/* The text of prompt `name`, or NULL when the model has none by that name. */
+const char *qac_model_prompt(const qac_model *m, const char *name);
+/* The query prompt, the passage prompt, the default prompt's text; "" when none. */
+const char *qac_model_query_prompt(const qac_model *m);
+const char *qac_model_passage_prompt(const qac_model *m);
+const char *qac_model_default_prompt(const qac_model *m);
+/* The name the passage prompt is read from ("document", "passage" or
+ * "corpus"), or "passage" when the model has none. */
+const char *qac_model_passage_prompt_name(const qac_model *m);
+/* Add or replace prompt `name` (copied). */
+qac_status qac_model_set_prompt(qac_model *m, const char *name, const char *text);
+/* Tokens the pooling skips at the start of prompt + text encoded with
+ * max_len: 0 when the model pools prompt tokens (include_prompt true) or
+ * prompt is NULL or "", else the prompt's own token count as described
+ * above, the prompt alone cut to max_len too (sentence-transformers
+ * measures it under the same max_seq_length). */
+qac_status qac_model_prompt_skip(const qac_model *m, const char *prompt, int max_len, int *skip);
+/* [CLS] prompt+text [SEP], cut on the right to max_len (as
+ * qac_tokenizer_encode; prompt NULL or "" tokenises text alone). */
+qac_status qac_model_encode_prompted(const qac_model *m, const char *prompt, const char *text, size_t len,
+                                     int max_len, int32_t *ids, int *n);
 
 /* Recompute m->fingerprint after changing parameters, pooling, normalize or
  * max_seq_len in memory; equals the fingerprint of the directory that

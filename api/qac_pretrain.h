@@ -74,6 +74,12 @@ typedef struct qac_pt_data_opts {
     int max_len;           /* passage and span cap in tokens, [CLS] and [SEP] included (default 144) */
     int query_max_len;     /* query cap, the same way (default 32) */
     int threads;           /* tokenizing at load; <= 0: one per core */
+    /* Put after [CLS] of every query (query_prompt) and every passage or
+     * span (passage_prompt): the prompt's own tokens (without specials),
+     * then the text's, cut so that the whole still fits its cap. NULL or
+     * "": none. For WordPiece this equals tokenising prompt + text as one
+     * string whenever the prompt ends in a space or punctuation. */
+    const char *query_prompt, *passage_prompt;
     qac_progress_fn progress; /* optional: phases "pretrain read/records", "pretrain tokenize/records" */
     void *progress_user;
 } qac_pt_data_opts;
@@ -304,7 +310,9 @@ typedef struct qac_pretrain_opts {
     int keep, resume;
     /* called once before the first step with a line worth showing (NULL: none) */
     void (*on_note)(void *user, const char *line);
-    void (*on_step)(void *user, const qac_pt_progress *p);
+    /* after every step; nonzero stops the run there (its checkpoint is still
+     * written when one is due) with QAC_ERR_CANCELLED */
+    int (*on_step)(void *user, const qac_pt_progress *p);
     void *user;
 } qac_pretrain_opts;
 

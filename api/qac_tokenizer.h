@@ -74,6 +74,18 @@ qac_status qac_tokenizer_decode(const qac_tokenizer *t, const int32_t *ids, int 
  * max_length=max_len). A special the vocabulary lacks (-1) is left out. */
 qac_status qac_tokenizer_encode(const qac_tokenizer *t, const char *text, size_t len, int max_len,
                                 int32_t *ids, int *n);
+/* The same, and whether the text was cut (*truncated = 1: it has more
+ * tokens than max_len holds). */
+qac_status qac_tokenizer_encode_cut(const qac_tokenizer *t, const char *text, size_t len, int max_len,
+                                    int32_t *ids, int *n, int *truncated);
+
+/* qac_tokenizer_encode of prompt + text as one string, the way
+ * sentence-transformers applies a prompt (prompt NULL or "": text alone). */
+qac_status qac_tokenizer_encode_prompted(const qac_tokenizer *t, const char *prompt, const char *text, size_t len,
+                                         int max_len, int32_t *ids, int *n);
+/* The same, and whether the whole was cut (as qac_tokenizer_encode_cut). */
+qac_status qac_tokenizer_encode_prompted_cut(const qac_tokenizer *t, const char *prompt, const char *text,
+                                             size_t len, int max_len, int32_t *ids, int *n, int *truncated);
 
 /* Pair: [CLS] a [SEP] b [SEP], with token type 0 for the first segment and 1
  * for the second; truncation is HF's "longest_first". `ids` and `type_ids`

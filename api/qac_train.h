@@ -129,6 +129,12 @@ typedef struct qac_batch_buf {
 } qac_batch_buf;
 qac_status qac_batch_build(qac_batch_buf *bb, const qac_tokenizer *tok, const char *const *queries, int nq,
                            const char *const *passages, int n, int q_max, int p_max);
+/* Same, with q_prompt before every query and p_prompt before every passage
+ * (NULL or "": none), each tokenised with its text as one string
+ * (qac_tokenizer_encode_prompted). */
+qac_status qac_batch_build_prompted(qac_batch_buf *bb, const qac_tokenizer *tok, const char *q_prompt,
+                                    const char *const *queries, int nq, const char *p_prompt,
+                                    const char *const *passages, int n, int q_max, int p_max);
 void qac_batch_buf_free(qac_batch_buf *bb);
 
 typedef struct qac_step_stats {
@@ -189,8 +195,9 @@ typedef struct qac_run_opts {
     long save_every;      /* steps between checkpoints; <= 0: only the last */
     int keep;             /* checkpoints kept (the newest); <= 0: 2 */
     int resume;           /* continue from out_dir/latest; without it an existing run is an error */
-    /* called after every step (NULL: nothing) */
-    void (*on_step)(void *user, const qac_step_stats *st, long total);
+    /* called after every step (NULL: nothing); nonzero stops the run after
+     * that step's checkpoint, if one is due, with QAC_ERR_CANCELLED */
+    int (*on_step)(void *user, const qac_step_stats *st, long total);
     /* called once before the first step with the step the run continues
      * from (0: a fresh run), after a resume was accepted, so that the
      * caller's own per-step files are trimmed as log.jsonl is (a refused

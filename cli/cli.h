@@ -7,6 +7,8 @@
 
 #include "qac_config.h"
 #include "qac_data.h"
+#include "qac_model.h"
+#include "qac_fusion.h"
 
 int qac_cmd_info(int argc, char **argv);
 int qac_cmd_tokenize(int argc, char **argv);
@@ -22,11 +24,18 @@ int qac_cmd_mine(int argc, char **argv);
 int qac_cmd_hlp(int argc, char **argv);
 int qac_cmd_plot(int argc, char **argv);
 
-/* `qac search --server URL`: read queries (any qac_data.h format), POST them
- * to URL/search in batches and write a TREC run to `out`, identical to
- * offline `qac search`. api_key may be NULL. Returns an exit code. */
-int qac_cli_search_remote(const char *url, const char *api_key, const char *queries_path, int k,
-                          const char *run_id, FILE *out);
+/* `qac search --server URL`: read queries (qac_data.h format fmt), POST them
+ * to URL/search in batches with mode ("dense", "bm25", "hybrid"; NULL: the
+ * server's default) and write a TREC run to `out`, identical to offline
+ * `qac search` in that mode. api_key may be NULL. max_len > 0: the --max-len
+ * the user gave, which the server does not take (a note says so when its
+ * own length differs). Returns an exit code. */
+int qac_cli_search_remote(const char *url, const char *api_key, const char *queries_path, qac_text_format fmt,
+                          const char *mode, int k, const char *run_id, int max_len, FILE *out);
+/* Write one query's hits as TREC run lines the way trec_eval reads them:
+ * scores rounded to float, ordered by that float descending, then docid
+ * descending; ranks from 1. Local and remote searches write through it. */
+qac_status qac_cli_write_hits(FILE *out, const char *qid, qac_hit *hits, int n, const char *run_id);
 
 /* Parse options for a command; prints usage on --help (returns -1 → exit 0)
  * and the error plus a hint on bad input (returns 2). 0 means go on. */
@@ -39,8 +48,31 @@ qac_device qac_cli_device(const char *name);
 qac_text_format qac_cli_format(const char *name);
 /* Resolve --model: the flag's value, or the default model directory. */
 const char *qac_cli_model_dir(const qac_opts *o, char *buf, size_t cap);
+/* A training run's --out, checked before the work: a directory (or one to
+ * create) that is not some other model's: the run ends by writing its
+ * final model there. */
+qac_status qac_cli_check_run_dir(const char *out);
 /* "1h02m" or "3m05s": the time left of a long run, for progress lines. */
 void qac_cli_fmt_eta(char *buf, size_t cap, double seconds);
+
+/* The prompt rows of every command that encodes text: they replace the
+ * model's own (config_sentence_transformers.json) query and passage prompts. */
+#define QAC_CLI_PROMPT_OPTS                                                                                            \
+    {"query-prompt", QAC_OPT_STR, NULL, 0, -1, NULL, "QAC_QUERY_PROMPT",                                            \
+     "text put before every query (default: the model's \"query\" prompt; '' for none)", 0},                       \
+        {"passage-prompt", QAC_OPT_STR, NULL, 0, -1, NULL, "QAC_PASSAGE_PROMPT",                                    \
+         "text put before every passage (default: the model's \"document\", \"passage\" or \"corpus\" prompt; '' " \
+         "for none)", 0}
+/* Put --query-prompt / --passage-prompt, when given, into m's prompts. */
+qac_status qac_cli_apply_prompts(const qac_opts *o, qac_model *m);
+/* A prompt for messages: "\"query: \"" or "none" (buf holds cap bytes). */
+const char *qac_cli_quote_prompt(char *buf, size_t cap, const char *prompt);
+/* How an index is checked at open (qac search, qac mine; qac serve has the same row). */
+#define QAC_CLI_VERIFY_OPT                                                                                             \
+    {"verify", QAC_OPT_ENUM, "full", 0, -1, "full|size|none", "QAC_VERIFY",                                           \
+     "check index.faiss at open: every byte against the manifest's checksum, its size only, or neither (for a "        \
+     "manifest without a checksum); the FAISS index's structure is checked in every mode",                            \
+     0}
 
 /* Option rows both trainers take (qac finetune, qac pretrain), with the
  * same meaning and defaults: the schedule after --lr ... */

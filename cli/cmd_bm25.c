@@ -55,10 +55,9 @@ static int cmd_build(int argc, char **argv) {
         return qac_cli_fail("bm25 build");
     }
     double dt = qac_now() - t0;
-    if (!ps.quiet)
-        fprintf(stderr, "qac bm25 build: %lld documents, %lld terms in %.2f s (%.0f docs/s)\n",
-                (long long)qac_bm25_count(b), (long long)qac_bm25_num_terms(b), dt,
-                dt > 0 ? (double)qac_bm25_count(b) / dt : 0.0);
+    qac_summary("bm25 build", "%lld documents, %lld terms in %.2f s (%.0f docs/s) -> %s", (long long)qac_bm25_count(b),
+                (long long)qac_bm25_num_terms(b), dt, dt > 0 ? (double)qac_bm25_count(b) / dt : 0.0,
+                qac_opts_str(&o, "out"));
     qac_bm25_free(b);
     qac_opts_free(&o);
     return 0;
@@ -112,8 +111,10 @@ static int cmd_search(int argc, char **argv) {
     qac_atomic_file af = {0};
     int to_stdout = strcmp(qac_opts_str(&o, "run"), "-") == 0;
     rc = 1;
-    if (qac_bm25_open(&b, qac_opts_str(&o, "index")) != QAC_OK) goto fail;
+    /* the queries and the run's place first, then the index */
     if (qac_reader_open(&r, qac_opts_str(&o, "queries"), QAC_READ_QUERIES, QAC_FMT_AUTO) != QAC_OK) goto fail;
+    if (!to_stdout && qac_check_output_file(qac_opts_str(&o, "run")) != QAC_OK) goto fail;
+    if (qac_bm25_open(&b, qac_opts_str(&o, "index")) != QAC_OK) goto fail;
     for (;;) {
         qac_record rec;
         int got = 0;
@@ -163,6 +164,7 @@ static int cmd_search(int argc, char **argv) {
     }
     int nt = (int)qac_opts_int(&o, "threads");
     double dt = 0;
+    unsigned long long hits = 0;
     for (size_t base = 0; base < n; base += chunk) {
         j.texts = texts + base;
         j.n = n - base < chunk ? n - base : chunk;
@@ -184,6 +186,7 @@ static int cmd_search(int argc, char **argv) {
             goto fail;
         }
         for (size_t i = 0; i < j.n; i++) {
+            hits += (unsigned long long)j.counts[i];
             for (int h = 0; h < j.counts[i]; h++) docids[h] = qac_bm25_docid(b, j.rows[i * (size_t)j.k + h]);
             if (qac_run_write(out, ids[base + i], docids, j.scores + i * (size_t)j.k, j.counts[i],
                               qac_opts_str(&o, "run-id")) != QAC_OK) {
@@ -200,10 +203,9 @@ static int cmd_search(int argc, char **argv) {
         qac_set_error(QAC_ERR_IO, "write to stdout failed");
         goto fail;
     }
-    const char *q = getenv("QAC_QUIET");
-    if (!(q && *q && strcmp(q, "0") != 0))
-        fprintf(stderr, "qac bm25 search: %zu queries in %.3f s (%.1f queries/s, %d thread%s)\n", n, dt,
-                dt > 0 ? (double)n / dt : 0.0, nt, nt == 1 ? "" : "s");
+    qac_summary("bm25 search", "%zu queries, %llu hits in %.3f s (%.1f queries/s, %d thread%s) -> %s", n,
+                (unsigned long long)hits, dt, dt > 0 ? (double)n / dt : 0.0, nt, nt == 1 ? "" : "s",
+                qac_opts_str(&o, "run"));
     rc = 0;
     goto done;
 fail:
@@ -297,7 +299,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: qac bm25 <build|search|analyze> [options]   (qac bm25 <sub> --help)\n"
             "  build    index a corpus:          --corpus FILE --out DIR\n"
-            "  search   write a TREC run:        --index DIR --queries FILE --run OUT [--k 1000] [--k1 0.9] [--b 0.4]\n"
+            "  search   write a TREC run:        --index DIR --queries FILE --run OUT\n"
+            "                                    [--k 1000] [--k1 0.9] [--b 0.4]\n"
             "  analyze  print analyzed tokens:   TEXT... | --corpus FILE | --queries FILE\n");
 }
 

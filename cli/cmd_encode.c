@@ -19,9 +19,12 @@ static const qac_opt encode_opts[] = {
     {"input", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "TSV (id\\ttext) or JSONL ({_id|docid|id, title, text}) file", 1},
     {"output", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "output matrix: .npy, else the .qmat format", 1},
     {"ids", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "also write the record ids, one per line, in row order", 0},
-    {"kind", QAC_OPT_ENUM, "passage", 0, -1, "query|passage", NULL, "what the input holds", 0},
+    {"kind", QAC_OPT_ENUM, "passage", 0, -1, "query|passage", NULL,
+     "what the input holds: it takes the query or the passage prompt", 0},
+    QAC_CLI_PROMPT_OPTS,
     {"max-len", QAC_OPT_INT, "0", 0, 8192, NULL, "QAC_MAX_LEN",
-     "tokens per text incl. [CLS]/[SEP]; 0 = 32 for queries, 256 for passages (capped by the model)", 0},
+     "tokens per text incl. [CLS]/[SEP]; 0 = the model's limit (its max_seq_length); longer texts are cut and "
+     "counted in the summary", 0},
     {"batch", QAC_OPT_INT, "0", 0, 4096, NULL, "QAC_BATCH", "sequences per forward pass; 0 = backend default", 0},
     {"threads", QAC_OPT_INT, "0", 0, 1024, NULL, "QAC_THREADS", "CPU threads; 0 = all cores", 0},
     {"device", QAC_OPT_ENUM, "auto", 0, -1, "auto|cpu|cuda", "QAC_DEVICE", "encoder backend", 0},
@@ -46,10 +49,11 @@ static void chunk_clear(chunk *c) {
     c->n = 0;
 }
 
-static qac_status flush_chunk(qac_encoder *e, chunk *c, int max_len, float *vec, qac_matrix_writer *w,
-                              FILE *ids_f) {
+static qac_status flush_chunk(qac_encoder *e, const char *prompt, chunk *c, int max_len, float *vec,
+                              qac_matrix_writer *w, FILE *ids_f) {
     if (c->n == 0) return QAC_OK;
-    qac_status st = qac_encoder_encode_texts(e, (const char *const *)c->texts, c->lens, c->n, max_len, vec);
+    qac_status st =
+        qac_encoder_encode_texts_prompted(e, prompt, (const char *const *)c->texts, c->lens, c->n, max_len, vec);
     if (st == QAC_OK) st = qac_matrix_writer_append(w, vec, c->n);
     for (int i = 0; st == QAC_OK && ids_f && i < c->n; i++)
         if (fprintf(ids_f, "%s\n", c->ids[i]) < 0) st = qac_set_error(QAC_ERR_IO, "write ids file");
@@ -68,9 +72,8 @@ int qac_cmd_encode(int argc, char **argv) {
     const char *ids_path = qac_opts_str(&o, "ids");
     int is_query = !strcmp(qac_opts_str(&o, "kind"), "query");
     int max_len = (int)qac_opts_int(&o, "max-len");
-    if (max_len == 0) max_len = is_query ? 32 : 256;
-    if (max_len < 2) {
-        fprintf(stderr, "qac encode: --max-len must be at least 2 ([CLS] and [SEP])\n");
+    if (max_len == 1) {
+        fprintf(stderr, "qac encode: --max-len must be 0 (the model's limit) or at least 2 ([CLS] and [SEP])\n");
         qac_opts_free(&o);
         return 2;
     }
@@ -90,19 +93,27 @@ int qac_cmd_encode(int argc, char **argv) {
     chunk *c = calloc(1, sizeof *c);
     qac_status st = QAC_OK;
     if (!c) st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
-    if (!st && !model_dir) st = QAC_ERR_NOT_FOUND; /* qac_default_model_dir set the message */
-    if (!st) st = qac_model_load(&m, model_dir);
-    if (!st) st = qac_encoder_create(&e, m, &eo);
+    /* input and outputs first: a mistake there is said before the model loads */
     if (!st) st = qac_reader_open(&r, input, is_query ? QAC_READ_QUERIES : QAC_READ_CORPUS, QAC_FMT_AUTO);
+    if (!st) st = qac_check_output_file(output);
+    if (!st && ids_path) st = qac_check_output_file(ids_path);
+    if (!st && !model_dir) st = QAC_ERR_NOT_FOUND; /* qac_cli_model_dir set the message */
+    if (!st) st = qac_model_load(&m, model_dir);
+    if (!st) st = qac_cli_apply_prompts(&o, m);
+    const char *prompt = st ? NULL : is_query ? qac_model_query_prompt(m) : qac_model_passage_prompt(m);
+    if (!st) st = qac_encoder_create(&e, m, &eo);
+    if (!st) max_len = qac_encoder_max_len(e, max_len);
     if (!st) st = qac_matrix_writer_open(&w, output, qac_encoder_dim(e));
     if (!st && ids_path) st = qac_atomic_open(&ids_af, ids_path);
     if (!st && !(vec = malloc((size_t)CHUNK * qac_encoder_dim(e) * sizeof *vec)))
         st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
 
+    const char *unit = is_query ? "queries" : "passages";
     qac_progress_state ps;
-    qac_progress_init(&ps, is_query ? "queries" : "passages");
-    snprintf(ps.phase, sizeof ps.phase, "encode"); /* the rate counts from here, not from the first report */
+    qac_progress_init(&ps, unit);
     uint64_t done = 0, file_size = r ? qac_reader_file_size(r) : 0;
+    double t0 = qac_now();
+    if (!st) qac_progress_stderr(&ps, "encode", 0, 0); /* the phase's clock starts here */
     while (!st) {
         qac_record rec;
         int got = 0;
@@ -121,7 +132,7 @@ int qac_cmd_encode(int argc, char **argv) {
         c->lens[i] = rec.text_len;
         c->n++;
         if (c->n == CHUNK) {
-            st = flush_chunk(e, c, max_len, vec, w, ids_af.f);
+            st = flush_chunk(e, prompt, c, max_len, vec, w, ids_af.f);
             done += CHUNK;
             /* the total is estimated from the bytes read so far */
             uint64_t total = rec.offset > 0 && file_size > rec.offset ? (uint64_t)((double)done * file_size / rec.offset) : 0;
@@ -130,15 +141,21 @@ int qac_cmd_encode(int argc, char **argv) {
     }
     if (!st && c) {
         done += (uint64_t)c->n;
-        st = flush_chunk(e, c, max_len, vec, w, ids_af.f);
+        st = flush_chunk(e, prompt, c, max_len, vec, w, ids_af.f);
     }
     if (!st) {
-        qac_progress_stderr(&ps, "encode", done, done ? done : 1);
+        qac_progress_stderr(&ps, "encode", done, done);
         st = qac_matrix_writer_close(w);
         w = NULL;
     }
     if (!st && ids_path) st = qac_atomic_commit(&ids_af);
     rc = st ? qac_cli_fail("encode") : 0;
+    if (!st) {
+        double dt = qac_now() - t0;
+        qac_summary("encode", "%llu %s (dim %d) in %.1f s (%.1f %s/s); %lld cut at %d tokens -> %s",
+                    (unsigned long long)done, unit, qac_encoder_dim(e), dt, dt > 0 ? (double)done / dt : 0.0, unit,
+                    (long long)qac_encoder_truncated(e), max_len, output);
+    }
 
     if (c) chunk_clear(c);
     free(c);

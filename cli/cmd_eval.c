@@ -11,8 +11,11 @@ static const qac_opt eval_opts[] = {
     {"qrels", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "qrels file (TREC, BEIR tsv or Cranfield cranqrel)", 0},
     {"run", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "TREC run file 'qid Q0 docid rank score run_id'", 0},
     {"m", QAC_OPT_LIST, NULL, 0, -1, NULL, NULL,
-     "measure, trec_eval syntax (repeatable): map, recip_rank, P.5,10, recall.50,1000, ndcg_cut.10, num_q, "
-     "num_ret, num_rel, num_rel_ret, official (default)",
+     "measure, trec_eval syntax (repeatable): official (default), all_trec, set, or a name with optional "
+     "parameters: map, gm_map, Rprec, bpref, recip_rank, iprec_at_recall, P.5,10, recall.50,1000, success.1,5,10, "
+     "ndcg, ndcg_cut.10, map_cut, relative_P, infAP, gm_bpref, Rprec_mult, utility, 11pt_avg, binG, G, ndcg_rel, "
+     "Rndcg, set_P, set_relative_P, set_recall, set_map, set_F, relstring, runid, num_q, num_ret, num_rel, "
+     "num_rel_ret, num_nonrel_judged_ret",
      0},
     {"c", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL, "average over all qrels queries; missing ones count 0", 0},
     {"q", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL, "also print per-query values", 0},
@@ -24,8 +27,9 @@ static const qac_opt eval_opts[] = {
 };
 #define N_EVAL_OPTS ((int)(sizeof eval_opts / sizeof eval_opts[0]))
 
-/* The LIST option joins repeated -m values with ','; a piece that starts
- * with a digit is another cutoff of the measure before it ("recall.50,1000"). */
+/* The LIST option joins repeated -m values with ','; a piece that does not
+ * start with a measure name continues the parameters of the measure before
+ * it ("recall.50,1000", "utility.1,-1,0,0", "ndcg.1=2,2=4"). */
 static char **split_measures(const char *joined, int *n) {
     *n = 0;
     if (!joined) return NULL;
@@ -38,7 +42,8 @@ static char **split_measures(const char *joined, int *n) {
         return NULL;
     }
     for (char *save = NULL, *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (*tok >= '0' && *tok <= '9' && *n > 0) {
+        size_t name_len = strcspn(tok, ".");
+        if (*n > 0 && !qac_eval_measure_known(tok, name_len)) {
             char *prev = out[*n - 1];
             size_t a = strlen(prev), b = strlen(tok);
             char *joinp = realloc(prev, a + b + 2);

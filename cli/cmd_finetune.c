@@ -15,7 +15,8 @@ static const qac_opt ft_opts[] = {
     {"train-qrels", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "qrels as positives only (needs --train-queries/--train-corpus)", 0},
     {"train-queries", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "queries for --train-triples / --train-qrels", 0},
     {"train-corpus", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "corpus for --train-triples / --train-qrels", 0},
-    {"out", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "run directory: checkpoints, log.jsonl, dev.jsonl", 1},
+    {"out", QAC_OPT_STR, NULL, 0, -1, NULL, NULL,
+     "run directory: the final model itself (what --model DIR loads), checkpoints, log.jsonl, dev.jsonl", 1},
     {"lr", QAC_OPT_FLOAT, "2e-5", 0, 1, NULL, NULL, "peak learning rate", 0},
     QAC_CLI_SCHEDULE_OPTS,
     {"max-grad-norm", QAC_OPT_FLOAT, "1.0", 0, 1e9, NULL, NULL, "global gradient-norm clip (0 = none)", 0},
@@ -25,7 +26,8 @@ static const qac_opt ft_opts[] = {
     {"n-passages", QAC_OPT_INT, "8", 1, 1024, NULL, NULL, "passages per query: 1 positive + n-1 negatives", 0},
     {"q-max-len", QAC_OPT_INT, "32", 2, 8192, NULL, NULL, "query max tokens incl. specials", 0},
     {"p-max-len", QAC_OPT_INT, "128", 2, 8192, NULL, NULL, "passage max tokens incl. specials", 0},
-    {"tau", QAC_OPT_FLOAT, "1.0", 1e-6, 1e6, NULL, NULL, "InfoNCE temperature", 0},
+    {"tau", QAC_OPT_FLOAT, NULL, 1e-6, 1e6, NULL, NULL,
+     "InfoNCE temperature (default: 0.05 for a model that normalises its embeddings, 1.0 for one that does not)", 0},
     {"sim", QAC_OPT_ENUM, "dot", 0, -1, "dot|cos", NULL, "similarity (after the checkpoint's pooling/normalisation)", 0},
     {"alpha", QAC_OPT_FLOAT, "0", 0, 1, NULL, NULL, "> 0: the PAIR loss (1-alpha) L_q + alpha L_p instead of InfoNCE (--tau, --sim unused)", 0},
     {"chunk", QAC_OPT_INT, "0", 0, 1 << 20, NULL, NULL, "GradCache chunk in sequences (0 = whole batch at once)", 0},
@@ -39,6 +41,7 @@ static const qac_opt ft_opts[] = {
     {"title-join", QAC_OPT_ENUM, "sep", 0, -1, "sep|space", NULL, "passage text: 'title [SEP] text' or 'title text'", 0},
     {"dump-batches", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "write every step's query and passage texts as jsonl", 0},
     {"dry-run", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL, "sample (and --dump-batches) without training", 0},
+    QAC_CLI_PROMPT_OPTS,
     QAC_CPU_ISA_OPT,
 };
 #define N_FT_OPTS (int)(sizeof ft_opts / sizeof ft_opts[0])
@@ -48,14 +51,15 @@ typedef struct ui {
     long resumed;
 } ui;
 
-static void print_step(void *user, const qac_ft_progress *p) {
+static int print_step(void *user, const qac_ft_progress *p) {
     ui *u = user;
-    if (u->quiet) return;
+    if (u->quiet) return 0;
     double per = p->elapsed / (double)p->steps_run;
     char eta[32];
     qac_cli_fmt_eta(eta, sizeof eta, per * (double)(p->total - p->step));
     fprintf(stderr, "step %ld/%ld  epoch %.2f  loss %.4f  lr %.3g  grad_norm %.3f  %.1f passages/s  ETA %s\n", p->step,
             p->total, p->epoch, p->loss, p->lr, p->grad_norm, p->passages / p->seconds, eta);
+    return 0;
 }
 
 static void print_dev(void *user, const qac_ft_dev *r) {
@@ -110,7 +114,7 @@ int qac_cmd_finetune(int argc, char **argv) {
     fo.n_passages = (int)qac_opts_int(&o, "n-passages");
     fo.q_max = (int)qac_opts_int(&o, "q-max-len");
     fo.p_max = (int)qac_opts_int(&o, "p-max-len");
-    fo.train.tau = (float)qac_opts_float(&o, "tau");
+    fo.train.tau = (float)qac_opts_float(&o, "tau"); /* unset: from the model, below */
     fo.train.sim = !strcmp(qac_opts_str(&o, "sim"), "cos") ? QAC_SIM_COS : QAC_SIM_DOT;
     fo.train.pair_alpha = (float)qac_opts_float(&o, "alpha");
     fo.train.chunk = (int)qac_opts_int(&o, "chunk");
@@ -137,35 +141,57 @@ int qac_cmd_finetune(int argc, char **argv) {
     qac_ft_data *d = NULL;
     qac_model *m = NULL;
     char buf[4096];
-    const char *model_dir = qac_cli_model_dir(&o, buf, sizeof buf);
-    qac_status st = model_dir ? QAC_OK : QAC_ERR_NOT_FOUND;
-    if (!st) st = qac_ft_data_create(&d, !strcmp(qac_opts_str(&o, "title-join"), "space") ? QAC_TITLE_SPACE
-                                                                                          : QAC_TITLE_SEP);
-    if (!st && train) {
-        /* the LIST option joins repeated values with ',' */
-        char *copy = strdup(train), *save = NULL;
-        for (char *f = strtok_r(copy, ",", &save); f && !st; f = strtok_r(NULL, ",", &save))
-            st = qac_ft_data_add_tevatron(d, f);
-        free(copy);
+    qac_status st = fo.dry_run ? QAC_OK : qac_cli_check_run_dir(fo.out_dir);
+    if (!st && fo.dump_batches) st = qac_check_output_file(fo.dump_batches);
+    if (st) { /* a command-line error, said before any data loads */
+        qac_cli_fail("finetune");
+        qac_opts_free(&o);
+        return 2;
     }
-    if (!st && triples) st = qac_ft_data_add_triples(d, triples, queries, corpus);
-    if (!st && tq) st = qac_ft_data_add_qrels(d, tq, queries, corpus);
-    if (!st) st = qac_ft_data_finish(d, fo.n_passages);
+    const char *model_dir = qac_cli_model_dir(&o, buf, sizeof buf);
+    st = model_dir ? QAC_OK : QAC_ERR_NOT_FOUND;
+    /* the LIST option joins repeated values with ',' */
+    char *copy = train ? strdup(train) : NULL, *save = NULL;
+    const char *files[256];
+    qac_ft_sources src = {files, 0, triples, tq, queries, corpus,
+                          !strcmp(qac_opts_str(&o, "title-join"), "space") ? QAC_TITLE_SPACE : QAC_TITLE_SEP};
+    if (!st && train && !copy) st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    for (char *f = copy ? strtok_r(copy, ",", &save) : NULL; f && !st; f = strtok_r(NULL, ",", &save))
+        if (src.n_tevatron < 256) files[src.n_tevatron++] = f;
+        else st = qac_set_error(QAC_ERR_INVALID, "more than 256 --train files");
+    if (!st) st = qac_ft_data_load(&d, &src, fo.n_passages);
+    free(copy);
     if (d && !u.quiet && (qac_ft_data_skipped_no_positive(d) || qac_ft_data_skipped_no_negative(d)))
         fprintf(stderr, "qac finetune: skipped %ld queries without a positive and %ld without negatives\n",
                 qac_ft_data_skipped_no_positive(d), qac_ft_data_skipped_no_negative(d));
     if (!st) st = qac_model_load(&m, model_dir);
+    /* the checkpoints keep the prompts (config_sentence_transformers.json) */
+    if (!st) st = qac_cli_apply_prompts(&o, m);
+    /* InfoNCE over unit vectors needs a low temperature to separate scores
+     * in [-1, 1]; dot products of unnormalised vectors take tau = 1 */
+    const char *tau_why = "given";
+    if (!st && !qac_opts_isset(&o, "tau")) {
+        fo.train.tau = m->normalize ? 0.05f : 1.0f;
+        tau_why = m->normalize ? "the model normalises its embeddings"
+                  : fo.train.sim == QAC_SIM_COS ? "the model's dot products; with --sim cos consider --tau 0.05"
+                                                : "the model's dot products";
+    }
     long total = 0, from = 0;
     double t0 = qac_now();
+    char qp[256], pp[256];
     if (!st && !u.quiet)
-        fprintf(stderr, "qac finetune: %zu examples, model %s, %d x %d passages per step\n", qac_ft_data_count(d),
-                model_dir, fo.queries_per_batch, fo.n_passages);
+        fprintf(stderr,
+                "qac finetune: %zu examples, model %s, %d x %d passages per step, tau %g (%s), prompts: query %s, "
+                "passage %s\n",
+                qac_ft_data_count(d), model_dir, fo.queries_per_batch, fo.n_passages, (double)fo.train.tau, tau_why,
+                qac_cli_quote_prompt(qp, sizeof qp, qac_model_query_prompt(m)),
+                qac_cli_quote_prompt(pp, sizeof pp, qac_model_passage_prompt(m)));
     if (!st) st = qac_finetune_run(m, d, &fo, &total, &from);
     /* a resume that contradicts the run is a command-line error */
     if (st) rc = qac_cli_fail("finetune"), rc = st == QAC_ERR_MISMATCH ? 2 : rc;
-    else if (!u.quiet && !fo.dry_run)
-        fprintf(stderr, "qac finetune: steps %ld..%ld done in %.1f s; checkpoints in %s\n", from + 1, total,
-                qac_now() - t0, fo.out_dir);
+    else if (!fo.dry_run)
+        qac_summary("finetune", "steps %ld..%ld done in %.1f s; the model is in %s (checkpoints beside it)", from + 1,
+                    total, qac_now() - t0, fo.out_dir);
     qac_model_free(m);
     qac_ft_data_free(d);
     qac_opts_free(&o);

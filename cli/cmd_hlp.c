@@ -4,6 +4,7 @@
 
 #include "cli.h"
 #include "qac_pretrain.h"
+#include "qac_util.h"
 
 static const qac_opt hlp_opts[] = {
     {"docs", QAC_OPT_STR, NULL, 0, -1, NULL, NULL,
@@ -41,7 +42,10 @@ int qac_cmd_hlp(int argc, char **argv) {
     ho.progress = qac_progress_stderr;
     ho.progress_user = &ps;
     qac_hlp_stats st;
-    if (qac_hlp_mine(&ho, &st)) rc = qac_cli_fail("hlp");
+    double t0 = qac_now();
+    if (qac_check_output_file(ho.out_path) || qac_check_input(ho.path) || (ho.edges_path && qac_check_input(ho.edges_path)) ||
+        qac_hlp_mine(&ho, &st))
+        rc = qac_cli_fail("hlp");
     else
         /* the stats are the command's result: printed even when quiet */
         printf("docs %ld\nduplicate_ids %ld\nedges %ld\nedges_unresolved %ld\nself_links %ld\nhub_degree %ld\nhubs %ld\n"
@@ -49,6 +53,9 @@ int qac_cmd_hlp(int argc, char **argv) {
                "capped %ld\n",
                st.docs, st.duplicate_ids, st.edges, st.edges_unresolved, st.self_links, st.hub_degree, st.hubs, st.dual_link_pairs,
                st.co_mention_pairs, st.no_text, st.written, st.queries_written, st.capped);
+    if (!rc)
+        qac_summary("hlp", "%ld documents, %ld passages written with %ld queries in %.1f s -> %s", st.docs, st.written,
+                    st.queries_written, qac_now() - t0, ho.out_path);
     qac_opts_free(&o);
     return rc;
 }

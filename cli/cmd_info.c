@@ -54,6 +54,16 @@ int qac_cmd_info(int argc, char **argv) {
             (double)c->layer_norm_eps, "parameters", (json_int_t)m->n_params, "pooling", qac_pooling_name(m->pooling),
             "normalize", m->normalize, "max_seq_len", m->max_seq_len, "tokenizer", "kind", tokenizer_kind(m),
             "vocab_size", tok_vocab, "fingerprint", m->fingerprint, "load_seconds", load_s);
+        json_t *named = json_object();
+        for (int i = 0; named && i < m->n_prompts; i++)
+            json_object_set_new(named, m->prompt_names[i], json_string(m->prompt_texts[i]));
+        if (j && named)
+            json_object_set_new(j, "prompts",
+                                json_pack("{s:s, s:s, s:s, s:O, s:b}", "query", qac_model_query_prompt(m), "passage",
+                                          qac_model_passage_prompt(m), "default_prompt_name",
+                                          m->default_prompt_name ? m->default_prompt_name : "", "named", named,
+                                          "include_prompt", m->include_prompt));
+        json_decref(named);
         char *txt = j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6)) : NULL;
         if (txt) printf("%s\n", txt);
         free(txt);
@@ -73,6 +83,11 @@ int qac_cmd_info(int argc, char **argv) {
         printf("normalize       %s\n", m->normalize ? "yes" : "no");
         printf("max_seq_len     %d\n", m->max_seq_len);
         printf("tokenizer       %s, %d tokens\n", tokenizer_kind(m), tok_vocab);
+        char qp[256], pp[256];
+        printf("prompts         query %s, passage %s%s%s%s\n", qac_cli_quote_prompt(qp, sizeof qp, qac_model_query_prompt(m)),
+               qac_cli_quote_prompt(pp, sizeof pp, qac_model_passage_prompt(m)),
+               m->default_prompt_name ? ", default " : "", m->default_prompt_name ? m->default_prompt_name : "",
+               m->include_prompt ? "" : " (left out of the pooling)");
         printf("fingerprint     %s\n", m->fingerprint);
         printf("load_time       %.3f s\n", load_s);
     }

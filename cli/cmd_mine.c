@@ -20,9 +20,16 @@ static const qac_opt mine_opts[] = {
     {"depth", QAC_OPT_INT, "200", 1, 1000000, NULL, NULL, "top ranks considered (at most 1000 when searching)", 0},
     {"seed", QAC_OPT_INT, "42", 0, 9.2e18, NULL, "QAC_SEED", "shuffle seed", 0},
     {"out", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "output Tevatron jsonl", 1},
-    {"max-len", QAC_OPT_INT, "32", 2, 8192, NULL, NULL, "query max tokens when searching", 0},
+    {"max-len", QAC_OPT_INT, "0", 0, 8192, NULL, NULL,
+     "query max tokens when searching (0 = the model's limit, as qac search)", 0},
     {"threads", QAC_OPT_INT, "0", 0, 1024, NULL, "QAC_THREADS", "CPU threads when searching (0 = all cores)", 0},
     {"device", QAC_OPT_ENUM, "auto", 0, -1, "auto|cpu|cuda", "QAC_DEVICE", "encoder and search device", 0},
+    {"query-prompt", QAC_OPT_STR, NULL, 0, -1, NULL, "QAC_QUERY_PROMPT",
+     "text put before every query when searching (default: the model's \"query\" prompt; '' for none); must be "
+     "the one the index was built for", 0},
+    {"allow-prompt-mismatch", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL,
+     "search even if the query prompt differs from the one the index was built for (a warning)", 0},
+    QAC_CLI_VERIFY_OPT,
     QAC_CPU_ISA_OPT,
 };
 #define N_MINE_OPTS (int)(sizeof mine_opts / sizeof mine_opts[0])
@@ -59,29 +66,43 @@ int qac_cmd_mine(int argc, char **argv) {
     qac_model *m = NULL;
     qac_encoder *enc = NULL;
     qac_index *ix = NULL;
-    qac_status st = QAC_OK;
-    if (!run) {
+    double t0 = qac_now();
+    qac_status st = qac_check_output_file(mo.out); /* before any reading */
+    if (!st) st = qac_check_input(mo.queries);
+    if (!st) st = qac_check_input(mo.qrels);
+    if (!st) st = qac_check_input(mo.corpus);
+    if (!st && run) st = qac_check_input(run);
+    if (!st && !run) {
         qac_device dev = qac_cli_device(qac_opts_str(&o, "device"));
         qac_encoder_opts eo = qac_encoder_default_opts();
         eo.device = dev;
         eo.threads = (int)qac_opts_int(&o, "threads");
-        st = qac_model_load(&m, model);
-        if (!st) st = qac_index_open(&ix, index, dev);
+        char mbuf[4096];
+        const char *mdir = qac_cli_model_dir(&o, mbuf, sizeof mbuf);
+        st = mdir ? qac_model_load(&m, mdir) : QAC_ERR_NOT_FOUND;
+        if (!st) st = qac_cli_apply_prompts(&o, m);
+        qac_index_verify verify = QAC_VERIFY_FULL;
+        if (!st) st = qac_index_verify_parse(qac_opts_str(&o, "verify"), &verify);
+        if (!st) st = qac_index_open_verified(&ix, index, dev, verify);
         if (!st) st = qac_index_set_threads(ix, eo.threads);
-        if (!st && strcmp(m->fingerprint, qac_index_model_fingerprint(ix)) != 0)
-            st = qac_set_error(QAC_ERR_INVALID, "the index %s was built with model fingerprint %s, but --model %s has %s",
-                               index, qac_index_model_fingerprint(ix), model, m->fingerprint);
+        if (!st && (st = qac_index_check_prompts(ix, qac_model_query_prompt(m))) &&
+            qac_opts_bool(&o, "allow-prompt-mismatch")) {
+            fprintf(stderr, "qac mine: warning: %s\n", qac_last_error());
+            st = QAC_OK;
+        }
+        if (!st) st = qac_index_check_model(ix, m);
         if (!st) st = qac_encoder_create(&enc, m, &eo);
         mo.enc = enc, mo.index = ix;
     }
     qac_mine_stats ms;
     if (!st) st = qac_mine(&mo, &ms);
     if (st) rc = qac_cli_fail("mine");
-    else if (!ps.quiet)
-        fprintf(stderr,
-                "qac mine: %ld queries, %ld written (%ld negatives, %ld with fewer than %d), %ld without a judged "
-                "positive skipped -> %s\n",
-                ms.queries, ms.written, ms.negatives, ms.short_of_negatives, mo.n, ms.skipped_no_positive, mo.out);
+    else
+        qac_summary("mine",
+                    "%ld queries, %ld written (%ld negatives, %ld with fewer than %d), %ld without a judged positive "
+                    "skipped, in %.1f s -> %s",
+                    ms.queries, ms.written, ms.negatives, ms.short_of_negatives, mo.n, ms.skipped_no_positive,
+                    qac_now() - t0, mo.out);
     qac_encoder_free(enc);
     qac_index_free(ix);
     qac_model_free(m);

@@ -3,6 +3,7 @@
 
 #include "cli.h"
 #include "qac_finetune.h"
+#include "qac_util.h"
 
 static const qac_opt plot_opts[] = {
     {"out", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "output PNG", 1},
@@ -20,9 +21,13 @@ int qac_cmd_plot(int argc, char **argv) {
         qac_opts_free(&o);
         return 2;
     }
-    if (qac_plot_log(o.positional[0], qac_opts_str(&o, "out"), (int)qac_opts_int(&o, "width"),
-                     (int)qac_opts_int(&o, "height")))
+    const char *out = qac_opts_str(&o, "out");
+    if (qac_check_input(o.positional[0]) || qac_check_output_file(out) ||
+        qac_plot_log(o.positional[0], out, (int)qac_opts_int(&o, "width"), (int)qac_opts_int(&o, "height")))
         rc = qac_cli_fail("plot");
+    else
+        qac_summary("plot", "%s -> %s (%lldx%lld)", o.positional[0], out, qac_opts_int(&o, "width"),
+                    qac_opts_int(&o, "height"));
     qac_opts_free(&o);
     return rc;
 }

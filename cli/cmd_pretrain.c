@@ -42,6 +42,7 @@ static const qac_opt pt_opts[] = {
     {"query-max-len", QAC_OPT_INT, "32", 3, 8192, NULL, NULL, "query max tokens incl. specials", 0},
     QAC_CLI_DROPOUT_OPTS,
     {"seed", QAC_OPT_INT, "42", 0, 9.2e18, NULL, "QAC_SEED", "seed for pairs, masks, dropout and fresh heads", 0},
+    QAC_CLI_PROMPT_OPTS,
     QAC_CLI_RUN_OPTS,
 };
 #define N_PT_OPTS (int)(sizeof pt_opts / sizeof pt_opts[0])
@@ -56,9 +57,9 @@ static void print_note(void *user, const char *line) {
     if (!u->quiet) fprintf(stderr, "qac pretrain: %s\n", line);
 }
 
-static void print_step(void *user, const qac_pt_progress *p) {
+static int print_step(void *user, const qac_pt_progress *p) {
     ui *u = user;
-    if (u->quiet) return;
+    if (u->quiet) return 0;
     char eta[32], parts[96];
     qac_cli_fmt_eta(eta, sizeof eta, p->elapsed / (double)p->steps_run * (double)(p->total - p->step));
     if (u->contrastive)
@@ -67,6 +68,7 @@ static void print_step(void *user, const qac_pt_progress *p) {
         snprintf(parts, sizeof parts, "mlm %.3f dec %.3f", p->mlm, p->head);
     fprintf(stderr, "step %ld/%ld  loss %.4f (%s)  lr %.3g  grad_norm %.3f  span %.2f  %.1f pairs/s  ETA %s\n",
             p->step, p->total, p->loss, parts, p->lr, p->grad_norm, p->span_frac, p->pairs / p->seconds, eta);
+    return 0;
 }
 
 int qac_cmd_pretrain(int argc, char **argv) {
@@ -142,23 +144,33 @@ int qac_cmd_pretrain(int argc, char **argv) {
 
     qac_model *m = NULL;
     char buf[4096];
+    if (qac_cli_check_run_dir(po.out_dir)) { /* a command-line error, said before any data loads */
+        qac_cli_fail("pretrain");
+        qac_opts_free(&o);
+        return 2;
+    }
     const char *model_dir = qac_cli_model_dir(&o, buf, sizeof buf);
     qac_status st = model_dir ? QAC_OK : QAC_ERR_NOT_FOUND;
     if (!st) st = qac_model_load(&m, model_dir);
+    /* queries and passages get the prompts; the exported encoder keeps them */
+    if (!st) st = qac_cli_apply_prompts(&o, m);
+    if (!st) po.data.query_prompt = qac_model_query_prompt(m), po.data.passage_prompt = qac_model_passage_prompt(m);
     long from = 0;
     double t0 = qac_now();
     if (!st && !u.quiet) {
-        char rep[256];
+        char rep[256], qp[256], pp[256];
         qac_pt_pooling_describe(rep, sizeof rep, &po.obj, m);
-        fprintf(stderr, "qac pretrain: model %s, objective %s, %d pairs per step, %ld steps; %s\n", model_dir,
-                qac_opts_str(&o, "objective"), po.batch, po.train.total_steps, rep);
+        fprintf(stderr, "qac pretrain: model %s, objective %s, %d pairs per step, %ld steps; %s; prompts: query %s, "
+                        "passage %s\n", model_dir, qac_opts_str(&o, "objective"), po.batch, po.train.total_steps, rep,
+                qac_cli_quote_prompt(qp, sizeof qp, po.data.query_prompt),
+                qac_cli_quote_prompt(pp, sizeof pp, po.data.passage_prompt));
     }
     if (!st) st = qac_pretrain_run(m, &po, &from);
     if (st) rc = qac_cli_fail("pretrain"), rc = st == QAC_ERR_MISMATCH ? 2 : rc; /* as finetune: a changed option */
-    else if (!u.quiet)
-        fprintf(stderr, "qac pretrain: steps %ld..%ld done in %.1f s; the encoder is in %s (checkpoints with the heads "
-                        "beside it)\n",
-                from + 1, po.train.total_steps, qac_now() - t0, po.out_dir);
+    else
+        qac_summary("pretrain", "steps %ld..%ld done in %.1f s; the encoder is in %s (checkpoints with the heads beside "
+                    "it)",
+                    from + 1, po.train.total_steps, qac_now() - t0, po.out_dir);
     qac_model_free(m);
     qac_opts_free(&o);
     return rc;

@@ -1,21 +1,31 @@
-/* qac search: embed a queries file, search an index, write a TREC run
- * (offline), or send the queries to a running server (--server). */
+/* qac search: embed a queries file, search a dense index, a BM25 index or
+ * both (reciprocal-rank fusion), write a TREC run (offline), or send the
+ * queries to a running server (--server). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
+#include "qac_bm25.h"
 #include "qac_cpu.h"
+#include "qac_fusion.h"
 #include "qac_index.h"
 
 static const qac_opt search_opts[] = {
-    {"index", QAC_OPT_STR, NULL, 0, -1, NULL, "QAC_INDEX", "index directory from qac index build", 0},
+    {"index", QAC_OPT_STR, NULL, 0, -1, NULL, "QAC_INDEX", "dense index directory from qac index build", 0},
+    {"bm25", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "BM25 index directory from qac bm25 build", 0},
+    {"mode", QAC_OPT_ENUM, NULL, 0, -1, "dense|bm25|hybrid", NULL,
+     "dense (--index), bm25 (--bm25) or hybrid (both, reciprocal-rank fusion as the server's /search); "
+     "default: dense, or bm25 when only --bm25 is given",
+     0},
     {"queries", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "queries: qid<TAB>text TSV, BEIR queries.jsonl, cran.qry", 1},
     {"format", QAC_OPT_ENUM, "auto", 0, -1, "auto|tsv|beir|tevatron|cranfield", NULL, "queries format", 0},
     {"run", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "output TREC run file ('-' = stdout)", 1},
     {"k", QAC_OPT_INT, "1000", 1, 1000, NULL, NULL, "passages per query", 0},
     {"model", QAC_OPT_STR, NULL, 0, -1, NULL, "QAC_MODEL", "query encoder (must be the index's model)", 0},
     {"batch", QAC_OPT_INT, "128", 1, 4096, NULL, NULL, "queries per encoder call and search call", 0},
-    {"max-len", QAC_OPT_INT, "32", 2, 8192, NULL, NULL, "query max tokens incl. specials", 0},
+    {"max-len", QAC_OPT_INT, "0", 0, 8192, NULL, NULL,
+     "query max tokens incl. specials; 0 = the model's limit (its max_seq_length); longer queries are cut and "
+     "counted in the summary", 0},
     {"run-id", QAC_OPT_STR, "qac", 0, -1, NULL, NULL, "run name in the last column", 0},
     {"device", QAC_OPT_ENUM, "auto", 0, -1, "auto|cpu|cuda", "QAC_DEVICE", "encoder and search device", 0},
     {"threads", QAC_OPT_INT, "0", 0, 1024, NULL, "QAC_THREADS", "CPU threads for the encoder and the flat scan (0 = all cores)", 0},
@@ -23,13 +33,22 @@ static const qac_opt search_opts[] = {
      "CPU query encoder precision: bf16 runs the linear layers in bf16 (fp32 sums)", 0},
     {"nprobe", QAC_OPT_INT, NULL, 1, 1 << 20, NULL, NULL, "IVF lists visited per query", 0},
     {"ef-search", QAC_OPT_INT, NULL, 1, 1 << 20, NULL, NULL, "HNSW search breadth", 0},
+    QAC_CLI_VERIFY_OPT,
     {"allow-model-mismatch", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL,
      "search even if the model differs from the one the index was built with", 0},
-    {"server", QAC_OPT_STR, NULL, 0, -1, NULL, "QAC_SERVER", "search a running qac server at URL instead", 0},
+    {"query-prompt", QAC_OPT_STR, NULL, 0, -1, NULL, "QAC_QUERY_PROMPT",
+     "text put before every query (default: the model's \"query\" prompt; '' for none); must be the one the "
+     "index was built for", 0},
+    {"allow-prompt-mismatch", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL,
+     "search even if the query prompt differs from the one the index was built for (a warning)", 0},
+    {"server", QAC_OPT_STR, NULL, 0, -1, NULL, "QAC_SERVER",
+     "search a running qac server at URL instead (not with --index or --bm25)", 0},
     {"api-key", QAC_OPT_STR, NULL, 0, -1, NULL, "QAC_API_KEY", "API key for --server", 0},
     QAC_CPU_ISA_OPT,
 };
 #define N_SEARCH_OPTS (int)(sizeof search_opts / sizeof search_opts[0])
+
+enum { MODE_DENSE, MODE_BM25, MODE_HYBRID };
 
 typedef struct qbatch {
     char **qids, **texts;
@@ -45,80 +64,138 @@ static void qbatch_clear(qbatch *b) {
     b->n = 0;
 }
 
-/* Encode, search and write one batch of queries. */
-static qac_status run_batch(qac_encoder *enc, const qac_index *ix, qbatch *b, int k, int max_len, const char *run_id,
-                            FILE *out, float *qv, float *scores, int64_t *rows, const char **docids) {
-    qac_status st = qac_encoder_encode_texts(enc, (const char *const *)b->texts, b->lens, b->n, max_len, qv);
-    if (!st) st = qac_index_search(ix, qv, b->n, k, scores, rows);
+typedef struct searcher {
+    int mode, k, max_len;
+    const char *run_id;
+    qac_encoder *enc;
+    qac_index *ix;
+    qac_bm25 *bm25;
+    float *qv, *scores;     /* [batch, dim], [batch, depth] */
+    int64_t *rows;          /* [batch, depth] */
+    float *bscores;         /* [depth] */
+    int64_t *brows;         /* [depth] */
+    const char **dense_ids, **sparse_ids; /* [depth] */
+    qac_hit *hits;          /* [2 depth] */
+    uint64_t written;       /* hits written */
+} searcher;
+
+/* Encode, search and write one batch of queries: the dense list, the BM25
+ * list, or their fusion, each query's hits written as the server's are. */
+static qac_status run_batch(searcher *S, qbatch *b, FILE *out) {
+    int depth = S->mode == MODE_HYBRID ? qac_hybrid_depth(S->k) : S->k;
+    qac_status st = QAC_OK;
+    if (S->mode != MODE_BM25) {
+        const char *prompt = qac_model_query_prompt(qac_encoder_model(S->enc));
+        st = qac_encoder_encode_texts_prompted(S->enc, prompt, (const char *const *)b->texts, b->lens, b->n,
+                                               S->max_len, S->qv);
+        if (!st) st = qac_index_search(S->ix, S->qv, b->n, depth, S->scores, S->rows);
+    }
     for (int q = 0; q < b->n && !st; q++) {
-        int got = 0;
-        for (; got < k && rows[(size_t)q * k + got] >= 0; got++)
-            docids[got] = qac_index_docid(ix, rows[(size_t)q * k + got]);
-        st = qac_run_write(out, b->qids[q], docids, scores + (size_t)q * k, got, run_id);
+        const int64_t *rows = S->rows + (size_t)q * depth;
+        int nb = 0, nh = 0;
+        if (S->mode != MODE_DENSE && (st = qac_bm25_search(S->bm25, b->texts[q], NULL, depth, S->bscores, S->brows, &nb)))
+            break;
+        if (S->mode == MODE_DENSE) {
+            for (; nh < depth && rows[nh] >= 0; nh++)
+                S->hits[nh] = (qac_hit){qac_index_docid(S->ix, rows[nh]), S->scores[(size_t)q * depth + nh], rows[nh]};
+        } else if (S->mode == MODE_BM25) {
+            for (; nh < nb; nh++) S->hits[nh] = (qac_hit){qac_bm25_docid(S->bm25, S->brows[nh]), S->bscores[nh], -1};
+        } else {
+            for (int i = 0; i < depth; i++) S->dense_ids[i] = rows[i] >= 0 ? qac_index_docid(S->ix, rows[i]) : NULL;
+            for (int i = 0; i < nb; i++) S->sparse_ids[i] = qac_bm25_docid(S->bm25, S->brows[i]);
+            nh = qac_rrf_fuse(rows, S->dense_ids, depth, S->sparse_ids, nb, S->hits);
+        }
+        if (nh > S->k) nh = S->k;
+        st = qac_cli_write_hits(out, b->qids[q], S->hits, nh, S->run_id);
+        S->written += (uint64_t)nh;
     }
     return st;
 }
 
-static int search_local(const qac_opts *o, FILE *out) {
-    const char *index_dir = qac_opts_str(o, "index");
-    if (!index_dir) {
-        fprintf(stderr, "qac search: --index DIR (or --server URL) is required\n");
+static int search_local(const qac_opts *o, int mode, FILE *out) {
+    const char *index_dir = qac_opts_str(o, "index"), *bm25_dir = qac_opts_str(o, "bm25");
+    int batch = (int)qac_opts_int(o, "batch");
+    searcher S = {.mode = mode, .k = (int)qac_opts_int(o, "k"), .max_len = (int)qac_opts_int(o, "max-len"),
+                  .run_id = qac_opts_str(o, "run-id")};
+    if (S.max_len == 1) {
+        fprintf(stderr, "qac search: --max-len must be 0 or at least 2 ([CLS] and [SEP])\n");
         return 2;
     }
-    int k = (int)qac_opts_int(o, "k"), batch = (int)qac_opts_int(o, "batch"), max_len = (int)qac_opts_int(o, "max-len");
-    const char *run_id = qac_opts_str(o, "run-id");
+    int depth = mode == MODE_HYBRID ? qac_hybrid_depth(S.k) : S.k;
     qac_device dev = qac_cli_device(qac_opts_str(o, "device"));
-    qac_index *ix = NULL;
     qac_model *m = NULL;
-    qac_encoder *enc = NULL;
     qac_reader *r = NULL;
     qbatch b = {0};
-    float *qv = NULL, *scores = NULL;
-    int64_t *rows = NULL;
-    const char **docids = NULL;
     int rc = 1;
     char buf[4096];
-    const char *model_dir = qac_cli_model_dir(o, buf, sizeof buf);
-    if (!model_dir) goto fail;
-    if (qac_index_open(&ix, index_dir, dev) || qac_index_set_threads(ix, (int)qac_opts_int(o, "threads"))) goto fail;
-    if (qac_opts_isset(o, "nprobe") && qac_index_set_param(ix, "nprobe", (double)qac_opts_int(o, "nprobe"))) goto fail;
-    if (qac_opts_isset(o, "ef-search") && qac_index_set_param(ix, "efSearch", (double)qac_opts_int(o, "ef-search")))
-        goto fail;
-    if (qac_model_load(&m, model_dir)) goto fail;
-    if (strcmp(m->fingerprint, qac_index_model_fingerprint(ix)) != 0 && !qac_opts_bool(o, "allow-model-mismatch")) {
-        qac_set_error(QAC_ERR_INVALID,
-                      "the index was built with model fingerprint %s, but --model %s has %s "
-                      "(queries and passages must share an encoder; --allow-model-mismatch overrides)",
-                      qac_index_model_fingerprint(ix), model_dir, m->fingerprint);
-        goto fail;
-    }
-    qac_encoder_opts eo = qac_encoder_default_opts();
-    eo.device = dev;
-    eo.threads = (int)qac_opts_int(o, "threads");
-    eo.max_batch = batch;
-    eo.cpu_precision = strcmp(qac_opts_str(o, "dtype"), "bf16") ? QAC_PREC_FP32 : QAC_PREC_BF16;
-    if (qac_encoder_create(&enc, m, &eo)) goto fail;
-    if (qac_encoder_dim(enc) != qac_index_dim(ix)) {
-        qac_set_error(QAC_ERR_INVALID, "model dimension %d differs from the index's %d", qac_encoder_dim(enc),
-                      qac_index_dim(ix));
-        goto fail;
-    }
+    qac_status bst;
+    /* the queries first: a mistake there is said before the indexes and model load */
     if (qac_reader_open(&r, qac_opts_str(o, "queries"), QAC_READ_QUERIES, qac_cli_format(qac_opts_str(o, "format"))))
         goto fail;
+    if (mode != MODE_DENSE && (bst = qac_bm25_open(&S.bm25, bm25_dir))) {
+        qac_wrap_error(bst, "bm25 index %s", bm25_dir);
+        goto fail;
+    }
+    if (mode != MODE_BM25) {
+        qac_index_verify verify;
+        const char *model_dir = qac_cli_model_dir(o, buf, sizeof buf);
+        if (!model_dir || qac_index_verify_parse(qac_opts_str(o, "verify"), &verify) ||
+            qac_index_open_verified(&S.ix, index_dir, dev, verify) ||
+            qac_index_set_threads(S.ix, (int)qac_opts_int(o, "threads")))
+            goto fail;
+        if (qac_opts_isset(o, "nprobe") && qac_index_set_param(S.ix, "nprobe", (double)qac_opts_int(o, "nprobe")))
+            goto fail;
+        if (qac_opts_isset(o, "ef-search") &&
+            qac_index_set_param(S.ix, "efSearch", (double)qac_opts_int(o, "ef-search")))
+            goto fail;
+        if (qac_model_load(&m, model_dir) || qac_cli_apply_prompts(o, m)) goto fail;
+        if (qac_index_check_prompts(S.ix, qac_model_query_prompt(m))) {
+            if (!qac_opts_bool(o, "allow-prompt-mismatch")) goto fail;
+            fprintf(stderr, "qac search: warning: %s\n", qac_last_error());
+        }
+        if (!qac_opts_bool(o, "allow-model-mismatch") && qac_index_check_model(S.ix, m)) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", qac_last_error());
+            qac_set_error(QAC_ERR_MISMATCH, "%s (or --allow-model-mismatch to search anyway)", msg);
+            goto fail;
+        }
+        qac_encoder_opts eo = qac_encoder_default_opts();
+        eo.device = dev;
+        eo.threads = (int)qac_opts_int(o, "threads");
+        eo.max_batch = batch;
+        eo.cpu_precision = strcmp(qac_opts_str(o, "dtype"), "bf16") ? QAC_PREC_FP32 : QAC_PREC_BF16;
+        if (qac_encoder_create(&S.enc, m, &eo)) goto fail;
+        if (qac_encoder_dim(S.enc) != qac_index_dim(S.ix)) {
+            qac_set_error(QAC_ERR_INVALID, "model dimension %d differs from the index's %d", qac_encoder_dim(S.enc),
+                          qac_index_dim(S.ix));
+            goto fail;
+        }
+        S.max_len = qac_encoder_max_len(S.enc, S.max_len);
+        S.qv = malloc((size_t)batch * (size_t)qac_index_dim(S.ix) * sizeof(float));
+        S.scores = malloc((size_t)batch * (size_t)depth * sizeof(float));
+        S.rows = malloc((size_t)batch * (size_t)depth * sizeof(int64_t));
+        if (!S.qv || !S.scores || !S.rows) {
+            qac_set_error(QAC_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
+    }
     b.qids = calloc((size_t)batch, sizeof(char *));
     b.texts = calloc((size_t)batch, sizeof(char *));
     b.lens = calloc((size_t)batch, sizeof(size_t));
-    qv = malloc((size_t)batch * (size_t)qac_index_dim(ix) * sizeof(float));
-    scores = malloc((size_t)batch * (size_t)k * sizeof(float));
-    rows = malloc((size_t)batch * (size_t)k * sizeof(int64_t));
-    docids = malloc((size_t)k * sizeof(char *));
-    if (!b.qids || !b.texts || !b.lens || !qv || !scores || !rows || !docids) {
+    S.bscores = malloc((size_t)depth * sizeof(float));
+    S.brows = malloc((size_t)depth * sizeof(int64_t));
+    S.dense_ids = malloc((size_t)depth * sizeof(char *));
+    S.sparse_ids = malloc((size_t)depth * sizeof(char *));
+    S.hits = malloc((size_t)depth * 2 * sizeof(qac_hit));
+    if (!b.qids || !b.texts || !b.lens || !S.bscores || !S.brows || !S.dense_ids || !S.sparse_ids || !S.hits) {
         qac_set_error(QAC_ERR_NOMEM, "out of memory");
         goto fail;
     }
     qac_progress_state ps;
     qac_progress_init(&ps, "queries");
-    uint64_t done = 0;
+    uint64_t done = 0, file_size = qac_reader_file_size(r), offset = 0;
+    double t0 = qac_now();
+    qac_progress_stderr(&ps, "search", 0, 0); /* the phase's clock starts here */
     for (int eof = 0; !eof;) {
         qac_record rec;
         int got = 0;
@@ -127,6 +204,7 @@ static int search_local(const qac_opts *o, FILE *out) {
             b.qids[b.n] = strdup(rec.id);
             b.texts[b.n] = strndup(rec.text, rec.text_len);
             b.lens[b.n] = rec.text_len;
+            offset = rec.offset;
             if (!b.qids[b.n] || !b.texts[b.n]) {
                 b.n++;
                 qac_set_error(QAC_ERR_NOMEM, "out of memory");
@@ -135,12 +213,22 @@ static int search_local(const qac_opts *o, FILE *out) {
             b.n++;
         } else eof = 1;
         if (b.n == batch || (eof && b.n)) {
-            if (run_batch(enc, ix, &b, k, max_len, run_id, out, qv, scores, rows, docids)) goto fail;
+            if (run_batch(&S, &b, out)) goto fail;
             done += (uint64_t)b.n;
-            qac_progress_stderr(&ps, "search", done, 0);
+            /* the total is estimated from the bytes read so far, exact at the end */
+            uint64_t est = eof ? done : offset > 0 ? (uint64_t)((double)done * (double)file_size / (double)offset) : 0;
+            qac_progress_stderr(&ps, "search", done, est > done || eof ? est : done + 1);
             qbatch_clear(&b);
         }
     }
+    double dt = qac_now() - t0;
+    if (S.enc)
+        qac_summary("search", "%llu queries, %llu hits in %.1f s (%.1f queries/s); %lld cut at %d tokens -> %s",
+                    (unsigned long long)done, (unsigned long long)S.written, dt, dt > 0 ? (double)done / dt : 0.0,
+                    (long long)qac_encoder_truncated(S.enc), S.max_len, qac_opts_str(o, "run"));
+    else
+        qac_summary("search", "%llu queries, %llu hits in %.1f s (%.1f queries/s) -> %s", (unsigned long long)done,
+                    (unsigned long long)S.written, dt, dt > 0 ? (double)done / dt : 0.0, qac_opts_str(o, "run"));
     rc = 0;
 fail:
     if (rc) rc = qac_cli_fail("search");
@@ -148,39 +236,114 @@ fail:
     free(b.qids);
     free(b.texts);
     free(b.lens);
-    free(qv);
-    free(scores);
-    free(rows);
-    free(docids);
+    free(S.qv);
+    free(S.scores);
+    free(S.rows);
+    free(S.bscores);
+    free(S.brows);
+    free(S.dense_ids);
+    free(S.sparse_ids);
+    free(S.hits);
     qac_reader_free(r);
-    qac_encoder_free(enc);
+    qac_encoder_free(S.enc);
     qac_model_free(m);
-    qac_index_free(ix);
+    qac_index_free(S.ix);
+    qac_bm25_free(S.bm25);
     return rc;
+}
+
+/* "--index" or "--index (QAC_INDEX)": where a value came from, for messages. */
+static const char *named(const qac_opts *o, const char *name, char *buf, size_t cap) {
+    for (int i = 0; i < o->n; i++)
+        if (!strcmp(o->table[i].name, name)) {
+            if (o->source[i] == QAC_SRC_ENV && o->table[i].env)
+                snprintf(buf, cap, "--%s (from %s)", name, o->table[i].env);
+            else if (o->source[i] == QAC_SRC_FILE) snprintf(buf, cap, "--%s (from --config)", name);
+            else snprintf(buf, cap, "--%s", name);
+            return buf;
+        }
+    return name;
+}
+
+/* The mode, from --mode and which of --index/--bm25/--server are set; -1
+ * after printing why the combination is refused. */
+static int pick_mode(const qac_opts *o) {
+    static const char *const modes[] = {"dense", "bm25", "hybrid"};
+    const char *ms = qac_opts_str(o, "mode");
+    int has_ix = qac_opts_isset(o, "index"), has_bm = qac_opts_isset(o, "bm25"), mode = -1;
+    for (int i = 0; ms && i < 3; i++)
+        if (!strcmp(ms, modes[i])) mode = i;
+    char a[96], b2[96];
+    if (qac_opts_isset(o, "server")) {
+        if (has_ix || has_bm) {
+            fprintf(stderr,
+                    "qac search: %s and %s are both set: search either the server or a local index, not both "
+                    "(the server's own --index and --bm25 decide what it searches)\n",
+                    named(o, "server", a, sizeof a), named(o, has_ix ? "index" : "bm25", b2, sizeof b2));
+            return -1;
+        }
+        return mode < 0 ? MODE_DENSE : mode;
+    }
+    if (mode < 0) mode = has_ix || !has_bm ? MODE_DENSE : MODE_BM25;
+    if (mode != MODE_BM25 && !has_ix) {
+        fprintf(stderr, "qac search: mode %s needs --index DIR%s (or --server URL)\n", modes[mode],
+                mode == MODE_HYBRID ? " and --bm25 DIR" : "");
+        return -1;
+    }
+    if (mode != MODE_DENSE && !has_bm) {
+        fprintf(stderr, "qac search: mode %s needs --bm25 DIR%s (or --server URL)\n", modes[mode],
+                mode == MODE_HYBRID ? " and --index DIR" : "");
+        return -1;
+    }
+    if (mode == MODE_DENSE && has_bm) {
+        fprintf(stderr, "qac search: --bm25 is set but mode is dense: give --mode bm25 or --mode hybrid\n");
+        return -1;
+    }
+    if (mode == MODE_BM25 && has_ix) {
+        fprintf(stderr, "qac search: %s is set but mode is bm25: drop it or give --mode hybrid\n",
+                named(o, "index", a, sizeof a));
+        return -1;
+    }
+    return mode;
 }
 
 int qac_cmd_search(int argc, char **argv) {
     qac_opts o;
-    int rc = qac_cli_parse(&o, "search", "--index DIR --queries FILE --run OUT [options]", search_opts, N_SEARCH_OPTS,
-                           argc, argv);
+    int rc = qac_cli_parse(&o, "search",
+                           "--queries FILE --run OUT (--index DIR | --bm25 DIR | both) [--mode dense|bm25|hybrid] "
+                           "[options]\n       qac search --server URL --queries FILE --run OUT [--mode ...]",
+                           search_opts, N_SEARCH_OPTS, argc, argv);
     if (rc) return rc < 0 ? 0 : rc;
+    int mode = pick_mode(&o);
+    if (mode < 0) {
+        fprintf(stderr, "(see 'qac search --help')\n");
+        qac_opts_free(&o);
+        return 2;
+    }
     const char *run_path = qac_opts_str(&o, "run");
     int to_stdout = !strcmp(run_path, "-");
     qac_atomic_file af = {0};
     FILE *out = stdout;
     if (!to_stdout) {
-        if (qac_atomic_open(&af, run_path)) {
+        if (qac_check_output_file(run_path) || qac_atomic_open(&af, run_path)) {
             qac_opts_free(&o);
             return qac_cli_fail("search");
         }
         out = af.f;
     }
     const char *server = qac_opts_str(&o, "server");
-    if (server)
+    if (server && qac_opts_isset(&o, "query-prompt")) {
+        /* the text goes as typed; a prompt added here would be applied twice */
+        fprintf(stderr, "qac search: --query-prompt does not apply to --server: the server puts its own query "
+                        "prompt before the queries (see its /info)\n");
+        rc = 2;
+    } else if (server)
         rc = qac_cli_search_remote(server, qac_opts_str(&o, "api-key"), qac_opts_str(&o, "queries"),
-                                   (int)qac_opts_int(&o, "k"), qac_opts_str(&o, "run-id"), out);
+                                   qac_cli_format(qac_opts_str(&o, "format")), qac_opts_str(&o, "mode"),
+                                   (int)qac_opts_int(&o, "k"), qac_opts_str(&o, "run-id"),
+                                   (int)qac_opts_int(&o, "max-len"), out);
     else
-        rc = search_local(&o, out);
+        rc = search_local(&o, mode, out);
     if (!to_stdout) {
         if (rc) qac_atomic_abort(&af); /* a failed search leaves no partial run behind */
         else if (qac_atomic_commit(&af)) rc = qac_cli_fail("search");

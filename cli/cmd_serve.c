@@ -158,8 +158,9 @@ int qac_cmd_serve(int argc, char **argv) {
     if (qac_server_config_from_opts(&cfg, &o)) goto fail;
     if (qac_server_real_open(&real, &be, model_dir, qac_opts_str(&o, "index"), qac_opts_str(&o, "bm25"),
                              qac_opts_str(&o, "device"), qac_opts_str(&o, "dtype"), (int)qac_opts_int(&o, "threads"),
-                             qac_opts_str(&o, "verify"),
-                             qac_opts_bool(&o, "allow-model-mismatch")))
+                             qac_opts_str(&o, "verify"), qac_opts_bool(&o, "allow-model-mismatch"),
+                             qac_opts_str(&o, "query-prompt"), qac_opts_str(&o, "passage-prompt"),
+                             qac_opts_bool(&o, "allow-prompt-mismatch")))
         goto fail;
     if (qac_server_create(&srv, &cfg, &be, log_stderr, &lg)) goto fail;
     qac_server_set_access_log(srv, log_access, &lg);
@@ -169,6 +170,7 @@ int qac_cmd_serve(int argc, char **argv) {
         snprintf(msg, sizeof msg, "return_text is disabled: %s", be.text_unavailable);
         log_stderr(&lg, QAC_LOG_WARN, msg);
     }
+    if (be.prompt_warning) log_stderr(&lg, QAC_LOG_WARN, be.prompt_warning);
     if (!qac_opts_str(&o, "index"))
         log_stderr(&lg, QAC_LOG_WARN, "no --index: encode-only server (/search answers 503)");
     /* The port line is the start-up handshake scripts wait for, and the

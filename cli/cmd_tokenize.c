@@ -5,11 +5,15 @@
 
 #include "cli.h"
 #include "qac_tokenizer.h"
+#include "qac_util.h"
 
 static const qac_opt tokenize_opts[] = {
     {"model", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "model directory (default: the installed default model)", 0},
     {"max-len", QAC_OPT_INT, "0", 0, 1000000, NULL, NULL,
-     "add [CLS]/[SEP] and truncate to this many tokens; 0: plain tokens, no specials", 0},
+     "truncate to this many tokens, specials included; 0: no truncation", 0},
+    {"special-tokens", QAC_OPT_BOOL, "true", 0, -1, NULL, NULL,
+     "add [CLS] ... [SEP] as the server's /tokenize does (add_special_tokens); --no-special-tokens: the text's "
+     "tokens alone", 0},
     {"tokens", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL, "print token strings instead of ids", 0},
     {"pair", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "second segment: encode each text as the pair (text, TEXT_B)", 0},
     {"input", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "read one text per line from FILE ('-' for stdin)", 0},
@@ -18,7 +22,7 @@ static const qac_opt tokenize_opts[] = {
 
 typedef struct tok_job {
     const qac_tokenizer *t;
-    int max_len, tokens;
+    int max_len, tokens, specials;
     const char *pair;
     int32_t *ids;
     int cap;
@@ -39,11 +43,17 @@ static int print_one(tok_job *j, const char *text, size_t len) {
             }
             if (ml > j->cap) n = ml;
             else st = qac_tokenizer_encode_pair(j->t, text, len, j->pair, strlen(j->pair), ml, j->ids, NULL, &n);
-        } else if (j->max_len) {
-            if (j->max_len > j->cap) n = j->max_len;
-            else st = qac_tokenizer_encode(j->t, text, len, j->max_len, j->ids, &n);
+        } else if (j->specials) {
+            int ml = j->max_len;
+            if (!ml) { /* no limit: room for the whole text */
+                if ((st = qac_tokenizer_tokenize(j->t, text, len, NULL, 0, &ml))) return qac_cli_fail("tokenize");
+                ml += 2;
+            }
+            if (ml > j->cap) n = ml;
+            else st = qac_tokenizer_encode(j->t, text, len, ml, j->ids, &n);
         } else {
             st = qac_tokenizer_tokenize(j->t, text, len, j->ids, j->cap, &n);
+            if (!st && n <= j->cap && j->max_len && n > j->max_len) n = j->max_len;
         }
         if (n <= j->cap) break;
         int32_t *bigger = realloc(j->ids, (size_t)n * sizeof *bigger);
@@ -70,13 +80,20 @@ static int print_one(tok_job *j, const char *text, size_t len) {
 
 int qac_cmd_tokenize(int argc, char **argv) {
     qac_opts o;
-    int rc = qac_cli_parse(&o, "tokenize", "[--model DIR] [--max-len N] [--tokens] [--pair TEXT_B] [--input FILE] [TEXT ...]",
+    int rc = qac_cli_parse(&o, "tokenize",
+                           "[--model DIR] [--max-len N] [--no-special-tokens] [--tokens] [--pair TEXT_B] [--input FILE] "
+                           "[TEXT ...]",
                            tokenize_opts, N_OPTS, argc, argv);
     if (rc) return rc < 0 ? 0 : rc;
     tok_job j = {.max_len = (int)qac_opts_int(&o, "max-len"), .tokens = qac_opts_bool(&o, "tokens"),
-                 .pair = qac_opts_str(&o, "pair"), .cap = 1024};
+                 .specials = qac_opts_bool(&o, "special-tokens"), .pair = qac_opts_str(&o, "pair"), .cap = 1024};
+    if (j.pair && !j.specials) {
+        fprintf(stderr, "qac tokenize: --pair always has its special tokens (drop --no-special-tokens)\n");
+        qac_opts_free(&o);
+        return 2;
+    }
     const char *input = qac_opts_str(&o, "input");
-    if (j.max_len == 1 || (j.pair && j.max_len == 2)) {
+    if (j.specials && (j.max_len == 1 || (j.pair && j.max_len == 2))) {
         fprintf(stderr, "qac tokenize: --max-len must be 0 or at least %d\n", j.pair ? 3 : 2);
         qac_opts_free(&o);
         return 2;
@@ -98,10 +115,9 @@ int qac_cmd_tokenize(int argc, char **argv) {
     rc = j.ids ? 0 : 1;
     for (int i = 0; i < o.n_positional && !rc; i++) rc = print_one(&j, o.positional[i], strlen(o.positional[i]));
     if (input && !rc) {
-        FILE *f = strcmp(input, "-") ? fopen(input, "rb") : stdin;
-        if (!f) {
-            perror(input);
-            rc = 1;
+        FILE *f = stdin;
+        if (strcmp(input, "-") && qac_open_input(&f, input)) {
+            rc = qac_cli_fail("tokenize");
         } else {
             char *line = NULL;
             size_t lcap = 0;

@@ -1,8 +1,12 @@
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "qac_cpu.h"
+#include "qac_model.h"
+#include "qac_util.h"
 
 int qac_cli_parse(qac_opts *o, const char *cmd, const char *synopsis, const qac_opt *table, int n,
                   int argc, char **argv) {
@@ -27,14 +31,19 @@ int qac_cli_parse(qac_opts *o, const char *cmd, const char *synopsis, const qac_
 }
 
 int qac_cli_fail(const char *cmd) {
+    qac_progress_newline();
     fprintf(stderr, "qac %s: %s\n", cmd, qac_last_error());
     return 1;
 }
 
 const char *qac_cli_model_dir(const qac_opts *o, char *buf, size_t cap) {
     const char *m = qac_opts_str(o, "model");
-    if (m) return m;
-    return qac_default_model_dir(buf, cap) == QAC_OK ? buf : NULL;
+    if (!m) return qac_default_model_dir(buf, cap) == QAC_OK ? buf : NULL;
+    char note[4096 + 512];
+    if (qac_model_resolve(m, buf, cap, note, sizeof note)) return NULL;
+    /* which model runs is never left to guess, quiet or not */
+    if (note[0]) fprintf(stderr, "qac: %s\n", note);
+    return buf;
 }
 
 qac_device qac_cli_device(const char *name) {
@@ -53,4 +62,54 @@ qac_text_format qac_cli_format(const char *name) {
 void qac_cli_fmt_eta(char *buf, size_t cap, double s) {
     if (s >= 3600) snprintf(buf, cap, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
     else snprintf(buf, cap, "%dm%02ds", (int)(s / 60), (int)s % 60);
+}
+
+qac_status qac_cli_apply_prompts(const qac_opts *o, qac_model *m) {
+    const char *q = qac_opts_str(o, "query-prompt"), *p = qac_opts_str(o, "passage-prompt");
+    qac_status st = q ? qac_model_set_prompt(m, "query", q) : QAC_OK;
+    if (!st && p) st = qac_model_set_prompt(m, qac_model_passage_prompt_name(m), p);
+    return st;
+}
+
+const char *qac_cli_quote_prompt(char *buf, size_t cap, const char *prompt) {
+    if (!prompt || !*prompt) snprintf(buf, cap, "none");
+    else snprintf(buf, cap, "\"%s\"", prompt);
+    return buf;
+}
+
+qac_status qac_cli_check_run_dir(const char *out) {
+    qac_status st = qac_check_output_dir(out);
+    char cfg[4096], latest[4096];
+    if (st || qac_path_join(cfg, sizeof cfg, out, "config.json") || qac_path_join(latest, sizeof latest, out, "latest"))
+        return st ? st : qac_set_error(QAC_ERR_INVALID, "path too long: %s", out);
+    if (access(cfg, F_OK) == 0 && access(latest, F_OK) != 0)
+        return qac_set_error(QAC_ERR_INVALID,
+                             "%s holds a model that no training run wrote: the run's final model would replace it; "
+                             "choose another --out",
+                             out);
+    return QAC_OK;
+}
+
+static int hit_float_cmp(const void *a, const void *b) {
+    const qac_hit *x = a, *y = b;
+    float fx = (float)x->score, fy = (float)y->score;
+    if (fx != fy) return fx > fy ? -1 : 1;
+    return -strcmp(x->docid, y->docid);
+}
+
+qac_status qac_cli_write_hits(FILE *out, const char *qid, qac_hit *hits, int n, const char *run_id) {
+    /* hybrid scores are doubles: two may round to one float, which trec_eval then orders by docid */
+    qsort(hits, (size_t)n, sizeof *hits, hit_float_cmp);
+    const char **docids = malloc(((size_t)n + 1) * sizeof *docids);
+    float *scores = malloc(((size_t)n + 1) * sizeof *scores);
+    qac_status st = QAC_OK;
+    if (!docids || !scores) st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < n && !st; i++) {
+        docids[i] = hits[i].docid;
+        scores[i] = (float)hits[i].score;
+    }
+    if (!st) st = qac_run_write(out, qid, docids, scores, n, run_id);
+    free(docids);
+    free(scores);
+    return st;
 }

@@ -13,7 +13,7 @@ static const command commands[] = {
     {"info", qac_cmd_info, "describe a model directory: config, parameters, pooling, tokenizer"},
     {"tokenize", qac_cmd_tokenize, "print token ids for texts"},
     {"encode", qac_cmd_encode, "embed a TSV/JSONL file into a matrix (.qmat or .npy)"},
-    {"index", qac_cmd_index, "build (resumably) a FAISS index over a corpus"},
+    {"index", qac_cmd_index, "build (resumably) a FAISS index over a corpus, or merge parts encoded by many workers"},
     {"search", qac_cmd_search, "search a queries file against an index, write a TREC run"},
     {"bm25", qac_cmd_bm25, "build or search a BM25 inverted index"},
     {"eval", qac_cmd_eval, "score a TREC run against qrels, trec_eval-compatible"},

@@ -15,6 +15,7 @@
 
 #include "cli.h"
 #include "qac_data.h"
+#include "qac_util.h"
 
 #define REMOTE_BATCH 128 /* like offline search's default batch */
 #define REMOTE_TIMEOUT_S 300
@@ -177,30 +178,26 @@ static qac_status call_json(const remote *r, const char *method, const char *pat
     json_error_t e;
     json_t *o = json_loads(body, 0, &e);
     free(body);
+    /* the URL as requested: a server behind a path prefix is named with it */
+    char where[1024];
+    snprintf(where, sizeof where, "%s http://%s%s%s:%s%s%s", method, strchr(r->host, ':') ? "[" : "", r->host,
+             strchr(r->host, ':') ? "]" : "", r->port, r->prefix, path);
     if (status / 100 != 2) {
         const char *msg = json_string_value(json_object_get(json_object_get(o, "error"), "message"));
-        st = qac_set_error(QAC_ERR_IO, "POST/GET %s: HTTP %d: %s", path, status, msg ? msg : "(no message)");
+        st = qac_set_error(QAC_ERR_IO, "%s: HTTP %d%s%s", where, status, msg ? ": " : "",
+                           msg ? msg : status == 404 ? " (is this a qac server, at this path?)" : "");
         json_decref(o);
         return st;
     }
-    if (!o) return qac_set_error(QAC_ERR_FORMAT, "%s: the server sent malformed JSON: %s", path, e.text);
+    if (!o) return qac_set_error(QAC_ERR_FORMAT, "%s: the server sent malformed JSON: %s", where, e.text);
     *out = o;
     return QAC_OK;
 }
 
-typedef struct rhit {
-    const char *docid;
-    float score;
-} rhit;
-
-static int rhit_cmp(const void *a, const void *b) {
-    const rhit *x = a, *y = b;
-    if (x->score != y->score) return x->score > y->score ? -1 : 1;
-    return -strcmp(x->docid, y->docid);
-}
-
-static qac_status run_batch(const remote *r, char **qids, json_t *queries, int k, const char *run_id, FILE *out) {
+static qac_status run_batch(const remote *r, char **qids, json_t *queries, const char *mode, int k,
+                            const char *run_id, FILE *out, uint64_t *written) {
     json_t *req = json_pack("{s:O,s:i}", "queries", queries, "k", k);
+    if (req && mode) json_object_set_new(req, "mode", json_string(mode));
     char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
     json_decref(req);
     if (!body) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
@@ -214,10 +211,8 @@ static qac_status run_batch(const remote *r, char **qids, json_t *queries, int k
         json_decref(resp);
         return qac_set_error(QAC_ERR_FORMAT, "/search: expected %zu result lists", nq);
     }
-    rhit *hits = malloc(((size_t)k + 1) * sizeof *hits);
-    const char **docids = malloc(((size_t)k + 1) * sizeof *docids);
-    float *scores = malloc(((size_t)k + 1) * sizeof *scores);
-    if (!hits || !docids || !scores) st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    qac_hit *hits = malloc(((size_t)k + 1) * sizeof *hits);
+    if (!hits) st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
     for (size_t q = 0; q < nq && !st; q++) {
         json_t *list = json_array_get(results, q);
         size_t n = json_array_size(list);
@@ -227,25 +222,19 @@ static qac_status run_batch(const remote *r, char **qids, json_t *queries, int k
             const char *d = json_string_value(json_object_get(h, "docid"));
             json_t *sc = json_object_get(h, "score");
             if (!d || !json_is_number(sc)) st = qac_set_error(QAC_ERR_FORMAT, "/search: malformed hit");
-            else hits[i] = (rhit){d, (float)json_number_value(sc)};
+            else hits[i] = (qac_hit){d, json_number_value(sc), -1};
         }
         if (st) break;
-        qsort(hits, n, sizeof *hits, rhit_cmp);
-        for (size_t i = 0; i < n; i++) {
-            docids[i] = hits[i].docid;
-            scores[i] = hits[i].score;
-        }
-        st = qac_run_write(out, qids[q], docids, scores, (int)n, run_id);
+        st = qac_cli_write_hits(out, qids[q], hits, (int)n, run_id);
+        *written += n;
     }
     free(hits);
-    free(docids);
-    free(scores);
     json_decref(resp);
     return st;
 }
 
-int qac_cli_search_remote(const char *url, const char *api_key, const char *queries_path, int k, const char *run_id,
-                          FILE *out) {
+int qac_cli_search_remote(const char *url, const char *api_key, const char *queries_path, qac_text_format fmt,
+                          const char *mode, int k, const char *run_id, int max_len, FILE *out) {
     remote r;
     memset(&r, 0, sizeof r);
     r.api_key = api_key && *api_key ? api_key : NULL;
@@ -253,18 +242,29 @@ int qac_cli_search_remote(const char *url, const char *api_key, const char *quer
     json_t *info = NULL, *batch = NULL;
     char *qids[REMOTE_BATCH] = {0};
     int nb = 0, rc = 1;
+    uint64_t done = 0, hits = 0;
+    qac_progress_state ps;
+    qac_progress_init(&ps, "queries");
+    double t0 = qac_now();
     if (parse_url(&r, url)) goto fail;
+    if (qac_reader_open(&rd, queries_path, QAC_READ_QUERIES, fmt)) goto fail;
     /* the server's limits decide the batch size and whether k is allowed */
     if (call_json(&r, "GET", "/info", NULL, &info)) goto fail;
     json_t *limits = json_object_get(info, "limits");
     int max_texts = (int)json_integer_value(json_object_get(limits, "max_texts"));
     int max_k = (int)json_integer_value(json_object_get(limits, "max_k"));
+    int server_len = (int)json_integer_value(json_object_get(limits, "query_max_len"));
+    /* the server embeds queries at its own length: never let --max-len look applied */
+    if (max_len > 0 && server_len > 0 && max_len != server_len)
+        fprintf(stderr,
+                "qac search: note: --max-len %d is for offline searches; the server cuts queries at %d tokens (its "
+                "--query-max-len)\n",
+                max_len, server_len);
     int per_call = max_texts > 0 && max_texts < REMOTE_BATCH ? max_texts : REMOTE_BATCH;
     if (max_k > 0 && k > max_k) {
         qac_set_error(QAC_ERR_INVALID, "k %d is larger than the server's max_k %d (start it with --max-k)", k, max_k);
         goto fail;
     }
-    if (qac_reader_open(&rd, queries_path, QAC_READ_QUERIES, QAC_FMT_AUTO)) goto fail;
     batch = json_array();
     if (!batch) goto fail;
     for (int eof = 0; !eof;) {
@@ -282,7 +282,9 @@ int qac_cli_search_remote(const char *url, const char *api_key, const char *quer
             nb++;
         } else eof = 1;
         if (nb == per_call || (eof && nb)) {
-            if (run_batch(&r, qids, batch, k, run_id, out)) goto fail;
+            if (run_batch(&r, qids, batch, mode, k, run_id, out, &hits)) goto fail;
+            done += (uint64_t)nb;
+            qac_progress_stderr(&ps, "search", done, 0);
             for (int i = 0; i < nb; i++) {
                 free(qids[i]);
                 qids[i] = NULL;
@@ -291,6 +293,10 @@ int qac_cli_search_remote(const char *url, const char *api_key, const char *quer
             json_array_clear(batch);
         }
     }
+    qac_progress_stderr(&ps, "search", done, done);
+    double dt = qac_now() - t0;
+    qac_summary("search", "%llu queries, %llu hits in %.1f s (%.1f queries/s) from %s", (unsigned long long)done,
+                (unsigned long long)hits, dt, dt > 0 ? (double)done / dt : 0.0, url);
     rc = 0;
 fail:
     if (rc) rc = qac_cli_fail("search");

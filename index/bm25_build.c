@@ -365,6 +365,7 @@ qac_status qac_bm25_build(const char *out_dir, const char *corpus_path, const qa
     qac_status st;
     char path[4096];
     if ((st = qac_path_join(path, sizeof path, out_dir, QAC_BM25_FILE)) != QAC_OK) return st;
+    if ((st = qac_check_output_dir(out_dir)) != QAC_OK) return st; /* before the corpus is read */
     if ((st = qac_analyzer_create(&an)) != QAC_OK) return st;
     if ((st = qac_analyzer_enable_cache(an, 1 << 16)) != QAC_OK) goto done;
     if ((st = qac_reader_open(&r, corpus_path, QAC_READ_CORPUS, QAC_FMT_AUTO)) != QAC_OK) goto done;

@@ -57,10 +57,11 @@ typedef struct builder {
     uint64_t *offsets;
     int64_t *lines;
     uint64_t fill;
+    uint64_t cut; /* passages of the filling shard cut at max_len */
 } builder;
 
 static qac_status faiss_fail(const char *what) {
-    return qac_set_error(QAC_ERR_FAISS, "faiss %s: %s", what, faiss_get_last_error());
+    return qac_set_error(QAC_ERR_FAISS, "faiss %s: %s", what, qac_faiss_message());
 }
 
 static void progress(const builder *b, const char *phase, uint64_t done, uint64_t total) {
@@ -111,6 +112,16 @@ static void describe_diff(char *buf, size_t cap, const char *prefix, json_t *had
         free(hs);
         free(ws);
     }
+    /* and what the index has that this run lacks (prompts, a bf16 encoder) */
+    json_object_foreach(had, key, v) {
+        if (json_object_get(want, key)) continue;
+        char *hs = json_dumps(v, JSON_ENCODE_ANY);
+        size_t used = strlen(buf);
+        if (used < cap)
+            snprintf(buf + used, cap - used, "%s%s%s: index has %s, this run (none)", used ? "; " : "", prefix, key,
+                     hs ? hs : "?");
+        free(hs);
+    }
 }
 
 /* Remove temporaries left by a killed run ("<name>.tmp.<pid>"). */
@@ -133,9 +144,70 @@ static qac_status check_factory(const char *factory, int dim) {
                              "\"SQbf16\" only (exact search)", factory);
     FaissIndex *idx = NULL;
     if (faiss_index_factory(&idx, dim, factory, METRIC_INNER_PRODUCT))
-        return qac_set_error(QAC_ERR_INVALID, "bad --factory '%s': %s", factory, faiss_get_last_error());
+        return qac_set_error(QAC_ERR_INVALID,
+                             "bad --factory '%s' for %d-dimensional vectors: %s (examples: Flat, SQfp16, HNSW32, "
+                             "IVF1024,PQ32)",
+                             factory, dim, qac_faiss_message());
     faiss_Index_free(idx);
     return QAC_OK;
+}
+
+static int64_t parse_nlist(const char *factory);
+
+/* The fewest training vectors the factory's k-means runs take (FAISS
+ * refuses fewer points than centroids): nlist for IVF<nlist>, 2^bits per
+ * PQ<m>[x<bits>] sub-quantizer (8 bits unless given); 0 when untrained. */
+static int64_t factory_training_need(const char *factory, char *why, size_t cap) {
+    int64_t need = 0, nlist = parse_nlist(factory);
+    why[0] = '\0';
+    if (nlist > 0) {
+        need = nlist;
+        snprintf(why, cap, "IVF%lld: a point per list", (long long)nlist);
+    }
+    for (const char *p = factory; (p = strstr(p, "PQ")); p += 2) {
+        if (p > factory && p[-1] != ',' && p[-1] != 'O') continue; /* PQ as a component, or OPQ */
+        const char *q = p + 2;
+        while (*q >= '0' && *q <= '9') q++;
+        long bits = *q == 'x' ? strtol(q + 1, NULL, 10) : 8;
+        if (bits < 1 || bits > 16) continue;
+        if ((INT64_C(1) << bits) > need) {
+            need = INT64_C(1) << bits;
+            snprintf(why, cap, "PQ with %ld bits: %lld centroids per sub-quantizer", bits, (long long)need);
+        }
+    }
+    return need;
+}
+
+/* Before any encoding: will the factory train on what the corpus gives? */
+static qac_status check_training(const char *factory, const qac_index_build_opts *o, uint64_t n) {
+    char why[128];
+    int64_t need = factory_training_need(factory, why, sizeof why);
+    if (need <= 0) return QAC_OK;
+    int64_t nlist = parse_nlist(factory);
+    uint64_t auto_n = nlist ? (uint64_t)(256 * nlist) : 100000u;
+    uint64_t avail = o->train_size > 0 ? (uint64_t)o->train_size : auto_n;
+    if (avail > n) avail = n;
+    if (avail >= (uint64_t)need) return QAC_OK;
+    if (avail < n)
+        return qac_set_error(QAC_ERR_INVALID,
+                             "--factory %s trains on at least %lld vectors (%s), but --train-size gives %llu; "
+                             "raise --train-size",
+                             factory, (long long)need, why, (unsigned long long)avail);
+    char hint[96];
+    if (need > nlist) { /* PQ's k-means is what does not fit */
+        snprintf(hint, sizeof hint, "a PQ of fewer bits per code (PQ<m>x4 trains on 16), SQ8 or SQfp16");
+    } else if (n < 78) {
+        snprintf(hint, sizeof hint, "no IVF at all");
+    } else {
+        /* FAISS wants about 39 points per list: the largest power of two that keeps it */
+        long long fit = 1;
+        while (fit * 2 * 39 <= (long long)n) fit *= 2;
+        snprintf(hint, sizeof hint, "fewer IVF lists (IVF%lld keeps 39 points per list)", fit);
+    }
+    return qac_set_error(QAC_ERR_INVALID,
+                         "--factory %s trains on at least %lld vectors (%s), but the input has only %llu; use %s, "
+                         "or Flat (exact, and fast at this size)",
+                         factory, (long long)need, why, (unsigned long long)n, hint);
 }
 
 /* Lock the directory, then load or start the manifest. `identity` is
@@ -154,7 +226,7 @@ static qac_status builder_begin(builder *b, const char *dir, const qac_index_bui
         json_decref(identity);
         return qac_set_error(QAC_ERR_INVALID, "shard size and batch must be >= 1");
     }
-    if ((st = check_factory(b->factory, dim)) || (st = qac_mkdirs(dir))) {
+    if ((st = check_factory(b->factory, dim)) || (st = qac_check_output_dir(dir)) || (st = qac_mkdirs(dir))) {
         json_decref(identity);
         return st;
     }
@@ -164,7 +236,11 @@ static qac_status builder_begin(builder *b, const char *dir, const qac_index_bui
         return st;
     }
     b->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (b->lock_fd < 0 || flock(b->lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    if (b->lock_fd < 0) {
+        json_decref(identity);
+        return qac_set_error(QAC_ERR_IO, "%s: %s", path, strerror(errno));
+    }
+    if (flock(b->lock_fd, LOCK_EX | LOCK_NB) != 0) {
         json_decref(identity);
         return qac_set_error(QAC_ERR_BUSY, "%s: another qac index build is running on this directory", dir);
     }
@@ -190,6 +266,13 @@ static qac_status builder_begin(builder *b, const char *dir, const qac_index_bui
                                  QAC_MANIFEST_VERSION);
         }
         json_t *had = json_object_get(m, "build");
+        /* a run that failed before its first shard left nothing to keep:
+         * this one starts over with its own identity */
+        if (!json_equal(had, identity) && json_array_size(json_object_get(m, "shards")) == 0 &&
+            !json_is_true(json_object_get(m, "encoded"))) {
+            json_decref(m);
+            goto fresh;
+        }
         if (!json_equal(had, identity)) {
             char diff[2048] = "";
             describe_diff(diff, sizeof diff, "", had, identity);
@@ -217,6 +300,7 @@ static qac_status builder_begin(builder *b, const char *dir, const qac_index_bui
         }
         return QAC_OK;
     }
+fresh:
     b->man = json_pack("{s:s, s:i, s:o, s:[], s:I, s:b, s:n}", "format", QAC_MANIFEST_FORMAT, "version",
                        QAC_MANIFEST_VERSION, "build", identity, "shards", "count", (json_int_t)0, "encoded", 0,
                        "faiss");
@@ -271,6 +355,10 @@ static qac_status flush_shard(builder *b) {
     if (!e) return qac_set_error(QAC_ERR_NOMEM, "manifest: out of memory");
     json_array_append_new(json_object_get(b->man, "shards"), e);
     json_object_set_new(b->man, "count", json_integer((json_int_t)(first + b->fill)));
+    /* passages cut at max_len, over the listed shards (a resumed run counts on) */
+    json_object_set_new(b->man, "truncated",
+                        json_integer(json_integer_value(json_object_get(b->man, "truncated")) + (json_int_t)b->cut));
+    b->cut = 0;
     for (uint64_t i = 0; i < b->fill; i++) {
         free(b->ids[i]);
         b->ids[i] = NULL;
@@ -317,6 +405,7 @@ static qac_status writer_start(shard_writer *w, builder *b) {
     b->offsets = spare.offsets;
     b->lines = spare.lines;
     b->fill = 0;
+    b->cut = 0;
     w->st = QAC_OK;
     if (pthread_create(&w->th, NULL, writer_main, w) != 0) return flush_shard(&w->view);
     w->running = 1;
@@ -566,6 +655,42 @@ static qac_status abs_path(const char *p, char *out, size_t cap, uint64_t *size)
     return QAC_OK;
 }
 
+/* Where the model is, beside the build identity (a moved model is the same
+ * model): what a mismatch error tells the user to pass as --model. */
+static void set_model_dir(builder *b, const qac_model *m) {
+    char real[PATH_MAX];
+    if (m->dir && realpath(m->dir, real)) json_object_set_new(b->man, "model_dir", json_string(real));
+}
+
+/* Whether dir holds a manifest whose passages are all encoded (*count of them). */
+static int already_encoded(const char *dir, uint64_t *count) {
+    char path[4096];
+    if (qac_path_join(path, sizeof path, dir, "manifest.json")) return 0;
+    json_t *m = json_load_file(path, 0, NULL);
+    int yes = m && json_is_true(json_object_get(m, "encoded"));
+    if (yes) *count = (uint64_t)json_integer_value(json_object_get(m, "count"));
+    json_decref(m);
+    return yes;
+}
+
+/* Every record read once, before any is encoded: a bad line, a duplicate id
+ * or a missing tab is said now rather than hours in, and the count makes the
+ * progress exact. */
+static qac_status check_corpus(const char *path, const qac_index_build_opts *o, uint64_t *count) {
+    qac_reader *r = NULL;
+    *count = 0;
+    qac_status st = qac_reader_open(&r, path, QAC_READ_CORPUS, o->format);
+    if (o->progress) o->progress(o->progress_user, "check", 0, 0);
+    for (int got = 1; !st;) {
+        qac_record rec;
+        if ((st = qac_reader_next(r, &rec, &got)) || !got) break;
+        if (++*count % 65536 == 0 && o->progress) o->progress(o->progress_user, "check", *count, 0);
+    }
+    if (!st && o->progress) o->progress(o->progress_user, "check", *count, *count);
+    qac_reader_free(r);
+    return st;
+}
+
 /* ---- from a corpus, through the encoders ----
  *
  * A reader thread reads the corpus a chunk at a time (never across a shard
@@ -589,6 +714,7 @@ typedef struct chunk {
     char **texts;      /* owned copies until tokenised */
     size_t *text_lens;
     uint64_t last_offset;
+    uint64_t cut;      /* passages cut at max_len */
     qac_status st;     /* the reader's or a tokeniser's error, its message in err */
     char err[512];
 } chunk;
@@ -598,6 +724,7 @@ enum { SLOT_FREE = 0, SLOT_FILLED = 1 };
 typedef struct feeder {
     qac_reader *r;
     const qac_model *m;
+    const char *prompt; /* the passage prompt, or NULL */
     int max_len, cap, shard_size;
     qac_pool *pool;
     chunk slots[QAC_CHUNK_SLOTS];
@@ -647,10 +774,12 @@ static void tokenize_task(void *arg, int64_t begin, int64_t end, int tid) {
     tok_job *j = arg;
     chunk *c = j->c;
     for (int64_t i = begin; i < end; i++) {
-        int len = 0;
-        qac_status st = qac_tokenizer_encode(j->f->m->tok, c->texts[i], c->text_lens[i], j->f->max_len,
-                                             c->tok + (size_t)i * (size_t)j->f->max_len, &len);
+        int len = 0, cut = 0;
+        qac_status st = qac_tokenizer_encode_prompted_cut(j->f->m->tok, j->f->prompt, c->texts[i], c->text_lens[i],
+                                                          j->f->max_len, c->tok + (size_t)i * (size_t)j->f->max_len,
+                                                          &len, &cut);
         c->lens[i] = len;
+        if (cut) __atomic_fetch_add(&c->cut, (uint64_t)1, __ATOMIC_RELAXED);
         free(c->texts[i]);
         c->texts[i] = NULL;
         if (st) {
@@ -676,6 +805,7 @@ static void *feeder_main(void *arg) {
         for (int i = 0; i < c->n; i++) free(c->ids[i]), c->ids[i] = NULL;
         c->n = 0;
         c->eof = 0;
+        c->cut = 0;
         c->st = QAC_OK;
         c->err[0] = 0;
         int room = f->shard_size - fill, want = room < f->cap ? room : f->cap;
@@ -726,6 +856,7 @@ static void *feeder_main(void *arg) {
 typedef struct enc_team {
     qac_encoder **enc;
     int n_enc;
+    int pool_from;                   /* tokens of the passage prompt the pooling skips (0: none) */
     uint64_t done_before, est_total; /* for progress: rows before the chunk, the estimated total */
     int done;                        /* the chunk's rows encoded */
     builder *b;
@@ -751,8 +882,8 @@ static void *encode_worker(void *arg) {
     const int dim = t->b->dim, batch = t->batch;
     float *out = malloc((size_t)batch * (size_t)dim * sizeof(float));
     const int32_t **ptrs = malloc((size_t)batch * sizeof *ptrs);
-    int *lens = malloc((size_t)batch * sizeof(int));
-    if (!out || !ptrs || !lens) {
+    int *lens = malloc((size_t)batch * sizeof(int)), *from = malloc((size_t)batch * sizeof(int));
+    if (!out || !ptrs || !lens || !from) {
         pthread_mutex_lock(&t->mu);
         if (!t->st) {
             t->st = QAC_ERR_NOMEM;
@@ -771,9 +902,11 @@ static void *encode_worker(void *arg) {
             int r = t->c->order[s + j];
             ptrs[j] = t->c->tok + (size_t)r * (size_t)t->max_len;
             lens[j] = t->c->lens[r];
+            from[j] = t->pool_from;
         }
         double t0 = qac_now();
-        qac_status st = qac_encoder_encode_ids(t->enc[w->idx], ptrs, lens, nb, out);
+        qac_status st =
+            qac_encoder_encode_ids_from(t->enc[w->idx], ptrs, lens, t->pool_from ? from : NULL, nb, out);
         double t1 = qac_now();
         pthread_mutex_lock(&t->mu);
         if (st) {
@@ -799,6 +932,7 @@ static void *encode_worker(void *arg) {
     free(out);
     free(ptrs);
     free(lens);
+    free(from);
     return NULL;
 }
 
@@ -870,41 +1004,109 @@ static qac_status encode_chunk(enc_team *t, builder *b, chunk *c, int max_len, d
     return QAC_OK;
 }
 
+
+/* The passage length of a build: the option, else the model's, within the
+ * model's limits. */
+static qac_status build_max_len(const qac_model *m, int want, int *out) {
+    int max_len = want > 0 ? want : m->max_seq_len;
+    if (max_len > m->max_seq_len) max_len = m->max_seq_len;
+    if (max_len > m->cfg.max_position) max_len = m->cfg.max_position;
+    if (max_len < 2) return qac_set_error(QAC_ERR_INVALID, "max_len %d: must be >= 2", max_len);
+    *out = max_len;
+    return QAC_OK;
+}
+
+static const char *fmt_name(qac_text_format fmt) {
+    static const char *names[] = {"auto", "tsv", "beir", "tevatron", "cranfield"};
+    return (int)fmt >= 0 && (int)fmt <= 4 ? names[fmt] : "?";
+}
+
+/* The "model" and "source" objects of a corpus build's identity. */
+static json_t *model_identity(const qac_encoder *enc) {
+    const qac_model *m = qac_encoder_model(enc);
+    json_t *j = json_pack("{s:s, s:s, s:i, s:s, s:b}", "name", m->name, "fingerprint", m->fingerprint, "dim",
+                          qac_encoder_dim(enc), "pooling", m->pooling == QAC_POOL_MEAN ? "mean" : "cls", "normalize",
+                          m->normalize);
+    /* bf16 encoder weights give other vectors: part of the identity (absent
+     * for fp32, so that earlier indexes still resume) */
+    if (j && qac_encoder_cpu_precision(enc) == QAC_PREC_BF16)
+        json_object_set_new(j, "encoder_dtype", json_string("bf16"));
+    /* the prompts the passages get, and the query prompt that goes with
+     * them: absent when both are empty, as in indexes built before prompts */
+    const char *qprompt = qac_model_query_prompt(m), *pprompt = qac_model_passage_prompt(m);
+    if (j && (*qprompt || *pprompt))
+        json_object_set_new(j, "prompts", json_pack("{s:s, s:s}", "query", qprompt, "passage", pprompt));
+    return j;
+}
+
+static json_t *corpus_identity(const char *corpus_abs, uint64_t size, qac_text_format fmt) {
+    return json_pack("{s:s, s:s, s:I, s:s}", "kind", "corpus", "path", corpus_abs, "size", (json_int_t)size, "format",
+                     fmt_name(fmt));
+}
+
+/* The whole identity a manifest's "build" records; takes the references. */
+static json_t *build_identity(json_t *model, json_t *source, int max_len, int dim, const qac_index_build_opts *o) {
+    if (!model || !source) {
+        json_decref(model);
+        json_decref(source);
+        return NULL;
+    }
+    return json_pack("{s:o, s:o, s:i, s:i, s:s, s:i}", "model", model, "source", source, "max_len", max_len, "dim", dim,
+                     "dtype", o->fp16 ? "fp16" : "fp32", "shard_size", o->shard_size);
+}
+
+/* A resumed build continues after the last listed passage: seek the reader
+ * there and check that the passage is still the one listed. */
+static qac_status resume_reader(builder *b, qac_reader *r, const char *corpus_abs) {
+    size_t ns = man_nshards(b);
+    if (!ns) return QAC_OK;
+    json_t *last = json_array_get(json_object_get(b->man, "shards"), ns - 1);
+    const char *last_id = json_string_value(json_object_get(last, "last_id"));
+    qac_record rec;
+    int got = 0;
+    qac_status st;
+    if ((st = qac_reader_seek(r, (uint64_t)json_integer_value(json_object_get(last, "last_offset")),
+                              (int64_t)json_integer_value(json_object_get(last, "last_line")))) ||
+        (st = qac_reader_next(r, &rec, &got)))
+        return st;
+    if (!got || !last_id || strcmp(rec.id, last_id) != 0)
+        return qac_set_error(QAC_ERR_INVALID, "%s changed since the last run: passage %s is not where it was",
+                             corpus_abs, last_id ? last_id : "?");
+    return QAC_OK;
+}
+
 qac_status qac_index_build(const char *out_dir, qac_encoder *enc, const char *corpus_path,
                            const qac_index_build_opts *opts) {
     qac_index_build_opts defaults = qac_index_default_build_opts();
     const qac_index_build_opts *o = opts ? opts : &defaults;
     if (!out_dir || !enc || !corpus_path) return qac_set_error(QAC_ERR_INVALID, "index build: missing argument");
     const qac_model *m = qac_encoder_model(enc);
-    int max_len = o->max_len > 0 ? o->max_len : m->max_seq_len;
-    if (max_len > m->max_seq_len) max_len = m->max_seq_len;
-    if (max_len > m->cfg.max_position) max_len = m->cfg.max_position;
-    if (max_len < 2) return qac_set_error(QAC_ERR_INVALID, "max_len %d: must be >= 2", max_len);
-    char corpus_abs[PATH_MAX];
-    uint64_t corpus_size;
-    qac_status st = abs_path(corpus_path, corpus_abs, sizeof corpus_abs, &corpus_size);
+    int max_len = 0;
+    qac_status st = build_max_len(m, o->max_len, &max_len);
     if (st) return st;
+    char corpus_abs[PATH_MAX];
+    uint64_t corpus_size, total = 0;
+    if ((st = abs_path(corpus_path, corpus_abs, sizeof corpus_abs, &corpus_size))) return st;
+    const char *factory = o->factory && *o->factory ? o->factory : "Flat";
+    if ((st = check_factory(factory, qac_encoder_dim(enc))) || (st = qac_check_output_dir(out_dir))) return st;
+    uint64_t encoded = 0;
+    int done_before = already_encoded(out_dir, &encoded); /* only the FAISS index is (re)built */
+    if ((!done_before && (st = check_corpus(corpus_abs, o, &total))) ||
+        (st = check_training(factory, o, done_before ? encoded : total)))
+        return st;
     qac_reader *r = NULL;
     if ((st = qac_reader_open(&r, corpus_abs, QAC_READ_CORPUS, o->format))) return st;
-    static const char *fmt_names[] = {"auto", "tsv", "beir", "tevatron", "cranfield"};
-    int fmt = (int)qac_reader_format(r);
     int dim = qac_encoder_dim(enc);
-    json_t *identity = json_pack(
-        "{s:{s:s, s:s, s:i, s:s, s:b}, s:{s:s, s:s, s:I, s:s}, s:i, s:i, s:s, s:i}", "model", "name", m->name,
-        "fingerprint", m->fingerprint, "dim", dim, "pooling", m->pooling == QAC_POOL_MEAN ? "mean" : "cls",
-        "normalize", m->normalize, "source", "kind", "corpus", "path", corpus_abs, "size", (json_int_t)corpus_size,
-        "format", fmt >= 0 && fmt <= 4 ? fmt_names[fmt] : "?", "max_len", max_len, "dim", dim, "dtype",
-        o->fp16 ? "fp16" : "fp32", "shard_size", o->shard_size);
+    json_t *identity = build_identity(model_identity(enc), corpus_identity(corpus_abs, corpus_size,
+                                                                           qac_reader_format(r)),
+                                      max_len, dim, o);
     if (!identity) {
         qac_reader_free(r);
         return qac_set_error(QAC_ERR_NOMEM, "manifest: out of memory");
     }
-    /* bf16 encoder weights give other vectors: part of the identity (absent
-     * for fp32, so that earlier indexes still resume) */
-    if (qac_encoder_cpu_precision(enc) == QAC_PREC_BF16)
-        json_object_set_new(json_object_get(identity, "model"), "encoder_dtype", json_string("bf16"));
+    const char *pprompt = qac_model_passage_prompt(m);
     builder b;
-    /* the encoders, the reader thread and its chunks */
+    /* the encoders, the reader thread and its chunks, the shard writer */
     const int n_enc = 1 + (o->more_encoders && o->n_more_encoders > 0 ? (o->n_more_encoders < 63 ? o->n_more_encoders : 63) : 0);
     qac_encoder *encs[64];
     double dev0[64];
@@ -929,45 +1131,39 @@ qac_status qac_index_build(const char *out_dir, qac_encoder *enc, const char *co
         memset(o->stats, 0, sizeof *o->stats);
         o->stats->encoders = n_enc;
     }
+    memset(&b, 0, sizeof b);
+    b.lock_fd = -1;
+    if ((st = qac_model_prompt_skip(m, pprompt, max_len, &team.pool_from))) {
+        json_decref(identity);
+        goto done;
+    }
+    for (int i = 1; i < n_enc; i++)
+        if (qac_encoder_model(encs[i]) != m || qac_encoder_dim(encs[i]) != dim) {
+            json_decref(identity);
+            st = qac_set_error(QAC_ERR_INVALID, "index build: the further encoders must share the first one's model");
+            goto done;
+        }
     if ((st = builder_begin(&b, out_dir, o, identity, dim))) goto done;
     json_object_set_new(b.man, "device", json_string(qac_encoder_device(enc) == QAC_DEVICE_CUDA ? "cuda" : "cpu"));
+    set_model_dir(&b, m);
     if (json_is_true(json_object_get(b.man, "encoded"))) {
         st = finish(&b);
         goto done;
     }
-    size_t ns = man_nshards(&b);
-    if (ns) {
-        json_t *last = json_array_get(json_object_get(b.man, "shards"), ns - 1);
-        const char *last_id = json_string_value(json_object_get(last, "last_id"));
-        qac_record rec;
-        int got = 0;
-        if ((st = qac_reader_seek(r, (uint64_t)json_integer_value(json_object_get(last, "last_offset")),
-                                  (int64_t)json_integer_value(json_object_get(last, "last_line")))) ||
-            (st = qac_reader_next(r, &rec, &got)))
-            goto done;
-        if (!got || !last_id || strcmp(rec.id, last_id) != 0) {
-            st = qac_set_error(QAC_ERR_INVALID, "%s changed since the last run: passage %s is not where it was",
-                               corpus_abs, last_id ? last_id : "?");
-            goto done;
-        }
-    }
+    if ((st = resume_reader(&b, r, corpus_abs))) goto done;
     if ((st = alloc_shard_buffers(&b))) goto done;
     wr.view = b;
     wr.view.vecs = NULL, wr.view.ids = NULL, wr.view.offsets = NULL, wr.view.lines = NULL, wr.view.fill = 0;
+    wr.view.cut = 0;
     if ((st = alloc_shard_buffers(&wr.view))) goto done;
     int chunk_cap = QAC_ENCODE_CHUNK < o->shard_size ? QAC_ENCODE_CHUNK : o->shard_size;
     for (int i = 0; i < QAC_CHUNK_SLOTS; i++)
         if ((st = chunk_alloc(&fd.slots[i], chunk_cap, max_len))) goto done;
-    for (int i = 0; i < n_enc; i++)
-        if (i && (qac_encoder_model(team.enc[i]) != m || qac_encoder_dim(team.enc[i]) != dim)) {
-            st = qac_set_error(QAC_ERR_INVALID, "index build: the further encoders must share the first one's model");
-            goto done;
-        }
     int tok_threads = o->tokenize_threads;
     if (tok_threads <= 0) {
         tok_threads = 1;
         for (int i = 0; i < n_enc; i++)
-            if (qac_encoder_device(team.enc[i]) == QAC_DEVICE_CUDA) tok_threads = 0;
+            if (qac_encoder_device(encs[i]) == QAC_DEVICE_CUDA) tok_threads = 0;
         if (!tok_threads) {
             long cores = sysconf(_SC_NPROCESSORS_ONLN);
             tok_threads = cores < 1 ? 1 : cores > 8 ? 8 : (int)cores;
@@ -976,6 +1172,7 @@ qac_status qac_index_build(const char *out_dir, qac_encoder *enc, const char *co
     if (tok_threads > 1 && (st = qac_pool_create(&fd.pool, tok_threads))) goto done;
     fd.r = r;
     fd.m = m;
+    fd.prompt = pprompt;
     fd.max_len = max_len;
     fd.cap = chunk_cap;
     fd.shard_size = o->shard_size;
@@ -985,6 +1182,7 @@ qac_status qac_index_build(const char *out_dir, qac_encoder *enc, const char *co
     }
     feeding = 1;
     uint64_t done_rows = man_count(&b), first_row = done_rows;
+    progress(&b, "encode", done_rows, total); /* the phase's clock starts here */
     const double t_start = qac_now();
     double busy_s = 0, wait_s = 0, flush_s = 0, t0_wait;
     for (int c_next = 0, eof = 0; !eof; c_next = (c_next + 1) % QAC_CHUNK_SLOTS) {
@@ -1007,11 +1205,13 @@ qac_status qac_index_build(const char *out_dir, qac_encoder *enc, const char *co
             b.lines[b.fill] = c->lines[i];
             b.fill++;
         }
+        b.cut += c->cut;
         if (n) {
             team.done_before = done_rows;
-            team.est_total = c->last_offset ? (uint64_t)((double)(done_rows + n) * (double)corpus_size /
-                                                         (double)c->last_offset)
-                                            : 0;
+            team.est_total = total ? total
+                             : c->last_offset ? (uint64_t)((double)(done_rows + n) * (double)corpus_size /
+                                                           (double)c->last_offset)
+                                              : 0;
             if ((st = encode_chunk(&team, &b, c, max_len, &busy_s))) goto done;
             done_rows += (uint64_t)n;
         }
@@ -1077,9 +1277,8 @@ typedef struct npy {
 
 static qac_status npy_open(npy *a, const char *path) {
     memset(a, 0, sizeof *a);
-    a->f = fopen(path, "rb");
-    if (!a->f) return qac_set_error(errno == ENOENT ? QAC_ERR_NOT_FOUND : QAC_ERR_IO, "open %s: %s", path,
-                                    strerror(errno));
+    qac_status ost = qac_open_input(&a->f, path);
+    if (ost) return ost;
     unsigned char pre[12];
     if (fread(pre, 1, 10, a->f) != 10 || memcmp(pre, "\x93NUMPY", 6) != 0)
         return qac_set_error(QAC_ERR_FORMAT, "%s: not a .npy file", path);
@@ -1111,6 +1310,12 @@ static qac_status npy_open(npy *a, const char *path) {
     free(h);
     a->rows = rows;
     a->dim = dim;
+    /* a file cut short is said now, not when its last shard is read */
+    struct stat sb;
+    uint64_t need = a->data_off + (uint64_t)rows * (uint64_t)dim * (a->fp16 ? 2u : 4u);
+    if (!st && fstat(fileno(a->f), &sb) == 0 && (uint64_t)sb.st_size < need)
+        st = qac_set_error(QAC_ERR_FORMAT, "%s: truncated: its header promises %llu x %d values, %llu bytes, the file "
+                           "has %llu", path, rows, dim, (unsigned long long)need, (unsigned long long)sb.st_size);
     return st;
 }
 
@@ -1129,6 +1334,74 @@ static qac_status npy_read(npy *a, uint64_t row, uint64_t n, float *out, const c
         for (size_t j = 0; j < m; j++) out[i + j] = qac_f16_to_f32(buf[j]);
     }
     return QAC_OK;
+}
+
+/* The row ids of a vectors build, read whole before anything is written. */
+typedef struct id_list {
+    char **ids;
+    uint64_t n;
+} id_list;
+
+static void id_list_free(id_list *l) {
+    for (uint64_t i = 0; i < l->n; i++) free(l->ids[i]);
+    free(l->ids);
+    memset(l, 0, sizeof *l);
+}
+
+static qac_status id_list_add(id_list *l, const char *id, size_t len, uint64_t *cap) {
+    if (l->n == *cap) {
+        uint64_t nc = *cap ? *cap * 2 : 1024;
+        char **ni = realloc(l->ids, nc * sizeof *ni);
+        if (!ni) return qac_set_error(QAC_ERR_NOMEM, "out of memory for the ids");
+        l->ids = ni;
+        *cap = nc;
+    }
+    if (!(l->ids[l->n] = strndup(id, len))) return qac_set_error(QAC_ERR_NOMEM, "out of memory for the ids");
+    l->n++;
+    return QAC_OK;
+}
+
+static int str_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* One id per line; an empty line or a repeated id is an error naming it. */
+static qac_status read_id_file(const char *path, id_list *l) {
+    FILE *f;
+    qac_status st = qac_open_input(&f, path);
+    if (st) return st;
+    char *line = NULL;
+    size_t lcap = 0;
+    uint64_t cap = 0;
+    ssize_t len;
+    while (!st && (len = getline(&line, &lcap, f)) >= 0) {
+        while (len && (line[len - 1] == '\n' || line[len - 1] == '\r')) line[--len] = '\0';
+        if (!len) st = qac_set_error(QAC_ERR_FORMAT, "%s:%llu: empty id", path, (unsigned long long)l->n + 1);
+        else st = id_list_add(l, line, (size_t)len, &cap);
+    }
+    free(line);
+    fclose(f);
+    if (st) return st;
+    char **sorted = malloc((l->n ? l->n : 1) * sizeof *sorted);
+    if (!sorted) return qac_set_error(QAC_ERR_NOMEM, "out of memory for the ids");
+    memcpy(sorted, l->ids, l->n * sizeof *sorted);
+    qsort(sorted, l->n, sizeof *sorted, str_cmp);
+    for (uint64_t i = 1; i < l->n && !st; i++)
+        if (!strcmp(sorted[i - 1], sorted[i])) st = qac_set_error(QAC_ERR_FORMAT, "%s: id '%s' appears twice", path, sorted[i]);
+    free(sorted);
+    return st;
+}
+
+/* The ids of a corpus's records, in order (its reader rejects repeats). */
+static qac_status read_corpus_ids(const char *path, qac_text_format fmt, id_list *l) {
+    qac_reader *r = NULL;
+    uint64_t cap = 0;
+    qac_status st = qac_reader_open(&r, path, QAC_READ_CORPUS, fmt);
+    for (int got = 1; !st;) {
+        qac_record rec;
+        if ((st = qac_reader_next(r, &rec, &got)) || !got) break;
+        st = id_list_add(l, rec.id, strlen(rec.id), &cap);
+    }
+    qac_reader_free(r);
+    return st;
 }
 
 qac_status qac_index_build_vectors(const char *out_dir, const char *npy_path, const qac_index_build_opts *opts) {
@@ -1150,6 +1423,28 @@ qac_status qac_index_build_vectors(const char *out_dir, const char *npy_path, co
         return qac_set_error(QAC_ERR_INVALID, "%s has dimension %d but model %s has %d", abs, a.dim, vm->name,
                              vm->cfg.hidden_size);
     }
+    /* ids, the factory and the output, all before anything is written */
+    id_list ids = {0};
+    const char *ids_src = o->ids_path ? o->ids_path : o->ids_corpus;
+    char ids_abs[PATH_MAX] = "";
+    uint64_t ids_size = 0;
+    if (o->ids_path && o->ids_corpus) st = qac_set_error(QAC_ERR_INVALID, "give the ids from a file or a corpus, not both");
+    if (!st && ids_src) st = abs_path(ids_src, ids_abs, sizeof ids_abs, &ids_size);
+    if (!st && o->ids_path) st = read_id_file(ids_abs, &ids);
+    if (!st && o->ids_corpus) st = read_corpus_ids(ids_abs, o->ids_format, &ids);
+    if (!st && ids_src && ids.n != a.rows)
+        st = qac_set_error(QAC_ERR_INVALID, "%s holds %llu ids but %s has %llu rows: they must match row for row",
+                           ids_src, (unsigned long long)ids.n, npy_path, (unsigned long long)a.rows);
+    const char *factory = o->factory && *o->factory ? o->factory : "Flat";
+    if (!st && !a.rows) st = qac_set_error(QAC_ERR_INVALID, "%s holds no vectors", npy_path);
+    if (!st) st = check_factory(factory, a.dim);
+    if (!st) st = check_training(factory, o, a.rows);
+    if (!st) st = qac_check_output_dir(out_dir);
+    if (st) {
+        id_list_free(&ids);
+        fclose(a.f);
+        return st;
+    }
     json_t *identity = json_pack("{s:{s:s, s:s, s:i, s:s, s:b}, s:{s:s, s:s, s:I, s:s}, s:i, s:i, s:s, s:i}",
                                  "model", "name", vm ? vm->name : "precomputed", "fingerprint",
                                  vm ? vm->fingerprint : "none", "dim", a.dim, "pooling",
@@ -1157,22 +1452,31 @@ qac_status qac_index_build_vectors(const char *out_dir, const char *npy_path, co
                                  "source", "kind", "vectors", "path", abs, "size",
                                  (json_int_t)size, "format", a.fp16 ? "npy-f2" : "npy-f4", "max_len", 0, "dim",
                                  a.dim, "dtype", o->fp16 ? "fp16" : "fp32", "shard_size", o->shard_size);
+    /* where the ids came from is part of what was built (absent when numbered,
+     * as before ids could be given, so those builds still resume) */
+    if (identity && ids_src)
+        json_object_set_new(json_object_get(identity, "source"), "ids",
+                            json_pack("{s:s, s:s, s:I}", "kind", o->ids_path ? "file" : "corpus", "path", ids_abs,
+                                      "size", (json_int_t)ids_size));
     if (!identity) {
+        id_list_free(&ids);
         fclose(a.f);
         return qac_set_error(QAC_ERR_NOMEM, "manifest: out of memory");
     }
     builder b;
     if ((st = builder_begin(&b, out_dir, o, identity, a.dim))) goto done;
+    if (vm) set_model_dir(&b, vm);
     if (!json_is_true(json_object_get(b.man, "encoded"))) {
         if ((st = alloc_shard_buffers(&b))) goto done;
         uint64_t row = man_count(&b);
+        progress(&b, "load", row, a.rows); /* the phase's clock starts here */
         while (row < a.rows) {
             uint64_t n = a.rows - row < (uint64_t)o->shard_size ? a.rows - row : (uint64_t)o->shard_size;
             if ((st = npy_read(&a, row, n, b.vecs, abs))) goto done;
             for (uint64_t i = 0; i < n; i++) {
                 char id[32];
                 snprintf(id, sizeof id, "%" PRIu64, row + i);
-                if (!(b.ids[i] = strdup(id))) {
+                if (!(b.ids[i] = strdup(ids.n ? ids.ids[row + i] : id))) {
                     b.fill = i;
                     st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
                     goto done;
@@ -1191,6 +1495,429 @@ qac_status qac_index_build_vectors(const char *out_dir, const char *npy_path, co
     st = finish(&b);
 done:
     builder_end(&b);
+    id_list_free(&ids);
     fclose(a.f);
+    return st;
+}
+
+/* ---- distributed builds: parts from many processes, merged into one index ---- */
+
+#define QAC_PARTS_FORMAT "qac-index-parts"
+#define QAC_PARTS_VERSION 1
+
+struct qac_index_parts {
+    char *dir;
+    qac_encoder *enc;
+    int max_len, dim;
+    /* grown on demand */
+    int32_t *tok;
+    int *lens, *order;
+    const int32_t **ptrs;
+    float *vecs, *run_vecs;
+    const char **run_ids;
+    uint64_t *run_offsets;
+    int64_t *run_lines;
+    size_t cap;
+};
+
+static qac_status read_json(const char *path, json_t **out) {
+    json_error_t err;
+    *out = json_load_file(path, 0, &err);
+    if (!*out)
+        return qac_set_error(access(path, F_OK) == 0 ? QAC_ERR_FORMAT : QAC_ERR_NOT_FOUND, "%s: %s", path, err.text);
+    return QAC_OK;
+}
+
+static qac_status write_json(const char *path, json_t *j) {
+    char *text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    if (!text) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    qac_atomic_file af;
+    qac_status st = qac_atomic_open(&af, path);
+    if (!st) {
+        size_t n = strlen(text);
+        if (fwrite(text, 1, n, af.f) != n || fputc('\n', af.f) == EOF) {
+            st = qac_set_error(QAC_ERR_IO, "write %s: %s", path, strerror(errno));
+            qac_atomic_abort(&af);
+        } else {
+            st = qac_atomic_commit(&af);
+        }
+    }
+    free(text);
+    return st;
+}
+
+qac_status qac_index_parts_open(qac_index_parts **out, const char *dir, qac_encoder *enc, const char *corpus_path,
+                                int max_len_opt, qac_text_format fmt) {
+    *out = NULL;
+    if (!dir || !enc || !corpus_path) return qac_set_error(QAC_ERR_INVALID, "index parts: missing argument");
+    int max_len = 0;
+    qac_status st = build_max_len(qac_encoder_model(enc), max_len_opt, &max_len);
+    char corpus_abs[PATH_MAX], path[4096];
+    uint64_t size;
+    if (st || (st = abs_path(corpus_path, corpus_abs, sizeof corpus_abs, &size))) return st;
+    qac_reader *r = NULL;
+    if ((st = qac_reader_open(&r, corpus_abs, QAC_READ_CORPUS, fmt))) return st;
+    fmt = qac_reader_format(r);
+    qac_reader_free(r);
+    json_t *model = model_identity(enc), *source = corpus_identity(corpus_abs, size, fmt);
+    /* the device is part of it: the CUDA encoder's last bits depend on the batch */
+    json_t *want = model && source ? json_pack("{s:s, s:i, s:O, s:O, s:i, s:i, s:s}", "format", QAC_PARTS_FORMAT,
+                                               "version", QAC_PARTS_VERSION, "model", model, "source", source,
+                                               "max_len", max_len, "dim", qac_encoder_dim(enc), "device",
+                                               qac_encoder_device(enc) == QAC_DEVICE_CUDA ? "cuda" : "cpu")
+                                   : NULL;
+    json_decref(model);
+    json_decref(source);
+    if (!want) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    if ((st = qac_mkdirs(dir)) || (st = qac_path_join(path, sizeof path, dir, "parts.json"))) {
+        json_decref(want);
+        return st;
+    }
+    /* every process computes the same identity: the first one to get here
+     * writes it (atomically), the others must agree with it */
+    json_t *had = NULL;
+    if (access(path, F_OK) == 0) {
+        if (!(st = read_json(path, &had)) && !json_equal(had, want)) {
+            char diff[2048] = "";
+            describe_diff(diff, sizeof diff, "", had, want);
+            st = qac_set_error(QAC_ERR_INVALID, "%s holds parts of another build (%s); use another directory", dir,
+                               diff);
+        }
+        json_decref(had);
+    } else {
+        st = write_json(path, want);
+    }
+    json_decref(want);
+    if (st) return st;
+    qac_index_parts *p = calloc(1, sizeof *p);
+    if (!p || !(p->dir = strdup(dir))) {
+        free(p);
+        return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    }
+    p->enc = enc;
+    p->max_len = max_len;
+    p->dim = qac_encoder_dim(enc);
+    *out = p;
+    return QAC_OK;
+}
+
+void qac_index_parts_free(qac_index_parts *p) {
+    if (!p) return;
+    free(p->dir);
+    free(p->tok);
+    free(p->lens);
+    free(p->order);
+    free(p->ptrs);
+    free(p->vecs);
+    free(p->run_vecs);
+    free(p->run_ids);
+    free(p->run_offsets);
+    free(p->run_lines);
+    free(p);
+}
+
+static qac_status parts_grow(qac_index_parts *p, size_t n) {
+    if (n <= p->cap) return QAC_OK;
+    size_t d = (size_t)p->dim, L = (size_t)p->max_len;
+#define QAC_GROW(f, per)                                                                                               \
+    do {                                                                                                               \
+        void *q = realloc((void *)p->f, n * (per) * sizeof *p->f);                                                     \
+        if (!q) return qac_set_error(QAC_ERR_NOMEM, "index parts: out of memory for %zu passages", n);                \
+        p->f = q;                                                                                                      \
+    } while (0)
+    QAC_GROW(tok, L);
+    QAC_GROW(lens, 1);
+    QAC_GROW(order, 1);
+    QAC_GROW(ptrs, 1);
+    QAC_GROW(vecs, d);
+    QAC_GROW(run_vecs, d);
+    QAC_GROW(run_ids, 1);
+    QAC_GROW(run_offsets, 1);
+    QAC_GROW(run_lines, 1);
+#undef QAC_GROW
+    p->cap = n;
+    return QAC_OK;
+}
+
+static int by_row(const void *a, const void *b, void *keys) {
+    const int64_t *row = keys;
+    int64_t x = row[*(const int *)a], y = row[*(const int *)b];
+    return (x > y) - (x < y);
+}
+
+qac_status qac_index_parts_encode(qac_index_parts *p, int n, const int64_t *rows, const char *const *ids,
+                                  const char *const *texts, const size_t *lens, const uint64_t *offsets,
+                                  const int64_t *lines) {
+    if (n < 0) return qac_set_error(QAC_ERR_INVALID, "index parts: negative count %d", n);
+    if (n == 0) return QAC_OK;
+    qac_status st = parts_grow(p, (size_t)n);
+    if (st) return st;
+    const qac_model *m = qac_encoder_model(p->enc);
+    /* the passage prompt, as qac index build applies it */
+    const char *pprompt = qac_model_passage_prompt(m);
+    int skip = 0;
+    if ((st = qac_model_prompt_skip(m, pprompt, p->max_len, &skip))) return st;
+    for (int i = 0; i < n; i++) {
+        if (rows[i] < 0) return qac_set_error(QAC_ERR_INVALID, "index parts: passage %s has row %lld", ids[i],
+                                              (long long)rows[i]);
+        size_t len = lens ? lens[i] : strlen(texts[i]);
+        int32_t *tok = p->tok + (size_t)i * (size_t)p->max_len;
+        if ((st = qac_tokenizer_encode_prompted(m->tok, pprompt, texts[i], len, p->max_len, tok, &p->lens[i])))
+            return qac_wrap_error(st, "passage %s", ids[i]);
+        p->ptrs[i] = tok;
+        p->order[i] = i;
+    }
+    if (skip) {
+        int *from = malloc((size_t)n * sizeof *from);
+        if (!from) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+        for (int i = 0; i < n; i++) from[i] = skip;
+        st = qac_encoder_encode_ids_from(p->enc, p->ptrs, p->lens, from, n, p->vecs);
+        free(from);
+    } else {
+        st = qac_encoder_encode_ids(p->enc, p->ptrs, p->lens, n, p->vecs);
+    }
+    if (st) return st;
+    qsort_r(p->order, (size_t)n, sizeof(int), by_row, (void *)rows);
+    /* one part per run of consecutive rows; its name says which rows it
+     * holds, so a batch done twice (a retried worker) writes the same file */
+    size_t d = (size_t)p->dim;
+    for (int s = 0; s < n;) {
+        int e = s + 1;
+        while (e < n && rows[p->order[e]] == rows[p->order[e - 1]] + 1) e++;
+        if (e < n && rows[p->order[e]] == rows[p->order[e - 1]])
+            return qac_set_error(QAC_ERR_INVALID, "index parts: row %lld given twice in one call",
+                                 (long long)rows[p->order[e]]);
+        for (int j = s; j < e; j++) {
+            int i = p->order[j];
+            memcpy(p->run_vecs + (size_t)(j - s) * d, p->vecs + (size_t)i * d, d * sizeof(float));
+            p->run_ids[j - s] = ids[i];
+            p->run_offsets[j - s] = offsets[i];
+            p->run_lines[j - s] = lines[i];
+        }
+        char name[64], path[4096];
+        uint64_t first = (uint64_t)rows[p->order[s]], count = (uint64_t)(e - s), sum;
+        snprintf(name, sizeof name, "part-%012" PRIu64 "-%" PRIu64 ".qemb", first, count);
+        if ((st = qac_path_join(path, sizeof path, p->dir, name)) ||
+            (st = qac_shard_write(path, QAC_DTYPE_F32, p->dim, first, count, p->run_vecs, p->run_ids,
+                                  p->run_offsets, p->run_lines, &sum)))
+            return st;
+        s = e;
+    }
+    return QAC_OK;
+}
+
+typedef struct part_file {
+    char name[256];
+    uint64_t first, count;
+} part_file;
+
+static int part_cmp(const void *a, const void *b) {
+    const part_file *x = a, *y = b;
+    if (x->first != y->first) return x->first < y->first ? -1 : 1;
+    return (x->count < y->count) - (x->count > y->count); /* the longer first */
+}
+
+/* The part files of dir, sorted by first row, each header checked. */
+static qac_status list_parts(const char *dir, int dim, part_file **out, size_t *n_out) {
+    *out = NULL;
+    *n_out = 0;
+    DIR *d = opendir(dir);
+    if (!d) return qac_set_error(errno == ENOENT ? QAC_ERR_NOT_FOUND : QAC_ERR_IO, "%s: %s", dir, strerror(errno));
+    part_file *v = NULL;
+    size_t n = 0, cap = 0;
+    qac_status st = QAC_OK;
+    struct dirent *e;
+    while (!st && (e = readdir(d))) {
+        unsigned long long first, count;
+        int used = -1;
+        if (sscanf(e->d_name, "part-%12llu-%llu.qemb%n", &first, &count, &used) != 2 || used < 0 ||
+            e->d_name[used] != '\0')
+            continue; /* parts.json, a writer's temporary file */
+        if (n == cap) {
+            cap = cap ? cap * 2 : 256;
+            part_file *nv = realloc(v, cap * sizeof *v);
+            if (!nv) {
+                st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
+                break;
+            }
+            v = nv;
+        }
+        char path[4096];
+        qac_shard_header h;
+        snprintf(v[n].name, sizeof v[n].name, "%s", e->d_name);
+        if ((st = qac_path_join(path, sizeof path, dir, e->d_name)) || (st = qac_shard_peek(path, &h))) break;
+        if (h.first_row != first || h.count != count || (int)h.dim != dim)
+            st = qac_set_error(QAC_ERR_FORMAT, "%s: holds %llu rows from %llu of dimension %u, not what its name "
+                               "says (or not dimension %d)", path, (unsigned long long)h.count,
+                               (unsigned long long)h.first_row, h.dim, dim);
+        v[n].first = first;
+        v[n].count = count;
+        n++;
+    }
+    closedir(d);
+    if (st) {
+        free(v);
+        return st;
+    }
+    if (n) qsort(v, n, sizeof *v, part_cmp);
+    *out = v;
+    *n_out = n;
+    return QAC_OK;
+}
+
+static qac_status read_part(const char *dir, const part_file *pf, qac_shard *s) {
+    char path[4096];
+    qac_status st = qac_path_join(path, sizeof path, dir, pf->name);
+    return st ? st : qac_shard_read(path, 0, s);
+}
+
+/* Rows held by two parts (a batch a retried worker split differently) must
+ * be the same passages with the same bits. */
+static qac_status check_overlaps(const char *dir, const part_file *v, size_t n) {
+    size_t far = 0; /* the part reaching furthest so far */
+    for (size_t i = 1; i < n; i++) {
+        uint64_t end = v[far].first + v[far].count;
+        if (v[i].first < end) {
+            qac_shard a, b;
+            qac_status st = read_part(dir, &v[far], &a);
+            if (st) return st;
+            if ((st = read_part(dir, &v[i], &b))) {
+                qac_shard_free(&a);
+                return st;
+            }
+            uint64_t to = end < v[i].first + v[i].count ? end : v[i].first + v[i].count;
+            for (uint64_t r = v[i].first; r < to && !st; r++) {
+                uint64_t ia = r - a.first_row, ib = r - b.first_row;
+                if (strcmp(a.docids[ia], b.docids[ib]) || a.offsets[ia] != b.offsets[ib] ||
+                    memcmp(a.vectors + ia * (size_t)a.dim, b.vectors + ib * (size_t)b.dim, (size_t)a.dim * 4))
+                    st = qac_set_error(QAC_ERR_FORMAT, "%s and %s disagree on row %llu (passage %s): parts of "
+                                       "different runs?", v[far].name, v[i].name, (unsigned long long)r, a.docids[ia]);
+            }
+            qac_shard_free(&a);
+            qac_shard_free(&b);
+            if (st) return st;
+        }
+        if (v[i].first + v[i].count > end) far = i;
+    }
+    return QAC_OK;
+}
+
+qac_status qac_index_merge(const char *out_dir, const char *parts_dir, const qac_index_build_opts *opts) {
+    qac_index_build_opts defaults = qac_index_default_build_opts();
+    const qac_index_build_opts *o = opts ? opts : &defaults;
+    if (!out_dir || !parts_dir) return qac_set_error(QAC_ERR_INVALID, "index merge: missing argument");
+    char path[4096], corpus_abs[PATH_MAX];
+    json_t *parts = NULL;
+    qac_status st = qac_path_join(path, sizeof path, parts_dir, "parts.json");
+    if (st || (st = read_json(path, &parts))) return st;
+    const char *fmtname = json_string_value(json_object_get(parts, "format"));
+    json_t *source = json_object_get(parts, "source");
+    const char *src_path = json_string_value(json_object_get(source, "path"));
+    int dim = (int)json_integer_value(json_object_get(parts, "dim"));
+    int max_len = (int)json_integer_value(json_object_get(parts, "max_len"));
+    if (!fmtname || strcmp(fmtname, QAC_PARTS_FORMAT) != 0 ||
+        json_integer_value(json_object_get(parts, "version")) != QAC_PARTS_VERSION || !src_path || dim < 1 ||
+        !json_is_object(json_object_get(parts, "model"))) {
+        json_decref(parts);
+        return qac_set_error(QAC_ERR_FORMAT, "%s: not a qac parts description (version %d expected)", path,
+                             QAC_PARTS_VERSION);
+    }
+    uint64_t size;
+    part_file *pv = NULL;
+    size_t np = 0;
+    qac_reader *r = NULL;
+    builder b;
+    memset(&b, 0, sizeof b);
+    b.lock_fd = -1;
+    if ((st = abs_path(src_path, corpus_abs, sizeof corpus_abs, &size))) goto done;
+    if (size != (uint64_t)json_integer_value(json_object_get(source, "size"))) {
+        st = qac_set_error(QAC_ERR_INVALID, "%s changed since the parts were encoded (%llu bytes, the parts saw %lld)",
+                           corpus_abs, (unsigned long long)size,
+                           (long long)json_integer_value(json_object_get(source, "size")));
+        goto done;
+    }
+    qac_text_format fmt = QAC_FMT_AUTO;
+    const char *sf = json_string_value(json_object_get(source, "format"));
+    for (int f = QAC_FMT_TSV; f <= QAC_FMT_CRANFIELD; f++)
+        if (sf && !strcmp(sf, fmt_name((qac_text_format)f))) fmt = (qac_text_format)f;
+    if ((st = qac_reader_open(&r, corpus_abs, QAC_READ_CORPUS, fmt))) goto done;
+    if ((st = list_parts(parts_dir, dim, &pv, &np)) || (st = check_overlaps(parts_dir, pv, np))) goto done;
+    json_t *identity = build_identity(json_deep_copy(json_object_get(parts, "model")), json_deep_copy(source),
+                                      max_len, dim, o);
+    if (!identity) {
+        st = qac_set_error(QAC_ERR_NOMEM, "manifest: out of memory");
+        goto done;
+    }
+    if ((st = builder_begin(&b, out_dir, o, identity, dim))) goto done;
+    json_t *dev = json_object_get(parts, "device");
+    json_object_set_new(b.man, "device", json_string(json_is_string(dev) ? json_string_value(dev) : "cpu"));
+    if (json_is_true(json_object_get(b.man, "encoded"))) {
+        st = finish(&b);
+        goto done;
+    }
+    if ((st = resume_reader(&b, r, corpus_abs)) || (st = alloc_shard_buffers(&b))) goto done;
+    /* Walk the corpus: every passage must be in a part, as the same passage
+     * (id, offset, line), which is what makes the merged index the one a
+     * single process builds. */
+    uint64_t row = man_count(&b);
+    size_t next = 0;
+    qac_shard cur;
+    int have = 0;
+    memset(&cur, 0, sizeof cur);
+    for (;;) {
+        qac_record rec;
+        int got = 0;
+        if ((st = qac_reader_next(r, &rec, &got)) || !got) break;
+        if (!have || row >= cur.first_row + cur.count) {
+            if (have) qac_shard_free(&cur);
+            have = 0;
+            while (next < np && pv[next].first + pv[next].count <= row) next++; /* inside rows already taken */
+            if (next == np || pv[next].first > row) {
+                st = qac_set_error(QAC_ERR_NOT_FOUND, "%s: no part holds row %llu (passage %s, line %lld of %s)%s",
+                                   parts_dir, (unsigned long long)row, rec.id, (long long)rec.line, corpus_abs,
+                                   next == np ? "" : "; encode the missing rows and merge again");
+                break;
+            }
+            if ((st = read_part(parts_dir, &pv[next], &cur))) break;
+            have = 1;
+            next++;
+        }
+        uint64_t i = row - cur.first_row;
+        if (strcmp(cur.docids[i], rec.id) || cur.offsets[i] != rec.offset || cur.lines[i] != rec.line) {
+            st = qac_set_error(QAC_ERR_INVALID, "row %llu: the parts hold passage %s (offset %llu), the corpus %s "
+                               "(offset %llu): parts of another corpus?", (unsigned long long)row, cur.docids[i],
+                               (unsigned long long)cur.offsets[i], rec.id, (unsigned long long)rec.offset);
+            break;
+        }
+        if (!(b.ids[b.fill] = strdup(rec.id))) {
+            st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
+            break;
+        }
+        memcpy(b.vecs + b.fill * (size_t)dim, cur.vectors + i * (size_t)dim, (size_t)dim * sizeof(float));
+        b.offsets[b.fill] = rec.offset;
+        b.lines[b.fill] = rec.line;
+        b.fill++;
+        row++;
+        if (b.fill == (uint64_t)o->shard_size && (st = flush_shard(&b))) break;
+        if (row % 65536 == 0) progress(&b, "merge", row, 0);
+    }
+    if (have) qac_shard_free(&cur);
+    if (st) goto done;
+    for (size_t k = 0; k < np; k++)
+        if (pv[k].first + pv[k].count > row) {
+            st = qac_set_error(QAC_ERR_INVALID, "%s/%s holds rows past the corpus's %llu passages: parts of another "
+                               "corpus?", parts_dir, pv[k].name, (unsigned long long)row);
+            goto done;
+        }
+    if ((st = flush_shard(&b))) goto done;
+    progress(&b, "merge", row, row);
+    json_object_set_new(b.man, "encoded", json_true());
+    if ((st = write_manifest(&b))) goto done;
+    st = finish(&b);
+done:
+    builder_end(&b);
+    qac_reader_free(r);
+    free(pv);
+    json_decref(parts);
     return st;
 }

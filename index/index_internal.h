@@ -88,6 +88,18 @@ void qac_shard_free(qac_shard *s);
 struct FaissIndex_H;
 const uint16_t *qac_faiss_fp16_codes(const struct FaissIndex_H *index);
 
+/* Walk index.faiss (faiss_precheck.c) before FAISS reads it: every
+ * vector's length against the bytes left, for the layouts qac's indexes
+ * use. QAC_ERR_FORMAT naming the file when one is corrupt. */
+qac_status qac_faiss_precheck(const char *path);
+
+/* An index FAISS read (faiss_check.cpp) against what faiss::index_factory
+ * makes of factory for dim: type, quantizer types, code sizes, inverted
+ * lists, graph links, count. 0 when it matches; -1 with the first mismatch
+ * described in why. Never throws. */
+int qac_faiss_check(const struct FaissIndex_H *index, const char *factory, int dim, int64_t count, char *why,
+                    size_t why_len);
+
 /* FAISS IndexScalarQuantizer QT_bf16, inner product (faiss_sqbf16.c): the
  * factory string qac accepts for it, a header for ntotal rows of dim, the
  * rows converted as FAISS converts them, and the codes read back (checked
@@ -96,5 +108,10 @@ const uint16_t *qac_faiss_fp16_codes(const struct FaissIndex_H *index);
 qac_status qac_sqbf16_write_header(FILE *f, int dim, uint64_t ntotal);
 qac_status qac_sqbf16_write_rows(FILE *f, const float *x, uint64_t rows, int dim);
 qac_status qac_sqbf16_read(const char *path, int64_t want_n, int want_dim, uint16_t **codes);
+
+/* FAISS's last error without its C++ frame ("Error in <function> at
+ * <file>:<line>: ", "Error: '<condition>' failed: "): the sentence a user
+ * can act on. Points into FAISS's buffer or a thread-local copy. */
+const char *qac_faiss_message(void);
 
 #endif

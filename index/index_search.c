@@ -27,6 +27,8 @@
 
 struct qac_index {
     char *dir, *factory, *fingerprint, *corpus_path;
+    char *query_prompt, *passage_prompt; /* NULL: not known (built from vectors) */
+    char *model_name, *model_dir; /* as built: "" when not recorded */
     uint64_t corpus_size;
     qac_text_format corpus_fmt;
     int dim;
@@ -171,14 +173,35 @@ static qac_status load_cpu_flat(qac_index *ix, json_t *man) {
     return QAC_OK;
 }
 
-/* index.faiss against the manifest's size and checksum (when recorded). */
+qac_status qac_index_verify_parse(const char *name, qac_index_verify *out) {
+    static const char *const names[] = {"full", "size", "none"};
+    for (int i = 0; name && i < 3; i++)
+        if (!strcmp(name, names[i])) {
+            *out = (qac_index_verify)i;
+            return QAC_OK;
+        }
+    return qac_set_error(QAC_ERR_INVALID, "verify mode '%s': expected full, size or none", name ? name : "(null)");
+}
+
+/* index.faiss against the manifest's size and checksum. */
 static qac_status verify_faiss(const char *path, json_t *fa, qac_index_verify verify) {
+    if (verify == QAC_VERIFY_NONE) return QAC_OK;
     json_t *sum = json_object_get(fa, "checksum"), *bytes = json_object_get(fa, "bytes");
-    if (!json_is_integer(sum)) return QAC_OK; /* built before checksums */
+    /* missing or null: an edited manifest, or one from before qac recorded them */
+    if (verify == QAC_VERIFY_FULL && !json_is_integer(sum))
+        return qac_set_error(QAC_ERR_FORMAT,
+                             "%s: the manifest records no checksum for it, so it cannot be verified; rebuild the "
+                             "index, or open it unverified with --verify none",
+                             path);
+    if (!json_is_integer(bytes))
+        return qac_set_error(QAC_ERR_FORMAT,
+                             "%s: the manifest records no size for it, so it cannot be verified; rebuild the index, "
+                             "or open it unverified with --verify none",
+                             path);
     struct stat sb;
     if (stat(path, &sb) != 0)
         return qac_set_error(errno == ENOENT ? QAC_ERR_NOT_FOUND : QAC_ERR_IO, "%s: %s", path, strerror(errno));
-    if (json_is_integer(bytes) && (uint64_t)sb.st_size != (uint64_t)json_integer_value(bytes))
+    if ((uint64_t)sb.st_size != (uint64_t)json_integer_value(bytes))
         return qac_set_error(QAC_ERR_FORMAT, "%s: %llu bytes, the manifest says %llu (corrupt or modified FAISS index)",
                              path, (unsigned long long)sb.st_size, (unsigned long long)json_integer_value(bytes));
     if (verify == QAC_VERIFY_SIZE) return QAC_OK;
@@ -232,15 +255,25 @@ qac_status qac_index_open_verified(qac_index **out, const char *dir, qac_device 
     ix->dir = strdup(dir);
     ix->factory = dup_or_empty(json_string_value(json_object_get(fa, "factory")));
     ix->fingerprint = dup_or_empty(json_string_value(json_object_get(model, "fingerprint")));
+    ix->model_name = dup_or_empty(json_string_value(json_object_get(model, "name")));
+    ix->model_dir = dup_or_empty(json_string_value(json_object_get(man, "model_dir")));
     const char *kind = json_string_value(json_object_get(src, "kind"));
     if (kind && !strcmp(kind, "corpus")) {
         ix->corpus_path = dup_or_empty(json_string_value(json_object_get(src, "path")));
         ix->corpus_size = (uint64_t)json_integer_value(json_object_get(src, "size"));
         ix->corpus_fmt = fmt_from_name(json_string_value(json_object_get(src, "format")));
+        /* a corpus index without "prompts" was built with none */
+        json_t *pr = json_object_get(model, "prompts");
+        ix->query_prompt = dup_or_empty(json_string_value(json_object_get(pr, "query")));
+        ix->passage_prompt = dup_or_empty(json_string_value(json_object_get(pr, "passage")));
+        if (!ix->query_prompt || !ix->passage_prompt) {
+            st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
+            goto fail;
+        }
     }
     ix->dim = (int)json_integer_value(json_object_get(build, "dim"));
     ix->count = (int64_t)json_integer_value(json_object_get(man, "count"));
-    if (!ix->dir || !ix->factory || !ix->fingerprint) {
+    if (!ix->dir || !ix->factory || !ix->fingerprint || !ix->model_name || !ix->model_dir) {
         st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
         goto fail;
     }
@@ -295,9 +328,10 @@ qac_status qac_index_open_verified(qac_index **out, const char *dir, qac_device 
     } else if (!ix->gpu && !ix->vecs) {
         if ((st = qac_path_join(path, sizeof path, dir, json_string_value(json_object_get(fa, "file")) ? json_string_value(json_object_get(fa, "file")) : "index.faiss")))
             goto fail;
+        if ((st = qac_faiss_precheck(path))) goto fail;
         if (faiss_read_index_fname(path, 0, &ix->faiss)) {
             ix->faiss = NULL;
-            st = qac_set_error(QAC_ERR_FAISS, "faiss read_index %s: %s", path, faiss_get_last_error());
+            st = qac_set_error(QAC_ERR_FAISS, "faiss read_index %s: %s", path, qac_faiss_message());
             goto fail;
         }
         if (faiss_Index_ntotal(ix->faiss) != ix->count || faiss_Index_d(ix->faiss) != ix->dim) {
@@ -308,6 +342,14 @@ qac_status qac_index_open_verified(qac_index **out, const char *dir, qac_device 
         }
         if (faiss_Index_metric_type(ix->faiss) != METRIC_INNER_PRODUCT) {
             st = qac_set_error(QAC_ERR_FORMAT, "%s: FAISS index metric is not inner product", path);
+            goto fail;
+        }
+        /* Before any search: a corrupt field FAISS read without complaint
+         * would make it abort the process or read out of bounds. */
+        char why[512];
+        if (qac_faiss_check(ix->faiss, ix->factory, ix->dim, ix->count, why, sizeof why)) {
+            st = qac_set_error(QAC_ERR_FORMAT, "%s: %s (corrupt FAISS index, or not the %s index the manifest records)",
+                               path, why, ix->factory);
             goto fail;
         }
         if ((ix->codes16 = qac_faiss_fp16_codes(ix->faiss)) && (st = qac_pool_create(&ix->pool, 0))) goto fail;
@@ -335,7 +377,11 @@ void qac_index_free(qac_index *ix) {
     free(ix->dir);
     free(ix->factory);
     free(ix->fingerprint);
+    free(ix->query_prompt);
+    free(ix->passage_prompt);
     free(ix->corpus_path);
+    free(ix->model_name);
+    free(ix->model_dir);
     free(ix);
 }
 
@@ -343,6 +389,52 @@ int64_t qac_index_count(const qac_index *ix) { return ix->count; }
 int qac_index_dim(const qac_index *ix) { return ix->dim; }
 const char *qac_index_factory(const qac_index *ix) { return ix->factory; }
 const char *qac_index_model_fingerprint(const qac_index *ix) { return ix->fingerprint; }
+
+int qac_index_prompts(const qac_index *ix, const char **query, const char **passage) {
+    if (query) *query = ix->query_prompt;
+    if (passage) *passage = ix->passage_prompt;
+    return ix->query_prompt != NULL;
+}
+
+/* JSON-style quoting for messages: "query: " or none. */
+static void quote(char *buf, size_t cap, const char *s) {
+    if (!*s) snprintf(buf, cap, "none");
+    else snprintf(buf, cap, "\"%.*s\"", (int)(cap > 3 ? cap - 3 : 0), s);
+}
+
+qac_status qac_index_check_prompts(const qac_index *ix, const char *query_prompt) {
+    if (!ix->query_prompt || !strcmp(ix->query_prompt, query_prompt ? query_prompt : "")) return QAC_OK;
+    char want[512], have[512], pass[512];
+    quote(want, sizeof want, ix->query_prompt);
+    quote(have, sizeof have, query_prompt ? query_prompt : "");
+    quote(pass, sizeof pass, ix->passage_prompt);
+    return qac_set_error(QAC_ERR_MISMATCH,
+                         "the index was built for query prompt %s (its passages had prompt %s), but the queries "
+                         "would get %s: pass --query-prompt with the index's, or --allow-prompt-mismatch",
+                         want, pass, have);
+}
+
+const char *qac_index_model_name(const qac_index *ix) { return ix->model_name; }
+const char *qac_index_model_dir(const qac_index *ix) { return ix->model_dir; }
+
+qac_status qac_index_check_model(const qac_index *ix, const qac_model *m) {
+    const char *fp = ix->fingerprint;
+    if (!strcmp(fp, m->fingerprint)) return QAC_OK;
+    if (!strcmp(fp, "none"))
+        return qac_set_error(QAC_ERR_MISMATCH,
+                             "the index %s was built from precomputed vectors and records no model: rebuild it with "
+                             "`qac index build --vectors FILE --model DIR` naming the model that made them",
+                             ix->dir);
+    char use[4200];
+    if (ix->model_dir[0]) snprintf(use, sizeof use, "--model %s", ix->model_dir);
+    else snprintf(use, sizeof use, "--model with %s's directory", ix->model_name[0] ? ix->model_name : "that model");
+    return qac_set_error(QAC_ERR_MISMATCH,
+                         "the index %s was built with the model %s, but the model given is %s (%s), another model "
+                         "(fingerprint %s, not %s): queries and passages must share one encoder, so use %s",
+                         ix->dir, ix->model_name[0] ? ix->model_name : "(unnamed)", m->name,
+                         m->dir ? m->dir : "in memory", m->fingerprint, fp, use);
+}
+
 int qac_index_on_gpu(const qac_index *ix) { return ix->gpu != NULL; }
 
 qac_status qac_index_set_threads(qac_index *ix, int nthreads) {
@@ -435,11 +527,11 @@ qac_status qac_index_set_param(qac_index *ix, const char *name, double value) {
     if (ix->vecs || ix->codesb) return qac_set_error(QAC_ERR_FAISS, "parameter %s: the exact search has no parameters", name);
     FaissParameterSpace *ps = NULL;
     if (faiss_ParameterSpace_new(&ps))
-        return qac_set_error(QAC_ERR_FAISS, "faiss ParameterSpace: %s", faiss_get_last_error());
+        return qac_set_error(QAC_ERR_FAISS, "faiss ParameterSpace: %s", qac_faiss_message());
     qac_status st = QAC_OK;
     if (faiss_ParameterSpace_set_index_parameter(ps, ix->faiss, name, value))
         st = qac_set_error(QAC_ERR_FAISS, "faiss parameter %s=%g on %s: %s", name, value, ix->factory,
-                           faiss_get_last_error());
+                           qac_faiss_message());
     faiss_ParameterSpace_free(ps);
     return st;
 }
@@ -514,8 +606,26 @@ qac_status qac_index_search(const qac_index *ix, const float *queries, int nq, i
         return flat_search((qac_index *)ix, queries, nq, k, scores, rows);
     } else {
         if (faiss_Index_search(ix->faiss, nq, queries, k, scores, rows))
-            return qac_set_error(QAC_ERR_FAISS, "faiss search: %s", faiss_get_last_error());
+            return qac_set_error(QAC_ERR_FAISS, "faiss search: %s", qac_faiss_message());
     }
     for (int q = 0; q < nq; q++) order_ties(ix, scores + (size_t)q * k, rows + (size_t)q * k, k);
+    return QAC_OK;
+}
+
+qac_status qac_index_describe(const char *dir, int64_t *count, int *dim, char *factory, size_t factory_cap,
+                              int64_t *truncated, int *max_len) {
+    char path[4096];
+    qac_status st = qac_path_join(path, sizeof path, dir, "manifest.json");
+    if (st) return st;
+    json_error_t err;
+    json_t *man = json_load_file(path, 0, &err);
+    if (!man) return qac_set_error(QAC_ERR_FORMAT, "%s: %s", path, err.text);
+    *count = (int64_t)json_integer_value(json_object_get(man, "count"));
+    *dim = (int)json_integer_value(json_object_get(json_object_get(man, "build"), "dim"));
+    *truncated = (int64_t)json_integer_value(json_object_get(man, "truncated"));
+    *max_len = (int)json_integer_value(json_object_get(json_object_get(man, "build"), "max_len"));
+    const char *f = json_string_value(json_object_get(json_object_get(man, "faiss"), "factory"));
+    snprintf(factory, factory_cap, "%s", f ? f : "?");
+    json_decref(man);
     return QAC_OK;
 }

@@ -156,8 +156,9 @@ qac_status qac_qrels_load(qac_qrels **out, const char *path, qac_qrels_format fm
     *out = NULL;
     if (!path || fmt < QAC_QRELS_AUTO || fmt > QAC_QRELS_CRANFIELD)
         return qac_set_error(QAC_ERR_INVALID, "qrels: bad arguments");
-    FILE *f = fopen(path, "rb");
-    if (!f) return qac_set_error(errno == ENOENT ? QAC_ERR_NOT_FOUND : QAC_ERR_IO, "open %s: %s", path, strerror(errno));
+    FILE *f;
+    qac_status ost = qac_open_input(&f, path);
+    if (ost) return ost;
     qbuild b = {0};
     qac_status st = parse_file(&b, f, path, &fmt);
     fclose(f);

@@ -1,5 +1,6 @@
 /* Streaming corpus and query readers (see api/qac_data.h). */
 #include "qac_data.h"
+#include "qac_util.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -238,16 +239,9 @@ static qac_text_format json_flavour(const char *line, size_t len) {
     return f;
 }
 
+/* From the file's first non-blank line, the current one. */
 static qac_status detect(qac_reader *r, qac_text_format *fmt) {
-    int got = 0, is_json_ext = ends_with(r->path, ".jsonl") || ends_with(r->path, ".json");
-    qac_status st;
-    do {
-        if ((st = read_line(r, &got))) return st;
-    } while (got && blank(r->line, r->line_len));
-    if (!got) { /* empty file: nothing to read, any format will do */
-        *fmt = is_json_ext ? QAC_FMT_BEIR : QAC_FMT_TSV;
-        return QAC_OK;
-    }
+    int is_json_ext = ends_with(r->path, ".jsonl") || ends_with(r->path, ".json");
     const char *s = r->line;
     while (isspace((unsigned char)*s)) s++;
     if (is_json_ext || *s == '{') *fmt = json_flavour(r->line, r->line_len);
@@ -268,11 +262,7 @@ qac_status qac_reader_open(qac_reader **out, const char *path, qac_reader_kind k
     }
     r->kind = kind;
     qac_status st;
-    r->f = fopen(path, "rb");
-    if (!r->f) {
-        st = qac_set_error(errno == ENOENT ? QAC_ERR_NOT_FOUND : QAC_ERR_IO, "open %s: %s", path, strerror(errno));
-        goto fail;
-    }
+    if ((st = qac_open_input(&r->f, path))) goto fail;
     struct stat sb;
     if (fstat(fileno(r->f), &sb) != 0) {
         st = qac_set_error(QAC_ERR_IO, "stat %s: %s", path, strerror(errno));
@@ -282,10 +272,19 @@ qac_status qac_reader_open(qac_reader **out, const char *path, qac_reader_kind k
     unsigned char bom[3];
     if (fread(bom, 1, 3, r->f) == 3 && bom[0] == 0xEF && bom[1] == 0xBB && bom[2] == 0xBF) r->start = 3;
     if ((st = position(r, r->start, 1))) goto fail;
-    if (fmt == QAC_FMT_AUTO) {
-        if ((st = detect(r, &fmt))) goto fail;
-        if ((st = position(r, r->start, 1))) goto fail;
+    /* every format's record starts on a non-blank line: without one the file
+     * holds nothing, which is an error for every command, said at once */
+    int got = 0;
+    do {
+        if ((st = read_line(r, &got))) goto fail;
+    } while (got && blank(r->line, r->line_len));
+    if (!got) {
+        st = qac_set_error(QAC_ERR_INVALID, "%s is empty: it holds no %s", path,
+                           kind == QAC_READ_QUERIES ? "queries" : "passages");
+        goto fail;
     }
+    if (fmt == QAC_FMT_AUTO && (st = detect(r, &fmt))) goto fail;
+    if ((st = position(r, r->start, 1))) goto fail;
     r->fmt = fmt;
     *out = r;
     return QAC_OK;

@@ -56,6 +56,7 @@ struct qac_run {
     const char **qids;   /* [nq] */
     size_t *start;       /* [nq + 1] */
     size_t nq;
+    char *run_id;        /* the last line's, as trec_eval reports it */
 };
 
 static int cmp_run_entry(const void *a, const void *b, void *arena) {
@@ -106,6 +107,13 @@ static qac_status run_parse(qac_run *r, FILE *f, const char *path) {
         if ((st = qac_arena_put(&r->arena, &r->alen, &r->acap, fl[0], &x->qid)) ||
             (st = qac_arena_put(&r->arena, &r->alen, &r->acap, fl[2], &x->docid)))
             break;
+        if (!r->run_id || strcmp(r->run_id, fl[5]) != 0) {
+            free(r->run_id);
+            if (!(r->run_id = strdup(fl[5]))) {
+                st = qac_set_error(QAC_ERR_NOMEM, "out of memory reading the run");
+                break;
+            }
+        }
         x->score = score;
         x->line = lineno;
         x->order = r->n++;
@@ -118,8 +126,9 @@ static qac_status run_parse(qac_run *r, FILE *f, const char *path) {
 qac_status qac_run_load(qac_run **out, const char *path) {
     *out = NULL;
     if (!path) return qac_set_error(QAC_ERR_INVALID, "run: no path");
-    FILE *f = fopen(path, "rb");
-    if (!f) return qac_set_error(errno == ENOENT ? QAC_ERR_NOT_FOUND : QAC_ERR_IO, "open %s: %s", path, strerror(errno));
+    FILE *f;
+    qac_status ost = qac_open_input(&f, path);
+    if (ost) return ost;
     qac_run *r = calloc(1, sizeof *r);
     if (!r) {
         fclose(f);
@@ -157,6 +166,7 @@ void qac_run_free(qac_run *r) {
     free(r->scores);
     free(r->qids);
     free(r->start);
+    free(r->run_id);
     free(r);
 }
 
@@ -173,6 +183,8 @@ size_t qac_run_entries(const qac_run *r, size_t i, const char *const **docids, c
     if (scores) *scores = r->scores + r->start[i];
     return r->start[i + 1] - r->start[i];
 }
+
+const char *qac_run_id(const qac_run *r) { return r ? r->run_id : NULL; }
 
 int64_t qac_run_line(const qac_run *r, size_t i, size_t j) {
     if (!r || i >= r->nq || r->start[i] + j >= r->start[i + 1]) return 0;

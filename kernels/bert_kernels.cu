@@ -124,20 +124,22 @@ __global__ void to_f32_kernel(float *dst, const T *src, size_t n) {
         dst[i] = qac_to_float<T>(src[i]);
 }
 
-__global__ void pool_kernel(float *out, const float *x, const int *lens, int T_, int C, int mean_pooling,
-                            int normalize) {
+__global__ void pool_kernel(float *out, const float *x, const int *lens, const int *from, int T_, int C,
+                            int mean_pooling, int normalize) {
     extern __shared__ float row[];
     __shared__ float red[32];
     const int b = blockIdx.x;
     const int L = lens[b];
-    const float *xb = x + (size_t)b * T_ * C;
+    int S = from && from[b] > 0 ? from[b] : 0;
+    if (S >= L) S = mean_pooling ? L : 0;
+    const float *xb = x + ((size_t)b * T_ + S) * C;
     float sq = 0.f;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         float v;
         if (mean_pooling) {
             float s = 0.f;
-            for (int t = 0; t < L; t++) s += xb[(size_t)t * C + c];
-            v = s / L;
+            for (int t = 0; t < L - S; t++) s += xb[(size_t)t * C + c];
+            v = s / (float)(L > S ? L - S : 1);
         } else {
             v = xb[c];
         }
@@ -456,8 +458,13 @@ cudaError_t qac_k_attention(void *out, const void *qkv, const float *qkv_b, cons
 
 cudaError_t qac_k_pool(float *out, const float *x, const int *lens, int B, int T, int C, int mean_pooling,
                        int normalize, cudaStream_t s) {
+    return qac_k_pool_from(out, x, lens, NULL, B, T, C, mean_pooling, normalize, s);
+}
+
+cudaError_t qac_k_pool_from(float *out, const float *x, const int *lens, const int *from, int B, int T, int C,
+                            int mean_pooling, int normalize, cudaStream_t s) {
     if (B <= 0) return cudaSuccess;
-    pool_kernel<<<B, 256, (size_t)C * sizeof(float), s>>>(out, x, lens, T, C, mean_pooling, normalize);
+    pool_kernel<<<B, 256, (size_t)C * sizeof(float), s>>>(out, x, lens, from, T, C, mean_pooling, normalize);
     return cudaGetLastError();
 }
 

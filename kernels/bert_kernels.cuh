@@ -40,6 +40,11 @@ int qac_k_attention_supported(int T, int C, int NH);
 // when normalize (x / max(||x||, 1e-12)). out [B,C]; x [B,T,C] fp32.
 cudaError_t qac_k_pool(float *out, const float *x, const int *lens, int B, int T, int C,
                        int mean_pooling, int normalize, cudaStream_t s);
+// Same over rows [from[b], lens[b]) (from: device [B], or NULL for 0), as
+// qac_pooling_forward_from: CLS takes row from[b]; nothing left gives a 0
+// mean, or row 0 for CLS.
+cudaError_t qac_k_pool_from(float *out, const float *x, const int *lens, const int *from, int B, int T, int C,
+                            int mean_pooling, int normalize, cudaStream_t s);
 
 // dst = (act) src, and back. n elements.
 cudaError_t qac_k_from_f32(void *dst, const float *src, size_t n, qac_precision prec, cudaStream_t s);

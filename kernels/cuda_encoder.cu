@@ -44,9 +44,11 @@ struct cuda_encoder {
     void *ffn;         // [N,I]
     int32_t *d_ids;    // [N]
     int *d_lens;       // [B]
+    int *d_from;       // [B] pooling starts (prompt tokens skipped)
     float *d_out;      // [B,C]
     int32_t *h_ids;    // pinned mirrors
     int *h_lens;
+    int *h_from;
     float *h_out;
 };
 
@@ -65,17 +67,21 @@ void free_buffers(cuda_encoder *e) {
     cudaFree(e->ffn);
     cudaFree(e->d_ids);
     cudaFree(e->d_lens);
+    cudaFree(e->d_from);
     cudaFree(e->d_out);
     cudaFreeHost(e->h_ids);
     cudaFreeHost(e->h_lens);
+    cudaFreeHost(e->h_from);
     cudaFreeHost(e->h_out);
     e->x = NULL;
     e->xh = e->qkv = e->ctx = e->proj = e->ffn = NULL;
     e->d_ids = NULL;
     e->d_lens = NULL;
+    e->d_from = NULL;
     e->d_out = NULL;
     e->h_ids = NULL;
     e->h_lens = NULL;
+    e->h_from = NULL;
     e->h_out = NULL;
     e->cap_tokens = 0;
     e->cap_batch = 0;
@@ -112,9 +118,11 @@ qac_status grow_buffers(cuda_encoder *e, int B, int T) {
     QAC_CU_GOTO(st, cudaMalloc(&e->ffn, ntok * I * es), fail);
     QAC_CU_GOTO(st, cudaMalloc((void **)&e->d_ids, ntok * sizeof(int32_t)), fail);
     QAC_CU_GOTO(st, cudaMalloc((void **)&e->d_lens, nb * sizeof(int)), fail);
+    QAC_CU_GOTO(st, cudaMalloc((void **)&e->d_from, nb * sizeof(int)), fail);
     QAC_CU_GOTO(st, cudaMalloc((void **)&e->d_out, (size_t)nb * C * sizeof(float)), fail);
     QAC_CU_GOTO(st, cudaMallocHost((void **)&e->h_ids, ntok * sizeof(int32_t)), fail);
     QAC_CU_GOTO(st, cudaMallocHost((void **)&e->h_lens, nb * sizeof(int)), fail);
+    QAC_CU_GOTO(st, cudaMallocHost((void **)&e->h_from, nb * sizeof(int)), fail);
     QAC_CU_GOTO(st, cudaMallocHost((void **)&e->h_out, (size_t)nb * C * sizeof(float)), fail);
     e->cap_tokens = ntok;
     e->cap_batch = nb;
@@ -124,7 +132,7 @@ fail:
     return qac_wrap_error(st, "CUDA encoder: activations for %d x %d tokens", B, T);
 }
 
-qac_status run_layers(cuda_encoder *e, int B, int T) {
+qac_status run_layers(cuda_encoder *e, int B, int T, int skip_prompt) {
     const qac_bert_config *c = &e->cfg;
     const int N = B * T, C = c->hidden_size, I = c->intermediate_size, NH = c->num_heads;
     const qac_precision p = e->prec;
@@ -147,7 +155,8 @@ qac_status run_layers(cuda_encoder *e, int B, int T) {
         QAC_CU(qac_k_residual_ln(e->x, e->xh, e->proj, w->ffn_out_b + lc, w->ln2_w + lc, w->ln2_b + lc, N, C,
                                  eps, p, e->stream));
     }
-    QAC_CU(qac_k_pool(e->d_out, e->x, e->d_lens, B, T, C, e->mean_pooling, e->normalize, e->stream));
+    QAC_CU(qac_k_pool_from(e->d_out, e->x, e->d_lens, skip_prompt ? e->d_from : NULL, B, T, C, e->mean_pooling,
+                           e->normalize, e->stream));
     return QAC_OK;
 }
 
@@ -156,7 +165,8 @@ void encoder_set_raw(void *impl, int raw) {
     e->normalize = e->model_normalize && !raw;
 }
 
-qac_status encoder_forward(void *impl, const int32_t *ids, const int *lens, int B, int T, float *out) {
+qac_status encoder_forward(void *impl, const int32_t *ids, const int *lens, const int *pool_from, int B, int T,
+                           float *out) {
     cuda_encoder *e = (cuda_encoder *)impl;
     const qac_bert_config *c = &e->cfg;
     if (B < 1 || T < 1) return qac_set_error(QAC_ERR_INVALID, "CUDA encoder: empty batch (%d x %d)", B, T);
@@ -180,7 +190,11 @@ qac_status encoder_forward(void *impl, const int32_t *ids, const int *lens, int 
     memcpy(e->h_lens, lens, (size_t)B * sizeof(int));
     QAC_CU(cudaMemcpyAsync(e->d_ids, e->h_ids, N * sizeof(int32_t), cudaMemcpyHostToDevice, e->stream));
     QAC_CU(cudaMemcpyAsync(e->d_lens, e->h_lens, (size_t)B * sizeof(int), cudaMemcpyHostToDevice, e->stream));
-    st = run_layers(e, B, T);
+    if (pool_from) {
+        memcpy(e->h_from, pool_from, (size_t)B * sizeof(int));
+        QAC_CU(cudaMemcpyAsync(e->d_from, e->h_from, (size_t)B * sizeof(int), cudaMemcpyHostToDevice, e->stream));
+    }
+    st = run_layers(e, B, T, pool_from != NULL);
     if (st != QAC_OK) return qac_wrap_error(st, "CUDA encoder");
     const size_t out_bytes = (size_t)B * c->hidden_size * sizeof(float);
     QAC_CU(cudaMemcpyAsync(e->h_out, e->d_out, out_bytes, cudaMemcpyDeviceToHost, e->stream));

@@ -155,17 +155,18 @@ done:
     return finish(&s, st, "attention");
 }
 
-extern "C" qac_status qac_cuda_pooling(float *out, const float *hidden, const int *lens, int B, int T, int C,
-                                       qac_pooling pooling, int normalize) {
+extern "C" qac_status qac_cuda_pooling(float *out, const float *hidden, const int *lens, const int *from, int B,
+                                       int T, int C, qac_pooling pooling, int normalize) {
     qac_status st = check_gpu();
     if (st != QAC_OK) return st;
     scratch s = {{0}, 0};
-    void *d_x, *d_lens, *d_out;
+    void *d_x, *d_lens, *d_from = NULL, *d_out;
     TRY(upload(&s, &d_x, hidden, (size_t)B * T * C, sizeof(float)));
     TRY(upload(&s, &d_lens, lens, (size_t)B, sizeof(int)));
+    if (from) TRY(upload(&s, &d_from, from, (size_t)B, sizeof(int)));
     TRY(dev_alloc(&s, &d_out, (size_t)B * C * sizeof(float)));
-    TRY_CU(qac_k_pool((float *)d_out, (const float *)d_x, (const int *)d_lens, B, T, C, pooling == QAC_POOL_MEAN,
-                      normalize, 0));
+    TRY_CU(qac_k_pool_from((float *)d_out, (const float *)d_x, (const int *)d_lens, (const int *)d_from, B, T, C,
+                           pooling == QAC_POOL_MEAN, normalize, 0));
     TRY_CU(cudaMemcpy(out, d_out, (size_t)B * C * sizeof(float), cudaMemcpyDeviceToHost));
 done:
     return finish(&s, st, "pooling");

@@ -61,7 +61,7 @@ qac_status qac_cuda_attention(float *out, const float *qkv, const float *qkv_b, 
                               int B, int T, int C, int NH, qac_precision prec) {
     return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
 }
-qac_status qac_cuda_pooling(float *out, const float *hidden, const int *lens, int B, int T, int C,
+qac_status qac_cuda_pooling(float *out, const float *hidden, const int *lens, const int *from, int B, int T, int C,
                             qac_pooling pooling, int normalize) {
     return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
 }

@@ -29,8 +29,9 @@ qac_status qac_cuda_bias_gelu(float *out, const float *inp, const float *bias, i
 /* Masked self-attention on qkv [B,T,3C] (without bias) + qkv_b [3C]. out [B,T,C]. */
 qac_status qac_cuda_attention(float *out, const float *qkv, const float *qkv_b, const int *lens,
                               int B, int T, int C, int NH, qac_precision prec);
-/* CLS or mean pooling, then optional L2 normalisation. out [B,C]; hidden [B,T,C]. */
-qac_status qac_cuda_pooling(float *out, const float *hidden, const int *lens, int B, int T, int C,
+/* CLS or mean pooling over rows [from[b], lens[b]) (from NULL: 0), then
+ * optional L2 normalisation, as qac_pooling_forward_from. out [B,C]; hidden [B,T,C]. */
+qac_status qac_cuda_pooling(float *out, const float *hidden, const int *lens, const int *from, int B, int T, int C,
                             qac_pooling pooling, int normalize);
 /* out [N,OC] = inp [N,IC] W^T, W [OC,IC], through cuBLAS in prec. */
 qac_status qac_cuda_matmul(float *out, const float *inp, const float *w, int N, int IC, int OC,

@@ -135,6 +135,12 @@ void qac_attention_causal_backward(float *dqkv, const float *datty, const float 
  * out [B,C]; hidden [B,T,C]. */
 void qac_pooling_forward(float *out, const float *hidden, const int *lens, int B, int T, int C,
                          qac_pooling pooling, int normalize);
+/* Same, pooling token rows [from[b], lens[b]) of each sequence (from may be
+ * NULL: all from 0): CLS takes row from[b]; when from[b] >= lens[b] the
+ * mean is 0 and CLS takes row 0, as sentence-transformers does with an
+ * all-masked sequence. */
+void qac_pooling_forward_from(float *out, const float *hidden, const int *lens, const int *from, int B, int T, int C,
+                              qac_pooling pooling, int normalize);
 /* dhidden [B,T,C] (written, zero where pooling reads nothing) from dout
  * [B,C]; the normalisation is recomputed from hidden. */
 void qac_pooling_backward(float *dhidden, const float *dout, const float *hidden, const int *lens, int B, int T,

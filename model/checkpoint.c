@@ -5,12 +5,14 @@
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "bert_cpu.h"
+#include "model_internal.h"
 #include "qac_safetensors.h"
 #include "qac_util.h"
 
@@ -90,8 +92,9 @@ static void compute_fingerprint(qac_model *m, const char *config_bytes, size_t c
     qac_xxh64_init(&s);
     qac_xxh64_update(&s, config_bytes, config_len);
     char extra[96];
-    int n = snprintf(extra, sizeof extra, "\npooling=%s normalize=%d max_seq_len=%d\n",
-                     qac_pooling_name(m->pooling), m->normalize ? 1 : 0, m->max_seq_len);
+    int n = snprintf(extra, sizeof extra, "\npooling=%s normalize=%d max_seq_len=%d%s\n",
+                     qac_pooling_name(m->pooling), m->normalize ? 1 : 0, m->max_seq_len,
+                     m->include_prompt ? "" : " include_prompt=0");
     qac_xxh64_update(&s, extra, (size_t)n);
     qac_xxh64_update(&s, m->param_mem, m->n_params * sizeof(float));
     snprintf(m->fingerprint, sizeof m->fingerprint, "%016llx", (unsigned long long)qac_xxh64_digest(&s));
@@ -281,7 +284,8 @@ qac_status qac_bert_config_to_json(const qac_bert_config *c, char **out) {
 
 /* ---- sentence-transformers extras ---- */
 
-qac_status qac_pooling_config_parse(const char *json, size_t len, int hidden_size, qac_pooling *out) {
+qac_status qac_pooling_config_parse(const char *json, size_t len, int hidden_size, qac_pooling *out,
+                                    int *include_prompt) {
     json_error_t jerr;
     json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
     if (!root)
@@ -351,7 +355,13 @@ qac_status qac_pooling_config_parse(const char *json, size_t len, int hidden_siz
                           list);
         goto done;
     }
+    json_t *ip = json_object_get(root, "include_prompt");
+    if (ip && !json_is_boolean(ip)) {
+        s = qac_set_error(QAC_ERR_FORMAT, "\"include_prompt\" must be true or false");
+        goto done;
+    }
     *out = active[0] ? QAC_POOL_CLS : QAC_POOL_MEAN;
+    if (include_prompt) *include_prompt = !json_is_false(ip);
 done:
     json_decref(root);
     return s;
@@ -389,6 +399,7 @@ static int type_is(const char *type, const char *cls) {
 static qac_status load_st_extras(qac_model *m, const char *dir) {
     m->pooling = QAC_POOL_CLS;
     m->normalize = 0;
+    m->include_prompt = 1;
     m->max_seq_len = m->cfg.max_position;
     json_t *mods = NULL, *sb = NULL;
     qac_status s = load_json_file(dir, "modules.json", &mods);
@@ -427,7 +438,7 @@ static qac_status load_st_extras(qac_model *m, const char *dir) {
                     (s = qac_path_join(sub, sizeof sub, pdir, "config.json")) ||
                     (s = qac_read_file(sub, &txt, &len)))
                     goto done;
-                s = qac_pooling_config_parse(txt, len, m->cfg.hidden_size, &m->pooling);
+                s = qac_pooling_config_parse(txt, len, m->cfg.hidden_size, &m->pooling, &m->include_prompt);
                 free(txt);
                 if (s) {
                     s = qac_wrap_error(s, "%s", sub);
@@ -459,6 +470,7 @@ static qac_status load_st_extras(qac_model *m, const char *dir) {
             if (json_integer_value(msl) < m->cfg.max_position) m->max_seq_len = (int)json_integer_value(msl);
         }
     }
+    s = qac_model_prompts_load(m, dir);
 done:
     json_decref(mods);
     json_decref(sb);
@@ -617,13 +629,35 @@ static qac_status alloc_params(qac_model *m) {
     return QAC_OK;
 }
 
+/* A short name for /info and index manifests: the directory's base name;
+ * a training checkpoint's run and checkpoint ("run/checkpoint-6"); a
+ * Hugging Face cache snapshot's repository ("org/name", not the hash). */
 static void set_name(qac_model *m, const char *dir) {
-    size_t n = strlen(dir);
-    while (n > 1 && dir[n - 1] == '/') n--;
+    char real[PATH_MAX];
+    const char *p = realpath(dir, real) ? real : dir;
+    size_t n = strlen(p);
+    while (n > 1 && p[n - 1] == '/') n--;
     size_t b = n;
-    while (b > 0 && dir[b - 1] != '/') b--;
-    if (n - b == 0 || (n - b == 1 && dir[b] == '.')) snprintf(m->name, sizeof m->name, "%s", "model");
-    else snprintf(m->name, sizeof m->name, "%.*s", (int)(n - b), dir + b);
+    while (b > 0 && p[b - 1] != '/') b--;
+    size_t pe = b ? b - 1 : 0, pb = pe; /* the parent's base name: [pb, pe) */
+    while (pb > 0 && p[pb - 1] != '/') pb--;
+    size_t gb = pb ? pb - 1 : 0, gbb = gb; /* the grandparent's: [gbb, gb) */
+    while (gbb > 0 && p[gbb - 1] != '/') gbb--;
+    if (n - b == 0 || (n - b == 1 && p[b] == '.')) {
+        snprintf(m->name, sizeof m->name, "%s", "model");
+    } else if (pe > pb && pe - pb == 9 && !strncmp(p + pb, "snapshots", 9) && gb - gbb > 8 &&
+               !strncmp(p + gbb, "models--", 8)) {
+        /* .../models--ORG--NAME/snapshots/HASH */
+        const char *repo = p + gbb + 8, *sep = strstr(repo, "--");
+        if (sep && sep < p + gb)
+            snprintf(m->name, sizeof m->name, "%.*s/%.*s", (int)(sep - repo), repo, (int)(p + gb - sep - 2), sep + 2);
+        else
+            snprintf(m->name, sizeof m->name, "%.*s", (int)(p + gb - repo), repo);
+    } else if (n - b > 11 && !strncmp(p + b, "checkpoint-", 11) && pe > pb) {
+        snprintf(m->name, sizeof m->name, "%.*s/%.*s", (int)(pe - pb), p + pb, (int)(n - b), p + b);
+    } else {
+        snprintf(m->name, sizeof m->name, "%.*s", (int)(n - b), p + b);
+    }
 }
 
 static int file_exists(const char *dir, const char *name) {
@@ -720,6 +754,7 @@ qac_status qac_model_create(qac_model **out, const qac_bert_config *cfg, const c
     if (!m) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
     m->cfg = *cfg;
     m->pooling = QAC_POOL_CLS;
+    m->include_prompt = 1;
     m->max_seq_len = cfg->max_position;
     snprintf(m->name, sizeof m->name, "%s", "bert");
     if (tok_dir && !(m->dir = strdup(tok_dir))) {
@@ -747,6 +782,7 @@ void qac_model_free(qac_model *m) {
     free(m->param_mem);
     qac_tokenizer_free(m->tok);
     free(m->dir);
+    qac_model_prompts_clear(m);
     free(m);
 }
 
@@ -886,7 +922,7 @@ qac_status qac_model_save_as(const qac_model *m, const char *dir, int st_dtype) 
                              m->cfg.hidden_size, "pooling_mode_cls_token", cls, "pooling_mode_mean_tokens", !cls,
                              "pooling_mode_max_tokens", 0, "pooling_mode_mean_sqrt_len_tokens", 0,
                              "pooling_mode_weightedmean_tokens", 0, "pooling_mode_lasttoken", 0, "include_prompt",
-                             1);
+                             m->include_prompt);
     json_t *sbc = json_pack("{s:i, s:b}", "max_seq_length", m->max_seq_len, "do_lower_case", 0);
     char sub[4096];
     if ((s = qac_path_join(sub, sizeof sub, dir, "1_Pooling")) || (s = qac_mkdirs(sub)) ||
@@ -906,6 +942,11 @@ qac_status qac_model_save_as(const qac_model *m, const char *dir, int st_dtype) 
         return s;
     }
     if ((s = write_json(dir, "modules.json", mods))) return s;
+    char *stc;
+    if ((s = qac_model_prompts_json(m, &stc))) return s;
+    s = write_text(dir, "config_sentence_transformers.json", stc);
+    free(stc);
+    if (s) return s;
     /* config.json last: a directory without it is not taken for a model. */
     char *cfg;
     if ((s = qac_bert_config_to_json(&m->cfg, &cfg))) return s;

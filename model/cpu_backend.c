@@ -22,7 +22,8 @@ typedef struct cpu_backend {
     int raw;           /* skip the model's normalisation (qac_encoder_set_raw) */
 } cpu_backend;
 
-static qac_status cpu_forward(void *impl, const int32_t *ids, const int *lens, int B, int T, float *out) {
+static qac_status cpu_forward(void *impl, const int32_t *ids, const int *lens, const int *pool_from, int B, int T,
+                              float *out) {
     cpu_backend *cb = impl;
     const qac_model *m = cb->m;
     qac_status st = qac_bert_acts_alloc(&cb->acts, &m->cfg, B, T, 0, qac_pool_size(cb->pool));
@@ -52,8 +53,8 @@ static qac_status cpu_forward(void *impl, const int32_t *ids, const int *lens, i
     if (st != QAC_OK) return st;
     int C = m->cfg.hidden_size;
     for (int b = 0; b < B; b++)
-        qac_pooling_forward(out + (size_t)b * C, cb->acts.last + (size_t)cb->offs[b] * C, lens + b, 1, lens[b], C,
-                            m->pooling, m->normalize && !cb->raw);
+        qac_pooling_forward_from(out + (size_t)b * C, cb->acts.last + (size_t)cb->offs[b] * C, lens + b,
+                                 pool_from ? pool_from + b : NULL, 1, lens[b], C, m->pooling, m->normalize && !cb->raw);
     return QAC_OK;
 }
 

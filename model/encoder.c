@@ -19,6 +19,7 @@ struct qac_encoder {
     int32_t *batch_ids;   /* [max_batch, T] */
     size_t batch_ids_cap;
     int *batch_lens;      /* [max_batch] */
+    int *batch_from;      /* [max_batch] */
     float *batch_out;     /* [max_batch, C] */
     int32_t *tok;         /* [n, max_len] token ids of encode_texts */
     size_t tok_cap;
@@ -26,6 +27,9 @@ struct qac_encoder {
     size_t tok_lens_cap;
     const int32_t **tok_ptrs; /* [n] */
     size_t tok_ptrs_cap;
+    int *tok_from;        /* [n] pooling starts of a prompted encode_texts */
+    size_t tok_from_cap;
+    int64_t truncated; /* texts encode_texts cut, since creation */
 };
 
 qac_encoder_opts qac_encoder_default_opts(void) {
@@ -84,10 +88,12 @@ void qac_encoder_free(qac_encoder *e) {
     free(e->order);
     free(e->batch_ids);
     free(e->batch_lens);
+    free(e->batch_from);
     free(e->batch_out);
     free(e->tok);
     free(e->tok_lens);
     free(e->tok_ptrs);
+    free(e->tok_from);
     free(e);
 }
 
@@ -128,6 +134,11 @@ static int cmp_len_desc(const void *a, const void *b) {
 
 qac_status qac_encoder_encode_ids(qac_encoder *e, const int32_t *const *ids, const int *lens, int n,
                                   float *out) {
+    return qac_encoder_encode_ids_from(e, ids, lens, NULL, n, out);
+}
+
+qac_status qac_encoder_encode_ids_from(qac_encoder *e, const int32_t *const *ids, const int *lens,
+                                       const int *pool_from, int n, float *out) {
     if (n < 0) return qac_set_error(QAC_ERR_INVALID, "encode: negative count %d", n);
     if (n == 0) return QAC_OK;
     const qac_bert_config *c = &e->m->cfg;
@@ -152,6 +163,8 @@ qac_status qac_encoder_encode_ids(qac_encoder *e, const int32_t *const *ids, con
     if ((st = grow(&e->batch_ids, &e->batch_ids_cap, (size_t)MB * Tmax, sizeof(int32_t))) != QAC_OK) return st;
     if (!e->batch_lens && !(e->batch_lens = malloc((size_t)MB * sizeof(int))))
         return qac_set_error(QAC_ERR_NOMEM, "encoder: out of memory");
+    if (pool_from && !e->batch_from && !(e->batch_from = malloc((size_t)MB * sizeof(int))))
+        return qac_set_error(QAC_ERR_NOMEM, "encoder: out of memory");
     if (!e->batch_out && !(e->batch_out = malloc((size_t)MB * C * sizeof(float))))
         return qac_set_error(QAC_ERR_NOMEM, "encoder: out of memory");
 
@@ -164,8 +177,10 @@ qac_status qac_encoder_encode_ids(qac_encoder *e, const int32_t *const *ids, con
             memcpy(row, ids[i], (size_t)len * sizeof *row);
             for (int t = len; t < T; t++) row[t] = pad;
             e->batch_lens[b] = len;
+            if (pool_from) e->batch_from[b] = pool_from[i];
         }
-        st = e->be.forward(e->be.impl, e->batch_ids, e->batch_lens, B, T, e->batch_out);
+        st = e->be.forward(e->be.impl, e->batch_ids, e->batch_lens, pool_from ? e->batch_from : NULL, B, T,
+                           e->batch_out);
         if (st != QAC_OK) return st;
         for (int b = 0; b < B; b++)
             memcpy(out + (size_t)sorted[s + b].idx * C, e->batch_out + (size_t)b * C, (size_t)C * sizeof *out);
@@ -175,6 +190,11 @@ qac_status qac_encoder_encode_ids(qac_encoder *e, const int32_t *const *ids, con
 
 qac_status qac_encoder_encode_texts(qac_encoder *e, const char *const *texts, const size_t *lens, int n,
                                     int max_len, float *out) {
+    return qac_encoder_encode_texts_prompted(e, NULL, texts, lens, n, max_len, out);
+}
+
+qac_status qac_encoder_encode_texts_prompted(qac_encoder *e, const char *prompt, const char *const *texts,
+                                             const size_t *lens, int n, int max_len, float *out) {
     if (n < 0) return qac_set_error(QAC_ERR_INVALID, "encode: negative count %d", n);
     if (n == 0) return QAC_OK;
     const qac_model *m = e->m;
@@ -190,9 +210,25 @@ qac_status qac_encoder_encode_texts(qac_encoder *e, const char *const *texts, co
     for (int i = 0; i < n; i++) {
         int32_t *ids = e->tok + (size_t)i * max_len;
         size_t len = lens ? lens[i] : strlen(texts[i]);
-        st = qac_tokenizer_encode(m->tok, texts[i], len, max_len, ids, &e->tok_lens[i]);
+        int cut = 0;
+        st = qac_tokenizer_encode_prompted_cut(m->tok, prompt, texts[i], len, max_len, ids, &e->tok_lens[i], &cut);
         if (st != QAC_OK) return qac_wrap_error(st, "encode: text %d", i);
+        e->truncated += cut;
         e->tok_ptrs[i] = ids;
     }
-    return qac_encoder_encode_ids(e, e->tok_ptrs, e->tok_lens, n, out);
+    int skip = 0;
+    if ((st = qac_model_prompt_skip(m, prompt, max_len, &skip)) != QAC_OK) return st;
+    if (!skip) return qac_encoder_encode_ids(e, e->tok_ptrs, e->tok_lens, n, out);
+    if ((st = grow(&e->tok_from, &e->tok_from_cap, (size_t)n, sizeof(int))) != QAC_OK) return st;
+    for (int i = 0; i < n; i++) e->tok_from[i] = skip;
+    return qac_encoder_encode_ids_from(e, e->tok_ptrs, e->tok_lens, e->tok_from, n, out);
+}
+
+int64_t qac_encoder_truncated(const qac_encoder *e) { return e ? e->truncated : 0; }
+
+int qac_encoder_max_len(const qac_encoder *e, int max_len) {
+    const qac_model *m = e->m;
+    int limit = m->max_seq_len > 0 ? m->max_seq_len : m->cfg.max_position;
+    if (limit > m->cfg.max_position) limit = m->cfg.max_position;
+    return max_len <= 0 || max_len > limit ? limit : max_len;
 }

@@ -10,9 +10,12 @@
 typedef struct qac_encoder_backend {
     void *impl;
     /* ids: [B, T] row-major, padded with pad_token_id past lens[b];
-     * lens: [B], 1 <= lens[b] <= T; out: [B, C] pooled (and normalised when
-     * the model says so) fp32 embeddings. Token type ids are all 0. */
-    qac_status (*forward)(void *impl, const int32_t *ids, const int *lens, int B, int T, float *out);
+     * lens: [B], 1 <= lens[b] <= T; pool_from: [B] tokens the pooling skips
+     * at the start (qac_pooling_forward_from), or NULL for none; out: [B, C]
+     * pooled (and normalised when the model says so) fp32 embeddings. Token
+     * type ids are all 0. */
+    qac_status (*forward)(void *impl, const int32_t *ids, const int *lens, const int *pool_from, int B, int T,
+                          float *out);
     void (*free)(void *impl);
     /* raw = 1: forward skips the model's L2 normalisation until set back to 0. */
     void (*set_raw)(void *impl, int raw);

@@ -647,9 +647,18 @@ static float l2_norm(const float *o, int C) {
 
 void qac_pooling_forward(float *out, const float *hidden, const int *lens, int B, int T, int C, qac_pooling pooling,
                          int normalize) {
+    qac_pooling_forward_from(out, hidden, lens, NULL, B, T, C, pooling, normalize);
+}
+
+void qac_pooling_forward_from(float *out, const float *hidden, const int *lens, const int *from, int B, int T, int C,
+                              qac_pooling pooling, int normalize) {
     for (int b = 0; b < B; b++) {
         float *o = out + (size_t)b * C;
-        pool_one(o, hidden + (size_t)b * T * C, lens[b], C, pooling);
+        int len = lens[b], s = from && from[b] > 0 ? from[b] : 0;
+        /* nothing left after the skipped tokens: the mean of none is 0
+         * (sentence-transformers' masked sum), CLS falls back to row 0 */
+        if (s >= len) s = pooling == QAC_POOL_MEAN ? len : 0;
+        pool_one(o, hidden + ((size_t)b * T + (size_t)s) * C, len - s, C, pooling);
         if (normalize) {
             float inv = 1.0f / l2_norm(o, C);
             for (int i = 0; i < C; i++) o[i] *= inv;

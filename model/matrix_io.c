@@ -176,8 +176,9 @@ qac_status qac_matrix_read(const char *path, float **data, int64_t *count, int *
     *data = NULL;
     *count = 0;
     *dim = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) return qac_set_error(errno == ENOENT ? QAC_ERR_NOT_FOUND : QAC_ERR_IO, "open %s: %s", path, strerror(errno));
+    FILE *f;
+    qac_status ost = qac_open_input(&f, path);
+    if (ost) return ost;
     struct stat sb;
     qac_status st = QAC_OK;
     unsigned char h[16];

@@ -360,17 +360,43 @@ qac_status qac_tokenizer_decode(const qac_tokenizer *t, const int32_t *ids, int 
 
 qac_status qac_tokenizer_encode(const qac_tokenizer *t, const char *text, size_t len, int max_len,
                                 int32_t *ids, int *n) {
+    return qac_tokenizer_encode_cut(t, text, len, max_len, ids, n, NULL);
+}
+
+qac_status qac_tokenizer_encode_cut(const qac_tokenizer *t, const char *text, size_t len, int max_len,
+                                    int32_t *ids, int *n, int *truncated) {
     if (!t || !ids || !n) return qac_set_error(QAC_ERR_INVALID, "encode: NULL argument");
     if (max_len < 2) return qac_set_error(QAC_ERR_INVALID, "encode: max_len %d < 2", max_len);
     int cls = t->specials.cls >= 0, sep = t->specials.sep >= 0;
     int body = max_len - cls - sep, got = 0;
-    qac_status st = tokenize_n(t, text, len, ids + cls, body, body, &got);
+    /* one token past the room tells a cut text from one that just fits */
+    qac_status st = tokenize_n(t, text, len, ids + cls, body, truncated ? body + 1 : body, &got);
     if (st) return st;
+    if (truncated) *truncated = got > body;
     if (got > body) got = body;
     if (cls) ids[0] = t->specials.cls;
     if (sep) ids[cls + got] = t->specials.sep;
     *n = cls + got + sep;
     return QAC_OK;
+}
+
+qac_status qac_tokenizer_encode_prompted_cut(const qac_tokenizer *t, const char *prompt, const char *text,
+                                             size_t len, int max_len, int32_t *ids, int *n, int *truncated) {
+    size_t pl = prompt ? strlen(prompt) : 0;
+    if (!pl) return qac_tokenizer_encode_cut(t, text, len, max_len, ids, n, truncated);
+    /* one string: the prompt's last word and the text's first may make one token */
+    char stack[2048], *buf = pl + len <= sizeof stack ? stack : malloc(pl + len);
+    if (!buf) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    memcpy(buf, prompt, pl);
+    if (len) memcpy(buf + pl, text, len);
+    qac_status s = qac_tokenizer_encode_cut(t, buf, pl + len, max_len, ids, n, truncated);
+    if (buf != stack) free(buf);
+    return s;
+}
+
+qac_status qac_tokenizer_encode_prompted(const qac_tokenizer *t, const char *prompt, const char *text, size_t len,
+                                         int max_len, int32_t *ids, int *n) {
+    return qac_tokenizer_encode_prompted_cut(t, prompt, text, len, max_len, ids, n, NULL);
 }
 
 qac_status qac_tokenizer_encode_pair(const qac_tokenizer *t, const char *a, size_t alen, const char *b,

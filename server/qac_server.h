@@ -89,10 +89,13 @@ typedef struct qac_server_backend {
     /* Token ids without specials; writes at most cap, *n is the full count. */
     qac_status (*tokenize)(void *enc, const char *text, size_t len, int32_t *ids, int cap, int *n);
     const char *(*id_to_token)(void *enc, int32_t id);
-    qac_status (*encode)(void *enc, const int32_t *const *ids, const int *lens, int n, float *out);
+    /* pool_from: [n] tokens the pooling skips at each start, or NULL. */
+    qac_status (*encode)(void *enc, const int32_t *const *ids, const int *lens, const int *pool_from, int n,
+                         float *out);
     /* Optional: encode's pooled vectors without the model's L2
      * normalisation (NULL: encode gives them already). Batcher thread only. */
-    qac_status (*encode_raw)(void *enc, const int32_t *const *ids, const int *lens, int n, float *out);
+    qac_status (*encode_raw)(void *enc, const int32_t *const *ids, const int *lens, const int *pool_from, int n,
+                             float *out);
     /* Optional: ids -> text as Hugging Face's tokenizers decode them; an id
      * outside the vocabulary is skipped. *text is malloc'd. */
     qac_status (*decode)(void *enc, const int32_t *ids, int n, int skip_special, char **text);
@@ -103,6 +106,23 @@ typedef struct qac_server_backend {
     int vocab_size;           /* token ids are 0 .. vocab_size - 1 */
     int32_t cls_id, sep_id;   /* what encode_text puts around a text; -1: none */
     int32_t special_ids[8];   /* every special token's id ([CLS] [SEP] [PAD] [UNK] [MASK]), -1: unused */
+    /* Prompts (qac_model.h "Prompts"), all optional ("", 0, NULL: none):
+     * /search puts query_prompt before every query, /encode the query or
+     * the passage prompt by its "kind", /embed the prompt its prompt_name
+     * names in prompt_names (else the default one), /v1/embeddings the one
+     * its input_type asks for (else the default one). */
+    const char *query_prompt, *passage_prompt;
+    const char *default_prompt_name;     /* NULL: none */
+    int n_prompts;
+    const char *const *prompt_names, *const *prompt_texts;
+    int include_prompt;                  /* 0: the pooling skips prompt tokens */
+    const char *index_query_prompt, *index_passage_prompt; /* the index's (NULL: unknown or no index) */
+    const char *prompt_warning;          /* a prompt mismatch served anyway, or NULL */
+    /* [CLS] prompt+text [SEP] cut to max_len (prompt NULL or "": encode_text);
+     * *pool_from: tokens the pooling skips. Thread-safe. Required when any
+     * prompt is set. */
+    qac_status (*encode_prompted)(void *enc, const char *prompt, const char *text, size_t len, int max_len,
+                                  int32_t *ids, int *n, int *pool_from);
 
     /* Dense index (optional: search == NULL means none loaded). */
     void *index;
@@ -122,13 +142,17 @@ typedef struct qac_server_backend {
 
 /* The real backend: loads the model (and index / BM25 when the directory is
  * not NULL) and checks that they fit together. device: "auto"|"cpu"|"cuda";
- * dtype: "fp32"|"bf16" (the CPU encoder's precision, NULL: fp32); verify: "full"|"size" (how index.faiss and the corpus are checked).
+ * dtype: "fp32"|"bf16" (the CPU encoder's precision, NULL: fp32); verify: "full"|"size"|"none" (how index.faiss and the corpus are checked, see qac_index_verify).
  * allow_model_mismatch: serve an index whose recorded model fingerprint
- * differs from the model's (or is "none": built from vectors). */
+ * differs from the model's (or is "none": built from vectors).
+ * query_prompt / passage_prompt (NULL: the model's) replace the model's
+ * prompts; a query prompt other than the one the index was built for is
+ * refused unless allow_prompt_mismatch (then be->prompt_warning says so). */
 typedef struct qac_server_real qac_server_real;
 qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, const char *model_dir,
                                 const char *index_dir, const char *bm25_dir, const char *device,
-                                const char *dtype, int threads, const char *verify, int allow_model_mismatch);
+                                const char *dtype, int threads, const char *verify, int allow_model_mismatch,
+                                const char *query_prompt, const char *passage_prompt, int allow_prompt_mismatch);
 void qac_server_real_free(qac_server_real *r);
 
 /* ---- the server ---- */

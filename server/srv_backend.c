@@ -16,6 +16,7 @@ struct qac_server_real {
     qac_index *index;
     qac_bm25 *bm25;
     char text_unavailable[512];
+    char prompt_warning[1024];
 };
 
 static qac_status r_encode_text(void *u, const char *text, size_t len, int max_len, int32_t *ids, int *n) {
@@ -33,15 +34,24 @@ static const char *r_id_to_token(void *u, int32_t id) {
     return qac_tokenizer_id_to_token(r->model->tok, id);
 }
 
-static qac_status r_encode(void *u, const int32_t *const *ids, const int *lens, int n, float *out) {
+static qac_status r_encode(void *u, const int32_t *const *ids, const int *lens, const int *pool_from, int n,
+                           float *out) {
     qac_server_real *r = u;
-    return qac_encoder_encode_ids(r->enc, ids, lens, n, out);
+    return qac_encoder_encode_ids_from(r->enc, ids, lens, pool_from, n, out);
 }
 
-static qac_status r_encode_raw(void *u, const int32_t *const *ids, const int *lens, int n, float *out) {
+static qac_status r_encode_prompted(void *u, const char *prompt, const char *text, size_t len, int max_len,
+                                    int32_t *ids, int *n, int *pool_from) {
+    qac_server_real *r = u;
+    qac_status st = qac_model_encode_prompted(r->model, prompt, text, len, max_len, ids, n);
+    return st ? st : qac_model_prompt_skip(r->model, prompt, max_len, pool_from);
+}
+
+static qac_status r_encode_raw(void *u, const int32_t *const *ids, const int *lens, const int *pool_from, int n,
+                               float *out) {
     qac_server_real *r = u;
     qac_encoder_set_raw(r->enc, 1);
-    qac_status st = qac_encoder_encode_ids(r->enc, ids, lens, n, out);
+    qac_status st = qac_encoder_encode_ids_from(r->enc, ids, lens, pool_from, n, out);
     qac_encoder_set_raw(r->enc, 0);
     return st;
 }
@@ -73,7 +83,8 @@ static const char *r_bm25_docid(void *u, int64_t row) { return qac_bm25_docid(u,
 
 qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, const char *model_dir,
                                 const char *index_dir, const char *bm25_dir, const char *device, const char *dtype,
-                                int threads, const char *verify, int allow_model_mismatch) {
+                                int threads, const char *verify, int allow_model_mismatch, const char *query_prompt,
+                                const char *passage_prompt, int allow_prompt_mismatch) {
     *out = NULL;
     memset(be, 0, sizeof *be);
     qac_server_real *r = calloc(1, sizeof *r);
@@ -83,13 +94,17 @@ qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, c
     if (device && !strcmp(device, "cuda")) dev = QAC_DEVICE_CUDA;
     qac_status st;
     if ((st = qac_model_load(&r->model, model_dir))) {
-        qac_wrap_error(st, "model %s", model_dir);
+        if (!strstr(qac_last_error(), model_dir)) qac_wrap_error(st, "model %s", model_dir);
         goto fail;
     }
     if (!r->model->tok) {
         st = qac_set_error(QAC_ERR_INVALID, "model %s has no tokenizer", model_dir);
         goto fail;
     }
+    if ((query_prompt && (st = qac_model_set_prompt(r->model, "query", query_prompt))) ||
+        (passage_prompt &&
+         (st = qac_model_set_prompt(r->model, qac_model_passage_prompt_name(r->model), passage_prompt))))
+        goto fail;
     qac_encoder_opts eo = qac_encoder_default_opts();
     eo.device = dev;
     eo.threads = threads;
@@ -104,10 +119,11 @@ qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, c
     }
     int dim = qac_encoder_dim(r->enc);
     if (index_dir) {
-        qac_index_verify vm = verify && !strcmp(verify, "size") ? QAC_VERIFY_SIZE : QAC_VERIFY_FULL;
-        if ((st = qac_index_open_verified(&r->index, index_dir, dev, vm)) ||
+        qac_index_verify vm = QAC_VERIFY_FULL;
+        if ((verify && (st = qac_index_verify_parse(verify, &vm))) ||
+            (st = qac_index_open_verified(&r->index, index_dir, dev, vm)) ||
             (st = qac_index_set_threads(r->index, threads))) {
-            qac_wrap_error(st, "index %s", index_dir);
+            if (!strstr(qac_last_error(), index_dir)) qac_wrap_error(st, "index %s", index_dir); /* named once */
             goto fail;
         }
         if (qac_index_dim(r->index) != dim) {
@@ -121,28 +137,27 @@ qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, c
         if (cst == QAC_ERR_NOT_FOUND) {
             snprintf(r->text_unavailable, sizeof r->text_unavailable, "%s", qac_last_error());
         } else if (cst) {
-            st = qac_wrap_error(cst, "index %s", index_dir);
+            st = strstr(qac_last_error(), index_dir) ? cst : qac_wrap_error(cst, "index %s", index_dir);
             goto fail;
         }
-        const char *fp = qac_index_model_fingerprint(r->index);
-        if (fp && !strcmp(fp, "none") && !allow_model_mismatch) {
-            st = qac_set_error(QAC_ERR_INVALID,
-                               "index %s was built from precomputed vectors and records no model: rebuild it "
-                               "with `qac index build --vectors FILE --model DIR` naming the model that made "
-                               "them, or serve it with --allow-model-mismatch",
-                               index_dir);
+        if (!allow_model_mismatch && (st = qac_index_check_model(r->index, r->model))) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", qac_last_error());
+            qac_set_error(st, "%s (or --allow-model-mismatch to serve it anyway)", msg);
             goto fail;
         }
-        if (fp && strcmp(fp, r->model->fingerprint) != 0 && !allow_model_mismatch) {
-            st = qac_set_error(QAC_ERR_INVALID,
-                               "index %s was built with model fingerprint %s, but model %s has %s "
-                               "(queries and passages must share an encoder; --allow-model-mismatch overrides)",
-                               index_dir, fp, model_dir, r->model->fingerprint);
-            goto fail;
+        if ((st = qac_index_check_prompts(r->index, qac_model_query_prompt(r->model)))) {
+            if (!allow_prompt_mismatch) {
+                qac_wrap_error(st, "index %s", index_dir);
+                goto fail;
+            }
+            snprintf(r->prompt_warning, sizeof r->prompt_warning, "%s", qac_last_error());
+            qac_clear_error();
+            st = QAC_OK;
         }
     }
     if (bm25_dir && (st = qac_bm25_open(&r->bm25, bm25_dir))) {
-        qac_wrap_error(st, "bm25 index %s", bm25_dir);
+        if (!strstr(qac_last_error(), bm25_dir)) qac_wrap_error(st, "bm25 index %s", bm25_dir);
         goto fail;
     }
     const qac_model *m = r->model;
@@ -168,6 +183,15 @@ qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, c
     be->sep_id = sp.sep;
     int32_t specials[] = {sp.cls, sp.sep, sp.pad, sp.unk, sp.mask, -1, -1, -1};
     memcpy(be->special_ids, specials, sizeof specials);
+    be->encode_prompted = r_encode_prompted;
+    be->query_prompt = qac_model_query_prompt(m);
+    be->passage_prompt = qac_model_passage_prompt(m);
+    be->default_prompt_name = m->default_prompt_name;
+    be->n_prompts = m->n_prompts;
+    be->prompt_names = (const char *const *)m->prompt_names;
+    be->prompt_texts = (const char *const *)m->prompt_texts;
+    be->include_prompt = m->include_prompt;
+    if (r->prompt_warning[0]) be->prompt_warning = r->prompt_warning;
     if (r->index) {
         be->index = r->index;
         be->index_count = qac_index_count(r->index);
@@ -175,6 +199,7 @@ qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, c
         be->search = r_search;
         be->docid = r_docid;
         be->text = r_text;
+        qac_index_prompts(r->index, &be->index_query_prompt, &be->index_passage_prompt);
         if (r->text_unavailable[0]) be->text_unavailable = r->text_unavailable;
     }
     if (r->bm25) {

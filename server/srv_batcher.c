@@ -29,6 +29,7 @@ typedef enum job_state { JOB_QUEUED = 0, JOB_RUNNING, JOB_DONE } job_state;
 typedef struct job {
     const int32_t *const *ids;
     const int *lens;
+    const int *pool_from; /* NULL: the pooling skips no tokens */
     int n;
     float *out;
     int k;           /* > 0: also search, into scores/rows [n, k] */
@@ -71,7 +72,7 @@ struct qac_batcher {
     pthread_t worker;
     /* the worker's reusable buffers */
     const int32_t **b_ids;
-    int *b_lens;
+    int *b_lens, *b_from;
     float *b_out;
     int b_cap;
     seg *segs;
@@ -98,6 +99,9 @@ static int grow(qac_batcher *b, int need) {
     int *lens = realloc(b->b_lens, (size_t)cap * sizeof *lens);
     if (!lens) return 0;
     b->b_lens = lens;
+    int *from = realloc(b->b_from, (size_t)cap * sizeof *from);
+    if (!from) return 0;
+    b->b_from = from;
     float *out = realloc(b->b_out, (size_t)cap * (size_t)b->o.dim * sizeof *out);
     if (!out) return 0;
     b->b_out = out;
@@ -283,23 +287,28 @@ static void *worker_main(void *arg) {
             snprintf(err, sizeof err, "out of memory for a batch of %d texts", n);
         } else {
             /* normalised texts first, then the raw ones: one call for each kind */
-            int at = 0, n_norm = 0;
+            int at = 0, n_norm = 0, skips[2] = {0, 0};
             for (int raw = 0; raw < 2; raw++) {
                 for (int s = 0; s < nseg; s++) {
-                    if (b->segs[s].j->raw != raw) continue;
+                    const job *j = b->segs[s].j;
+                    if (j->raw != raw) continue;
                     b->segs[s].at = at;
                     for (int i = 0; i < b->segs[s].count; i++, at++) {
-                        b->b_ids[at] = b->segs[s].j->ids[b->segs[s].from + i];
-                        b->b_lens[at] = b->segs[s].j->lens[b->segs[s].from + i];
+                        b->b_ids[at] = j->ids[b->segs[s].from + i];
+                        b->b_lens[at] = j->lens[b->segs[s].from + i];
+                        b->b_from[at] = j->pool_from ? j->pool_from[b->segs[s].from + i] : 0;
+                        skips[raw] |= b->b_from[at] != 0;
                     }
                 }
                 if (!raw) n_norm = at;
             }
             qac_encode_fn raw_fn = b->raw_fn ? b->raw_fn : b->fn;
-            if (n_norm) st = b->fn(b->user, (const int32_t *const *)b->b_ids, b->b_lens, n_norm, b->b_out);
+            if (n_norm)
+                st = b->fn(b->user, (const int32_t *const *)b->b_ids, b->b_lens, skips[0] ? b->b_from : NULL, n_norm,
+                           b->b_out);
             if (!st && n > n_norm)
-                st = raw_fn(b->user, (const int32_t *const *)b->b_ids + n_norm, b->b_lens + n_norm, n - n_norm,
-                            b->b_out + (size_t)n_norm * b->o.dim);
+                st = raw_fn(b->user, (const int32_t *const *)b->b_ids + n_norm, b->b_lens + n_norm,
+                            skips[1] ? b->b_from + n_norm : NULL, n - n_norm, b->b_out + (size_t)n_norm * b->o.dim);
             if (st) snprintf(err, sizeof err, "%s", qac_last_error());
         }
         double secs = qac_now() - t0;
@@ -376,7 +385,7 @@ qac_status qac_batcher_encode(qac_batcher *b, const int32_t *const *ids, const i
 
 qac_status qac_batcher_search(qac_batcher *b, const int32_t *const *ids, const int *lens, int n, float *out, int k,
                               float *scores, int64_t *rows, int timeout_ms) {
-    return qac_batcher_run(b, ids, lens, n, out, k, scores, rows, timeout_ms, NULL, 0);
+    return qac_batcher_run(b, ids, lens, NULL, n, out, k, scores, rows, timeout_ms, NULL, 0);
 }
 
 /* The request this thread serves announced itself to this batcher. */
@@ -415,8 +424,9 @@ int qac_batcher_arriving(qac_batcher *b) {
 
 #define CANCEL_POLL_MS 50 /* how often a waiting request checks its client */
 
-qac_status qac_batcher_run(qac_batcher *b, const int32_t *const *ids, const int *lens, int n, float *out, int k,
-                           float *scores, int64_t *rows, int timeout_ms, const qac_cancel *cancel, int raw) {
+qac_status qac_batcher_run(qac_batcher *b, const int32_t *const *ids, const int *lens, const int *pool_from, int n,
+                           float *out, int k, float *scores, int64_t *rows, int timeout_ms, const qac_cancel *cancel,
+                           int raw) {
     if (n <= 0) return QAC_OK;
     if (k > 0 && (raw || !b->search || !scores || !rows))
         return qac_set_error(QAC_ERR_INVALID, "batcher: no search function, no room for the hits, or raw vectors");
@@ -424,6 +434,7 @@ qac_status qac_batcher_run(qac_batcher *b, const int32_t *const *ids, const int 
     memset(&j, 0, sizeof j);
     j.ids = ids;
     j.lens = lens;
+    j.pool_from = pool_from;
     j.n = n;
     j.out = out;
     j.k = k > 0 ? k : 0;
@@ -503,6 +514,7 @@ void qac_batcher_free(qac_batcher *b) {
     pthread_cond_destroy(&b->done);
     free(b->b_ids);
     free(b->b_lens);
+    free(b->b_from);
     free(b->b_out);
     free(b->segs);
     free(b->s_q);

@@ -8,8 +8,9 @@
 
 #include <jansson.h>
 
-#include "srv_internal.h"
+#include "qac_fusion.h"
 #include "qac_util.h"
+#include "srv_internal.h"
 
 int qac_srv_gone(void) { return qac_srv_cancel && qac_srv_cancel->gone(qac_srv_cancel->ctx); }
 
@@ -179,22 +180,30 @@ static int get_enum(json_t *o, const char *key, const char *const *choices, int 
     return 0;
 }
 
-/* Tokenize and encode through the batcher: out is [n, dim]. With k > 0 the
- * batcher also searches the dense index, into scores/rows [n, k]. */
-static int encode_texts(qac_server *s, const texts *t, int max_len, float *out, long long *tokens, int k,
-                        float *scores, int64_t *rows, qac_http_response *r) {
-    int n = t->n, ok = 0;
-    int32_t *ids = malloc((size_t)n * (size_t)max_len * sizeof *ids);
+/* Tokenize prompt + text (prompt NULL or "": the text alone) and encode
+ * through the batcher: out is [n, dim]. With k > 0 the batcher also
+ * searches the dense index, into scores/rows [n, k]. */
+static int encode_texts(qac_server *s, const texts *t, const char *prompt, int max_len, float *out,
+                        long long *tokens, int k, float *scores, int64_t *rows, qac_http_response *r) {
+    int n = t->n, ok = 0, prompted = prompt && *prompt;
+    /* a prompted text is tokenised one token longer to see whether it fits */
+    int row = max_len + (prompted && !s->cfg.truncate);
+    int32_t *ids = malloc((size_t)n * (size_t)row * sizeof *ids);
     const int32_t **ptrs = malloc((size_t)n * sizeof *ptrs);
-    int *lens = malloc((size_t)n * sizeof *lens);
-    if (!ids || !ptrs || !lens) {
+    int *lens = malloc((size_t)n * sizeof *lens), *from = prompted ? malloc((size_t)n * sizeof *from) : NULL;
+    if (!ids || !ptrs || !lens || (prompted && !from)) {
         qac_server_error(r, 500, "internal", "out of memory");
+        goto done;
+    }
+    if (prompted && !s->be.encode_prompted) {
+        qac_server_error(r, 500, "internal", "the backend cannot apply prompts");
         goto done;
     }
     long long total = 0;
     for (int i = 0; i < n; i++) {
-        ptrs[i] = ids + (size_t)i * max_len;
-        if (t->ids && t->ids[i]) { /* token ids: the model's input as given */
+        ptrs[i] = ids + (size_t)i * row;
+        if (from) from[i] = 0;
+        if (t->ids && t->ids[i]) { /* token ids: the model's input as given, no prompt */
             int m = (int)json_array_size(t->ids[i]);
             if (m > max_len && !s->cfg.truncate) {
                 qac_server_error(r, 413, "payload_too_large",
@@ -210,7 +219,22 @@ static int encode_texts(qac_server *s, const texts *t, int max_len, float *out, 
                                      i, (long long)id, s->be.vocab_size - 1);
                     goto done;
                 }
-                ids[(size_t)i * max_len + (size_t)j] = (int32_t)id;
+                ids[(size_t)i * row + (size_t)j] = (int32_t)id;
+            }
+            total += lens[i];
+            continue;
+        }
+        if (prompted) {
+            if (s->be.encode_prompted(s->be.enc, prompt, t->s[i], t->len[i], row, ids + (size_t)i * row, &lens[i],
+                                      &from[i])) {
+                qac_server_error(r, 500, "internal", "tokenizer: %s", qac_last_error());
+                goto done;
+            }
+            if (lens[i] > max_len) {
+                qac_server_error(r, 413, "payload_too_large",
+                                 "text %d with its prompt has more than %d tokens with [CLS]/[SEP] (truncation is off)",
+                                 i, max_len);
+                goto done;
             }
             total += lens[i];
             continue;
@@ -229,13 +253,13 @@ static int encode_texts(qac_server *s, const texts *t, int max_len, float *out, 
                 goto done;
             }
         }
-        if (s->be.encode_text(s->be.enc, t->s[i], t->len[i], max_len, ids + (size_t)i * max_len, &lens[i])) {
+        if (s->be.encode_text(s->be.enc, t->s[i], t->len[i], max_len, ids + (size_t)i * row, &lens[i])) {
             qac_server_error(r, 500, "internal", "tokenizer: %s", qac_last_error());
             goto done;
         }
         total += lens[i];
     }
-    qac_status st = qac_batcher_run(s->batcher, (const int32_t *const *)ptrs, lens, n, out, k, scores, rows,
+    qac_status st = qac_batcher_run(s->batcher, (const int32_t *const *)ptrs, lens, from, n, out, k, scores, rows,
                                     s->cfg.timeout_ms, qac_srv_cancel, 0);
     if (st == QAC_ERR_CANCELLED && qac_srv_gone()) { /* nobody to answer */
         qac_server_error(r, 499, "client_closed", "the client went away");
@@ -258,6 +282,7 @@ done:
     free(ids);
     free(ptrs);
     free(lens);
+    free(from);
     return ok;
 }
 
@@ -306,6 +331,28 @@ static json_t *embedding_json(const float *x, int dim, int base64) {
     return out;
 }
 
+/* ---------------- prompts ---------------- */
+
+const char *qac_srv_prompt(const qac_server *s, const char *name) {
+    for (int i = 0; name && i < s->be.n_prompts; i++)
+        if (!strcmp(s->be.prompt_names[i], name)) return s->be.prompt_texts[i];
+    return NULL;
+}
+
+const char *qac_srv_default_prompt(const qac_server *s) {
+    const char *p = s->be.default_prompt_name ? qac_srv_prompt(s, s->be.default_prompt_name) : NULL;
+    return p ? p : "";
+}
+
+void qac_srv_prompt_names(const qac_server *s, char *buf, size_t cap) {
+    size_t k = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < s->be.n_prompts && k < cap; i++)
+        k += (size_t)snprintf(buf + k, cap - k, "%s\"%s\"", i ? ", " : "", s->be.prompt_names[i]);
+}
+
+static const char *or_empty(const char *s) { return s ? s : ""; }
+
 /* ---------------- /encode ---------------- */
 
 void qac_handle_encode(qac_server *s, const char *body, size_t len, qac_http_response *r) {
@@ -325,7 +372,9 @@ void qac_handle_encode(qac_server *s, const char *body, size_t len, qac_http_res
         goto done;
     }
     long long tokens = 0;
-    if (!encode_texts(s, &t, kind == 0 ? s->cfg.query_max_len : s->cfg.passage_max_len, vec, &tokens, 0, NULL, NULL, r)) goto done;
+    if (!encode_texts(s, &t, kind == 0 ? or_empty(s->be.query_prompt) : or_empty(s->be.passage_prompt),
+                      kind == 0 ? s->cfg.query_max_len : s->cfg.passage_max_len, vec, &tokens, 0, NULL, NULL, r))
+        goto done;
     if (normalize && !s->be.normalize) l2_normalize(vec, t.n, dim);
     json_t *embs = json_array();
     for (int i = 0; embs && i < t.n; i++) json_array_append_new(embs, embedding_json(vec + (size_t)i * dim, dim, encoding));
@@ -386,6 +435,9 @@ static int get_openai_input(qac_server *s, json_t *o, texts *t, qac_http_respons
 
 void qac_handle_embeddings(qac_server *s, const char *body, size_t len, qac_http_response *r) {
     static const char *const encodings[] = {"float", "base64", NULL};
+    /* not OpenAI's: which prompt the inputs take (absent: the default one) */
+    static const char *const input_types[] = {"query", "passage", "document", NULL};
+    int input_type = -1;
     json_t *o = parse_body(body, len, r);
     if (!o) return;
     texts t = {0};
@@ -398,7 +450,7 @@ void qac_handle_embeddings(qac_server *s, const char *body, size_t len, qac_http
         goto done;
     }
     if (!get_openai_input(s, o, &t, r) || !get_enum(o, "encoding_format", encodings, &encoding, r) ||
-        !get_int(o, "dimensions", 1, 1 << 20, &dims, r))
+        !get_int(o, "dimensions", 1, 1 << 20, &dims, r) || !get_enum(o, "input_type", input_types, &input_type, r))
         goto done;
     if (dims > s->be.dim) {
         qac_server_error(r, 422, "validation_error", "'dimensions' must be at most %d for this model", s->be.dim);
@@ -411,7 +463,12 @@ void qac_handle_embeddings(qac_server *s, const char *body, size_t len, qac_http
         goto done;
     }
     long long tokens = 0;
-    if (!encode_texts(s, &t, s->cfg.passage_max_len, vec, &tokens, 0, NULL, NULL, r)) goto done;
+    const char *prompt = input_type < 0 ? qac_srv_default_prompt(s)
+                         : input_type == 0 ? or_empty(s->be.query_prompt)
+                                           : or_empty(s->be.passage_prompt);
+    if (!encode_texts(s, &t, prompt, input_type == 0 ? s->cfg.query_max_len : s->cfg.passage_max_len, vec, &tokens,
+                      0, NULL, NULL, r))
+        goto done;
     if (dims < dim) { /* OpenAI's shortening: the first dimensions, normalised again */
         for (int i = 0; i < t.n; i++) memmove(vec + (size_t)i * dims, vec + (size_t)i * dim, (size_t)dims * sizeof *vec);
         l2_normalize(vec, t.n, (int)dims);
@@ -486,20 +543,7 @@ done:
 
 /* ---------------- /search ---------------- */
 
-typedef struct hit {
-    const char *docid;
-    double score;
-    int64_t row; /* dense row for the text, -1 if unknown */
-} hit;
-
-static int hit_cmp(const void *a, const void *b) {
-    const hit *x = a, *y = b;
-    if (x->score != y->score) return x->score > y->score ? -1 : 1;
-    return -strcmp(x->docid, y->docid); /* ties: docid descending, like trec_eval */
-}
-
 enum { MODE_DENSE = 0, MODE_BM25, MODE_HYBRID };
-#define RRF_K 60
 
 void qac_handle_search(qac_server *s, const char *body, size_t len, qac_http_response *r) {
     static const char *const modes[] = {"dense", "bm25", "hybrid", NULL};
@@ -511,7 +555,8 @@ void qac_handle_search(qac_server *s, const char *body, size_t len, qac_http_res
     int mode = MODE_DENSE, return_text = 0;
     float *qv = NULL, *dscores = NULL, *bscores = NULL;
     int64_t *drows = NULL, *brows = NULL;
-    hit *hits = NULL;
+    qac_hit *hits = NULL;
+    const char **sparse = NULL, **dense = NULL;
     json_t *results = NULL;
     if (!get_texts(s, o, "query", "queries", &t, r) || !get_int(o, "k", 1, s->cfg.max_k, &k, r) ||
         !get_enum(o, "mode", modes, &mode, r) || !get_bool(o, "return_text", &return_text, r))
@@ -549,8 +594,8 @@ void qac_handle_search(qac_server *s, const char *body, size_t len, qac_http_res
         goto done;
     }
     int nq = t.n, dim = s->be.dim;
-    /* hybrid fuses deeper lists than it returns */
-    int depth = mode == MODE_HYBRID ? (int)(k > 100 ? k : 100) : (int)k;
+    /* hybrid fuses deeper lists than it returns (qac search --mode hybrid fuses the same way) */
+    int depth = mode == MODE_HYBRID ? qac_hybrid_depth((int)k) : (int)k;
     if (need_dense) {
         qv = malloc((size_t)nq * dim * sizeof *qv);
         dscores = malloc((size_t)nq * depth * sizeof *dscores);
@@ -560,13 +605,17 @@ void qac_handle_search(qac_server *s, const char *body, size_t len, qac_http_res
             goto done;
         }
         /* encoded and searched together with other requests' queries */
-        if (!encode_texts(s, &t, s->cfg.query_max_len, qv, NULL, depth, dscores, drows, r)) goto done;
+        if (!encode_texts(s, &t, or_empty(s->be.query_prompt), s->cfg.query_max_len, qv, NULL, depth, dscores, drows,
+                          r))
+            goto done;
     }
     bscores = malloc((size_t)depth * sizeof *bscores);
     brows = malloc((size_t)depth * sizeof *brows);
     hits = malloc((size_t)depth * 2 * sizeof *hits);
+    sparse = malloc((size_t)depth * sizeof *sparse);
+    dense = malloc((size_t)depth * sizeof *dense);
     results = json_array();
-    if (!bscores || !brows || !hits || !results) {
+    if (!bscores || !brows || !hits || !sparse || !dense || !results) {
         qac_server_error(r, 500, "internal", "out of memory");
         goto done;
     }
@@ -591,42 +640,29 @@ void qac_handle_search(qac_server *s, const char *body, size_t len, qac_http_res
             for (int i = 0; i < depth; i++) {
                 int64_t row = drows[(size_t)q * depth + i];
                 if (row < 0) continue;
-                hits[nh++] = (hit){s->be.docid(s->be.index, row), dscores[(size_t)q * depth + i], row};
+                hits[nh++] = (qac_hit){s->be.docid(s->be.index, row), dscores[(size_t)q * depth + i], row};
             }
+            qac_hits_sort(hits, nh);
         } else if (mode == MODE_BM25) {
             for (int i = 0; i < nb; i++) {
                 const char *d = s->be.bm25_docid(s->be.bm25, brows[i]);
-                hits[nh++] = (hit){d, bscores[i], s->docid_rows ? qac_docid_map_get(s->docid_rows, d) : -1};
+                hits[nh++] = (qac_hit){d, bscores[i], s->docid_rows ? qac_docid_map_get(s->docid_rows, d) : -1};
             }
+            qac_hits_sort(hits, nh);
         } else {
-            /* reciprocal-rank fusion: sum of 1/(60 + rank) over both lists */
-            int rank = 0;
-            for (int i = 0; i < depth; i++) {
-                int64_t row = drows[(size_t)q * depth + i];
-                if (row < 0) continue;
-                hits[nh++] = (hit){s->be.docid(s->be.index, row), 1.0 / (RRF_K + ++rank), row};
-            }
-            int dense_n = nh;
-            for (int i = 0; i < nb; i++) {
-                const char *d = s->be.bm25_docid(s->be.bm25, brows[i]);
-                double add = 1.0 / (RRF_K + i + 1);
-                int found = 0;
-                for (int j = 0; j < dense_n; j++)
-                    if (!strcmp(hits[j].docid, d)) {
-                        hits[j].score += add;
-                        found = 1;
-                        break;
-                    }
-                if (!found) hits[nh++] = (hit){d, add, qac_docid_map_get(s->docid_rows, d)};
-            }
+            const int64_t *rows = drows + (size_t)q * depth;
+            for (int i = 0; i < depth; i++) dense[i] = rows[i] >= 0 ? s->be.docid(s->be.index, rows[i]) : NULL;
+            for (int i = 0; i < nb; i++) sparse[i] = s->be.bm25_docid(s->be.bm25, brows[i]);
+            nh = qac_rrf_fuse(rows, dense, depth, sparse, nb, hits);
+            for (int i = 0; i < nh; i++) /* BM25-only hits: their dense row, for return_text */
+                if (hits[i].row < 0 && s->docid_rows) hits[i].row = qac_docid_map_get(s->docid_rows, hits[i].docid);
         }
-        qsort(hits, (size_t)nh, sizeof *hits, hit_cmp);
         if (nh > k) nh = (int)k;
         json_t *list = json_array();
         json_array_append_new(results, list);
         for (int i = 0; i < nh; i++) {
-            json_t *h = json_pack("{s:s,s:f,s:i}", "docid", hits[i].docid, "score",
-                                  mode == MODE_HYBRID ? hits[i].score : (double)(float)hits[i].score, "rank", i + 1);
+            json_t *h = json_pack("{s:s,s:f,s:i}", "docid", hits[i].docid, "score", (double)(float)hits[i].score, "rank",
+                                  i + 1);
             out_bytes += 48 + strlen(hits[i].docid);
             if (return_text && hits[i].row >= 0) {
                 char *text = NULL;
@@ -659,6 +695,8 @@ done:
     free(bscores);
     free(brows);
     free(hits);
+    free(sparse);
+    free(dense);
     texts_free(&t);
     json_decref(o);
 }
@@ -689,9 +727,25 @@ void qac_handle_info(qac_server *s, qac_http_response *r) {
                           c->max_concurrent, "timeout_ms", c->timeout_ms, "queue_size", c->queue_size,
                           "query_max_len", c->query_max_len, "passage_max_len", c->passage_max_len, "auth",
                           c->api_key != NULL, "uptime_s", qac_now() - s->started);
-    if (o && s->be.search)
-        json_object_set_new(o, "index", json_pack("{s:s,s:I,s:i}", "type", s->be.index_type ? s->be.index_type : "",
-                                                  "size", (json_int_t)s->be.index_count, "dim", s->be.dim));
+    /* the prompts each endpoint applies, and every named one /embed knows */
+    json_t *named = json_object();
+    for (int i = 0; named && i < s->be.n_prompts; i++)
+        json_object_set_new(named, s->be.prompt_names[i], json_string(s->be.prompt_texts[i]));
+    if (o && named)
+        json_object_set_new(o, "prompts",
+                            json_pack("{s:s,s:s,s:s,s:o,s:b}", "query", or_empty(s->be.query_prompt), "passage",
+                                      or_empty(s->be.passage_prompt), "default_prompt_name",
+                                      or_empty(s->be.default_prompt_name), "named", json_incref(named),
+                                      "include_prompt", s->be.include_prompt));
+    json_decref(named);
+    if (o && s->be.search) {
+        json_t *ix = json_pack("{s:s,s:I,s:i}", "type", s->be.index_type ? s->be.index_type : "", "size",
+                               (json_int_t)s->be.index_count, "dim", s->be.dim);
+        if (ix && s->be.index_query_prompt)
+            json_object_set_new(ix, "prompts", json_pack("{s:s,s:s}", "query", s->be.index_query_prompt, "passage",
+                                                         or_empty(s->be.index_passage_prompt)));
+        json_object_set_new(o, "index", ix);
+    }
     if (o && s->be.bm25_search) json_object_set_new(o, "bm25", json_pack("{s:I}", "size", (json_int_t)s->be.bm25_count));
     set_json(r, o);
 }

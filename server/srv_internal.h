@@ -16,8 +16,10 @@ struct sockaddr;
  * search call for all the batch's queries that want hits, and hands each
  * job its rows. The encoder and the index therefore only ever see one
  * caller, and a scan of the index serves a whole batch. */
-typedef qac_status (*qac_encode_fn)(void *user, const int32_t *const *ids, const int *lens, int n,
-                                    float *out);
+/* pool_from: [n] tokens the pooling skips at each sequence's start (a
+ * prompt's, qac_model.h "Prompts"), or NULL for none. */
+typedef qac_status (*qac_encode_fn)(void *user, const int32_t *const *ids, const int *lens, const int *pool_from,
+                                    int n, float *out);
 /* Top-k for nq vectors [nq, dim] into [nq, k], best first; the order must
  * be total (ties broken by docid), so that a shallower k is a prefix. */
 typedef qac_status (*qac_search_fn)(void *user, const float *q, int nq, int k, float *scores, int64_t *rows);
@@ -52,12 +54,14 @@ qac_status qac_batcher_encode(qac_batcher *b, const int32_t *const *ids, const i
 /* Encode, then search k deep: scores and rows [n, k]. k <= 0 is encode. */
 qac_status qac_batcher_search(qac_batcher *b, const int32_t *const *ids, const int *lens, int n, float *out, int k,
                               float *scores, int64_t *rows, int timeout_ms);
-/* Same, and gives up (QAC_ERR_CANCELLED) soon after cancel->gone says so:
- * queued texts are dropped, a slice already running finishes first.
- * raw (k must be 0): the vectors come from the raw encoder (see
- * qac_batcher_set_raw), in calls of their own. */
-qac_status qac_batcher_run(qac_batcher *b, const int32_t *const *ids, const int *lens, int n, float *out, int k,
-                           float *scores, int64_t *rows, int timeout_ms, const qac_cancel *cancel, int raw);
+/* Same, with pool_from (NULL or [n], see qac_encode_fn), and gives up
+ * (QAC_ERR_CANCELLED) soon after cancel->gone says so: queued texts are
+ * dropped, a slice already running finishes first. raw (k must be 0): the
+ * vectors come from the raw encoder (see qac_batcher_set_raw), in calls of
+ * their own. */
+qac_status qac_batcher_run(qac_batcher *b, const int32_t *const *ids, const int *lens, const int *pool_from, int n,
+                           float *out, int k, float *scores, int64_t *rows, int timeout_ms, const qac_cancel *cancel,
+                           int raw);
 /* The encoder of raw jobs (NULL: the main one). Set before any job. */
 void qac_batcher_set_raw(qac_batcher *b, qac_encode_fn raw_fn);
 int qac_batcher_queue_depth(qac_batcher *b);
@@ -223,6 +227,13 @@ qac_route qac_server_route_method(const char *path, size_t path_len, const char 
 /* The cancel check of the request this thread is serving (NULL: none). */
 extern _Thread_local const qac_cancel *qac_srv_cancel;
 int qac_srv_gone(void);
+
+/* The backend's prompts (srv_handlers.c): the text of prompt `name`, or
+ * NULL when there is none by that name; the default prompt's text ("" when
+ * there is none); the names, comma-separated and quoted, into buf. */
+const char *qac_srv_prompt(const qac_server *s, const char *name);
+const char *qac_srv_default_prompt(const qac_server *s);
+void qac_srv_prompt_names(const qac_server *s, char *buf, size_t cap);
 
 /* JSON endpoint handlers (srv_handlers.c). */
 void qac_handle_search(qac_server *s, const char *body, size_t len, qac_http_response *resp);

@@ -17,7 +17,11 @@
  * is not JSON or does not fit the types is answered in this JSON shape, not
  * as the HTTP framework's plain text; token ids are used as given (TEI
  * decodes and re-encodes them) and one outside the vocabulary is a 422;
- * the length limit is the server's passage length (--passage-max-len). */
+ * the length limit is the server's passage length (--passage-max-len).
+ *   prompt_name: string or null, one of the model's sentence-transformers
+ *     prompts, put before every text input (422 Validation when the model
+ *     has no such prompt); absent or null: the model's default prompt, if
+ *     it names one. Token-id inputs take no prompt. */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -180,10 +184,69 @@ static int check_batch(qac_server *s, int n, int batch, const char *what, qac_ht
     return 1;
 }
 
-/* One input to model ids, cut as asked: out holds max_len ids. */
-static int encode_input(qac_server *s, json_t *in, int truncate, int left, int max_len, int32_t *out, int *len,
-                        qac_http_response *r) {
+/* A text after its prompt, cut as asked: out holds max_len + 1 ids; *from
+ * is what the pooling skips (qac_server_backend.encode_prompted). TEI puts
+ * the prompt before the text and truncates the whole sequence, so a cut on
+ * the left takes the prompt's tokens first. */
+static int encode_prompted_input(qac_server *s, const char *prompt, const char *t, size_t tl, int truncate, int left,
+                                 int max_len, int32_t *out, int *len, int *from, qac_http_response *r) {
     const qac_server_backend *be = &s->be;
+    int nt = 0;
+    if (be->encode_prompted(be->enc, prompt, t, tl, max_len + 1, out, &nt, from)) {
+        tei_error(r, 422, "Tokenizer", "tokenizer error %s", qac_last_error());
+        return 0;
+    }
+    if (nt <= max_len) {
+        *len = nt;
+        return 1;
+    }
+    if (!truncate) {
+        tei_error(r, 422, "Validation",
+                  "Input validation error: `inputs` with the prompt must have less than %d tokens", max_len);
+        return 0;
+    }
+    if (!left) {
+        if (be->encode_prompted(be->enc, prompt, t, tl, max_len, out, len, from)) {
+            tei_error(r, 422, "Tokenizer", "tokenizer error %s", qac_last_error());
+            return 0;
+        }
+        return 1;
+    }
+    int ft = 0, fp = 0;
+    int32_t scratch[1];
+    if (be->tokenize(be->enc, t, tl, scratch, 0, &ft) || be->tokenize(be->enc, prompt, strlen(prompt), scratch, 0, &fp)) {
+        tei_error(r, 422, "Tokenizer", "tokenizer error %s", qac_last_error());
+        return 0;
+    }
+    int cap = ft + fp + 8, all_n = 0, all_from = 0; /* the two tokenised apart bound the whole, with slack */
+    int32_t *all = malloc((size_t)cap * sizeof *all);
+    if (!all) {
+        tei_error(r, 424, "Backend", "Backend error: out of memory");
+        return 0;
+    }
+    if (be->encode_prompted(be->enc, prompt, t, tl, cap, all, &all_n, &all_from) || all_n >= cap) {
+        free(all);
+        tei_error(r, 422, "Tokenizer", "tokenizer error %s", all_n >= cap ? "token count changed" : qac_last_error());
+        return 0;
+    }
+    int specials = (be->cls_id >= 0) + (be->sep_id >= 0), head = be->cls_id >= 0;
+    int inner = all_n - specials, keep = max_len - specials, cut = inner - keep, o = 0;
+    if (head) out[o++] = all[0];
+    memcpy(out + o, all + head + cut, (size_t)keep * sizeof *out);
+    o += keep;
+    if (be->sep_id >= 0) out[o++] = all[all_n - 1];
+    free(all);
+    *len = o;
+    /* the prompt tokens left after the cut are still skipped, [CLS] too */
+    *from = all_from ? (all_from - cut > head ? all_from - cut : head) : 0;
+    return 1;
+}
+
+/* One input to model ids, cut as asked: out holds max_len + 1 ids. */
+static int encode_input(qac_server *s, json_t *in, const char *prompt, int truncate, int left, int max_len,
+                        int32_t *out, int *len, int *from_skip, qac_http_response *r) {
+    const qac_server_backend *be = &s->be;
+    *from_skip = 0;
     if (json_is_array(in)) { /* token ids, used as they are */
         int n = (int)json_array_size(in);
         if (n == 0) {
@@ -214,6 +277,7 @@ static int encode_input(qac_server *s, json_t *in, int truncate, int left, int m
         tei_error(r, 400, "Empty", "Input validation error: `inputs` cannot be empty");
         return 0;
     }
+    if (prompt && *prompt) return encode_prompted_input(s, prompt, t, tl, truncate, left, max_len, out, len, from_skip, r);
     int full = 0;
     int32_t scratch[1];
     if (be->tokenize(be->enc, t, tl, scratch, 0, &full)) {
@@ -267,7 +331,7 @@ void qac_handle_tei_embed(qac_server *s, const char *body, size_t len, qac_http_
     json_t *o = NULL, **items = NULL;
     int32_t *ids = NULL;
     const int32_t **ptrs = NULL;
-    int *lens = NULL;
+    int *lens = NULL, *from = NULL;
     float *vec = NULL;
     if (!(o = tei_parse(body, len, r))) goto done;
     int n = 0, batch = 0, normalize = 1, truncate = s->cfg.truncate, left = 0;
@@ -297,18 +361,39 @@ void qac_handle_tei_embed(qac_server *s, const char *body, size_t len, qac_http_
         tei_error(r, 422, "Validation", "Input validation error: `dimensions` should be positive");
         goto done;
     }
+    json_t *pn = json_object_get(o, "prompt_name");
+    if (pn && !json_is_null(pn) && !json_is_string(pn)) {
+        type_error(r, "prompt_name", "a string or null");
+        goto done;
+    }
+    const char *prompt = pn && !json_is_null(pn) ? qac_srv_prompt(s, json_string_value(pn)) : qac_srv_default_prompt(s);
+    if (!prompt) {
+        char names[256];
+        qac_srv_prompt_names(s, names, sizeof names);
+        if (s->be.n_prompts)
+            tei_error(r, 422, "Validation", "`prompt_name` `%s` was not found in the Sentence Transformers prompts. "
+                      "Available prompts: [%s]", json_string_value(pn), names);
+        else
+            tei_error(r, 422, "Validation", "`prompt_name` is set to `%s` but no prompts were found in the Sentence "
+                      "Transformers configuration", json_string_value(pn));
+        goto done;
+    }
     int max_len = s->cfg.passage_max_len, dim = s->be.dim;
-    ids = malloc((size_t)n * (size_t)max_len * sizeof *ids);
+    int stride = max_len + 1; /* a prompted input is tokenised one longer to see whether it fits */
+    ids = malloc((size_t)n * (size_t)stride * sizeof *ids);
     ptrs = malloc((size_t)n * sizeof *ptrs);
     lens = malloc((size_t)n * sizeof *lens);
+    from = malloc((size_t)n * sizeof *from);
     vec = malloc((size_t)n * (size_t)dim * sizeof *vec);
-    if (!ids || !ptrs || !lens || !vec) {
+    if (!ids || !ptrs || !lens || !from || !vec) {
         tei_error(r, 424, "Backend", "Backend error: out of memory");
         goto done;
     }
     for (int i = 0; i < n; i++) {
-        ptrs[i] = ids + (size_t)i * max_len;
-        if (!encode_input(s, items[i], truncate, left, max_len, ids + (size_t)i * max_len, &lens[i], r)) goto done;
+        ptrs[i] = ids + (size_t)i * stride;
+        if (!encode_input(s, items[i], prompt, truncate, left, max_len, ids + (size_t)i * stride, &lens[i], &from[i],
+                          r))
+            goto done;
     }
     if (dims > dim) {
         tei_error(r, 422, "Validation",
@@ -317,7 +402,7 @@ void qac_handle_tei_embed(qac_server *s, const char *body, size_t len, qac_http_
     }
     /* normalize=false on a model that normalises: the raw encoder */
     int raw = !normalize && s->be.normalize;
-    qac_status st = qac_batcher_run(s->batcher, (const int32_t *const *)ptrs, lens, n, vec, 0, NULL, NULL,
+    qac_status st = qac_batcher_run(s->batcher, (const int32_t *const *)ptrs, lens, from, n, vec, 0, NULL, NULL,
                                     s->cfg.timeout_ms, qac_srv_cancel, raw);
     if (st == QAC_ERR_CANCELLED && qac_srv_gone()) {
         qac_server_error(r, 499, "client_closed", "the client went away");
@@ -353,6 +438,7 @@ done:
     free(ids);
     free(ptrs);
     free(lens);
+    free(from);
     free(vec);
 }
 

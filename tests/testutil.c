@@ -67,6 +67,22 @@ int qac_test_summary(void) {
     return qac_test_failed ? 1 : 0;
 }
 
+const char *qac_test_shared_data(void) {
+    const char *e = getenv("QAC_SHARED_DATA");
+    return e && *e ? e : QAC_SHARED_DATA;
+}
+
+const char *qac_test_data(const char *rel) {
+    static _Thread_local char buf[4096];
+    snprintf(buf, sizeof buf, "%s/%s", qac_test_shared_data(), rel);
+    if (access(buf, R_OK) != 0) {
+        fprintf(stderr, "FAIL: missing test data %s: scripts/data.sh tests finds or fetches it "
+                        "(then set QAC_SHARED_DATA to the directory it prints)\n", buf);
+        exit(1);
+    }
+    return buf;
+}
+
 const char *qac_test_model_dir(void) {
     static char buf[4096];
     if (qac_default_model_dir(buf, sizeof buf) != QAC_OK) {

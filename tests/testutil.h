@@ -49,6 +49,15 @@ void qac_test_check_err(qac_status got, qac_status want, const char *needle, con
 
 int qac_test_summary(void);
 
+/* The shared test collections (cranfield/, debian-packages/): the directory
+ * $QAC_SHARED_DATA names, else the one compiled in (QAC_SHARED_DATA, which
+ * scripts/test.sh sets from scripts/data.sh). qac_test_data("cranfield/cranqrel")
+ * is the path of one file under it; a missing file fails the test (not a skip)
+ * with one line saying how to get it. The returned buffer is the caller's
+ * until the next call in the thread. */
+const char *qac_test_shared_data(void);
+const char *qac_test_data(const char *rel);
+
 /* The default model directory; aborts the test (failure, not skip) if absent. */
 const char *qac_test_model_dir(void);
 /* A fresh empty temporary directory under $TMPDIR (default /tmp), removed

@@ -4,8 +4,8 @@
 
 #include "qac_train.h"
 
-static qac_status side(const qac_tokenizer *tok, const char *const *texts, int count, int max_len, int32_t **ids,
-                       int **lens, size_t *cap, int *T, long *tokens) {
+static qac_status side(const qac_tokenizer *tok, const char *prompt, const char *const *texts, int count, int max_len,
+                       int32_t **ids, int **lens, size_t *cap, int *T, long *tokens) {
     int32_t *tmp = malloc((size_t)count * max_len * sizeof *tmp);
     int *ln = realloc(*lens, (size_t)count * sizeof *ln);
     if (!tmp || !ln) {
@@ -16,7 +16,8 @@ static qac_status side(const qac_tokenizer *tok, const char *const *texts, int c
     *lens = ln;
     int longest = 1;
     for (int i = 0; i < count; i++) {
-        qac_status st = qac_tokenizer_encode(tok, texts[i], strlen(texts[i]), max_len, tmp + (size_t)i * max_len, &ln[i]);
+        qac_status st = qac_tokenizer_encode_prompted(tok, prompt, texts[i], strlen(texts[i]), max_len,
+                                                      tmp + (size_t)i * max_len, &ln[i]);
         if (st) {
             free(tmp);
             return qac_wrap_error(st, "batch: text %d", i);
@@ -47,11 +48,20 @@ static qac_status side(const qac_tokenizer *tok, const char *const *texts, int c
 
 qac_status qac_batch_build(qac_batch_buf *bb, const qac_tokenizer *tok, const char *const *queries, int nq,
                            const char *const *passages, int n, int q_max, int p_max) {
+    return qac_batch_build_prompted(bb, tok, NULL, queries, nq, NULL, passages, n, q_max, p_max);
+}
+
+qac_status qac_batch_build_prompted(qac_batch_buf *bb, const qac_tokenizer *tok, const char *q_prompt,
+                                    const char *const *queries, int nq, const char *p_prompt,
+                                    const char *const *passages, int n, int q_max, int p_max) {
     if (nq < 1 || n < 1 || q_max < 2 || p_max < 2)
         return qac_set_error(QAC_ERR_INVALID, "batch: bad shape (queries %d, passages per query %d)", nq, n);
     bb->tokens = 0;
-    qac_status st = side(tok, queries, nq, q_max, &bb->q_ids, &bb->q_lens, &bb->q_cap, &bb->b.q_T, &bb->tokens);
-    if (!st) st = side(tok, passages, nq * n, p_max, &bb->p_ids, &bb->p_lens, &bb->p_cap, &bb->b.p_T, &bb->tokens);
+    qac_status st =
+        side(tok, q_prompt, queries, nq, q_max, &bb->q_ids, &bb->q_lens, &bb->q_cap, &bb->b.q_T, &bb->tokens);
+    if (!st)
+        st = side(tok, p_prompt, passages, nq * n, p_max, &bb->p_ids, &bb->p_lens, &bb->p_cap, &bb->b.p_T,
+                  &bb->tokens);
     if (st) return st;
     bb->b.nq = nq;
     bb->b.n = n;

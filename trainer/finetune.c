@@ -10,13 +10,17 @@
 
 #include "qac_finetune.h"
 #include "qac_util.h"
+#include "trainer_internal.h"
 
 /* The data cursor: u64 magic, examples, data digest, examples drawn, then
- * (version 2) queries per batch, passages per query, q_max, p_max. A
- * version-1 cursor lacks the batch shape, which is then not compared. */
+ * (version 2) queries per batch, passages per query, q_max, p_max, then
+ * (version 3) the prompts' digest (prompts_digest). A version-1 cursor lacks
+ * the batch shape, which is then not compared; a run without prompts writes
+ * version 2, which stands for none. */
 #define CURSOR_MAGIC 0x5255434654434151ull    /* "QACTFCUR" in the file, version 1 */
 #define CURSOR_MAGIC_V2 0x3255434654434151ull /* "QACTFCU2" */
-#define CURSOR_WORDS 8
+#define CURSOR_MAGIC_V3 0x3355434654434151ull /* "QACTFCU3" */
+#define CURSOR_WORDS 9
 
 void qac_finetune_opts_default(qac_finetune_opts *o) {
     memset(o, 0, sizeof *o);
@@ -45,10 +49,33 @@ typedef struct ft_src {
     size_t *perm;
     int64_t perm_epoch;
     const char **qt, **pt;
+    const char *q_prompt, *p_prompt; /* put before every query / passage ("": none) */
+    uint64_t prompts; /* prompts_digest of the two */
     qac_batch_buf bb;
     FILE *dump;
     qac_status deferred; /* an error from the per-step hook, reported at the next batch */
 } ft_src;
+
+/* XXH64 of query prompt, NUL, passage prompt: what a resume must keep. */
+static uint64_t prompts_digest(const char *q, const char *p) {
+    qac_xxh64 h;
+    qac_xxh64_init(&h);
+    qac_xxh64_update(&h, q, strlen(q) + 1);
+    qac_xxh64_update(&h, p, strlen(p));
+    return qac_xxh64_digest(&h);
+}
+
+/* The dump shows what the encoder reads: prompt and text as one string. */
+static json_t *prompted_string(const char *prompt, const char *text) {
+    size_t a = strlen(prompt), b = strlen(text);
+    char *buf = malloc(a + b + 1);
+    if (!buf) return NULL;
+    memcpy(buf, prompt, a);
+    memcpy(buf + a, text, b + 1);
+    json_t *j = json_string(buf);
+    free(buf);
+    return j;
+}
 
 static qac_status fill_texts(ft_src *s) {
     for (int k = 0; k < s->nq; k++) {
@@ -64,9 +91,10 @@ static qac_status fill_texts(ft_src *s) {
     if (s->dump) {
         json_t *o = json_object(), *qs = json_array(), *ps = json_array();
         for (int k = 0; k < s->nq; k++) {
-            json_array_append_new(qs, json_string(s->qt[k]));
+            json_array_append_new(qs, prompted_string(s->q_prompt, s->qt[k]));
             json_t *g = json_array();
-            for (int j = 0; j < s->n; j++) json_array_append_new(g, json_string(s->pt[(size_t)k * s->n + j]));
+            for (int j = 0; j < s->n; j++)
+                json_array_append_new(g, prompted_string(s->p_prompt, s->pt[(size_t)k * s->n + j]));
             json_array_append_new(ps, g);
         }
         json_object_set_new(o, "step", json_integer(s->pos / s->nq + 1));
@@ -89,7 +117,9 @@ static qac_status src_next(void *user, const qac_train_batch **out) {
     if (s->deferred) return s->deferred;
     qac_crash_point("finetune_batch"); /* resume tests kill here */
     qac_status st = fill_texts(s);
-    if (!st) st = qac_batch_build(&s->bb, s->tok, s->qt, s->nq, s->pt, s->n, s->q_max, s->p_max);
+    if (!st)
+        st = qac_batch_build_prompted(&s->bb, s->tok, s->q_prompt, s->qt, s->nq, s->p_prompt, s->pt, s->n, s->q_max,
+                                      s->p_max);
     *out = &s->bb.b;
     return st;
 }
@@ -98,19 +128,31 @@ static qac_status src_get_cursor(void *user, void **bytes, size_t *len) {
     ft_src *s = user;
     uint64_t *c = malloc(CURSOR_WORDS * sizeof *c);
     if (!c) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
-    c[0] = CURSOR_MAGIC_V2, c[1] = s->N, c[2] = s->digest, c[3] = (uint64_t)s->pos;
+    int v3 = s->prompts != prompts_digest("", "");
+    c[0] = v3 ? CURSOR_MAGIC_V3 : CURSOR_MAGIC_V2, c[1] = s->N, c[2] = s->digest, c[3] = (uint64_t)s->pos;
     c[4] = (uint64_t)s->nq, c[5] = (uint64_t)s->n, c[6] = (uint64_t)s->q_max, c[7] = (uint64_t)s->p_max;
-    *bytes = c, *len = CURSOR_WORDS * sizeof *c;
+    c[8] = s->prompts;
+    *bytes = c, *len = (size_t)(v3 ? CURSOR_WORDS : CURSOR_WORDS - 1) * sizeof *c;
     return QAC_OK;
 }
 
 static qac_status src_set_cursor(void *user, const void *bytes, size_t len) {
     ft_src *s = user;
     uint64_t c[CURSOR_WORDS] = {0};
-    if (len == 4 * sizeof *c || len == sizeof c) memcpy(c, bytes, len);
-    if (!(c[0] == CURSOR_MAGIC && len == 4 * sizeof *c) && !(c[0] == CURSOR_MAGIC_V2 && len == sizeof c))
+    if (len == 4 * sizeof *c || len == 8 * sizeof *c || len == sizeof c) memcpy(c, bytes, len);
+    if (!(c[0] == CURSOR_MAGIC && len == 4 * sizeof *c) && !(c[0] == CURSOR_MAGIC_V2 && len == 8 * sizeof *c) &&
+        !(c[0] == CURSOR_MAGIC_V3 && len == sizeof c))
         return qac_set_error(QAC_ERR_FORMAT, "resume: not a fine-tuning data cursor");
-    if (c[0] == CURSOR_MAGIC_V2) {
+    /* runs written before prompts had none */
+    uint64_t had = c[0] == CURSOR_MAGIC_V3 ? c[8] : prompts_digest("", "");
+    if (had != s->prompts)
+        return qac_set_error(QAC_ERR_MISMATCH,
+                             "resume: the run was written with other prompts than this resume's (query %s%s%s, "
+                             "passage %s%s%s); resume with the same --query-prompt and --passage-prompt (the model's "
+                             "prompts, unless given; '' for none), or start a new --out",
+                             *s->q_prompt ? "\"" : "", *s->q_prompt ? s->q_prompt : "none", *s->q_prompt ? "\"" : "",
+                             *s->p_prompt ? "\"" : "", *s->p_prompt ? s->p_prompt : "none", *s->p_prompt ? "\"" : "");
+    if (c[0] != CURSOR_MAGIC) {
         static const char *const names[4] = {"--batch", "--n-passages", "--q-max-len", "--p-max-len"};
         const uint64_t now[4] = {(uint64_t)s->nq, (uint64_t)s->n, (uint64_t)s->q_max, (uint64_t)s->p_max};
         for (int i = 0; i < 4; i++)
@@ -212,8 +254,12 @@ static qac_status dev_eval(const qac_model *m, const dev_set *v, const qac_finet
     qac_run *run = NULL;
     qac_eval_result *er = NULL;
     if (!D || !Q || !sc || !ids || !ks) st = qac_set_error(QAC_ERR_NOMEM, "dev set: out of memory");
-    if (!st) st = qac_encoder_encode_texts(enc, (const char *const *)v->dtext, NULL, (int)v->nd, o->p_max, D);
-    if (!st) st = qac_encoder_encode_texts(enc, (const char *const *)v->qtext, NULL, (int)v->nq, o->q_max, Q);
+    if (!st)
+        st = qac_encoder_encode_texts_prompted(enc, qac_model_passage_prompt(m), (const char *const *)v->dtext, NULL,
+                                               (int)v->nd, o->p_max, D);
+    if (!st)
+        st = qac_encoder_encode_texts_prompted(enc, qac_model_query_prompt(m), (const char *const *)v->qtext, NULL,
+                                               (int)v->nq, o->q_max, Q);
     snprintf(name, sizeof name, "run-%ld.trec", step);
     if (!st) st = qac_path_join(dir, sizeof dir, o->out_dir, "dev");
     if (!st) st = qac_mkdirs(dir);
@@ -266,17 +312,18 @@ typedef struct hook {
     char dev_log[4096];
 } hook;
 
-static void on_step(void *user, const qac_step_stats *st, long total) {
+static int on_step(void *user, const qac_step_stats *st, long total) {
     hook *h = user;
     h->steps_run++;
+    int stop = 0;
     if (h->o->on_step) {
         qac_ft_progress p = {st->step, total, (double)h->src->pos / (double)h->src->N, st->loss, st->lr,
                              st->grad_norm, st->seconds, qac_now() - h->t0, h->steps_run,
                              h->src->nq * h->src->n};
-        h->o->on_step(h->o->user, &p);
+        stop = h->o->on_step(h->o->user, &p);
     }
     int saving = (h->o->save_every > 0 && st->step % h->o->save_every == 0) || st->step == total;
-    if (!h->dev || !saving || h->src->deferred) return;
+    if (!h->dev || !saving || h->src->deferred) return stop;
     qac_ft_dev r;
     qac_status s = dev_eval(h->m, h->dev, h->o, st->step, &r);
     FILE *f = s ? NULL : fopen(h->dev_log, "a");
@@ -288,6 +335,7 @@ static void on_step(void *user, const qac_step_stats *st, long total) {
     }
     if (s) h->src->deferred = s; /* the loop stops at the next batch */
     else if (h->o->on_dev) h->o->on_dev(h->o->user, &r);
+    return stop;
 }
 
 /* The step of OUT/latest, or -1 without one; a checkpoint whose
@@ -389,6 +437,13 @@ qac_status qac_finetune_run(qac_model *m, const qac_ft_data *d, const qac_finetu
                            "%s already holds a training run (checkpoint-%ld); --resume it or choose another --out",
                            o->out_dir, latest);
     s.d = d, s.tok = m->tok, s.seed = to.seed, s.digest = qac_ft_data_digest(d);
+    s.q_prompt = qac_model_query_prompt(m), s.p_prompt = qac_model_passage_prompt(m);
+    s.prompts = prompts_digest(s.q_prompt, s.p_prompt);
+    if (!st && !m->include_prompt && (*s.q_prompt || *s.p_prompt))
+        st = qac_set_error(QAC_ERR_UNSUPPORTED,
+                           "the model's pooling leaves prompt tokens out (1_Pooling include_prompt false), which "
+                           "training does not do; train without prompts (--query-prompt '' --passage-prompt '') or "
+                           "with include_prompt true");
     s.nq = o->queries_per_batch, s.n = o->n_passages, s.q_max = o->q_max, s.p_max = o->p_max;
     s.N = N, s.perm_epoch = -1;
     s.perm = malloc(N * sizeof *s.perm);
@@ -413,6 +468,11 @@ qac_status qac_finetune_run(qac_model *m, const qac_ft_data *d, const qac_finetu
                            .user = &h};
         if (!st) st = qac_train_run(t, &bs, &ro, resumed_at);
         if (!st && s.deferred) st = s.deferred;
+        /* the final model in OUT itself, as pre-training leaves it: what
+         * --model OUT, transformers and sentence-transformers load; its files
+         * appear together (config.json last), checkpoints untouched */
+        if (!st) st = qac_trainer_sync_model(t);
+        if (!st) st = qac_ckpt_export(m, o->out_dir);
     }
     if (dump.f) {
         if (st) qac_atomic_abort(&dump);

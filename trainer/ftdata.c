@@ -412,3 +412,17 @@ void qac_ft_data_group(const qac_ft_data *d, uint64_t seed, size_t i, uint64_t e
         if (docids) docids[j] = d->arena + p->docid;
     }
 }
+
+qac_status qac_ft_data_load(qac_ft_data **out, const qac_ft_sources *s, int n) {
+    *out = NULL;
+    if (s->n_tevatron <= 0 && !s->triples && !s->qrels)
+        return qac_set_error(QAC_ERR_INVALID, "no training data: give Tevatron files, triples or qrels");
+    if ((s->triples || s->qrels) && (!s->queries || !s->corpus))
+        return qac_set_error(QAC_ERR_INVALID, "triples and qrels need a queries file and a corpus");
+    qac_status st = qac_ft_data_create(out, s->title_join);
+    for (int i = 0; !st && i < s->n_tevatron; i++) st = qac_ft_data_add_tevatron(*out, s->tevatron[i]);
+    if (!st && s->triples) st = qac_ft_data_add_triples(*out, s->triples, s->queries, s->corpus);
+    if (!st && s->qrels) st = qac_ft_data_add_qrels(*out, s->qrels, s->queries, s->corpus);
+    if (!st) st = qac_ft_data_finish(*out, n);
+    return st;
+}

@@ -140,8 +140,9 @@ qac_status qac_train_run(qac_trainer *t, const qac_batch_source *src, const qac_
         int saving = (every > 0 && t->step % every == 0) || t->step == total;
         /* the hook may read the model (a dev evaluation at checkpoints) */
         if (!st && saving) st = qac_trainer_sync_model(t);
-        if (ro->on_step) ro->on_step(ro->user, &ss, total);
+        int stop = ro->on_step ? ro->on_step(ro->user, &ss, total) : 0;
         if (!st && saving) st = save(t, src, ro);
+        if (!st && stop) st = qac_set_error(QAC_ERR_CANCELLED, "training stopped by the caller after step %ld", t->step);
     }
     if (fclose(log) != 0 && !st) st = qac_set_error(QAC_ERR_IO, "%s: %s", log_path, strerror(errno));
     return st;

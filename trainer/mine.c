@@ -11,7 +11,7 @@
 
 void qac_mine_opts_default(qac_mine_opts *o) {
     memset(o, 0, sizeof *o);
-    o->q_max = 32;
+    o->q_max = 0; /* the model's limit, as qac search */
     o->n = 30;
     o->depth = 200;
     o->seed = 42;
@@ -182,7 +182,8 @@ qac_status qac_mine(const qac_mine_opts *o, qac_mine_stats *stats) {
             if (!qids[nb++] || !texts[nb - 1]) st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
         }
         if (!st && !o->run && nb && (nb == SEARCH_BATCH || eof)) {
-            st = qac_encoder_encode_texts(o->enc, (const char *const *)texts, NULL, nb, o->q_max, qv);
+            st = qac_encoder_encode_texts_prompted(o->enc, qac_model_query_prompt(qac_encoder_model(o->enc)),
+                                                   (const char *const *)texts, NULL, nb, o->q_max, qv);
             if (!st) st = qac_index_search(o->index, qv, nb, o->depth, scores, rows);
             if (!st) st = grow_cands(&x, (size_t)o->depth);
             for (int q = 0; q < nb && !st; q++) {

@@ -147,6 +147,41 @@ static int text(canvas *c, int x, int y, const char *s, int sc, const unsigned c
 static const unsigned char BLACK[3] = {0, 0, 0}, GREY[3] = {225, 225, 225}, LIGHT[3] = {160, 190, 230},
                            BLUE[3] = {20, 60, 170}, ORANGE[3] = {220, 110, 0};
 
+/* A round tick spacing (1, 2 or 5 times a power of ten) giving about four
+ * intervals over [lo, hi]; at least `min_step` (1 for steps). */
+static double tick_step(double lo, double hi, double min_step) {
+    double raw = (hi - lo) / 4, p = pow(10, floor(log10(raw))), f = raw / p;
+    double step = (f < 1.5 ? 1 : f < 3.5 ? 2 : f < 7.5 ? 5 : 10) * p;
+    return step < min_step ? min_step : step;
+}
+
+/* Ticks at the multiples of a round step inside [lo, hi], each labelled
+ * with its own value and drawn where that value lies: x (vertical grid
+ * lines, labels below) or y (horizontal, labels left). */
+static void ticks(canvas *c, int x0, int y0, int x1, int y1, double lo, double hi, int is_x) {
+    double step = tick_step(lo, hi, is_x ? 1 : 0);
+    /* the significant digits that tell two ticks apart: a label is its value */
+    int dstep = (int)floor(log10(step) + 1e-9);
+    int digits = (int)floor(log10(fmax(fabs(lo), fabs(hi)))) - dstep + 1;
+    digits = digits < 1 ? 1 : digits > 12 ? 12 : digits;
+    for (double k = ceil(lo / step - 1e-9); k * step <= hi + 1e-9 * step; k++) {
+        double v = k * step;
+        char lab[32];
+        if (dstep >= 0) snprintf(lab, sizeof lab, "%.0f", v); /* whole steps never as 1e+03 */
+        else snprintf(lab, sizeof lab, "%.*g", digits, fabs(v) < 1e-9 * step ? 0.0 : v);
+        int w = (int)strlen(lab) * 12 - 2; /* 6-pixel cells at scale 2, the last without its gap */
+        if (is_x) {
+            int x = (int)lround(x0 + (v - lo) / (hi - lo) * (x1 - x0));
+            line(c, x, y0, x, y1, GREY);
+            text(c, x - w / 2, y1 + 6, lab, 2, BLACK);
+        } else {
+            int y = (int)lround(y1 - (v - lo) / (hi - lo) * (y1 - y0));
+            line(c, x0, y, x1, y, GREY);
+            text(c, x0 - 6 - w, y - 7, lab, 2, BLACK);
+        }
+    }
+}
+
 /* one panel: frame, grid, ticks, series; ys may be NULL */
 static void panel(canvas *c, int x0, int y0, int x1, int y1, const double *xs, const double *const *ys,
                   const unsigned char *const *cols, int nseries, size_t n, const char *title) {
@@ -159,19 +194,8 @@ static void panel(canvas *c, int x0, int y0, int x1, int y1, const double *xs, c
     if (xmax <= xmin) xmax = xmin + 1;
     double pad = 0.05 * (ymax - ymin);
     ymin -= pad, ymax += pad;
-    for (int t = 0; t <= 4; t++) {
-        double v = ymin + (ymax - ymin) * t / 4;
-        int y = (int)lround(y1 - (double)(y1 - y0) * t / 4);
-        line(c, x0, y, x1, y, GREY);
-        char lab[32];
-        snprintf(lab, sizeof lab, "%.3g", v);
-        text(c, x0 - 6 - (int)strlen(lab) * 12, y - 7, lab, 2, BLACK);
-        double xv = xmin + (xmax - xmin) * t / 4;
-        int x = (int)lround(x0 + (double)(x1 - x0) * t / 4);
-        line(c, x, y0, x, y1, GREY);
-        snprintf(lab, sizeof lab, "%.0f", xv);
-        text(c, x - (int)strlen(lab) * 6, y1 + 6, lab, 2, BLACK);
-    }
+    ticks(c, x0, y0, x1, y1, ymin, ymax, 0);
+    ticks(c, x0, y0, x1, y1, xmin, xmax, 1);
     line(c, x0, y0, x1, y0, BLACK), line(c, x0, y1, x1, y1, BLACK);
     line(c, x0, y0, x0, y1, BLACK), line(c, x1, y0, x1, y1, BLACK);
     for (int s = 0; s < nseries; s++)

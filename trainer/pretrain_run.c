@@ -12,7 +12,8 @@
 #include "qac_rng.h"
 #include "qac_util.h"
 
-#define CURSOR_MAGIC 0x5255435450434151ull /* "QACPTCUR" */
+#define CURSOR_MAGIC 0x5255435450434151ull    /* "QACPTCUR" */
+#define CURSOR_MAGIC_V2 0x3255435450434151ull /* "QACPTCU2": and the prompts' digest */
 /* mask streams: the encoder's masks of a and b, the decoders' of their targets */
 #define STREAM_MASK_A 0x6d61736bu
 #define STREAM_MASK_B 0x6d61736cu
@@ -141,12 +142,30 @@ static void src_free(pt_src *s) {
     free(s->word_start), free(s->pairs);
 }
 
-/* the cursor: magic, documents, step, pairs per step, seed */
+/* XXH64 of query prompt, NUL, passage prompt ("" for none). */
+static uint64_t prompts_digest(const qac_pt_data_opts *o) {
+    const char *q = o->query_prompt ? o->query_prompt : "", *p = o->passage_prompt ? o->passage_prompt : "";
+    qac_xxh64 h;
+    qac_xxh64_init(&h);
+    qac_xxh64_update(&h, q, strlen(q) + 1);
+    qac_xxh64_update(&h, p, strlen(p));
+    return qac_xxh64_digest(&h);
+}
+
+/* the cursor: magic, documents, step, pairs per step, seed, then (version
+ * 2) the prompts' digest; a run without prompts writes version 1 */
 static qac_status check_cursor(const pt_src *s, const void *bytes, size_t len) {
-    uint64_t c[5];
-    if (len != sizeof c) return qac_set_error(QAC_ERR_FORMAT, "resume: not a pre-training data cursor");
-    memcpy(c, bytes, sizeof c);
-    if (c[0] != CURSOR_MAGIC) return qac_set_error(QAC_ERR_FORMAT, "resume: not a pre-training data cursor");
+    uint64_t c[6];
+    if (len != sizeof c && len != 5 * sizeof *c)
+        return qac_set_error(QAC_ERR_FORMAT, "resume: not a pre-training data cursor");
+    memcpy(c, bytes, len);
+    if (!(c[0] == CURSOR_MAGIC && len == 5 * sizeof *c) && !(c[0] == CURSOR_MAGIC_V2 && len == sizeof c))
+        return qac_set_error(QAC_ERR_FORMAT, "resume: not a pre-training data cursor");
+    qac_pt_data_opts none = {0};
+    if ((c[0] == CURSOR_MAGIC_V2 ? c[5] : prompts_digest(&none)) != prompts_digest(&s->o->data))
+        return qac_set_error(QAC_ERR_MISMATCH,
+                             "resume: the run was written with other prompts than this resume's; resume with the "
+                             "same --query-prompt and --passage-prompt (the model's, unless given; '' for none)");
     if (c[1] != (uint64_t)s->ndocs)
         return qac_set_error(QAC_ERR_MISMATCH,
                              "resume: the pre-training data differ from the run's (%llu documents then, %ld now); "
@@ -167,9 +186,12 @@ static qac_status check_cursor(const pt_src *s, const void *bytes, size_t len) {
 static qac_status save(pt_src *s, const char *out, int keep) {
     char name[64], path[4096];
     snprintf(name, sizeof name, "checkpoint-%ld", s->t->step);
-    uint64_t cur[5] = {CURSOR_MAGIC, (uint64_t)s->ndocs, (uint64_t)s->t->step, (uint64_t)s->o->batch, s->o->train.seed};
+    qac_pt_data_opts none = {0};
+    int v2 = prompts_digest(&s->o->data) != prompts_digest(&none); /* version 1 stands for no prompts */
+    uint64_t cur[6] = {v2 ? CURSOR_MAGIC_V2 : CURSOR_MAGIC, (uint64_t)s->ndocs,     (uint64_t)s->t->step,
+                       (uint64_t)s->o->batch, s->o->train.seed, prompts_digest(&s->o->data)};
     qac_status st = qac_path_join(path, sizeof path, out, name);
-    if (!st) st = qac_pretrainer_save(s->t, path, cur, sizeof cur);
+    if (!st) st = qac_pretrainer_save(s->t, path, cur, (size_t)(v2 ? 6 : 5) * sizeof *cur);
     if (!st) st = qac_rundir_write_latest(out, name);
     if (!st) st = qac_rundir_prune(out, keep > 0 ? keep : 2, s->t->step);
     return st;
@@ -203,6 +225,12 @@ qac_status qac_pretrain_run(qac_model *m, const qac_pretrain_opts *o, long *resu
     if (resumed_at) *resumed_at = 0;
     qac_status st = check_opts(o);
     if (st) return st;
+    if (!m->include_prompt && ((o->data.query_prompt && *o->data.query_prompt) ||
+                               (o->data.passage_prompt && *o->data.passage_prompt)))
+        return qac_set_error(QAC_ERR_UNSUPPORTED,
+                             "the model's pooling leaves prompt tokens out (1_Pooling include_prompt false), which "
+                             "pre-training does not do; pre-train without prompts (--query-prompt '' "
+                             "--passage-prompt '')");
     qac_train_opts to = o->train;
     if (to.warmup_steps < 0) to.warmup_steps = (long)llround(o->warmup_ratio * (double)to.total_steps);
     pt_src s = {0};
@@ -296,13 +324,15 @@ qac_status qac_pretrain_run(qac_model *m, const qac_pretrain_opts *o, long *resu
         log_line(log, o, &ss, &l, &s);
         if (fflush(log) != 0) st = qac_set_error(QAC_ERR_IO, "%s: %s", log_path, strerror(errno));
         run++;
+        int stop = 0;
         if (o->on_step) {
             qac_pt_progress p = {ss.step, s.total, l.total, l.mlm, l.head, l.contrastive, s.span_frac, ss.lr,
                                  ss.grad_norm, ss.seconds, qac_now() - t0, run, o->batch, s.tokens};
-            o->on_step(o->user, &p);
+            stop = o->on_step(o->user, &p);
         }
         if (!st && ((o->save_every > 0 && ss.step % o->save_every == 0) || ss.step == s.total))
             st = save(&s, o->out_dir, o->keep);
+        if (!st && stop) st = qac_set_error(QAC_ERR_CANCELLED, "pre-training stopped by the caller after step %ld", ss.step);
     }
     if (log && fclose(log) != 0 && !st) st = qac_set_error(QAC_ERR_IO, "%s: %s", log_path, strerror(errno));
     /* the encoder alone, in OUT itself: what fine-tuning and encode read;

@@ -111,6 +111,8 @@ struct qac_pt_data {
     const qac_tokenizer *tok;
     qac_special_ids sp;
     unsigned char *word_start; /* per vocabulary id: 1 where a token begins a word */
+    int32_t *qp, *pp;  /* the query and passage prompts' tokens, no specials */
+    int nqp, npp;
     int vocab, max_len, qmax;
     int32_t *buf;      /* the last batch's token ids */
     size_t buf_cap;
@@ -150,6 +152,8 @@ void qac_pt_data_free(qac_pt_data *d) {
     file_free(&d->docs);
     free(d->word_start);
     free(d->buf);
+    free(d->qp);
+    free(d->pp);
     free(d);
 }
 
@@ -439,6 +443,25 @@ qac_status qac_pt_data_open(qac_pt_data **out, const qac_pt_data_opts *o, const 
         const char *s = qac_tokenizer_id_to_token(tok, i);
         d->word_start[i] = s && (sp ? !strncmp(s, "\xE2\x96\x81", 3) : strncmp(s, "##", 2) != 0);
     }
+    const char *prompts[2] = {o->query_prompt, o->passage_prompt};
+    int32_t **ptok[2] = {&d->qp, &d->pp};
+    int *np[2] = {&d->nqp, &d->npp}, room[2] = {d->qmax - 3, d->max_len - 3};
+    for (int i = 0; i < 2; i++) {
+        size_t pl = prompts[i] ? strlen(prompts[i]) : 0;
+        int n = 0;
+        int32_t scratch[1];
+        qac_status pst = pl ? qac_tokenizer_tokenize(tok, prompts[i], pl, scratch, 0, &n) : QAC_OK;
+        if (!pst && n > room[i])
+            pst = qac_set_error(QAC_ERR_INVALID, "pre-training data: the %s prompt has %d tokens, leaving no room "
+                                "for text within %d", i ? "passage" : "query", n, i ? d->max_len : d->qmax);
+        if (!pst && n && !(*ptok[i] = malloc((size_t)n * sizeof(int32_t))))
+            pst = qac_set_error(QAC_ERR_NOMEM, "out of memory");
+        if (!pst && n) pst = qac_tokenizer_tokenize(tok, prompts[i], pl, *ptok[i], n, np[i]);
+        if (pst) {
+            qac_pt_data_free(d);
+            return pst;
+        }
+    }
     qac_pool *pool = NULL;
     qac_status st = qac_pool_create(&pool, o->threads);
     long forced = 0;
@@ -525,10 +548,15 @@ static long doc_at(ptfile *f, uint64_t seed, int which, uint64_t pos) {
     return f->perm[pos % n];
 }
 
-/* [CLS] tok[lo, hi) [SEP] into out; returns the length */
-static int wrap(const qac_pt_data *d, int32_t *out, const int32_t *tok, int lo, int hi) {
+/* [CLS] prompt tok[lo, hi) [SEP] into out, the text cut to cap - np tokens;
+ * returns the length */
+static int wrap(const qac_pt_data *d, int32_t *out, const int32_t *prompt, int np, const int32_t *tok, int lo,
+                int hi, int cap) {
     int n = 0;
     if (d->sp.cls >= 0) out[n++] = d->sp.cls;
+    if (np) memcpy(out + n, prompt, (size_t)np * sizeof *out);
+    n += np;
+    if (hi - lo > cap - np) hi = lo + cap - np;
     memcpy(out + n, tok + lo, (size_t)(hi - lo) * sizeof *out);
     n += hi - lo;
     if (d->sp.sep >= 0) out[n++] = d->sp.sep;
@@ -600,15 +628,15 @@ qac_status qac_pt_data_batch(qac_pt_data *d, qac_pt_pair *pairs, int B, long ste
             int q = (int)qac_rng_below(qac_rng_key(seed, (uint64_t)step, (uint64_t)i, QAC_PT_STREAM_QUERY), 0,
                                        (uint64_t)r->nq);
             p->kind = QAC_PT_QUERY;
-            p->a_len = wrap(d, a, r->tok, 0, r->ntok < L ? r->ntok : L);
-            p->b_len = wrap(d, b, r->q[q], 0, r->qlen[q]);
+            p->a_len = wrap(d, a, d->pp, d->npp, r->tok, 0, r->ntok, L);
+            p->b_len = wrap(d, b, d->qp, d->nqp, r->q[q], 0, r->qlen[q], d->qmax - 2);
             d->st.drawn_query++;
         } else {
             int a0, a1, b0, b1;
             draw_spans(d, r, qac_rng_key(seed, (uint64_t)step, (uint64_t)i, QAC_PT_STREAM_SPAN), &a0, &a1, &b0, &b1);
             p->kind = QAC_PT_SPAN;
-            p->a_len = wrap(d, a, r->tok, a0, a1);
-            p->b_len = wrap(d, b, r->tok, b0, b1);
+            p->a_len = wrap(d, a, d->pp, d->npp, r->tok, a0, a1, L);
+            p->b_len = wrap(d, b, d->pp, d->npp, r->tok, b0, b1, L);
             d->st.drawn_span++;
         }
     }

@@ -179,7 +179,16 @@ qac_status qac_opts_parse(qac_opts *o, const qac_opt *table, int n, int argc, ch
             continue;
         }
         int i = find_opt(table, n, name, len);
-        if (i < 0) return qac_set_error(QAC_ERR_INVALID, "unknown option '%.*s'", (int)len + 2, arg);
+        /* --no-NAME turns a boolean off */
+        if (i < 0 && len > 3 && !strncmp(name, "no-", 3)) {
+            int j = find_opt(table, n, name + 3, len - 3);
+            if (j >= 0 && table[j].type == QAC_OPT_BOOL) {
+                if (eq) return qac_set_error(QAC_ERR_INVALID, "--no-%s takes no value", table[j].name);
+                if ((st = qac_opts_set(o, table[j].name, "false", QAC_SRC_FLAG))) return st;
+                continue;
+            }
+        }
+        if (i < 0) return qac_set_error(QAC_ERR_INVALID, "unknown option '%.*s'", (int)(name - arg + len), arg);
         const char *val;
         if (eq) val = eq + 1;
         else if (table[i].type == QAC_OPT_BOOL) {
@@ -241,23 +250,69 @@ int qac_opts_bool(const qac_opts *o, const char *name) {
     return v && parse_bool(v, &b) ? b : 0;
 }
 
+/* Write text from column `col`, wrapped at QAC_HELP_WIDTH with later lines
+ * starting at column `indent`; words longer than a line are not cut. */
+#define QAC_HELP_WIDTH 100
+static void put_wrapped(FILE *f, const char *text, int col, int indent) {
+    for (const char *p = text; *p;) {
+        while (*p == ' ') p++;
+        size_t w = strcspn(p, " \n");
+        if (!w && !*p) break;
+        if (col > indent && col + 1 + (int)w > QAC_HELP_WIDTH) {
+            fprintf(f, "\n%*s", indent, "");
+            col = indent;
+        } else if (col > indent) {
+            fputc(' ', f);
+            col++;
+        }
+        fwrite(p, 1, w, f);
+        col += (int)w;
+        p += w;
+        if (*p == '\n') { /* a line break the text asks for */
+            fprintf(f, "\n%*s", indent, "");
+            col = indent;
+            p++;
+        }
+    }
+    fputc('\n', f);
+}
+
 void qac_opts_usage(FILE *f, const char *cmd, const char *synopsis, const qac_opt *t, int n) {
     static const char *type_names[] = {"INT", "NUM", "STR", "", "", "STR"};
-    fprintf(f, "usage: qac %s %s\n\noptions:\n", cmd, synopsis ? synopsis : "[options]");
+    enum { LEFT = 32 }; /* descriptions start here */
+    char head[256];
+    int hl = snprintf(head, sizeof head, "usage: qac %s ", cmd);
+    fputs(head, f);
+    put_wrapped(f, synopsis ? synopsis : "[options]", hl, hl);
+    fprintf(f, "\noptions:\n");
+    int have_bool = 0;
     for (int i = 0; i < n; i++) {
-        char left[96];
+        char left[160], desc[1024] = "";
+        size_t dl = 0;
         const char *ty = t[i].type == QAC_OPT_ENUM ? t[i].choices : type_names[t[i].type];
-        /* one-letter names are trec_eval-style flags: show them as -m */
-        snprintf(left, sizeof left, "  %s%s%s%s", t[i].name[1] ? "--" : "-", t[i].name, *ty ? " " : "", ty);
-        fprintf(f, "%-34s %s", left, t[i].help ? t[i].help : "");
-        if (t[i].required) fprintf(f, " (required)");
-        if (t[i].def) fprintf(f, " [default: %s]", t[i].def);
-        if (t[i].type == QAC_OPT_INT && t[i].min <= t[i].max)
-            fprintf(f, " [%.0f..%.0f]", t[i].min, t[i].max);
-        else if (t[i].type == QAC_OPT_FLOAT && t[i].min <= t[i].max)
-            fprintf(f, " [%g..%g]", t[i].min, t[i].max);
-        if (t[i].env) fprintf(f, " [env: %s]", t[i].env);
-        fputc('\n', f);
+        have_bool |= t[i].type == QAC_OPT_BOOL;
+        /* one-letter names take one dash or two: trec_eval's -m, and --k */
+        if (t[i].name[1]) snprintf(left, sizeof left, "  --%s%s%s", t[i].name, *ty ? " " : "", ty);
+        else snprintf(left, sizeof left, "  -%s, --%s%s%s", t[i].name, t[i].name, *ty ? " " : "", ty);
+#define ADD(...) dl += (size_t)snprintf(desc + dl, dl < sizeof desc ? sizeof desc - dl : 0, __VA_ARGS__)
+        ADD("%s", t[i].help ? t[i].help : "");
+        if (t[i].required) ADD(" (required)");
+        if (t[i].def) ADD(" [default: %s]", t[i].def);
+        if (t[i].type == QAC_OPT_INT && t[i].min <= t[i].max) ADD(" [%.0f..%.0f]", t[i].min, t[i].max);
+        else if (t[i].type == QAC_OPT_FLOAT && t[i].min <= t[i].max) ADD(" [%g..%g]", t[i].min, t[i].max);
+        if (t[i].env) ADD(" [env: %s]", t[i].env);
+#undef ADD
+        int ll = (int)strlen(left);
+        fputs(left, f);
+        if (ll + 1 >= LEFT) { /* a long flag: its description on the next line */
+            fprintf(f, "\n%*s", LEFT, "");
+            ll = LEFT;
+        }
+        fprintf(f, "%*s", LEFT - ll, "");
+        put_wrapped(f, desc, LEFT, LEFT);
     }
-    fprintf(f, "  %-32s %s\n", "--config FILE", "read 'name = value' lines (flags and env win)");
+    fprintf(f, "  %-*s", LEFT - 2, "--config FILE");
+    put_wrapped(f, "read 'name = value' lines (flags and env win)", LEFT, LEFT);
+    if (have_bool)
+        fprintf(f, "\nA boolean is turned on by --NAME (or --NAME=true) and off by --no-NAME (or --NAME=false).\n");
 }

@@ -4,6 +4,8 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "qac_util.h"
+
 #include "qac_lines.h"
 
 struct qac_lines {
@@ -15,6 +17,8 @@ struct qac_lines {
 
 qac_status qac_lines_open(qac_lines **out, const char *path) {
     *out = NULL;
+    qac_status cst = qac_check_input(path); /* a directory, by name */
+    if (cst) return cst;
     gzFile gz = gzopen(path, "rb");
     if (!gz) return qac_set_error(errno == ENOENT ? QAC_ERR_NOT_FOUND : QAC_ERR_IO, "%s: %s", path,
                                   errno ? strerror(errno) : "cannot open");

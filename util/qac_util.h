@@ -14,19 +14,34 @@
  * "bm25 write/terms". */
 typedef void (*qac_progress_fn)(void *user, const char *phase, uint64_t done, uint64_t total);
 
-/* A ready-made callback for main(): prints a throttled (at most ~2/s) status
- * line to stderr with phase, done/total, items/s and ETA, and a final line
- * when done == total. `user` must point to a qac_progress_state; its unit
- * applies unless the phase names its own. */
+/* A ready-made callback for main(): prints a status line to stderr with
+ * phase, done/total, items/s, elapsed time and ETA. On a terminal the line
+ * is rewritten in place ('\r', at most 2/s); otherwise a line every 5 s.
+ * A phase's clock starts at its first report (report done = 0, or the
+ * resumed count, when the phase starts): no rate is shown before there is
+ * one. The final line (done == total) is printed once and ends the line.
+ * `user` must point to a qac_progress_state; its unit applies unless the
+ * phase names its own. QAC_QUIET=1 silences it. */
 typedef struct qac_progress_state {
     const char *unit;      /* "passages", "queries", ... */
     double start, last_print;
     char phase[64];
     uint64_t phase_start_done;
     int is_tty, quiet;
+    int final_printed;     /* this phase's final line is out */
 } qac_progress_state;
 void qac_progress_init(qac_progress_state *s, const char *unit);
 void qac_progress_stderr(void *user, const char *phase, uint64_t done, uint64_t total);
+/* End a progress line left open on a terminal, before other output. */
+void qac_progress_newline(void);
+/* QAC_QUIET is set (and not "0"): commands print no progress or summary. */
+int qac_quiet(void);
+/* A command's one summary line on stderr, "qac <cmd>: <fmt...>", unless quiet. */
+void qac_summary(const char *cmd, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
 
 /* ---- XXH64 (seed 0), streaming: init, update any number of times, digest ---- */
 typedef struct qac_xxh64 {
@@ -60,6 +75,17 @@ qac_status qac_arena_put(char **arena, size_t *len, size_t *cap, const char *s, 
 /* malloc, 64-byte (cache-line) aligned: rows of a SIMD buffer then never
  * straddle two lines. NULL when out of memory; free() releases it. */
 void *qac_malloc_lines(size_t bytes);
+
+/* Open an input file for reading ("rb"); a directory is refused by name
+ * rather than failing at the first read. */
+qac_status qac_open_input(FILE **f, const char *path);
+/* The same check alone, for commands that read the file later. */
+qac_status qac_check_input(const char *path);
+/* Outputs checked before the work: a file's directory exists and takes
+ * files, and the path is not a directory; a directory's path is one (or
+ * can be created: its nearest existing ancestor takes entries). */
+qac_status qac_check_output_file(const char *path);
+qac_status qac_check_output_dir(const char *path);
 
 /* Read a whole file into a NUL-terminated malloc'd buffer. */
 qac_status qac_read_file(const char *path, char **data, size_t *len);

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <fcntl.h>
@@ -19,13 +20,26 @@ double qac_now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* stderr is one per process: whether its last progress line is still open
+ * (a terminal line rewritten with '\r', not yet ended by '\n') */
+static int progress_line_open;
+
+void qac_progress_newline(void) {
+    if (progress_line_open) fputc('\n', stderr);
+    progress_line_open = 0;
+}
+
 void qac_progress_init(qac_progress_state *s, const char *unit) {
     memset(s, 0, sizeof *s);
     s->unit = unit ? unit : "items";
     s->start = s->last_print = qac_now();
     s->is_tty = isatty(2);
+    s->quiet = qac_quiet();
+}
+
+int qac_quiet(void) {
     const char *q = getenv("QAC_QUIET");
-    s->quiet = q && *q && strcmp(q, "0") != 0;
+    return q && *q && strcmp(q, "0") != 0;
 }
 
 static void fmt_secs(char *buf, size_t cap, double s) {
@@ -40,36 +54,54 @@ void qac_progress_stderr(void *user, const char *phase, uint64_t done, uint64_t 
     qac_progress_state *s = user;
     if (s->quiet) return;
     double now = qac_now();
-    if (strncmp(s->phase, phase, sizeof s->phase - 1) != 0) {
-        if (s->phase[0] && s->is_tty) fputc('\n', stderr);
-        snprintf(s->phase, sizeof s->phase, "%s", phase);
-        s->start = now;
-        s->phase_start_done = done;
-        s->last_print = 0;
-    }
     int final = total && done >= total;
+    if (strncmp(s->phase, phase, sizeof s->phase - 1) != 0) {
+        /* a new phase: its clock starts at this report, so the rate counts
+         * only the work after it (never 0/s for the work before) */
+        qac_progress_newline();
+        snprintf(s->phase, sizeof s->phase, "%s", phase);
+        s->start = s->last_print = now;
+        s->phase_start_done = done;
+        s->final_printed = 0;
+        if (!final) return;
+    }
+    if (final && s->final_printed) return;
+    if (!final && now - s->last_print < (s->is_tty ? 0.5 : 5.0)) return;
+    s->last_print = now;
+    s->final_printed = final;
     /* "name/unit": this phase counts its own unit */
     const char *slash = strchr(phase, '/'), *unit = slash ? slash + 1 : s->unit;
     int name_len = slash ? (int)(slash - phase) : (int)strlen(phase);
-    if (!final && now - s->last_print < (s->is_tty ? 0.5 : 5.0)) return;
-    s->last_print = now;
     double el = now - s->start;
-    double rate = el > 0 ? (double)(done - s->phase_start_done) / el : 0;
-    char eta[32] = "", elapsed[32];
+    double rate = el > 0 && done > s->phase_start_done ? (double)(done - s->phase_start_done) / el : 0;
+    char rate_s[64] = "", eta[32] = "", elapsed[32], count[64];
     fmt_secs(elapsed, sizeof elapsed, el);
-    if (total && rate > 0) {
+    if (rate > 0) snprintf(rate_s, sizeof rate_s, " %.1f %s/s", rate, unit);
+    if (total && rate > 0 && !final) {
         char e[24];
         fmt_secs(e, sizeof e, (double)(total - done) / rate);
         snprintf(eta, sizeof eta, " ETA %s", e);
     }
     if (total)
-        fprintf(stderr, "%s[%.*s] %llu/%llu %s (%.1f%%) %.1f %s/s elapsed %s%s%s",
-                s->is_tty ? "\r" : "", name_len, phase, (unsigned long long)done, (unsigned long long)total,
-                unit, 100.0 * (double)done / (double)total, rate, unit, elapsed,
-                final ? "" : eta, s->is_tty && !final ? "  " : "\n");
+        snprintf(count, sizeof count, "%llu/%llu %s (%.1f%%)", (unsigned long long)done, (unsigned long long)total,
+                 unit, 100.0 * (double)(done < total ? done : total) / (double)total);
     else
-        fprintf(stderr, "%s[%.*s] %llu %s %.1f %s/s elapsed %s%s", s->is_tty ? "\r" : "", name_len, phase,
-                (unsigned long long)done, unit, rate, unit, elapsed, s->is_tty ? "  " : "\n");
+        snprintf(count, sizeof count, "%llu %s", (unsigned long long)done, unit);
+    fprintf(stderr, "%s[%.*s] %s%s elapsed %s%s%s", s->is_tty ? "\r" : "", name_len, phase, count, rate_s, elapsed,
+            eta, s->is_tty && !final ? "    " : "\n");
+    progress_line_open = s->is_tty && !final;
+    fflush(stderr);
+}
+
+void qac_summary(const char *cmd, const char *fmt, ...) {
+    if (qac_quiet()) return;
+    qac_progress_newline();
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "qac %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
     fflush(stderr);
 }
 
@@ -128,12 +160,84 @@ void qac_atomic_abort(qac_atomic_file *af) {
     memset(af, 0, sizeof *af);
 }
 
-qac_status qac_read_file(const char *path, char **data, size_t *len) {
-    *data = NULL;
-    if (len) *len = 0;
+qac_status qac_open_input(FILE **out, const char *path) {
+    *out = NULL;
     FILE *f = fopen(path, "rb");
     if (!f) return qac_set_error(errno == ENOENT ? QAC_ERR_NOT_FOUND : QAC_ERR_IO, "open %s: %s", path,
                                  strerror(errno));
+    struct stat sb;
+    if (fstat(fileno(f), &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        fclose(f);
+        return qac_set_error(QAC_ERR_INVALID, "%s is a directory, not a file", path);
+    }
+    *out = f;
+    return QAC_OK;
+}
+
+qac_status qac_check_input(const char *path) {
+    FILE *f;
+    qac_status st = qac_open_input(&f, path);
+    if (!st) fclose(f);
+    return st;
+}
+
+/* The directory that would hold path ("." for a bare name). */
+static void parent_of(char *buf, size_t cap, const char *path) {
+    snprintf(buf, cap, "%s", path);
+    size_t n = strlen(buf);
+    while (n > 1 && buf[n - 1] == '/') buf[--n] = '\0';
+    char *slash = strrchr(buf, '/');
+    if (!slash) snprintf(buf, cap, ".");
+    else if (slash == buf) buf[1] = '\0';
+    else *slash = '\0';
+}
+
+static qac_status writable_dir(const char *what, const char *dir) {
+    struct stat sb;
+    if (stat(dir, &sb) != 0)
+        return qac_set_error(QAC_ERR_NOT_FOUND, "%s: directory %s does not exist", what, dir);
+    if (!S_ISDIR(sb.st_mode)) return qac_set_error(QAC_ERR_INVALID, "%s: %s is not a directory", what, dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return qac_set_error(QAC_ERR_IO, "%s: cannot write in %s: %s", what, dir, strerror(errno));
+    return QAC_OK;
+}
+
+qac_status qac_check_output_file(const char *path) {
+    struct stat sb;
+    if (!path || !*path) return qac_set_error(QAC_ERR_INVALID, "empty output path");
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return qac_set_error(QAC_ERR_INVALID, "%s is a directory: give the output file's name", path);
+    char parent[4096];
+    parent_of(parent, sizeof parent, path);
+    return writable_dir(path, parent);
+}
+
+qac_status qac_check_output_dir(const char *path) {
+    struct stat sb;
+    if (!path || !*path) return qac_set_error(QAC_ERR_INVALID, "empty output path");
+    if (stat(path, &sb) == 0) {
+        if (!S_ISDIR(sb.st_mode))
+            return qac_set_error(QAC_ERR_INVALID, "%s exists and is not a directory: give a directory's name", path);
+        return writable_dir(path, path);
+    }
+    /* created with its parents: the nearest existing ancestor must take it */
+    char anc[4096];
+    snprintf(anc, sizeof anc, "%s", path);
+    do {
+        char up[4096];
+        parent_of(up, sizeof up, anc);
+        if (!strcmp(up, anc)) break;
+        snprintf(anc, sizeof anc, "%s", up);
+    } while (stat(anc, &sb) != 0);
+    return writable_dir(path, anc);
+}
+
+qac_status qac_read_file(const char *path, char **data, size_t *len) {
+    *data = NULL;
+    if (len) *len = 0;
+    FILE *f;
+    qac_status ost = qac_open_input(&f, path);
+    if (ost) return ost;
     size_t cap = 1 << 16, n = 0;
     char *buf = malloc(cap);
     while (buf) {

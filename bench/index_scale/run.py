@@ -125,7 +125,7 @@ def bench(args, name, n, dim, factories):
         tag = factory.replace(",", "_")
         d_qac = os.path.join(w, "qac_" + tag)
         ts = train_size_for(factory, n)
-        b_s, b_rss = run_with_rss([qac, "index", "build", "--vectors", xpath, "--out", d_qac, "--factory", factory,
+        b_s, b_rss = run_with_rss([qac, "index", "build", "--vectors", xpath, "--ids", "sequential", "--out", d_qac, "--factory", factory,
                                    "--dtype", "fp16", "--shard-size", "500000", "--train-size", str(ts)])
         out = subprocess.run([tool, d_qac, os.path.join(w, "q.f32"), str(args.nq), str(args.k),
                               os.path.join(w, "qac.rows")] + ([param] if param else []),

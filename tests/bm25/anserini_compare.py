@@ -23,8 +23,11 @@ import sys
 import tempfile
 from collections import defaultdict
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import testdata  # noqa: E402
+
 QAC = os.environ["QAC_BIN"]
-DATA = os.path.join(os.environ["QAC_SHARED_DATA"], "cranfield")
+DATA = testdata.path("cranfield")
 CORPUS, QUERIES = os.path.join(DATA, "cran.all.1400"), os.path.join(DATA, "cran.qry")
 K1, B = 0.9, 0.4
 SCORE_TOL = 1e-4

@@ -19,8 +19,11 @@ from collections import Counter, defaultdict
 
 import numpy as np
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import testdata  # noqa: E402
+
 QAC = os.environ["QAC_BIN"]
-DATA = os.path.join(os.environ["QAC_SHARED_DATA"], "cranfield")
+DATA = testdata.path("cranfield")
 CORPUS, QUERIES, QRELS = (os.path.join(DATA, f) for f in ("cran.all.1400", "cran.qry", "cranqrel"))
 K1, B = 0.9, 0.4
 TOL = 1e-5

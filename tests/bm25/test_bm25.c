@@ -251,11 +251,9 @@ static void test_ties(void) {
 }
 
 static void test_cranfield(void) {
-    const char *root = getenv("QAC_SHARED_DATA");
-    if (!root || !*root) root = QAC_SHARED_DATA;
     char corpus[4096], queries[4096];
-    snprintf(corpus, sizeof corpus, "%s/cranfield/cran.all.1400", root);
-    snprintf(queries, sizeof queries, "%s/cranfield/cran.qry", root);
+    snprintf(corpus, sizeof corpus, "%s", qac_test_data("cranfield/cran.all.1400"));
+    snprintf(queries, sizeof queries, "%s", qac_test_data("cranfield/cran.qry"));
     FILE *qf = fopen(queries, "r");
     CHECK_MSG(qf != NULL, "missing %s", queries);
     if (!qf) return;

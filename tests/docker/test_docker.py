@@ -35,7 +35,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import scratch  # noqa: E402
 
 QAC = os.environ.get("QAC_BIN", "qac")
-SHARED = os.environ.get("QAC_SHARED_DATA", "")
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import testdata  # noqa: E402
+
+SHARED = testdata.root()
 SOURCE = os.path.abspath(os.environ.get("QAC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", "..")))
 CRAN = os.path.join(SHARED, "cranfield")
 BASE = "docker.io/library/debian:12"

@@ -68,11 +68,19 @@ with tempfile.TemporaryDirectory() as d:
         v = np.load(os.path.join(d, "one.npy"))
         check(np.array_equal(v[0], a[i]), f"row {i} alone equals its batched row bit for bit")
 
-    # query kind truncates at 32 tokens by default: the long text changes
+    # queries, like passages, default to the model's limit: nothing is cut unseen
     r = run("--input", tsv, "--output", os.path.join(d, "q.npy"), "--kind", "query", "--device", "cpu")
     q = np.load(os.path.join(d, "q.npy"))
-    check(r.returncode == 0 and np.array_equal(q[3], a[3]) and
-          float(np.abs(q[2] - a[2]).max()) > 1e-3, "--kind query cuts long texts at 32 tokens")
+    check(r.returncode == 0 and np.array_equal(q, a), "--kind query encodes to the model's limit by default")
+    # an explicit --max-len cuts, and the summary counts the cut texts
+    env = dict(os.environ)
+    env.pop("QAC_QUIET", None)
+    r = subprocess.run([QAC, "encode", "--input", tsv, "--output", os.path.join(d, "q.npy"), "--kind", "query",
+                        "--max-len", "32", "--device", "cpu"], capture_output=True, text=True, env=env)
+    q = np.load(os.path.join(d, "q.npy"))
+    check(r.returncode == 0 and np.array_equal(q[3], a[3]) and float(np.abs(q[2] - a[2]).max()) > 1e-3,
+          "--max-len 32 cuts the long text")
+    check("1 cut at 32 tokens" in r.stderr, "the summary counts the cut text: " + r.stderr.strip()[-200:])
 
     # errors: missing input, bad option, malformed JSONL; no output left behind
     out = os.path.join(d, "never.npy")

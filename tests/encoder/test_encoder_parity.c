@@ -45,7 +45,7 @@ static void compare_emb(const char *what, const float *got, const float *want, i
 /* Texts of the Cranfield documents, by 0-based ordinal. */
 static char **read_cranfield(int *n) {
     char path[4096];
-    snprintf(path, sizeof path, "%s/cranfield/cran.all.1400", QAC_SHARED_DATA);
+    snprintf(path, sizeof path, "%s", qac_test_data("cranfield/cran.all.1400"));
     qac_reader *r;
     if (qac_reader_open(&r, path, QAC_READ_CORPUS, QAC_FMT_CRANFIELD) != QAC_OK) {
         fprintf(stderr, "FAIL: %s\n", qac_last_error());

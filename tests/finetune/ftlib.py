@@ -8,8 +8,11 @@ import shutil
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import testdata  # noqa: E402
+
 QAC = os.environ.get("QAC_BIN", "qac")
-SHARED = os.environ.get("QAC_SHARED_DATA", "")
+SHARED = testdata.root()
 CRAN = os.path.join(SHARED, "cranfield")
 M = (1 << 64) - 1
 STREAM_POS, STREAM_NEG, STREAM_REPL, STREAM_ORDER, STREAM_MINE = 0x46540001, 0x46540002, 0x46540003, 0x46540004, 0x46540005

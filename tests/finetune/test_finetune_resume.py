@@ -22,13 +22,14 @@ import sys
 import zlib
 
 sys.path.insert(0, os.path.dirname(__file__))
-from ftlib import CRAN, check, file_bytes, finish, read_jsonl, run, run_files, tiny_model, xxh64  # noqa: E402
+from ftlib import check, file_bytes, finish, read_jsonl, run, run_files, tiny_model, xxh64  # noqa: E402
+import testdata  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import scratch  # noqa: E402
 
 tmp = scratch.mkdtemp(prefix="qac-ft-resume-")
 p = lambda name: os.path.join(tmp, name)  # noqa: E731
-docs, queries, qrels = (os.path.join(CRAN, f) for f in ("cran.all.1400", "cran.qry", "cranqrel"))
+docs, queries, qrels = (testdata.path("cranfield", f) for f in ("cran.all.1400", "cran.qry", "cranqrel"))
 model = tiny_model(p("tiny"))
 
 # training data: BM25 negatives of the Cranfield queries

@@ -7,7 +7,8 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from ftlib import CRAN, STREAM_MINE, check, cranfield_docs, default_model_dir, finish, key, read_jsonl, run, shuffle, xxh64  # noqa: E402
+from ftlib import STREAM_MINE, check, cranfield_docs, default_model_dir, finish, key, read_jsonl, run, shuffle, xxh64  # noqa: E402
+import testdata  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import scratch  # noqa: E402
 
@@ -62,7 +63,7 @@ check(r2.returncode == 0 and [x["docid"] for x in read_jsonl(p("mined2.jsonl"))[
       f"q1 with n 2 keeps the first 2 of the seeded shuffle {want}")
 
 # 2. the real BM25 run on Cranfield
-cran_docs, cran_q, cran_r = (os.path.join(CRAN, f) for f in ("cran.all.1400", "cran.qry", "cranqrel"))
+cran_docs, cran_q, cran_r = (testdata.path("cranfield", f) for f in ("cran.all.1400", "cran.qry", "cranqrel"))
 check(run(["bm25", "build", "--corpus", cran_docs, "--out", p("bm25")]).returncode == 0, "bm25 build")
 check(run(["bm25", "search", "--index", p("bm25"), "--queries", cran_q, "--k", "300", "--run", p("bm25.run")]).returncode == 0,
       "bm25 search")

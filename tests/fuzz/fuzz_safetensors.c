@@ -44,6 +44,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     fuzz_safetensors(data, size);
     fuzz_config(data, size);
     qac_pooling p;
-    qac_pooling_config_parse((const char *)data, size, 384, &p);
+    qac_pooling_config_parse((const char *)data, size, 384, &p, NULL);
     return 0;
 }

@@ -118,9 +118,9 @@ static void test_default_model(void) {
     if (!m) return;
     char path[4096];
     texts docs = {0}, queries = {0};
-    snprintf(path, sizeof path, "%s/cranfield/cran.all.1400", QAC_SHARED_DATA);
+    snprintf(path, sizeof path, "%s", qac_test_data("cranfield/cran.all.1400"));
     CHECK_MSG(read_smart(path, &docs) == 0 && docs.n == 1400, "%s: %d documents", path, docs.n);
-    snprintf(path, sizeof path, "%s/cranfield/cran.qry", QAC_SHARED_DATA);
+    snprintf(path, sizeof path, "%s", qac_test_data("cranfield/cran.qry"));
     CHECK_MSG(read_smart(path, &queries) == 0 && queries.n == 225, "%s: %d queries", path, queries.n);
     if (docs.n == 0 || queries.n == 0) goto out;
 

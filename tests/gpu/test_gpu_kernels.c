@@ -127,21 +127,24 @@ static void test_attention(int B, int T, int C, int NH) {
 static void test_pooling(int B, int T, int C) {
     float *hidden = malloc(sizeof(float) * B * T * C);
     float *want = malloc(sizeof(float) * B * C), *got = malloc(sizeof(float) * B * C);
-    int *lens = malloc(sizeof(int) * B);
+    int *lens = malloc(sizeof(int) * B), *from = malloc(sizeof(int) * B);
     gpu_test_fill(hidden, (size_t)B * T * C, -3, 3);
     for (int b = 0; b < B; b++) lens[b] = gpu_test_int(1, T);
-    for (int mode = 0; mode < 4; mode++) {
+    /* prompt tokens skipped by the pooling: some past the end (nothing left) */
+    for (int b = 0; b < B; b++) from[b] = b % 3 == 2 ? lens[b] + 1 : gpu_test_int(0, lens[b] - 1);
+    for (int mode = 0; mode < 8; mode++) {
         const qac_pooling pool = mode & 1 ? QAC_POOL_MEAN : QAC_POOL_CLS;
-        const int norm = mode >> 1;
-        qac_pooling_forward(want, hidden, lens, B, T, C, pool, norm);
+        const int norm = (mode >> 1) & 1;
+        const int *f = mode >> 2 ? from : NULL;
+        qac_pooling_forward_from(want, hidden, lens, f, B, T, C, pool, norm);
         gpu_test_poison(got, (size_t)B * C);
-        CHECK_OK(qac_cuda_pooling(got, hidden, lens, B, T, C, pool, norm));
+        CHECK_OK(qac_cuda_pooling(got, hidden, lens, f, B, T, C, pool, norm));
         char shape[64];
-        snprintf(shape, sizeof shape, "B%d T%d C%d %s%s", B, T, C, pool == QAC_POOL_MEAN ? "mean" : "cls",
-                 norm ? "+l2" : "");
+        snprintf(shape, sizeof shape, "B%d T%d C%d %s%s%s", B, T, C, pool == QAC_POOL_MEAN ? "mean" : "cls",
+                 norm ? "+l2" : "", f ? " from" : "");
         report("pooling", QAC_PREC_FP32, shape, got, want, (size_t)B * C, 1e-6);
     }
-    free(hidden), free(want), free(got), free(lens);
+    free(hidden), free(want), free(got), free(lens), free(from);
 }
 
 static void test_matmul(int N, int IC, int OC) {

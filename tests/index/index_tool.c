@@ -1,6 +1,6 @@
 /* Test driver: search an index with raw float32 queries and dump the
  * results, so Python can compare them with numpy and faiss.
- * usage: index_tool DIR QUERIES.f32 NQ K OUT_PREFIX [nprobe|efSearch=V]
+ * usage: [QAC_VERIFY=full|size|none] index_tool DIR QUERIES.f32 NQ K OUT_PREFIX [nprobe|efSearch=V]
  * writes OUT_PREFIX.rows (int64 [nq,k]), .scores (float32 [nq,k]) and
  * .docids (one docid per result line, "-" for none). */
 #include <stdio.h>
@@ -16,7 +16,12 @@ int main(int argc, char **argv) {
     }
     int nq = atoi(argv[3]), k = atoi(argv[4]);
     qac_index *ix = NULL;
-    if (qac_index_open(&ix, argv[1], QAC_DEVICE_CPU)) {
+    qac_index_verify verify = QAC_VERIFY_FULL; /* QAC_VERIFY=size|none: the corrupt-index sweeps */
+    if (getenv("QAC_VERIFY") && qac_index_verify_parse(getenv("QAC_VERIFY"), &verify)) {
+        fprintf(stderr, "QAC_VERIFY: %s\n", qac_last_error());
+        return 2;
+    }
+    if (qac_index_open_verified(&ix, argv[1], QAC_DEVICE_CPU, verify)) {
         fprintf(stderr, "open: %s\n", qac_last_error());
         return 1;
     }

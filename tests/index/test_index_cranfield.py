@@ -23,10 +23,9 @@ import idxutil as U  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import scratch  # noqa: E402
 
-data = os.path.join(os.environ.get("QAC_SHARED_DATA", ""), "cranfield")
-if not os.path.exists(os.path.join(data, "cran.all.1400")):
-    print("SKIP: no Cranfield collection at %s" % data)
-    sys.exit(77)
+import testdata  # noqa: E402
+
+data = testdata.path("cranfield")
 try:
     import pytrec_eval
 except ImportError:
@@ -125,7 +124,8 @@ m32, m16 = trec_metrics(run), trec_metrics(runb)
 for m in m32:
     check(abs(m16[m] - m32[m]) <= 0.002, "bf16 weights + SQbf16 %s %.4f vs fp32 %.4f (diff %+.4f, bound 0.002)"
           % (m, m16[m], m32[m], m16[m] - m32[m]))
-srv = subprocess.Popen([U.QAC, "serve", "--port", "0", "--index", ixb, "--dtype", "bf16", "--device", "cpu"],
+srv = subprocess.Popen([U.QAC, "serve", "--port", "0", "--index", ixb, "--dtype", "bf16", "--device", "cpu",
+                        "--query-max-len", str(ref_st["query_max_len"])],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 try:
     mm = re.search(r"listening on (http://\S+)", srv.stdout.readline())
@@ -141,11 +141,11 @@ finally:
 # a vectors-only index has another model fingerprint: refused unless overridden
 vec = os.path.join(tmp, "v.npy")
 np.save(vec, np.random.default_rng(0).normal(size=(10, 384)).astype(np.float32))
-U.run(["index", "build", "--vectors", vec, "--out", os.path.join(tmp, "vix")])
+U.run(["index", "build", "--vectors", vec, "--ids", "sequential", "--out", os.path.join(tmp, "vix")])
 p = U.run(["search", "--index", os.path.join(tmp, "vix"), "--queries", os.path.join(data, "cran.qry"), "--run",
            os.path.join(tmp, "x.run"), "--device", "cpu"], check=False)
-check(p.returncode == 1 and "fingerprint" in p.stderr and not os.path.exists(os.path.join(tmp, "x.run")),
-      "fingerprint mismatch refused, no run written: " + p.stderr.strip()[:160])
+check(p.returncode == 1 and "records no model" in p.stderr and not os.path.exists(os.path.join(tmp, "x.run")),
+      "an index of vectors from no named model refused, no run written: " + p.stderr.strip()[:160])
 p = U.run(["search", "--index", os.path.join(tmp, "vix"), "--queries", os.path.join(data, "cran.qry"), "--run",
            os.path.join(tmp, "x.run"), "--k", "5", "--allow-model-mismatch", "--device", "cpu"], check=False)
 check(p.returncode == 0, "--allow-model-mismatch overrides")

@@ -44,7 +44,8 @@ static int same_file(const char *a, const char *b) {
 }
 
 int main(void) {
-    const char *corpus = QAC_SHARED_DATA "/cranfield/cran.all.1400";
+    char corpus[4096];
+    snprintf(corpus, sizeof corpus, "%s", qac_test_data("cranfield/cran.all.1400"));
     qac_model *m = NULL;
     CHECK_OK(qac_model_load(&m, qac_test_model_dir()));
     if (!m) return qac_test_summary();

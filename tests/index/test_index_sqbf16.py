@@ -55,7 +55,7 @@ q /= np.linalg.norm(q, axis=1, keepdims=True)
 npy = os.path.join(tmp, "v.npy")
 np.save(npy, x)
 out = os.path.join(tmp, "idx")
-U.run(["index", "build", "--vectors", npy, "--out", out, "--factory", "SQbf16", "--shard-size", "4000"])
+U.run(["index", "build", "--vectors", npy, "--ids", "sequential", "--out", out, "--factory", "SQbf16", "--shard-size", "4000"])
 
 ref = faiss.IndexScalarQuantizer(d, faiss.ScalarQuantizer.QT_bf16, faiss.METRIC_INNER_PRODUCT)
 ref.add(x)
@@ -121,7 +121,7 @@ check(rec >= 0.97, "recall@10 against exact fp32 search %.3f" % rec)
 
 # a flipped byte in the codes is refused before any search
 bad = os.path.join(tmp, "bad")
-U.run(["index", "build", "--vectors", npy, "--out", bad, "--factory", "SQbf16", "--shard-size", "4000"])
+U.run(["index", "build", "--vectors", npy, "--ids", "sequential", "--out", bad, "--factory", "SQbf16", "--shard-size", "4000"])
 path = os.path.join(bad, "index.faiss")
 b = bytearray(open(path, "rb").read())
 b[len(b) // 2] ^= 0x40
@@ -131,7 +131,7 @@ q[:1].tofile(qpath)
 import subprocess  # noqa: E402
 p = subprocess.run([tool, bad, qpath, "1", "5", os.path.join(tmp, "r1")], capture_output=True, text=True)
 check(p.returncode != 0 and "checksum" in p.stderr, "corrupt SQbf16 file refused: " + p.stderr.strip()[:120])
-p = U.run(["index", "build", "--vectors", npy, "--out", os.path.join(tmp, "hnsw"), "--factory", "HNSW32,SQbf16"],
+p = U.run(["index", "build", "--vectors", npy, "--ids", "sequential", "--out", os.path.join(tmp, "hnsw"), "--factory", "HNSW32,SQbf16"],
           check=False)
 check(p.returncode == 1 and "SQbf16" in p.stderr, "HNSW32,SQbf16 refused: " + p.stderr.strip()[:140])
 

@@ -40,7 +40,7 @@ for factory, dtype, param, min_recall in [("Flat", "fp32", None, 1.0), ("SQfp16"
                                           ("HNSW32,SQfp16", "fp32", "efSearch=128", 0.9),
                                           ("IVF16,PQ16x4", "fp32", "nprobe=8", 0.2)]:
     out = os.path.join(tmp, factory.replace(",", "_"))
-    U.run(["index", "build", "--vectors", npy, "--out", out, "--factory", factory, "--dtype", dtype,
+    U.run(["index", "build", "--vectors", npy, "--ids", "sequential", "--out", out, "--factory", factory, "--dtype", dtype,
            "--shard-size", "5000", "--train-size", "4000"])
     stored, ids, man = U.read_index_vectors(out)
     check(ids == [str(i) for i in range(n)], "%s: every row once, in order" % factory)
@@ -73,15 +73,15 @@ for factory, dtype, param, min_recall in [("Flat", "fp32", None, 1.0), ("SQfp16"
 
 # a different factory reuses the embeddings
 flat = os.path.join(tmp, "Flat")
-U.run(["index", "build", "--vectors", npy, "--out", flat, "--factory", "SQfp16", "--shard-size", "5000"])
+U.run(["index", "build", "--vectors", npy, "--ids", "sequential", "--out", flat, "--factory", "SQfp16", "--shard-size", "5000"])
 check(faiss.read_index(os.path.join(flat, "index.faiss")).ntotal == n, "factory change rebuilds only FAISS")
 # changed options are refused, naming what changed
-p = U.run(["index", "build", "--vectors", npy, "--out", flat, "--shard-size", "4000"], check=False)
+p = U.run(["index", "build", "--vectors", npy, "--ids", "sequential", "--out", flat, "--shard-size", "4000"], check=False)
 check(p.returncode == 1 and "shard_size" in p.stderr, "changed --shard-size refused: " + p.stderr.strip()[:160])
-p = U.run(["index", "build", "--vectors", npy, "--out", os.path.join(tmp, "bad"), "--factory", "Nope12"], check=False)
+p = U.run(["index", "build", "--vectors", npy, "--ids", "sequential", "--out", os.path.join(tmp, "bad"), "--factory", "Nope12"], check=False)
 check(p.returncode == 1 and "factory" in p.stderr, "bad factory: " + p.stderr.strip()[:120])
 open(os.path.join(tmp, "bad.npy"), "wb").write(b"\x93NUMPY garbage")
-p = U.run(["index", "build", "--vectors", os.path.join(tmp, "bad.npy"), "--out", os.path.join(tmp, "bad2")],
+p = U.run(["index", "build", "--vectors", os.path.join(tmp, "bad.npy"), "--ids", "sequential", "--out", os.path.join(tmp, "bad2")],
           check=False)
 check(p.returncode == 1, "malformed .npy: " + p.stderr.strip()[:120])
 
@@ -90,14 +90,14 @@ sh = os.path.join(tmp, "IVF16_PQ16x4", "emb-00001.qemb")
 b = bytearray(open(sh, "rb").read())
 b[100] ^= 0xFF
 open(sh, "wb").write(bytes(b))
-p = U.run(["index", "build", "--vectors", npy, "--out", os.path.join(tmp, "IVF16_PQ16x4"), "--factory", "Flat",
+p = U.run(["index", "build", "--vectors", npy, "--ids", "sequential", "--out", os.path.join(tmp, "IVF16_PQ16x4"), "--factory", "Flat",
            "--shard-size", "5000"], check=False)
 check(p.returncode == 1 and "checksum" in p.stderr, "corrupt shard detected: " + p.stderr.strip()[:120])
 
 # ties: duplicate vectors rank by docid descending (strcmp)
 dup = np.repeat(x[:3], 4, axis=0)
 np.save(os.path.join(tmp, "dup.npy"), dup)
-U.run(["index", "build", "--vectors", os.path.join(tmp, "dup.npy"), "--out", os.path.join(tmp, "dup")])
+U.run(["index", "build", "--vectors", os.path.join(tmp, "dup.npy"), "--ids", "sequential", "--out", os.path.join(tmp, "dup")])
 rows, scores, docids = U.tool_search(tool, os.path.join(tmp, "dup"), x[:1], 12, tmp)
 want = sorted([str(i) for i in range(12) if i // 4 == 0], reverse=True)
 check(docids[:4] == want, "ties by docid desc: %s" % docids[:4])

@@ -7,11 +7,12 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "finetune"))
 from ftlib import SHARED, check, default_model_dir, file_bytes, finish, read_jsonl, run, run_files, tiny_model  # noqa: E402,F401
+import testdata  # noqa: E402
 
 
 def debian_pairs(out, n=60):
     """The first n Debian descriptions that have a query, as pre-training jsonl."""
-    src = os.path.join(SHARED, "debian-packages", "packages.jsonl.gz")
+    src = testdata.path("debian-packages", "packages.jsonl.gz")
     kept = 0
     with gzip.open(src, "rt", encoding="utf-8") as f, open(out, "w") as g:
         for line in f:

@@ -14,10 +14,10 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import scratch  # noqa: E402
+import testdata  # noqa: E402
 
 QAC = os.environ.get("QAC_BIN", "qac")
-SHARED = os.environ.get("QAC_SHARED_DATA", "")
-DEB = os.path.join(SHARED, "debian-packages", "packages.jsonl.gz")
+DEB = testdata.path("debian-packages", "packages.jsonl.gz")
 M = (1 << 64) - 1
 STREAM = 0x484C5001
 failures = []

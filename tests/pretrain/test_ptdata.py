@@ -17,11 +17,11 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import scratch  # noqa: E402
+import testdata  # noqa: E402
 
 TOOL = sys.argv[1]
 QAC = os.environ.get("QAC_BIN", "qac")
-SHARED = os.environ.get("QAC_SHARED_DATA", "")
-DEB = os.path.join(SHARED, "debian-packages", "packages.jsonl.gz")
+DEB = testdata.path("debian-packages", "packages.jsonl.gz")
 MAXLEN, QMAX = 144, 32
 failures = []
 

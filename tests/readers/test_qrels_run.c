@@ -61,9 +61,7 @@ static void test_formats(void) {
 
 static void test_cranfield(void) {
     char path[4200];
-    const char *base = getenv("QAC_SHARED_DATA");
-    if (!base || !*base) base = QAC_SHARED_DATA;
-    snprintf(path, sizeof path, "%s/cranfield/cranqrel", base);
+    snprintf(path, sizeof path, "%s", qac_test_data("cranfield/cranqrel"));
     qac_qrels *q;
     CHECK_OK(qac_qrels_load(&q, path, QAC_QRELS_AUTO));
     if (!q) return;

@@ -78,10 +78,16 @@ static void test_tsv(void) {
     CHECK(f == QAC_FMT_TSV && g.n == 2);
     CHECK(strcmp(g.ids, "1048585|2|") == 0);
 
-    /* empty file: no records */
+    /* a file without records (empty, or blank lines only) is refused at open, by name */
     p = WRITE("empty.tsv", "");
-    CHECK_OK(open_read(p, QAC_READ_CORPUS, QAC_FMT_AUTO, &g, NULL));
-    CHECK(g.n == 0);
+    CHECK_ERR(open_read(p, QAC_READ_CORPUS, QAC_FMT_AUTO, &g, NULL), QAC_ERR_INVALID, "empty.tsv is empty");
+    p = WRITE("blank.jsonl", "\n  \n");
+    CHECK_ERR(open_read(p, QAC_READ_QUERIES, QAC_FMT_BEIR, &g, NULL), QAC_ERR_INVALID, "holds no queries");
+    /* a directory is named as one, not "read DIR: Success" at the first line */
+    char dpath[4096];
+    snprintf(dpath, sizeof dpath, "%s", p);
+    *strrchr(dpath, '/') = '\0';
+    CHECK_ERR(open_read(dpath, QAC_READ_CORPUS, QAC_FMT_AUTO, &g, NULL), QAC_ERR_INVALID, "is a directory, not a file");
 
     /* a 3 MB line: no fixed line buffer */
     size_t big = 3u << 20;
@@ -229,9 +235,7 @@ static void test_seek(void) {
 
 static void test_cranfield(void) {
     char path[4200];
-    const char *base = getenv("QAC_SHARED_DATA");
-    if (!base || !*base) base = QAC_SHARED_DATA;
-    snprintf(path, sizeof path, "%s/cranfield/cran.all.1400", base);
+    snprintf(path, sizeof path, "%s", qac_test_data("cranfield/cran.all.1400"));
     FILE *raw = fopen(path, "rb");
     if (!raw) {
         CHECK_MSG(0, "missing %s", path);
@@ -273,7 +277,7 @@ static void test_cranfield(void) {
     CHECK(got && strcmp(rec.id, "500") == 0 && rec.line == line500);
     qac_reader_free(r);
 
-    snprintf(path, sizeof path, "%s/cranfield/cran.qry", base);
+    snprintf(path, sizeof path, "%s", qac_test_data("cranfield/cran.qry"));
     CHECK_OK(qac_reader_open(&r, path, QAC_READ_QUERIES, QAC_FMT_AUTO));
     CHECK(qac_reader_format(r) == QAC_FMT_CRANFIELD);
     n = 0;

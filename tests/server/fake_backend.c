@@ -47,6 +47,19 @@ static qac_status f_encode_text(void *u, const char *text, size_t len, int max_l
     return QAC_OK;
 }
 
+/* prompt bytes then text bytes; a prompt "skip:..." is left out of the pooling */
+static qac_status f_encode_prompted(void *u, const char *prompt, const char *text, size_t len, int max_len,
+                                    int32_t *ids, int *n, int *pool_from) {
+    size_t pl = prompt ? strlen(prompt) : 0;
+    char buf[4096];
+    if (max_len < 2 || pl + len > sizeof buf) return qac_set_error(QAC_ERR_INVALID, "fake: too long");
+    memcpy(buf, prompt, pl);
+    memcpy(buf + pl, text, len);
+    *n = fake_encode_text(buf, pl + len, max_len, ids);
+    *pool_from = pl && !strncmp(prompt, "skip:", 5) ? 1 + (int)pl : 0;
+    return QAC_OK;
+}
+
 static qac_status f_tokenize(void *u, const char *text, size_t len, int32_t *ids, int cap, int *n) {
     for (size_t i = 0; i < len && (int)i < cap; i++) ids[i] = 100 + (unsigned char)text[i];
     *n = (int)len;
@@ -62,7 +75,8 @@ static const char *f_id_to_token(void *u, int32_t id) {
     return token_names[id - 100];
 }
 
-static qac_status f_encode(void *u, const int32_t *const *ids, const int *lens, int n, float *out) {
+static qac_status f_encode(void *u, const int32_t *const *ids, const int *lens, const int *pool_from, int n,
+                           float *out) {
     fake_stats *s = u;
     int tokens = 0;
     for (int i = 0; i < n; i++) tokens += lens[i];
@@ -77,7 +91,10 @@ static qac_status f_encode(void *u, const int32_t *const *ids, const int *lens, 
         struct timespec ts = {sleep_ms / 1000, (long)(sleep_ms % 1000) * 1000000L};
         nanosleep(&ts, NULL);
     }
-    for (int i = 0; i < n; i++) fake_embed(ids[i], lens[i], out + (size_t)i * FAKE_DIM);
+    for (int i = 0; i < n; i++) {
+        int f = pool_from && pool_from[i] < lens[i] ? pool_from[i] : 0; /* the fake pools what is left */
+        fake_embed(ids[i] + f, lens[i] - f, out + (size_t)i * FAKE_DIM);
+    }
     pthread_mutex_lock(&stats_mu);
     s->concurrent--;
     pthread_mutex_unlock(&stats_mu);
@@ -86,8 +103,9 @@ static qac_status f_encode(void *u, const int32_t *const *ids, const int *lens, 
 
 /* The fake vectors times (1 + the first id / 100): "raw" vectors whose
  * normalisation is fake_embed's. */
-static qac_status f_encode_raw(void *u, const int32_t *const *ids, const int *lens, int n, float *out) {
-    qac_status st = f_encode(u, ids, lens, n, out);
+static qac_status f_encode_raw(void *u, const int32_t *const *ids, const int *lens, const int *pool_from, int n,
+                               float *out) {
+    qac_status st = f_encode(u, ids, lens, pool_from, n, out);
     for (int i = 0; !st && i < n; i++)
         for (int d = 0; d < FAKE_DIM; d++) out[(size_t)i * FAKE_DIM + d] *= 1.0f + (float)ids[i][0] / 100.0f;
     return st;
@@ -210,6 +228,8 @@ void fake_backend_init(qac_server_backend *be, fake_stats *stats, int with_index
     be->cls_id = 1;
     be->sep_id = 2;
     for (int i = 0; i < 8; i++) be->special_ids[i] = i < 2 ? i + 1 : -1;
+    be->encode_prompted = f_encode_prompted;
+    be->include_prompt = 1;
     if (with_index) {
         be->index_count = FAKE_DOCS;
         be->index_type = "Flat";

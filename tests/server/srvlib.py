@@ -16,9 +16,10 @@ import yaml
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import scratch  # noqa: E402
+import testdata  # noqa: E402
 
 QAC = os.environ.get("QAC_BIN", "qac")
-SHARED = os.environ.get("QAC_SHARED_DATA", "")
+SHARED = testdata.root()
 SOURCE = os.environ.get("QAC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
 CRAN_DOCS = os.path.join(SHARED, "cranfield", "cran.all.1400")
 CRAN_QUERIES = os.path.join(SHARED, "cranfield", "cran.qry")
@@ -48,7 +49,7 @@ def workdir(tag):
 def cranfield_subset(out_path, n_docs):
     """The first n_docs Cranfield documents, as a Cranfield file."""
     keep, count = [], 0
-    with open(CRAN_DOCS, encoding="utf-8") as f:
+    with open(testdata.path("cranfield", "cran.all.1400"), encoding="utf-8") as f:
         for line in f:
             if line.startswith(".I "):
                 count += 1

@@ -119,13 +119,13 @@ model_dir = re.search(r"^directory\s+(\S.*)$", info, re.M).group(1).strip()
 npy = os.path.join(d, "vecs.npy")
 np.save(npy, np.random.default_rng(0).standard_normal((20, 384)).astype(np.float32))
 vx = os.path.join(d, "index-vectors")
-subprocess.run([QAC, "index", "build", "--vectors", npy, "--out", vx], check=True, stdout=subprocess.DEVNULL,
+subprocess.run([QAC, "index", "build", "--vectors", npy, "--ids", "sequential", "--out", vx], check=True, stdout=subprocess.DEVNULL,
                stderr=subprocess.DEVNULL)
 rc, err = serve_start_error(vx)
 check(rc != 0 and "--model" in err and "--allow-model-mismatch" in err,
       f"an index from --vectors alone is refused, naming the fix (rc {rc}): {err.strip()[-300:]}")
 vm = os.path.join(d, "index-vectors-model")
-b = subprocess.run([QAC, "index", "build", "--vectors", npy, "--model", model_dir, "--out", vm],
+b = subprocess.run([QAC, "index", "build", "--vectors", npy, "--ids", "sequential", "--model", model_dir, "--out", vm],
                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 rc, err = serve_start_error(vm)
 check(b.returncode == 0 and rc == 0, f"--vectors with --model records the model and serves: build {b.returncode} "

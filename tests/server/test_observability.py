@@ -186,7 +186,9 @@ def check_help():
     out = subprocess.run([QAC, "serve", "--help"], capture_output=True, text=True).stdout
     for flag in ("--log-level", "--log-format", "debug|info|warn|error", "text|json"):
         check(flag in out, f"qac serve --help lists {flag}")
-    check(re.search(r"--max-texts\b.*default: 2048", out) is not None, "qac serve --help: --max-texts default 2048")
+    # an option's help may wrap onto following lines, up to the next option
+    check(re.search(r"--max-texts\b(?:(?!\n  --).)*default: 2048", out, re.S) is not None,
+          "qac serve --help: --max-texts default 2048")
 
 
 def main():

@@ -26,8 +26,9 @@ typedef struct worker {
 
 static qac_server_backend backend;
 
-static qac_status encode_fn(void *user, const int32_t *const *ids, const int *lens, int n, float *out) {
-    return backend.encode(backend.enc, ids, lens, n, out);
+static qac_status encode_fn(void *user, const int32_t *const *ids, const int *lens, const int *pool_from, int n,
+                            float *out) {
+    return backend.encode(backend.enc, ids, lens, pool_from, n, out);
 }
 
 static void *worker_main(void *arg) {
@@ -89,8 +90,9 @@ static void test_concurrent_batching(void) {
     CHECK(st.max_call_tokens <= 600);
 }
 
-static qac_status encode_raw_fn(void *user, const int32_t *const *ids, const int *lens, int n, float *out) {
-    return backend.encode_raw(backend.enc, ids, lens, n, out);
+static qac_status encode_raw_fn(void *user, const int32_t *const *ids, const int *lens, const int *pool_from, int n,
+                               float *out) {
+    return backend.encode_raw(backend.enc, ids, lens, pool_from, n, out);
 }
 
 /* Jobs that want the raw vectors (TEI's normalize=false) share rounds with
@@ -107,7 +109,7 @@ static void *mixed_main(void *arg) {
         int n = fake_encode_text(text, (size_t)len, FAKE_MAX_LEN, ids);
         const int32_t *p = ids;
         float out[FAKE_DIM], want[FAKE_DIM];
-        if (qac_batcher_run(w->b, &p, &n, 1, out, 0, NULL, NULL, 0, NULL, raw) != QAC_OK) {
+        if (qac_batcher_run(w->b, &p, &n, NULL, 1, out, 0, NULL, NULL, 0, NULL, raw) != QAC_OK) {
             w->errors++;
             continue;
         }

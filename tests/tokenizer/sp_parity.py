@@ -14,8 +14,11 @@ import tempfile
 
 import sentencepiece as spm
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import testdata  # noqa: E402
+
 qac = os.environ["QAC_BIN"]
-cran = os.path.join(os.environ["QAC_SHARED_DATA"], "cranfield")
+cran = testdata.path("cranfield")
 fixtures = os.path.join(os.environ["QAC_SOURCE_DIR"], "tests", "reference", "tokenizer")
 
 raw = open(os.path.join(cran, "cran.all.1400"), "rb").read() + open(os.path.join(cran, "cran.qry"), "rb").read()
@@ -41,7 +44,8 @@ with tempfile.TemporaryDirectory() as tmp:
         os.rename(os.path.join(d, "m.model"), os.path.join(d, fname))
         sp = spm.SentencePieceProcessor(model_file=os.path.join(d, fname))
         want = [sp.encode(b.decode("utf-8", errors="replace")) for b in texts]
-        out = subprocess.run([qac, "tokenize", "--model", d, "--input", inp], capture_output=True, check=True)
+        out = subprocess.run([qac, "tokenize", "--model", d, "--no-special-tokens", "--input", inp], capture_output=True,
+                             check=True)
         got = [[int(x) for x in line.split()] for line in out.stdout.decode().split("\n")[:-1]]
         diff = [i for i in range(len(texts)) if i >= len(got) or got[i] != want[i]]
 

@@ -75,7 +75,7 @@ int main(void) {
 
     /* one tokenizer, four threads, same ids */
     tok_texts tt;
-    if (tok_texts_load(&tt, QAC_SHARED_DATA "/cranfield", QAC_TEST_DATA "/reference/tokenizer") == 0) {
+    if (tok_texts_load(&tt, qac_test_data("cranfield"), QAC_TEST_DATA "/reference/tokenizer") == 0) {
         g_tok = t;
         g_texts = &tt;
         g_expect = encode_all(t, &tt);

@@ -113,7 +113,7 @@ static int run_model(const char *name, const char *model_dir, const tok_texts *t
 
 int main(void) {
     tok_texts tt;
-    if (tok_texts_load(&tt, QAC_SHARED_DATA "/cranfield", FIXTURES)) {
+    if (tok_texts_load(&tt, qac_test_data("cranfield"), FIXTURES)) {
         CHECK_MSG(0, "could not load the parity texts");
         return qac_test_summary();
     }

@@ -1,0 +1,526 @@
+"""qac from Python: dense passage retrieval over the qac C library.
+
+Every call goes to libqac through the extension module ``qac._qac``: the
+encoder, indexes, BM25, trec_eval-exact evaluation, the readers and the
+trainers are the same code as the ``qac`` command line, and give the same
+bits. Long calls release the GIL. Errors raise :class:`QacError` (or one of
+its subclasses) with qac's own message.
+
+    >>> import qac
+    >>> enc = qac.Encoder()                         # the default model, all-MiniLM-L6-v2
+    >>> vecs = enc.encode(["what is a wing?"], kind="query")   # float32 [1, 384]
+    >>> ix = qac.Index.build("collection.tsv", "idx", encoder=enc)
+    >>> ids, scores = ix.search(["what is a wing?"], k=10)
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Any, Callable, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _qac
+from ._qac import (BusyError, CancelledError, FormatError, InvalidError, MismatchError, NotFoundError, QacError,
+                   QacIOError, QacMemoryError, UnsupportedError)
+
+__version__ = _qac.version
+__all__ = [
+    "Encoder", "Index", "IndexParts", "BM25", "Record", "evaluate", "read_corpus", "read_queries", "read_qrels",
+    "read_run", "write_run", "finetune", "pretrain", "default_model_dir", "cuda_available", "cpu_isa",
+    "QacError", "InvalidError", "QacIOError", "QacMemoryError", "FormatError", "UnsupportedError",
+    "NotFoundError", "BusyError", "CancelledError", "MismatchError",
+]
+
+PathLike = Union[str, "os.PathLike[str]"]
+Progress = Optional[Callable[[Dict[str, Any]], None]]
+Texts = Union[str, bytes, Sequence[Union[str, bytes]]]
+
+#: tokens per text when ``max_len`` is not given, as ``qac encode`` does
+QUERY_MAX_LEN = 32
+PASSAGE_MAX_LEN = 256
+
+
+def default_model_dir() -> str:
+    """The default model's directory ($QAC_MODEL, else $QAC_HOME/models/all-MiniLM-L6-v2,
+    else ~/.local/share/qac/models/all-MiniLM-L6-v2)."""
+    return _qac.default_model_dir()
+
+
+def cuda_available() -> bool:
+    """Whether this build has CUDA support and a usable GPU is present."""
+    return _qac.cuda_available()
+
+
+def cpu_isa(name: Optional[str] = None) -> str:
+    """The CPU kernels' SIMD path; with ``name`` (auto, avx512, avx2, generic) select it first.
+    Every path gives the same bits: this changes speed only."""
+    return _qac.cpu_isa(name)
+
+
+def _path(p: PathLike) -> str:
+    return os.fspath(p)
+
+
+# ---------------------------------------------------------------- encoder
+
+class Encoder:
+    """A BERT bi-encoder: texts in, pooled (and, as the checkpoint says, normalised) float32 vectors out.
+
+    ``model`` is a Hugging Face BERT directory (None: the default model). ``device`` is
+    ``"auto"`` (CUDA when a GPU is usable), ``"cpu"`` or ``"cuda"``; ``dtype`` ``"fp32"``
+    (default) or ``"bf16"`` (the CPU encoder's linear layers in bf16, fp32 sums).
+    ``threads`` 0 uses every core. On the CPU a text gets the same vector bit for bit in
+    any batch, and the same as ``qac encode``.
+    """
+
+    def __init__(self, model: Optional[PathLike] = None, device: str = "auto", dtype: str = "fp32",
+                 threads: int = 0, batch_size: int = 0) -> None:
+        self._model = _qac.Model(None if model is None else _path(model))
+        self._device, self._dtype, self._threads = device, dtype, threads
+        self._encoders: Dict[int, Any] = {}
+        self._default_batch = batch_size
+        self._enc = self._encoder(batch_size)
+
+    def _encoder(self, batch_size: int) -> Any:
+        e = self._encoders.get(batch_size)
+        if e is None:
+            e = _qac.Encoder(self._model, self._device, self._dtype, self._threads, batch_size)
+            self._encoders[batch_size] = e
+        return e
+
+    @property
+    def dim(self) -> int:
+        """The embedding size."""
+        return self._enc.dim
+
+    @property
+    def info(self) -> Dict[str, Any]:
+        """The model's name, path, fingerprint, shape, pooling and normalisation, and where it runs."""
+        d = self._model.info()
+        d.update(device=self._enc.device, dtype=self._enc.dtype)
+        return d
+
+    @property
+    def fingerprint(self) -> str:
+        """What the encoder computes, as indexes record it (16 hex digits)."""
+        return self._model.info()["fingerprint"]
+
+    def encode(self, texts: Texts, kind: str = "passage", batch_size: Optional[int] = None,
+               max_len: Optional[int] = None, out: Optional[np.ndarray] = None) -> np.ndarray:
+        """Embed texts: a float32 array [len(texts), dim] (a single text gives [1, dim]).
+
+        ``kind`` sets the default length: 32 tokens for ``"query"``, 256 for ``"passage"``
+        (``[CLS]``/``[SEP]`` included, capped by the model), as ``qac encode``.
+        ``batch_size`` is sequences per forward pass (None: the encoder's). The library
+        writes straight into the result (or into ``out``, a C-contiguous float32 array
+        of that shape)."""
+        if kind not in ("query", "passage"):
+            raise ValueError(f"kind must be 'query' or 'passage', not {kind!r}")
+        if isinstance(texts, (str, bytes)):
+            texts = [texts]
+        if max_len is None:
+            max_len = QUERY_MAX_LEN if kind == "query" else PASSAGE_MAX_LEN
+        enc = self._enc if batch_size is None else self._encoder(int(batch_size))
+        if out is None:
+            out = np.empty((len(texts), enc.dim), dtype=np.float32)
+        elif out.dtype != np.float32 or out.shape != (len(texts), enc.dim) or not out.flags.c_contiguous:
+            raise ValueError(f"out must be a C-contiguous float32 array of shape ({len(texts)}, {enc.dim})")
+        enc.encode(texts, int(max_len), out)
+        return out
+
+    def tokenize(self, texts: Texts, max_len: Optional[int] = None, tokens: bool = False,
+                 kind: Optional[str] = None) -> Union[List[int], List[str], List[List[int]], List[List[str]]]:
+        """Token ids (or, with ``tokens=True``, token strings) of a text or a list of texts.
+
+        ``max_len`` adds ``[CLS]``/``[SEP]`` and truncates to that many tokens (as
+        ``qac tokenize --max-len``); None gives the plain tokens, unless ``kind`` asks
+        for the encoder's default length of queries or passages."""
+        if max_len is None and kind is not None:
+            max_len = QUERY_MAX_LEN if kind == "query" else PASSAGE_MAX_LEN
+        one = isinstance(texts, (str, bytes))
+        out = []
+        for t in ([texts] if one else texts):
+            ids = self._model.tokenize(t, int(max_len or 0))
+            out.append([self._model.id_to_token(i) for i in ids] if tokens else ids)
+        return out[0] if one else out
+
+
+# ---------------------------------------------------------------- readers
+
+class Record(NamedTuple):
+    """One record of a corpus or queries file, as qac reads it."""
+    id: str
+    title: str
+    text: str     #: the searchable text: title and body joined by a space when both exist
+    offset: int   #: byte offset of the record's start in the file
+    line: int     #: 1-based line of the record's start
+
+
+def read_corpus(path: PathLike, format: str = "auto", *, queries: bool = False,
+                start: Optional[Tuple[int, int]] = None) -> Iterator[Record]:
+    """The records of a corpus (collection.tsv, BEIR/Tevatron jsonl, Cranfield), streamed.
+
+    ``format`` is auto, tsv, beir, tevatron or cranfield. ``start=(offset, line)``
+    continues from a record's start (its ``Record.offset`` and ``Record.line``)."""
+    r = _qac.Reader(_path(path), "queries" if queries else "corpus", format)
+    if start is not None:
+        r.seek(int(start[0]), int(start[1]))
+    while True:
+        rec = r.next()
+        if rec is None:
+            return
+        yield Record(*rec)
+
+
+def read_queries(path: PathLike, format: str = "auto") -> Dict[str, str]:
+    """Queries as {qid: text}, in file order (qid<TAB>text TSV, BEIR queries.jsonl, cran.qry)."""
+    return {r.id: r.text for r in read_corpus(path, format, queries=True)}
+
+
+def read_qrels(path: PathLike) -> Dict[str, Dict[str, int]]:
+    """Relevance judgements as {qid: {docid: relevance}} (TREC, BEIR or Cranfield qrels;
+    Cranfield's 1..4 and -1 stored as qac stores them: 5 - rel, and 0)."""
+    return _qac.read_qrels(_path(path))
+
+
+def read_run(path: PathLike) -> Dict[str, Dict[str, float]]:
+    """A TREC run as {qid: {docid: score}}."""
+    return _qac.read_run(_path(path))
+
+
+def write_run(path: PathLike, qids: Sequence[str], ids: np.ndarray, scores: np.ndarray,
+              run_id: str = "qac") -> None:
+    """Write search results (rows of ``ids`` and ``scores`` per query, as :meth:`Index.search`
+    gives them) as the TREC run ``qac search`` writes: ``qid Q0 docid rank score run_id``
+    (scores as ``%.9g``, which reads back exactly), written atomically; ids past the hits
+    ("") are left out."""
+    scores = np.ascontiguousarray(scores, dtype=np.float32)
+    if scores.ndim != 2 or len(ids) != len(qids) or scores.shape[0] != len(qids):
+        raise ValueError("one row of ids and scores per query")
+    docids = []
+    for row in ids:
+        row = list(row)
+        docids.append(row[:row.index("")] if "" in row else row)
+    _qac.write_run(_path(path), list(qids), docids, scores, scores.shape[1], run_id)
+
+
+def _run_file(run: Union[PathLike, Mapping[str, Mapping[str, float]]], d: str) -> str:
+    if not isinstance(run, Mapping):
+        return _path(run)
+    p = os.path.join(d, "run")
+    with open(p, "w", encoding="utf-8") as f:
+        for q, docs in run.items():
+            for rank, (doc, s) in enumerate(docs.items(), 1):
+                f.write(f"{q} Q0 {doc} {rank} {float(s)!r} py\n")
+    return p
+
+
+def _qrels_file(qrels: Union[PathLike, Mapping[str, Mapping[str, int]]], d: str) -> str:
+    if not isinstance(qrels, Mapping):
+        return _path(qrels)
+    p = os.path.join(d, "qrels")
+    with open(p, "w", encoding="utf-8") as f:
+        for q, docs in qrels.items():
+            for doc, rel in docs.items():
+                f.write(f"{q} 0 {doc} {int(rel)}\n")
+    return p
+
+
+def evaluate(qrels: Union[PathLike, Mapping[str, Mapping[str, int]]],
+             run: Union[PathLike, Mapping[str, Mapping[str, float]]],
+             measures: Union[str, Sequence[str]] = ("official",), *, max_docs: int = 0, rel_level: int = 1,
+             complete: bool = False, per_query: bool = False) -> Dict[str, Any]:
+    """trec_eval's numbers, computed by ``qac eval``'s code.
+
+    ``qrels`` and ``run`` are files or dicts ({qid: {docid: rel}}, {qid: {docid: score}},
+    as pytrec_eval takes them). ``measures`` use trec_eval's ``-m`` names
+    (``"ndcg_cut.10"``, ``"recip_rank"``, ``"P.5,10"``, ``"official"``);
+    ``max_docs`` is ``-M``, ``rel_level`` ``-l``, ``complete`` ``-c``. Returns
+    {measure: value} of the "all" rows (``ndcg_cut_10``, ``recip_rank``, ...), or with
+    ``per_query`` {qid: {measure: value}} with the summary under "all"."""
+    if isinstance(measures, str):
+        measures = [measures]
+    with tempfile.TemporaryDirectory(prefix="qac-eval-") as d:
+        rows = _qac.evaluate(_qrels_file(qrels, d), _run_file(run, d), list(measures), int(max_docs),
+                             int(rel_level), bool(complete))
+    out: Dict[str, Any] = {}
+    for measure, qid, value, is_count in rows:
+        v = int(value) if is_count else value
+        if per_query:
+            out.setdefault(qid, {})[measure] = v
+        elif qid == "all":
+            out[measure] = v
+    return out
+
+
+# ---------------------------------------------------------------- indexes
+
+class Index:
+    """A dense index directory (``qac index build``'s): FAISS index, docids, manifest.
+
+    Open one with :meth:`Index.open`, build one with :meth:`Index.build`."""
+
+    def __init__(self, handle: Any, path: str, encoder: Optional[Encoder] = None,
+                 model: Optional[PathLike] = None, device: str = "auto") -> None:
+        self._ix = handle
+        self.path = path
+        self._encoder = encoder
+        self._model, self._device = model, device
+
+    @classmethod
+    def open(cls, path: PathLike, *, encoder: Optional[Encoder] = None, model: Optional[PathLike] = None,
+             device: str = "auto", verify: str = "full") -> "Index":
+        """Open an index. Text queries are encoded with ``encoder`` (or a new Encoder of
+        ``model``, loaded on the first text query; None: the default model), which must be
+        the model the index was built with. ``verify="size"`` skips reading the FAISS
+        file's checksum (very large indexes)."""
+        return cls(_qac.Index(_path(path), device, verify), _path(path), encoder, model, device)
+
+    @classmethod
+    def build(cls, source: Union[PathLike, np.ndarray], out: PathLike, *, encoder: Optional[Encoder] = None,
+              model: Optional[PathLike] = None, factory: str = "Flat", batch: int = 64, max_len: int = 0,
+              shard_size: int = 100000, dtype: str = "fp32", train_size: int = 0, format: str = "auto",
+              progress: Progress = None) -> "Index":
+        """Build an index in ``out`` and open it, as ``qac index build``.
+
+        ``source`` is a corpus file (encoded with ``encoder``, else an Encoder of
+        ``model``, else the default model), a float32/float16 ``.npy`` file, or a 2-D
+        numpy array of vectors (saved as ``out/vectors.npy``, the index's source). For
+        vectors, ``model`` (or ``encoder``) names the model that made them, recorded so
+        that servers accept the index. ``factory`` is a FAISS factory string (Flat,
+        SQfp16, SQbf16, "HNSW32,SQfp16", "IVF4096,PQ32", ...). Resumable: build again
+        into the same ``out`` after a crash. ``progress`` gets dicts
+        ``{"event": "progress", "phase", "done", "total"}``."""
+        opts = dict(factory=factory, batch=int(batch), max_len=int(max_len), shard_size=int(shard_size),
+                    dtype=dtype, train_size=int(train_size), format=format)
+        out = _path(out)
+        if isinstance(source, np.ndarray) or (not isinstance(source, np.ndarray) and
+                                              _path(source).endswith(".npy")):
+            if isinstance(source, np.ndarray):
+                if source.ndim != 2 or source.dtype not in (np.float32, np.float16):
+                    raise ValueError("vectors must be a 2-D float32 or float16 array")
+                os.makedirs(out, exist_ok=True)
+                npy = os.path.join(out, "vectors.npy")
+                tmp = npy + f".part.{os.getpid()}.npy"
+                np.save(tmp, np.ascontiguousarray(source))
+                os.replace(tmp, npy)
+            else:
+                npy = _path(source)
+            m = encoder._model if encoder is not None else (_qac.Model(_path(model)) if model is not None else None)
+            opts.pop("format")
+            _qac.index_build_vectors(out, npy, m, opts, progress)
+        else:
+            if encoder is None:
+                encoder = Encoder(model, batch_size=int(batch))
+            _qac.index_build(out, encoder._enc, _path(source), opts, progress)
+        return cls.open(out, encoder=encoder, model=model)
+
+    @classmethod
+    def merge(cls, parts: PathLike, out: PathLike, *, factory: str = "Flat", shard_size: int = 100000,
+              dtype: str = "fp32", train_size: int = 0, progress: Progress = None) -> "Index":
+        """Merge a parts directory (:class:`IndexParts`, ``qac.ray``) into one index in
+        ``out`` and open it, as ``qac index merge``: the index ``qac index build`` gives
+        for the same corpus, file for file."""
+        _qac.index_merge(_path(out), _path(parts), dict(factory=factory, shard_size=int(shard_size), dtype=dtype,
+                                                         train_size=int(train_size)), progress)
+        return cls.open(out)
+
+    @property
+    def info(self) -> Dict[str, Any]:
+        """count, dim, factory, the model fingerprint, and whether it searches on the GPU."""
+        return self._ix.info()
+
+    def __len__(self) -> int:
+        return self._ix.info()["count"]
+
+    def _query_encoder(self) -> Encoder:
+        if self._encoder is None:
+            self._encoder = Encoder(self._model, device=self._device)
+        fp = self._ix.info()["fingerprint"]
+        if self._encoder.fingerprint != fp:
+            raise InvalidError(f"the index was built with model fingerprint {fp}, but the query encoder has "
+                               f"{self._encoder.fingerprint} (queries and passages must share an encoder)")
+        return self._encoder
+
+    def search_rows(self, queries: Union[Texts, np.ndarray], k: int = 10, *, max_len: int = QUERY_MAX_LEN,
+                    batch_size: int = 128) -> Tuple[np.ndarray, np.ndarray]:
+        """Like :meth:`search`, but rows (int64, -1 where fewer than k) instead of docids."""
+        if isinstance(queries, np.ndarray):
+            q = np.ascontiguousarray(queries, dtype=np.float32)
+            if q.ndim == 1:
+                q = q[None, :]
+        else:
+            q = self._query_encoder().encode(queries, kind="query", max_len=max_len, batch_size=batch_size)
+        if q.ndim != 2 or q.shape[1] != self._ix.info()["dim"]:
+            raise ValueError(f"query vectors must be [n, {self._ix.info()['dim']}], not {list(q.shape)}")
+        scores = np.empty((q.shape[0], k), dtype=np.float32)
+        rows = np.empty((q.shape[0], k), dtype=np.int64)
+        self._ix.search(q, q.shape[0], int(k), scores, rows)
+        return rows, scores
+
+    def search(self, queries: Union[Texts, np.ndarray], k: int = 10, *, max_len: int = QUERY_MAX_LEN,
+               batch_size: int = 128) -> Tuple[np.ndarray, np.ndarray]:
+        """Top-k passages of each query by inner product: (ids, scores), numpy arrays
+        [n, k] of docids (str objects, "" where fewer than k exist) and float32 scores,
+        best first, ties by docid descending (trec_eval's order). ``queries`` are texts
+        (encoded as ``qac search`` does) or query vectors [n, dim]."""
+        rows, scores = self.search_rows(queries, k, max_len=max_len, batch_size=batch_size)
+        ids = np.array(self._ix.docids(rows), dtype=object).reshape(rows.shape)
+        return ids, scores
+
+    def docids(self, rows: np.ndarray) -> np.ndarray:
+        """The docids of rows."""
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        return np.array(self._ix.docids(rows), dtype=object).reshape(rows.shape)
+
+    def text(self, row: int) -> str:
+        """A passage's text, read from the corpus the index was built from."""
+        return self._ix.text(int(row))
+
+    def set_param(self, name: str, value: float) -> None:
+        """A FAISS search parameter: ``nprobe`` (IVF), ``efSearch`` (HNSW)."""
+        self._ix.set_param(name, float(value))
+
+    def set_threads(self, threads: int) -> None:
+        """Threads of the exact CPU scans (Flat, SQfp16, SQbf16); 0: one per core."""
+        self._ix.set_threads(int(threads))
+
+
+class IndexParts:
+    """A writer of index parts: passages of one corpus encoded by many processes, merged
+    later into one index by :meth:`Index.merge` (or ``qac index merge``).
+
+    ``rows`` are the passages' positions in the corpus, and ids, offsets and lines are
+    what :func:`read_corpus` gives; parts of rows encoded twice are the same file, so a
+    retried worker neither loses nor duplicates a passage. ``qac.ray.Embed`` uses this."""
+
+    def __init__(self, out: PathLike, corpus: PathLike, *, encoder: Optional[Encoder] = None,
+                 model: Optional[PathLike] = None, max_len: int = 0, format: str = "auto") -> None:
+        self.encoder = encoder if encoder is not None else Encoder(model)
+        self._p = _qac.IndexParts(_path(out), self.encoder._enc, _path(corpus), int(max_len), format)
+
+    def encode(self, rows: Sequence[int], ids: Sequence[str], texts: Sequence[str], offsets: Sequence[int],
+               lines: Sequence[int]) -> None:
+        """Encode passages and write one part per run of consecutive rows."""
+        self._p.encode(np.ascontiguousarray(rows, dtype=np.int64), list(ids), list(texts),
+                       np.ascontiguousarray(offsets, dtype=np.uint64), np.ascontiguousarray(lines, dtype=np.int64))
+
+
+# ---------------------------------------------------------------- BM25
+
+class BM25:
+    """A BM25 index (``qac bm25``): Lucene's BM25 with Anserini's English analyzer."""
+
+    def __init__(self, handle: Any, path: str) -> None:
+        self._b = handle
+        self.path = path
+
+    @classmethod
+    def build(cls, corpus: PathLike, out: PathLike, *, progress: Progress = None) -> "BM25":
+        """Index a corpus (any format qac reads) into ``out`` and open it."""
+        _qac.bm25_build(_path(out), _path(corpus), progress)
+        return cls.open(out)
+
+    @classmethod
+    def open(cls, path: PathLike) -> "BM25":
+        """Open a BM25 index directory."""
+        return cls(_qac.BM25(_path(path)), _path(path))
+
+    def __len__(self) -> int:
+        return self._b.count()
+
+    def search(self, queries: Texts, k: int = 10, *, k1: float = 0.9, b: float = 0.4,
+               exact_lengths: bool = False) -> Tuple[np.ndarray, np.ndarray]:
+        """Top-k documents of each query: (ids, scores), [n, k] arrays of docids ("" past
+        the matches) and float32 scores (0 past the matches)."""
+        if isinstance(queries, (str, bytes)):
+            queries = [queries]
+        n = len(queries)
+        scores = np.zeros((n, k), dtype=np.float32)
+        rows = np.full((n, k), -1, dtype=np.int64)
+        counts = np.zeros(n, dtype=np.int32)
+        self._b.search(list(queries), int(k), float(k1), float(b), bool(exact_lengths), scores, rows, counts)
+        for i, c in enumerate(counts):
+            rows[i, c:] = -1
+            scores[i, c:] = 0
+        ids = np.array(self._b.docids(rows), dtype=object).reshape(rows.shape)
+        return ids, scores
+
+
+# ---------------------------------------------------------------- training
+
+def finetune(train: Union[PathLike, Sequence[PathLike], None] = None, out: Optional[PathLike] = None, *,
+             model: Optional[PathLike] = None, train_triples: Optional[PathLike] = None,
+             train_qrels: Optional[PathLike] = None, train_queries: Optional[PathLike] = None,
+             train_corpus: Optional[PathLike] = None, title_join: str = "sep", progress: Progress = None,
+             **options: Any) -> Tuple[int, int]:
+    """Fine-tune a retriever in this process, as ``qac finetune`` (same defaults).
+
+    ``train`` is one or more Tevatron jsonl files (or ``train_triples`` /
+    ``train_qrels`` with ``train_queries`` and ``train_corpus``); the run goes to
+    ``out`` (checkpoints, log.jsonl, dev.jsonl). ``options`` are ``qac finetune``'s
+    options with underscores: lr, epochs, steps, batch, n_passages, q_max_len, p_max_len,
+    tau, sim, alpha, chunk, dropout, recompute, seed, threads, device, train_precision,
+    schedule, warmup_ratio, warmup_steps, weight_decay, max_grad_norm, save_every, keep,
+    resume, dev_queries, dev_qrels, dev_corpus, dev_depth, dump_batches, dry_run.
+
+    ``progress`` gets a dict after every step (``event="step"``: step, total, epoch,
+    loss, lr, grad_norm, seconds, ...) and at every dev evaluation (``event="dev"``).
+    An exception it raises (or Ctrl-C) stops the run after that step (its checkpoint is
+    written if one was due) and propagates. Returns (total steps, step resumed from)."""
+    if out is None:
+        raise ValueError("finetune: out is required")
+    files = [] if train is None else [_path(train)] if isinstance(train, (str, os.PathLike)) else \
+        [_path(t) for t in train]
+    sources = dict(tevatron=files, triples=_opt_path(train_triples), qrels=_opt_path(train_qrels),
+                   queries=_opt_path(train_queries), corpus=_opt_path(train_corpus), title_join=title_join)
+    opts = _train_options(options, _FT_OPTIONS)
+    opts["out"] = _path(out)
+    return _qac.finetune(_opt_path(model), sources, opts, progress)
+
+
+def pretrain(data: PathLike, out: PathLike, *, model: Optional[PathLike] = None, objective: str = "cocondenser",
+             context: str = "query", curriculum: Optional[str] = None, progress: Progress = None,
+             **options: Any) -> int:
+    """Continue pre-training an encoder in this process, as ``qac pretrain`` (same defaults).
+
+    ``data`` is pre-training jsonl (``{"id","text","queries":[...]}``), ``objective``
+    cocondenser, cotmae or qgen, ``context`` query, span or mixed (or ``curriculum``
+    like ``"span:0.75,query"``). ``options`` are ``qac pretrain``'s with underscores:
+    steps, batch, lr, schedule, warmup_ratio, warmup_steps, weight_decay, max_grad_norm,
+    mask_rate, enc_mask_rate, dec_mask_rate, skip_from, head_layers, qgen_window,
+    pooling, normalize, tau, alpha, max_len, query_max_len, docs, dropout, recompute,
+    seed, threads, device, train_precision, save_every, keep, resume.
+
+    ``progress`` gets dicts (``event`` "step": loss and its parts, lr, ...; "note";
+    "progress" while the data loads). An exception it raises (or Ctrl-C) stops the run.
+    Returns the step the run resumed from (0 for a fresh run)."""
+    opts = _train_options(options, _PT_OPTIONS)
+    opts.update(data=_path(data), out=_path(out), objective=objective, context=context, curriculum=curriculum)
+    return _qac.pretrain(_opt_path(model), opts, progress)
+
+
+_COMMON = {"lr", "weight_decay", "max_grad_norm", "warmup_steps", "warmup_ratio", "recompute", "seed", "threads",
+           "save_every", "keep", "resume", "schedule", "device", "train_precision", "dropout", "steps", "batch",
+           "tau", "alpha"}
+_FT_OPTIONS = _COMMON | {"epochs", "n_passages", "q_max_len", "p_max_len", "chunk", "sim", "dev_queries",
+                         "dev_qrels", "dev_corpus", "dev_depth", "dump_batches", "dry_run"}
+_PT_OPTIONS = _COMMON | {"mask_rate", "enc_mask_rate", "dec_mask_rate", "skip_from", "head_layers", "qgen_window",
+                         "pooling", "normalize", "max_len", "query_max_len", "docs"}
+
+
+def _opt_path(p: Optional[PathLike]) -> Optional[str]:
+    return None if p is None else _path(p)
+
+
+def _train_options(options: Mapping[str, Any], allowed: set) -> Dict[str, Any]:
+    bad = sorted(set(options) - allowed)
+    if bad:
+        raise TypeError(f"unknown option(s): {', '.join(bad)}")
+    out: Dict[str, Any] = {}
+    for k, v in options.items():
+        if v is None:
+            continue
+        out[k] = _path(v) if isinstance(v, os.PathLike) else v
+    return out

@@ -1,0 +1,163 @@
+"""Distributed indexing on Ray: encode a corpus on many workers, merge one index.
+
+    import ray, qac, qac.ray
+    ray.init()                                   # or ray.init(address="auto") on a cluster
+    ds = qac.ray.read_corpus("collection.tsv")   # ray.data.read_datasource(qac.ray.Corpus(...))
+    ds.map_batches(qac.ray.Embed, fn_constructor_kwargs=dict(out="parts", corpus="collection.tsv"),
+                   batch_size=1024, compute=ray.data.ActorPoolStrategy(size=4), num_cpus=1).materialize()
+    qac.Index.merge("parts", "idx")              # or: qac index merge --parts parts --out idx
+
+Each ``Embed`` actor holds one encoder and writes index parts (see
+:class:`qac.IndexParts`): files named by the corpus rows they hold, written
+atomically. A worker that dies is restarted by Ray and its batch encoded again
+into the same files, so no passage is lost or written twice; the merge reads
+the corpus again and checks that every passage is in a part, as the same
+passage, before it builds the index. On the CPU encoder the merged index is
+the one ``qac index build`` makes, file for file.
+
+The corpus, the parts directory and the model must be reachable at the same
+paths from every worker and from the process that merges (one machine, or a
+shared file system).
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Iterator, List, Optional, Tuple
+
+import numpy as np
+import pyarrow as pa
+import ray
+import ray.data
+from ray.data.block import BlockMetadata
+from ray.data.datasource import Datasource, ReadTask
+
+import qac
+from qac import _qac
+
+__all__ = ["Corpus", "read_corpus", "Embed", "build_index"]
+
+
+class Corpus(Datasource):
+    """A corpus file as a Ray datasource: rows ``row`` (the record's position in the
+    file), ``id``, ``text``, ``offset`` and ``line``, read by qac's reader.
+
+    The constructor scans the file once (ids and offsets only, no encoding) to cut it
+    into blocks of ``rows_per_block`` records; each read task seeks to its blocks, so
+    the file is read in parallel. Any format qac reads (collection.tsv, BEIR/Tevatron
+    jsonl, Cranfield)."""
+
+    def __init__(self, path: str, format: str = "auto", rows_per_block: int = 1024) -> None:
+        super().__init__()
+        self.path = os.path.abspath(os.fspath(path))
+        self.format = format
+        self.rows_per_block = int(rows_per_block)
+        if self.rows_per_block < 1:
+            raise ValueError("rows_per_block must be >= 1")
+        r = _qac.Reader(self.path, "corpus", format)
+        self.blocks: List[Tuple[int, int, int, int]] = []  # (first row, count, offset, line)
+        row = 0
+        while True:
+            ids, offsets, lines = r.next_ids(self.rows_per_block)
+            if not ids:
+                break
+            self.blocks.append((row, len(ids), offsets[0], lines[0]))
+            row += len(ids)
+        self.count = row
+        self.size = os.path.getsize(self.path)
+
+    def estimate_inmemory_data_size(self) -> Optional[int]:
+        return self.size
+
+    def get_read_tasks(self, parallelism: int, per_task_row_limit: Optional[int] = None,
+                       data_context: Any = None) -> List[ReadTask]:
+        n = max(1, min(int(parallelism), len(self.blocks)))
+        tasks = []
+        for t in range(n):
+            mine = self.blocks[t * len(self.blocks) // n:(t + 1) * len(self.blocks) // n]
+            if not mine:
+                continue
+            rows = sum(b[1] for b in mine)
+            meta = BlockMetadata(num_rows=rows, size_bytes=self.size * rows // max(1, self.count),
+                                 exec_stats=None, input_files=[self.path])
+            tasks.append(ReadTask(_reader(self.path, self.format, mine), meta))
+        return tasks
+
+
+def _reader(path: str, fmt: str, blocks: List[Tuple[int, int, int, int]]):
+    def read() -> Iterator[pa.Table]:
+        r = _qac.Reader(path, "corpus", fmt)
+        for first, count, offset, line in blocks:
+            r.seek(offset, line)
+            ids, texts, offs, lns = [], [], [], []
+            for _ in range(count):
+                rec = r.next()
+                if rec is None:
+                    raise qac.FormatError(f"{path} ended inside a block: changed since it was scanned?")
+                ids.append(rec[0])
+                texts.append(rec[2])
+                offs.append(rec[3])
+                lns.append(rec[4])
+            yield pa.table({"row": pa.array(np.arange(first, first + count, dtype=np.int64)),
+                            "id": pa.array(ids, pa.string()), "text": pa.array(texts, pa.string()),
+                            "offset": pa.array(offs, pa.uint64()), "line": pa.array(lns, pa.int64())})
+    return read
+
+
+def read_corpus(path: str, format: str = "auto", *, rows_per_block: int = 1024, num_cpus: float = 0.25,
+                **read_args: Any) -> "ray.data.Dataset":
+    """``ray.data.read_datasource(Corpus(path, ...))``: a dataset of the corpus's records
+    with their rows, ready for ``map_batches(Embed, ...)``. Read tasks ask for
+    ``num_cpus`` (they only parse text, and must not wait behind the encoders)."""
+    return ray.data.read_datasource(Corpus(path, format, rows_per_block), num_cpus=num_cpus, **read_args)
+
+
+class Embed:
+    """A callable class for ``Dataset.map_batches``: one encoder per actor, each batch
+    encoded and written into the parts directory ``out``.
+
+    Batches need the columns of :func:`read_corpus` (row, id, text, offset, line).
+    ``threads`` 0 gives the encoder as many threads as the actor has CPUs (all cores
+    when it has none assigned). ``device="cuda"`` with ``num_gpus=1`` in
+    ``map_batches`` runs GPU actors (bit-for-bit equality with ``qac index build``
+    holds for the CPU encoder). Returns the batch's rows."""
+
+    def __init__(self, out: str, corpus: str, model: Optional[str] = None, device: str = "auto",
+                 dtype: str = "fp32", threads: int = 0, batch_size: int = 0, max_len: int = 0,
+                 format: str = "auto") -> None:
+        if threads <= 0:
+            threads = _assigned_cpus()
+        enc = qac.Encoder(model, device=device, dtype=dtype, threads=threads, batch_size=batch_size)
+        self.parts = qac.IndexParts(out, corpus, encoder=enc, max_len=max_len, format=format)
+
+    def __call__(self, batch: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        self.parts.encode(batch["row"], batch["id"], batch["text"], batch["offset"], batch["line"])
+        return {"row": np.asarray(batch["row"], dtype=np.int64)}
+
+
+def _assigned_cpus() -> int:
+    try:
+        cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 0)
+    except Exception:  # outside a Ray worker
+        cpus = 0
+    return max(1, int(cpus)) if cpus else 0
+
+
+def build_index(corpus: str, out: str, parts: Optional[str] = None, *, model: Optional[str] = None,
+                workers: int = 2, num_cpus: float = 1, num_gpus: float = 0, device: str = "auto",
+                dtype: str = "fp32", threads: int = 0, batch_size: int = 1024, rows_per_block: int = 1024,
+                max_len: int = 0, format: str = "auto", factory: str = "Flat", shard_size: int = 100000,
+                index_dtype: str = "fp32", train_size: int = 0) -> "qac.Index":
+    """Encode ``corpus`` on ``workers`` Ray actors into ``parts`` (default ``out + ".parts"``),
+    then merge them into the index ``out`` and open it. Needs ``ray.init()`` first."""
+    corpus = os.path.abspath(corpus)
+    parts = parts or os.fspath(out) + ".parts"
+    ds = read_corpus(corpus, format, rows_per_block=rows_per_block)
+    ds = ds.map_batches(Embed, fn_constructor_kwargs=dict(out=parts, corpus=corpus, model=model, device=device,
+                                                          dtype=dtype, threads=threads, max_len=max_len,
+                                                          format=format),
+                        batch_size=batch_size, compute=ray.data.ActorPoolStrategy(size=int(workers)),
+                        num_cpus=num_cpus, num_gpus=num_gpus)
+    for _ in ds.iter_batches(batch_size=None):
+        pass
+    return qac.Index.merge(parts, out, factory=factory, shard_size=shard_size, dtype=index_dtype,
+                           train_size=train_size)
