@@ -55,13 +55,13 @@ __device__ void ln_finish(float *x, T *xh, const float *row, const float *w, con
 
 template <typename T>
 __global__ void __launch_bounds__(LN_THREADS)
-embed_ln_kernel(float *x, T *xh, const int32_t *ids, const float *word_emb, const float *pos_emb,
-                const float *type_emb, const float *w, const float *b, int T_, int C, float eps) {
+embed_ln_kernel(float *x, T *xh, const int32_t *ids, const int32_t *pos_ids, const float *word_emb,
+                const float *pos_emb, const float *type_emb, const float *w, const float *b, int T_, int C, float eps) {
     extern __shared__ float row[];
     __shared__ float red[32];
     const size_t r = blockIdx.x;
     const float *we = word_emb + (size_t)ids[r] * C;
-    const float *pe = pos_emb + (size_t)(r % T_) * C;
+    const float *pe = pos_emb + (size_t)(pos_ids ? pos_ids[r] : (int)(r % T_)) * C;
     float sum = 0.f;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         const float v = we[c] + pe[c] + type_emb[c];
@@ -124,7 +124,10 @@ __global__ void to_f32_kernel(float *dst, const T *src, size_t n) {
         dst[i] = qac_to_float<T>(src[i]);
 }
 
-__global__ void pool_kernel(float *out, const float *x, const int *lens, const int *from, int T_, int C,
+// offs NULL: sequence b at row b * T_; else at row offs[b] (packed); rows
+// [from[b], lens[b]) are pooled (from NULL: from 0)
+__global__ void pool_kernel(float *out, const float *x, const int *offs, const int *lens, const int *from, int T_,
+                            int C,
                             int mean_pooling, int normalize) {
     extern __shared__ float row[];
     __shared__ float red[32];
@@ -132,7 +135,7 @@ __global__ void pool_kernel(float *out, const float *x, const int *lens, const i
     const int L = lens[b];
     int S = from && from[b] > 0 ? from[b] : 0;
     if (S >= L) S = mean_pooling ? L : 0;
-    const float *xb = x + ((size_t)b * T_ + S) * C;
+    const float *xb = x + ((offs ? (size_t)offs[b] : (size_t)b * T_) + (size_t)S) * C;
     float sq = 0.f;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         float v;
@@ -404,13 +407,13 @@ unsigned grid_for(size_t n, unsigned threads) {
     default: return cudaErrorInvalidValue;                                                 \
     }
 
-cudaError_t qac_k_embed_ln(float *x, void *xh, const int32_t *ids, const float *word_emb,
+cudaError_t qac_k_embed_ln(float *x, void *xh, const int32_t *ids, const int32_t *pos_ids, const float *word_emb,
                            const float *pos_emb, const float *type_emb, const float *w,
                            const float *b, int N, int seq_len, int C, float eps, qac_precision prec,
                            cudaStream_t s) {
     if (N <= 0) return cudaSuccess;
     const size_t sm = (size_t)C * sizeof(float);
-    QAC_DISPATCH(prec, embed_ln_kernel<T><<<N, LN_THREADS, sm, s>>>(x, (T *)xh, ids, word_emb, pos_emb,
+    QAC_DISPATCH(prec, embed_ln_kernel<T><<<N, LN_THREADS, sm, s>>>(x, (T *)xh, ids, pos_ids, word_emb, pos_emb,
                                                                      type_emb, w, b, seq_len, C, eps));
     return cudaGetLastError();
 }
@@ -464,7 +467,14 @@ cudaError_t qac_k_pool(float *out, const float *x, const int *lens, int B, int T
 cudaError_t qac_k_pool_from(float *out, const float *x, const int *lens, const int *from, int B, int T, int C,
                             int mean_pooling, int normalize, cudaStream_t s) {
     if (B <= 0) return cudaSuccess;
-    pool_kernel<<<B, 256, (size_t)C * sizeof(float), s>>>(out, x, lens, from, T, C, mean_pooling, normalize);
+    pool_kernel<<<B, 256, (size_t)C * sizeof(float), s>>>(out, x, NULL, lens, from, T, C, mean_pooling, normalize);
+    return cudaGetLastError();
+}
+
+cudaError_t qac_k_pool_packed(float *out, const float *x, const int *offs, const int *lens, const int *from, int B,
+                              int C, int mean_pooling, int normalize, cudaStream_t s) {
+    if (B <= 0) return cudaSuccess;
+    pool_kernel<<<B, 256, (size_t)C * sizeof(float), s>>>(out, x, offs, lens, from, 0, C, mean_pooling, normalize);
     return cudaGetLastError();
 }
 

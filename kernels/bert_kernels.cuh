@@ -9,9 +9,10 @@
 
 #include "cuda_common.cuh"
 
-// x = LayerNorm(word[ids] + pos[t] + type[0]) with t = row % T.
-// x [N,C] fp32; xh [N,C] act or NULL (not written); ids [N].
-cudaError_t qac_k_embed_ln(float *x, void *xh, const int32_t *ids, const float *word_emb,
+// x = LayerNorm(word[ids] + pos[t] + type[0]) with t = pos_ids[row] (packed
+// rows), or row % T when pos_ids is NULL (padded rows).
+// x [N,C] fp32; xh [N,C] act or NULL (not written); ids, pos_ids [N].
+cudaError_t qac_k_embed_ln(float *x, void *xh, const int32_t *ids, const int32_t *pos_ids, const float *word_emb,
                            const float *pos_emb, const float *type_emb, const float *w,
                            const float *b, int N, int T, int C, float eps, qac_precision prec,
                            cudaStream_t s);
@@ -45,6 +46,10 @@ cudaError_t qac_k_pool(float *out, const float *x, const int *lens, int B, int T
 // mean, or row 0 for CLS.
 cudaError_t qac_k_pool_from(float *out, const float *x, const int *lens, const int *from, int B, int T, int C,
                             int mean_pooling, int normalize, cudaStream_t s);
+// The same over packed rows: sequence b in rows [offs[b], offs[b] + lens[b])
+// of x, pooled from from[b] (NULL: 0).
+cudaError_t qac_k_pool_packed(float *out, const float *x, const int *offs, const int *lens, const int *from, int B,
+                              int C, int mean_pooling, int normalize, cudaStream_t s);
 
 // dst = (act) src, and back. n elements.
 cudaError_t qac_k_from_f32(void *dst, const float *src, size_t n, qac_precision prec, cudaStream_t s);

@@ -4,10 +4,17 @@
 // layout); activation buffers are reused and grown only when a larger batch
 // arrives. Matrix products run through cuBLAS in the requested precision
 // with fp32 accumulation; the residual stream stays fp32.
+//
+// With the fused attention (qac_cuda_attention_fused(), bf16 and fp16 at
+// head size 32 or 64) a batch is packed: the sequences' real tokens back
+// to back with cumulative offsets, as the CPU encoder packs them, so every
+// kernel runs over the real tokens only. Otherwise it runs padded [B, T]
+// through the unfused attention.
 #include <stdlib.h>
 #include <string.h>
 
 #include "bert_kernels.cuh"
+#include "flash_attention.cuh"
 
 extern "C" {
 #include "encoder_backend.h"
@@ -25,6 +32,8 @@ struct cuda_encoder {
     qac_precision prec;
     size_t esize; // bytes per activation element
     int device;
+    int fused;          // packed batches through the fused attention
+    qac_fa_tiles tiles; // its tile sizes
 
     cudaStream_t stream;
     cublasHandle_t blas;
@@ -43,12 +52,16 @@ struct cuda_encoder {
     void *proj;        // [N,C] output projections
     void *ffn;         // [N,I]
     int32_t *d_ids;    // [N]
+    int32_t *d_pos;    // [N] position of each packed row
     int *d_lens;       // [B]
     int *d_from;       // [B] pooling starts (prompt tokens skipped)
+    int *d_offs;       // [B+1] first packed row of each sequence
     float *d_out;      // [B,C]
     int32_t *h_ids;    // pinned mirrors
+    int32_t *h_pos;
     int *h_lens;
     int *h_from;
+    int *h_offs;
     float *h_out;
 };
 
@@ -66,22 +79,24 @@ void free_buffers(cuda_encoder *e) {
     cudaFree(e->proj);
     cudaFree(e->ffn);
     cudaFree(e->d_ids);
+    cudaFree(e->d_pos);
     cudaFree(e->d_lens);
     cudaFree(e->d_from);
+    cudaFree(e->d_offs);
     cudaFree(e->d_out);
     cudaFreeHost(e->h_ids);
+    cudaFreeHost(e->h_pos);
     cudaFreeHost(e->h_lens);
     cudaFreeHost(e->h_from);
+    cudaFreeHost(e->h_offs);
     cudaFreeHost(e->h_out);
     e->x = NULL;
     e->xh = e->qkv = e->ctx = e->proj = e->ffn = NULL;
-    e->d_ids = NULL;
-    e->d_lens = NULL;
-    e->d_from = NULL;
+    e->d_ids = e->d_pos = NULL;
+    e->d_lens = e->d_offs = e->d_from = NULL;
     e->d_out = NULL;
-    e->h_ids = NULL;
-    e->h_lens = NULL;
-    e->h_from = NULL;
+    e->h_ids = e->h_pos = NULL;
+    e->h_lens = e->h_offs = e->h_from = NULL;
     e->h_out = NULL;
     e->cap_tokens = 0;
     e->cap_batch = 0;
@@ -117,12 +132,16 @@ qac_status grow_buffers(cuda_encoder *e, int B, int T) {
     QAC_CU_GOTO(st, cudaMalloc(&e->proj, ntok * C * es), fail);
     QAC_CU_GOTO(st, cudaMalloc(&e->ffn, ntok * I * es), fail);
     QAC_CU_GOTO(st, cudaMalloc((void **)&e->d_ids, ntok * sizeof(int32_t)), fail);
+    QAC_CU_GOTO(st, cudaMalloc((void **)&e->d_pos, ntok * sizeof(int32_t)), fail);
     QAC_CU_GOTO(st, cudaMalloc((void **)&e->d_lens, nb * sizeof(int)), fail);
     QAC_CU_GOTO(st, cudaMalloc((void **)&e->d_from, nb * sizeof(int)), fail);
+    QAC_CU_GOTO(st, cudaMalloc((void **)&e->d_offs, (nb + 1) * sizeof(int)), fail);
     QAC_CU_GOTO(st, cudaMalloc((void **)&e->d_out, (size_t)nb * C * sizeof(float)), fail);
     QAC_CU_GOTO(st, cudaMallocHost((void **)&e->h_ids, ntok * sizeof(int32_t)), fail);
+    QAC_CU_GOTO(st, cudaMallocHost((void **)&e->h_pos, ntok * sizeof(int32_t)), fail);
     QAC_CU_GOTO(st, cudaMallocHost((void **)&e->h_lens, nb * sizeof(int)), fail);
     QAC_CU_GOTO(st, cudaMallocHost((void **)&e->h_from, nb * sizeof(int)), fail);
+    QAC_CU_GOTO(st, cudaMallocHost((void **)&e->h_offs, (nb + 1) * sizeof(int)), fail);
     QAC_CU_GOTO(st, cudaMallocHost((void **)&e->h_out, (size_t)nb * C * sizeof(float)), fail);
     e->cap_tokens = ntok;
     e->cap_batch = nb;
@@ -132,20 +151,28 @@ fail:
     return qac_wrap_error(st, "CUDA encoder: activations for %d x %d tokens", B, T);
 }
 
-qac_status run_layers(cuda_encoder *e, int B, int T, int skip_prompt) {
+// N rows: B * T padded, or the packed sum of the lengths (the longest T);
+// skip_prompt: pool from d_from's rows.
+qac_status run_layers(cuda_encoder *e, int B, int T, int N, int skip_prompt) {
     const qac_bert_config *c = &e->cfg;
-    const int N = B * T, C = c->hidden_size, I = c->intermediate_size, NH = c->num_heads;
+    const int C = c->hidden_size, I = c->intermediate_size, NH = c->num_heads;
     const qac_precision p = e->prec;
     const qac_bert_params *w = &e->dp;
     const float eps = c->layer_norm_eps;
     void *xin = p == QAC_PREC_FP32 ? (void *)e->x : e->xh; // matrix-product input
+    qac_fa_rows rows = {e->d_offs, NULL, B, T, N};
+    qac_kt_drop none = {0.0f, 0, 0};
 
-    QAC_CU(qac_k_embed_ln(e->x, e->xh, e->d_ids, w->word_emb, w->pos_emb, w->type_emb, w->emb_ln_w,
-                          w->emb_ln_b, N, T, C, eps, p, e->stream));
+    QAC_CU(qac_k_embed_ln(e->x, e->xh, e->d_ids, e->fused ? e->d_pos : NULL, w->word_emb, w->pos_emb, w->type_emb,
+                          w->emb_ln_w, w->emb_ln_b, N, T, C, eps, p, e->stream));
     for (int l = 0; l < c->num_layers; l++) {
         const size_t lc = (size_t)l * C;
         QAC_CUBLAS(qac_k_matmul(e->blas, e->qkv, xin, act_weight(e, w->qkv_w + lc * 3 * C), N, C, 3 * C, p));
-        QAC_CU(qac_k_attention(e->ctx, e->qkv, w->qkv_b + lc * 3, e->d_lens, B, T, C, NH, p, e->stream));
+        if (e->fused)
+            QAC_CU(qac_fa_forward(e->ctx, NULL, e->qkv, w->qkv_b + lc * 3, rows, C, NH, 0, 0, none, 0, p, &e->tiles,
+                                  e->stream));
+        else
+            QAC_CU(qac_k_attention(e->ctx, e->qkv, w->qkv_b + lc * 3, e->d_lens, B, T, C, NH, p, e->stream));
         QAC_CUBLAS(qac_k_matmul(e->blas, e->proj, e->ctx, act_weight(e, w->attn_out_w + lc * C), N, C, C, p));
         QAC_CU(qac_k_residual_ln(e->x, e->xh, e->proj, w->attn_out_b + lc, w->ln1_w + lc, w->ln1_b + lc, N, C,
                                  eps, p, e->stream));
@@ -155,8 +182,13 @@ qac_status run_layers(cuda_encoder *e, int B, int T, int skip_prompt) {
         QAC_CU(qac_k_residual_ln(e->x, e->xh, e->proj, w->ffn_out_b + lc, w->ln2_w + lc, w->ln2_b + lc, N, C,
                                  eps, p, e->stream));
     }
-    QAC_CU(qac_k_pool_from(e->d_out, e->x, e->d_lens, skip_prompt ? e->d_from : NULL, B, T, C, e->mean_pooling,
-                           e->normalize, e->stream));
+    const int *from = skip_prompt ? e->d_from : NULL;
+    if (e->fused)
+        QAC_CU(qac_k_pool_packed(e->d_out, e->x, e->d_offs, e->d_lens, from, B, C, e->mean_pooling, e->normalize,
+                                 e->stream));
+    else
+        QAC_CU(qac_k_pool_from(e->d_out, e->x, e->d_lens, from, B, T, C, e->mean_pooling, e->normalize,
+                               e->stream));
     return QAC_OK;
 }
 
@@ -186,15 +218,34 @@ qac_status encoder_forward(void *impl, const int32_t *ids, const int *lens, cons
     qac_status st = grow_buffers(e, B, T);
     if (st != QAC_OK) return st;
 
-    memcpy(e->h_ids, ids, N * sizeof(int32_t));
     memcpy(e->h_lens, lens, (size_t)B * sizeof(int));
-    QAC_CU(cudaMemcpyAsync(e->d_ids, e->h_ids, N * sizeof(int32_t), cudaMemcpyHostToDevice, e->stream));
     QAC_CU(cudaMemcpyAsync(e->d_lens, e->h_lens, (size_t)B * sizeof(int), cudaMemcpyHostToDevice, e->stream));
     if (pool_from) {
         memcpy(e->h_from, pool_from, (size_t)B * sizeof(int));
         QAC_CU(cudaMemcpyAsync(e->d_from, e->h_from, (size_t)B * sizeof(int), cudaMemcpyHostToDevice, e->stream));
     }
-    st = run_layers(e, B, T, pool_from != NULL);
+    size_t rows = N;
+    int longest = T;
+    if (e->fused) { // the real tokens back to back, each with its position
+        rows = 0;
+        longest = 0;
+        for (int b = 0; b < B; b++) {
+            e->h_offs[b] = (int)rows;
+            for (int t = 0; t < lens[b]; t++, rows++) {
+                e->h_ids[rows] = ids[(size_t)b * T + t];
+                e->h_pos[rows] = t;
+            }
+            longest = lens[b] > longest ? lens[b] : longest;
+        }
+        e->h_offs[B] = (int)rows;
+        QAC_CU(cudaMemcpyAsync(e->d_pos, e->h_pos, rows * sizeof(int32_t), cudaMemcpyHostToDevice, e->stream));
+        QAC_CU(cudaMemcpyAsync(e->d_offs, e->h_offs, (size_t)(B + 1) * sizeof(int), cudaMemcpyHostToDevice,
+                               e->stream));
+    } else {
+        memcpy(e->h_ids, ids, N * sizeof(int32_t));
+    }
+    QAC_CU(cudaMemcpyAsync(e->d_ids, e->h_ids, rows * sizeof(int32_t), cudaMemcpyHostToDevice, e->stream));
+    st = run_layers(e, B, longest, (int)rows, pool_from != NULL);
     if (st != QAC_OK) return qac_wrap_error(st, "CUDA encoder");
     const size_t out_bytes = (size_t)B * c->hidden_size * sizeof(float);
     QAC_CU(cudaMemcpyAsync(e->h_out, e->d_out, out_bytes, cudaMemcpyDeviceToHost, e->stream));
@@ -257,6 +308,8 @@ extern "C" qac_status qac_cuda_backend_create(qac_encoder_backend *be, const qac
     e->normalize = e->model_normalize = m->normalize;
     e->prec = prec;
     e->esize = qac_prec_size(prec);
+    e->fused = qac_cuda_attention_fused() && qac_fa_supported(c->hidden_size, c->num_heads, prec);
+    e->tiles = qac_fa_tiles_default();
     qac_status st = encoder_init(e, m);
     if (st != QAC_OK) {
         encoder_destroy(e);

@@ -11,6 +11,11 @@ const void *qac_kl_act_w(const qac_kl_ctx *t, const float *view) {
     return t->params_act + (view - t->params);
 }
 
+void qac_kl_ctx_attention(qac_kl_ctx *t) {
+    t->fused = qac_cuda_attention_fused() && qac_fa_supported(t->cfg.hidden_size, t->cfg.num_heads, t->prec);
+    t->tiles = qac_fa_tiles_default();
+}
+
 qac_kt_drop qac_kl_drop(float p, uint64_t key, uint64_t seq_base) {
     qac_kt_drop d;
     d.p = p;
@@ -42,10 +47,18 @@ void qac_kl_acts_bind(const qac_kl_ctx *t, qac_kl_acts *s, qac_kl_bump *b, int B
         s->hidden_act = s->hidden;
     else
         b->take((char **)&s->hidden_act, (L + 1) * N * C * es);
-    b->take((char **)&s->q, Lk * N * C * es);
-    b->take((char **)&s->k, Lk * N * C * es);
-    b->take((char **)&s->v, Lk * N * C * es);
-    b->take((char **)&s->P, Lk * nP * es);
+    if (t->fused) {
+        s->q = s->k = s->v = s->P = NULL;
+        b->take((char **)&s->qkv, Lk * N * 3 * C * es);
+        b->take(&s->lse, Lk * NH * N * 4);
+    } else {
+        s->qkv = NULL;
+        s->lse = NULL;
+        b->take((char **)&s->q, Lk * N * C * es);
+        b->take((char **)&s->k, Lk * N * C * es);
+        b->take((char **)&s->v, Lk * N * C * es);
+        b->take((char **)&s->P, Lk * nP * es);
+    }
     b->take((char **)&s->atty, Lk * N * C * es);
     b->take(&s->res1, Lk * N * C * 4);
     b->take(&s->ln1, Lk * N * C * 4);
@@ -69,17 +82,20 @@ void qac_kl_acts_bind(const qac_kl_ctx *t, qac_kl_acts *s, qac_kl_bump *b, int B
 size_t qac_kl_work_bind(const qac_kl_ctx *t, qac_kl_work *w, char *base, size_t N, size_t nP) {
     const qac_bert_config *c = &t->cfg;
     const size_t C = c->hidden_size, I = c->intermediate_size, es = t->esize;
+    // the fused attention needs none of the unfused one's buffers
+    const size_t nPu = t->fused ? 0 : nP, NCu = t->fused ? 0 : N * C;
     qac_kl_bump b = {base, 0};
     b.take((char **)&w->big, N * big_cols(c) * es);
     b.take((char **)&w->proj, N * C * es);
-    b.take(&w->S, nP * 4);
-    b.take((char **)&w->Pd, nP * es);
-    b.take((char **)&w->dS, nP * es);
-    b.take((char **)&w->O, N * C * es);
-    b.take((char **)&w->dq, N * C * es);
-    b.take((char **)&w->dk, N * C * es);
-    b.take((char **)&w->dv, N * C * es);
+    b.take(&w->S, nPu * 4);
+    b.take((char **)&w->Pd, nPu * es);
+    b.take((char **)&w->dS, nPu * es);
+    b.take((char **)&w->O, NCu * es);
+    b.take((char **)&w->dq, NCu * es);
+    b.take((char **)&w->dk, NCu * es);
+    b.take((char **)&w->dv, NCu * es);
     b.take((char **)&w->datty, N * C * es);
+    b.take(&w->dvec, N * c->num_heads * 4);
     b.take(&w->dy, N * C * 4);
     b.take(&w->dres, N * C * 4);
     b.take(&w->dln1, N * C * 4);
@@ -129,6 +145,27 @@ qac_status qac_kl_embed_fwd(const qac_kl_ctx *t, qac_kl_acts *s, const int32_t *
                                  0);
 }
 
+// The attention's backward into k->big = dL/d(QKV product) from k->datty,
+// from slot j of the kept tensors: the fused kernels (qkv, lse and the
+// output atty) or the unfused ones (q, k, v, P).
+static qac_status attention_bwd(const qac_kl_ctx *t, qac_kl_work *k, void *qkv, float *lse, void *q, void *kk, void *v,
+                                void *P, void *atty, int j, const float *qkv_b, const int *lens, qac_kt_drop da, int l,
+                                int B, int T, int causal, int window) {
+    const int C = t->cfg.hidden_size, NH = t->cfg.num_heads, N = B * T;
+    const size_t NC = (size_t)N * C, nP = (size_t)B * NH * T * T;
+    if (t->fused) {
+        const qac_fa_rows rows = {NULL, lens, B, T, N};
+        QAC_CU(qac_fa_backward(k->big, k->dvec, k->datty, QAC_KL_ACT(t, atty, j, NC), QAC_KL_AT(lse, j, (size_t)NH * N),
+                               QAC_KL_ACT(t, qkv, j, NC * 3), qkv_b, rows, C, NH, causal, window, da, l, t->prec,
+                               &t->tiles, t->stream));
+        return QAC_OK;
+    }
+    // the unfused kernels read q, k, v with the bias already added
+    return qac_kt_attention_bwd(t->blas, k->big, k->datty, QAC_KL_ACT(t, q, j, NC), QAC_KL_ACT(t, kk, j, NC),
+                                QAC_KL_ACT(t, v, j, NC), QAC_KL_ACT(t, P, j, nP), k->S, k->Pd, k->dS, k->O, k->dq,
+                                k->dk, k->dv, lens, da, l, B, T, C, NH, t->prec, t->stream);
+}
+
 // Layer l of the stack w on hidden[l] (hidden_act[l]) into hidden[l+1]
 // (hidden_act[l+1]), its tensors in slot l of s (slot 0 when s recomputes).
 // Dropout is keyed by l, never by the slot, so a re-run draws the same masks.
@@ -145,17 +182,26 @@ static qac_status layer_fwd(const qac_kl_ctx *t, qac_kl_acts *s, qac_kl_work *k,
     const size_t lc = (size_t)l * C;
     const float *x = QAC_KL_AT(s->hidden, l, NC);
     const void *xa = QAC_KL_ACT(t, s->hidden_act, l, NC);
-    void *q = QAC_KL_ACT(t, s->q, j, NC), *kk = QAC_KL_ACT(t, s->k, j, NC), *v = QAC_KL_ACT(t, s->v, j, NC);
-    void *P = QAC_KL_ACT(t, s->P, j, nP), *atty = QAC_KL_ACT(t, s->atty, j, NC);
+    void *atty = QAC_KL_ACT(t, s->atty, j, NC);
     void *ln1_act = QAC_KL_ACT(t, s->ln1_act, j, NC);
     void *ffn_pre = QAC_KL_ACT(t, s->ffn_pre, j, NI), *ffn_act = QAC_KL_ACT(t, s->ffn_act, j, NI);
     float *res1 = QAC_KL_AT(s->res1, j, NC), *ln1 = QAC_KL_AT(s->ln1, j, NC), *res2 = QAC_KL_AT(s->res2, j, NC);
 
-    qac_status e = qac_kt_linear_fwd(t->blas, k->big, xa, qac_kl_act_w(t, w->qkv_w + lc * 3 * C), N, C, 3 * C, p);
-    if (e) return e;
-    if ((e = qac_kt_attention_fwd(t->blas, atty, q, kk, v, P, k->S, k->Pd, k->O, k->big, w->qkv_b + lc * 3, lens, da,
-                                  l, B, T, C, NH, 0, 0, p, st)))
-        return e;
+    qac_status e;
+    if (t->fused) { // the QKV product straight into the kept buffer, read in place
+        void *qkv = QAC_KL_ACT(t, s->qkv, j, NC * 3);
+        if ((e = qac_kt_linear_fwd(t->blas, qkv, xa, qac_kl_act_w(t, w->qkv_w + lc * 3 * C), N, C, 3 * C, p))) return e;
+        const qac_fa_rows rows = {NULL, lens, B, T, N};
+        QAC_CU(qac_fa_forward(atty, QAC_KL_AT(s->lse, j, (size_t)NH * N), qkv, w->qkv_b + lc * 3, rows, C, NH, 0, 0, da,
+                              l, p, &t->tiles, st));
+    } else {
+        void *q = QAC_KL_ACT(t, s->q, j, NC), *kk = QAC_KL_ACT(t, s->k, j, NC), *v = QAC_KL_ACT(t, s->v, j, NC);
+        if ((e = qac_kt_linear_fwd(t->blas, k->big, xa, qac_kl_act_w(t, w->qkv_w + lc * 3 * C), N, C, 3 * C, p)))
+            return e;
+        if ((e = qac_kt_attention_fwd(t->blas, atty, q, kk, v, QAC_KL_ACT(t, s->P, j, nP), k->S, k->Pd, k->O, k->big,
+                                      w->qkv_b + lc * 3, lens, da, l, B, T, C, NH, 0, 0, p, st)))
+            return e;
+    }
     if ((e = qac_kt_linear_fwd(t->blas, k->proj, atty, qac_kl_act_w(t, w->attn_out_w + lc * C), N, C, C, p)))
         return e;
     QAC_CU(qac_kt_bias_dropout_residual(res1, k->proj, w->attn_out_b + lc, x, dh, l, QAC_DROP_ATT_OUT, B, T, C, p,
@@ -192,8 +238,8 @@ qac_status qac_kl_layers_bwd(const qac_kl_ctx *t, qac_kl_acts *s, qac_kl_work *k
                              const qac_bert_params *g, const int *lens, uint64_t key, uint64_t seq_base,
                              const float *dh_add, int add_at) {
     const qac_bert_config *c = &t->cfg;
-    const int B = s->B, T = s->T, N = B * T, C = c->hidden_size, I = c->intermediate_size, NH = c->num_heads;
-    const size_t NC = (size_t)N * C, NI = (size_t)N * I, nP = (size_t)B * NH * T * T;
+    const int B = s->B, T = s->T, N = B * T, C = c->hidden_size, I = c->intermediate_size;
+    const size_t NC = (size_t)N * C, NI = (size_t)N * I;
     const qac_precision p = t->prec;
     const qac_kt_drop dh = qac_kl_drop(t->p_hidden, key, seq_base), da = qac_kl_drop(t->p_attn, key, seq_base);
     cudaStream_t st = t->stream;
@@ -230,10 +276,8 @@ qac_status qac_kl_layers_bwd(const qac_kl_ctx *t, qac_kl_acts *s, qac_kl_work *k
                                    N, C, C, p, st)))
             return e;
         // atty = attention(x Wqkv^T + bqkv)
-        if ((e = qac_kt_attention_bwd(t->blas, k->big, k->datty, QAC_KL_ACT(t, s->q, j, NC),
-                                      QAC_KL_ACT(t, s->k, j, NC), QAC_KL_ACT(t, s->v, j, NC),
-                                      QAC_KL_ACT(t, s->P, j, nP), k->S, k->Pd, k->dS, k->O, k->dq, k->dk, k->dv, lens,
-                                      da, l, B, T, C, NH, p, st)))
+        if ((e = attention_bwd(t, k, s->qkv, s->lse, s->q, s->k, s->v, s->P, s->atty, j, w->qkv_b + lc * 3, lens, da,
+                               l, B, T, 0, 0)))
             return e;
         QAC_CU(cudaMemcpyAsync(k->dy, k->dres, NC * sizeof(float), cudaMemcpyDeviceToDevice, st));
         if ((e = qac_kt_linear_bwd(t->blas, k->dy, QAC_PREC_FP32, 1.0f, g->qkv_w + lc * 3 * C, g->qkv_b + lc * 3,
@@ -293,11 +337,19 @@ void qac_kl_gpt_acts_bind(const qac_kl_ctx *t, qac_kl_gpt_acts *s, qac_kl_bump *
     b->take(&s->ln1_rstd, L * N * 4);
     b->take(&s->ln2_mean, L * N * 4);
     b->take(&s->ln2_rstd, L * N * 4);
-    b->take((char **)&s->q, L * N * C * es);
-    b->take((char **)&s->k, L * N * C * es);
-    b->take((char **)&s->v, L * N * C * es);
+    if (t->fused) {
+        s->q = s->k = s->v = s->P = NULL;
+        b->take((char **)&s->qkv, L * N * 3 * C * es);
+        b->take(&s->lse, L * NH * N * 4);
+    } else {
+        s->qkv = NULL;
+        s->lse = NULL;
+        b->take((char **)&s->q, L * N * C * es);
+        b->take((char **)&s->k, L * N * C * es);
+        b->take((char **)&s->v, L * N * C * es);
+        b->take((char **)&s->P, L * nP * es);
+    }
     b->take((char **)&s->atty, L * N * C * es);
-    b->take((char **)&s->P, L * nP * es);
     b->take(&s->res1, L * N * C * 4);
     b->take((char **)&s->fc_pre, L * N * I * es);
     b->take((char **)&s->fc_act, L * N * I * es);
@@ -328,12 +380,22 @@ qac_status qac_kl_gpt_fwd(const qac_kl_ctx *t, qac_kl_gpt_acts *s, qac_kl_work *
         // res1 = x + dropout(Attn(LN1(x)) Wo^T + bo)
         QAC_CU(qac_kt_layernorm_fwd(QAC_KL_AT(s->ln1, l, NC), f32 ? NULL : ln1_act, QAC_KL_AT(s->ln1_mean, l, N),
                                     QAC_KL_AT(s->ln1_rstd, l, N), x, w->ln1_w + lc, w->ln1_b + lc, N, C, eps, p, st));
-        if ((e = qac_kt_linear_fwd(t->blas, k->big, ln1_act, qac_kl_act_w(t, w->qkv_w + lc * 3 * C), N, C, 3 * C, p)))
-            return e;
-        if ((e = qac_kt_attention_fwd(t->blas, atty, QAC_KL_ACT(t, s->q, l, NC), QAC_KL_ACT(t, s->k, l, NC),
-                                      QAC_KL_ACT(t, s->v, l, NC), QAC_KL_ACT(t, s->P, l, nP), k->S, k->Pd, k->O, k->big,
-                                      w->qkv_b + lc * 3, lens, da, l, B, T, C, NH, 1, window, p, st)))
-            return e;
+        if (t->fused) {
+            void *qkv = QAC_KL_ACT(t, s->qkv, l, NC * 3);
+            if ((e = qac_kt_linear_fwd(t->blas, qkv, ln1_act, qac_kl_act_w(t, w->qkv_w + lc * 3 * C), N, C, 3 * C, p)))
+                return e;
+            const qac_fa_rows rows = {NULL, lens, B, T, N};
+            QAC_CU(qac_fa_forward(atty, QAC_KL_AT(s->lse, l, (size_t)NH * N), qkv, w->qkv_b + lc * 3, rows, C, NH, 1,
+                                  window, da, l, p, &t->tiles, st));
+        } else {
+            if ((e = qac_kt_linear_fwd(t->blas, k->big, ln1_act, qac_kl_act_w(t, w->qkv_w + lc * 3 * C), N, C, 3 * C,
+                                       p)))
+                return e;
+            if ((e = qac_kt_attention_fwd(t->blas, atty, QAC_KL_ACT(t, s->q, l, NC), QAC_KL_ACT(t, s->k, l, NC),
+                                          QAC_KL_ACT(t, s->v, l, NC), QAC_KL_ACT(t, s->P, l, nP), k->S, k->Pd, k->O,
+                                          k->big, w->qkv_b + lc * 3, lens, da, l, B, T, C, NH, 1, window, p, st)))
+                return e;
+        }
         if ((e = qac_kt_linear_fwd(t->blas, k->proj, atty, qac_kl_act_w(t, w->attn_proj_w + lc * C), N, C, C, p)))
             return e;
         QAC_CU(qac_kt_bias_dropout_residual(res1, k->proj, w->attn_proj_b + lc, x, dh, l, QAC_DROP_ATT_OUT, B, T, C, p,
@@ -360,8 +422,8 @@ qac_status qac_kl_gpt_bwd(const qac_kl_ctx *t, qac_kl_gpt_acts *s, qac_kl_work *
                           const qac_qgen_params *g, int window, const int *lens, const float *dout, uint64_t key,
                           uint64_t seq_base) {
     const qac_bert_config *c = &t->cfg;
-    const int B = s->B, T = s->T, N = B * T, C = c->hidden_size, I = s->I, NH = c->num_heads;
-    const size_t NC = (size_t)N * C, NI = (size_t)N * I, nP = (size_t)B * NH * T * T;
+    const int B = s->B, T = s->T, N = B * T, C = c->hidden_size, I = s->I;
+    const size_t NC = (size_t)N * C, NI = (size_t)N * I;
     const qac_precision p = t->prec;
     const qac_kt_drop dh = qac_kl_drop(t->p_hidden, key, seq_base), da = qac_kl_drop(t->p_attn, key, seq_base);
     cudaStream_t st = t->stream;
@@ -391,10 +453,8 @@ qac_status qac_kl_gpt_bwd(const qac_kl_ctx *t, qac_kl_gpt_acts *s, qac_kl_work *
                                    QAC_KL_ACT(t, s->atty, l, NC), qac_kl_act_w(t, w->attn_proj_w + lc * C), k->partial,
                                    N, C, C, p, st)))
             return e;
-        if ((e = qac_kt_attention_bwd(t->blas, k->big, k->datty, QAC_KL_ACT(t, s->q, l, NC),
-                                      QAC_KL_ACT(t, s->k, l, NC), QAC_KL_ACT(t, s->v, l, NC),
-                                      QAC_KL_ACT(t, s->P, l, nP), k->S, k->Pd, k->dS, k->O, k->dq, k->dk, k->dv, lens,
-                                      da, l, B, T, C, NH, p, st)))
+        if ((e = attention_bwd(t, k, s->qkv, s->lse, s->q, s->k, s->v, s->P, s->atty, l, w->qkv_b + lc * 3, lens, da,
+                               l, B, T, 1, window)))
             return e;
         if ((e = qac_kt_linear_bwd(t->blas, k->dln1, QAC_PREC_FP32, 0.0f, g->qkv_w + lc * 3 * C, g->qkv_b + lc * 3,
                                    k->big, QAC_KL_ACT(t, s->ln1_act, l, NC), qac_kl_act_w(t, w->qkv_w + lc * 3 * C),

@@ -18,6 +18,7 @@
 #define QAC_CUDA_LAYERS_CUH
 
 #include "bert_kernels.cuh"
+#include "flash_attention.cuh"
 #include "train_kernels.cuh"
 
 extern "C" {
@@ -40,7 +41,15 @@ struct qac_kl_ctx {
     cublasHandle_t blas;
     float *params;
     __nv_bfloat16 *params_act;
+    // the fused attention (qac_kl_ctx_attention): the layers keep the QKV
+    // product and the log-sum-exp instead of q, k, v and the probabilities
+    int fused;
+    qac_fa_tiles tiles;
 };
+
+// Choose the attention path of t (cfg and prec set): fused when selected
+// (qac_cuda_attention_fused) and supported for the shape and precision.
+void qac_kl_ctx_attention(qac_kl_ctx *t);
 
 // The device side of a trainer (fine-tuning, kernels/cuda_trainer.cu, and
 // pre-training, kernels/cuda_pretrainer.cu): the layer context with its
@@ -93,14 +102,18 @@ const void *qac_kl_act_w(const qac_kl_ctx *t, const float *view);
 // recompute (--recompute): hidden and hidden_act hold every layer, the
 // other per-layer tensors one layer, which the backward re-runs from its
 // kept input just before it needs it (the CPU's QAC_ACTS_RECOMPUTE).
+// The attention keeps q, k, v and P (unfused), or the QKV product as the
+// GEMM wrote it and the log-sum-exp (fused: nothing of size T x T).
 struct qac_kl_acts {
     int B, T, L, recompute;
     float *emb, *emb_mean, *emb_rstd; // [N,C], [N], [N]: the embedding LayerNorm's input and statistics
     float *hidden;    // [L+1, N, C]
     void *hidden_act; // [L+1, N, C] act (== hidden in fp32)
     // the rest: [L, ...], or [1, ...] when recomputed
-    void *q, *k, *v;  // [L, N*C] each, heads split, bias added
-    void *P;          // [L, B*NH*T*T]
+    void *q, *k, *v;  // unfused: [L, N*C] each, heads split, bias added
+    void *P;          // unfused: [L, B*NH*T*T]
+    void *qkv;        // fused: [L, N*3C] without the bias
+    float *lse;       // fused: [L, NH*N]
     void *atty;       // [L, N*C]
     float *res1, *ln1, *res2; // [L, N*C]
     void *ln1_act;            // [L, N*C] (== ln1 in fp32)
@@ -114,9 +127,11 @@ struct qac_kl_work {
     size_t cap;
     void *big;          // [N, max(I, 3C)] act: the QKV product, then dFFN / dQKV
     void *proj;         // [N, C] act: projection outputs, then masked gradients
-    float *S;           // [B*NH*T*T] scores, then their gradient
-    void *Pd, *dS;      // [B*NH*T*T] act
-    void *O, *dq, *dk, *dv, *datty; // [N, C] act
+    float *S;           // [B*NH*T*T] scores, then their gradient (unfused)
+    void *Pd, *dS;      // [B*NH*T*T] act (unfused)
+    void *O, *dq, *dk, *dv; // [N, C] act (unfused)
+    void *datty;        // [N, C] act
+    float *dvec;        // [NH*N] the fused backward's rowsum(dO * O)
     float *dy, *dres, *dln1;        // [N, C]: dy carries dL/d(hidden) between layers
     float *partial;                 // column-sum partials
 };
@@ -198,8 +213,10 @@ struct qac_kl_gpt_acts {
     float *ln1, *ln2;                                 // [L,N,C]
     void *ln1_act, *ln2_act;                          // [L,N,C] act (== ln1, ln2 in fp32)
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd; // [L,N]
-    void *q, *k, *v, *atty;                           // [L,N*C] act
-    void *P;                                          // [L,B*NH*T*T] act
+    void *q, *k, *v, *atty;                           // [L,N*C] act (q, k, v unfused)
+    void *P;                                          // [L,B*NH*T*T] act (unfused)
+    void *qkv;                                        // [L,N*3C] act (fused)
+    float *lse;                                       // [L,NH*N] (fused)
     float *res1;                                      // [L,N,C]: input + attention output
     void *fc_pre, *fc_act;                            // [L,N*I] act
     float *out, *lnf_mean, *lnf_rstd;                 // [N,C], [N], [N]: after the final LayerNorm

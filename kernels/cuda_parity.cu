@@ -92,7 +92,7 @@ extern "C" qac_status qac_cuda_embeddings_layernorm(float *out, float *out_act, 
     TRY(upload(&s, &d_b, b, (size_t)C, sizeof(float)));
     TRY(dev_alloc(&s, &d_x, N * C * sizeof(float)));
     if (out_act) TRY(dev_alloc(&s, &d_xh, N * C * qac_prec_size(prec)));
-    TRY_CU(qac_k_embed_ln((float *)d_x, d_xh, (const int32_t *)d_ids, (const float *)d_word,
+    TRY_CU(qac_k_embed_ln((float *)d_x, d_xh, (const int32_t *)d_ids, NULL, (const float *)d_word,
                           (const float *)d_pos, (const float *)d_type, (const float *)d_w, (const float *)d_b,
                           (int)N, T, C, eps, prec, 0));
     TRY_CU(cudaMemcpy(out, d_x, N * C * sizeof(float), cudaMemcpyDeviceToHost));

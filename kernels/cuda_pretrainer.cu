@@ -638,6 +638,7 @@ extern "C" qac_status qac_cuda_pretrainer_create(qac_cuda_pretrainer **out, cons
     t->esize = qac_prec_size(spec->prec);
     t->p_hidden = spec->p_hidden;
     t->p_attn = spec->p_attn;
+    qac_kl_ctx_attention(t);
     t->n_params = spec->n_enc + spec->n_head;
     t->tensors.n = spec->n_seg;
     t->tensors.bounds[0] = 0;

@@ -398,6 +398,7 @@ extern "C" qac_status qac_cuda_qgen_block(float *out, float *dx, float *dparams,
     t.esize = qac_prec_size(prec);
     t.p_hidden = p_hidden;
     t.p_attn = p_attn;
+    qac_kl_ctx_attention(&t);
     t.stream = 0;
     TRY(make_blas(&t.blas, prec));
     TRY(up_f(&s, &t.params, params, np));

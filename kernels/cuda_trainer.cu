@@ -328,6 +328,7 @@ extern "C" qac_status qac_cuda_trainer_create(qac_cuda_trainer **out, const qac_
     t->esize = qac_prec_size(prec);
     t->p_hidden = hidden_dropout;
     t->p_attn = attn_dropout;
+    qac_kl_ctx_attention(t);
     t->tau = o->tau;
     t->sim = o->sim;
     t->pair_alpha = o->pair_alpha;

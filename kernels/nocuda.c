@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "encoder_backend.h"
+#include "qac_cuda_attention.h"
 #include "qac_cuda_kernels.h"
 #include "qac_cuda_pretrain.h"
 #include "qac_cuda_train.h"
@@ -192,5 +193,29 @@ qac_status qac_cuda_pretrainer_download(qac_cuda_pretrainer *g, float *enc, floa
 }
 qac_status qac_cuda_pretrainer_upload(qac_cuda_pretrainer *g, const float *enc, const float *heads, const float *m,
                                       const float *v) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+
+qac_status qac_cuda_attention_select(const char *mode) {
+    if (mode && strcmp(mode, "fused") && strcmp(mode, "unfused"))
+        return qac_set_error(QAC_ERR_INVALID, "CUDA attention: unknown path \"%s\" (fused or unfused)", mode);
+    return QAC_OK;
+}
+int qac_cuda_attention_fused(void) { return 1; }
+qac_fa_tiles qac_fa_tiles_default(void) {
+    qac_fa_tiles t = {64, 64, 2, 64, 64, 2, 64, 64, 2};
+    return t;
+}
+int qac_fa_variants(char kind, int (*out)[3], int max) { return 0; }
+int qac_fa_tiles_valid(const qac_fa_tiles *tiles) { return 0; }
+qac_status qac_cuda_fa_forward(float *out, float *lse, const float *qkv, const float *qkv_b, const int *offs,
+                               const int *lens, int B, int T, int C, int NH, int causal, int window, float p_attn,
+                               uint64_t key, int layer, qac_precision prec, const qac_fa_tiles *tiles) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_fa_backward(float *dqkv, const float *dout, const float *out, const float *lse, const float *qkv,
+                                const float *qkv_b, const int *offs, const int *lens, int B, int T, int C, int NH,
+                                int causal, int window, float p_attn, uint64_t key, int layer, qac_precision prec,
+                                const qac_fa_tiles *tiles) {
     return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
 }

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "gemm.h"
+#include "qac_encoder.h"
 #include "qac_model.h"
 #include "qac_pool.h"
 
@@ -129,6 +130,38 @@ void qac_attention_causal_forward(float *out, float *att, const float *qkv, cons
 void qac_attention_causal_backward(float *dqkv, const float *datty, const float *qkv, const float *att,
                                    const int *lens, int window, const qac_dropout *drop, int layer, int B, int T,
                                    int C, int NH, qac_pool *pool);
+
+/* ---- fused attention (FlashAttention-2): the CPU twin of the CUDA kernels
+ * in kernels/flash_attention.cu, in their order of work (attention_flash.c).
+ * Per (sequence, head) the keys are taken in tiles of bk with an online
+ * softmax in fp32 (running maximum and sum, the partial output rescaled when
+ * the maximum grows); no T x T matrix is stored. The same results as
+ * qac_attention_forward_drop / qac_attention_causal_forward up to rounding.
+ * Rows: with offs NULL the padded layout, sequence b in rows [b*T, b*T + T),
+ * all T query rows computed as qac_attention_forward does; else packed,
+ * sequence b in rows [offs[b], offs[b+1]) (offs [B+1]). Keys: the
+ * sequence's first lens[b] rows (lens NULL: all of its rows). qkv [N,3C]
+ * holds Q | K | V per row (head h at columns h*hs of each), qkv_b [3C] (NULL:
+ * none) is added on load. causal, window: the decoder mask of
+ * qac_attention_causal_forward (0, 0: bidirectional). drop (NULL: none):
+ * the probability masks of qac_attention_forward_drop at `layer`.
+ * out [N,C]; lse [NH,N] (may be NULL): log2 sum_j 2^v_j of the row's scores
+ * in base 2, v = q.k log2(e) / sqrt(hs); a row that sees no key gets out 0
+ * and lse +inf. round (QAC_PREC_FP32: none) rounds what the GPU kernels
+ * hold in bf16 or fp16 the same way: Q, K, V on load (before and after the
+ * bias), the probabilities before P V, dS before its products, dout and
+ * out as the backward reads them, and every output. */
+void qac_flash_attention_forward(float *out, float *lse, const float *qkv, const float *qkv_b, const int *offs,
+                                 const int *lens, int B, int T, int C, int NH, int causal, int window,
+                                 const qac_dropout *drop, int layer, int bk, qac_precision round, qac_pool *pool);
+/* dqkv [N,3C] (written in full: keys past lens[b] get 0) from dout [N,C],
+ * the forward's out and lse, and qkv (+ qkv_b): D = rowsum(dout * out),
+ * the probabilities recomputed from lse, dK and dV per key over query tiles
+ * of bq, then dQ per query over key tiles of bk. */
+void qac_flash_attention_backward(float *dqkv, const float *dout, const float *out, const float *lse,
+                                  const float *qkv, const float *qkv_b, const int *offs, const int *lens, int B, int T,
+                                  int C, int NH, int causal, int window, const qac_dropout *drop, int layer, int bq,
+                                  int bk, qac_precision round, qac_pool *pool);
 
 /* Pool the last hidden state: CLS (row 0) or the mean over the lens[b] real
  * tokens, then, when normalize, x / max(||x||_2, 1e-12) (F.normalize).

@@ -20,8 +20,10 @@
 # of the tests, then the tail of each failed step's log. Without a GPU every
 # GPU step reports SKIP, never PASS.
 # Environment:
-#   QAC_GPU_BUDGET_S  seconds for the whole run (default 470); a step that
-#                     would end past it is not started (SKIP budget)
+#   QAC_GPU_BUDGET_S  seconds for the whole run (default 470): phase 1 ends by
+#                     QAC_GPU_PHASE1_PCT percent of it (default 55), phase 2 by
+#                     the whole; a step is cut (TIMEOUT) at its phase's end,
+#                     and one that would start with under 15 s left is SKIP
 #   QAC_GPU_JOBS      phase 1 parallelism (default 4)
 #   QAC_GPU_ONLY      a regular expression: run only the steps it matches
 #   QAC_PYTHON        python with torch and transformers (default python3)
@@ -90,11 +92,13 @@ step() {
   local name="$1" limit="$2"; shift 2
   [[ "$name" =~ $only ]] || return 0
   echo "$name" >>"$logs/order"
-  local left=$((budget - (SECONDS - start)))
-  if [ "$limit" -gt "$left" ]; then
-    printf 'SKIP\t0\tbudget: %s s needed, %s s left\n' "$limit" "$left" >"$logs/$name.status"
+  # a step runs to its own limit or to the phase's deadline, whichever is first
+  local left=$((deadline - SECONDS))
+  if [ "$left" -lt 15 ]; then
+    printf 'SKIP\t0\tbudget: the phase ended\n' >"$logs/$name.status"
     return 0
   fi
+  [ "$limit" -gt "$left" ] && limit=$left
   local t0=$SECONDS rc
   (cd "$S" && timeout -k 10 "$limit" "$@") >"$logs/$name.log" 2>&1
   rc=$?
@@ -123,6 +127,8 @@ bgstep() {
 } >"$logs/machine.log" 2>&1
 
 # ---- phase 1: tests, sanitizers, training comparisons (GPU shared) ----
+# phase 1 may take QAC_GPU_PHASE1_S of the budget (default 55%); phase 2 the rest
+deadline=$((start + budget * ${QAC_GPU_PHASE1_PCT:-55} / 100))
 while IFS=$'\t' read -r name exe args; do
   # shellcheck disable=SC2086 # args are the test's own, split as ctest would
   bstep "$name" 300 "build/$exe" $args
@@ -156,14 +162,21 @@ bgstep train-verify-pretrain 300 env STAGES=pretrain QAC_BUILD_DIR=build scripts
 bgstep train-verify-cranfield 300 env STAGES=cranfield QAC_BUILD_DIR=build scripts/gpu_train_verify.sh "$work/tv-cranfield"
 wait
 
-# ---- phase 2: benchmarks, one at a time (GPU alone) ----
-# bf16: BERT-base and MiniLM, 128 tokens and realistic lengths; fp16: BERT-base at 128
+# ---- phase 2: benchmarks, one at a time (GPU alone), the most wanted first ----
+deadline=$((start + budget))
+# bf16: BERT-base and MiniLM, 128 tokens and realistic lengths (fp16 below: BERT-base at 128)
 step bench-encode-bf16 150 bench/encode_gpu/run.sh build bf16
-step bench-encode-fp16 120 bench/encode_gpu/run.sh build fp16
 step bench-search 150 bench/search_gpu/run.sh build
 # qac serve on CUDA against the CPU server: req/s and p99 at concurrency 1, 32, 256
 step bench-serve 120 bench/serve_gpu/run.sh build
 step bench-train 150 bench/train_gpu/run.sh build
+# the attention kernels alone: every tile variant against PyTorch's SDPA
+# backends; the floor from the card's nominal read bandwidth (H100 3350,
+# H200 4800 GB/s)
+peak_gbps=3350
+nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | grep -q H200 && peak_gbps=4800
+step bench-attention 150 bench/attention_gpu/run.sh build "$peak_gbps"
+step bench-encode-fp16 120 bench/encode_gpu/run.sh build fp16
 # Kernel variants (tile sizes, warps, stages): each benchmark folder may
 # hold a variants.sh taking the build directory.
 for v in "$S"/bench/*gpu*/variants.sh; do
@@ -198,7 +211,7 @@ res="$results/gpu-results.md"
   for f in "$logs"/bench-*.log "$logs"/variants-*.log "$logs"/train-verify-*.log; do
     [ -f "$f" ] || continue
     echo "== $(basename "$f" .log)"
-    grep -h '^RESULT\|^RATIO\|^NOTE\|^VARIANT\|^CHECK\|worst rel\|nDCG\|smoke:\|identical\|DIFFER\|^PASS\|^FAIL\|^wall' "$f"
+    grep -h '^RESULT\|^RATIO\|^NOTE\|^VARIANT\|^BEST\|^CHECK\|worst rel\|nDCG\|smoke:\|identical\|DIFFER\|^PASS\|^FAIL\|^wall' "$f"
   done
   echo '```'
   echo

@@ -1,17 +1,21 @@
 /* The CUDA encoder against the CPU encoder: the default model on the
  * Cranfield collection (cosine per vector, and the top-10 of every query
  * identical up to near-ties), and a random BERT-base-shaped model on random
- * ids, in fp32, fp16 and bf16. */
+ * ids, in fp32, fp16 and bf16, through the fused attention with packed
+ * batches and through the unfused one (qac_cuda_attention_select). fp32
+ * takes the unfused kernels either way: it runs once. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gpu_testutil.h"
+#include "qac_cuda_attention.h"
 #include "qac_encoder.h"
 #include "qac_model.h"
 #include "testutil.h"
 
 static const qac_precision PRECS[3] = {QAC_PREC_FP32, QAC_PREC_FP16, QAC_PREC_BF16};
+static const char *PATHS[2] = {"fused", "unfused"};
 
 static double min_cos_for(qac_precision p) { return p == QAC_PREC_FP32 ? 0.999999 : 0.9999; }
 /* Two documents whose CPU scores differ by less than this are a tie. */
@@ -136,11 +140,14 @@ static void test_default_model(void) {
     CHECK_OK(qac_encoder_encode_texts(cpu, (const char *const *)queries.v, NULL, queries.n, 64, qref));
     qac_encoder_free(cpu);
 
-    for (int pi = 0; pi < 3; pi++) {
-        const qac_precision p = PRECS[pi];
+    for (int run = 0; run < 6; run++) {
+        const qac_precision p = PRECS[run % 3];
+        const char *att = PATHS[run / 3];
+        if (run / 3 && p == QAC_PREC_FP32) continue;
         qac_encoder *gpu = NULL;
         o.device = QAC_DEVICE_CUDA;
         o.precision = p;
+        CHECK_OK(qac_cuda_attention_select(att));
         CHECK_OK(qac_encoder_create(&gpu, m, &o));
         if (!gpu) continue;
         CHECK(qac_encoder_device(gpu) == QAC_DEVICE_CUDA);
@@ -150,9 +157,9 @@ static void test_default_model(void) {
         CHECK_OK(qac_encoder_encode_texts(gpu, (const char *const *)queries.v, NULL, queries.n, 64, qgot));
         qac_encoder_free(gpu);
         const double cd = min_cosine(dgot, dref, docs.n, d), cq = min_cosine(qgot, qref, queries.n, d);
-        printf("default model %s: min cosine docs %.8f queries %.8f\n", gpu_test_prec_name(p), cd, cq);
-        CHECK_MSG(cd >= min_cos_for(p) && cq >= min_cos_for(p), "%s: min cosine %.8f / %.8f < %.8f",
-                  gpu_test_prec_name(p), cd, cq, min_cos_for(p));
+        printf("default model %s %s: min cosine docs %.8f queries %.8f\n", gpu_test_prec_name(p), att, cd, cq);
+        CHECK_MSG(cd >= min_cos_for(p) && cq >= min_cos_for(p), "%s %s: min cosine %.8f / %.8f < %.8f",
+                  gpu_test_prec_name(p), att, cd, cq, min_cos_for(p));
         int identical = 0, bad = 0;
         for (int q = 0; q < queries.n; q++) {
             int bref[10], bgot[10];
@@ -169,10 +176,11 @@ static void test_default_model(void) {
             identical += same;
             bad += !ok;
         }
-        printf("default model %s: Cranfield top-10 identical for %d/%d queries, %d differ beyond ties\n",
-               gpu_test_prec_name(p), identical, queries.n, bad);
-        CHECK_MSG(bad == 0, "%s: %d queries' top-10 differ beyond ties", gpu_test_prec_name(p), bad);
+        printf("default model %s %s: Cranfield top-10 identical for %d/%d queries, %d differ beyond ties\n",
+               gpu_test_prec_name(p), att, identical, queries.n, bad);
+        CHECK_MSG(bad == 0, "%s %s: %d queries' top-10 differ beyond ties", gpu_test_prec_name(p), att, bad);
     }
+    qac_cuda_attention_select(NULL);
     free(dref), free(qref), free(dgot), free(qgot);
 out:
     texts_free(&docs);
@@ -215,22 +223,26 @@ static void test_random_base_model(void) {
     CHECK_OK(qac_encoder_create(&cpu, m, &o));
     if (cpu) CHECK_OK(qac_encoder_encode_ids(cpu, (const int32_t *const *)ids, lens, NSEQ, ref));
     qac_encoder_free(cpu);
-    for (int pi = 0; pi < 3; pi++) {
-        const qac_precision p = PRECS[pi];
+    for (int run = 0; run < 6; run++) {
+        const qac_precision p = PRECS[run % 3];
+        const char *path = PATHS[run / 3];
+        if (run / 3 && p == QAC_PREC_FP32) continue;
         qac_encoder *gpu = NULL;
         o.device = QAC_DEVICE_CUDA;
         o.precision = p;
         o.max_batch = 7; /* several batches, buffers grown and reused */
+        CHECK_OK(qac_cuda_attention_select(path));
         CHECK_OK(qac_encoder_create(&gpu, m, &o));
         if (!gpu) continue;
         gpu_test_poison(got, (size_t)NSEQ * C);
         CHECK_OK(qac_encoder_encode_ids(gpu, (const int32_t *const *)ids, lens, NSEQ, got));
         qac_encoder_free(gpu);
         const double c = min_cosine(got, ref, NSEQ, C);
-        printf("random BERT-base %s: min cosine %.8f\n", gpu_test_prec_name(p), c);
-        CHECK_MSG(c >= min_cos_for(p), "random BERT-base %s: min cosine %.8f < %.8f", gpu_test_prec_name(p), c,
-                  min_cos_for(p));
+        printf("random BERT-base %s %s: min cosine %.8f\n", gpu_test_prec_name(p), path, c);
+        CHECK_MSG(c >= min_cos_for(p), "random BERT-base %s %s: min cosine %.8f < %.8f", gpu_test_prec_name(p), path,
+                  c, min_cos_for(p));
     }
+    qac_cuda_attention_select(NULL);
     for (int i = 0; i < NSEQ; i++) free(ids[i]);
     free(ref), free(got);
     qac_model_free(m);

@@ -1,0 +1,228 @@
+// The fused attention's host side (kernels/qac_cuda_attention.h): the path
+// selection, the tunables and their defaults, and the host-memory entry
+// points of the parity tests.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bert_kernels.cuh"
+#include "flash_attention.cuh"
+
+// ---- path ----
+
+// -1: follow the environment; 0 unfused, 1 fused
+static int g_att_mode = -1;
+
+qac_status qac_cuda_attention_select(const char *mode) {
+    if (!mode) {
+        __atomic_store_n(&g_att_mode, -1, __ATOMIC_RELEASE);
+        return QAC_OK;
+    }
+    if (!strcmp(mode, "fused"))
+        __atomic_store_n(&g_att_mode, 1, __ATOMIC_RELEASE);
+    else if (!strcmp(mode, "unfused"))
+        __atomic_store_n(&g_att_mode, 0, __ATOMIC_RELEASE);
+    else
+        return qac_set_error(QAC_ERR_INVALID, "CUDA attention: unknown path \"%s\" (fused or unfused)", mode);
+    return QAC_OK;
+}
+
+int qac_cuda_attention_fused(void) {
+    const int m = __atomic_load_n(&g_att_mode, __ATOMIC_ACQUIRE);
+    if (m >= 0) return m;
+    const char *e = getenv("QAC_CUDA_ATTENTION");
+    return !(e && !strcmp(e, "unfused"));
+}
+
+// ---- tunables ----
+
+static int variants_of(char kind, int (*out)[3], int max) {
+    int n = 0;
+#define QAC_FA_ADD(A, B, S)                                                                \
+    if (n < max) out[n][0] = A, out[n][1] = B, out[n][2] = S;                              \
+    n++;
+    if (kind == 'f') {
+        QAC_FA_FWD_VARIANTS(QAC_FA_ADD)
+    } else if (kind == 'k') {
+        QAC_FA_DKDV_VARIANTS(QAC_FA_ADD)
+    } else if (kind == 'q') {
+        QAC_FA_DQ_VARIANTS(QAC_FA_ADD)
+    }
+#undef QAC_FA_ADD
+    return n;
+}
+
+int qac_fa_variants(char kind, int (*out)[3], int max) { return variants_of(kind, out, max); }
+
+static int compiled(char kind, int a, int b, int s) {
+    int v[32][3];
+    const int n = variants_of(kind, v, 32);
+    for (int i = 0; i < n && i < 32; i++)
+        if (v[i][0] == a && v[i][1] == b && v[i][2] == s) return 1;
+    return 0;
+}
+
+int qac_fa_tiles_valid(const qac_fa_tiles *t) {
+    return compiled('f', t->bq, t->bk, t->stages) && compiled('k', t->kv_bk, t->kv_bq, t->kv_stages) &&
+           compiled('q', t->dq_bq, t->dq_bk, t->dq_stages);
+}
+
+// "AxBxS" from the environment into a, b, s when it names a compiled variant
+static void env_triple(const char *name, char kind, int *a, int *b, int *s) {
+    const char *e = getenv(name);
+    int x, y, z;
+    if (e && sscanf(e, "%dx%dx%d", &x, &y, &z) == 3 && compiled(kind, x, y, z)) *a = x, *b = y, *s = z;
+}
+
+qac_fa_tiles qac_fa_tiles_default(void) {
+    // Not yet chosen by measurement: bench/attention_gpu times every variant
+    // (docs/gpu-attention.md); the defaults follow FlashAttention-2's shapes
+    // for head sizes up to 64 (4 warps, 64-key tiles, double buffering).
+    qac_fa_tiles t = {64, 64, 2, 64, 64, 2, 64, 64, 2};
+    env_triple("QAC_FA_FWD", 'f', &t.bq, &t.bk, &t.stages);
+    env_triple("QAC_FA_DKDV", 'k', &t.kv_bk, &t.kv_bq, &t.kv_stages);
+    env_triple("QAC_FA_DQ", 'q', &t.dq_bq, &t.dq_bk, &t.dq_stages);
+    return t;
+}
+
+// ---- host-memory entry points ----
+
+namespace {
+
+struct dev_bufs {
+    void *p[16];
+    int n;
+};
+
+void bufs_free(dev_bufs *s) {
+    for (int i = 0; i < s->n; i++) cudaFree(s->p[i]);
+    s->n = 0;
+}
+
+qac_status dalloc(dev_bufs *s, void **out, size_t bytes) {
+    if (s->n == 16) return qac_set_error(QAC_ERR_INTERNAL, "fused attention: too many buffers");
+    QAC_CU(cudaMalloc(out, bytes ? bytes : 1));
+    s->p[s->n++] = *out;
+    return QAC_OK;
+}
+
+qac_status up(dev_bufs *s, void **out, const void *host, size_t bytes) {
+    qac_status st = dalloc(s, out, bytes);
+    if (st == QAC_OK && bytes) st = qac_cuda_check(cudaMemcpy(*out, host, bytes, cudaMemcpyHostToDevice), "upload");
+    return st;
+}
+
+// n fp32 values rounded to prec on the device
+qac_status up_act(dev_bufs *s, void **out, const float *host, size_t n, qac_precision prec) {
+    void *f = NULL;
+    qac_status st = up(s, &f, host, n * sizeof(float));
+    if (st == QAC_OK) st = dalloc(s, out, n * qac_prec_size(prec));
+    if (st == QAC_OK) st = qac_cuda_check(qac_k_from_f32(*out, (const float *)f, n, prec, 0), "round");
+    return st;
+}
+
+qac_status down_act(dev_bufs *s, float *host, const void *dev, size_t n, qac_precision prec) {
+    void *f = NULL;
+    qac_status st = dalloc(s, &f, n * sizeof(float));
+    if (st == QAC_OK) st = qac_cuda_check(qac_k_to_f32((float *)f, dev, n, prec, 0), "widen");
+    if (st == QAC_OK) st = qac_cuda_check(cudaMemcpy(host, f, n * sizeof(float), cudaMemcpyDeviceToHost), "download");
+    return st;
+}
+
+qac_status check_args(int B, int T, int C, int NH, qac_precision prec, const qac_fa_tiles *tiles) {
+    if (!qac_cuda_available()) return qac_set_error(QAC_ERR_UNSUPPORTED, "no usable CUDA GPU");
+    if (!qac_fa_supported(C, NH, prec))
+        return qac_set_error(QAC_ERR_UNSUPPORTED, "fused attention: %d heads over %d in %s", NH, C, qac_prec_name(prec));
+    if (B < 1 || T < 1) return qac_set_error(QAC_ERR_INVALID, "fused attention: %d x %d", B, T);
+    if (tiles && !qac_fa_tiles_valid(tiles))
+        return qac_set_error(QAC_ERR_INVALID, "fused attention: tiles %dx%dx%d / %dx%dx%d / %dx%dx%d not compiled",
+                             tiles->bq, tiles->bk, tiles->stages, tiles->kv_bk, tiles->kv_bq, tiles->kv_stages,
+                             tiles->dq_bq, tiles->dq_bk, tiles->dq_stages);
+    return QAC_OK;
+}
+
+// the device copies of offs and lens, and the row count
+qac_status up_rows(dev_bufs *s, qac_fa_rows *r, const int *offs, const int *lens, int B, int T) {
+    r->B = B;
+    r->T = T;
+    r->N = offs ? offs[B] : B * T;
+    r->offs = r->lens = NULL;
+    qac_status st = QAC_OK;
+    if (offs) st = up(s, (void **)&r->offs, offs, (size_t)(B + 1) * sizeof(int));
+    if (st == QAC_OK && lens) st = up(s, (void **)&r->lens, lens, (size_t)B * sizeof(int));
+    return st;
+}
+
+qac_kt_drop drop_of(float p, uint64_t key) {
+    qac_kt_drop d;
+    d.p = p;
+    d.key = key;
+    d.seq_base = 0;
+    return d;
+}
+
+} // namespace
+
+#define FA_TRY(expr)                                                                       \
+    do {                                                                                   \
+        st = (expr);                                                                       \
+        if (st != QAC_OK) goto done;                                                       \
+    } while (0)
+
+qac_status qac_cuda_fa_forward(float *out, float *lse, const float *qkv, const float *qkv_b, const int *offs,
+                               const int *lens, int B, int T, int C, int NH, int causal, int window, float p_attn,
+                               uint64_t key, int layer, qac_precision prec, const qac_fa_tiles *tiles) {
+    qac_status st = check_args(B, T, C, NH, prec, tiles);
+    if (st != QAC_OK) return st;
+    dev_bufs s = {{0}, 0};
+    qac_fa_rows rows;
+    void *d_qkv, *d_b = NULL, *d_out, *d_lse;
+    FA_TRY(up_rows(&s, &rows, offs, lens, B, T));
+    FA_TRY(up_act(&s, &d_qkv, qkv, (size_t)rows.N * 3 * C, prec));
+    if (qkv_b) FA_TRY(up(&s, &d_b, qkv_b, (size_t)3 * C * sizeof(float)));
+    FA_TRY(dalloc(&s, &d_out, (size_t)rows.N * C * qac_prec_size(prec)));
+    FA_TRY(dalloc(&s, &d_lse, (size_t)rows.N * NH * sizeof(float)));
+    FA_TRY(qac_cuda_check(qac_fa_forward(d_out, (float *)d_lse, d_qkv, (const float *)d_b, rows, C, NH, causal, window,
+                                         drop_of(p_attn, key), layer, prec, tiles, 0),
+                          "fused attention forward"));
+    FA_TRY(qac_cuda_check(cudaDeviceSynchronize(), "fused attention forward"));
+    FA_TRY(down_act(&s, out, d_out, (size_t)rows.N * C, prec));
+    if (lse)
+        FA_TRY(qac_cuda_check(cudaMemcpy(lse, d_lse, (size_t)rows.N * NH * sizeof(float), cudaMemcpyDeviceToHost),
+                              "download"));
+done:
+    bufs_free(&s);
+    return st;
+}
+
+qac_status qac_cuda_fa_backward(float *dqkv, const float *dout, const float *out, const float *lse, const float *qkv,
+                                const float *qkv_b, const int *offs, const int *lens, int B, int T, int C, int NH,
+                                int causal, int window, float p_attn, uint64_t key, int layer, qac_precision prec,
+                                const qac_fa_tiles *tiles) {
+    qac_status st = check_args(B, T, C, NH, prec, tiles);
+    if (st != QAC_OK) return st;
+    dev_bufs s = {{0}, 0};
+    qac_fa_rows rows;
+    void *d_qkv, *d_b = NULL, *d_out, *d_dout, *d_lse, *d_dvec, *d_dqkv;
+    size_t N = 0;
+    FA_TRY(up_rows(&s, &rows, offs, lens, B, T));
+    N = (size_t)rows.N;
+    FA_TRY(up_act(&s, &d_qkv, qkv, N * 3 * C, prec));
+    if (qkv_b) FA_TRY(up(&s, &d_b, qkv_b, (size_t)3 * C * sizeof(float)));
+    FA_TRY(up_act(&s, &d_out, out, N * C, prec));
+    FA_TRY(up_act(&s, &d_dout, dout, N * C, prec));
+    FA_TRY(up(&s, &d_lse, lse, N * NH * sizeof(float)));
+    FA_TRY(dalloc(&s, &d_dvec, N * NH * sizeof(float)));
+    FA_TRY(dalloc(&s, &d_dqkv, N * 3 * C * qac_prec_size(prec)));
+    // poison: every element must be written
+    FA_TRY(qac_cuda_check(cudaMemset(d_dqkv, 0xff, N * 3 * C * qac_prec_size(prec)), "poison"));
+    FA_TRY(qac_cuda_check(qac_fa_backward(d_dqkv, (float *)d_dvec, d_dout, d_out, (const float *)d_lse, d_qkv,
+                                          (const float *)d_b, rows, C, NH, causal, window, drop_of(p_attn, key), layer,
+                                          prec, tiles, 0),
+                          "fused attention backward"));
+    FA_TRY(qac_cuda_check(cudaDeviceSynchronize(), "fused attention backward"));
+    FA_TRY(down_act(&s, dqkv, d_dqkv, N * 3 * C, prec));
+done:
+    bufs_free(&s);
+    return st;
+}

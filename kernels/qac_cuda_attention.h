@@ -1,0 +1,70 @@
+/* The fused (FlashAttention-2) attention of the CUDA backends: which path
+ * the encoder and the trainers take, the kernels' tunables, and host-memory
+ * entry points for the parity tests (twins: qac_flash_attention_forward and
+ * qac_flash_attention_backward in model/bert_cpu.h). All return
+ * QAC_ERR_UNSUPPORTED without CUDA or a usable GPU. */
+#ifndef QAC_CUDA_ATTENTION_H
+#define QAC_CUDA_ATTENTION_H
+
+#include <stdint.h>
+
+#include "qac_encoder.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The attention path of CUDA encoders and trainers created from now on:
+ * "fused" (the default: FlashAttention-2 kernels, no T x T matrix, the
+ * encoder's batches packed without padding) or "unfused" (the previous
+ * kernels: probabilities materialised, padded batches), for A/B runs in one
+ * process. NULL goes back to the environment's QAC_CUDA_ATTENTION (unset:
+ * fused). The fused path covers bf16 and fp16 with head size 32 or 64 (and
+ * a hidden size that is a multiple of 8); other shapes and fp32 take the
+ * unfused kernels whatever the setting. An unknown name is QAC_ERR_INVALID. */
+qac_status qac_cuda_attention_select(const char *mode);
+/* 1 when the fused path is selected. */
+int qac_cuda_attention_fused(void);
+
+/* Tile sizes of the three kernels (see docs/gpu-attention.md): the forward
+ * takes bq queries per block (16 per warp) and streams keys in tiles of bk
+ * through shared memory with `stages` buffers (1, or 2: the next tile loads
+ * while this one is computed); the backward's dK/dV kernel takes kv_bk keys
+ * per block over query tiles of kv_bq, its dQ kernel dq_bq queries per
+ * block over key tiles of dq_bk. */
+typedef struct qac_fa_tiles {
+    int bq, bk, stages;
+    int kv_bk, kv_bq, kv_stages;
+    int dq_bq, dq_bk, dq_stages;
+} qac_fa_tiles;
+
+/* The tiles the backends use: the committed defaults, each kernel's triple
+ * replaceable through the environment (QAC_FA_FWD, QAC_FA_DKDV, QAC_FA_DQ as
+ * "64x64x2"; a triple that is not compiled is ignored). */
+qac_fa_tiles qac_fa_tiles_default(void);
+/* The compiled variants of one kernel, kind 'f' (forward: bq, bk, stages),
+ * 'k' (dK/dV: kv_bk, kv_bq, kv_stages) or 'q' (dQ: dq_bq, dq_bk,
+ * dq_stages): up to max triples into out; returns how many exist. */
+int qac_fa_variants(char kind, int (*out)[3], int max);
+/* Whether tiles names compiled variants of all three kernels. */
+int qac_fa_tiles_valid(const qac_fa_tiles *tiles);
+
+/* Host-memory entry points (tests). Layout as qac_flash_attention_forward:
+ * offs NULL: padded rows [B,T], else packed (offs [B+1]); lens NULL: every
+ * row of a sequence is a key. qkv [N,3C] and dout, out [N,C] are rounded to
+ * prec (bf16 or fp16) on upload; qkv_b [3C] fp32 or NULL. Dropout p_attn
+ * with key, sequence ids 0..B-1, at layer. tiles NULL: the defaults.
+ * forward: out [N,C] (prec values as floats), lse [NH,N] (may be NULL).
+ * backward: dqkv [N,3C] from dout and the forward's out and lse. */
+qac_status qac_cuda_fa_forward(float *out, float *lse, const float *qkv, const float *qkv_b, const int *offs,
+                               const int *lens, int B, int T, int C, int NH, int causal, int window, float p_attn,
+                               uint64_t key, int layer, qac_precision prec, const qac_fa_tiles *tiles);
+qac_status qac_cuda_fa_backward(float *dqkv, const float *dout, const float *out, const float *lse, const float *qkv,
+                                const float *qkv_b, const int *offs, const int *lens, int B, int T, int C, int NH,
+                                int causal, int window, float p_attn, uint64_t key, int layer, qac_precision prec,
+                                const qac_fa_tiles *tiles);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

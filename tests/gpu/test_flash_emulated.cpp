@@ -1,0 +1,199 @@
+// The fused attention's CUDA kernels run on the CPU (tests/gpu/cuda_emu.h:
+// the kernels' own source, warp instructions emulated) against the CPU twin
+// (model/attention_flash.c with the kernels' roundings), in the default
+// suite: forward output and log-sum-exp, backward dQ, dK, dV, every
+// compiled tile variant of the three kernels, bf16 and fp16, head sizes 32
+// and 64, padded and packed, causal windowed, dropout, lengths 1 to 200,
+// tiles that end inside a sequence and sequences shorter than a tile. Every
+// dQKV element must be written (the buffer starts as NaN), and shared
+// memory starts as NaN in every block. The bounds are
+// tests/encoder/attention_bound.h's with both sides' fp32 sums (2 x 2^-24:
+// the emulated mma adds in order) and both sides' roundings (2 x 2^-8 in
+// bf16, 2 x 2^-11 plus 2 x 2^-25 absolute in fp16).
+//
+// The asynchronous copies land at once in one pass and only when their
+// thread waits in another (a tile read before its wait and barrier would
+// be stale). What this cannot show, and test_gpu_attention does on a GPU:
+// the real instructions' behaviour and timing, speed.
+#include "cuda_emu.h"
+
+namespace {
+alignas(16) unsigned char fa_smem[1 << 18];
+}
+
+#include "../../kernels/flash_bwd.cu"
+#include "../../kernels/flash_fwd.cu"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+extern "C" {
+#include "../encoder/attention_bound.h"
+#include "bert_cpu.h"
+#include "testutil.h"
+}
+
+using namespace qac_fa;
+
+namespace {
+
+uint64_t rng = 0x9E3779B97F4A7C15ull;
+float uni(float lo, float hi) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return lo + (hi - lo) * (float)((rng >> 40) * (1.0 / 16777216.0));
+}
+
+template <typename E> std::vector<E> to_e(const std::vector<float> &x) {
+    std::vector<E> r(x.size());
+    for (size_t i = 0; i < x.size(); i++) r[i] = qac_from_float<E>(x[i]);
+    return r;
+}
+template <typename E> std::vector<float> to_f(const std::vector<E> &x) {
+    std::vector<float> r(x.size());
+    for (size_t i = 0; i < x.size(); i++) r[i] = qac_to_float<E>(x[i]);
+    return r;
+}
+
+void check(const char *what, const char *shape, const std::vector<float> &got, const std::vector<float> &want,
+           const std::vector<float> &bound) {
+    double mx, w = att_worst(got.data(), want.data(), bound.data(), got.size(), &mx);
+    printf("%-24s %-60s max|d| %.3g, worst d/bound %.3g\n", what, shape, mx, w);
+    CHECK_MSG(w <= 1.0, "%s %s: difference %.3g times its bound", what, shape, w);
+}
+
+struct tiles3 {
+    int f[3], k[3], q[3];
+};
+
+// The launches of qac_fa_forward / qac_fa_backward, on the emulator.
+template <typename E, int D> struct runner {
+    template <int A, int Bt, int S> static void fwd(const params &p, int B, int NH) {
+        emu_launch({(unsigned)((p.T + A - 1) / A), (unsigned)NH, (unsigned)B}, A * 2,
+                   [&] { fa_fwd_kernel<E, D, A, Bt, S>(p); });
+    }
+    template <int A, int Bt, int S> static void dkdv(const params &p, int B, int NH) {
+        emu_launch({(unsigned)((p.T + A - 1) / A), (unsigned)NH, (unsigned)B}, A * 2,
+                   [&] { fa_dkdv_kernel<E, D, A, Bt, S>(p); });
+    }
+    template <int A, int Bt, int S> static void dq(const params &p, int B, int NH) {
+        emu_launch({(unsigned)((p.T + A - 1) / A), (unsigned)NH, (unsigned)B}, A * 2,
+                   [&] { fa_dq_kernel<E, D, A, Bt, S>(p); });
+    }
+    static void forward(const tiles3 &t, const params &p, int B, int NH) {
+#define X(A, Bt, S) \
+    if (t.f[0] == A && t.f[1] == Bt && t.f[2] == S) return fwd<A, Bt, S>(p, B, NH);
+        QAC_FA_FWD_VARIANTS(X)
+#undef X
+        CHECK_MSG(0, "forward variant %dx%dx%d not compiled", t.f[0], t.f[1], t.f[2]);
+    }
+    static void backward(const tiles3 &t, const params &p, int B, int NH, int N) {
+        const unsigned n = (unsigned)N * NH;
+        emu_launch({(n + 255) / 256, 1, 1}, 256, [&] {
+            fa_dot_kernel<E, D>(const_cast<float *>(p.dvec), (const E *)p.dout, (const E *)p.o, N, p.C, NH);
+        });
+#define X(A, Bt, S) \
+    if (t.k[0] == A && t.k[1] == Bt && t.k[2] == S) dkdv<A, Bt, S>(p, B, NH);
+        QAC_FA_DKDV_VARIANTS(X)
+#undef X
+#define X(A, Bt, S) \
+    if (t.q[0] == A && t.q[1] == Bt && t.q[2] == S) dq<A, Bt, S>(p, B, NH);
+        QAC_FA_DQ_VARIANTS(X)
+#undef X
+    }
+};
+
+template <typename E, int D>
+void run_case(int B, int T, int NH, const int *lens_in, int packed, int causal, int window, float pdrop,
+              const tiles3 &t) {
+    const qac_precision pr = std::is_same<E, __half>::value ? QAC_PREC_FP16 : QAC_PREC_BF16;
+    const int C = D * NH, layer = 3;
+    std::vector<int> offs(B + 1, 0), lens(lens_in, lens_in + B);
+    for (int b = 0; b < B; b++) offs[b + 1] = offs[b] + lens[b];
+    const int N = packed ? offs[B] : B * T;
+    const size_t n3 = (size_t)N * 3 * C, nc = (size_t)N * C;
+    std::vector<float> qkv(n3), bias(3 * C), dout(nc);
+    for (auto &v : qkv) v = uni(-1.5f, 1.5f);
+    for (auto &v : bias) v = uni(-0.5f, 0.5f);
+    for (auto &v : dout) v = uni(-1, 1);
+    std::vector<E> qkv_e = to_e<E>(qkv), dout_e = to_e<E>(dout);
+    std::vector<float> dout_r = to_f<E>(dout_e), qb(n3);
+    for (size_t r = 0; r < (size_t)N; r++)
+        for (int c = 0; c < 3 * C; c++)
+            qb[r * 3 * C + c] = qac_to_float<E>(qac_from_float<E>(qac_to_float<E>(qkv_e[r * 3 * C + c]) + bias[c]));
+    const qac_fa_rows rows = {packed ? offs.data() : nullptr, packed ? nullptr : lens.data(), B, T, N};
+    const qac_kt_drop d = {pdrop, 0xE1A7ull + (uint64_t)T, 0};
+    std::vector<E> out_e(nc), dqkv_e(n3);
+    std::vector<float> lse((size_t)N * NH), dvec((size_t)N * NH);
+    params p = make_params(qkv_e.data(), bias.data(), rows, C, NH, causal, window, d, layer);
+    p.out = out_e.data();
+    p.lse = lse.data();
+    runner<E, D>::forward(t, p, B, NH);
+    std::vector<float> out = to_f<E>(out_e);
+    p.dout = dout_e.data();
+    p.o = out_e.data();
+    p.dvec = dvec.data();
+    p.dqkv = dqkv_e.data();
+    for (auto &x : dqkv_e) x = qac_from_float<E>(NAN); // every element must be written
+    runner<E, D>::backward(t, p, B, NH, N);
+    std::vector<float> dq = to_f<E>(dqkv_e);
+
+    qac_dropout drop = {0.0f, pdrop, d.key, NULL};
+    const qac_dropout *dp = pdrop > 0 ? &drop : NULL;
+    const int *toffs = packed ? offs.data() : NULL, *tlens = packed ? NULL : lens.data();
+    std::vector<float> tout(nc), tlse((size_t)N * NH), tdq(n3), bO(nc), bL((size_t)N * NH), bd(n3);
+    qac_flash_attention_forward(tout.data(), tlse.data(), qkv.data(), bias.data(), toffs, tlens, B, T, C, NH, causal,
+                                window, dp, layer, t.f[1], pr, NULL);
+    qac_flash_attention_backward(tdq.data(), dout_r.data(), out.data(), lse.data(), qkv.data(), bias.data(), toffs,
+                                 tlens, B, T, C, NH, causal, window, dp, layer, t.k[1], t.q[1], pr, NULL);
+    att_shape s = {B, T, C, NH, causal, window, toffs, tlens, dp, layer, (T + 15) / 16 + 1};
+    const double us = 2 * 0x1p-24, ue = 2 * (pr == QAC_PREC_FP16 ? 0x1p-11 : 0x1p-8);
+    const double ae = pr == QAC_PREC_FP16 ? 2 * 0x1p-25 : 0;
+    att_bound_forward(bO.data(), bL.data(), &s, qb.data(), tout.data(), tlse.data(), us, ue, ae);
+    att_bound_backward(bd.data(), &s, qb.data(), dout_r.data(), out.data(), NULL, us, ue, ae);
+    char shape[160];
+    snprintf(shape, sizeof shape, "%s B%d T%d hs%d%s%s%s p%.1f %dx%dx%d/%dx%dx%d/%dx%dx%d",
+             pr == QAC_PREC_FP16 ? "fp16" : "bf16", B, T, D, packed ? " packed" : "", causal ? " causal" : "",
+             causal && window ? "+win" : "", pdrop, t.f[0], t.f[1], t.f[2], t.k[0], t.k[1], t.k[2], t.q[0], t.q[1],
+             t.q[2]);
+    check("emulated fwd out", shape, out, tout, bO);
+    check("emulated fwd lse", shape, lse, tlse, bL);
+    check("emulated bwd dqkv", shape, dq, tdq, bd);
+}
+
+} // namespace
+
+int main() {
+    emu_smem = fa_smem;
+    emu_smem_bytes = sizeof fa_smem;
+    int fv[32][3], kv[32][3], qv[32][3], nf = 0, nk = 0, nq = 0;
+#define F(A, B, S) fv[nf][0] = A, fv[nf][1] = B, fv[nf][2] = S, nf++;
+#define K(A, B, S) kv[nk][0] = A, kv[nk][1] = B, kv[nk][2] = S, nk++;
+#define Q(A, B, S) qv[nq][0] = A, qv[nq][1] = B, qv[nq][2] = S, nq++;
+    QAC_FA_FWD_VARIANTS(F)
+    QAC_FA_DKDV_VARIANTS(K)
+    QAC_FA_DQ_VARIANTS(Q)
+#undef F
+#undef K
+#undef Q
+    const int l3[3] = {70, 33, 1}, l2[2] = {150, 129}, l4[4] = {33, 17, 16, 1}, l1[1] = {1}, l5[2] = {200, 131};
+    const int n = nf > nk ? (nf > nq ? nf : nq) : (nk > nq ? nk : nq);
+    for (int i = 0; i < 2 * n; i++) {
+        emu_cp_deferred = i >= n;
+        tiles3 t = {{fv[i % nf][0], fv[i % nf][1], fv[i % nf][2]},
+                    {kv[i % nk][0], kv[i % nk][1], kv[i % nk][2]},
+                    {qv[i % nq][0], qv[i % nq][1], qv[i % nq][2]}};
+        printf("%s copies:\n", emu_cp_deferred ? "deferred" : "immediate");
+        switch ((i + 3 * (i / n)) % 6) { /* each variant meets another case in each pass */
+        case 0: run_case<__nv_bfloat16, 64>(3, 70, 2, l3, 0, 0, 0, 0.1f, t); break;
+        case 1: run_case<__half, 32>(3, 70, 3, l3, 1, 0, 0, 0.0f, t); break;
+        case 2: run_case<__nv_bfloat16, 32>(4, 33, 2, l4, 0, 1, 3, 0.1f, t); break;
+        case 3: run_case<__half, 64>(2, 150, 2, l2, 1, 1, 0, 0.1f, t); break;
+        case 4: run_case<__nv_bfloat16, 64>(1, 1, 2, l1, 0, 0, 0, 0.0f, t); break;
+        case 5: run_case<__nv_bfloat16, 32>(2, 200, 2, l5, 1, 0, 0, 0.1f, t); break;
+        }
+    }
+    return qac_test_summary();
+}
