@@ -6,11 +6,11 @@
 # for both, the ratios, and from the servers' /metrics the queries per
 # dense search call and whether every encoder call made one search call.
 # The index: PASSAGES passages of 2-4 random Cranfield sentences, built
-# with `qac index build --device cuda`. About 60 s with the defaults.
+# with `qac index build --device cuda`. About 45 s with the defaults.
 #   bench/serve_gpu/run.sh <build-dir> [passages] [seconds] ["1 32 256"]
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-build="$(cd "${1:?build directory}" && pwd)"; passages="${2:-100000}"; secs="${3:-5}"; concs="${4:-1 32 256}"
+build="$(cd "${1:?build directory}" && pwd)"; passages="${2:-50000}"; secs="${3:-4}"; concs="${4:-1 32 256}"
 py="${QAC_PYTHON:-python3}"
 data="${QAC_DATA:-$here/../../../shared/data/cranfield}"
 qac="$build/qac"; lg="$build/bench/serve_gpu/loadgen"
