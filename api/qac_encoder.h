@@ -52,6 +52,11 @@ const qac_model *qac_encoder_model(const qac_encoder *e);
  * not normalise is unaffected. */
 void qac_encoder_set_raw(qac_encoder *e, int raw);
 
+/* Seconds the device has spent on this encoder's batches since it was
+ * created, measured on the device (the CUDA backend: events around each
+ * batch on its stream); -1 when the backend does not measure it. */
+double qac_encoder_device_seconds(const qac_encoder *e);
+
 /* Encode n tokenized sequences (each already [CLS] ... [SEP], lens[i] >= 1,
  * lens[i] <= model max_position). Sequences are sorted by length internally,
  * split into batches and padded to each batch's longest. out is [n, dim],

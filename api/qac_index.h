@@ -37,7 +37,30 @@ typedef struct qac_index_build_opts {
     const char *ids_path;
     const char *ids_corpus;
     qac_text_format ids_format;
+    /* Further encoders over the same model and settings (borrowed), each
+     * run from its own thread on the batches of a chunk; on a GPU each is
+     * a stream of its own, so one's host copies and host work overlap the
+     * others' kernels. Every batch is the same whichever encoder runs it:
+     * the vectors do not depend on their number. */
+    qac_encoder *const *more_encoders;
+    int n_more_encoders;
+    int tokenize_threads;  /* threads tokenising the next chunks while the encoders work; 0 = auto
+                              (one per core up to 8 when an encoder runs on CUDA, else 1) */
+    struct qac_index_build_stats *stats; /* filled by qac_index_build when not NULL */
 } qac_index_build_opts;
+
+/* How the encoding phase of a qac_index_build run went. */
+typedef struct qac_index_build_stats {
+    uint64_t passages;   /* encoded by this run (0 when a previous run had encoded them all) */
+    double encode_s;     /* wall seconds of the encoding phase */
+    double busy_s;       /* seconds at least one encoder had a batch in hand (host clock around each call) */
+    double device_s;     /* seconds the encoders' devices spent on their batches, summed over encoders, measured on
+                            the device (CUDA events); -1 when an encoder cannot tell */
+    double wait_s;       /* seconds the encoders waited for tokenised passages */
+    double flush_s;      /* seconds the encoders waited for shard writes (a thread writes a shard while the
+                            next one is encoded) */
+    int encoders, tokenize_threads;
+} qac_index_build_stats;
 
 /* Flat, batch 64, model max length, 100000 passages per shard, fp32. */
 qac_index_build_opts qac_index_default_build_opts(void);

@@ -24,6 +24,10 @@ static const qac_opt build_opts[] = {
     {"batch", QAC_OPT_INT, "64", 1, 4096, NULL, NULL, "passages per encoder call", 0},
     {"threads", QAC_OPT_INT, "0", 0, 1024, NULL, "QAC_THREADS", "CPU encoder threads (0 = all cores)", 0},
     {"device", QAC_OPT_ENUM, "auto", 0, -1, "auto|cpu|cuda", "QAC_DEVICE", "encoder device", 0},
+    {"streams", QAC_OPT_INT, "2", 1, 8, NULL, NULL,
+     "CUDA encoders, each on its own stream: one's host copies and host work overlap the others' kernels", 0},
+    {"tokenize-threads", QAC_OPT_INT, "0", 0, 256, NULL, NULL,
+     "threads tokenising ahead of the encoder (0 = one per core up to 8 on CUDA, else 1)", 0},
     {"max-len", QAC_OPT_INT, "0", 0, 8192, NULL, NULL, "passage max tokens incl. specials (0 = the model's)", 0},
     {"shard-size", QAC_OPT_INT, "100000", 1, 100000000, NULL, NULL, "passages per shard (resume granularity)", 0},
     {"dtype", QAC_OPT_ENUM, "fp32", 0, -1, "fp32|fp16", NULL, "storage type of the shard vectors", 0},
@@ -82,6 +86,9 @@ static int cmd_build(int argc, char **argv) {
     const char *out = qac_opts_str(&o, "out");
     double t0 = qac_now();
     qac_status st;
+    qac_index_build_stats bs;
+    memset(&bs, 0, sizeof bs);
+    int on_cuda = 0;
     if (vectors) {
         /* Only a model named explicitly is recorded: vectors from an unknown
          * model keep fingerprint "none". */
@@ -95,7 +102,8 @@ static int cmd_build(int argc, char **argv) {
     } else {
         char buf[4096];
         qac_model *m = NULL;
-        qac_encoder *enc = NULL;
+        qac_encoder *enc = NULL, *more[8] = {NULL};
+        int n_more = 0;
         /* the output's place first: said before the model loads */
         if (qac_check_output_dir(out) || qac_check_input(corpus)) {
             qac_opts_free(&o);
@@ -114,7 +122,18 @@ static int cmd_build(int argc, char **argv) {
         st = qac_model_load(&m, model_dir);
         if (!st) st = qac_cli_apply_prompts(&o, m);
         if (!st) st = qac_encoder_create(&enc, m, &eo);
+        if (!st && qac_encoder_device(enc) == QAC_DEVICE_CUDA) {
+            eo.device = QAC_DEVICE_CUDA;
+            for (; !st && n_more + 1 < (int)qac_opts_int(&o, "streams"); n_more++)
+                st = qac_encoder_create(&more[n_more], m, &eo);
+        }
+        bo.more_encoders = more;
+        bo.n_more_encoders = n_more;
+        bo.tokenize_threads = (int)qac_opts_int(&o, "tokenize-threads");
+        bo.stats = &bs;
         if (!st) st = qac_index_build(out, enc, corpus, &bo);
+        on_cuda = enc && qac_encoder_device(enc) == QAC_DEVICE_CUDA;
+        for (int i = 0; i < n_more; i++) qac_encoder_free(more[i]);
         qac_encoder_free(enc);
         qac_model_free(m);
     }
@@ -127,8 +146,21 @@ static int cmd_build(int argc, char **argv) {
     char factory[256], cut_s[96] = "";
     if (qac_index_describe(out, &count, &dim, factory, sizeof factory, &cut, &max_len) == QAC_OK) {
         if (max_len) snprintf(cut_s, sizeof cut_s, "; %lld cut at %d tokens", (long long)cut, max_len);
-        qac_summary("index build", "%lld passages, dim %d, %s, in %.1f s%s -> %s", (long long)count, dim, factory,
-                    qac_now() - t0, cut_s, out);
+        /* the encoding: its rate, how busy the encoders were, where the rest went */
+        char enc_s[320] = "";
+        if (bs.passages && bs.encode_s > 0) {
+            int n = snprintf(enc_s, sizeof enc_s, "; %llu encoded at %.0f passages/s on %d %s encoder%s, busy %.0f%%",
+                             (unsigned long long)bs.passages, bs.passages / bs.encode_s, bs.encoders,
+                             on_cuda ? "CUDA" : "CPU", bs.encoders > 1 ? "s" : "", 100.0 * bs.busy_s / bs.encode_s);
+            if (n > 0 && n < (int)sizeof enc_s && bs.device_s >= 0)
+                n += snprintf(enc_s + n, sizeof enc_s - (size_t)n, " (device %.0f%% a stream)",
+                              100.0 * bs.device_s / bs.encoders / bs.encode_s);
+            if (n > 0 && n < (int)sizeof enc_s)
+                snprintf(enc_s + n, sizeof enc_s - (size_t)n, ", %.1f s waiting for tokens, %.1f s for shard writes",
+                         bs.wait_s, bs.flush_s);
+        }
+        qac_summary("index build", "%lld passages, dim %d, %s, in %.1f s%s%s -> %s", (long long)count, dim, factory,
+                    qac_now() - t0, cut_s, enc_s, out);
     }
     qac_opts_free(&o);
     return 0;

@@ -11,6 +11,8 @@
 #include <inttypes.h>
 #include <jansson.h>
 #include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -23,8 +25,9 @@
 #include <faiss/c_api/index_io_c.h>
 
 #include "index_internal.h"
-#include "qac_safetensors.h"
 #include "qac_index.h"
+#include "qac_pool.h"
+#include "qac_safetensors.h"
 
 #define QAC_ENCODE_CHUNK 16384  /* passages sorted by length together */
 #define QAC_ADD_PIECE 65536     /* rows per faiss add call (progress granularity) */
@@ -364,6 +367,60 @@ static qac_status flush_shard(builder *b) {
     return write_manifest(b);
 }
 
+/* Shards are written by a thread of their own while the encoders fill the
+ * next, into a second set of buffers. Until it is joined, that thread alone
+ * touches the manifest and the directory, and writes shards in order, so a
+ * crash leaves what it left before. */
+typedef struct shard_writer {
+    builder view; /* the builder, with the buffers of the shard being written (else the spare ones) */
+    pthread_t th;
+    int running;
+    qac_status st;
+    char err[512];
+} shard_writer;
+
+static void *writer_main(void *arg) {
+    shard_writer *w = arg;
+    w->st = flush_shard(&w->view);
+    if (w->st) snprintf(w->err, sizeof w->err, "%s", qac_last_error());
+    return NULL;
+}
+
+/* Wait for the shard being written; its error, if any. */
+static qac_status writer_wait(shard_writer *w) {
+    if (!w->running) return QAC_OK;
+    pthread_join(w->th, NULL);
+    w->running = 0;
+    return w->st ? qac_set_error(w->st, "%s", w->err) : QAC_OK;
+}
+
+/* Hand b's filled shard to the writer; b continues in the spare buffers. */
+static qac_status writer_start(shard_writer *w, builder *b) {
+    qac_status st = writer_wait(w);
+    if (st) return st;
+    builder spare = w->view;
+    w->view = *b;
+    b->vecs = spare.vecs;
+    b->ids = spare.ids;
+    b->offsets = spare.offsets;
+    b->lines = spare.lines;
+    b->fill = 0;
+    b->cut = 0;
+    w->st = QAC_OK;
+    if (pthread_create(&w->th, NULL, writer_main, w) != 0) return flush_shard(&w->view);
+    w->running = 1;
+    return QAC_OK;
+}
+
+static void writer_free(shard_writer *w) {
+    writer_wait(w);
+    for (uint64_t i = 0; w->view.ids && i < w->view.fill; i++) free(w->view.ids[i]);
+    free(w->view.vecs);
+    free(w->view.ids);
+    free(w->view.offsets);
+    free(w->view.lines);
+}
+
 /* ---- FAISS stage: train on a sample, add every shard, write ---- */
 
 static int64_t parse_nlist(const char *factory) {
@@ -605,8 +662,6 @@ static void set_model_dir(builder *b, const qac_model *m) {
     if (m->dir && realpath(m->dir, real)) json_object_set_new(b->man, "model_dir", json_string(real));
 }
 
-/* ---- from a corpus, through the encoder ---- */
-
 /* Whether dir holds a manifest whose passages are all encoded (*count of them). */
 static int already_encoded(const char *dir, uint64_t *count) {
     char path[4096];
@@ -636,12 +691,272 @@ static qac_status check_corpus(const char *path, const qac_index_build_opts *o, 
     return st;
 }
 
-typedef struct pending {
-    int32_t *tok;  /* [n, max_len] */
-    int *lens;
-    int *order;
-    int pool_from; /* tokens of the passage prompt the pooling skips (0: none) */
-} pending;
+/* ---- from a corpus, through the encoders ----
+ *
+ * A reader thread reads the corpus a chunk at a time (never across a shard
+ * boundary, so a resumed run batches exactly like an uninterrupted one)
+ * and tokenises each chunk on a pool of threads while the encoders work on
+ * the previous ones (QAC_CHUNKS_AHEAD). A chunk is sorted by length and cut
+ * into batches, which the encoders take in turn, each from its own thread.
+ * A batch is the same whichever encoder runs it, so the vectors depend
+ * neither on the number of encoders nor of tokenising threads. */
+
+#define QAC_CHUNKS_AHEAD 2
+#define QAC_CHUNK_SLOTS (QAC_CHUNKS_AHEAD + 1)
+
+typedef struct chunk {
+    int n, eof;
+    int32_t *tok;      /* [cap, max_len] */
+    int *lens, *order;
+    char **ids;        /* owned until handed to the builder */
+    uint64_t *offsets;
+    int64_t *lines;
+    char **texts;      /* owned copies until tokenised */
+    size_t *text_lens;
+    uint64_t last_offset;
+    uint64_t cut;      /* passages cut at max_len */
+    qac_status st;     /* the reader's or a tokeniser's error, its message in err */
+    char err[512];
+} chunk;
+
+enum { SLOT_FREE = 0, SLOT_FILLED = 1 };
+
+typedef struct feeder {
+    qac_reader *r;
+    const qac_model *m;
+    const char *prompt; /* the passage prompt, or NULL */
+    int max_len, cap, shard_size;
+    qac_pool *pool;
+    chunk slots[QAC_CHUNK_SLOTS];
+    int state[QAC_CHUNK_SLOTS];
+    int stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} feeder;
+
+static void chunk_free(chunk *c) {
+    for (int i = 0; c->ids && i < c->n; i++) free(c->ids[i]);
+    for (int i = 0; c->texts && i < c->n; i++) free(c->texts[i]);
+    free(c->tok), free(c->lens), free(c->order), free(c->ids), free(c->offsets), free(c->lines), free(c->texts),
+        free(c->text_lens);
+    memset(c, 0, sizeof *c);
+}
+
+static qac_status chunk_alloc(chunk *c, int cap, int max_len) {
+    memset(c, 0, sizeof *c);
+    c->tok = malloc((size_t)cap * (size_t)max_len * sizeof(int32_t));
+    c->lens = malloc((size_t)cap * sizeof(int));
+    c->order = malloc((size_t)cap * sizeof(int));
+    c->ids = calloc((size_t)cap, sizeof(char *));
+    c->offsets = malloc((size_t)cap * 8);
+    c->lines = malloc((size_t)cap * 8);
+    c->texts = calloc((size_t)cap, sizeof(char *));
+    c->text_lens = malloc((size_t)cap * sizeof(size_t));
+    if (!c->tok || !c->lens || !c->order || !c->ids || !c->offsets || !c->lines || !c->texts || !c->text_lens)
+        return qac_set_error(QAC_ERR_NOMEM, "out of memory for a chunk of %d passages", cap);
+    return QAC_OK;
+}
+
+static void chunk_fail(chunk *c, qac_status st) {
+    if (c->st) return;
+    c->st = st;
+    snprintf(c->err, sizeof c->err, "%s", qac_last_error());
+}
+
+typedef struct tok_job {
+    feeder *f;
+    chunk *c;
+    pthread_mutex_t mu;
+} tok_job;
+
+static void tokenize_task(void *arg, int64_t begin, int64_t end, int tid) {
+    (void)tid;
+    tok_job *j = arg;
+    chunk *c = j->c;
+    for (int64_t i = begin; i < end; i++) {
+        int len = 0, cut = 0;
+        qac_status st = qac_tokenizer_encode_prompted_cut(j->f->m->tok, j->f->prompt, c->texts[i], c->text_lens[i],
+                                                          j->f->max_len, c->tok + (size_t)i * (size_t)j->f->max_len,
+                                                          &len, &cut);
+        c->lens[i] = len;
+        if (cut) __atomic_fetch_add(&c->cut, (uint64_t)1, __ATOMIC_RELAXED);
+        free(c->texts[i]);
+        c->texts[i] = NULL;
+        if (st) {
+            pthread_mutex_lock(&j->mu);
+            chunk_fail(c, st);
+            pthread_mutex_unlock(&j->mu);
+        }
+    }
+}
+
+/* The reader thread: fill the free slots in ring order until the corpus
+ * ends, an error, or stop. */
+static void *feeder_main(void *arg) {
+    feeder *f = arg;
+    int p = 0, fill = 0, ended = 0;
+    while (!ended) {
+        pthread_mutex_lock(&f->mu);
+        while (f->state[p] != SLOT_FREE && !f->stop) pthread_cond_wait(&f->cv, &f->mu);
+        int stop = f->stop;
+        pthread_mutex_unlock(&f->mu);
+        if (stop) break;
+        chunk *c = &f->slots[p];
+        for (int i = 0; i < c->n; i++) free(c->ids[i]), c->ids[i] = NULL;
+        c->n = 0;
+        c->eof = 0;
+        c->cut = 0;
+        c->st = QAC_OK;
+        c->err[0] = 0;
+        int room = f->shard_size - fill, want = room < f->cap ? room : f->cap;
+        while (c->n < want) {
+            qac_record rec;
+            int got = 0;
+            qac_status st = qac_reader_next(f->r, &rec, &got);
+            if (st) {
+                chunk_fail(c, st);
+                break;
+            }
+            if (!got) {
+                c->eof = 1;
+                break;
+            }
+            int i = c->n;
+            c->texts[i] = malloc(rec.text_len + 1);
+            c->ids[i] = strdup(rec.id);
+            if (!c->texts[i] || !c->ids[i]) {
+                chunk_fail(c, qac_set_error(QAC_ERR_NOMEM, "out of memory"));
+                c->n++;
+                break;
+            }
+            memcpy(c->texts[i], rec.text, rec.text_len);
+            c->texts[i][rec.text_len] = 0;
+            c->text_lens[i] = rec.text_len;
+            c->offsets[i] = rec.offset;
+            c->lines[i] = rec.line;
+            c->last_offset = rec.offset;
+            c->n++;
+        }
+        if (!c->st && c->n) {
+            tok_job j = {f, c, PTHREAD_MUTEX_INITIALIZER};
+            qac_pool_for(f->pool, c->n, 64, tokenize_task, &j);
+            pthread_mutex_destroy(&j.mu);
+        }
+        fill = (fill + c->n) % f->shard_size;
+        ended = c->eof || c->st;
+        pthread_mutex_lock(&f->mu);
+        f->state[p] = SLOT_FILLED;
+        pthread_cond_broadcast(&f->cv);
+        pthread_mutex_unlock(&f->mu);
+        p = (p + 1) % QAC_CHUNK_SLOTS;
+    }
+    return NULL;
+}
+
+typedef struct enc_team {
+    qac_encoder **enc;
+    int n_enc;
+    int pool_from;                   /* tokens of the passage prompt the pooling skips (0: none) */
+    uint64_t done_before, est_total; /* for progress: rows before the chunk, the estimated total */
+    int done;                        /* the chunk's rows encoded */
+    builder *b;
+    const chunk *c;
+    int n, max_len, batch;
+    uint64_t base; /* the chunk's first row in the shard */
+    int next;      /* the next batch's first position in the chunk's order */
+    qac_status st;
+    char err[512];
+    pthread_mutex_t mu;
+    double *iv; /* busy intervals: start, end pairs */
+    int niv, iv_cap;
+} enc_team;
+
+typedef struct enc_worker {
+    enc_team *t;
+    int idx;
+} enc_worker;
+
+static void *encode_worker(void *arg) {
+    enc_worker *w = arg;
+    enc_team *t = w->t;
+    const int dim = t->b->dim, batch = t->batch;
+    float *out = malloc((size_t)batch * (size_t)dim * sizeof(float));
+    const int32_t **ptrs = malloc((size_t)batch * sizeof *ptrs);
+    int *lens = malloc((size_t)batch * sizeof(int)), *from = malloc((size_t)batch * sizeof(int));
+    if (!out || !ptrs || !lens || !from) {
+        pthread_mutex_lock(&t->mu);
+        if (!t->st) {
+            t->st = QAC_ERR_NOMEM;
+            snprintf(t->err, sizeof t->err, "out of memory for a batch of %d", batch);
+        }
+        pthread_mutex_unlock(&t->mu);
+    }
+    for (;;) {
+        pthread_mutex_lock(&t->mu);
+        int s = t->next, failed = t->st != QAC_OK;
+        t->next += batch;
+        pthread_mutex_unlock(&t->mu);
+        if (failed || s >= t->n) break;
+        int nb = t->n - s < batch ? t->n - s : batch;
+        for (int j = 0; j < nb; j++) {
+            int r = t->c->order[s + j];
+            ptrs[j] = t->c->tok + (size_t)r * (size_t)t->max_len;
+            lens[j] = t->c->lens[r];
+            from[j] = t->pool_from;
+        }
+        double t0 = qac_now();
+        qac_status st =
+            qac_encoder_encode_ids_from(t->enc[w->idx], ptrs, lens, t->pool_from ? from : NULL, nb, out);
+        double t1 = qac_now();
+        pthread_mutex_lock(&t->mu);
+        if (st) {
+            if (!t->st) {
+                t->st = st;
+                snprintf(t->err, sizeof t->err, "%s", qac_last_error());
+            }
+        } else if (t->niv + 2 <= t->iv_cap) {
+            t->iv[t->niv++] = t0;
+            t->iv[t->niv++] = t1;
+        }
+        pthread_mutex_unlock(&t->mu);
+        if (st) break;
+        for (int j = 0; j < nb; j++)
+            memcpy(t->b->vecs + (t->base + (uint64_t)t->c->order[s + j]) * (size_t)dim, out + (size_t)j * dim,
+                   (size_t)dim * sizeof(float));
+        pthread_mutex_lock(&t->mu);
+        t->done += nb;
+        int done = t->done;
+        pthread_mutex_unlock(&t->mu);
+        if (w->idx == 0) progress(t->b, "encode", t->done_before + (uint64_t)done, t->est_total); /* the caller's thread */
+    }
+    free(out);
+    free(ptrs);
+    free(lens);
+    free(from);
+    return NULL;
+}
+
+static int cmp_interval(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Seconds covered by the union of the intervals (pairs) in iv. */
+static double interval_union(double *iv, int niv) {
+    qsort(iv, (size_t)niv / 2, 2 * sizeof(double), cmp_interval);
+    double total = 0, s = 0, e = -1e300;
+    for (int i = 0; i < niv; i += 2) {
+        if (iv[i] > e) {
+            if (e > s) total += e - s;
+            s = iv[i];
+            e = iv[i + 1];
+        } else if (iv[i + 1] > e) {
+            e = iv[i + 1];
+        }
+    }
+    if (e > s) total += e - s;
+    return total;
+}
 
 static int by_len(const void *a, const void *b, void *keys) {
     const int *len = keys;
@@ -650,33 +965,45 @@ static int by_len(const void *a, const void *b, void *keys) {
     return x < y ? -1 : x > y;
 }
 
-static qac_status encode_chunk(builder *b, qac_encoder *enc, pending *pc, int n, int max_len, uint64_t done_before,
-                               uint64_t est_total) {
-    for (int i = 0; i < n; i++) pc->order[i] = i;
-    qsort_r(pc->order, (size_t)n, sizeof(int), by_len, pc->lens);
-    const int32_t *ptrs[4096];
-    int lens[4096], from[4096];
-    float *out = malloc((size_t)b->o->batch * (size_t)b->dim * sizeof(float));
-    if (!out) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
-    int batch = b->o->batch > 4096 ? 4096 : b->o->batch;
-    qac_status st = QAC_OK;
-    for (int s = 0; s < n && !st; s += batch) {
-        int nb = n - s < batch ? n - s : batch;
-        for (int j = 0; j < nb; j++) {
-            int r = pc->order[s + j];
-            ptrs[j] = pc->tok + (size_t)r * (size_t)max_len;
-            lens[j] = pc->lens[r];
-            from[j] = pc->pool_from;
-        }
-        if ((st = qac_encoder_encode_ids_from(enc, ptrs, lens, pc->pool_from ? from : NULL, nb, out))) break;
-        for (int j = 0; j < nb; j++)
-            memcpy(b->vecs + (b->fill - (uint64_t)n + (uint64_t)pc->order[s + j]) * (size_t)b->dim,
-                   out + (size_t)j * b->dim, (size_t)b->dim * sizeof(float));
-        progress(b, "encode", done_before + (uint64_t)(s + nb), est_total);
+/* Encode a chunk whose rows are the shard's last n; *busy_s grows by the
+ * time at least one encoder had a batch. */
+static qac_status encode_chunk(enc_team *t, builder *b, chunk *c, int max_len, double *busy_s) {
+    const int n = c->n;
+    for (int i = 0; i < n; i++) c->order[i] = i;
+    qsort_r(c->order, (size_t)n, sizeof(int), by_len, c->lens);
+    t->b = b;
+    t->c = c;
+    t->n = n;
+    t->max_len = max_len;
+    t->base = b->fill - (uint64_t)n;
+    t->next = 0;
+    t->done = 0;
+    t->st = QAC_OK;
+    t->err[0] = 0;
+    t->niv = 0;
+    int need = 2 * (n / t->batch + 1 + t->n_enc);
+    if (need > t->iv_cap) {
+        double *iv = realloc(t->iv, (size_t)need * sizeof(double));
+        if (!iv) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+        t->iv = iv;
+        t->iv_cap = need;
     }
-    free(out);
-    return st;
+    enc_worker w[64];
+    pthread_t th[64];
+    int started = 0;
+    for (int i = 1; i < t->n_enc; i++) {
+        w[i] = (enc_worker){t, i};
+        if (pthread_create(&th[i], NULL, encode_worker, &w[i]) != 0) break;
+        started = i;
+    }
+    w[0] = (enc_worker){t, 0};
+    encode_worker(&w[0]);
+    for (int i = 1; i <= started; i++) pthread_join(th[i], NULL);
+    *busy_s += interval_union(t->iv, t->niv);
+    if (t->st) return qac_set_error(t->st, "%s", t->err);
+    return QAC_OK;
 }
+
 
 /* The passage length of a build: the option, else the model's, within the
  * model's limits. */
@@ -779,12 +1106,43 @@ qac_status qac_index_build(const char *out_dir, qac_encoder *enc, const char *co
     }
     const char *pprompt = qac_model_passage_prompt(m);
     builder b;
-    pending pc = {0};
-    if ((st = qac_model_prompt_skip(m, pprompt, max_len, &pc.pool_from))) {
-        qac_reader_free(r);
-        json_decref(identity);
-        return st;
+    /* the encoders, the reader thread and its chunks, the shard writer */
+    const int n_enc = 1 + (o->more_encoders && o->n_more_encoders > 0 ? (o->n_more_encoders < 63 ? o->n_more_encoders : 63) : 0);
+    qac_encoder *encs[64];
+    double dev0[64];
+    encs[0] = enc;
+    for (int i = 1; i < n_enc; i++) encs[i] = o->more_encoders[i - 1];
+    for (int i = 0; i < n_enc; i++) dev0[i] = qac_encoder_device_seconds(encs[i]);
+    enc_team team;
+    memset(&team, 0, sizeof team);
+    team.enc = encs;
+    team.n_enc = n_enc;
+    team.batch = o->batch > 4096 ? 4096 : o->batch;
+    pthread_mutex_init(&team.mu, NULL);
+    feeder fd;
+    memset(&fd, 0, sizeof fd);
+    pthread_mutex_init(&fd.mu, NULL);
+    pthread_cond_init(&fd.cv, NULL);
+    pthread_t feeder_thread;
+    int feeding = 0;
+    shard_writer wr;
+    memset(&wr, 0, sizeof wr);
+    if (o->stats) {
+        memset(o->stats, 0, sizeof *o->stats);
+        o->stats->encoders = n_enc;
     }
+    memset(&b, 0, sizeof b);
+    b.lock_fd = -1;
+    if ((st = qac_model_prompt_skip(m, pprompt, max_len, &team.pool_from))) {
+        json_decref(identity);
+        goto done;
+    }
+    for (int i = 1; i < n_enc; i++)
+        if (qac_encoder_model(encs[i]) != m || qac_encoder_dim(encs[i]) != dim) {
+            json_decref(identity);
+            st = qac_set_error(QAC_ERR_INVALID, "index build: the further encoders must share the first one's model");
+            goto done;
+        }
     if ((st = builder_begin(&b, out_dir, o, identity, dim))) goto done;
     json_object_set_new(b.man, "device", json_string(qac_encoder_device(enc) == QAC_DEVICE_CUDA ? "cuda" : "cpu"));
     set_model_dir(&b, m);
@@ -794,67 +1152,116 @@ qac_status qac_index_build(const char *out_dir, qac_encoder *enc, const char *co
     }
     if ((st = resume_reader(&b, r, corpus_abs))) goto done;
     if ((st = alloc_shard_buffers(&b))) goto done;
+    wr.view = b;
+    wr.view.vecs = NULL, wr.view.ids = NULL, wr.view.offsets = NULL, wr.view.lines = NULL, wr.view.fill = 0;
+    wr.view.cut = 0;
+    if ((st = alloc_shard_buffers(&wr.view))) goto done;
     int chunk_cap = QAC_ENCODE_CHUNK < o->shard_size ? QAC_ENCODE_CHUNK : o->shard_size;
-    pc.tok = malloc((size_t)chunk_cap * (size_t)max_len * sizeof(int32_t));
-    pc.lens = malloc((size_t)chunk_cap * sizeof(int));
-    pc.order = malloc((size_t)chunk_cap * sizeof(int));
-    if (!pc.tok || !pc.lens || !pc.order) {
-        st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < QAC_CHUNK_SLOTS; i++)
+        if ((st = chunk_alloc(&fd.slots[i], chunk_cap, max_len))) goto done;
+    int tok_threads = o->tokenize_threads;
+    if (tok_threads <= 0) {
+        tok_threads = 1;
+        for (int i = 0; i < n_enc; i++)
+            if (qac_encoder_device(encs[i]) == QAC_DEVICE_CUDA) tok_threads = 0;
+        if (!tok_threads) {
+            long cores = sysconf(_SC_NPROCESSORS_ONLN);
+            tok_threads = cores < 1 ? 1 : cores > 8 ? 8 : (int)cores;
+        }
+    }
+    if (tok_threads > 1 && (st = qac_pool_create(&fd.pool, tok_threads))) goto done;
+    fd.r = r;
+    fd.m = m;
+    fd.prompt = pprompt;
+    fd.max_len = max_len;
+    fd.cap = chunk_cap;
+    fd.shard_size = o->shard_size;
+    if (pthread_create(&feeder_thread, NULL, feeder_main, &fd) != 0) {
+        st = qac_set_error(QAC_ERR_INTERNAL, "index build: cannot start the reader thread");
         goto done;
     }
-    uint64_t done_rows = man_count(&b);
+    feeding = 1;
+    uint64_t done_rows = man_count(&b), first_row = done_rows;
     progress(&b, "encode", done_rows, total); /* the phase's clock starts here */
-    int eof = 0;
-    while (!eof) {
-        /* fill one chunk, never crossing a shard boundary, so a resumed run
-         * batches exactly like an uninterrupted one */
-        int n = 0;
-        uint64_t room = (uint64_t)o->shard_size - b.fill;
-        int want = room < (uint64_t)chunk_cap ? (int)room : chunk_cap;
-        uint64_t last_offset = 0;
-        while (n < want) {
-            qac_record rec;
-            int got = 0;
-            if ((st = qac_reader_next(r, &rec, &got))) goto done;
-            if (!got) {
-                eof = 1;
-                break;
-            }
-            int len = 0, cut = 0;
-            if ((st = qac_tokenizer_encode_prompted_cut(m->tok, pprompt, rec.text, rec.text_len, max_len,
-                                                        pc.tok + (size_t)n * max_len, &len, &cut)))
-                goto done;
-            pc.lens[n] = len;
-            b.cut += (uint64_t)cut;
-            b.ids[b.fill] = strdup(rec.id);
-            if (!b.ids[b.fill]) {
-                st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
-                goto done;
-            }
-            b.offsets[b.fill] = rec.offset;
-            b.lines[b.fill] = rec.line;
-            last_offset = rec.offset;
-            b.fill++;
-            n++;
+    const double t_start = qac_now();
+    double busy_s = 0, wait_s = 0, flush_s = 0, t0_wait;
+    for (int c_next = 0, eof = 0; !eof; c_next = (c_next + 1) % QAC_CHUNK_SLOTS) {
+        double t0 = qac_now();
+        pthread_mutex_lock(&fd.mu);
+        while (fd.state[c_next] != SLOT_FILLED) pthread_cond_wait(&fd.cv, &fd.mu);
+        pthread_mutex_unlock(&fd.mu);
+        wait_s += qac_now() - t0;
+        chunk *c = &fd.slots[c_next];
+        if (c->st) {
+            st = qac_set_error(c->st, "%s", c->err);
+            goto done;
         }
+        eof = c->eof;
+        const int n = c->n;
+        for (int i = 0; i < n; i++) {
+            b.ids[b.fill] = c->ids[i];
+            c->ids[i] = NULL;
+            b.offsets[b.fill] = c->offsets[i];
+            b.lines[b.fill] = c->lines[i];
+            b.fill++;
+        }
+        b.cut += c->cut;
         if (n) {
-            uint64_t est = total ? total
-                           : last_offset ? (uint64_t)((double)(done_rows + n) * (double)corpus_size / (double)last_offset)
-                                         : 0;
-            if ((st = encode_chunk(&b, enc, &pc, n, max_len, done_rows, est))) goto done;
+            team.done_before = done_rows;
+            team.est_total = total ? total
+                             : c->last_offset ? (uint64_t)((double)(done_rows + n) * (double)corpus_size /
+                                                           (double)c->last_offset)
+                                              : 0;
+            if ((st = encode_chunk(&team, &b, c, max_len, &busy_s))) goto done;
             done_rows += (uint64_t)n;
         }
-        if (b.fill == (uint64_t)o->shard_size || (eof && b.fill))
-            if ((st = flush_shard(&b))) goto done;
+        pthread_mutex_lock(&fd.mu);
+        fd.state[c_next] = SLOT_FREE;
+        pthread_cond_broadcast(&fd.cv);
+        pthread_mutex_unlock(&fd.mu);
+        if (b.fill == (uint64_t)o->shard_size || (eof && b.fill)) {
+            t0 = qac_now();
+            if ((st = writer_start(&wr, &b))) goto done;
+            flush_s += qac_now() - t0;
+        }
+    }
+    t0_wait = qac_now();
+    if ((st = writer_wait(&wr))) goto done;
+    flush_s += qac_now() - t0_wait;
+    if (o->stats) {
+        qac_index_build_stats *bs = o->stats;
+        bs->passages = done_rows - first_row;
+        bs->encode_s = qac_now() - t_start;
+        bs->busy_s = busy_s;
+        bs->wait_s = wait_s;
+        bs->flush_s = flush_s;
+        bs->device_s = 0;
+        for (int i = 0; i < n_enc; i++) {
+            double d = qac_encoder_device_seconds(team.enc[i]);
+            if (d < 0 || dev0[i] < 0) bs->device_s = -1;
+            else if (bs->device_s >= 0) bs->device_s += d - dev0[i];
+        }
     }
     progress(&b, "encode", done_rows, done_rows);
     json_object_set_new(b.man, "encoded", json_true());
     if ((st = write_manifest(&b))) goto done;
     st = finish(&b);
 done:
-    free(pc.tok);
-    free(pc.lens);
-    free(pc.order);
+    if (feeding) {
+        pthread_mutex_lock(&fd.mu);
+        fd.stop = 1;
+        pthread_cond_broadcast(&fd.cv);
+        pthread_mutex_unlock(&fd.mu);
+        pthread_join(feeder_thread, NULL);
+    }
+    writer_free(&wr); /* before the builder: it writes the manifest */
+    if (o->stats) o->stats->tokenize_threads = fd.pool ? qac_pool_size(fd.pool) : 1;
+    for (int i = 0; i < QAC_CHUNK_SLOTS; i++) chunk_free(&fd.slots[i]);
+    qac_pool_free(fd.pool);
+    pthread_mutex_destroy(&fd.mu);
+    pthread_cond_destroy(&fd.cv);
+    pthread_mutex_destroy(&team.mu);
+    free(team.iv);
     builder_end(&b);
     qac_reader_free(r);
     return st;

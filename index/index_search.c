@@ -22,7 +22,7 @@
 #include "qac_gpu_flat.h"
 #include "qac_index.h"
 
-#define QAC_GPU_MAX_K 1024
+#define QAC_GPU_MAX_K QAC_GPU_FLAT_KMAX
 #define QAC_GPU_MAX_NQ 1024
 
 struct qac_index {
@@ -103,6 +103,31 @@ static qac_status map_docids(qac_index *ix, const char *path) {
     return QAC_OK;
 }
 
+static int by_docid(const void *a, const void *b, void *ctx) {
+    const qac_index *ix = ctx;
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    int c = strcmp(ix->blob + ix->str_off[x], ix->blob + ix->str_off[y]);
+    return c ? c : (x > y) - (x < y);
+}
+
+/* The GPU breaks equal scores by a rank per row: its place in docid order,
+ * so that ties come out by docid descending, as the CPU scan and trec_eval
+ * order them, the k-th place included. */
+static qac_status gpu_tie_order(qac_index *ix) {
+    uint32_t *order = malloc(sizeof(uint32_t) * (size_t)ix->count), *rank = malloc(sizeof(uint32_t) * (size_t)ix->count);
+    qac_status st = QAC_OK;
+    if (!order || !rank) st = qac_set_error(QAC_ERR_NOMEM, "out of memory for the tie order of %lld rows", (long long)ix->count);
+    if (!st) {
+        for (int64_t i = 0; i < ix->count; i++) order[i] = (uint32_t)i;
+        qsort_r(order, (size_t)ix->count, sizeof(uint32_t), by_docid, ix);
+        for (int64_t i = 0; i < ix->count; i++) rank[order[i]] = (uint32_t)i;
+        st = qac_gpu_flat_set_tie_order(ix->gpu, rank);
+    }
+    free(order);
+    free(rank);
+    return st;
+}
+
 static qac_status load_gpu(qac_index *ix, json_t *man) {
     qac_status st = qac_gpu_flat_create(&ix->gpu, ix->dim, ix->count);
     if (st) return st;
@@ -121,7 +146,7 @@ static qac_status load_gpu(qac_index *ix, json_t *man) {
     if (qac_gpu_flat_count(ix->gpu) != ix->count)
         return qac_set_error(QAC_ERR_FORMAT, "%s: shards hold %lld rows, manifest says %lld", ix->dir,
                              (long long)qac_gpu_flat_count(ix->gpu), (long long)ix->count);
-    return QAC_OK;
+    return gpu_tie_order(ix);
 }
 
 static qac_status load_cpu_flat(qac_index *ix, json_t *man) {

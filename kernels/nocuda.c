@@ -30,6 +30,17 @@ qac_status qac_gpu_flat_search(qac_gpu_flat *g, const float *q, int nq, int k, f
 }
 int64_t qac_gpu_flat_count(const qac_gpu_flat *g) { return 0; }
 void qac_gpu_flat_free(qac_gpu_flat *g) {}
+qac_status qac_gpu_flat_set_tie_order(qac_gpu_flat *g, const uint32_t *rank) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_gpu_flat_set_tuning(qac_gpu_flat *g, const qac_gpu_flat_tuning *t) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+void qac_gpu_flat_get_tuning(const qac_gpu_flat *g, qac_gpu_flat_tuning *t) { qac_gpu_flat_tuning_default(t); }
+void qac_gpu_flat_last_stats(const qac_gpu_flat *g, qac_gpu_flat_stats *s) { memset(s, 0, sizeof *s); }
+qac_status qac_gpu_flat_read_floor(qac_gpu_flat *g, int reps, double *seconds, double *bytes) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
 
 qac_status qac_cuda_embeddings_layernorm(float *out, float *out_act, const int32_t *ids,
                                          const float *word_emb, const float *pos_emb,

@@ -102,6 +102,10 @@ qac_device qac_encoder_device(const qac_encoder *e) { return e->device; }
 qac_precision qac_encoder_cpu_precision(const qac_encoder *e) { return e->cpu_precision; }
 const qac_model *qac_encoder_model(const qac_encoder *e) { return e->m; }
 
+double qac_encoder_device_seconds(const qac_encoder *e) {
+    return e->be.device_seconds ? e->be.device_seconds(e->be.impl) : -1.0;
+}
+
 void qac_encoder_set_raw(qac_encoder *e, int raw) {
     if (e->be.set_raw) e->be.set_raw(e->be.impl, raw);
 }

@@ -20,6 +20,9 @@ typedef struct qac_encoder_backend {
     /* raw = 1: forward skips the model's L2 normalisation until set back to 0. */
     void (*set_raw)(void *impl, int raw);
     int max_batch; /* largest B the backend wants per call */
+    /* Optional (NULL: not measured): seconds the device spent on forward
+     * calls so far, timed on the device (CUDA: events on the stream). */
+    double (*device_seconds)(void *impl);
 } qac_encoder_backend;
 
 qac_status qac_cpu_backend_create(qac_encoder_backend *be, const qac_model *m, const qac_encoder_opts *o);

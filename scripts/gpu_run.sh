@@ -11,7 +11,8 @@
 # training comparisons of scripts/gpu_train_verify.sh (pre-training and
 # Cranfield fine-tuning, CPU against GPU).
 # Phase 2 (GPU alone, one step at a time): every GPU benchmark against
-# PyTorch on the same GPU, and the tunable variants of the kernels.
+# PyTorch on the same GPU (the server against the CPU server), and the
+# tunable variants of the kernels.
 #
 # RESULTS_DIR (default: the working directory) receives gpu-results.md, under
 # 2 MB: a summary table first (one row a step: PASS, FAIL, SKIP or TIMEOUT,
@@ -137,9 +138,11 @@ san="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitize
 if [ $gpu = 1 ] && [ -x "$san" ]; then
   t="build/tests/gpu"
   export QAC_TEST_SMALL=1
-  for x in test_gpu_kernels test_gpu_flat test_gpu_encoder test_gpu_train_kernels; do
+  for x in test_gpu_kernels test_gpu_flat test_gpu_topk test_gpu_encoder test_gpu_train_kernels; do
     [ -x "$S/$t/$x" ] && bstep "memcheck-$x" 300 "$san" --tool memcheck --leak-check full --error-exitcode 3 "$t/$x"
   done
+  # the flat search's selection kernels share histograms and lists in shared memory
+  [ -x "$S/$t/test_gpu_topk" ] && bstep racecheck-topk 300 "$san" --tool racecheck --error-exitcode 3 "$t/test_gpu_topk" quick
   bstep memcheck-train-step 300 "$san" --tool memcheck --error-exitcode 3 "$t/test_gpu_train_step" parity
   bstep memcheck-pretrain-step 300 "$san" --tool memcheck --error-exitcode 3 "$t/test_gpu_pretrain_step" parity
   bstep racecheck-kernels 300 "$san" --tool racecheck --error-exitcode 3 "$t/test_gpu_kernels"
@@ -161,8 +164,11 @@ wait
 
 # ---- phase 2: benchmarks, one at a time (GPU alone), the most wanted first ----
 deadline=$((start + budget))
-step bench-encode-bf16 120 bench/encode_gpu/run.sh build bf16
+# bf16: BERT-base and MiniLM, 128 tokens and realistic lengths (fp16 below: BERT-base at 128)
+step bench-encode-bf16 150 bench/encode_gpu/run.sh build bf16
 step bench-search 150 bench/search_gpu/run.sh build
+# qac serve on CUDA against the CPU server: req/s and p99 at concurrency 1, 32, 256
+step bench-serve 120 bench/serve_gpu/run.sh build
 step bench-train 150 bench/train_gpu/run.sh build
 # the attention kernels alone: every tile variant against PyTorch's SDPA
 # backends; the floor from the card's nominal read bandwidth (H100 3350,

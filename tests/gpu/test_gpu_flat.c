@@ -192,7 +192,7 @@ int main(void) {
             int64_t r[2];
             CHECK_ERR(qac_gpu_flat_add(g, v, 5), QAC_ERR_INVALID, "capacity");
             CHECK_ERR(qac_gpu_flat_search(g, v, 1, 0, s, r), QAC_ERR_INVALID, "k");
-            CHECK_ERR(qac_gpu_flat_search(g, v, 1, 1025, s, r), QAC_ERR_INVALID, "k");
+            CHECK_ERR(qac_gpu_flat_search(g, v, 1, 2049, s, r), QAC_ERR_INVALID, "k");
         }
         qac_gpu_flat_free(g);
     }

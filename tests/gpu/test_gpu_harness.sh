@@ -22,6 +22,7 @@ archive="$(tail -1 "$tmp/bundle.log")"
 tar -tJf "$archive" >"$tmp/list"
 for f in qac-gpu/MANIFEST qac-gpu/tests.txt qac-gpu/src/build/qac qac-gpu/src/scripts/gpu_run.sh \
   qac-gpu/src/bench/train_gpu/reference.py qac-gpu/data/cranfield/cran.all.1400 \
+  qac-gpu/src/build/bench/serve_gpu/loadgen qac-gpu/src/bench/encode_gpu/lengths.txt \
   qac-gpu/home/models/all-MiniLM-L6-v2/config.json qac-gpu/home/models/all-MiniLM-L6-v2/model.safetensors.xz \
   qac-gpu/lib/libjansson.so.4; do
   grep -qx "$f" "$tmp/list" || fail "the archive lacks $f"
@@ -49,7 +50,8 @@ echo "$rows"
 if [ $gpu = 0 ]; then
   [ $rc = 0 ] || fail "gpu_run.sh exited $rc without a GPU"
   echo "$rows" | grep -v '| SKIP |' && fail "a step did not report SKIP without a GPU"
-  for s in $(cut -f1 "$tmp/qac-gpu/tests.txt") bench-encode-bf16 bench-search bench-train train-verify-cranfield; do
+  for s in $(cut -f1 "$tmp/qac-gpu/tests.txt") bench-encode-bf16 bench-search bench-serve bench-train variants-search_gpu \
+    train-verify-cranfield; do
     echo "$rows" | grep -q "^| $s |" || fail "step $s missing from the summary"
   done
 else
