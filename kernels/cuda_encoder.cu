@@ -36,6 +36,8 @@ struct cuda_encoder {
     qac_fa_tiles tiles; // its tile sizes
 
     cudaStream_t stream;
+    cudaEvent_t ev_start, ev_end; // around each forward's work on stream
+    double device_s;              // their sum: the GPU's busy time for this encoder
     cublasHandle_t blas;
     void *blas_ws;
 
@@ -111,6 +113,8 @@ void encoder_destroy(void *impl) {
     cudaFree(e->blas_ws);
     cudaFree(e->d_params);
     cudaFree(e->d_params_act);
+    if (e->ev_start) cudaEventDestroy(e->ev_start);
+    if (e->ev_end) cudaEventDestroy(e->ev_end);
     if (e->stream) cudaStreamDestroy(e->stream);
     cudaGetLastError();
     free(e);
@@ -219,6 +223,7 @@ qac_status encoder_forward(void *impl, const int32_t *ids, const int *lens, cons
     if (st != QAC_OK) return st;
 
     memcpy(e->h_lens, lens, (size_t)B * sizeof(int));
+    QAC_CU(cudaEventRecord(e->ev_start, e->stream));
     QAC_CU(cudaMemcpyAsync(e->d_lens, e->h_lens, (size_t)B * sizeof(int), cudaMemcpyHostToDevice, e->stream));
     if (pool_from) {
         memcpy(e->h_from, pool_from, (size_t)B * sizeof(int));
@@ -249,10 +254,16 @@ qac_status encoder_forward(void *impl, const int32_t *ids, const int *lens, cons
     if (st != QAC_OK) return qac_wrap_error(st, "CUDA encoder");
     const size_t out_bytes = (size_t)B * c->hidden_size * sizeof(float);
     QAC_CU(cudaMemcpyAsync(e->h_out, e->d_out, out_bytes, cudaMemcpyDeviceToHost, e->stream));
+    QAC_CU(cudaEventRecord(e->ev_end, e->stream));
     QAC_CU(cudaStreamSynchronize(e->stream));
+    float ms = 0.f;
+    if (cudaEventElapsedTime(&ms, e->ev_start, e->ev_end) == cudaSuccess) e->device_s += ms * 1e-3;
     memcpy(out, e->h_out, out_bytes);
     return QAC_OK;
 }
+
+// The GPU time of the forwards so far, from copies in to copies out.
+double encoder_device_seconds(void *impl) { return ((cuda_encoder *)impl)->device_s; }
 
 qac_status upload_weights(cuda_encoder *e, const qac_model *m) {
     const size_t n = m->n_params;
@@ -275,6 +286,8 @@ qac_status encoder_init(cuda_encoder *e, const qac_model *m) {
         return qac_set_error(QAC_ERR_UNSUPPORTED, "GPU %s has compute capability %d.%d; qac needs 8.0 or newer",
                              prop.name, prop.major, prop.minor);
     QAC_CU(cudaStreamCreateWithFlags(&e->stream, cudaStreamNonBlocking));
+    QAC_CU(cudaEventCreate(&e->ev_start));
+    QAC_CU(cudaEventCreate(&e->ev_end));
     QAC_CUBLAS(cublasCreate(&e->blas));
     QAC_CUBLAS(cublasSetStream(e->blas, e->stream));
     QAC_CU(cudaMalloc(&e->blas_ws, CUBLAS_WORKSPACE));
@@ -319,6 +332,7 @@ extern "C" qac_status qac_cuda_backend_create(qac_encoder_backend *be, const qac
     be->forward = encoder_forward;
     be->free = encoder_destroy;
     be->set_raw = encoder_set_raw;
+    be->device_seconds = encoder_device_seconds;
     be->max_batch = o && o->max_batch > 0 ? o->max_batch : DEFAULT_MAX_BATCH;
     return QAC_OK;
 }
