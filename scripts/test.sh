@@ -24,7 +24,7 @@ else
   build=build; extra=()
 fi
 # the Python package is part of what the suite tests: its module is required here
-cmake -S . -B "$build" -G Ninja -DQAC_PYTHON="$PWD/.venv/bin/python3" -DQAC_PYTHON_MODULE=ON \
+cmake -S . -B "$build" -G Ninja -DQAC_PYTHON="$PWD/.venv/bin/python3" -DQAC_PYTHON_MODULE=ON -DQAC_POSTGRESQL=ON \
   -DQAC_SHARED_DATA="$data" "${extra[@]}" >/dev/null
 cmake --build "$build" -j "$jobs"
 # the Python package into the environment, from this build (python/setup.py);

@@ -21,17 +21,6 @@
 #define PGVECTOR_MAX_INDEX_DIM 2000 /* vector columns: HNSW and IVFFlat index up to 2,000 dimensions */
 #define COMMENT_FORMAT "qac-pgvector"
 
-qac_pg_export_opts qac_pg_default_export_opts(void) {
-    qac_pg_export_opts o;
-    memset(&o, 0, sizeof o);
-    o.table = DEFAULT_TABLE;
-    o.mode = QAC_PG_CREATE;
-    o.metric = QAC_PG_IP;
-    o.ann = QAC_PG_HNSW;
-    o.parallel_workers = -1;
-    return o;
-}
-
 /* ---- names ---- */
 
 /* The table's parts, plain identifiers (checked), and the name it is loaded
