@@ -36,6 +36,18 @@ static const qac_opt build_opts[] = {
 };
 #define N_BUILD_OPTS (int)(sizeof build_opts / sizeof build_opts[0])
 
+/* The summary line of a finished index, from its manifest. */
+static void summary(const char *cmd, const char *out, double t0) {
+    int64_t count = 0, cut = 0;
+    int dim = 0, max_len = 0;
+    char factory[256], cut_s[96] = "";
+    if (qac_index_describe(out, &count, &dim, factory, sizeof factory, &cut, &max_len) == QAC_OK) {
+        if (max_len) snprintf(cut_s, sizeof cut_s, "; %lld cut at %d tokens", (long long)cut, max_len);
+        qac_summary(cmd, "%lld passages, dim %d, %s, in %.1f s%s -> %s", (long long)count, dim, factory,
+                    qac_now() - t0, cut_s, out);
+    }
+}
+
 static int cmd_build(int argc, char **argv) {
     qac_opts o;
     int rc = qac_cli_parse(&o, "index build",
@@ -122,14 +134,7 @@ static int cmd_build(int argc, char **argv) {
         qac_opts_free(&o);
         return qac_cli_fail("index build");
     }
-    int64_t count = 0, cut = 0;
-    int dim = 0, max_len = 0;
-    char factory[256], cut_s[96] = "";
-    if (qac_index_describe(out, &count, &dim, factory, sizeof factory, &cut, &max_len) == QAC_OK) {
-        if (max_len) snprintf(cut_s, sizeof cut_s, "; %lld cut at %d tokens", (long long)cut, max_len);
-        qac_summary("index build", "%lld passages, dim %d, %s, in %.1f s%s -> %s", (long long)count, dim, factory,
-                    qac_now() - t0, cut_s, out);
-    }
+    summary("index build", out, t0);
     qac_opts_free(&o);
     return 0;
 }
@@ -165,7 +170,7 @@ static int cmd_merge(int argc, char **argv) {
         qac_opts_free(&o);
         return qac_cli_fail("index merge");
     }
-    if (!ps.quiet) fprintf(stderr, "qac index merge: %s ready (%.1f s)\n", out, qac_now() - t0);
+    summary("index merge", out, t0);
     qac_opts_free(&o);
     return 0;
 }
