@@ -378,8 +378,8 @@ class Index:
         else:
             if ids is not None or corpus is not None:
                 raise ValueError("ids= and corpus= go with vectors (a corpus carries its own ids)")
-            if encoder is None:
-                encoder = Encoder(model, batch_size=int(batch or 0))
+            if encoder is None:  # encoding batch as qac index build's
+                encoder = Encoder(model, batch_size=int(batch or _qac.index_defaults()["batch"]))
             _qac.index_build(out, encoder._enc, _path(source), opts, progress)
         return cls.open(out, encoder=encoder, model=model)
 

@@ -500,6 +500,14 @@ static int build_opts_get(qac_index_build_opts *o, PyObject *d) {
     return 0;
 }
 
+/* index_defaults() -> qac_index_default_build_opts() as the options dict */
+static PyObject *py_index_defaults(PyObject *mod, PyObject *unused) {
+    qac_index_build_opts o = qac_index_default_build_opts();
+    return Py_BuildValue("{s:s, s:i, s:i, s:i, s:s, s:L, s:s}", "factory", o.factory ? o.factory : "Flat", "batch",
+                         o.batch, "max_len", o.max_len, "shard_size", o.shard_size, "dtype", o.fp16 ? "fp16" : "fp32",
+                         "train_size", (long long)o.train_size, "format", format_name(o.format));
+}
+
 /* index_build(out, encoder, corpus, options, progress) */
 static PyObject *py_index_build(PyObject *mod, PyObject *args) {
     const char *out, *corpus;
@@ -1470,6 +1478,7 @@ static PyMethodDef module_methods[] = {
     {"index_build_vectors", py_index_build_vectors, METH_VARARGS,
      "index_build_vectors(out, npy_path, model, options, progress)"},
     {"index_merge", py_index_merge, METH_VARARGS, "index_merge(out, parts_dir, options, progress)"},
+    {"index_defaults", py_index_defaults, METH_NOARGS, "the index build options' defaults, as a dict"},
     {"bm25_build", py_bm25_build, METH_VARARGS, "bm25_build(out, corpus, progress)"},
     {"read_qrels", py_read_qrels, METH_VARARGS, "read_qrels(path) -> {qid: {docid: rel}}"},
     {"read_run", py_read_run, METH_VARARGS, "read_run(path) -> {qid: {docid: score}}"},

@@ -47,7 +47,7 @@ def files_equal(a, b, name):
 @pytest.fixture(scope="session")
 def texts(cranfield):
     recs = list(qac.read_corpus(os.path.join(cranfield, "cran.all.1400")))
-    return [r.text for r in recs[:60]] + ["", "a", "wing " * 400, "naïve café – “quotes” 東京 \u00e9"]
+    return [r.text for r in recs[:30]] + ["", "a", "wing " * 400, "naïve café – “quotes” 東京 \u00e9"]
 
 
 @pytest.fixture(scope="session")
@@ -79,24 +79,27 @@ def test_encode_equals_cli_and_sentence_transformers(qac_bin, tmp, model, corpus
     st64 = SentenceTransformer(model, device="cpu").to(torch.float64)
     assert st.max_seq_length == enc.max_len
     assert enc.prompts["include_prompt"] == st[1].include_prompt
-    sample = texts[:24] + texts[-4:]
+    sample = texts[:12] + texts[-4:]
     tag = os.path.basename(model)
 
     def against_st(ours, label, **how):
         ref32 = st.encode(sample, batch_size=16, **how).astype(np.float64)
         ref64 = st64.encode(sample, batch_size=16, **how).astype(np.float64)
         torch_err = np.abs(ref32 - ref64).max()
-        ours_err = np.abs(np.concatenate([ours[:24], ours[-4:]]).astype(np.float64) - ref64).max()
-        # sensitive: with another prompt a text's vector is far outside the bound
-        gap = np.abs(st64.encode(sample, batch_size=16, prompt="blah blah: ") - ref64).max()
-        print(f"{tag} {label}: max |qac - st64| {ours_err:.3e}, |st32 - st64| {torch_err:.3e}, other prompt {gap:.3e}")
-        assert ours_err <= EMB_TOL and gap > 1000 * EMB_TOL, (label, ours_err, torch_err, gap)
+        ours_err = np.abs(np.concatenate([ours[:12], ours[-4:]]).astype(np.float64) - ref64).max()
+        print(f"{tag} {label}: max |qac - st64| {ours_err:.3e}, |st32 - st64| {torch_err:.3e}")
+        assert ours_err <= EMB_TOL, (label, ours_err, torch_err)
+        return ref32
+
 
     for kind in ("query", "passage"):
         ref = cli_encode(qac_bin, model, corpus_tsv, os.path.join(tmp, f"{tag}-{kind}.npy"), "--kind", kind)
         ours = enc.encode(texts, kind=kind)
         assert np.array_equal(ours.view(np.uint32), ref.view(np.uint32)), f"{kind}: differs from qac encode"
-        against_st(ours, f"encode(kind={kind!r})", prompt_name=kind)
+        ref = against_st(ours, f"encode(kind={kind!r})", prompt_name=kind)
+        # sensitive: without the prompt a text's vector is far outside the bound
+        gap = np.abs(st.encode(sample, batch_size=16, prompt="") - ref).max()
+        assert gap > 1000 * EMB_TOL, (kind, gap)
         # tokenize(kind=...): the sequence sentence-transformers' model reads
         for t in sample:
             want = st.preprocess([t], prompt=PROMPTS[kind])["input_ids"][0].tolist()
@@ -126,7 +129,7 @@ def test_index_build_merge_search_equal_cli(qac_bin, tmp, model, corpus_tsv, tex
     recs = list(qac.read_corpus(corpus_tsv))
     parts = os.path.join(tmp, f"{tag}-parts")
     w = qac.IndexParts(parts, corpus_tsv, encoder=enc, max_len=MAXLEN)
-    for sel in (range(0, 40), range(len(recs) - 1, 39, -1)):
+    for sel in (range(0, 20), range(len(recs) - 1, 19, -1)):
         sel = list(sel)
         w.encode(sel, [recs[i].id for i in sel], [recs[i].text for i in sel], [recs[i].offset for i in sel],
                  [recs[i].line for i in sel])
