@@ -183,6 +183,10 @@ const char *qac_model_default_prompt(const qac_model *m);
 const char *qac_model_passage_prompt_name(const qac_model *m);
 /* Add or replace prompt `name` (copied). */
 qac_status qac_model_set_prompt(qac_model *m, const char *name, const char *text);
+/* Replace the query prompt (query not NULL) and the passage prompt (passage
+ * not NULL, under the name qac_model_passage_prompt_name gives); "" means
+ * none. What every command's --query-prompt / --passage-prompt do. */
+qac_status qac_model_override_prompts(qac_model *m, const char *query, const char *passage);
 /* Tokens the pooling skips at the start of prompt + text encoded with
  * max_len: 0 when the model pools prompt tokens (include_prompt true) or
  * prompt is NULL or "", else the prompt's own token count as described

@@ -40,6 +40,19 @@ static const qac_opt build_opts[] = {
 };
 #define N_BUILD_OPTS (int)(sizeof build_opts / sizeof build_opts[0])
 
+/* The summary line of a finished index, from its manifest. */
+/* The one summary line of a build or a merge; extra is appended (may be ""). */
+static void summary(const char *cmd, const char *out, double t0, const char *extra) {
+    int64_t count = 0, cut = 0;
+    int dim = 0, max_len = 0;
+    char factory[256], cut_s[96] = "";
+    if (qac_index_describe(out, &count, &dim, factory, sizeof factory, &cut, &max_len) == QAC_OK) {
+        if (max_len) snprintf(cut_s, sizeof cut_s, "; %lld cut at %d tokens", (long long)cut, max_len);
+        qac_summary(cmd, "%lld passages, dim %d, %s, in %.1f s%s%s -> %s", (long long)count, dim, factory,
+                    qac_now() - t0, cut_s, extra, out);
+    }
+}
+
 static int cmd_build(int argc, char **argv) {
     qac_opts o;
     int rc = qac_cli_parse(&o, "index build",
@@ -141,27 +154,20 @@ static int cmd_build(int argc, char **argv) {
         qac_opts_free(&o);
         return qac_cli_fail("index build");
     }
-    int64_t count = 0, cut = 0;
-    int dim = 0, max_len = 0;
-    char factory[256], cut_s[96] = "";
-    if (qac_index_describe(out, &count, &dim, factory, sizeof factory, &cut, &max_len) == QAC_OK) {
-        if (max_len) snprintf(cut_s, sizeof cut_s, "; %lld cut at %d tokens", (long long)cut, max_len);
-        /* the encoding: its rate, how busy the encoders were, where the rest went */
-        char enc_s[320] = "";
-        if (bs.passages && bs.encode_s > 0) {
-            int n = snprintf(enc_s, sizeof enc_s, "; %llu encoded at %.0f passages/s on %d %s encoder%s, busy %.0f%%",
-                             (unsigned long long)bs.passages, bs.passages / bs.encode_s, bs.encoders,
-                             on_cuda ? "CUDA" : "CPU", bs.encoders > 1 ? "s" : "", 100.0 * bs.busy_s / bs.encode_s);
-            if (n > 0 && n < (int)sizeof enc_s && bs.device_s >= 0)
-                n += snprintf(enc_s + n, sizeof enc_s - (size_t)n, " (device %.0f%% a stream)",
-                              100.0 * bs.device_s / bs.encoders / bs.encode_s);
-            if (n > 0 && n < (int)sizeof enc_s)
-                snprintf(enc_s + n, sizeof enc_s - (size_t)n, ", %.1f s waiting for tokens, %.1f s for shard writes",
-                         bs.wait_s, bs.flush_s);
-        }
-        qac_summary("index build", "%lld passages, dim %d, %s, in %.1f s%s%s -> %s", (long long)count, dim, factory,
-                    qac_now() - t0, cut_s, enc_s, out);
+    /* the encoding: its rate, how busy the encoders were, where the rest went */
+    char enc_s[320] = "";
+    if (bs.passages && bs.encode_s > 0) {
+        int n = snprintf(enc_s, sizeof enc_s, "; %llu encoded at %.0f passages/s on %d %s encoder%s, busy %.0f%%",
+                         (unsigned long long)bs.passages, bs.passages / bs.encode_s, bs.encoders,
+                         on_cuda ? "CUDA" : "CPU", bs.encoders > 1 ? "s" : "", 100.0 * bs.busy_s / bs.encode_s);
+        if (n > 0 && n < (int)sizeof enc_s && bs.device_s >= 0)
+            n += snprintf(enc_s + n, sizeof enc_s - (size_t)n, " (device %.0f%% a stream)",
+                          100.0 * bs.device_s / bs.encoders / bs.encode_s);
+        if (n > 0 && n < (int)sizeof enc_s)
+            snprintf(enc_s + n, sizeof enc_s - (size_t)n, ", %.1f s waiting for tokens, %.1f s for shard writes",
+                     bs.wait_s, bs.flush_s);
     }
+    summary("index build", out, t0, enc_s);
     qac_opts_free(&o);
     return 0;
 }
@@ -197,7 +203,7 @@ static int cmd_merge(int argc, char **argv) {
         qac_opts_free(&o);
         return qac_cli_fail("index merge");
     }
-    if (!ps.quiet) fprintf(stderr, "qac index merge: %s ready (%.1f s)\n", out, qac_now() - t0);
+    summary("index merge", out, t0, "");
     qac_opts_free(&o);
     return 0;
 }

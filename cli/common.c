@@ -65,10 +65,7 @@ void qac_cli_fmt_eta(char *buf, size_t cap, double s) {
 }
 
 qac_status qac_cli_apply_prompts(const qac_opts *o, qac_model *m) {
-    const char *q = qac_opts_str(o, "query-prompt"), *p = qac_opts_str(o, "passage-prompt");
-    qac_status st = q ? qac_model_set_prompt(m, "query", q) : QAC_OK;
-    if (!st && p) st = qac_model_set_prompt(m, qac_model_passage_prompt_name(m), p);
-    return st;
+    return qac_model_override_prompts(m, qac_opts_str(o, "query-prompt"), qac_opts_str(o, "passage-prompt"));
 }
 
 const char *qac_cli_quote_prompt(char *buf, size_t cap, const char *prompt) {

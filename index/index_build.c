@@ -344,7 +344,7 @@ static qac_status flush_shard(builder *b) {
     if (st) return st;
     uint64_t first = man_count(b), sum;
     if ((st = qac_shard_write(path, b->dtype, b->dim, first, b->fill, b->vecs, (const char *const *)b->ids,
-                              b->offsets, b->lines, &sum)))
+                              b->offsets, b->lines, NULL, &sum)))
         return st;
     qac_crash_point("shard_unlisted"); /* renamed into place, not yet in the manifest */
     uint64_t last = b->fill - 1;
@@ -656,10 +656,16 @@ static qac_status abs_path(const char *p, char *out, size_t cap, uint64_t *size)
 }
 
 /* Where the model is, beside the build identity (a moved model is the same
- * model): what a mismatch error tells the user to pass as --model. */
-static void set_model_dir(builder *b, const qac_model *m) {
+ * model): what a mismatch error tells the user to pass as --model. NULL
+ * when the model has no directory. */
+static json_t *model_dir_json(const qac_model *m) {
     char real[PATH_MAX];
-    if (m->dir && realpath(m->dir, real)) json_object_set_new(b->man, "model_dir", json_string(real));
+    return m->dir && realpath(m->dir, real) ? json_string(real) : NULL;
+}
+
+static void set_model_dir(builder *b, const qac_model *m) {
+    json_t *d = model_dir_json(m);
+    if (d) json_object_set_new(b->man, "model_dir", d);
 }
 
 /* Whether dir holds a manifest whose passages are all encoded (*count of them). */
@@ -1503,7 +1509,9 @@ done:
 /* ---- distributed builds: parts from many processes, merged into one index ---- */
 
 #define QAC_PARTS_FORMAT "qac-index-parts"
-#define QAC_PARTS_VERSION 1
+/* 2: parts record which passages were cut (QAC_SHARD_CUT), parts.json the
+ * model's directory; the merge needs both to write a build's manifest */
+#define QAC_PARTS_VERSION 2
 
 struct qac_index_parts {
     char *dir;
@@ -1517,6 +1525,7 @@ struct qac_index_parts {
     const char **run_ids;
     uint64_t *run_offsets;
     int64_t *run_lines;
+    uint8_t *cut, *run_cut; /* passages cut at max_len, recorded in the parts */
     size_t cap;
 };
 
@@ -1574,10 +1583,13 @@ qac_status qac_index_parts_open(qac_index_parts **out, const char *dir, qac_enco
         return st;
     }
     /* every process computes the same identity: the first one to get here
-     * writes it (atomically), the others must agree with it */
+     * writes it (atomically), the others must agree with it. The model's
+     * directory is beside it, as in a build's manifest (a moved model is the
+     * same model): the first process's is the one the merge records. */
     json_t *had = NULL;
     if (access(path, F_OK) == 0) {
-        if (!(st = read_json(path, &had)) && !json_equal(had, want)) {
+        if (!(st = read_json(path, &had))) json_object_del(had, "model_dir");
+        if (!st && !json_equal(had, want)) {
             char diff[2048] = "";
             describe_diff(diff, sizeof diff, "", had, want);
             st = qac_set_error(QAC_ERR_INVALID, "%s holds parts of another build (%s); use another directory", dir,
@@ -1585,6 +1597,8 @@ qac_status qac_index_parts_open(qac_index_parts **out, const char *dir, qac_enco
         }
         json_decref(had);
     } else {
+        json_t *mdir = model_dir_json(qac_encoder_model(enc));
+        if (mdir) json_object_set_new(want, "model_dir", mdir);
         st = write_json(path, want);
     }
     json_decref(want);
@@ -1613,6 +1627,8 @@ void qac_index_parts_free(qac_index_parts *p) {
     free(p->run_ids);
     free(p->run_offsets);
     free(p->run_lines);
+    free(p->cut);
+    free(p->run_cut);
     free(p);
 }
 
@@ -1634,6 +1650,8 @@ static qac_status parts_grow(qac_index_parts *p, size_t n) {
     QAC_GROW(run_ids, 1);
     QAC_GROW(run_offsets, 1);
     QAC_GROW(run_lines, 1);
+    QAC_GROW(cut, 1);
+    QAC_GROW(run_cut, 1);
 #undef QAC_GROW
     p->cap = n;
     return QAC_OK;
@@ -1662,8 +1680,11 @@ qac_status qac_index_parts_encode(qac_index_parts *p, int n, const int64_t *rows
                                               (long long)rows[i]);
         size_t len = lens ? lens[i] : strlen(texts[i]);
         int32_t *tok = p->tok + (size_t)i * (size_t)p->max_len;
-        if ((st = qac_tokenizer_encode_prompted(m->tok, pprompt, texts[i], len, p->max_len, tok, &p->lens[i])))
+        int cut = 0;
+        if ((st = qac_tokenizer_encode_prompted_cut(m->tok, pprompt, texts[i], len, p->max_len, tok, &p->lens[i],
+                                                    &cut)))
             return qac_wrap_error(st, "passage %s", ids[i]);
+        p->cut[i] = (uint8_t)cut;
         p->ptrs[i] = tok;
         p->order[i] = i;
     }
@@ -1693,13 +1714,14 @@ qac_status qac_index_parts_encode(qac_index_parts *p, int n, const int64_t *rows
             p->run_ids[j - s] = ids[i];
             p->run_offsets[j - s] = offsets[i];
             p->run_lines[j - s] = lines[i];
+            p->run_cut[j - s] = p->cut[i];
         }
         char name[64], path[4096];
         uint64_t first = (uint64_t)rows[p->order[s]], count = (uint64_t)(e - s), sum;
         snprintf(name, sizeof name, "part-%012" PRIu64 "-%" PRIu64 ".qemb", first, count);
         if ((st = qac_path_join(path, sizeof path, p->dir, name)) ||
             (st = qac_shard_write(path, QAC_DTYPE_F32, p->dim, first, count, p->run_vecs, p->run_ids,
-                                  p->run_offsets, p->run_lines, &sum)))
+                                  p->run_offsets, p->run_lines, p->run_cut, &sum)))
             return st;
         s = e;
     }
@@ -1768,7 +1790,12 @@ static qac_status list_parts(const char *dir, int dim, part_file **out, size_t *
 static qac_status read_part(const char *dir, const part_file *pf, qac_shard *s) {
     char path[4096];
     qac_status st = qac_path_join(path, sizeof path, dir, pf->name);
-    return st ? st : qac_shard_read(path, 0, s);
+    if (st || (st = qac_shard_read(path, 0, s))) return st;
+    if (!s->cut) {
+        qac_shard_free(s);
+        return qac_set_error(QAC_ERR_FORMAT, "%s: a part without its passages' cut flags (not a part?)", path);
+    }
+    return QAC_OK;
 }
 
 /* Rows held by two parts (a batch a retried worker split differently) must
@@ -1789,6 +1816,7 @@ static qac_status check_overlaps(const char *dir, const part_file *v, size_t n) 
             for (uint64_t r = v[i].first; r < to && !st; r++) {
                 uint64_t ia = r - a.first_row, ib = r - b.first_row;
                 if (strcmp(a.docids[ia], b.docids[ib]) || a.offsets[ia] != b.offsets[ib] ||
+                    a.cut[ia] != b.cut[ib] ||
                     memcmp(a.vectors + ia * (size_t)a.dim, b.vectors + ib * (size_t)b.dim, (size_t)a.dim * 4))
                     st = qac_set_error(QAC_ERR_FORMAT, "%s and %s disagree on row %llu (passage %s): parts of "
                                        "different runs?", v[far].name, v[i].name, (unsigned long long)r, a.docids[ia]);
@@ -1849,8 +1877,9 @@ qac_status qac_index_merge(const char *out_dir, const char *parts_dir, const qac
         goto done;
     }
     if ((st = builder_begin(&b, out_dir, o, identity, dim))) goto done;
-    json_t *dev = json_object_get(parts, "device");
+    json_t *dev = json_object_get(parts, "device"), *mdir = json_object_get(parts, "model_dir");
     json_object_set_new(b.man, "device", json_string(json_is_string(dev) ? json_string_value(dev) : "cpu"));
+    if (json_is_string(mdir)) json_object_set(b.man, "model_dir", mdir); /* where a build records it */
     if (json_is_true(json_object_get(b.man, "encoded"))) {
         st = finish(&b);
         goto done;
@@ -1894,6 +1923,7 @@ qac_status qac_index_merge(const char *out_dir, const char *parts_dir, const qac
             break;
         }
         memcpy(b.vecs + b.fill * (size_t)dim, cur.vectors + i * (size_t)dim, (size_t)dim * sizeof(float));
+        b.cut += cur.cut[i];
         b.offsets[b.fill] = rec.offset;
         b.lines[b.fill] = rec.line;
         b.fill++;

@@ -13,10 +13,14 @@
  *
  * Shard (little-endian):
  *   char magic[8] = "QACEMB\0\0"; u32 version = 1; u32 dtype (0 fp32, 1 fp16);
- *   u64 count; u32 dim; u32 reserved = 0; u64 first_row; u64 checksum
+ *   u64 count; u32 dim; u32 flags; u64 first_row; u64 checksum
  *   payload: vectors [count, dim] dtype | u64 offset[count] | i64 line[count]
+ *            | [u8 cut[count], with flags & QAC_SHARD_CUT]
  *            | u32 docid_len[count] | docid bytes (concatenated)
  *   checksum = qac_index_hash64 of the whole payload.
+ *   flags is 0 in an index's shards; the parts of a distributed build set
+ *   QAC_SHARD_CUT: cut[i] = 1 when passage i was cut at max_len, which the
+ *   merge counts into the manifest's "truncated" as a build does.
  *
  * Docid table:
  *   char magic[8] = "QACDOCS\0"; u32 version = 1; u32 reserved = 0;
@@ -41,11 +45,13 @@
 #define QAC_DTYPE_F32 0u
 #define QAC_DTYPE_F16 1u
 
+#define QAC_SHARD_CUT 1u /* header flag: a u8 per row says whether the passage was cut */
+
 typedef struct qac_shard_header {
     char magic[8];
     uint32_t version, dtype;
     uint64_t count;
-    uint32_t dim, reserved;
+    uint32_t dim, flags;
     uint64_t first_row, checksum;
 } qac_shard_header;
 
@@ -68,14 +74,16 @@ typedef struct qac_shard {
     float *vectors;       /* [count, dim] */
     uint64_t *offsets;    /* [count] */
     int64_t *lines;       /* [count] */
+    uint8_t *cut;         /* [count], or NULL when the shard records none (QAC_SHARD_CUT) */
     char **docids;        /* [count], NUL-terminated, point into docid_mem */
     char *docid_mem;
     uint64_t checksum;
 } qac_shard;
 
+/* cut may be NULL (an index's shards): the shard then records none. */
 qac_status qac_shard_write(const char *path, uint32_t dtype, int dim, uint64_t first_row, uint64_t count,
                            const float *vectors, const char *const *docids, const uint64_t *offsets,
-                           const int64_t *lines, uint64_t *checksum);
+                           const int64_t *lines, const uint8_t *cut, uint64_t *checksum);
 /* Reads and verifies magic, version, sizes and checksum (and, when
  * want_checksum != 0, that it equals the manifest's). */
 qac_status qac_shard_read(const char *path, uint64_t want_checksum, qac_shard *out);

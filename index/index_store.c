@@ -55,7 +55,7 @@ static int put(FILE *f, uint64_t *h, const void *p, size_t n) {
 
 qac_status qac_shard_write(const char *path, uint32_t dtype, int dim, uint64_t first_row, uint64_t count,
                            const float *vectors, const char *const *docids, const uint64_t *offsets,
-                           const int64_t *lines, uint64_t *checksum) {
+                           const int64_t *lines, const uint8_t *cut, uint64_t *checksum) {
     qac_atomic_file af;
     qac_status st = qac_atomic_open(&af, path);
     if (st) return st;
@@ -67,6 +67,7 @@ qac_status qac_shard_write(const char *path, uint32_t dtype, int dim, uint64_t f
     h.count = count;
     h.dim = (uint32_t)dim;
     h.first_row = first_row;
+    h.flags = cut ? QAC_SHARD_CUT : 0;
     /* header first with a zero checksum, patched after the payload */
     int bad = fwrite(&h, sizeof h, 1, af.f) != 1;
     uint64_t sum = QAC_HASH64_INIT;
@@ -83,6 +84,7 @@ qac_status qac_shard_write(const char *path, uint32_t dtype, int dim, uint64_t f
     qac_crash_point("shard_partial"); /* vectors on disk, ids and checksum not yet */
     if (!bad) bad = put(af.f, &sum, offsets, count * 8) != 0;
     if (!bad) bad = put(af.f, &sum, lines, count * 8) != 0;
+    if (!bad && cut) bad = put(af.f, &sum, cut, count) != 0;
     /* lengths and bytes each hashed as one segment, exactly as the reader does */
     uint32_t *lens = malloc(count * 4 + 1);
     size_t blob = 0;
@@ -118,9 +120,9 @@ static qac_status check_header(const char *path, const qac_shard_header *h, uint
         return qac_set_error(QAC_ERR_FORMAT, "%s: shard version %u, this qac reads %u", path, h->version,
                              QAC_SHARD_VERSION);
     if ((h->dtype != QAC_DTYPE_F32 && h->dtype != QAC_DTYPE_F16) || h->dim == 0 || h->dim > 65536 ||
-        h->count > ((uint64_t)1 << 40))
+        h->count > ((uint64_t)1 << 40) || (h->flags & ~QAC_SHARD_CUT))
         return qac_set_error(QAC_ERR_FORMAT, "%s: corrupt shard header", path);
-    uint64_t fixed = h->count * ((uint64_t)h->dim * elsize(h->dtype) + 8 + 8 + 4);
+    uint64_t fixed = h->count * ((uint64_t)h->dim * elsize(h->dtype) + 8 + 8 + 4 + (h->flags & QAC_SHARD_CUT ? 1 : 0));
     if (file_size < sizeof *h + fixed)
         return qac_set_error(QAC_ERR_FORMAT, "%s: truncated shard (%llu bytes, need at least %llu)", path,
                              (unsigned long long)file_size, (unsigned long long)(sizeof *h + fixed));
@@ -145,6 +147,7 @@ void qac_shard_free(qac_shard *s) {
     free(s->vectors);
     free(s->offsets);
     free(s->lines);
+    free(s->cut);
     free(s->docids);
     free(s->docid_mem);
     memset(s, 0, sizeof *s);
@@ -175,11 +178,13 @@ qac_status qac_shard_read(const char *path, uint64_t want_checksum, qac_shard *o
     out->vectors = malloc(nv * 4 + 1);
     out->offsets = malloc(n * 8 + 1);
     out->lines = malloc(n * 8 + 1);
+    if (h.flags & QAC_SHARD_CUT) out->cut = malloc(n + 1);
     out->docids = malloc(n * sizeof(char *) + 1);
     out->docid_mem = malloc(blob + n + 1);
     lens = malloc(n * 4 + 1);
     raw = malloc(nv * elsize(h.dtype) + 1);
-    if (!out->vectors || !out->offsets || !out->lines || !out->docids || !out->docid_mem || !lens || !raw) {
+    if (!out->vectors || !out->offsets || !out->lines || !out->docids || !out->docid_mem || !lens || !raw ||
+        (h.flags & QAC_SHARD_CUT && !out->cut)) {
         st = qac_set_error(QAC_ERR_NOMEM, "%s: out of memory reading shard", path);
         goto done;
     }
@@ -189,7 +194,8 @@ qac_status qac_shard_read(const char *path, uint64_t want_checksum, qac_shard *o
         goto done;
     }
     if (fread(raw, elsize(h.dtype), nv, f) != nv || fread(out->offsets, 8, n, f) != n ||
-        fread(out->lines, 8, n, f) != n || fread(lens, 4, n, f) != n || fread(tmp, 1, blob, f) != blob) {
+        fread(out->lines, 8, n, f) != n || (out->cut && fread(out->cut, 1, n, f) != n) || fread(lens, 4, n, f) != n ||
+        fread(tmp, 1, blob, f) != blob) {
         free(tmp);
         st = qac_set_error(QAC_ERR_FORMAT, "%s: truncated shard", path);
         goto done;
@@ -198,6 +204,7 @@ qac_status qac_shard_read(const char *path, uint64_t want_checksum, qac_shard *o
     sum = qac_index_hash64(sum, raw, nv * elsize(h.dtype));
     sum = qac_index_hash64(sum, out->offsets, n * 8);
     sum = qac_index_hash64(sum, out->lines, n * 8);
+    if (out->cut) sum = qac_index_hash64(sum, out->cut, n);
     sum = qac_index_hash64(sum, lens, n * 4);
     sum = qac_index_hash64(sum, tmp, blob);
     if (sum != h.checksum || (want_checksum && sum != want_checksum)) {

@@ -65,6 +65,12 @@ qac_status qac_model_set_prompt(qac_model *m, const char *name, const char *text
     return QAC_OK;
 }
 
+qac_status qac_model_override_prompts(qac_model *m, const char *query, const char *passage) {
+    qac_status st = query ? qac_model_set_prompt(m, "query", query) : QAC_OK;
+    if (!st && passage) st = qac_model_set_prompt(m, qac_model_passage_prompt_name(m), passage);
+    return st;
+}
+
 void qac_model_prompts_clear(qac_model *m) {
     for (int i = 0; i < m->n_prompts; i++) {
         free(m->prompt_names[i]);

@@ -101,10 +101,7 @@ qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, c
         st = qac_set_error(QAC_ERR_INVALID, "model %s has no tokenizer", model_dir);
         goto fail;
     }
-    if ((query_prompt && (st = qac_model_set_prompt(r->model, "query", query_prompt))) ||
-        (passage_prompt &&
-         (st = qac_model_set_prompt(r->model, qac_model_passage_prompt_name(r->model), passage_prompt))))
-        goto fail;
+    if ((st = qac_model_override_prompts(r->model, query_prompt, passage_prompt))) goto fail;
     qac_encoder_opts eo = qac_encoder_default_opts();
     eo.device = dev;
     eo.threads = threads;

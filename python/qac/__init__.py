@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import warnings
 from typing import Any, Callable, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -35,10 +36,6 @@ __all__ = [
 PathLike = Union[str, "os.PathLike[str]"]
 Progress = Optional[Callable[[Dict[str, Any]], None]]
 Texts = Union[str, bytes, Sequence[Union[str, bytes]]]
-
-#: tokens per text when ``max_len`` is not given, as ``qac encode`` does
-QUERY_MAX_LEN = 32
-PASSAGE_MAX_LEN = 256
 
 
 def default_model_dir() -> str:
@@ -62,6 +59,17 @@ def _path(p: PathLike) -> str:
     return os.fspath(p)
 
 
+def _save_atomic(d: str, name: str, write: Callable[[Any], None]) -> str:
+    """Write d/name through a temporary file and a rename; its path."""
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, name)
+    tmp = f"{path}.part.{os.getpid()}"
+    with open(tmp, "wb") as f:
+        write(f)
+    os.replace(tmp, path)
+    return path
+
+
 # ---------------------------------------------------------------- encoder
 
 class Encoder:
@@ -72,11 +80,17 @@ class Encoder:
     (default) or ``"bf16"`` (the CPU encoder's linear layers in bf16, fp32 sums).
     ``threads`` 0 uses every core. On the CPU a text gets the same vector bit for bit in
     any batch, and the same as ``qac encode``.
+
+    ``query_prompt`` and ``passage_prompt`` replace the model's prompts (its
+    ``config_sentence_transformers.json``), as ``--query-prompt`` / ``--passage-prompt``
+    do; ``""`` means none, None keeps the model's.
     """
 
     def __init__(self, model: Optional[PathLike] = None, device: str = "auto", dtype: str = "fp32",
-                 threads: int = 0, batch_size: int = 0) -> None:
+                 threads: int = 0, batch_size: int = 0, *, query_prompt: Optional[str] = None,
+                 passage_prompt: Optional[str] = None) -> None:
         self._model = _qac.Model(None if model is None else _path(model))
+        self._model.set_prompts(query_prompt, passage_prompt)
         self._device, self._dtype, self._threads = device, dtype, threads
         self._encoders: Dict[int, Any] = {}
         self._default_batch = batch_size
@@ -95,8 +109,22 @@ class Encoder:
         return self._enc.dim
 
     @property
+    def max_len(self) -> int:
+        """Tokens per text when ``max_len`` is not given (``[CLS]``/``[SEP]`` included):
+        the model's limit, its sentence-transformers ``max_seq_length``, as ``qac encode``."""
+        return self._enc.max_len(0)
+
+    @property
+    def prompts(self) -> Dict[str, Any]:
+        """The prompts, as ``qac info --json`` shows them: ``query`` and ``passage`` (what
+        ``encode(kind=...)`` puts before a text, ``""`` for none), ``default_prompt_name``,
+        ``named`` (every prompt by name) and ``include_prompt``."""
+        return self._model.info()["prompts"]
+
+    @property
     def info(self) -> Dict[str, Any]:
-        """The model's name, path, fingerprint, shape, pooling and normalisation, and where it runs."""
+        """The model's name, path, fingerprint, shape, pooling, normalisation and prompts,
+        and where it runs."""
         d = self._model.info()
         d.update(device=self._enc.device, dtype=self._enc.dtype)
         return d
@@ -106,42 +134,58 @@ class Encoder:
         """What the encoder computes, as indexes record it (16 hex digits)."""
         return self._model.info()["fingerprint"]
 
+    @property
+    def truncated(self) -> int:
+        """Texts cut at their maximum length by this encoder so far (``qac encode``'s summary count)."""
+        return sum(e.truncated for e in self._encoders.values())
+
+    def _prompt(self, kind: str) -> str:
+        if kind not in ("query", "passage"):
+            raise ValueError(f"kind must be 'query' or 'passage', not {kind!r}")
+        return self.prompts[kind]
+
     def encode(self, texts: Texts, kind: str = "passage", batch_size: Optional[int] = None,
                max_len: Optional[int] = None, out: Optional[np.ndarray] = None) -> np.ndarray:
         """Embed texts: a float32 array [len(texts), dim] (a single text gives [1, dim]).
 
-        ``kind`` sets the default length: 32 tokens for ``"query"``, 256 for ``"passage"``
-        (``[CLS]``/``[SEP]`` included, capped by the model), as ``qac encode``.
-        ``batch_size`` is sequences per forward pass (None: the encoder's). The library
-        writes straight into the result (or into ``out``, a C-contiguous float32 array
-        of that shape)."""
-        if kind not in ("query", "passage"):
-            raise ValueError(f"kind must be 'query' or 'passage', not {kind!r}")
+        As ``qac encode --kind``: ``kind`` (``"query"`` or ``"passage"``) puts the model's
+        query or passage prompt before every text (see :attr:`prompts`; a model whose
+        pooling leaves the prompt out, ``include_prompt`` false, pools the text's tokens
+        only), and texts are cut at ``max_len`` tokens, ``[CLS]``/``[SEP]`` and the prompt
+        included (None: :attr:`max_len`, the model's limit). ``batch_size`` is sequences
+        per forward pass (None: the encoder's). The library writes straight into the
+        result (or into ``out``, a C-contiguous float32 array of that shape)."""
+        prompt = self._prompt(kind)
         if isinstance(texts, (str, bytes)):
             texts = [texts]
-        if max_len is None:
-            max_len = QUERY_MAX_LEN if kind == "query" else PASSAGE_MAX_LEN
         enc = self._enc if batch_size is None else self._encoder(int(batch_size))
         if out is None:
             out = np.empty((len(texts), enc.dim), dtype=np.float32)
         elif out.dtype != np.float32 or out.shape != (len(texts), enc.dim) or not out.flags.c_contiguous:
             raise ValueError(f"out must be a C-contiguous float32 array of shape ({len(texts)}, {enc.dim})")
-        enc.encode(texts, int(max_len), out)
+        enc.encode(texts, int(max_len or 0), out, prompt)
         return out
 
     def tokenize(self, texts: Texts, max_len: Optional[int] = None, tokens: bool = False,
-                 kind: Optional[str] = None) -> Union[List[int], List[str], List[List[int]], List[List[str]]]:
+                 kind: Optional[str] = None, special_tokens: bool = True
+                 ) -> Union[List[int], List[str], List[List[int]], List[List[str]]]:
         """Token ids (or, with ``tokens=True``, token strings) of a text or a list of texts.
 
-        ``max_len`` adds ``[CLS]``/``[SEP]`` and truncates to that many tokens (as
-        ``qac tokenize --max-len``); None gives the plain tokens, unless ``kind`` asks
-        for the encoder's default length of queries or passages."""
-        if max_len is None and kind is not None:
-            max_len = QUERY_MAX_LEN if kind == "query" else PASSAGE_MAX_LEN
+        As ``qac tokenize``: ``[CLS]`` text ``[SEP]``, whole, or cut to ``max_len`` tokens;
+        ``special_tokens=False`` gives the text's tokens alone (the first ``max_len``).
+        With ``kind`` (``"query"`` or ``"passage"``): the sequence ``encode(kind=...)``
+        feeds the model, the kind's prompt and the text with ``[CLS]``/``[SEP]``, cut at
+        ``max_len`` (None: :attr:`max_len`)."""
+        prompt = None
+        if kind is not None:
+            prompt = self._prompt(kind)
+            if not special_tokens:
+                raise ValueError("kind gives the encoder's sequence, which has its special tokens")
+            max_len = self._enc.max_len(int(max_len or 0))
         one = isinstance(texts, (str, bytes))
         out = []
         for t in ([texts] if one else texts):
-            ids = self._model.tokenize(t, int(max_len or 0))
+            ids = self._model.tokenize(t, int(max_len or 0), bool(special_tokens), prompt)
             out.append([self._model.id_to_token(i) for i in ids] if tokens else ids)
         return out[0] if one else out
 
@@ -273,85 +317,118 @@ class Index:
              device: str = "auto", verify: str = "full") -> "Index":
         """Open an index. Text queries are encoded with ``encoder`` (or a new Encoder of
         ``model``, loaded on the first text query; None: the default model), which must be
-        the model the index was built with. ``verify="size"`` skips reading the FAISS
-        file's checksum (very large indexes)."""
+        the model the index was built with, with the query prompt it was built for (give
+        another as ``Encoder(..., query_prompt=...)``). ``verify="size"`` skips reading the
+        FAISS file's checksum (very large indexes), ``"none"`` checks nothing."""
         return cls(_qac.Index(_path(path), device, verify), _path(path), encoder, model, device)
 
     @classmethod
     def build(cls, source: Union[PathLike, np.ndarray], out: PathLike, *, encoder: Optional[Encoder] = None,
-              model: Optional[PathLike] = None, factory: str = "Flat", batch: int = 64, max_len: int = 0,
-              shard_size: int = 100000, dtype: str = "fp32", train_size: int = 0, format: str = "auto",
+              model: Optional[PathLike] = None, ids: Union[PathLike, Sequence[str], None] = None,
+              corpus: Optional[PathLike] = None, factory: Optional[str] = None, batch: Optional[int] = None,
+              max_len: Optional[int] = None, shard_size: Optional[int] = None, dtype: Optional[str] = None,
+              train_size: Optional[int] = None, format: Optional[str] = None,
               progress: Progress = None) -> "Index":
         """Build an index in ``out`` and open it, as ``qac index build``.
 
         ``source`` is a corpus file (encoded with ``encoder``, else an Encoder of
-        ``model``, else the default model), a float32/float16 ``.npy`` file, or a 2-D
-        numpy array of vectors (saved as ``out/vectors.npy``, the index's source). For
-        vectors, ``model`` (or ``encoder``) names the model that made them, recorded so
-        that servers accept the index. ``factory`` is a FAISS factory string (Flat,
-        SQfp16, SQbf16, "HNSW32,SQfp16", "IVF4096,PQ32", ...). Resumable: build again
-        into the same ``out`` after a crash. ``progress`` gets dicts
+        ``model``, else the default model; passages get the encoder's passage prompt,
+        and the manifest records the prompts), a float32/float16 ``.npy`` file, or a 2-D
+        numpy array of vectors (saved as ``out/vectors.npy``, the index's source).
+
+        Vectors need their rows' ids, as ``--vectors`` does: ``ids`` is a file of ids,
+        one per line (as ``qac encode --ids`` writes), a sequence of ids (saved as
+        ``out/ids.txt``), or ``"sequential"`` to number the rows 0..n-1; or ``corpus``
+        names the corpus they were made from. ``model`` (or ``encoder``) names the model
+        that made them, recorded so that searches and servers accept the index.
+
+        The options are ``qac index build``'s, and None takes its default: ``factory``
+        (FAISS factory string: Flat, SQfp16, SQbf16, "HNSW32,SQfp16", "IVF4096,PQ32",
+        ...), ``batch``, ``max_len`` (passage tokens; the model's limit), ``shard_size``,
+        ``dtype`` (fp32 or fp16 shards), ``train_size``, ``format``. Resumable: build
+        again into the same ``out`` after a crash. ``progress`` gets dicts
         ``{"event": "progress", "phase", "done", "total"}``."""
-        opts = dict(factory=factory, batch=int(batch), max_len=int(max_len), shard_size=int(shard_size),
-                    dtype=dtype, train_size=int(train_size), format=format)
+        opts = {k: v for k, v in dict(factory=factory, batch=batch, max_len=max_len, shard_size=shard_size,
+                                       dtype=dtype, train_size=train_size, format=format).items() if v is not None}
         out = _path(out)
-        if isinstance(source, np.ndarray) or (not isinstance(source, np.ndarray) and
-                                              _path(source).endswith(".npy")):
+        if isinstance(source, np.ndarray) or _path(source).endswith(".npy"):
+            if (ids is None) == (corpus is None):
+                raise ValueError("vectors need the rows' ids: ids= (a file, a sequence of ids, or 'sequential' "
+                                 "for 0..n-1) or corpus= (the corpus they were made from), one of them"
+                                 if ids is None else "give the vectors' ids by ids= or by corpus=, not both")
             if isinstance(source, np.ndarray):
                 if source.ndim != 2 or source.dtype not in (np.float32, np.float16):
                     raise ValueError("vectors must be a 2-D float32 or float16 array")
-                os.makedirs(out, exist_ok=True)
-                npy = os.path.join(out, "vectors.npy")
-                tmp = npy + f".part.{os.getpid()}.npy"
-                np.save(tmp, np.ascontiguousarray(source))
-                os.replace(tmp, npy)
+                npy = _save_atomic(out, "vectors.npy", lambda f: np.save(f, np.ascontiguousarray(source)))
             else:
                 npy = _path(source)
+            if corpus is not None:
+                opts["ids_corpus"] = _path(corpus)
+            elif isinstance(ids, (str, os.PathLike)):
+                if _path(ids) != "sequential":
+                    opts["ids_path"] = _path(ids)
+            else:
+                listed = [str(i) for i in ids]
+                if any("\n" in i or "\r" in i for i in listed):
+                    raise ValueError("an id holds a line break")
+                opts["ids_path"] = _save_atomic(out, "ids.txt", lambda f: f.write(
+                    "".join(i + "\n" for i in listed).encode("utf-8")))
             m = encoder._model if encoder is not None else (_qac.Model(_path(model)) if model is not None else None)
-            opts.pop("format")
             _qac.index_build_vectors(out, npy, m, opts, progress)
         else:
-            if encoder is None:
-                encoder = Encoder(model, batch_size=int(batch))
+            if ids is not None or corpus is not None:
+                raise ValueError("ids= and corpus= go with vectors (a corpus carries its own ids)")
+            if encoder is None:  # encoding batch as qac index build's
+                encoder = Encoder(model, batch_size=int(batch or _qac.index_defaults()["batch"]))
             _qac.index_build(out, encoder._enc, _path(source), opts, progress)
         return cls.open(out, encoder=encoder, model=model)
 
     @classmethod
-    def merge(cls, parts: PathLike, out: PathLike, *, factory: str = "Flat", shard_size: int = 100000,
-              dtype: str = "fp32", train_size: int = 0, progress: Progress = None) -> "Index":
+    def merge(cls, parts: PathLike, out: PathLike, *, factory: Optional[str] = None, shard_size: Optional[int] = None,
+              dtype: Optional[str] = None, train_size: Optional[int] = None, progress: Progress = None) -> "Index":
         """Merge a parts directory (:class:`IndexParts`, ``qac.ray``) into one index in
-        ``out`` and open it, as ``qac index merge``: the index ``qac index build`` gives
-        for the same corpus, file for file."""
-        _qac.index_merge(_path(out), _path(parts), dict(factory=factory, shard_size=int(shard_size), dtype=dtype,
-                                                         train_size=int(train_size)), progress)
+        ``out`` and open it, as ``qac index merge`` (None: its defaults): the index
+        ``qac index build`` gives for the same corpus, file for file."""
+        opts = {k: v for k, v in dict(factory=factory, shard_size=shard_size, dtype=dtype,
+                                       train_size=train_size).items() if v is not None}
+        _qac.index_merge(_path(out), _path(parts), opts, progress)
         return cls.open(out)
 
     @property
     def info(self) -> Dict[str, Any]:
-        """count, dim, factory, the model fingerprint, and whether it searches on the GPU."""
+        """count, dim, factory, the model (``fingerprint``, ``model``, ``model_dir``), the
+        ``prompts`` of the build (``{"query", "passage"}``; None for an index of vectors,
+        whose prompts qac does not know), and whether it searches on the GPU."""
         return self._ix.info()
 
     def __len__(self) -> int:
         return self._ix.info()["count"]
 
-    def _query_encoder(self) -> Encoder:
+    def _query_encoder(self, allow_prompt_mismatch: bool, allow_model_mismatch: bool) -> Encoder:
+        """The query encoder, checked against the index as ``qac search`` checks it."""
         if self._encoder is None:
             self._encoder = Encoder(self._model, device=self._device)
-        fp = self._ix.info()["fingerprint"]
-        if self._encoder.fingerprint != fp:
-            raise InvalidError(f"the index was built with model fingerprint {fp}, but the query encoder has "
-                               f"{self._encoder.fingerprint} (queries and passages must share an encoder)")
+        try:
+            self._ix.check_prompts(self._encoder.prompts["query"])
+        except MismatchError as e:
+            if not allow_prompt_mismatch:
+                raise
+            warnings.warn(str(e), stacklevel=4)
+        if not allow_model_mismatch:
+            self._ix.check_model(self._encoder._model)
         return self._encoder
 
-    def search_rows(self, queries: Union[Texts, np.ndarray], k: int = 10, *, max_len: int = QUERY_MAX_LEN,
-                    batch_size: int = 128) -> Tuple[np.ndarray, np.ndarray]:
+    def search_rows(self, queries: Union[Texts, np.ndarray], k: int = 10, *, max_len: Optional[int] = None,
+                    batch_size: int = 128, allow_prompt_mismatch: bool = False,
+                    allow_model_mismatch: bool = False) -> Tuple[np.ndarray, np.ndarray]:
         """Like :meth:`search`, but rows (int64, -1 where fewer than k) instead of docids."""
         if isinstance(queries, np.ndarray):
             q = np.ascontiguousarray(queries, dtype=np.float32)
             if q.ndim == 1:
                 q = q[None, :]
         else:
-            q = self._query_encoder().encode(queries, kind="query", max_len=max_len, batch_size=batch_size)
+            enc = self._query_encoder(allow_prompt_mismatch, allow_model_mismatch)
+            q = enc.encode(queries, kind="query", max_len=max_len, batch_size=batch_size)
         if q.ndim != 2 or q.shape[1] != self._ix.info()["dim"]:
             raise ValueError(f"query vectors must be [n, {self._ix.info()['dim']}], not {list(q.shape)}")
         scores = np.empty((q.shape[0], k), dtype=np.float32)
@@ -359,13 +436,23 @@ class Index:
         self._ix.search(q, q.shape[0], int(k), scores, rows)
         return rows, scores
 
-    def search(self, queries: Union[Texts, np.ndarray], k: int = 10, *, max_len: int = QUERY_MAX_LEN,
-               batch_size: int = 128) -> Tuple[np.ndarray, np.ndarray]:
+    def search(self, queries: Union[Texts, np.ndarray], k: int = 10, *, max_len: Optional[int] = None,
+               batch_size: int = 128, allow_prompt_mismatch: bool = False,
+               allow_model_mismatch: bool = False) -> Tuple[np.ndarray, np.ndarray]:
         """Top-k passages of each query by inner product: (ids, scores), numpy arrays
         [n, k] of docids (str objects, "" where fewer than k exist) and float32 scores,
-        best first, ties by docid descending (trec_eval's order). ``queries`` are texts
-        (encoded as ``qac search`` does) or query vectors [n, dim]."""
-        rows, scores = self.search_rows(queries, k, max_len=max_len, batch_size=batch_size)
+        best first, ties by docid descending (trec_eval's order).
+
+        ``queries`` are query vectors [n, dim], or texts, encoded as ``qac search`` does:
+        with the encoder's query prompt, cut at ``max_len`` tokens (None: the model's
+        limit), ``batch_size`` per forward pass. Text queries are refused
+        (:class:`MismatchError`) when the index was built with another model or for
+        another query prompt; ``allow_model_mismatch`` searches anyway,
+        ``allow_prompt_mismatch`` with a warning (``--allow-model-mismatch``,
+        ``--allow-prompt-mismatch``)."""
+        rows, scores = self.search_rows(queries, k, max_len=max_len, batch_size=batch_size,
+                                        allow_prompt_mismatch=allow_prompt_mismatch,
+                                        allow_model_mismatch=allow_model_mismatch)
         ids = np.array(self._ix.docids(rows), dtype=object).reshape(rows.shape)
         return ids, scores
 
@@ -391,9 +478,12 @@ class IndexParts:
     """A writer of index parts: passages of one corpus encoded by many processes, merged
     later into one index by :meth:`Index.merge` (or ``qac index merge``).
 
-    ``rows`` are the passages' positions in the corpus, and ids, offsets and lines are
-    what :func:`read_corpus` gives; parts of rows encoded twice are the same file, so a
-    retried worker neither loses nor duplicates a passage. ``qac.ray.Embed`` uses this."""
+    Passages are encoded as ``qac index build`` encodes them: with ``encoder``'s (else
+    an Encoder of ``model``'s) passage prompt, cut at ``max_len`` tokens (0: the model's
+    limit). ``rows`` are the passages' positions in the corpus, and ids, offsets and
+    lines are what :func:`read_corpus` gives; parts of rows encoded twice are the same
+    file, so a retried worker neither loses nor duplicates a passage. ``qac.ray.Embed``
+    uses this."""
 
     def __init__(self, out: PathLike, corpus: PathLike, *, encoder: Optional[Encoder] = None,
                  model: Optional[PathLike] = None, max_len: int = 0, format: str = "auto") -> None:

@@ -116,17 +116,22 @@ class Embed:
     encoded and written into the parts directory ``out``.
 
     Batches need the columns of :func:`read_corpus` (row, id, text, offset, line).
-    ``threads`` 0 gives the encoder as many threads as the actor has CPUs (all cores
-    when it has none assigned). ``device="cuda"`` with ``num_gpus=1`` in
-    ``map_batches`` runs GPU actors (bit-for-bit equality with ``qac index build``
-    holds for the CPU encoder). Returns the batch's rows."""
+    Passages get the model's passage prompt, as in ``qac index build``;
+    ``query_prompt`` / ``passage_prompt`` replace the model's (``--query-prompt`` /
+    ``--passage-prompt``; the merged index records both). ``threads`` 0 gives the
+    encoder as many threads as the actor has CPUs (all cores when it has none
+    assigned). ``device="cuda"`` with ``num_gpus=1`` in ``map_batches`` runs GPU
+    actors (bit-for-bit equality with ``qac index build`` holds for the CPU encoder).
+    Returns the batch's rows."""
 
     def __init__(self, out: str, corpus: str, model: Optional[str] = None, device: str = "auto",
                  dtype: str = "fp32", threads: int = 0, batch_size: int = 0, max_len: int = 0,
-                 format: str = "auto") -> None:
+                 format: str = "auto", query_prompt: Optional[str] = None,
+                 passage_prompt: Optional[str] = None) -> None:
         if threads <= 0:
             threads = _assigned_cpus()
-        enc = qac.Encoder(model, device=device, dtype=dtype, threads=threads, batch_size=batch_size)
+        enc = qac.Encoder(model, device=device, dtype=dtype, threads=threads, batch_size=batch_size,
+                          query_prompt=query_prompt, passage_prompt=passage_prompt)
         self.parts = qac.IndexParts(out, corpus, encoder=enc, max_len=max_len, format=format)
 
     def __call__(self, batch: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
@@ -145,16 +150,20 @@ def _assigned_cpus() -> int:
 def build_index(corpus: str, out: str, parts: Optional[str] = None, *, model: Optional[str] = None,
                 workers: int = 2, num_cpus: float = 1, num_gpus: float = 0, device: str = "auto",
                 dtype: str = "fp32", threads: int = 0, batch_size: int = 1024, rows_per_block: int = 1024,
-                max_len: int = 0, format: str = "auto", factory: str = "Flat", shard_size: int = 100000,
-                index_dtype: str = "fp32", train_size: int = 0) -> "qac.Index":
+                max_len: int = 0, format: str = "auto", query_prompt: Optional[str] = None,
+                passage_prompt: Optional[str] = None, factory: Optional[str] = None,
+                shard_size: Optional[int] = None, index_dtype: Optional[str] = None,
+                train_size: Optional[int] = None) -> "qac.Index":
     """Encode ``corpus`` on ``workers`` Ray actors into ``parts`` (default ``out + ".parts"``),
-    then merge them into the index ``out`` and open it. Needs ``ray.init()`` first."""
+    then merge them into the index ``out`` and open it (the merge's options, None:
+    ``qac index merge``'s defaults). Needs ``ray.init()`` first."""
     corpus = os.path.abspath(corpus)
     parts = parts or os.fspath(out) + ".parts"
     ds = read_corpus(corpus, format, rows_per_block=rows_per_block)
     ds = ds.map_batches(Embed, fn_constructor_kwargs=dict(out=parts, corpus=corpus, model=model, device=device,
                                                           dtype=dtype, threads=threads, max_len=max_len,
-                                                          format=format),
+                                                          format=format, query_prompt=query_prompt,
+                                                          passage_prompt=passage_prompt),
                         batch_size=batch_size, compute=ray.data.ActorPoolStrategy(size=int(workers)),
                         num_cpus=num_cpus, num_gpus=num_gpus)
     for _ in ds.iter_batches(batch_size=None):

@@ -187,6 +187,10 @@ static const char *format_name(qac_text_format f) {
     return (int)f >= 0 && (int)f <= 4 ? names[f] : "?";
 }
 
+static PyObject *str_or_empty(const char *s) {
+    return s ? PyUnicode_DecodeUTF8(s, (Py_ssize_t)strlen(s), "replace") : PyUnicode_FromString("");
+}
+
 /* ---- Model ---- */
 
 typedef struct {
@@ -219,10 +223,27 @@ static int model_init(ModelObject *self, PyObject *args, PyObject *kw) {
     return 0;
 }
 
+/* The model's prompts as `qac info --json` gives them. */
+static PyObject *model_prompts(const qac_model *m) {
+    PyObject *named = PyDict_New();
+    for (int i = 0; named && i < m->n_prompts; i++) {
+        PyObject *v = str_or_empty(m->prompt_texts[i]);
+        if (!v || PyDict_SetItemString(named, m->prompt_names[i], v) < 0) Py_CLEAR(named);
+        Py_XDECREF(v);
+    }
+    if (!named) return NULL;
+    return Py_BuildValue("{s:N, s:N, s:s, s:N, s:O}", "query", str_or_empty(qac_model_query_prompt(m)), "passage",
+                         str_or_empty(qac_model_passage_prompt(m)), "default_prompt_name",
+                         m->default_prompt_name ? m->default_prompt_name : "", "named", named, "include_prompt",
+                         m->include_prompt ? Py_True : Py_False);
+}
+
 static PyObject *model_info(ModelObject *self, PyObject *unused) {
     const qac_model *m = self->m;
     const qac_bert_config *c = &m->cfg;
-    return Py_BuildValue("{s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:O, s:i, s:n, s:s, s:i}", "name",
+    PyObject *prompts = model_prompts(m);
+    if (!prompts) return NULL;
+    return Py_BuildValue("{s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:O, s:i, s:n, s:s, s:i, s:N}", "name",
                          m->name, "path", m->dir ? m->dir : "", "fingerprint", m->fingerprint, "dim", c->hidden_size,
                          "layers", c->num_layers, "heads", c->num_heads, "intermediate_size", c->intermediate_size,
                          "vocab_size", c->vocab_size, "max_position", c->max_position, "max_seq_len",
@@ -231,31 +252,53 @@ static PyObject *model_info(ModelObject *self, PyObject *unused) {
                          (Py_ssize_t)m->n_params, "tokenizer",
                          m->tok && qac_tokenizer_get_kind(m->tok) == QAC_TOKENIZER_SENTENCEPIECE ? "sentencepiece"
                                                                                                : "wordpiece",
-                         "vocab", m->tok ? qac_tokenizer_vocab_size(m->tok) : 0);
+                         "vocab", m->tok ? qac_tokenizer_vocab_size(m->tok) : 0, "prompts", prompts);
 }
 
-/* tokenize(text, max_len): ids; max_len 0 gives plain tokens without specials. */
+/* set_prompts(query, passage): None leaves one as it is, "" means none. */
+static PyObject *model_set_prompts(ModelObject *self, PyObject *args) {
+    const char *q = NULL, *p = NULL;
+    if (!PyArg_ParseTuple(args, "zz", &q, &p)) return NULL;
+    qac_status st = qac_model_override_prompts(self->m, q, p);
+    if (st) return raise_qac(st);
+    Py_RETURN_NONE;
+}
+
+/* tokenize(text, max_len, specials, prompt=None): ids, as `qac tokenize`:
+ * with specials [CLS] text [SEP] cut at max_len (0: the whole text), else
+ * the text's tokens (the first max_len). A prompt (str, "" for none) gives
+ * the sequence the encoder reads: [CLS] prompt+text [SEP] cut at max_len. */
 static PyObject *model_tokenize(ModelObject *self, PyObject *args) {
     Py_buffer text;
-    int max_len = 0;
-    if (!PyArg_ParseTuple(args, "s*i", &text, &max_len)) return NULL;
+    int max_len = 0, specials = 1;
+    const char *prompt = NULL;
+    if (!PyArg_ParseTuple(args, "s*ip|z", &text, &max_len, &specials, &prompt)) return NULL;
     const qac_tokenizer *t = self->m->tok;
-    int n = 0, cap = max_len > 0 ? max_len : 64;
     qac_status st = QAC_OK;
+    int n = 0, ml = max_len, cap = 64;
+    if (prompt || specials) {
+        if (ml == 0 && !prompt) { /* no limit: room for the whole text */
+            if (!(st = qac_tokenizer_tokenize(t, text.buf, (size_t)text.len, NULL, 0, &ml))) ml += 2;
+        } else if (ml < 2) {
+            st = qac_set_error(QAC_ERR_INVALID, "max_len must be %sat least 2 ([CLS] and [SEP])", prompt ? "" : "0 or ");
+        }
+        cap = ml > 2 ? ml : 2;
+    }
     int32_t *ids = NULL;
-    for (;;) {
+    while (!st) {
         PyMem_Free(ids);
         if (!(ids = PyMem_Malloc((size_t)cap * sizeof *ids))) {
             PyBuffer_Release(&text);
             return PyErr_NoMemory();
         }
-        if (max_len > 0) st = max_len < 2 ? qac_set_error(QAC_ERR_INVALID, "max_len must be >= 2")
-                                         : qac_tokenizer_encode(t, text.buf, (size_t)text.len, max_len, ids, &n);
+        if (prompt) st = qac_model_encode_prompted(self->m, prompt, text.buf, (size_t)text.len, ml, ids, &n);
+        else if (specials) st = qac_tokenizer_encode(t, text.buf, (size_t)text.len, ml, ids, &n);
         else st = qac_tokenizer_tokenize(t, text.buf, (size_t)text.len, ids, cap, &n);
         if (st || n <= cap) break;
         cap = n;
     }
     PyBuffer_Release(&text);
+    if (!st && !prompt && !specials && max_len > 0 && n > max_len) n = max_len;
     PyObject *out = st ? raise_qac(st) : PyList_New(n);
     for (int i = 0; out && i < n; i++) PyList_SET_ITEM(out, i, PyLong_FromLong(ids[i]));
     PyMem_Free(ids);
@@ -277,7 +320,10 @@ static PyObject *model_token_to_id(ModelObject *self, PyObject *arg) {
 
 static PyMethodDef model_methods[] = {
     {"info", (PyCFunction)model_info, METH_NOARGS, "The model's configuration as a dict."},
-    {"tokenize", (PyCFunction)model_tokenize, METH_VARARGS, "tokenize(text, max_len) -> list of ids"},
+    {"tokenize", (PyCFunction)model_tokenize, METH_VARARGS,
+     "tokenize(text, max_len, specials, prompt=None) -> list of ids"},
+    {"set_prompts", (PyCFunction)model_set_prompts, METH_VARARGS,
+     "set_prompts(query, passage): replace the query / passage prompt (None: keep)"},
     {"id_to_token", (PyCFunction)model_id_to_token, METH_O, "the token string of an id"},
     {"token_to_id", (PyCFunction)model_token_to_id, METH_O, "the id of a token string, -1 if absent"},
     {NULL}};
@@ -336,12 +382,14 @@ static int encoder_init(EncoderObject *self, PyObject *args, PyObject *kw) {
     return 0;
 }
 
-/* encode(texts, max_len, out): out is a writable float32 buffer of
- * len(texts) * dim items, filled in place. */
+/* encode(texts, max_len, out, prompt=None): out is a writable float32
+ * buffer of len(texts) * dim items, filled in place; the prompt goes
+ * before every text (qac_encoder_encode_texts_prompted). */
 static PyObject *encoder_encode(EncoderObject *self, PyObject *args) {
     PyObject *seq, *out;
     int max_len;
-    if (!PyArg_ParseTuple(args, "OiO", &seq, &max_len, &out)) return NULL;
+    const char *prompt = NULL;
+    if (!PyArg_ParseTuple(args, "OiO|z", &seq, &max_len, &out, &prompt)) return NULL;
     texts t;
     if (texts_get(&t, seq, "encode") < 0) return NULL;
     if (t.n > INT32_MAX) {
@@ -354,14 +402,25 @@ static PyObject *encoder_encode(EncoderObject *self, PyObject *args) {
         return NULL;
     }
     qac_status st;
-    Py_BEGIN_ALLOW_THREADS st = qac_encoder_encode_texts(self->e, t.ptr, t.len, (int)t.n, max_len, b.buf);
+    Py_BEGIN_ALLOW_THREADS st = qac_encoder_encode_texts_prompted(self->e, prompt, t.ptr, t.len, (int)t.n, max_len,
+                                                                  b.buf);
     Py_END_ALLOW_THREADS PyBuffer_Release(&b);
     texts_free(&t);
     if (st) return raise_qac(st);
     Py_RETURN_NONE;
 }
 
+/* max_len(n): the length encode uses for max_len n (0: the model's limit). */
+static PyObject *encoder_max_len(EncoderObject *self, PyObject *arg) {
+    long n = PyLong_AsLong(arg);
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    return PyLong_FromLong(qac_encoder_max_len(self->e, n > INT32_MAX ? INT32_MAX : (int)n));
+}
+
 static PyObject *encoder_get_dim(EncoderObject *self, void *c) { return PyLong_FromLong(qac_encoder_dim(self->e)); }
+static PyObject *encoder_get_truncated(EncoderObject *self, void *c) {
+    return PyLong_FromLongLong((long long)qac_encoder_truncated(self->e));
+}
 static PyObject *encoder_get_device(EncoderObject *self, void *c) {
     return PyUnicode_FromString(qac_encoder_device(self->e) == QAC_DEVICE_CUDA ? "cuda" : "cpu");
 }
@@ -370,11 +429,15 @@ static PyObject *encoder_get_dtype(EncoderObject *self, void *c) {
 }
 
 static PyMethodDef encoder_methods[] = {
-    {"encode", (PyCFunction)encoder_encode, METH_VARARGS, "encode(texts, max_len, out): fill out[len(texts), dim]"},
+    {"encode", (PyCFunction)encoder_encode, METH_VARARGS,
+     "encode(texts, max_len, out, prompt=None): fill out[len(texts), dim]"},
+    {"max_len", (PyCFunction)encoder_max_len, METH_O, "max_len(n) -> the length encode uses (0: the model's limit)"},
     {NULL}};
 static PyGetSetDef encoder_getset[] = {{"dim", (getter)encoder_get_dim, NULL, "embedding size", NULL},
                                        {"device", (getter)encoder_get_device, NULL, "cpu or cuda", NULL},
                                        {"dtype", (getter)encoder_get_dtype, NULL, "fp32 or bf16 (CPU)", NULL},
+                                       {"truncated", (getter)encoder_get_truncated, NULL,
+                                        "texts encode cut at max_len so far", NULL},
                                        {NULL}};
 
 static PyTypeObject EncoderType = {
@@ -410,6 +473,10 @@ static int build_opts_get(qac_index_build_opts *o, PyObject *d) {
         if (!name) return -1;
         if (!strcmp(name, "factory")) {
             if (!(o->factory = PyUnicode_AsUTF8(v))) return -1;
+        } else if (!strcmp(name, "ids_path")) {
+            if (!(o->ids_path = PyUnicode_AsUTF8(v))) return -1;
+        } else if (!strcmp(name, "ids_corpus")) {
+            if (!(o->ids_corpus = PyUnicode_AsUTF8(v))) return -1;
         } else if (!strcmp(name, "format")) {
             const char *f = PyUnicode_AsUTF8(v);
             if (!f || format_of(f, &o->format) < 0) return -1;
@@ -429,7 +496,16 @@ static int build_opts_get(qac_index_build_opts *o, PyObject *d) {
             else return PyErr_Format(PyExc_TypeError, "unknown index option '%s'", name), -1;
         }
     }
+    o->ids_format = o->format; /* a corpus naming the vectors' ids is read like the corpus option says */
     return 0;
+}
+
+/* index_defaults() -> qac_index_default_build_opts() as the options dict */
+static PyObject *py_index_defaults(PyObject *mod, PyObject *unused) {
+    qac_index_build_opts o = qac_index_default_build_opts();
+    return Py_BuildValue("{s:s, s:i, s:i, s:i, s:s, s:L, s:s}", "factory", o.factory ? o.factory : "Flat", "batch",
+                         o.batch, "max_len", o.max_len, "shard_size", o.shard_size, "dtype", o.fp16 ? "fp16" : "fp32",
+                         "train_size", (long long)o.train_size, "format", format_name(o.format));
 }
 
 /* index_build(out, encoder, corpus, options, progress) */
@@ -587,12 +663,11 @@ static int index_init(IndexObject *self, PyObject *args, PyObject *kw) {
     if (!PyArg_ParseTupleAndKeywords(args, kw, "s|ss", kwlist, &dir, &device, &verify)) return -1;
     qac_device dev = device_of(device);
     if ((int)dev < 0) return PyErr_Format(PyExc_ValueError, "device must be auto, cpu or cuda, not %s", device), -1;
-    if (strcmp(verify, "full") && strcmp(verify, "size"))
-        return PyErr_Format(PyExc_ValueError, "verify must be full or size, not %s", verify), -1;
-    qac_index_verify v = !strcmp(verify, "size") ? QAC_VERIFY_SIZE : QAC_VERIFY_FULL;
+    qac_index_verify v;
+    qac_status st = qac_index_verify_parse(verify, &v);
+    if (st) return raise_qac(st), -1;
     qac_index_free(self->ix);
     self->ix = NULL;
-    qac_status st;
     Py_BEGIN_ALLOW_THREADS st = qac_index_open_verified(&self->ix, dir, dev, v);
     Py_END_ALLOW_THREADS if (st) return raise_qac(st), -1;
     return 0;
@@ -626,10 +701,6 @@ static PyObject *index_search(IndexObject *self, PyObject *args) {
     PyBuffer_Release(&r);
     if (st) return raise_qac(st);
     Py_RETURN_NONE;
-}
-
-static PyObject *str_or_empty(const char *s) {
-    return s ? PyUnicode_DecodeUTF8(s, (Py_ssize_t)strlen(s), "replace") : PyUnicode_FromString("");
 }
 
 /* docids(rows int64 buffer) -> list of str ("" for rows < 0) */
@@ -684,10 +755,33 @@ static PyObject *index_set_threads(IndexObject *self, PyObject *arg) {
 }
 
 static PyObject *index_info(IndexObject *self, PyObject *unused) {
-    return Py_BuildValue("{s:L, s:i, s:s, s:s, s:O}", "count", (long long)qac_index_count(self->ix), "dim",
-                         qac_index_dim(self->ix), "factory", qac_index_factory(self->ix), "fingerprint",
-                         qac_index_model_fingerprint(self->ix), "on_gpu",
+    const char *q, *p;
+    PyObject *prompts = qac_index_prompts(self->ix, &q, &p)
+                            ? Py_BuildValue("{s:N, s:N}", "query", str_or_empty(q), "passage", str_or_empty(p))
+                            : Py_NewRef(Py_None); /* from vectors: not known */
+    if (!prompts) return NULL;
+    return Py_BuildValue("{s:L, s:i, s:s, s:s, s:N, s:N, s:N, s:O}", "count", (long long)qac_index_count(self->ix),
+                         "dim", qac_index_dim(self->ix), "factory", qac_index_factory(self->ix), "fingerprint",
+                         qac_index_model_fingerprint(self->ix), "model", str_or_empty(qac_index_model_name(self->ix)),
+                         "model_dir", str_or_empty(qac_index_model_dir(self->ix)), "prompts", prompts, "on_gpu",
                          qac_index_on_gpu(self->ix) ? Py_True : Py_False);
+}
+
+/* check_prompts(query_prompt): MismatchError when the index wants another. */
+static PyObject *index_check_prompts(IndexObject *self, PyObject *args) {
+    const char *q;
+    if (!PyArg_ParseTuple(args, "s", &q)) return NULL;
+    qac_status st = qac_index_check_prompts(self->ix, q);
+    if (st) return raise_qac(st);
+    Py_RETURN_NONE;
+}
+
+/* check_model(model): MismatchError when the index was built with another. */
+static PyObject *index_check_model(IndexObject *self, PyObject *arg) {
+    if (!PyObject_TypeCheck(arg, &ModelType)) return PyErr_Format(PyExc_TypeError, "expected a qac._qac.Model");
+    qac_status st = qac_index_check_model(self->ix, ((ModelObject *)arg)->m);
+    if (st) return raise_qac(st);
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef index_methods[] = {
@@ -696,7 +790,11 @@ static PyMethodDef index_methods[] = {
     {"text", (PyCFunction)index_text, METH_O, "text(row) -> the passage text from the corpus"},
     {"set_param", (PyCFunction)index_set_param, METH_VARARGS, "set_param(name, value): nprobe, efSearch"},
     {"set_threads", (PyCFunction)index_set_threads, METH_O, "threads of the exact CPU scans"},
-    {"info", (PyCFunction)index_info, METH_NOARGS, "count, dim, factory, fingerprint, on_gpu"},
+    {"info", (PyCFunction)index_info, METH_NOARGS, "count, dim, factory, fingerprint, model, model_dir, prompts, on_gpu"},
+    {"check_prompts", (PyCFunction)index_check_prompts, METH_VARARGS,
+     "check_prompts(query_prompt): MismatchError if the index was built for another"},
+    {"check_model", (PyCFunction)index_check_model, METH_O,
+     "check_model(model): MismatchError if the index was built with another model"},
     {NULL}};
 
 static PyTypeObject IndexType = {
@@ -1380,6 +1478,7 @@ static PyMethodDef module_methods[] = {
     {"index_build_vectors", py_index_build_vectors, METH_VARARGS,
      "index_build_vectors(out, npy_path, model, options, progress)"},
     {"index_merge", py_index_merge, METH_VARARGS, "index_merge(out, parts_dir, options, progress)"},
+    {"index_defaults", py_index_defaults, METH_NOARGS, "the index build options' defaults, as a dict"},
     {"bm25_build", py_bm25_build, METH_VARARGS, "bm25_build(out, corpus, progress)"},
     {"read_qrels", py_read_qrels, METH_VARARGS, "read_qrels(path) -> {qid: {docid: rel}}"},
     {"read_run", py_read_run, METH_VARARGS, "read_run(path) -> {qid: {docid: score}}"},

@@ -1,6 +1,8 @@
 """pytest glue for the Python package's tests: temporary directories from
 tests/scratch.py (kept when a test fails), the qac binary, the data."""
+import json
 import os
+import shutil
 import sys
 
 import pytest
@@ -32,3 +34,25 @@ def cranfield():
     if not os.path.exists(os.path.join(d, "cran.all.1400")):
         pytest.fail(f"no Cranfield collection at {d}")
     return d
+
+
+#: the prompts of the test models: e5's query and passage prompts, and a default one
+PROMPTS = {"query": "query: ", "passage": "passage: ", "classify": "classify: "}
+
+
+def make_prompts_model(d, name, include_prompt):
+    """The default model with config_sentence_transformers.json's PROMPTS; with
+    include_prompt false its pooling leaves the prompt's tokens out."""
+    import qac
+    out = os.path.join(d, name)
+    if not os.path.exists(out):
+        shutil.copytree(qac.default_model_dir(), out)
+        with open(os.path.join(out, "config_sentence_transformers.json"), "w") as f:
+            json.dump({"prompts": PROMPTS, "default_prompt_name": "classify"}, f)
+        pool = os.path.join(out, "1_Pooling", "config.json")
+        with open(pool) as f:
+            cfg = json.load(f)
+        cfg["include_prompt"] = include_prompt
+        with open(pool, "w") as f:
+            json.dump(cfg, f)
+    return out

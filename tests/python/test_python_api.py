@@ -83,7 +83,7 @@ def test_encode_vs_sentence_transformers(enc, texts):
     from sentence_transformers import SentenceTransformer
     sample = [t for t in texts[:40] if t] + texts[-4:]
     st = SentenceTransformer(qac.default_model_dir(), device="cpu")
-    st.max_seq_length = qac.PASSAGE_MAX_LEN
+    assert st.max_seq_length == enc.max_len  # the default length is the model's limit, as sentence-transformers'
     st32 = st.encode(sample, convert_to_numpy=True, batch_size=16).astype(np.float64)
     st64 = st.to(torch.float64).encode(sample, convert_to_numpy=True, batch_size=16).astype(np.float64)
     ours = enc.encode(sample, kind="passage").astype(np.float64)
@@ -96,14 +96,24 @@ def test_encode_vs_sentence_transformers(enc, texts):
     assert ours_err <= 2 * torch_err, (ours_err, torch_err)
 
 
-def test_tokenize_equals_hf(enc):
+def test_tokenize_equals_hf_and_cli(qac_bin, enc):
     from transformers import AutoTokenizer
     hf = AutoTokenizer.from_pretrained(qac.default_model_dir())
-    for t in ["Query-as-context pre-training", "naïve café 東京", "", "wing " * 50]:
-        assert enc.tokenize(t) == hf(t, add_special_tokens=False)["input_ids"]
+    sample = ["Query-as-context pre-training", "naïve café 東京", "", "wing " * 300]
+    for t in sample:
+        # qac tokenize's defaults: [CLS] text [SEP], whole (add_special_tokens, no truncation)
+        assert enc.tokenize(t) == hf(t)["input_ids"]
+        assert enc.tokenize(t, special_tokens=False) == hf(t, add_special_tokens=False)["input_ids"]
         assert enc.tokenize(t, max_len=16) == hf(t, truncation=True, max_length=16)["input_ids"]
-        assert enc.tokenize(t, tokens=True) == hf.convert_ids_to_tokens(hf(t, add_special_tokens=False)["input_ids"])
-    assert enc.tokenize(["a b", "c"], kind="query") == [[101, 1037, 1038, 102], [101, 1039, 102]]
+        assert enc.tokenize(t, tokens=True) == hf.convert_ids_to_tokens(hf(t)["input_ids"])
+        # a kind: what encode(kind=...) feeds the model, cut at the model's limit
+        assert enc.tokenize(t, kind="query") == hf(t, truncation=True, max_length=enc.max_len)["input_ids"]
+    ids = [" ".join(map(str, x)) for x in enc.tokenize(sample)]
+    assert ids == run(qac_bin, "tokenize", *sample).stdout.splitlines()
+    ids = [" ".join(map(str, x)) for x in enc.tokenize(sample, max_len=5, special_tokens=False)]
+    assert ids == run(qac_bin, "tokenize", "--max-len", "5", "--no-special-tokens", *sample).stdout.splitlines()
+    with pytest.raises(ValueError, match="special tokens"):
+        enc.tokenize("a", kind="query", special_tokens=False)
 
 
 def test_info(enc):
@@ -141,7 +151,8 @@ def test_errors_carry_qac_message(tmp):
         list(qac.read_corpus(bad, format="tsv"))
     assert "bad.tsv:2: missing tab" in str(e.value)
     with pytest.raises(qac.InvalidError) as e:
-        qac.Index.build(np.zeros((4, 8), np.float32), os.path.join(tmp, "badfactory"), factory="NoSuchIndex")
+        qac.Index.build(np.zeros((4, 8), np.float32), os.path.join(tmp, "badfactory"), factory="NoSuchIndex",
+                        ids="sequential")
     assert "NoSuchIndex" in str(e.value)
 
 
@@ -187,9 +198,15 @@ def test_search_equals_cli(qac_bin, tmp, cranfield, cran_indexes, enc):
 def test_index_from_vectors(tmp, enc):
     rng = np.random.default_rng(0)
     v = rng.standard_normal((50, enc.dim)).astype(np.float32)
-    ix = qac.Index.build(v, os.path.join(tmp, "ix-vec"), encoder=enc)
+    # vectors need their ids, as qac index build --vectors does
+    with pytest.raises(ValueError, match="ids"):
+        qac.Index.build(v, os.path.join(tmp, "ix-noids"), encoder=enc)
+    ix = qac.Index.build(v, os.path.join(tmp, "ix-vec"), encoder=enc, ids="sequential")
+    assert ix.info["prompts"] is None  # qac did not make the vectors: their prompts are unknown
     ids, scores = ix.search(v[:3], k=5)
     assert list(ids[:, 0]) == ["0", "1", "2"]
+    named = qac.Index.build(v, os.path.join(tmp, "ix-vec-ids"), encoder=enc, ids=[f"d{i}" for i in range(50)])
+    assert list(named.search(v[:3], k=1)[0][:, 0]) == ["d0", "d1", "d2"]
     v64 = v.astype(np.float64)
     ref = v64[:3] @ v64.T
     rows = ix.search_rows(v[:3], k=5)[0]
@@ -199,11 +216,12 @@ def test_index_from_vectors(tmp, enc):
     n, u = enc.dim, 2.0 ** -24
     bound = n * u / (1 - n * u) * (np.abs(v64[:3])[:, None, :] * np.abs(v64[rows])).sum(-1)
     assert (np.abs(scores - exact) <= bound).all()
-    # text queries against vectors of an unknown model are refused, naming the fingerprints
-    anon = qac.Index.build(v, os.path.join(tmp, "ix-anon"))
+    # text queries against vectors of an unknown model are refused, as qac search refuses them
+    anon = qac.Index.build(v, os.path.join(tmp, "ix-anon"), ids="sequential")
     assert anon.info["fingerprint"] == "none"
-    with pytest.raises(qac.InvalidError, match="fingerprint none"):
+    with pytest.raises(qac.MismatchError, match="records no model"):
         qac.Index.open(anon.path, encoder=enc).search(["wing"], k=1)
+    assert qac.Index.open(anon.path, encoder=enc).search(["wing"], k=1, allow_model_mismatch=True)[0].shape == (1, 1)
 
 
 def test_bm25_equals_cli(qac_bin, tmp, cranfield):

@@ -3,7 +3,9 @@ qac.ray.read_corpus, encoded by two Embed actors (one encoder each), one of
 them SIGKILLed in the middle of writing a part, merged by `qac index merge`:
 the merged index equals `qac index build`'s file for file (embedding shard,
 docids, index.faiss, manifest), so the killed batch was neither lost nor
-written twice."""
+written twice. The model has query and passage prompts (and pools without
+the prompt's tokens): the actors apply the passage prompt as the build
+does, and the merged manifest records the prompts as the build's does."""
 import os
 import subprocess
 import sys
@@ -16,6 +18,7 @@ import ray.data  # noqa: E402
 
 import qac  # noqa: E402
 import qac.ray  # noqa: E402
+from conftest import PROMPTS, make_prompts_model  # noqa: E402
 
 # the workers cannot import this test file: ship DyingEmbed by value
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -45,10 +48,11 @@ class DyingEmbed(qac.ray.Embed):
 
 def test_ray_two_workers_kill_one(tmp, qac_bin, cranfield):
     corpus = os.path.join(cranfield, "cran.all.1400")
+    model = make_prompts_model(tmp, "prompts-ray", include_prompt=False)
     ref = os.path.join(tmp, "ray-ref")
     t0 = time.time()
-    r = subprocess.run([qac_bin, "index", "build", "--corpus", corpus, "--out", ref, "--max-len", str(MAXLEN),
-                        "--device", "cpu"], capture_output=True, text=True)
+    r = subprocess.run([qac_bin, "index", "build", "--model", model, "--corpus", corpus, "--out", ref, "--max-len",
+                        str(MAXLEN), "--device", "cpu"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     t_ref = time.time() - t0
 
@@ -59,7 +63,7 @@ def test_ray_two_workers_kill_one(tmp, qac_bin, cranfield):
         t0 = time.time()
         ds = qac.ray.read_corpus(corpus, rows_per_block=100)
         out = ds.map_batches(DyingEmbed, fn_constructor_kwargs=dict(
-            marker=marker, out=parts, corpus=corpus, max_len=MAXLEN, device="cpu"),
+            marker=marker, out=parts, corpus=corpus, model=model, max_len=MAXLEN, device="cpu"),
             batch_size=100, compute=ray.data.ActorPoolStrategy(size=2), num_cpus=1).take_all()
         t_ray = time.time() - t0
     finally:
@@ -76,4 +80,5 @@ def test_ray_two_workers_kill_one(tmp, qac_bin, cranfield):
     for name in ("emb-00000.qemb", "docids.qdoc", "index.faiss", "manifest.json"):
         with open(os.path.join(ref, name), "rb") as a, open(os.path.join(merged, name), "rb") as b:
             assert a.read() == b.read(), f"{name} differs from qac index build's"
-    assert len(qac.Index.open(merged)) == 1400
+    ix = qac.Index.open(merged)
+    assert len(ix) == 1400 and ix.info["prompts"] == {"query": PROMPTS["query"], "passage": PROMPTS["passage"]}
