@@ -203,7 +203,7 @@ qac_status grow_buffers(cuda_encoder *e, size_t rows, int batch) {
     for (auto &d : dev) {
         if (!d.bytes) continue;
         QAC_CU_GOTO(st, cudaMalloc(d.p, d.bytes), fail);
-        QAC_CU_GOTO(st, cudaMemset(*d.p, 0, d.bytes), fail);
+        QAC_CU_GOTO(st, cudaMemsetAsync(*d.p, 0, d.bytes, e->stream), fail); // ordered before the batch
     }
     QAC_CU_GOTO(st, cudaMallocHost((void **)&e->h_ids, ntok * sizeof(int32_t)), fail);
     QAC_CU_GOTO(st, cudaMallocHost((void **)&e->h_pos, ntok * sizeof(int32_t)), fail);
@@ -224,8 +224,10 @@ qac_status residual_ln(cuda_encoder *e, float *x, void *xh, const void *r, const
                        const float *b, int n) {
     const int C = e->cfg.hidden_size;
     const float eps = e->cfg.layer_norm_eps;
-    if (e->ln_warp) QAC_CU(qac_k_residual_ln_warp(x, xh, r, bias, w, b, n, C, eps, e->prec, e->tun.ln_warps, e->stream));
-    else QAC_CU(qac_k_residual_ln(x, xh, r, bias, w, b, n, C, eps, e->prec, e->stream));
+    if (e->ln_warp)
+        QAC_CU(qac_k_residual_ln_warp(x, xh, r, bias, w, b, n, C, eps, e->prec, e->tun.ln_warps, e->stream));
+    else
+        QAC_CU(qac_k_residual_ln(x, xh, r, bias, w, b, n, C, eps, e->prec, e->stream));
     return QAC_OK;
 }
 

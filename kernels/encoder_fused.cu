@@ -366,7 +366,8 @@ cudaError_t qac_k_gather_rows(float *xg, void *ctxg, const float *x, const void 
         gather_rows_kernel<float><<<B, 256, 0, s>>>(xg, (float *)ctxg, x, (const float *)ctx, offs, lens, from, T, C);
         break;
     case QAC_PREC_FP16:
-        gather_rows_kernel<__half><<<B, 256, 0, s>>>(xg, (__half *)ctxg, x, (const __half *)ctx, offs, lens, from, T, C);
+        gather_rows_kernel<__half><<<B, 256, 0, s>>>(xg, (__half *)ctxg, x, (const __half *)ctx, offs, lens, from, T,
+                                                     C);
         break;
     case QAC_PREC_BF16:
         gather_rows_kernel<__nv_bfloat16><<<B, 256, 0, s>>>(xg, (__nv_bfloat16 *)ctxg, x, (const __nv_bfloat16 *)ctx,

@@ -50,7 +50,9 @@ float uni(float lo, float hi) {
 int uint_in(int lo, int hi) { return lo + (int)(uni(0, 1) * (float)(hi - lo + 1) * 0.999999f); }
 
 template <typename E> constexpr qac_precision prec_of() {
-    return std::is_same<E, float>::value ? QAC_PREC_FP32 : std::is_same<E, __half>::value ? QAC_PREC_FP16 : QAC_PREC_BF16;
+    return std::is_same<E, float>::value    ? QAC_PREC_FP32
+           : std::is_same<E, __half>::value ? QAC_PREC_FP16
+                                            : QAC_PREC_BF16;
 }
 template <typename E> constexpr double half_ulp() { // relative rounding of one conversion to E
     return std::is_same<E, float>::value ? 0 : std::is_same<E, __half>::value ? 0x1p-11 : 0x1p-8;
@@ -321,9 +323,11 @@ template <typename E, int V> void test_gelu_rows(int N, int I, int R) {
             v = qac_from_float<E>(gelu_erf(qac_to_float<E>(v) + bias[c]));
         }
     const unsigned threads = (unsigned)((I / V) * ((N + R - 1) / R));
-    emu_launch({(threads + 63) / 64, 1, 1}, 64, [&] { gelu_rows_kernel<E, V>(h.data(), bias.data(), N, I, R, threads); });
+    emu_launch({(threads + 63) / 64, 1, 1}, 64,
+               [&] { gelu_rows_kernel<E, V>(h.data(), bias.data(), N, I, R, threads); });
     const int bad = memcmp(h.data(), ref.data(), h.size() * sizeof(E)) != 0;
-    printf("emulated bias+gelu %-5s N%d I%d rows%d: %s\n", name_of(prec_of<E>()), N, I, R, bad ? "DIFFERS" : "same bits");
+    printf("emulated bias+gelu %-5s N%d I%d rows%d: %s\n", name_of(prec_of<E>()), N, I, R,
+           bad ? "DIFFERS" : "same bits");
     CHECK_MSG(!bad, "bias+gelu N%d I%d rows%d: bits differ", N, I, R);
 }
 

@@ -375,7 +375,8 @@ static void test_graphs(void) {
     /* a BERT-base shape with CLS pooling: the pruned last layer */
     const qac_bert_config cfg = {.vocab_size = 30522, .hidden_size = 768, .num_layers = 12, .num_heads = 12,
                                  .intermediate_size = 3072, .max_position = 512, .type_vocab_size = 2,
-                                 .pad_token_id = 0, .layer_norm_eps = 1e-12f, .hidden_dropout = 0.1f, .attn_dropout = 0.1f};
+                                 .pad_token_id = 0, .layer_norm_eps = 1e-12f, .hidden_dropout = 0.1f,
+                                 .attn_dropout = 0.1f};
     m = NULL;
     CHECK_OK(qac_model_create(&m, &cfg, NULL));
     if (!m) return;

@@ -123,7 +123,8 @@ static void test_ln_pool(int B, int T, int C) {
     float *pre = malloc(sizeof(float) * NP * C), *ln = malloc(sizeof(float) * NP * C);
     float *xp = malloc(sizeof(float) * NP * C), *rp = malloc(sizeof(float) * NP * C);
     float *bias = malloc(sizeof(float) * C), *w = malloc(sizeof(float) * C), *b = malloc(sizeof(float) * C);
-    float *want = malloc(sizeof(float) * B * C), *got = malloc(sizeof(float) * B * C), *old = malloc(sizeof(float) * B * C);
+    float *want = malloc(sizeof(float) * B * C), *got = malloc(sizeof(float) * B * C);
+    float *old = malloc(sizeof(float) * B * C);
     int *lens = malloc(sizeof(int) * B), *from = malloc(sizeof(int) * B), *offs = malloc(sizeof(int) * (B + 1));
     gpu_test_fill(x, NP * C, -2, 2);
     gpu_test_fill(r, NP * C, -2, 2);
