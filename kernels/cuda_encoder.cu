@@ -291,11 +291,12 @@ qac_status run_layers(cuda_encoder *e, const qac_enc_layout *Lay, int skip_promp
         } else {
             st = residual_ln(e, xs, xsh, e->proj, bo, g2, b2, n);
             if (st != QAC_OK) return st;
+            const int Br = Lay->real_batch; // the pooling kernel reads a row even of an empty sequence
             if (e->fused)
-                QAC_CU(qac_k_pool_packed(e->d_out, e->x, e->d_offs, e->d_lens, from, B, C, e->mean_pooling,
+                QAC_CU(qac_k_pool_packed(e->d_out, e->x, e->d_offs, e->d_lens, from, Br, C, e->mean_pooling,
                                          e->normalize, e->stream));
             else
-                QAC_CU(qac_k_pool_from(e->d_out, e->x, e->d_lens, from, B, T, C, e->mean_pooling, e->normalize,
+                QAC_CU(qac_k_pool_from(e->d_out, e->x, e->d_lens, from, Br, T, C, e->mean_pooling, e->normalize,
                                        e->stream));
         }
     }
@@ -396,7 +397,7 @@ qac_status encoder_forward(void *impl, const int32_t *ids, const int *lens, cons
             return qac_set_error(QAC_ERR_INVALID, "CUDA encoder: token id %d outside the vocabulary (%d)",
                                  (int)ids[i], c->vocab_size);
     QAC_CU(cudaSetDevice(e->device));
-    qac_enc_layout L = {B, (int)N, (int)N, T, 0}; // padded
+    qac_enc_layout L = {B, B, (int)N, (int)N, T, 0}; // padded
     if (e->fused) L = qac_enc_layout_packed(lens, B, &e->tun);
     size_t want_rows = (size_t)L.rows;
     int want_batch = L.batch;

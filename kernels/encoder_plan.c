@@ -37,7 +37,7 @@ static int pow2_at_least(int n, int lo) {
 }
 
 qac_enc_layout qac_enc_layout_packed(const int *lens, int B, const qac_enc_tunables *t) {
-    qac_enc_layout L = {B, 0, 0, 0, 0};
+    qac_enc_layout L = {B, B, 0, 0, 0, 0};
     for (int b = 0; b < B; b++) {
         L.real_rows += lens[b];
         if (lens[b] > L.longest) L.longest = lens[b];

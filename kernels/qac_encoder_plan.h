@@ -45,11 +45,12 @@ qac_enc_tunables qac_enc_tunables_default(void);
 
 /* Where a batch lives on the device. */
 typedef struct qac_enc_layout {
-    int batch;     /* sequences the kernels run over: B, or its bucket */
-    int rows;      /* rows the kernels run over: the real tokens, or their bucket */
-    int real_rows; /* sum of the lengths */
-    int longest;   /* the attention's T: the longest sequence, or rows when bucketed */
-    int bucketed;  /* 1: a query-sized batch padded to (rows, batch) */
+    int real_batch; /* B */
+    int batch;      /* sequences the kernels run over: B, or its bucket */
+    int rows;       /* rows the kernels run over: the real tokens, or their bucket */
+    int real_rows;  /* sum of the lengths */
+    int longest;    /* the attention's T: the longest sequence, or rows when bucketed */
+    int bucketed;   /* 1: a query-sized batch padded to (rows, batch) */
 } qac_enc_layout;
 
 /* The packed layout of B sequences of lens[b] tokens (each >= 1). */

@@ -60,7 +60,8 @@ static void check_batch(const qac_enc_tunables *tun, int B, int T, const int *le
     int real = 0, longest = 0;
     for (int b = 0; b < B; b++) real += lens[b], longest = lens[b] > longest ? lens[b] : longest;
     const int query = tun->graph_rows > 0 && tun->graph_batch > 0 && B <= tun->graph_batch && real <= tun->graph_rows;
-    CHECK_MSG(L.real_rows == real && L.bucketed == query, "B %d rows %d: bucketed %d", B, real, L.bucketed);
+    CHECK_MSG(L.real_rows == real && L.real_batch == B && L.bucketed == query, "B %d rows %d: bucketed %d", B, real,
+              L.bucketed);
     if (query) {
         CHECK_MSG(L.rows == smallest_pow2(real, QAC_ENC_MIN_ROWS) && L.batch == smallest_pow2(B, 1) &&
                       L.longest == L.rows,
