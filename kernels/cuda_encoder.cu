@@ -284,10 +284,10 @@ qac_status run_layers(cuda_encoder *e, const qac_enc_layout *Lay, int skip_promp
             if (st != QAC_OK) return st;
         } else if (e->prune) { // one gathered row per sequence
             QAC_CU(qac_k_ln_pool(e->d_out, xs, e->proj, bo, g2, b2, NULL, NULL, NULL, B, 1, C, eps, 0, e->normalize, p,
-                                 e->tun.ln_warps, e->stream));
+                                 1, e->stream));
         } else if (e->ln_warp) {
             QAC_CU(qac_k_ln_pool(e->d_out, xs, e->proj, bo, g2, b2, offs, e->d_lens, from, B, T, C, eps,
-                                 e->mean_pooling, e->normalize, p, e->tun.ln_warps, e->stream));
+                                 e->mean_pooling, e->normalize, p, e->mean_pooling ? e->tun.pool_warps : 1, e->stream));
         } else {
             st = residual_ln(e, xs, xsh, e->proj, bo, g2, b2, n);
             if (st != QAC_OK) return st;

@@ -17,14 +17,17 @@ qac_enc_tunables qac_enc_tunables_default(void) {
     /* Not yet chosen by measurement (bench/encode_gpu/variants.sh times the
      * alternatives): a query batch is what `qac serve` gathers (up to 16
      * queries of up to 32 tokens), four rows per LayerNorm block as
-     * Apex-style kernels use, four rows per GELU thread to reuse its bias. */
-    qac_enc_tunables t = {1, 512, 16, 4, 4, 1};
+     * Apex-style kernels use, eight warps to a sequence's mean (256
+     * sequences then fill an H100's SMs twice over with 16 warps each), four
+     * rows per GELU thread to reuse its bias. */
+    qac_enc_tunables t = {1, 512, 16, 4, 8, 4, 1};
     env_int("QAC_CUDA_GRAPHS", 0, 1, &t.graphs);
     env_int("QAC_CUDA_GRAPH_ROWS", 0, 1 << 16, &t.graph_rows);
     env_int("QAC_CUDA_GRAPH_BATCH", 0, 1 << 10, &t.graph_batch);
     int w = t.ln_warps;
     env_int("QAC_CUDA_LN_WARPS", 0, 16, &w);
     if (w == 0 || w == 1 || w == 2 || w == 4 || w == 8 || w == 16) t.ln_warps = w;
+    env_int("QAC_CUDA_POOL_WARPS", 1, 16, &t.pool_warps);
     env_int("QAC_CUDA_GELU_ROWS", 1, 64, &t.gelu_rows);
     env_int("QAC_CUDA_PRUNE", 0, 1, &t.prune);
     return t;

@@ -31,12 +31,14 @@ extern "C" {
  *   QAC_CUDA_GRAPH_BATCH largest sequence count of a bucketed batch (0: no buckets)
  *   QAC_CUDA_LN_WARPS    rows per block of the LayerNorm kernels, one warp a row
  *                        (1, 2, 4, 8, 16; 0: the older kernel, one block a row)
+ *   QAC_CUDA_POOL_WARPS  warps per sequence of the last LayerNorm fused with mean
+ *                        pooling (1 to 16; CLS takes one)
  *   QAC_CUDA_GELU_ROWS   rows per thread of the bias + GELU kernel (1 to 64)
  *   QAC_CUDA_PRUNE       1: with CLS pooling, the last layer after attention
  *                        runs on the pooled rows only; 0: on every row */
 typedef struct qac_enc_tunables {
     int graphs, graph_rows, graph_batch;
-    int ln_warps, gelu_rows, prune;
+    int ln_warps, pool_warps, gelu_rows, prune;
 } qac_enc_tunables;
 
 /* The committed defaults, each replaced by its environment variable when set

@@ -3,8 +3,10 @@
 # away from the default, on BERT-base (random weights, CLS pooling) at 128
 # tokens in batches of 256, bf16: passages/s, and the p50 latency of one
 # query and of 16 queries of 32 tokens. One VARIANT line each, then the
-# best per figure. The variants change the order of fp32 sums, not the
-# model: their outputs agree within test_gpu_encoder's bounds.
+# best per figure; then the warps of the mean pooling on the default model
+# (MiniLM, $QAC_MODEL) at 128 tokens, passages/s. The variants change the
+# order of fp32 sums, not the model: their outputs agree within
+# test_gpu_encoder's bounds.
 #   bench/encode_gpu/variants.sh <build-dir> [passages]
 set -euo pipefail
 build="${1:?build directory}"; n="${2:-4096}"
@@ -44,3 +46,9 @@ printf '%s' "$out" | awk '$1 == "VARIANT" && NF == 9 {
     printf "VARIANT best query_ms %s %s\n", b["q"], w["q"]
     printf "VARIANT best query16_ms %s %s\n", b["s"], w["s"]
   }'
+model="${QAC_MODEL:-${QAC_HOME:-$HOME/.local/share/qac}/models/all-MiniLM-L6-v2}"
+[ -f "$model/config.json" ] || { echo "NOTE no model at $model: pooling variants skipped"; exit 0; }
+for w in 8 1 4 16; do
+  r="$(QAC_CUDA_POOL_WARPS=$w "$bin" bf16 "$n" 256 989 "$model" 128 _minilm)" || { echo "VARIANT encode-minilm pool-${w}warps FAILED"; continue; }
+  echo "VARIANT encode-minilm pool-${w}warps passages_per_s $(echo "$r" | awk '$2 == "qac_bf16_minilm_passages_per_s" {print $3}')"
+done

@@ -26,31 +26,35 @@ static int smallest_pow2(int n, int lo) {
 }
 
 static void test_tunables(void) {
-    static const char *vars[] = {"QAC_CUDA_GRAPHS",    "QAC_CUDA_GRAPH_ROWS", "QAC_CUDA_GRAPH_BATCH",
-                                 "QAC_CUDA_LN_WARPS",  "QAC_CUDA_GELU_ROWS",  "QAC_CUDA_PRUNE"};
-    for (int i = 0; i < 6; i++) unsetenv(vars[i]);
+    static const char *vars[] = {"QAC_CUDA_GRAPHS",     "QAC_CUDA_GRAPH_ROWS", "QAC_CUDA_GRAPH_BATCH",
+                                 "QAC_CUDA_LN_WARPS",   "QAC_CUDA_POOL_WARPS", "QAC_CUDA_GELU_ROWS",
+                                 "QAC_CUDA_PRUNE"};
+    enum { NV = sizeof vars / sizeof *vars };
+    for (int i = 0; i < NV; i++) unsetenv(vars[i]);
     const qac_enc_tunables d = qac_enc_tunables_default();
-    CHECK(d.graphs == 1 && d.graph_rows == 512 && d.graph_batch == 16 && d.ln_warps == 4 && d.gelu_rows == 4 &&
-          d.prune == 1);
+    CHECK(d.graphs == 1 && d.graph_rows == 512 && d.graph_batch == 16 && d.ln_warps == 4 && d.pool_warps == 8 &&
+          d.gelu_rows == 4 && d.prune == 1);
     setenv("QAC_CUDA_GRAPHS", "0", 1);
     setenv("QAC_CUDA_GRAPH_ROWS", "256", 1);
     setenv("QAC_CUDA_GRAPH_BATCH", "8", 1);
     setenv("QAC_CUDA_LN_WARPS", "0", 1);
+    setenv("QAC_CUDA_POOL_WARPS", "3", 1);
     setenv("QAC_CUDA_GELU_ROWS", "16", 1);
     setenv("QAC_CUDA_PRUNE", "0", 1);
     qac_enc_tunables t = qac_enc_tunables_default();
-    CHECK(t.graphs == 0 && t.graph_rows == 256 && t.graph_batch == 8 && t.ln_warps == 0 && t.gelu_rows == 16 &&
-          t.prune == 0);
+    CHECK(t.graphs == 0 && t.graph_rows == 256 && t.graph_batch == 8 && t.ln_warps == 0 && t.pool_warps == 3 &&
+          t.gelu_rows == 16 && t.prune == 0);
     /* not numbers, out of range, or rows per block the kernels do not take: the default stays */
     setenv("QAC_CUDA_GRAPHS", "yes", 1);
     setenv("QAC_CUDA_GRAPH_ROWS", "-1", 1);
     setenv("QAC_CUDA_GRAPH_BATCH", "12x", 1);
     setenv("QAC_CUDA_LN_WARPS", "3", 1);
+    setenv("QAC_CUDA_POOL_WARPS", "17", 1);
     setenv("QAC_CUDA_GELU_ROWS", "0", 1);
     setenv("QAC_CUDA_PRUNE", "2", 1);
     t = qac_enc_tunables_default();
     CHECK(!memcmp(&t, &d, sizeof t));
-    for (int i = 0; i < 6; i++) unsetenv(vars[i]);
+    for (int i = 0; i < NV; i++) unsetenv(vars[i]);
 }
 
 /* One batch: its layout and packed inputs against what they must be. */
