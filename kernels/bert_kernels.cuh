@@ -51,6 +51,35 @@ cudaError_t qac_k_pool_from(float *out, const float *x, const int *lens, const i
 cudaError_t qac_k_pool_packed(float *out, const float *x, const int *offs, const int *lens, const int *from, int B,
                               int C, int mean_pooling, int normalize, cudaStream_t s);
 
+// ---- the fused passes (encoder_fused.cu) ----
+// The LayerNorms above, one warp per row (`warps` rows per block, 1 to 16)
+// with the row in registers: the same contract, the sums in another order.
+// They need C a multiple of 4 up to 1024 and 16-byte aligned vectors:
+// qac_k_ln_warp_ok(C, the n pointers the call reads or writes).
+int qac_k_ln_warp_ok(int C, const void *const *ptrs, int n);
+cudaError_t qac_k_embed_ln_warp(float *x, void *xh, const int32_t *ids, const int32_t *pos_ids, const float *word_emb,
+                                const float *pos_emb, const float *type_emb, const float *w, const float *b, int N,
+                                int T, int C, float eps, qac_precision prec, int warps, cudaStream_t s);
+cudaError_t qac_k_residual_ln_warp(float *x, void *xh, const void *r, const float *bias, const float *w, const float *b,
+                                   int N, int C, float eps, qac_precision prec, int warps, cudaStream_t s);
+// The last LayerNorm, pooling and L2 normalisation in one pass: out[b] =
+// pool over sequence b's rows of LayerNorm(x + (r + bias)), normalised when
+// normalize, nothing else written. Rows of b: offs[b].. (packed) or b*T..
+// (offs NULL); lens NULL: one row per sequence; from as qac_k_pool_from;
+// an empty sequence (lens[b] = 0) gets zeros. Needs qac_k_ln_warp_ok(C, ...).
+cudaError_t qac_k_ln_pool(float *out, const float *x, const void *r, const float *bias, const float *w, const float *b,
+                          const int *offs, const int *lens, const int *from, int B, int T, int C, float eps,
+                          int mean_pooling, int normalize, qac_precision prec, int warps, cudaStream_t s);
+// xg [B,C] fp32, ctxg [B,C] act = the CLS row of each sequence (row from[b]
+// when from[b] < lens[b], else its first; zeros when lens[b] = 0) of x and
+// ctx, laid out as for qac_k_ln_pool.
+cudaError_t qac_k_gather_rows(float *xg, void *ctxg, const float *x, const void *ctx, const int *offs, const int *lens,
+                              const int *from, int B, int T, int C, qac_precision prec, cudaStream_t s);
+// qac_k_bias_gelu with each thread on `rows` rows of one 16-byte column
+// chunk (its biases loaded once): the same arithmetic, the same bits.
+cudaError_t qac_k_bias_gelu_rows(void *h, const float *bias, int N, int I, qac_precision prec, int rows,
+                                 cudaStream_t s);
+
 // dst = (act) src, and back. n elements.
 cudaError_t qac_k_from_f32(void *dst, const float *src, size_t n, qac_precision prec, cudaStream_t s);
 cudaError_t qac_k_to_f32(float *dst, const void *src, size_t n, qac_precision prec, cudaStream_t s);

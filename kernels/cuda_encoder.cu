@@ -10,6 +10,18 @@
 // to back with cumulative offsets, as the CPU encoder packs them, so every
 // kernel runs over the real tokens only. Otherwise it runs padded [B, T]
 // through the unfused attention.
+//
+// Passes per layer: the QKV product, attention (the QKV bias added on
+// load), the output product, bias + residual + LayerNorm in one pass, the
+// FFN input product, bias + GELU in one pass, the FFN output product, bias
+// + residual + LayerNorm. The last layer's second LayerNorm is fused with
+// the pooling and the normalisation; with CLS pooling the last layer after
+// its attention runs on the pooled rows only (QAC_CUDA_PRUNE). A
+// query-sized packed batch is padded to a bucket (kernels/qac_encoder_plan.h)
+// and replayed as one CUDA graph per bucket: its first batch runs the
+// launches one by one (which also warms cuBLAS and the kernels' attributes),
+// the second captures them, later ones launch the graph. Graph and direct
+// launches run the same kernels on the same shapes: the same bits.
 #include <stdlib.h>
 #include <string.h>
 
@@ -18,12 +30,31 @@
 
 extern "C" {
 #include "encoder_backend.h"
+#include "qac_cuda_kernels.h"
+#include "qac_encoder_plan.h"
+}
+
+// Graph launches by every CUDA encoder of the process (for the tests).
+static unsigned long g_graph_launches;
+
+extern "C" unsigned long qac_cuda_encoder_graph_launches(void) {
+    return __atomic_load_n(&g_graph_launches, __ATOMIC_RELAXED);
 }
 
 namespace {
 
 constexpr int DEFAULT_MAX_BATCH = 256;
 constexpr size_t CUBLAS_WORKSPACE = 32u << 20;
+constexpr int MAX_GRAPHS = 64;
+
+// One bucket's graph: seen once (its launches warmed), captured, or not
+// capturable (then it runs without one).
+enum graph_state { GRAPH_WARM, GRAPH_READY, GRAPH_FAILED };
+struct graph_entry {
+    int rows, batch, flags;
+    graph_state state;
+    cudaGraphExec_t exec;
+};
 
 struct cuda_encoder {
     qac_bert_config cfg;
@@ -34,6 +65,9 @@ struct cuda_encoder {
     int device;
     int fused;          // packed batches through the fused attention
     qac_fa_tiles tiles; // its tile sizes
+    qac_enc_tunables tun;
+    int ln_warp; // the one-warp-a-row LayerNorms and the fused pooling take this model
+    int prune;   // CLS pooling: the last layer after attention on the pooled rows only
 
     cudaStream_t stream;
     cudaEvent_t ev_start, ev_end; // around each forward's work on stream
@@ -59,12 +93,18 @@ struct cuda_encoder {
     int *d_from;       // [B] pooling starts (prompt tokens skipped)
     int *d_offs;       // [B+1] first packed row of each sequence
     float *d_out;      // [B,C]
+    float *xg;         // [B,C] pruned last layer: the pooled rows of x
+    void *xgh;         // [B,C] act copy (NULL for fp32)
+    void *ctxg;        // [B,C] and of the attention output
     int32_t *h_ids;    // pinned mirrors
     int32_t *h_pos;
     int *h_lens;
     int *h_from;
     int *h_offs;
     float *h_out;
+
+    graph_entry graphs[MAX_GRAPHS];
+    int n_graphs;
 };
 
 // Device view in prec of the fp32 tensor `t` (a view into dp).
@@ -73,7 +113,15 @@ const void *act_weight(const cuda_encoder *e, const float *t) {
     return (const char *)e->d_params_act + (size_t)(t - e->d_params) * e->esize;
 }
 
+// The graphs hold the buffers' addresses: dropped whenever those change.
+void drop_graphs(cuda_encoder *e) {
+    for (int i = 0; i < e->n_graphs; i++)
+        if (e->graphs[i].exec) cudaGraphExecDestroy(e->graphs[i].exec);
+    e->n_graphs = 0;
+}
+
 void free_buffers(cuda_encoder *e) {
+    drop_graphs(e);
     cudaFree(e->x);
     cudaFree(e->xh);
     cudaFree(e->qkv);
@@ -86,6 +134,9 @@ void free_buffers(cuda_encoder *e) {
     cudaFree(e->d_from);
     cudaFree(e->d_offs);
     cudaFree(e->d_out);
+    cudaFree(e->xg);
+    cudaFree(e->xgh);
+    cudaFree(e->ctxg);
     cudaFreeHost(e->h_ids);
     cudaFreeHost(e->h_pos);
     cudaFreeHost(e->h_lens);
@@ -96,7 +147,8 @@ void free_buffers(cuda_encoder *e) {
     e->xh = e->qkv = e->ctx = e->proj = e->ffn = NULL;
     e->d_ids = e->d_pos = NULL;
     e->d_lens = e->d_offs = e->d_from = NULL;
-    e->d_out = NULL;
+    e->d_out = e->xg = NULL;
+    e->xgh = e->ctxg = NULL;
     e->h_ids = e->h_pos = NULL;
     e->h_lens = e->h_offs = e->h_from = NULL;
     e->h_out = NULL;
@@ -120,27 +172,39 @@ void encoder_destroy(void *impl) {
     free(e);
 }
 
-qac_status grow_buffers(cuda_encoder *e, int B, int T) {
-    const size_t N = (size_t)B * T;
-    if (N <= e->cap_tokens && B <= e->cap_batch) return QAC_OK;
-    const size_t ntok = N > e->cap_tokens ? N : e->cap_tokens;
-    const int nb = B > e->cap_batch ? B : e->cap_batch;
+// Room for `rows` token rows and `batch` sequences. Fresh buffers start as
+// zeros: rows a batch leaves unwritten (a bucket's padding) hold finite values.
+qac_status grow_buffers(cuda_encoder *e, size_t rows, int batch) {
+    if (rows <= e->cap_tokens && batch <= e->cap_batch) return QAC_OK;
+    const size_t ntok = rows > e->cap_tokens ? rows : e->cap_tokens;
+    const int nb = batch > e->cap_batch ? batch : e->cap_batch;
     const size_t C = e->cfg.hidden_size, I = e->cfg.intermediate_size, es = e->esize;
     QAC_CU(cudaStreamSynchronize(e->stream));
     free_buffers(e);
     qac_status st = QAC_OK;
-    QAC_CU_GOTO(st, cudaMalloc((void **)&e->x, ntok * C * sizeof(float)), fail);
-    if (e->prec != QAC_PREC_FP32) QAC_CU_GOTO(st, cudaMalloc(&e->xh, ntok * C * es), fail);
-    QAC_CU_GOTO(st, cudaMalloc(&e->qkv, ntok * 3 * C * es), fail);
-    QAC_CU_GOTO(st, cudaMalloc(&e->ctx, ntok * C * es), fail);
-    QAC_CU_GOTO(st, cudaMalloc(&e->proj, ntok * C * es), fail);
-    QAC_CU_GOTO(st, cudaMalloc(&e->ffn, ntok * I * es), fail);
-    QAC_CU_GOTO(st, cudaMalloc((void **)&e->d_ids, ntok * sizeof(int32_t)), fail);
-    QAC_CU_GOTO(st, cudaMalloc((void **)&e->d_pos, ntok * sizeof(int32_t)), fail);
-    QAC_CU_GOTO(st, cudaMalloc((void **)&e->d_lens, nb * sizeof(int)), fail);
-    QAC_CU_GOTO(st, cudaMalloc((void **)&e->d_from, nb * sizeof(int)), fail);
-    QAC_CU_GOTO(st, cudaMalloc((void **)&e->d_offs, (nb + 1) * sizeof(int)), fail);
-    QAC_CU_GOTO(st, cudaMalloc((void **)&e->d_out, (size_t)nb * C * sizeof(float)), fail);
+    struct {
+        void **p;
+        size_t bytes;
+    } dev[] = {{(void **)&e->x, ntok * C * sizeof(float)},
+               {&e->xh, e->prec != QAC_PREC_FP32 ? ntok * C * es : 0},
+               {&e->qkv, ntok * 3 * C * es},
+               {&e->ctx, ntok * C * es},
+               {&e->proj, ntok * C * es},
+               {&e->ffn, ntok * I * es},
+               {(void **)&e->d_ids, ntok * sizeof(int32_t)},
+               {(void **)&e->d_pos, ntok * sizeof(int32_t)},
+               {(void **)&e->d_lens, nb * sizeof(int)},
+               {(void **)&e->d_from, nb * sizeof(int)},
+               {(void **)&e->d_offs, (nb + 1) * sizeof(int)},
+               {(void **)&e->d_out, (size_t)nb * C * sizeof(float)},
+               {(void **)&e->xg, e->prune ? (size_t)nb * C * sizeof(float) : 0},
+               {&e->xgh, e->prune && e->prec != QAC_PREC_FP32 ? (size_t)nb * C * es : 0},
+               {&e->ctxg, e->prune ? (size_t)nb * C * es : 0}};
+    for (auto &d : dev) {
+        if (!d.bytes) continue;
+        QAC_CU_GOTO(st, cudaMalloc(d.p, d.bytes), fail);
+        QAC_CU_GOTO(st, cudaMemsetAsync(*d.p, 0, d.bytes, e->stream), fail); // ordered before the batch
+    }
     QAC_CU_GOTO(st, cudaMallocHost((void **)&e->h_ids, ntok * sizeof(int32_t)), fail);
     QAC_CU_GOTO(st, cudaMallocHost((void **)&e->h_pos, ntok * sizeof(int32_t)), fail);
     QAC_CU_GOTO(st, cudaMallocHost((void **)&e->h_lens, nb * sizeof(int)), fail);
@@ -152,47 +216,161 @@ qac_status grow_buffers(cuda_encoder *e, int B, int T) {
     return QAC_OK;
 fail:
     free_buffers(e);
-    return qac_wrap_error(st, "CUDA encoder: activations for %d x %d tokens", B, T);
+    return qac_wrap_error(st, "CUDA encoder: activations for %zu tokens in %d sequences", rows, batch);
 }
 
-// N rows: B * T padded, or the packed sum of the lengths (the longest T);
-// skip_prompt: pool from d_from's rows.
-qac_status run_layers(cuda_encoder *e, int B, int T, int N, int skip_prompt) {
+// One LayerNorm after a sub-layer: x = LayerNorm(x + (r + bias)).
+qac_status residual_ln(cuda_encoder *e, float *x, void *xh, const void *r, const float *bias, const float *w,
+                       const float *b, int n) {
+    const int C = e->cfg.hidden_size;
+    const float eps = e->cfg.layer_norm_eps;
+    if (e->ln_warp)
+        QAC_CU(qac_k_residual_ln_warp(x, xh, r, bias, w, b, n, C, eps, e->prec, e->tun.ln_warps, e->stream));
+    else
+        QAC_CU(qac_k_residual_ln(x, xh, r, bias, w, b, n, C, eps, e->prec, e->stream));
+    return QAC_OK;
+}
+
+// The forward of one batch on the stream: L->rows token rows (B * T padded,
+// or packed) in L->batch sequences, the attention over keys up to
+// L->longest; skip_prompt: pool from d_from's rows. Leaves d_out [batch, C].
+qac_status run_layers(cuda_encoder *e, const qac_enc_layout *Lay, int skip_prompt) {
     const qac_bert_config *c = &e->cfg;
-    const int C = c->hidden_size, I = c->intermediate_size, NH = c->num_heads;
+    const int C = c->hidden_size, I = c->intermediate_size, NH = c->num_heads, NL = c->num_layers;
+    const int B = Lay->batch, T = Lay->longest, N = Lay->rows;
     const qac_precision p = e->prec;
     const qac_bert_params *w = &e->dp;
     const float eps = c->layer_norm_eps;
-    void *xin = p == QAC_PREC_FP32 ? (void *)e->x : e->xh; // matrix-product input
-    qac_fa_rows rows = {e->d_offs, NULL, B, T, N};
-    qac_kt_drop none = {0.0f, 0, 0};
+    const qac_fa_rows rows = {e->d_offs, NULL, B, T, N};
+    const qac_kt_drop none = {0.0f, 0, 0};
+    const int *offs = e->fused ? e->d_offs : NULL; // the pooling's view of the rows
+    const int *from = skip_prompt ? e->d_from : NULL;
 
-    QAC_CU(qac_k_embed_ln(e->x, e->xh, e->d_ids, e->fused ? e->d_pos : NULL, w->word_emb, w->pos_emb, w->type_emb,
-                          w->emb_ln_w, w->emb_ln_b, N, T, C, eps, p, e->stream));
-    for (int l = 0; l < c->num_layers; l++) {
+    if (e->ln_warp)
+        QAC_CU(qac_k_embed_ln_warp(e->x, e->xh, e->d_ids, e->fused ? e->d_pos : NULL, w->word_emb, w->pos_emb,
+                                   w->type_emb, w->emb_ln_w, w->emb_ln_b, N, T, C, eps, p, e->tun.ln_warps, e->stream));
+    else
+        QAC_CU(qac_k_embed_ln(e->x, e->xh, e->d_ids, e->fused ? e->d_pos : NULL, w->word_emb, w->pos_emb, w->type_emb,
+                              w->emb_ln_w, w->emb_ln_b, N, T, C, eps, p, e->stream));
+    for (int l = 0; l < NL; l++) {
         const size_t lc = (size_t)l * C;
+        const int last = l == NL - 1;
+        void *xin = p == QAC_PREC_FP32 ? (void *)e->x : e->xh; // matrix-product input
         QAC_CUBLAS(qac_k_matmul(e->blas, e->qkv, xin, act_weight(e, w->qkv_w + lc * 3 * C), N, C, 3 * C, p));
         if (e->fused)
             QAC_CU(qac_fa_forward(e->ctx, NULL, e->qkv, w->qkv_b + lc * 3, rows, C, NH, 0, 0, none, 0, p, &e->tiles,
                                   e->stream));
         else
             QAC_CU(qac_k_attention(e->ctx, e->qkv, w->qkv_b + lc * 3, e->d_lens, B, T, C, NH, p, e->stream));
-        QAC_CUBLAS(qac_k_matmul(e->blas, e->proj, e->ctx, act_weight(e, w->attn_out_w + lc * C), N, C, C, p));
-        QAC_CU(qac_k_residual_ln(e->x, e->xh, e->proj, w->attn_out_b + lc, w->ln1_w + lc, w->ln1_b + lc, N, C,
-                                 eps, p, e->stream));
-        QAC_CUBLAS(qac_k_matmul(e->blas, e->ffn, xin, act_weight(e, w->ffn_in_w + lc * I), N, C, I, p));
-        QAC_CU(qac_k_bias_gelu(e->ffn, w->ffn_in_b + (size_t)l * I, N, I, p, e->stream));
-        QAC_CUBLAS(qac_k_matmul(e->blas, e->proj, e->ffn, act_weight(e, w->ffn_out_w + lc * I), N, I, C, p));
-        QAC_CU(qac_k_residual_ln(e->x, e->xh, e->proj, w->ffn_out_b + lc, w->ln2_w + lc, w->ln2_b + lc, N, C,
-                                 eps, p, e->stream));
+        // the rest of the layer over n rows of xs (its act copy xsh) and att
+        int n = N;
+        float *xs = e->x;
+        void *xsh = e->xh;
+        const void *att = e->ctx;
+        if (last && e->prune) { // only the pooled rows are read past this point
+            QAC_CU(qac_k_gather_rows(e->xg, e->ctxg, e->x, e->ctx, offs, e->d_lens, from, B, T, C, p, e->stream));
+            n = B, xs = e->xg, xsh = e->xgh, att = e->ctxg;
+        }
+        void *xsin = p == QAC_PREC_FP32 ? (void *)xs : xsh;
+        QAC_CUBLAS(qac_k_matmul(e->blas, e->proj, att, act_weight(e, w->attn_out_w + lc * C), n, C, C, p));
+        qac_status st = residual_ln(e, xs, xsh, e->proj, w->attn_out_b + lc, w->ln1_w + lc, w->ln1_b + lc, n);
+        if (st != QAC_OK) return st;
+        QAC_CUBLAS(qac_k_matmul(e->blas, e->ffn, xsin, act_weight(e, w->ffn_in_w + lc * I), n, C, I, p));
+        QAC_CU(qac_k_bias_gelu_rows(e->ffn, w->ffn_in_b + (size_t)l * I, n, I, p, e->tun.gelu_rows, e->stream));
+        QAC_CUBLAS(qac_k_matmul(e->blas, e->proj, e->ffn, act_weight(e, w->ffn_out_w + lc * I), n, I, C, p));
+        const float *bo = w->ffn_out_b + lc, *g2 = w->ln2_w + lc, *b2 = w->ln2_b + lc;
+        if (!last) {
+            st = residual_ln(e, xs, xsh, e->proj, bo, g2, b2, n);
+            if (st != QAC_OK) return st;
+        } else if (e->prune) { // one gathered row per sequence
+            QAC_CU(qac_k_ln_pool(e->d_out, xs, e->proj, bo, g2, b2, NULL, NULL, NULL, B, 1, C, eps, 0, e->normalize, p,
+                                 1, e->stream));
+        } else if (e->ln_warp) {
+            QAC_CU(qac_k_ln_pool(e->d_out, xs, e->proj, bo, g2, b2, offs, e->d_lens, from, B, T, C, eps,
+                                 e->mean_pooling, e->normalize, p, e->mean_pooling ? e->tun.pool_warps : 1, e->stream));
+        } else {
+            st = residual_ln(e, xs, xsh, e->proj, bo, g2, b2, n);
+            if (st != QAC_OK) return st;
+            const int Br = Lay->real_batch; // the pooling kernel reads a row even of an empty sequence
+            if (e->fused)
+                QAC_CU(qac_k_pool_packed(e->d_out, e->x, e->d_offs, e->d_lens, from, Br, C, e->mean_pooling,
+                                         e->normalize, e->stream));
+            else
+                QAC_CU(qac_k_pool_from(e->d_out, e->x, e->d_lens, from, Br, T, C, e->mean_pooling, e->normalize,
+                                       e->stream));
+        }
     }
-    const int *from = skip_prompt ? e->d_from : NULL;
-    if (e->fused)
-        QAC_CU(qac_k_pool_packed(e->d_out, e->x, e->d_offs, e->d_lens, from, B, C, e->mean_pooling, e->normalize,
-                                 e->stream));
-    else
-        QAC_CU(qac_k_pool_from(e->d_out, e->x, e->d_lens, from, B, T, C, e->mean_pooling, e->normalize,
-                               e->stream));
+    return QAC_OK;
+}
+
+// A batch's copies in, its forward and its copy out, queued on the stream
+// (directly or into a graph being captured): the host buffers hold the
+// inputs of layout L.
+qac_status enqueue_batch(cuda_encoder *e, const qac_enc_layout *L, int skip_prompt) {
+    const size_t B = (size_t)L->batch, rows = (size_t)L->rows;
+    const cudaMemcpyKind h2d = cudaMemcpyHostToDevice;
+    QAC_CU(cudaMemcpyAsync(e->d_lens, e->h_lens, B * sizeof(int), h2d, e->stream));
+    if (skip_prompt) QAC_CU(cudaMemcpyAsync(e->d_from, e->h_from, B * sizeof(int), h2d, e->stream));
+    if (e->fused) {
+        QAC_CU(cudaMemcpyAsync(e->d_pos, e->h_pos, rows * sizeof(int32_t), h2d, e->stream));
+        QAC_CU(cudaMemcpyAsync(e->d_offs, e->h_offs, (B + 1) * sizeof(int), h2d, e->stream));
+    }
+    QAC_CU(cudaMemcpyAsync(e->d_ids, e->h_ids, rows * sizeof(int32_t), h2d, e->stream));
+    qac_status st = run_layers(e, L, skip_prompt);
+    if (st != QAC_OK) return st;
+    QAC_CU(cudaMemcpyAsync(e->h_out, e->d_out, B * e->cfg.hidden_size * sizeof(float), cudaMemcpyDeviceToHost,
+                           e->stream));
+    return QAC_OK;
+}
+
+// enqueue_batch captured into a graph (*out NULL when that fails; the
+// stream is left out of capture either way).
+qac_status capture_batch(cuda_encoder *e, const qac_enc_layout *L, int skip_prompt, cudaGraphExec_t *out) {
+    *out = NULL;
+    QAC_CU(cudaStreamBeginCapture(e->stream, cudaStreamCaptureModeThreadLocal));
+    qac_status st = enqueue_batch(e, L, skip_prompt);
+    cudaGraph_t g = NULL;
+    const cudaError_t ce = cudaStreamEndCapture(e->stream, &g);
+    if (st == QAC_OK) st = qac_cuda_check(ce, "cudaStreamEndCapture");
+    if (st == QAC_OK) st = qac_cuda_check(cudaGraphInstantiate(out, g, 0), "cudaGraphInstantiate");
+    if (g) cudaGraphDestroy(g);
+    if (st != QAC_OK) {
+        *out = NULL;
+        cudaGetLastError();
+    }
+    return st;
+}
+
+// The bucket's graph entry, added when there is room (NULL: none).
+graph_entry *graph_for(cuda_encoder *e, const qac_enc_layout *L, int flags, int *added) {
+    *added = 0;
+    for (int i = 0; i < e->n_graphs; i++) {
+        graph_entry *g = &e->graphs[i];
+        if (g->rows == L->rows && g->batch == L->batch && g->flags == flags) return g;
+    }
+    if (e->n_graphs == MAX_GRAPHS) return NULL;
+    graph_entry *g = &e->graphs[e->n_graphs++];
+    *g = {L->rows, L->batch, flags, GRAPH_WARM, NULL};
+    *added = 1;
+    return g;
+}
+
+// Runs the batch whose inputs the host buffers hold: by its bucket's graph
+// when there is one, else launch by launch.
+qac_status run_batch(cuda_encoder *e, const qac_enc_layout *L, int skip_prompt) {
+    if (!(L->bucketed && e->tun.graphs)) return enqueue_batch(e, L, skip_prompt);
+    int added;
+    graph_entry *g = graph_for(e, L, (skip_prompt ? 1 : 0) | (e->normalize ? 2 : 0), &added);
+    if (!g || added || g->state == GRAPH_FAILED) return enqueue_batch(e, L, skip_prompt);
+    if (g->state == GRAPH_WARM) {
+        if (capture_batch(e, L, skip_prompt, &g->exec) != QAC_OK) {
+            g->state = GRAPH_FAILED; // this bucket runs without a graph from now on
+            return enqueue_batch(e, L, skip_prompt);
+        }
+        g->state = GRAPH_READY;
+    }
+    QAC_CU(cudaGraphLaunch(g->exec, e->stream));
+    __atomic_fetch_add(&g_graph_launches, 1ul, __ATOMIC_RELAXED);
     return QAC_OK;
 }
 
@@ -219,46 +397,35 @@ qac_status encoder_forward(void *impl, const int32_t *ids, const int *lens, cons
             return qac_set_error(QAC_ERR_INVALID, "CUDA encoder: token id %d outside the vocabulary (%d)",
                                  (int)ids[i], c->vocab_size);
     QAC_CU(cudaSetDevice(e->device));
-    qac_status st = grow_buffers(e, B, T);
+    qac_enc_layout L = {B, B, (int)N, (int)N, T, 0}; // padded
+    if (e->fused) L = qac_enc_layout_packed(lens, B, &e->tun);
+    size_t want_rows = (size_t)L.rows;
+    int want_batch = L.batch;
+    if (L.bucketed) { // room for every bucket at once: graphs survive other buckets
+        int r = QAC_ENC_MIN_ROWS, b = 1;
+        while (r < e->tun.graph_rows) r *= 2;
+        while (b < e->tun.graph_batch) b *= 2;
+        if ((size_t)r > want_rows) want_rows = (size_t)r;
+        if (b > want_batch) want_batch = b;
+    }
+    qac_status st = grow_buffers(e, want_rows, want_batch);
     if (st != QAC_OK) return st;
 
-    memcpy(e->h_lens, lens, (size_t)B * sizeof(int));
-    QAC_CU(cudaEventRecord(e->ev_start, e->stream));
-    QAC_CU(cudaMemcpyAsync(e->d_lens, e->h_lens, (size_t)B * sizeof(int), cudaMemcpyHostToDevice, e->stream));
-    if (pool_from) {
-        memcpy(e->h_from, pool_from, (size_t)B * sizeof(int));
-        QAC_CU(cudaMemcpyAsync(e->d_from, e->h_from, (size_t)B * sizeof(int), cudaMemcpyHostToDevice, e->stream));
-    }
-    size_t rows = N;
-    int longest = T;
-    if (e->fused) { // the real tokens back to back, each with its position
-        rows = 0;
-        longest = 0;
-        for (int b = 0; b < B; b++) {
-            e->h_offs[b] = (int)rows;
-            for (int t = 0; t < lens[b]; t++, rows++) {
-                e->h_ids[rows] = ids[(size_t)b * T + t];
-                e->h_pos[rows] = t;
-            }
-            longest = lens[b] > longest ? lens[b] : longest;
-        }
-        e->h_offs[B] = (int)rows;
-        QAC_CU(cudaMemcpyAsync(e->d_pos, e->h_pos, rows * sizeof(int32_t), cudaMemcpyHostToDevice, e->stream));
-        QAC_CU(cudaMemcpyAsync(e->d_offs, e->h_offs, (size_t)(B + 1) * sizeof(int), cudaMemcpyHostToDevice,
-                               e->stream));
+    if (e->fused) {
+        qac_enc_pack(e->h_ids, e->h_pos, e->h_offs, e->h_lens, e->h_from, &L, ids, T, lens, pool_from, B);
     } else {
+        memcpy(e->h_lens, lens, (size_t)B * sizeof(int));
+        if (pool_from) memcpy(e->h_from, pool_from, (size_t)B * sizeof(int));
         memcpy(e->h_ids, ids, N * sizeof(int32_t));
     }
-    QAC_CU(cudaMemcpyAsync(e->d_ids, e->h_ids, rows * sizeof(int32_t), cudaMemcpyHostToDevice, e->stream));
-    st = run_layers(e, B, longest, (int)rows, pool_from != NULL);
+    QAC_CU(cudaEventRecord(e->ev_start, e->stream));
+    st = run_batch(e, &L, pool_from != NULL);
     if (st != QAC_OK) return qac_wrap_error(st, "CUDA encoder");
-    const size_t out_bytes = (size_t)B * c->hidden_size * sizeof(float);
-    QAC_CU(cudaMemcpyAsync(e->h_out, e->d_out, out_bytes, cudaMemcpyDeviceToHost, e->stream));
     QAC_CU(cudaEventRecord(e->ev_end, e->stream));
     QAC_CU(cudaStreamSynchronize(e->stream));
     float ms = 0.f;
     if (cudaEventElapsedTime(&ms, e->ev_start, e->ev_end) == cudaSuccess) e->device_s += ms * 1e-3;
-    memcpy(out, e->h_out, out_bytes);
+    memcpy(out, e->h_out, (size_t)B * c->hidden_size * sizeof(float));
     return QAC_OK;
 }
 
@@ -293,7 +460,15 @@ qac_status encoder_init(cuda_encoder *e, const qac_model *m) {
     QAC_CU(cudaMalloc(&e->blas_ws, CUBLAS_WORKSPACE));
     QAC_CUBLAS(cublasSetWorkspace(e->blas, e->blas_ws, CUBLAS_WORKSPACE));
     if (e->prec == QAC_PREC_FP32) QAC_CUBLAS(cublasSetMathMode(e->blas, CUBLAS_PEDANTIC_MATH));
-    return upload_weights(e, m);
+    qac_status st = upload_weights(e, m);
+    if (st != QAC_OK) return st;
+    // every layer's vectors lie C floats apart: the first layer's stand for all
+    const qac_bert_params *w = &e->dp;
+    const void *vec[] = {w->word_emb, w->pos_emb,   w->type_emb, w->emb_ln_w, w->emb_ln_b, w->attn_out_b,
+                         w->ln1_w,    w->ln1_b,     w->ffn_out_b, w->ln2_w,    w->ln2_b};
+    e->ln_warp = e->tun.ln_warps > 0 && qac_k_ln_warp_ok(e->cfg.hidden_size, vec, (int)(sizeof vec / sizeof *vec));
+    e->prune = e->tun.prune && !e->mean_pooling && e->ln_warp;
+    return QAC_OK;
 }
 
 } // namespace
@@ -323,6 +498,7 @@ extern "C" qac_status qac_cuda_backend_create(qac_encoder_backend *be, const qac
     e->esize = qac_prec_size(prec);
     e->fused = qac_cuda_attention_fused() && qac_fa_supported(c->hidden_size, c->num_heads, prec);
     e->tiles = qac_fa_tiles_default();
+    e->tun = qac_enc_tunables_default();
     qac_status st = encoder_init(e, m);
     if (st != QAC_OK) {
         encoder_destroy(e);

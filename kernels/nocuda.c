@@ -46,18 +46,24 @@ qac_status qac_cuda_embeddings_layernorm(float *out, float *out_act, const int32
                                          const float *word_emb, const float *pos_emb,
                                          const float *type_emb, const float *w, const float *b,
                                          int B, int T, int C, int V, int P, float eps,
-                                         qac_precision prec) {
+                                         qac_precision prec, int warps) {
     return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
 }
-qac_status qac_cuda_residual_layernorm(float *out, const float *x, const float *r, const float *bias,
-                                       const float *w, const float *b, int N, int C, float eps,
-                                       qac_precision prec) {
+qac_status qac_cuda_residual_layernorm(float *out, float *out_act, const float *x, const float *r,
+                                       const float *bias, const float *w, const float *b, int N, int C,
+                                       float eps, qac_precision prec, int warps) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_ln_pool(float *out, const float *x, const float *r, const float *bias, const float *w,
+                            const float *b, const int *offs, const int *lens, const int *from, int B, int T, int N,
+                            int C, float eps, qac_pooling pooling, int normalize, qac_precision prec, int warps) {
     return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
 }
 qac_status qac_cuda_bias_gelu(float *out, const float *inp, const float *bias, int N, int I,
-                              qac_precision prec) {
+                              qac_precision prec, int rows) {
     return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
 }
+unsigned long qac_cuda_encoder_graph_launches(void) { return 0; }
 qac_status qac_cuda_attention(float *out, const float *qkv, const float *qkv_b, const int *lens,
                               int B, int T, int C, int NH, qac_precision prec) {
     return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);

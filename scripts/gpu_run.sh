@@ -11,8 +11,9 @@
 # training comparisons of scripts/gpu_train_verify.sh (pre-training and
 # Cranfield fine-tuning, CPU against GPU).
 # Phase 2 (GPU alone, one step at a time): every GPU benchmark against
-# PyTorch on the same GPU (the server against the CPU server), and the
-# tunable variants of the kernels.
+# PyTorch on the same GPU (the server against the CPU server), per-kernel
+# profiles (Nsight Compute) of short runs, and the tunable variants of the
+# kernels.
 #
 # RESULTS_DIR (default: the working directory) receives gpu-results.md, under
 # 2 MB: a summary table first (one row a step: PASS, FAIL, SKIP or TIMEOUT,
@@ -166,6 +167,8 @@ wait
 deadline=$((start + budget))
 # bf16: BERT-base and MiniLM, 128 tokens and realistic lengths (fp16 below: BERT-base at 128)
 step bench-encode-bf16 150 bench/encode_gpu/run.sh build bf16
+# per-kernel GPU time (Nsight Compute) of short encode, training and search runs
+step profile 75 bench/profile_gpu/run.sh build
 step bench-search 150 bench/search_gpu/run.sh build
 # qac serve on CUDA against the CPU server: req/s and p99 at concurrency 1, 32, 256
 step bench-serve 120 bench/serve_gpu/run.sh build
@@ -214,6 +217,10 @@ res="$results/gpu-results.md"
     grep -h '^RESULT\|^RATIO\|^NOTE\|^VARIANT\|^BEST\|^CHECK\|worst rel\|nDCG\|smoke:\|identical\|DIFFER\|^PASS\|^FAIL\|^wall' "$f"
   done
   echo '```'
+  echo
+  echo "## Per-kernel profiles (Nsight Compute, gpu__time_duration.sum, clocks untouched)"
+  echo
+  grep -h '^PROFILE\|^| \|^NOTE' "$logs/profile.log" 2>/dev/null | sed 's/^PROFILE \(.*\)/\n**\1**\n/'
   echo
   echo "## Accuracy lines of the tests"
   echo '```'

@@ -1,5 +1,5 @@
 /* qac's CUDA encoder: passages/s, MFU, the projected time for MS MARCO
- * (8,841,823 passages), and single-query latency at 32 tokens, batch 1.
+ * (8,841,823 passages), and query latency at 32 tokens, batches of 1 and 16.
  *   bench_encode_gpu [bf16|fp16] [passages] [batch] [peak_tflops] [model] [lengths] [tag]
  * model: "bert-base" (a random BERT-base-shaped model: 12 x 768, 12 heads,
  * 3072, CLS pooling; the default) or a model directory (the default model,
@@ -7,7 +7,8 @@
  * tokens, default 128) or a file of "length count" lines (lengths.txt: the
  * realistic distribution), expanded and taken at evenly spaced places (all
  * of it when passages equals its 16,384). tag: appended to the RESULT keys (empty: the
- * classic BERT-base 128-token figures, with the query latency). Token ids
+ * classic BERT-base 128-token figures, with the query latency of one query
+ * and of a batch of 16). Token ids
  * are random in [1000, 30000) between [CLS] and [SEP]; reference.py feeds
  * PyTorch the same lengths. Prints one "RESULT key value" line per number. */
 #include <stdio.h>
@@ -149,25 +150,32 @@ int main(int argc, char **argv) {
     printf("RESULT qac_%s%s_msmarco_hours %.3f\n", precs, tag, MSMARCO_PASSAGES / pps / 3600);
     printf("RESULT qac_%s%s_msmarco_minutes %.2f\n", precs, tag, MSMARCO_PASSAGES / pps / 60);
 
-    if (!*tag) {
-        enum { LAT_REPS = 200 };
-        const int TQ = 32;
+    if (!*tag) { /* query latency: one query, and a batch of 16 (what qac serve gathers), of 32 tokens */
+        enum { LAT_REPS = 200, NQB = 16, TQ = 32 };
         double lat[LAT_REPS];
-        int32_t q[32];
-        q[0] = 101;
-        for (int t = 1; t < TQ - 1; t++) q[t] = 2000 + t;
-        q[TQ - 1] = 102;
-        const int32_t *qp[1] = {q};
-        int ql = TQ;
-        for (int i = 0; i < 20; i++) qac_encoder_encode_ids(e, qp, &ql, 1, out);
-        for (int i = 0; i < LAT_REPS; i++) {
-            const double t0 = qac_now();
-            qac_encoder_encode_ids(e, qp, &ql, 1, out);
-            lat[i] = qac_now() - t0;
+        int32_t q[NQB][TQ];
+        const int32_t *qp[NQB];
+        int ql[NQB];
+        for (int b = 0; b < NQB; b++) {
+            q[b][0] = 101;
+            for (int t = 1; t < TQ - 1; t++) q[b][t] = 2000 + t + 37 * b;
+            q[b][TQ - 1] = 102;
+            qp[b] = q[b];
+            ql[b] = TQ;
         }
-        qsort(lat, LAT_REPS, sizeof(double), cmp_double);
-        printf("RESULT qac_%s_query_latency_ms_p50 %.3f\n", precs, lat[LAT_REPS / 2] * 1e3);
-        printf("RESULT qac_%s_query_latency_ms_p99 %.3f\n", precs, lat[LAT_REPS * 99 / 100] * 1e3);
+        for (int k = 0; k < 2; k++) {
+            const int nb = k ? NQB : 1;
+            for (int i = 0; i < 20; i++) qac_encoder_encode_ids(e, qp, ql, nb, out);
+            for (int i = 0; i < LAT_REPS; i++) {
+                const double t0 = qac_now();
+                qac_encoder_encode_ids(e, qp, ql, nb, out);
+                lat[i] = qac_now() - t0;
+            }
+            qsort(lat, LAT_REPS, sizeof(double), cmp_double);
+            const char *what = nb == 1 ? "query" : "query16";
+            printf("RESULT qac_%s_%s_latency_ms_p50 %.3f\n", precs, what, lat[LAT_REPS / 2] * 1e3);
+            printf("RESULT qac_%s_%s_latency_ms_p99 %.3f\n", precs, what, lat[LAT_REPS * 99 / 100] * 1e3);
+        }
     }
     qac_encoder_free(e);
     qac_model_free(m);

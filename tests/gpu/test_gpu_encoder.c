@@ -3,19 +3,30 @@
  * identical up to near-ties), and a random BERT-base-shaped model on random
  * ids, in fp32, fp16 and bf16, through the fused attention with packed
  * batches and through the unfused one (qac_cuda_attention_select). fp32
- * takes the unfused kernels either way: it runs once. */
+ * takes the unfused kernels either way: it runs once. The random model also
+ * runs with the last layer unpruned and with the older LayerNorm kernels
+ * (QAC_CUDA_PRUNE, QAC_CUDA_LN_WARPS), within the same bounds. Query-sized
+ * batches (1 to 16 short sequences) run as CUDA graphs: every call must
+ * give the bits of the same batch launched kernel by kernel
+ * (QAC_CUDA_GRAPHS=0), a graph replayed with new inputs included, and a
+ * sequence the same bits in any batch of its bucket at the same place.
+ * QAC_TEST_SMALL=1 (for compute-sanitizer) runs bf16 only, without
+ * Cranfield. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gpu_testutil.h"
 #include "qac_cuda_attention.h"
+#include "qac_cuda_kernels.h"
 #include "qac_encoder.h"
+#include "qac_encoder_plan.h"
 #include "qac_model.h"
 #include "testutil.h"
 
 static const qac_precision PRECS[3] = {QAC_PREC_FP32, QAC_PREC_FP16, QAC_PREC_BF16};
 static const char *PATHS[2] = {"fused", "unfused"};
+static int small; /* QAC_TEST_SMALL: bf16 only, no Cranfield */
 
 static double min_cos_for(qac_precision p) { return p == QAC_PREC_FP32 ? 0.999999 : 0.9999; }
 /* Two documents whose CPU scores differ by less than this are a tie. */
@@ -223,28 +234,159 @@ static void test_random_base_model(void) {
     CHECK_OK(qac_encoder_create(&cpu, m, &o));
     if (cpu) CHECK_OK(qac_encoder_encode_ids(cpu, (const int32_t *const *)ids, lens, NSEQ, ref));
     qac_encoder_free(cpu);
-    for (int run = 0; run < 6; run++) {
-        const qac_precision p = PRECS[run % 3];
-        const char *path = PATHS[run / 3];
-        if (run / 3 && p == QAC_PREC_FP32) continue;
+    /* runs 6 and 7: bf16 fused with the last layer on every row, then with
+     * the one-block-a-row LayerNorms and the separate pooling */
+    static const char *const ENV[8][2] = {{0}, {0}, {0}, {0}, {0}, {0}, {"QAC_CUDA_PRUNE", "0"},
+                                          {"QAC_CUDA_LN_WARPS", "0"}};
+    for (int run = 0; run < 8; run++) {
+        const qac_precision p = run < 6 ? PRECS[run % 3] : QAC_PREC_BF16;
+        const char *path = PATHS[run < 6 ? run / 3 : 0];
+        if (run < 6 && run / 3 && p == QAC_PREC_FP32) continue;
+        if (small && p != QAC_PREC_BF16) continue;
+        if (ENV[run][0]) setenv(ENV[run][0], ENV[run][1], 1);
         qac_encoder *gpu = NULL;
         o.device = QAC_DEVICE_CUDA;
         o.precision = p;
         o.max_batch = 7; /* several batches, buffers grown and reused */
         CHECK_OK(qac_cuda_attention_select(path));
         CHECK_OK(qac_encoder_create(&gpu, m, &o));
+        if (ENV[run][0]) unsetenv(ENV[run][0]);
         if (!gpu) continue;
         gpu_test_poison(got, (size_t)NSEQ * C);
         CHECK_OK(qac_encoder_encode_ids(gpu, (const int32_t *const *)ids, lens, NSEQ, got));
         qac_encoder_free(gpu);
         const double c = min_cosine(got, ref, NSEQ, C);
-        printf("random BERT-base %s %s: min cosine %.8f\n", gpu_test_prec_name(p), path, c);
-        CHECK_MSG(c >= min_cos_for(p), "random BERT-base %s %s: min cosine %.8f < %.8f", gpu_test_prec_name(p), path,
-                  c, min_cos_for(p));
+        const char *how = ENV[run][0] ? ENV[run][0] : "";
+        printf("random BERT-base %s %s %s: min cosine %.8f\n", gpu_test_prec_name(p), path, how, c);
+        CHECK_MSG(c >= min_cos_for(p), "random BERT-base %s %s %s: min cosine %.8f < %.8f", gpu_test_prec_name(p),
+                  path, how, c, min_cos_for(p));
     }
     qac_cuda_attention_select(NULL);
     for (int i = 0; i < NSEQ; i++) free(ids[i]);
     free(ref), free(got);
+    qac_model_free(m);
+}
+
+/* Query batches: nq sequences of query lengths (the first the longest, so
+ * it leads every batch it is in), each batch encoded three times by a
+ * graph encoder (the first run launches kernel by kernel, the second
+ * captures, the third replays) and by one that never uses graphs. */
+static int same_bits(const float *a, const float *b, size_t n) { return !memcmp(a, b, n * sizeof(float)); }
+
+static void test_query_graphs(qac_model *m, const char *name, qac_precision p) {
+    enum { NQ = 16, QMAX = 40 };
+    const int C = m->cfg.hidden_size;
+    int32_t *ids[NQ];
+    int lens[NQ];
+    for (int i = 0; i < NQ; i++) {
+        lens[i] = i == 0 ? QMAX : gpu_test_int(2, QMAX - 8);
+        ids[i] = malloc(sizeof(int32_t) * QMAX);
+        ids[i][0] = 101;
+        for (int t = 1; t < lens[i]; t++) ids[i][t] = gpu_test_int(1000, m->cfg.vocab_size - 1);
+        ids[i][lens[i] - 1] = 102;
+    }
+    qac_encoder_opts o = qac_encoder_default_opts();
+    o.device = QAC_DEVICE_CPU;
+    qac_encoder *cpu = NULL, *with = NULL, *without = NULL;
+    float *ref = malloc(sizeof(float) * NQ * C), *g = malloc(sizeof(float) * NQ * C);
+    float *d = malloc(sizeof(float) * NQ * C), *first = malloc(sizeof(float) * C);
+    CHECK_OK(qac_encoder_create(&cpu, m, &o));
+    if (cpu) CHECK_OK(qac_encoder_encode_ids(cpu, (const int32_t *const *)ids, lens, NQ, ref));
+    qac_encoder_free(cpu);
+    o.device = QAC_DEVICE_CUDA;
+    o.precision = p;
+    CHECK_OK(qac_cuda_attention_select("fused"));
+    CHECK_OK(qac_encoder_create(&with, m, &o));
+    setenv("QAC_CUDA_GRAPHS", "0", 1);
+    CHECK_OK(qac_encoder_create(&without, m, &o));
+    unsetenv("QAC_CUDA_GRAPHS");
+    qac_cuda_attention_select(NULL);
+    if (!with || !without) goto out;
+    static const int SIZES[] = {1, 2, 3, 5, 8, 13, 16};
+    int differ = 0, calls = 0;
+    double worst = 1;
+    const unsigned long launches0 = qac_cuda_encoder_graph_launches();
+    for (int si = 0; si < 7; si++) {
+        const int n = SIZES[si];
+        for (int rep = 0; rep < 3; rep++) {
+            gpu_test_poison(g, (size_t)n * C);
+            gpu_test_poison(d, (size_t)n * C);
+            CHECK_OK(qac_encoder_encode_ids(with, (const int32_t *const *)ids, lens, n, g));
+            CHECK_OK(qac_encoder_encode_ids(without, (const int32_t *const *)ids, lens, n, d));
+            calls++;
+            differ += !same_bits(g, d, (size_t)n * C);
+            const double c = min_cosine(g, ref, n, C);
+            worst = c < worst ? c : worst;
+        }
+    }
+    /* a batch of 3 again, its last two sequences replaced: a graph replayed
+     * with other inputs (or, when the rows move to the next bucket, a new one) */
+    const int32_t *alt[3] = {ids[0], ids[NQ - 1], ids[NQ - 2]};
+    const int alt_lens[3] = {lens[0], lens[NQ - 1], lens[NQ - 2]};
+    for (int rep = 0; rep < 2; rep++) {
+        CHECK_OK(qac_encoder_encode_ids(with, alt, alt_lens, 3, g));
+        CHECK_OK(qac_encoder_encode_ids(without, alt, alt_lens, 3, d));
+        calls++;
+        differ += !same_bits(g, d, (size_t)3 * C);
+    }
+    const unsigned long launches = qac_cuda_encoder_graph_launches() - launches0;
+    printf("%s %s query batches: %d calls, graph and direct launches %s (%d differ), %lu graph launches, "
+           "min cosine to the CPU %.8f\n",
+           name, gpu_test_prec_name(p), calls, differ ? "DIFFER" : "bit-identical", differ, launches, worst);
+    CHECK_MSG(differ == 0, "%s %s: %d query batches differ between graph and direct launches", name,
+              gpu_test_prec_name(p), differ);
+    CHECK_MSG(launches >= 7, "%s %s: only %lu graph launches", name, gpu_test_prec_name(p), launches);
+    CHECK_MSG(worst >= min_cos_for(p), "%s %s query batches: min cosine %.8f < %.8f", name, gpu_test_prec_name(p),
+              worst, min_cos_for(p));
+    /* the leading sequence: alone, and first of batches of 2 and 3 */
+    {
+        const int32_t *b2[2] = {ids[0], ids[NQ - 1]}, *b3[3] = {ids[0], ids[1], ids[2]};
+        const int l2[2] = {lens[0], lens[NQ - 1]}, l3[3] = {lens[0], lens[1], lens[2]};
+        CHECK_OK(qac_encoder_encode_ids(with, (const int32_t *const *)ids, lens, 1, first));
+        CHECK_OK(qac_encoder_encode_ids(with, b2, l2, 2, g));
+        const int same2 = same_bits(first, g, C);
+        CHECK_OK(qac_encoder_encode_ids(with, b3, l3, 3, d));
+        const int same3 = same_bits(first, d, C);
+        /* batches of 3 with the same bucket: the leading sequence's bits must not move */
+        CHECK_OK(qac_encoder_encode_ids(with, alt, alt_lens, 3, g));
+        const qac_enc_tunables tun = qac_enc_tunables_default();
+        const qac_enc_layout la = qac_enc_layout_packed(alt_lens, 3, &tun), lb = qac_enc_layout_packed(l3, 3, &tun);
+        const int same_bucket = la.rows == lb.rows && la.batch == lb.batch;
+        printf("%s %s: a query alone and first of 2 / of 3: %s / %s; first of two batches of 3%s: %s\n", name,
+               gpu_test_prec_name(p), same2 ? "same bits" : "differ", same3 ? "same bits" : "differ",
+               same_bucket ? " in one bucket" : " in two buckets", same_bits(g, d, C) ? "same bits" : "differ");
+        if (same_bucket)
+            CHECK_MSG(same_bits(g, d, C), "%s %s: a sequence's bits moved within its bucket", name,
+                      gpu_test_prec_name(p));
+    }
+out:
+    qac_encoder_free(with);
+    qac_encoder_free(without);
+    for (int i = 0; i < NQ; i++) free(ids[i]);
+    free(ref), free(g), free(d), free(first);
+}
+
+static void test_graphs(void) {
+    qac_model *m = NULL;
+    CHECK_OK(qac_model_load(&m, qac_test_model_dir()));
+    if (m) test_query_graphs(m, "default model", QAC_PREC_BF16);
+    if (m && !small) test_query_graphs(m, "default model", QAC_PREC_FP16);
+    qac_model_free(m);
+    /* a BERT-base shape with CLS pooling: the pruned last layer */
+    const qac_bert_config cfg = {.vocab_size = 30522, .hidden_size = 768, .num_layers = 12, .num_heads = 12,
+                                 .intermediate_size = 3072, .max_position = 512, .type_vocab_size = 2,
+                                 .pad_token_id = 0, .layer_norm_eps = 1e-12f, .hidden_dropout = 0.1f,
+                                 .attn_dropout = 0.1f};
+    m = NULL;
+    CHECK_OK(qac_model_create(&m, &cfg, NULL));
+    if (!m) return;
+    gpu_test_fill(m->param_mem, m->n_params, -0.05f, 0.05f);
+    gpu_test_fill(m->p.emb_ln_w, cfg.hidden_size, 0.9f, 1.1f);
+    gpu_test_fill(m->p.ln1_w, (size_t)cfg.num_layers * cfg.hidden_size, 0.9f, 1.1f);
+    gpu_test_fill(m->p.ln2_w, (size_t)cfg.num_layers * cfg.hidden_size, 0.9f, 1.1f);
+    m->pooling = QAC_POOL_CLS;
+    m->normalize = 0;
+    test_query_graphs(m, "random BERT-base", QAC_PREC_BF16);
     qac_model_free(m);
 }
 
@@ -275,8 +417,10 @@ static void test_bad_input(void) {
 int main(void) {
     if (!qac_cuda_available()) qac_test_skip("no usable CUDA GPU");
     gpu_test_seed();
-    test_default_model();
+    small = getenv("QAC_TEST_SMALL") && strcmp(getenv("QAC_TEST_SMALL"), "0") != 0;
+    if (!small) test_default_model();
     test_random_base_model();
+    test_graphs();
     test_bad_input();
     return qac_test_summary();
 }

@@ -51,6 +51,7 @@ if [ $gpu = 0 ]; then
   [ $rc = 0 ] || fail "gpu_run.sh exited $rc without a GPU"
   echo "$rows" | grep -v '| SKIP |' && fail "a step did not report SKIP without a GPU"
   for s in $(cut -f1 "$tmp/qac-gpu/tests.txt") bench-encode-bf16 bench-search bench-serve bench-train variants-search_gpu \
+    variants-encode_gpu profile \
     train-verify-cranfield; do
     echo "$rows" | grep -q "^| $s |" || fail "step $s missing from the summary"
   done
