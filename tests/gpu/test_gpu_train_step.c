@@ -19,8 +19,10 @@
  * column sums of dL/d(layer output), are measured against their terms'
  * magnitudes instead (see ln2_terms): with PAIR, n 1 and mean+l2
  * (QAC_TEST_SEED=160846805802) ln2_b's terms sum to 34 times its largest
- * element, and the GPU's 1.8e-5 of that element was ~5e-7 of its terms,
- * while one row more or less is ~1e-2 of them. bf16: the
+ * element (the GPU's order alone moves it by 1.3e-6 of that element,
+ * 7e-8 of the terms), and the GPU's difference there, 1.8e-5 of the
+ * element, passes wherever that column's terms reach 1.8 times it; one row
+ * more or less moves a column by ~1e-2 of its terms. bf16: the
  * unit roundoff is u = 2^-9 (8-bit mantissa). Between the loss and a
  * parameter gradient lie up to about 12 rounded stages per layer (the
  * layer's inputs, the product outputs and the masked gradients, each
