@@ -12,8 +12,8 @@
 
 #include <stdint.h>
 
+#include "head_nets.h"
 #include "qac_encoder.h"
-#include "qac_heads.h"
 #include "qac_train.h"
 
 #ifdef __cplusplus

@@ -137,7 +137,7 @@ void qac_attention_backward(float *dqkv, const float *datty, const float *qkv, c
                             const qac_dropout *drop, int layer, int B, int T, int C, int NH, qac_pool *pool);
 
 /* Causal self-attention with an optional window (decoders: the query
- * generator of trainer/qgen.c). Row i of sequence b attends to key j when
+ * generator of model/head_nets.c). Row i of sequence b attends to key j when
  * j <= i, j < lens[b], and either window <= 0 (plain causal) or j == 0 or
  * j > i - window: the first position (the encoder's [CLS]) stays visible
  * and so do the last `window` positions up to i. Padded rows (i >= lens[b])
