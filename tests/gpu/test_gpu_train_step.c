@@ -4,7 +4,8 @@
  *      PAIR), per tensor, fp32 and bf16, dot/CLS and cos/mean+normalize, and
  *      GradCache chunks on the GPU against the whole batch on the CPU;
  *   2. trajectories: 10 steps fp32 (loss within 1e-4 relative per step) and
- *      100 steps bf16 against CPU fp32 (within 1% per step);
+ *      100 steps bf16 against CPU fp32 (within 1% per step, and a mean
+ *      drift within a third of that: rounding is not a bias);
  *   3. checkpoints across devices: a GPU run saved and resumed on the CPU,
  *      and the reverse, continue as the uninterrupted run does;
  *   4. --recompute on the GPU: the same parity against the CPU, and the loss
@@ -339,13 +340,15 @@ static void trajectory(qac_precision prec, long steps, double tol) {
     if (!tc || !tg) exit(1);
     batch_mem bms[4];
     for (int i = 0; i < 4; i++) bms[i] = make_batch(4, 4, 11, 24);
-    double worst = 0, first = 0, last_c = 0, last_g = 0;
-    long worst_at = 0;
+    double worst = 0, first = 0, last_c = 0, last_g = 0, mean = 0;
+    long worst_at = 0, higher = 0;
     for (long s = 0; s < steps; s++) {
         qac_step_stats sc, sg;
         CHECK_OK(qac_trainer_step(tc, &bms[s % 4].b, &sc));
         CHECK_OK(qac_trainer_step(tg, &bms[s % 4].b, &sg));
         const double rel = fabs(sg.loss - sc.loss) / fabs(sc.loss);
+        mean += (sg.loss - sc.loss) / fabs(sc.loss) / (double)steps;
+        higher += sg.loss > sc.loss;
         if (rel > worst) worst = rel, worst_at = s + 1;
         if (s == 0) first = sc.loss;
         last_c = sc.loss, last_g = sg.loss;
@@ -353,10 +356,17 @@ static void trajectory(qac_precision prec, long steps, double tol) {
             printf("  step %3ld loss cpu %.6f gpu %.6f rel %.2e norm cpu %.4g gpu %.4g\n", s + 1, sc.loss, sg.loss,
                    rel, sc.grad_norm, sg.grad_norm);
     }
-    const double t = selfcheck ? 0 : tol;
-    printf("trajectory %s %ld steps: loss %.5f -> cpu %.5f gpu %.5f, worst rel %.3g at step %ld (tol %.2g)\n",
-           gpu_test_prec_name(prec), steps, first, last_c, last_g, worst, worst_at, t);
+    /* Rounding moves the loss both ways: PyTorch's own bf16 drift on the
+     * Cranfield fine-tuning run (bench/train_drift, bench/RESULTS.md)
+     * averages -0.0002 per step against a worst step of 0.0062. A mean past
+     * a third of the per-step bound is a bias (the GPU training
+     * differently), not rounding. */
+    const double t = selfcheck ? 0 : tol, mt = t / 3;
+    printf("trajectory %s %ld steps: loss %.5f -> cpu %.5f gpu %.5f, worst rel %.3g at step %ld (tol %.2g), "
+           "mean rel %+.3g (tol %.2g), gpu higher on %ld steps\n",
+           gpu_test_prec_name(prec), steps, first, last_c, last_g, worst, worst_at, t, mean, mt, higher);
     CHECK_MSG(worst <= t, "trajectory %s: loss off by %g at step %ld", gpu_test_prec_name(prec), worst, worst_at);
+    CHECK_MSG(fabs(mean) <= mt, "trajectory %s: mean drift %g", gpu_test_prec_name(prec), mean);
     for (int i = 0; i < 4; i++) free_batch(&bms[i]);
     qac_trainer_free(tc), qac_trainer_free(tg);
     qac_model_free(mc), qac_model_free(mg);
