@@ -427,7 +427,11 @@ qac_status qac_kl_dev_init(qac_kl_dev *t, int n_loss) {
     QAC_CUBLAS(cublasSetStream(t->blas, t->stream));
     QAC_CU(cudaMalloc(&t->blas_ws, BLAS_WORKSPACE));
     QAC_CUBLAS(cublasSetWorkspace(t->blas, t->blas_ws, BLAS_WORKSPACE));
-    if (t->prec == QAC_PREC_FP32) QAC_CUBLAS(cublasSetMathMode(t->blas, CUBLAS_PEDANTIC_MATH));
+    // fp32: no TF32. bf16: split-K partial sums stay fp32 (cuBLAS may
+    // otherwise reduce them in the bf16 output type): fp32 accumulation
+    // throughout, as the mixed-precision recipe has it.
+    QAC_CUBLAS(cublasSetMathMode(t->blas, t->prec == QAC_PREC_FP32 ? CUBLAS_PEDANTIC_MATH
+                                                                   : CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
     const size_t n = t->n_params, bytes = n * sizeof(float);
     QAC_CU(cudaMalloc((void **)&t->params, bytes));
     QAC_CU(cudaMalloc((void **)&t->grads, bytes));

@@ -83,7 +83,9 @@ qac_status start(qac_precision prec) {
 
 qac_status make_blas(cublasHandle_t *h, qac_precision prec) {
     QAC_CUBLAS(cublasCreate(h));
-    if (prec == QAC_PREC_FP32) QAC_CUBLAS(cublasSetMathMode(*h, CUBLAS_PEDANTIC_MATH));
+    // as the trainers' (kernels/cuda_layers.cu qac_kl_dev_init)
+    QAC_CUBLAS(cublasSetMathMode(*h, prec == QAC_PREC_FP32 ? CUBLAS_PEDANTIC_MATH
+                                                           : CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
     return QAC_OK;
 }
 

@@ -25,7 +25,8 @@ index in the step), so two runs with the same --dropout-seed use the same
 masks whatever their precision (the draw does not depend on the dtype).
 
 --device cuda runs the same on a GPU, under CUDA autocast (whose own op
-policy keeps softmax and LayerNorm in fp32).
+policy keeps softmax and LayerNorm in fp32), without TF32 and without
+reduced-precision (bf16) split-K reductions, as qac sets cuBLAS.
 
 Writes one JSON line per step: step, loss, grad_norm, lr, seconds. With
 --grad-err N it trains nothing: for each of the first N batches it takes the
@@ -67,6 +68,11 @@ ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
 ap.add_argument("--grad-err", type=int, default=0)
 args = ap.parse_args()
 dev = torch.device(args.device)
+if args.device == "cuda":
+    # the recipe: fp32 accumulation throughout (no TF32 in fp32, no split-K
+    # partial sums reduced in bf16), as qac's trainers set cuBLAS
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction = False
 torch.set_num_threads(args.threads)
 torch.manual_seed(0)
 
