@@ -143,7 +143,8 @@ if [ $gpu = 1 ] && [ -x "$san" ]; then
     [ -x "$S/$t/$x" ] && bstep "memcheck-$x" 300 "$san" --tool memcheck --leak-check full --error-exitcode 3 "$t/$x"
   done
   bstep memcheck-train-step 300 "$san" --tool memcheck --error-exitcode 3 "$t/test_gpu_train_step" parity
-  bstep memcheck-pretrain-step 300 "$san" --tool memcheck --error-exitcode 3 "$t/test_gpu_pretrain_step" parity
+  bstep memcheck-pretrain-step 300 "$san" --tool memcheck --leak-check full --error-exitcode 3 \
+    "$t/test_gpu_pretrain_step" parity
   bstep racecheck-kernels 300 "$san" --tool racecheck --error-exitcode 3 "$t/test_gpu_kernels"
   for g in attention layernorm pooling infonce pretrain adamw; do
     bstep "racecheck-train-$g" 300 "$san" --tool racecheck --error-exitcode 3 "$t/test_gpu_train_kernels" "$g"

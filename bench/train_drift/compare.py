@@ -40,6 +40,7 @@ def drift(ref, run):
 
 
 ref, run = load(a.ref), load(a.run)
+norms = lambda f: {r["step"]: r.get("grad_norm") for r in (json.loads(l) for l in open(f) if l.strip())}
 steps, rel = drift(ref, run)
 worst_i = max(range(len(rel)), key=lambda i: abs(rel[i]))
 worst, mean = abs(rel[worst_i]), sum(rel) / len(rel)
@@ -71,4 +72,8 @@ if a.higher_max is not None:
 print(f"{a.name}: steps {len(steps)}; loss {ref[steps[0]]:.5f} -> ref {ref[steps[-1]]:.5f} run {run[steps[-1]]:.5f}; "
       f"worst |rel| {worst:.4f} at step {steps[worst_i]}; mean rel {mean:+.4f}; run higher on {higher} of "
       f"{len(steps)} steps" + (f" ({', '.join(tols)})" if tols else "") + ("" if ok or not tols else " FAIL"))
+nr, nu = norms(a.ref), norms(a.run)
+ratios = [nu[s] / nr[s] for s in steps if nr.get(s) and nu.get(s)]
+if ratios:  # a gradient that grows or shrinks against the reference's shows here first
+    print(f"  gradient norm run/ref: mean {sum(ratios) / len(ratios):.4f}, range {min(ratios):.4f} .. {max(ratios):.4f}")
 sys.exit(0 if ok else 1)
