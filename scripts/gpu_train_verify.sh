@@ -262,7 +262,8 @@ PY
     # pooling, loss; fp32 master weights) against torch in fp32, the same
     # dropout masks, on the CPU: worst per-step |rel| 0.0062 (at step 96),
     # per-step standard deviation 0.0019, mean -0.0002, bf16 the higher on
-    # 46 of 100 steps. qac's recipe rounds less than torch's (residual
+    # 46 of 100 steps (another draw of the masks: 0.0055, 0.0018, +0.0000,
+    # 51 of 100). qac's recipe rounds less than torch's (residual
     # stream, biases and dropout scaling stay fp32), so its drift is no
     # larger in kind: worst 0.015 (2.4 x torch's worst: the worst of 100
     # correlated steps is one draw, ~3 standard deviations); and an unbiased
