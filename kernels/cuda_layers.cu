@@ -99,7 +99,7 @@ size_t qac_kl_work_bind(const qac_kl_ctx *t, qac_kl_work *w, char *base, size_t 
     b.take(&w->dy, N * C * 4);
     b.take(&w->dres, N * C * 4);
     b.take(&w->dln1, N * C * 4);
-    size_t np = qac_kt_colsum_floats((int)N, (int)C, 2);
+    size_t np = qac_kt_colsum_floats((int)N, (int)C, 3); // the fused LayerNorm backward's three sums
     const size_t n2 = qac_kt_colsum_floats((int)N, (int)I, 1), n3 = qac_kt_colsum_floats((int)N, (int)(3 * C), 1);
     np = np > n2 ? np : n2;
     np = np > n3 ? np : n3;
@@ -204,22 +204,23 @@ static qac_status layer_fwd(const qac_kl_ctx *t, qac_kl_acts *s, qac_kl_work *k,
     }
     if ((e = qac_kt_linear_fwd(t->blas, k->proj, atty, qac_kl_act_w(t, w->attn_out_w + lc * C), N, C, C, p)))
         return e;
-    QAC_CU(qac_kt_bias_dropout_residual(res1, k->proj, w->attn_out_b + lc, x, dh, l, QAC_DROP_ATT_OUT, B, T, C, p,
-                                        st));
-    QAC_CU(qac_kt_layernorm_fwd(ln1, p == QAC_PREC_FP32 ? NULL : ln1_act, QAC_KL_AT(s->ln1_mean, j, N),
-                                QAC_KL_AT(s->ln1_rstd, j, N), res1, w->ln1_w + lc, w->ln1_b + lc, N, C, eps, p, st));
+    // res1 = x + dropout(atty Wo^T + bo), ln1 = LN1(res1): one pass
+    QAC_CU(qac_kt_residual_ln_fwd(res1, ln1, p == QAC_PREC_FP32 ? NULL : ln1_act, QAC_KL_AT(s->ln1_mean, j, N),
+                                  QAC_KL_AT(s->ln1_rstd, j, N), k->proj, w->attn_out_b + lc, x, w->ln1_w + lc,
+                                  w->ln1_b + lc, dh, l, QAC_DROP_ATT_OUT, B, T, C, eps, p, st));
     if ((e = qac_kt_linear_fwd(t->blas, ffn_pre, ln1_act, qac_kl_act_w(t, w->ffn_in_w + (size_t)l * I * C), N, C, I,
                                p)))
         return e;
-    QAC_CU(qac_kt_bias_gelu_fwd(ffn_pre, ffn_act, w->ffn_in_b + (size_t)l * I, N, I, p, st));
+    // ffn_pre keeps the product without its bias: the backward adds it again
+    QAC_CU(qac_kt_bias_gelu(ffn_act, ffn_pre, w->ffn_in_b + (size_t)l * I, N, I, p, st));
     if ((e = qac_kt_linear_fwd(t->blas, k->proj, ffn_act, qac_kl_act_w(t, w->ffn_out_w + lc * I), N, I, C, p)))
         return e;
-    QAC_CU(qac_kt_bias_dropout_residual(res2, k->proj, w->ffn_out_b + lc, ln1, dh, l, QAC_DROP_FFN_OUT, B, T, C, p,
-                                        st));
-    QAC_CU(qac_kt_layernorm_fwd(QAC_KL_AT(s->hidden, l + 1, NC),
-                                p == QAC_PREC_FP32 ? NULL : QAC_KL_ACT(t, s->hidden_act, l + 1, NC),
-                                QAC_KL_AT(s->ln2_mean, j, N), QAC_KL_AT(s->ln2_rstd, j, N), res2, w->ln2_w + lc,
-                                w->ln2_b + lc, N, C, eps, p, st));
+    // res2 = ln1 + dropout(ffn_act W2^T + b2), hidden[l+1] = LN2(res2): one pass
+    QAC_CU(qac_kt_residual_ln_fwd(res2, QAC_KL_AT(s->hidden, l + 1, NC),
+                                  p == QAC_PREC_FP32 ? NULL : QAC_KL_ACT(t, s->hidden_act, l + 1, NC),
+                                  QAC_KL_AT(s->ln2_mean, j, N), QAC_KL_AT(s->ln2_rstd, j, N), k->proj,
+                                  w->ffn_out_b + lc, ln1, w->ln2_w + lc, w->ln2_b + lc, dh, l, QAC_DROP_FFN_OUT, B, T,
+                                  C, eps, p, st));
     return QAC_OK;
 }
 
@@ -250,28 +251,31 @@ qac_status qac_kl_layers_bwd(const qac_kl_ctx *t, qac_kl_acts *s, qac_kl_work *k
         // and masks (hidden[l+1] is rewritten with the values it holds)
         if (s->recompute && (e = layer_fwd(t, s, k, w, lens, key, seq_base, l))) return e;
         const int j = s->recompute ? 0 : l; // the slot of layer l's tensors
-        // y = LN2(res2), res2 = ln1 + dropout(ffn_act W2^T + b2)
-        QAC_CU(qac_kt_layernorm_bwd(k->dres, g->ln2_w + lc, g->ln2_b + lc, k->dy, QAC_KL_AT(s->res2, j, NC),
-                                    QAC_KL_AT(s->ln2_mean, j, N), QAC_KL_AT(s->ln2_rstd, j, N), w->ln2_w + lc,
-                                    k->partial, N, C, st));
-        QAC_CU(qac_kt_dropout(k->proj, k->dres, dh, l, QAC_DROP_FFN_OUT, B, T, C, p, st));
-        if ((e = qac_kt_linear_bwd(t->blas, k->big, p, 0.0f, g->ffn_out_w + lc * I, g->ffn_out_b + lc, k->proj,
+        // y = LN2(res2), res2 = ln1 + dropout(ffn_act W2^T + b2): in one
+        // pass k->dln1 = dL/d res2 (the residual's share of dL/d ln1), the
+        // masked gradient of the FFN output, and LN2's and b2's gradients
+        QAC_CU(qac_kt_residual_ln_bwd(k->dln1, k->proj, g->ln2_w + lc, g->ln2_b + lc, g->ffn_out_b + lc, k->dy, NULL,
+                                      QAC_KL_AT(s->res2, j, NC), QAC_KL_AT(s->ln2_mean, j, N),
+                                      QAC_KL_AT(s->ln2_rstd, j, N), w->ln2_w + lc, k->partial, dh, l,
+                                      QAC_DROP_FFN_OUT, B, T, C, p, st));
+        if ((e = qac_kt_linear_bwd(t->blas, k->big, p, 0.0f, g->ffn_out_w + lc * I, NULL, k->proj,
                                    QAC_KL_ACT(t, s->ffn_act, j, NI), qac_kl_act_w(t, w->ffn_out_w + lc * I), k->partial,
                                    N, I, C, p, st)))
             return e;
-        // ffn_act = GELU(ln1 W1^T + b1)
-        QAC_CU(qac_kt_gelu_bwd(k->big, k->big, QAC_KL_ACT(t, s->ffn_pre, j, NI), NI, p, st));
-        QAC_CU(cudaMemcpyAsync(k->dln1, k->dres, NC * sizeof(float), cudaMemcpyDeviceToDevice, st));
-        if ((e = qac_kt_linear_bwd(t->blas, k->dln1, QAC_PREC_FP32, 1.0f, g->ffn_in_w + li * C, g->ffn_in_b + li,
-                                   k->big, QAC_KL_ACT(t, s->ln1_act, j, NC), qac_kl_act_w(t, w->ffn_in_w + li * C),
-                                   k->partial, N, C, I, p, st)))
+        // ffn_act = GELU(ln1 W1^T + b1), and b1's gradient
+        QAC_CU(qac_kt_bias_gelu_bwd(k->big, g->ffn_in_b + li, k->big, QAC_KL_ACT(t, s->ffn_pre, j, NI),
+                                    w->ffn_in_b + li, k->partial, N, I, p, st));
+        if ((e = qac_kt_linear_bwd(t->blas, k->dln1, QAC_PREC_FP32, 1.0f, g->ffn_in_w + li * C, NULL, k->big,
+                                   QAC_KL_ACT(t, s->ln1_act, j, NC), qac_kl_act_w(t, w->ffn_in_w + li * C), k->partial,
+                                   N, C, I, p, st)))
             return e;
-        // ln1 = LN1(res1), res1 = x + dropout(atty Wo^T + bo)
-        QAC_CU(qac_kt_layernorm_bwd(k->dres, g->ln1_w + lc, g->ln1_b + lc, k->dln1, QAC_KL_AT(s->res1, j, NC),
-                                    QAC_KL_AT(s->ln1_mean, j, N), QAC_KL_AT(s->ln1_rstd, j, N), w->ln1_w + lc,
-                                    k->partial, N, C, st));
-        QAC_CU(qac_kt_dropout(k->proj, k->dres, dh, l, QAC_DROP_ATT_OUT, B, T, C, p, st));
-        if ((e = qac_kt_linear_bwd(t->blas, k->datty, p, 0.0f, g->attn_out_w + lc * C, g->attn_out_b + lc, k->proj,
+        // ln1 = LN1(res1), res1 = x + dropout(atty Wo^T + bo): k->dy = dL/d
+        // res1 (the residual's share of dL/d x) in the same way
+        QAC_CU(qac_kt_residual_ln_bwd(k->dy, k->proj, g->ln1_w + lc, g->ln1_b + lc, g->attn_out_b + lc, k->dln1, NULL,
+                                      QAC_KL_AT(s->res1, j, NC), QAC_KL_AT(s->ln1_mean, j, N),
+                                      QAC_KL_AT(s->ln1_rstd, j, N), w->ln1_w + lc, k->partial, dh, l,
+                                      QAC_DROP_ATT_OUT, B, T, C, p, st));
+        if ((e = qac_kt_linear_bwd(t->blas, k->datty, p, 0.0f, g->attn_out_w + lc * C, NULL, k->proj,
                                    QAC_KL_ACT(t, s->atty, j, NC), qac_kl_act_w(t, w->attn_out_w + lc * C), k->partial,
                                    N, C, C, p, st)))
             return e;
@@ -279,7 +283,6 @@ qac_status qac_kl_layers_bwd(const qac_kl_ctx *t, qac_kl_acts *s, qac_kl_work *k
         if ((e = attention_bwd(t, k, s->qkv, s->lse, s->q, s->k, s->v, s->P, s->atty, j, w->qkv_b + lc * 3, lens, da,
                                l, B, T, 0, 0)))
             return e;
-        QAC_CU(cudaMemcpyAsync(k->dy, k->dres, NC * sizeof(float), cudaMemcpyDeviceToDevice, st));
         if ((e = qac_kt_linear_bwd(t->blas, k->dy, QAC_PREC_FP32, 1.0f, g->qkv_w + lc * 3 * C, g->qkv_b + lc * 3,
                                    k->big, QAC_KL_ACT(t, s->hidden_act, l, NC), qac_kl_act_w(t, w->qkv_w + lc * 3 * C),
                                    k->partial, N, C, 3 * C, p, st)))
@@ -398,16 +401,16 @@ qac_status qac_kl_gpt_fwd(const qac_kl_ctx *t, qac_kl_gpt_acts *s, qac_kl_work *
         }
         if ((e = qac_kt_linear_fwd(t->blas, k->proj, atty, qac_kl_act_w(t, w->attn_proj_w + lc * C), N, C, C, p)))
             return e;
-        QAC_CU(qac_kt_bias_dropout_residual(res1, k->proj, w->attn_proj_b + lc, x, dh, l, QAC_DROP_ATT_OUT, B, T, C, p,
-                                            st));
+        // and LN2(res1), the MLP's input, in the same pass
+        QAC_CU(qac_kt_residual_ln_fwd(res1, QAC_KL_AT(s->ln2, l, NC), f32 ? NULL : ln2_act,
+                                      QAC_KL_AT(s->ln2_mean, l, N), QAC_KL_AT(s->ln2_rstd, l, N), k->proj,
+                                      w->attn_proj_b + lc, x, w->ln2_w + lc, w->ln2_b + lc, dh, l, QAC_DROP_ATT_OUT, B,
+                                      T, C, eps, p, st));
         // hidden[l+1] = res1 + dropout(GELU(LN2(res1) Wfc^T + bfc) Wp^T + bp)
-        QAC_CU(qac_kt_layernorm_fwd(QAC_KL_AT(s->ln2, l, NC), f32 ? NULL : ln2_act, QAC_KL_AT(s->ln2_mean, l, N),
-                                    QAC_KL_AT(s->ln2_rstd, l, N), res1, w->ln2_w + lc, w->ln2_b + lc, N, C, eps, p,
-                                    st));
         if ((e = qac_kt_linear_fwd(t->blas, fc_pre, ln2_act, qac_kl_act_w(t, w->fc_w + (size_t)l * I * C), N, C, I,
                                    p)))
             return e;
-        QAC_CU(qac_kt_bias_gelu_fwd(fc_pre, fc_act, w->fc_b + (size_t)l * I, N, I, p, st));
+        QAC_CU(qac_kt_bias_gelu(fc_act, fc_pre, w->fc_b + (size_t)l * I, N, I, p, st));
         if ((e = qac_kt_linear_fwd(t->blas, k->proj, fc_act, qac_kl_act_w(t, w->fc_proj_w + lc * I), N, I, C, p)))
             return e;
         QAC_CU(qac_kt_bias_dropout_residual(QAC_KL_AT(s->hidden, l + 1, NC), k->proj, w->fc_proj_b + lc, res1, dh, l,
@@ -438,18 +441,20 @@ qac_status qac_kl_gpt_bwd(const qac_kl_ctx *t, qac_kl_gpt_acts *s, qac_kl_work *
                                    QAC_KL_ACT(t, s->fc_act, l, NI), qac_kl_act_w(t, w->fc_proj_w + lc * I), k->partial,
                                    N, I, C, p, st)))
             return e;
-        QAC_CU(qac_kt_gelu_bwd(k->big, k->big, QAC_KL_ACT(t, s->fc_pre, l, NI), NI, p, st));
-        if ((e = qac_kt_linear_bwd(t->blas, k->dln1, QAC_PREC_FP32, 0.0f, g->fc_w + li * C, g->fc_b + li, k->big,
+        QAC_CU(qac_kt_bias_gelu_bwd(k->big, g->fc_b + li, k->big, QAC_KL_ACT(t, s->fc_pre, l, NI), w->fc_b + li,
+                                    k->partial, N, I, p, st));
+        if ((e = qac_kt_linear_bwd(t->blas, k->dln1, QAC_PREC_FP32, 0.0f, g->fc_w + li * C, NULL, k->big,
                                    QAC_KL_ACT(t, s->ln2_act, l, NC), qac_kl_act_w(t, w->fc_w + li * C), k->partial, N,
                                    C, I, p, st)))
             return e;
-        QAC_CU(qac_kt_layernorm_bwd(k->dres, g->ln2_w + lc, g->ln2_b + lc, k->dln1, QAC_KL_AT(s->res1, l, NC),
-                                    QAC_KL_AT(s->ln2_mean, l, N), QAC_KL_AT(s->ln2_rstd, l, N), w->ln2_w + lc,
-                                    k->partial, N, C, st));
-        QAC_CU(qac_kt_add(k->dres, k->dy, NC, st)); // the residual path: dres = dL/d res1
-        // res1 = x + dropout(atty Wo^T + bo), atty = Attn(LN1(x))
-        QAC_CU(qac_kt_dropout(k->proj, k->dres, dh, l, QAC_DROP_ATT_OUT, B, T, C, p, st));
-        if ((e = qac_kt_linear_bwd(t->blas, k->datty, p, 0.0f, g->attn_proj_w + lc * C, g->attn_proj_b + lc, k->proj,
+        // LN2, the residual path (dres = dL/d res1 = LN2'(dln1) + dy), then
+        // res1 = x + dropout(atty Wo^T + bo): one pass
+        QAC_CU(qac_kt_residual_ln_bwd(k->dres, k->proj, g->ln2_w + lc, g->ln2_b + lc, g->attn_proj_b + lc, k->dln1,
+                                      k->dy, QAC_KL_AT(s->res1, l, NC), QAC_KL_AT(s->ln2_mean, l, N),
+                                      QAC_KL_AT(s->ln2_rstd, l, N), w->ln2_w + lc, k->partial, dh, l,
+                                      QAC_DROP_ATT_OUT, B, T, C, p, st));
+        // atty = Attn(LN1(x))
+        if ((e = qac_kt_linear_bwd(t->blas, k->datty, p, 0.0f, g->attn_proj_w + lc * C, NULL, k->proj,
                                    QAC_KL_ACT(t, s->atty, l, NC), qac_kl_act_w(t, w->attn_proj_w + lc * C), k->partial,
                                    N, C, C, p, st)))
             return e;
@@ -482,7 +487,11 @@ qac_status qac_kl_dev_init(qac_kl_dev *t, int n_loss) {
     QAC_CUBLAS(cublasSetStream(t->blas, t->stream));
     QAC_CU(cudaMalloc(&t->blas_ws, BLAS_WORKSPACE));
     QAC_CUBLAS(cublasSetWorkspace(t->blas, t->blas_ws, BLAS_WORKSPACE));
-    if (t->prec == QAC_PREC_FP32) QAC_CUBLAS(cublasSetMathMode(t->blas, CUBLAS_PEDANTIC_MATH));
+    // fp32: no TF32. bf16: split-K partial sums stay fp32 (cuBLAS may
+    // otherwise reduce them in the bf16 output type): fp32 accumulation
+    // throughout, as the mixed-precision recipe has it.
+    QAC_CUBLAS(cublasSetMathMode(t->blas, t->prec == QAC_PREC_FP32 ? CUBLAS_PEDANTIC_MATH
+                                                                   : CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
     const size_t n = t->n_params, bytes = n * sizeof(float);
     QAC_CU(cudaMalloc((void **)&t->params, bytes));
     QAC_CU(cudaMalloc((void **)&t->grads, bytes));

@@ -9,7 +9,7 @@
 //
 // CPU twins: model/bert_forward.c and model/bert_backward.c
 // (qac_bert_forward_train, qac_bert_layers_forward, qac_bert_backward,
-// qac_bert_layers_backward), trainer/qgen.c (qac_qgen_forward,
+// qac_bert_layers_backward), model/head_nets.c (qac_qgen_forward,
 // qac_qgen_backward) for the GPT-2 blocks.
 //
 // Not yet run on a GPU: compiled and reviewed only, until
@@ -23,7 +23,7 @@
 
 extern "C" {
 #include "bert_cpu.h"
-#include "qac_heads.h"
+#include "head_nets.h"
 #include "qac_model.h"
 }
 
@@ -202,7 +202,7 @@ qac_status qac_kl_embed_bwd_from(const qac_kl_ctx *t, qac_kl_work *k, const floa
                                  qac_scatter_plan pw, const int32_t *plan_w, qac_scatter_plan pt,
                                  const int32_t *plan_t, uint64_t key, uint64_t seq_base, int drop_layer);
 
-// The query-generation decoder (trainer/qgen.c, qac_qgen_forward and
+// The query-generation decoder (model/head_nets.c, qac_qgen_forward and
 // qac_qgen_backward): L pre-LN GPT-2 blocks of MLP width I with the causal
 // windowed attention, then the final LayerNorm. Its activations over B x T
 // tokens, with the embedding pass of its input (emb*), kept for backward.

@@ -18,8 +18,8 @@
 #include "cuda_layers.cuh"
 
 extern "C" {
+#include "head_nets.h"
 #include "qac_cuda_pretrain.h"
-#include "qac_heads.h"
 #include "qac_pretrain.h"
 #include "qac_rng.h"
 }

@@ -83,7 +83,9 @@ qac_status start(qac_precision prec) {
 
 qac_status make_blas(cublasHandle_t *h, qac_precision prec) {
     QAC_CUBLAS(cublasCreate(h));
-    if (prec == QAC_PREC_FP32) QAC_CUBLAS(cublasSetMathMode(*h, CUBLAS_PEDANTIC_MATH));
+    // as the trainers' (kernels/cuda_layers.cu qac_kl_dev_init)
+    QAC_CUBLAS(cublasSetMathMode(*h, prec == QAC_PREC_FP32 ? CUBLAS_PEDANTIC_MATH
+                                                           : CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
     return QAC_OK;
 }
 
@@ -242,6 +244,80 @@ extern "C" qac_status qac_cuda_matmul_backward(float *dinp, float *dw, float *db
     if (db) TRY(down_f(db, d_db, OC));
 done:
     return finish(&s, h, st, "matmul backward");
+}
+
+extern "C" qac_status qac_cuda_residual_layernorm_train(float *res, float *out, float *out_act, float *mean,
+                                                        float *rstd, float *dres, float *dproj, float *dw, float *db,
+                                                        float *dbias, const float *proj, const float *bias,
+                                                        const float *resid, const float *w, const float *b,
+                                                        const float *dout, const float *dadd, float p, uint64_t key,
+                                                        int layer, int site, int B, int T, int C, float eps,
+                                                        qac_precision prec) {
+    qac_status st = start(prec);
+    if (st != QAC_OK) return st;
+    dev_scratch s = {{0}, 0};
+    const size_t n = (size_t)B * T * C, N = (size_t)B * T, es = qac_prec_size(prec);
+    void *d_proj, *d_act = NULL, *d_dproj;
+    float *d_bias, *d_resid, *d_w, *d_b, *d_res, *d_out, *d_mean, *d_rstd, *d_dout, *d_dadd = NULL, *d_dres;
+    float *d_dw, *d_db, *d_dbias, *partial;
+    const qac_kt_drop dr = drop_of(p, key);
+    TRY(up_act(&s, &d_proj, proj, n, prec));
+    TRY(up_f(&s, &d_bias, bias, C));
+    TRY(up_f(&s, &d_resid, resid, n));
+    TRY(up_f(&s, &d_w, w, C));
+    TRY(up_f(&s, &d_b, b, C));
+    TRY(up_f(&s, &d_dout, dout, n));
+    if (dadd) TRY(up_f(&s, &d_dadd, dadd, n));
+    TRY(up_f(&s, &d_dw, dw, C));
+    TRY(up_f(&s, &d_db, db, C));
+    TRY(up_f(&s, &d_dbias, dbias, C));
+    TRY(dalloc(&s, (void **)&d_res, n * sizeof(float)));
+    TRY(dalloc(&s, (void **)&d_out, n * sizeof(float)));
+    if (prec != QAC_PREC_FP32) TRY(dalloc(&s, &d_act, n * es));
+    TRY(dalloc(&s, (void **)&d_mean, N * sizeof(float)));
+    TRY(dalloc(&s, (void **)&d_rstd, N * sizeof(float)));
+    TRY(dalloc(&s, (void **)&d_dres, n * sizeof(float)));
+    TRY(dalloc(&s, &d_dproj, n * es));
+    TRY(dalloc(&s, (void **)&partial, qac_kt_colsum_floats((int)N, C, 3) * sizeof(float)));
+    TRY_CU(qac_kt_residual_ln_fwd(d_res, d_out, d_act, d_mean, d_rstd, d_proj, d_bias, d_resid, d_w, d_b, dr, layer,
+                                  site, B, T, C, eps, prec, 0));
+    TRY_CU(qac_kt_residual_ln_bwd(d_dres, d_dproj, d_dw, d_db, d_dbias, d_dout, d_dadd, d_res, d_mean, d_rstd, d_w,
+                                  partial, dr, layer, site, B, T, C, prec, 0));
+    TRY(down_f(res, d_res, n));
+    TRY(down_f(out, d_out, n));
+    if (out_act) TRY(d_act ? down_act(&s, out_act, d_act, n, prec) : down_f(out_act, d_out, n));
+    TRY(down_f(mean, d_mean, N));
+    TRY(down_f(rstd, d_rstd, N));
+    TRY(down_f(dres, d_dres, n));
+    TRY(down_act(&s, dproj, d_dproj, n, prec));
+    TRY(down_f(dw, d_dw, C));
+    TRY(down_f(db, d_db, C));
+    TRY(down_f(dbias, d_dbias, C));
+done:
+    return finish(&s, NULL, st, "bias + dropout + residual + layernorm");
+}
+
+extern "C" qac_status qac_cuda_bias_gelu_fused(float *act, float *dpre, float *dbias, const float *pre,
+                                               const float *bias, const float *dout, int N, int I, qac_precision prec) {
+    qac_status st = start(prec);
+    if (st != QAC_OK) return st;
+    dev_scratch s = {{0}, 0};
+    const size_t n = (size_t)N * I;
+    void *d_pre, *d_act, *d_dout;
+    float *d_bias, *d_dbias, *partial;
+    TRY(up_act(&s, &d_pre, pre, n, prec));
+    TRY(up_act(&s, &d_dout, dout, n, prec));
+    TRY(up_f(&s, &d_bias, bias, I));
+    TRY(up_f(&s, &d_dbias, dbias, I));
+    TRY(dalloc(&s, &d_act, n * qac_prec_size(prec)));
+    TRY(dalloc(&s, (void **)&partial, qac_kt_colsum_floats(N, I, 1) * sizeof(float)));
+    TRY_CU(qac_kt_bias_gelu(d_act, d_pre, d_bias, N, I, prec, 0));
+    TRY_CU(qac_kt_bias_gelu_bwd(d_dout, d_dbias, d_dout, d_pre, d_bias, partial, N, I, prec, 0)); // in place
+    TRY(down_act(&s, act, d_act, n, prec));
+    TRY(down_act(&s, dpre, d_dout, n, prec));
+    TRY(down_f(dbias, d_dbias, I));
+done:
+    return finish(&s, NULL, st, "bias + gelu (fused)");
 }
 
 extern "C" qac_status qac_cuda_dropout(float *out, const float *inp, const float *resid, float p, uint64_t key,

@@ -101,6 +101,18 @@ qac_status qac_cuda_matmul_backward(float *dinp, float *dw, float *db, const flo
                                     const float *w, int N, int IC, int OC, qac_precision prec) {
     return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
 }
+qac_status qac_cuda_residual_layernorm_train(float *res, float *out, float *out_act, float *mean, float *rstd,
+                                             float *dres, float *dproj, float *dw, float *db, float *dbias,
+                                             const float *proj, const float *bias, const float *resid, const float *w,
+                                             const float *b, const float *dout, const float *dadd, float p,
+                                             uint64_t key, int layer, int site, int B, int T, int C, float eps,
+                                             qac_precision prec) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+qac_status qac_cuda_bias_gelu_fused(float *act, float *dpre, float *dbias, const float *pre, const float *bias,
+                              const float *dout, int N, int I, qac_precision prec) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
 qac_status qac_cuda_dropout(float *out, const float *inp, const float *resid, float p, uint64_t key, int layer,
                             int site, int B, int T, int C) {
     return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);

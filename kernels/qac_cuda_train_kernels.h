@@ -12,8 +12,8 @@
 
 #include <stdint.h>
 
+#include "head_nets.h"
 #include "qac_encoder.h"
-#include "qac_heads.h"
 #include "qac_train.h"
 
 #ifdef __cplusplus
@@ -36,6 +36,23 @@ qac_status qac_cuda_gelu_backward(float *dinp, const float *dout, const float *p
 /* The FFN input's forward pieces: pre += bias, act = GELU(pre), in prec. [N,I] */
 qac_status qac_cuda_bias_gelu_train(float *pre, float *act, const float *inp, const float *bias, int N, int I,
                                     qac_precision prec);
+/* The fused tail of a post-LN sublayer (qac_kt_residual_ln_fwd then
+ * qac_kt_residual_ln_bwd on the forward's own res, mean and rstd) against
+ * qac_residual_layernorm_forward and _backward: proj [B*T,C] rounded to
+ * prec; res, out, mean, rstd written, out_act (may be NULL) the act copy of
+ * out as floats; dres, dproj (as stored in prec) written, dw, db, dbias [C]
+ * +=. dadd may be NULL. */
+qac_status qac_cuda_residual_layernorm_train(float *res, float *out, float *out_act, float *mean, float *rstd,
+                                             float *dres, float *dproj, float *dw, float *db, float *dbias,
+                                             const float *proj, const float *bias, const float *resid, const float *w,
+                                             const float *b, const float *dout, const float *dadd, float p,
+                                             uint64_t key, int layer, int site, int B, int T, int C, float eps,
+                                             qac_precision prec);
+/* The FFN's bias + GELU (qac_kt_bias_gelu, qac_kt_bias_gelu_bwd) against
+ * qac_bias_gelu_forward and _backward: pre and dout [N,I] rounded to prec;
+ * act, dpre (as stored) written, dbias [I] +=. */
+qac_status qac_cuda_bias_gelu_fused(float *act, float *dpre, float *dbias, const float *pre, const float *bias,
+                              const float *dout, int N, int I, qac_precision prec);
 /* qac_matmul_backward in prec: dinp [N,IC] = dout W (written), dw [OC,IC]
  * and db [OC] += (fp32). Any output may be NULL. */
 qac_status qac_cuda_matmul_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,

@@ -81,6 +81,44 @@ cudaError_t qac_kt_bias_dropout_residual(float *out, const void *proj, const flo
 cudaError_t qac_kt_dropout(void *out, const float *inp, qac_kt_drop d, int layer, int site, int B, int T, int C,
                            qac_precision out_prec, cudaStream_t s);
 
+// ---- fused passes (CPU twins: model/layers.c qac_residual_layernorm_*,
+// qac_bias_gelu_*) ----
+// The tail of a post-LN sublayer in one pass over each row: res [N,C] fp32
+// = resid + dropout(proj + bias) at (layer, site), proj act; out = LN(res)
+// (fp32, and in prec into out_act when not NULL), mean, rstd [N]. The bits
+// of qac_kt_bias_dropout_residual then qac_kt_layernorm_fwd.
+cudaError_t qac_kt_residual_ln_fwd(float *res, float *out, void *out_act, float *mean, float *rstd, const void *proj,
+                                   const float *bias, const float *resid, const float *w, const float *b,
+                                   qac_kt_drop d, int layer, int site, int B, int T, int C, float eps,
+                                   qac_precision prec, cudaStream_t s);
+// Its backward from dout = dL/d out [N,C] fp32: dres [N,C] fp32 (written)
+// = LN'(dout) + dadd (dadd may be NULL: a pre-LN block adds its residual
+// stream's gradient here), the gradient of res; dproj [N,C] act =
+// dropout(dres) at (layer, site), the projection's gradient; and the
+// column sums dw, db [C] (the LayerNorm's parameters) and dbias [C] (the
+// projection's bias: of dproj as stored) +=, any of them NULL to skip.
+// dres may alias dout or dadd. partial holds qac_kt_colsum_floats(N, C, 3)
+// floats. The bits of qac_kt_layernorm_bwd, qac_kt_add, qac_kt_dropout and
+// qac_kt_bias_bwd in sequence.
+cudaError_t qac_kt_residual_ln_bwd(float *dres, void *dproj, float *dw, float *db, float *dbias, const float *dout,
+                                   const float *dadd, const float *res, const float *mean, const float *rstd,
+                                   const float *w, float *partial, qac_kt_drop d, int layer, int site, int B, int T,
+                                   int C, qac_precision prec, cudaStream_t s);
+// Whether the two above take rows of C columns (C <= 4096: a row's share
+// per thread is kept in registers).
+int qac_kt_fused_ln_supported(int C);
+// act [N,I] = GELU(pre + bias), erf form (BERT's "gelu"; cuBLASLt's GELU
+// epilogue is the tanh approximation, so the bias and GELU are one
+// element-wise pass after the product instead). pre act, not modified:
+// the backward adds the bias again.
+cudaError_t qac_kt_bias_gelu(void *act, const void *pre, const float *bias, int N, int I, qac_precision prec,
+                             cudaStream_t s);
+// dpre [N,I] act = dout GELU'(pre + bias) (dpre may alias dout; bias NULL
+// when pre holds it already), and dbias [I] (may be NULL) += the column
+// sums of dpre as stored. partial holds qac_kt_colsum_floats(N, I, 1).
+cudaError_t qac_kt_bias_gelu_bwd(void *dpre, float *dbias, const void *dout, const void *pre, const float *bias,
+                                 float *partial, int N, int I, qac_precision prec, cudaStream_t s);
+
 // ---- attention ----
 // q, k, v [B,NH,T,hs] act = the heads of qkv [B,T,3C] (act) plus qkv_b.
 cudaError_t qac_kt_qkv_split(void *q, void *k, void *v, const void *qkv, const float *qkv_b, int B, int T, int C,

@@ -75,6 +75,29 @@ void qac_gelu_forward(float *out, const float *inp, size_t n, qac_pool *pool);
 /* dinp = dout * GELU'(pre), [n]; dinp may alias dout. */
 void qac_gelu_backward(float *dinp, const float *dout, const float *pre, size_t n, qac_pool *pool);
 
+/* The CUDA trainer's fused passes (kernels/train_kernels.cuh), composed of
+ * the functions above: their twins.
+ * The tail of a post-LN sublayer: res [B*T,C] = resid + dropout(proj +
+ * bias) at (layer, site) (d may be NULL: none), out = LN(res) with w, b;
+ * mean, rstd [B*T] kept. res may alias proj. */
+void qac_residual_layernorm_forward(float *res, float *out, float *mean, float *rstd, const float *proj,
+                                    const float *bias, const float *resid, const float *w, const float *b,
+                                    const qac_dropout *d, int layer, int site, int B, int T, int C, float eps,
+                                    qac_pool *pool);
+/* Its backward: dres = LN'(dout) (+ dadd, may be NULL) (written; may alias
+ * dout), dproj = dropout(dres) (written); dw, db [C] += as
+ * qac_layernorm_backward, dbias [C] (may be NULL) += column sums of dproj. */
+void qac_residual_layernorm_backward(float *dres, float *dproj, float *dw, float *db, float *dbias, const float *dout,
+                                     const float *dadd, const float *res, const float *mean, const float *rstd,
+                                     const float *w, const qac_dropout *d, int layer, int site, int B, int T, int C,
+                                     qac_pool *pool);
+/* act [N,I] = GELU(pre + bias); pre unchanged. */
+void qac_bias_gelu_forward(float *act, const float *pre, const float *bias, int N, int I, qac_pool *pool);
+/* dpre [N,I] = dout GELU'(pre + bias) (bias may be NULL; dpre may alias
+ * dout), dbias [I] (may be NULL) += column sums of dpre. */
+void qac_bias_gelu_backward(float *dpre, float *dbias, const float *dout, const float *pre, const float *bias, int N,
+                            int I, qac_pool *pool);
+
 /* pre = inp W^T + bias, out = GELU(pre): the FFN input projection with the
  * bias and activation fused. pre may be NULL (not kept; then out holds the
  * activation only). out, pre [N,OC]; inp [N,IC]; w [OC,IC]; bias [OC]. */
@@ -115,7 +138,7 @@ void qac_attention_backward(float *dqkv, const float *datty, const float *qkv, c
                             const qac_dropout *drop, int layer, int B, int T, int C, int NH, qac_pool *pool);
 
 /* Causal self-attention with an optional window (decoders: the query
- * generator of trainer/qgen.c). Row i of sequence b attends to key j when
+ * generator of model/head_nets.c). Row i of sequence b attends to key j when
  * j <= i, j < lens[b], and either window <= 0 (plain causal) or j == 0 or
  * j > i - window: the first position (the encoder's [CLS]) stays visible
  * and so do the last `window` positions up to i. Padded rows (i >= lens[b])

@@ -350,6 +350,67 @@ void qac_gelu_backward(float *dinp, const float *dout, const float *pre, size_t 
     qac_pool_for(pool, (int64_t)n, 1 << 16, gelu_bwd_task, &c);
 }
 
+/* ---- the CUDA trainer's fused passes, as compositions of the above ---- */
+
+void qac_residual_layernorm_forward(float *res, float *out, float *mean, float *rstd, const float *proj,
+                                    const float *bias, const float *resid, const float *w, const float *b,
+                                    const qac_dropout *d, int layer, int site, int B, int T, int C, float eps,
+                                    qac_pool *pool) {
+    const size_t N = (size_t)B * T;
+    for (size_t r = 0; r < N; r++)
+        for (int c = 0; c < C; c++) res[r * C + c] = proj[r * C + c] + bias[c];
+    if (qac_dropout_active(d, site))
+        qac_dropout_forward(res, res, resid, d, layer, site, B, T, C, pool);
+    else
+        for (size_t i = 0; i < N * C; i++) res[i] += resid[i];
+    qac_layernorm_forward(out, mean, rstd, res, w, b, (int)N, C, eps, pool);
+}
+
+void qac_residual_layernorm_backward(float *dres, float *dproj, float *dw, float *db, float *dbias, const float *dout,
+                                     const float *dadd, const float *res, const float *mean, const float *rstd,
+                                     const float *w, const qac_dropout *d, int layer, int site, int B, int T, int C,
+                                     qac_pool *pool) {
+    const size_t N = (size_t)B * T;
+    qac_layernorm_backward(dres, dw, db, dout, res, mean, rstd, w, (int)N, C, pool);
+    if (dadd)
+        for (size_t i = 0; i < N * C; i++) dres[i] += dadd[i];
+    if (qac_dropout_active(d, site))
+        qac_dropout_forward(dproj, dres, NULL, d, layer, site, B, T, C, pool);
+    else
+        memcpy(dproj, dres, N * C * sizeof(float));
+    if (dbias)
+        for (int c = 0; c < C; c++) {
+            float s = 0;
+            for (size_t r = 0; r < N; r++) s += dproj[r * C + c];
+            dbias[c] += s;
+        }
+}
+
+void qac_bias_gelu_forward(float *act, const float *pre, const float *bias, int N, int I, qac_pool *pool) {
+    for (size_t r = 0; r < (size_t)N; r++)
+        for (int c = 0; c < I; c++) act[r * I + c] = pre[r * I + c] + bias[c];
+    qac_gelu_forward(act, act, (size_t)N * I, pool);
+}
+
+void qac_bias_gelu_backward(float *dpre, float *dbias, const float *dout, const float *pre, const float *bias, int N,
+                            int I, qac_pool *pool) {
+    (void)pool;
+    float x[256]; /* pre + bias, a piece of a row at a time (dpre may alias dout) */
+    for (size_t r = 0; r < (size_t)N; r++)
+        for (int c0 = 0; c0 < I; c0 += 256) {
+            const int n = I - c0 < 256 ? I - c0 : 256;
+            const size_t o = r * I + c0;
+            for (int j = 0; j < n; j++) x[j] = pre[o + j] + (bias ? bias[c0 + j] : 0.0f);
+            qac_gelu_backward(dpre + o, dout + o, x, (size_t)n, NULL);
+        }
+    if (dbias)
+        for (int c = 0; c < I; c++) {
+            float s = 0;
+            for (size_t r = 0; r < (size_t)N; r++) s += dpre[r * I + c];
+            dbias[c] += s;
+        }
+}
+
 /* ---- attention ---- */
 
 typedef struct att_ctx {

@@ -59,11 +59,14 @@ py="${QAC_PYTHON:-python3}"
 stages="${STAGES:-build,test,sanitize,bench,pretrain,cranfield}"
 has() { case ",$stages," in *",$1,"*) return 0 ;; *) return 1 ;; esac; }
 summary=()
+declare -A secs # wall seconds of each step, for the wall-time lines
 step() { # name, command...
   local name="$1"; shift
-  local t0=$SECONDS
-  if "$@" >"$out/$name.log" 2>&1; then summary+=("PASS $name ($((SECONDS - t0)) s)")
-  else summary+=("FAIL $name ($((SECONDS - t0)) s, rc $?) see $out/$name.log"); fi
+  local t0=$SECONDS rc=0
+  "$@" >"$out/$name.log" 2>&1 || rc=$?
+  secs[$name]=$((SECONDS - t0))
+  if [ $rc = 0 ]; then summary+=("PASS $name (${secs[$name]} s)")
+  else summary+=("FAIL $name (${secs[$name]} s, rc $rc) see $out/$name.log"); fi
 }
 
 # The build's Debian libraries from .deb files, when the system lacks them:
@@ -181,6 +184,11 @@ PY
       step "pretrain-$obj-gpu-fp32-recompute" "$build/qac" "${pt[@]}" --device cuda --train-precision fp32 \
         --recompute --steps 20 --out "$d/$obj-gpu32-rc"
     done
+    for obj in cocondenser cotmae qgen pair; do
+      echo "wall pretrain $obj 20 steps: cpu fp32 ${secs[pretrain-$obj-cpu]:-?} s ($(nproc) threads), gpu fp32" \
+        "${secs[pretrain-$obj-gpu-fp32]:-?} s, gpu bf16 ${secs[pretrain-$obj-gpu-bf16]:-?} s, gpu fp32 --recompute" \
+        "${secs[pretrain-$obj-gpu-fp32-recompute]:-?} s"
+    done >"$out/pretrain-wall.log"
     step pretrain-compare "$py" - "$d" <<'PY'
 import json, sys
 d = sys.argv[1]
@@ -192,7 +200,7 @@ for obj in ("cocondenser", "cotmae", "qgen", "pair"):
     for run, tol in (("gpu32", 1e-3), ("gpu16", 3e-2)):
         g = load(f"{obj}-{run}")
         worst = max(abs(b["loss"] - a["loss"]) / abs(a["loss"]) for a, b in zip(cpu, g))
-        print(f"{obj} {run}: steps {len(g)}; loss cpu {cpu[0]['loss']:.5f} -> {cpu[-1]['loss']:.5f}, "
+        print(f"CHECK pretrain {obj} {run}: steps {len(g)}; loss cpu {cpu[0]['loss']:.5f} -> {cpu[-1]['loss']:.5f}, "
               f"gpu {g[0]['loss']:.5f} -> {g[-1]['loss']:.5f}; worst rel {worst:.3g} (tol {tol})")
         ok = ok and len(g) == 20 and worst <= tol
     rc, g32 = load(f"{obj}-gpu32-rc"), load(f"{obj}-gpu32")
@@ -215,37 +223,76 @@ if has cranfield; then
   if [ -f "$data/cran.qry" ] && [ -n "$model" ] && [ -f "$model/config.json" ]; then
     d="$out/cranfield"
     mkdir -p "$d"
-    ft=(finetune --model "$model" --train-qrels "$d/fold0/train.qrels" --train-queries "$d/fold0/train.tsv"
-        --train-corpus "$data/cran.all.1400" --dev-queries "$d/fold0/test.tsv" --dev-qrels "$d/fold0/test.qrels"
-        --dev-corpus "$data/cran.all.1400" --steps 100 --batch 16 --n-passages 1 --q-max-len 32 --p-max-len 128
-        --tau 0.05 --lr 2e-5 --seed 42)
+    train=(--model "$model" --train-qrels "$d/fold0/train.qrels" --train-queries "$d/fold0/train.tsv"
+           --train-corpus "$data/cran.all.1400" --steps 100 --batch 16 --n-passages 1 --q-max-len 32 --p-max-len 128
+           --tau 0.05 --lr 2e-5 --seed 42)
+    ft=(finetune "${train[@]}" --dev-queries "$d/fold0/test.tsv" --dev-qrels "$d/fold0/test.qrels"
+        --dev-corpus "$data/cran.all.1400")
+    drift=bench/train_drift
     step cranfield-folds "$py" bench/finetune_cranfield/folds.py "$data" "$d" 42
     step cranfield-cpu "$build/qac" "${ft[@]}" --device cpu --threads "$(nproc)" --out "$d/cpu"
     step cranfield-gpu "$build/qac" "${ft[@]}" --device cuda --train-precision bf16 --out "$d/gpu"
-    step cranfield-compare "$py" - "$d/cpu" "$d/gpu" <<'PY'
+    step cranfield-ndcg "$py" - "$d/cpu" "$d/gpu" <<'PY'
 import json, sys
-def load(d, f):
-    return [json.loads(l) for l in open(f"{d}/{f}") if l.strip()]
-cpu, gpu = (load(d, "log.jsonl") for d in sys.argv[1:3])
-worst = max(abs(g["loss"] - c["loss"]) / abs(c["loss"]) for c, g in zip(cpu, gpu))
-print(f"steps {len(cpu)} / {len(gpu)}; loss cpu {cpu[-1]['loss']:.5f} gpu {gpu[-1]['loss']:.5f}; worst rel {worst:.4f} (tol 0.01)")
-nc, ng = (load(d, "dev.jsonl")[-1]["ndcg_cut_10"] for d in sys.argv[1:3])
-print(f"dev nDCG@10 cpu {nc:.4f} gpu {ng:.4f} diff {ng - nc:+.4f} (tol 0.01)")
-sys.exit(0 if len(cpu) == len(gpu) == 100 and worst <= 0.01 and abs(ng - nc) <= 0.01 else 1)
+nc, ng = (json.loads(open(f"{d}/dev.jsonl").read().splitlines()[-1])["ndcg_cut_10"] for d in sys.argv[1:3])
+print(f"CHECK cranfield dev nDCG@10 cpu {nc:.4f} gpu bf16 {ng:.4f} diff {ng - nc:+.4f} (tol 0.01)")
+sys.exit(0 if abs(ng - nc) <= 0.01 else 1)
 PY
+    # Diagnostics of a drift past the bound. The GPU in fp32 against the CPU:
+    # the same arithmetic in another summation order, as the pre-training
+    # comparisons (1e-3 over the run): a GPU path that trains differently
+    # shows here, rounding does not.
+    step cranfield-gpu-fp32 "$build/qac" finetune "${train[@]}" --device cuda --train-precision fp32 --out "$d/gpu32"
+    step cranfield-compare-fp32 "$py" $drift/compare.py "$d/cpu/log.jsonl" "$d/gpu32/log.jsonl" --steps 100 \
+      --name "CHECK cranfield qac gpu fp32 vs cpu fp32" --worst-tol 1e-3
+    # PyTorch on this GPU on qac's batches: its own bf16 drift (CUDA
+    # autocast), its per-tensor bf16 gradient error at the start against
+    # qac's (bench_grad_err), and its wall time.
+    step cranfield-batches "$build/qac" finetune "${train[@]}" --dry-run --dump-batches "$d/batches.jsonl" \
+      --out "$d/dry"
+    for p in fp32 bf16; do
+      step "cranfield-torch-$p" "$py" $drift/drift.py --model "$model" --batches "$d/batches.jsonl" \
+        --out "$d/torch-$p.jsonl" --precision $p --device cuda
+    done
+    step cranfield-torch-compare "$py" $drift/compare.py "$d/torch-fp32.jsonl" "$d/torch-bf16.jsonl" --steps 100 \
+      --name "CHECK cranfield torch gpu bf16 autocast vs fp32 (the reference's own drift)"
+    # The bound on the GPU's bf16 loss against the CPU's fp32, from
+    # PyTorch's own drift on exactly these batches (bench/train_drift,
+    # bench/RESULTS.md): torch with bf16 autocast (fp32 softmax, LayerNorm,
+    # pooling, loss; fp32 master weights) against torch in fp32, the same
+    # dropout masks, on the CPU: worst per-step |rel| 0.0062 (at step 96),
+    # per-step standard deviation 0.0019, mean -0.0002, bf16 the higher on
+    # 46 of 100 steps (another draw of the masks: 0.0055, 0.0018, +0.0000,
+    # 51 of 100). qac's recipe rounds less than torch's (residual
+    # stream, biases and dropout scaling stay fp32), so its drift is no
+    # larger in kind: worst 0.015 (2.4 x torch's worst: the worst of 100
+    # correlated steps is one draw, ~3 standard deviations); and an unbiased
+    # recipe's drift averages out: |mean| 0.005 (2.6 per-step standard
+    # deviations, 25 x torch's mean) says the GPU trains differently, not
+    # that it rounds differently. Where torch's own drift on this GPU (the
+    # runs above) is larger than on the CPU, the same factors of it.
+    step cranfield-compare "$py" $drift/compare.py "$d/cpu/log.jsonl" "$d/gpu/log.jsonl" --steps 100 \
+      --name "CHECK cranfield qac gpu bf16 vs cpu fp32" --worst-tol 0.015 --mean-tol 0.005 \
+      --ref-fp32 "$d/torch-fp32.jsonl" --ref-bf16 "$d/torch-bf16.jsonl" --worst-factor 2.4 --mean-factor 2.6
+    step cranfield-grad-err-qac "$build/bench/train_gpu/bench_grad_err" "$model" "$d/batches.jsonl" 3 32 128 0.05
+    step cranfield-grad-err-torch "$py" $drift/drift.py --model "$model" --batches "$d/batches.jsonl" \
+      --out /dev/null --precision bf16 --device cuda --grad-err 3
+    {
+      echo "CHECK per-tensor bf16 gradient error (max over 3 batches): tensor qac torch"
+      join <(awk '$1 == "GRADERR" && $2 == "bf16" {print $3, $4}' "$out/cranfield-grad-err-qac.log" | sort) \
+        <(awk '$1 == "GRADERR" {print $2, $3}' "$out/cranfield-grad-err-torch.log" | sort) | sed 's/^/graderr /'
+    } >"$out/cranfield-grad-err.log" 2>&1
+    wall="wall cranfield 100 steps: qac cpu fp32 ${secs[cranfield-cpu]:-?} s ($(nproc) threads), qac gpu bf16"
+    wall="$wall ${secs[cranfield-gpu]:-?} s, qac gpu fp32 ${secs[cranfield-gpu-fp32]:-?} s, torch gpu bf16"
+    wall="$wall ${secs[cranfield-torch-bf16]:-?} s, torch gpu fp32 ${secs[cranfield-torch-fp32]:-?} s (qac with its dev"
+    echo "$wall evaluation, torch without; each with its start-up)" >"$out/cranfield-wall.log"
     # PAIR (--alpha): 20 steps on the CPU against the GPU in fp32, loss within 1e-3 per step
     step cranfield-pair-cpu "$build/qac" "${ft[@]}" --alpha 0.1 --steps 20 --device cpu --threads "$(nproc)" \
       --out "$d/pair-cpu"
     step cranfield-pair-gpu "$build/qac" "${ft[@]}" --alpha 0.1 --steps 20 --device cuda --train-precision fp32 \
       --out "$d/pair-gpu"
-    step cranfield-pair-compare "$py" - "$d/pair-cpu" "$d/pair-gpu" <<'PY'
-import json, sys
-cpu, gpu = ([json.loads(l) for l in open(f"{d}/log.jsonl") if l.strip()] for d in sys.argv[1:3])
-worst = max(abs(g["loss"] - c["loss"]) / abs(c["loss"]) for c, g in zip(cpu, gpu))
-print(f"pair: steps {len(cpu)} / {len(gpu)}; loss cpu {cpu[-1]['loss']:.5f} gpu {gpu[-1]['loss']:.5f}; "
-      f"worst rel {worst:.3g} (tol 1e-3)")
-sys.exit(0 if len(cpu) == len(gpu) == 20 and worst <= 1e-3 else 1)
-PY
+    step cranfield-pair-compare "$py" $drift/compare.py "$d/pair-cpu/log.jsonl" "$d/pair-gpu/log.jsonl" --steps 20 \
+      --name "CHECK cranfield pair gpu fp32 vs cpu fp32" --worst-tol 1e-3
   else
     summary+=("NOTE stage cranfield skipped: no Cranfield data in $data or no model (set QAC_DATA, QAC_MODEL)")
   fi
@@ -255,6 +302,8 @@ echo "== results in $out =="
 grep -h "^RESULT\|^RATIO\|^NOTE" "$out"/bench-*.log 2>/dev/null
 grep -h "worst tensor\|^trajectory\|^resume\|loss gpu" "$out"/test-train-step.log "$out"/test-pretrain-step.log \
   2>/dev/null | tee "$out/parity.txt"
-cat "$out/pretrain-compare.log" "$out/cranfield-compare.log" "$out/cranfield-pair-compare.log" 2>/dev/null
+cat "$out"/pretrain-compare.log "$out"/pretrain-wall.log "$out"/cranfield-compare*.log "$out"/cranfield-ndcg.log \
+  "$out"/cranfield-torch-compare.log "$out"/cranfield-grad-err.log "$out"/cranfield-wall.log \
+  "$out"/cranfield-pair-compare.log 2>/dev/null
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
 ! grep -q '^FAIL' "$out/summary.txt"

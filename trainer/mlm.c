@@ -1,4 +1,4 @@
-/* Whole-word MLM masking and the tied MLM head (see qac_heads.h). */
+/* Whole-word MLM masking and the tied MLM head's loss (see qac_heads.h; the head's parameters: model/head_nets.c). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,29 +68,6 @@ void qac_mask_whole_words(int32_t *ids, int32_t *labels, int len, const uint8_t 
     }
     free(order);
     free(start);
-}
-
-size_t qac_mlm_param_count(int C, int V) { return (size_t)C * C + 3 * (size_t)C + (size_t)V; }
-
-void qac_mlm_bind(qac_mlm_head *h, float *base, int C, int V) {
-    (void)V;
-    h->dense_w = base;
-    h->dense_b = h->dense_w + (size_t)C * C;
-    h->ln_w = h->dense_b + C;
-    h->ln_b = h->ln_w + C;
-    h->bias = h->ln_b + C;
-}
-
-void qac_mlm_init(qac_mlm_head *h, int C, int V, uint64_t seed) {
-    uint64_t key = qac_rng_key(seed, 0x6D6C6D, 0, 0);
-    for (size_t i = 0; i < (size_t)C * C; i += 2) { /* Box-Muller pairs */
-        double u1 = (qac_rng_u64(key, i) >> 11) * 0x1p-53, u2 = (qac_rng_u64(key, i + 1) >> 11) * 0x1p-53;
-        double r = sqrt(-2.0 * log(u1 > 0 ? u1 : 0x1p-53)) * 0.02;
-        h->dense_w[i] = (float)(r * cos(2 * M_PI * u2));
-        if (i + 1 < (size_t)C * C) h->dense_w[i + 1] = (float)(r * sin(2 * M_PI * u2));
-    }
-    for (int i = 0; i < C; i++) h->dense_b[i] = 0, h->ln_w[i] = 1, h->ln_b[i] = 0;
-    memset(h->bias, 0, (size_t)V * sizeof(float));
 }
 
 /* cross-entropy of rows [b, e) of logits [M,V] against labels, each row's

@@ -5,7 +5,9 @@
  * query-generation decoder's GPT-2 blocks as a whole, dropout
  * (identical masks), pooling backward, InfoNCE, gradient clipping + AdamW,
  * and the pre-training losses: coCondenser's contrastive loss and the MLM
- * cross-entropy over the vocabulary.
+ * cross-entropy over the vocabulary; and the fused passes of the layer
+ * stack (bias + dropout + residual + LayerNorm forward and backward, bias +
+ * GELU forward and backward).
  *
  * Tolerances (relative Frobenius error per tensor): fp32 1e-5 (fp32
  * arithmetic in another order); bf16 from the 8-bit mantissa: every input
@@ -129,6 +131,105 @@ static void test_gelu(int N, int I) {
         report("gelu bwd", PRECS[pi], shape, gdinp, dinp, n, tol_for(PRECS[pi], 1e-5, 1.5e-2));
     }
     free(inp), free(bias), free(dout), free(pre), free(act), free(dinp), free(gpre), free(gact), free(gdinp);
+}
+
+/* x rounded to the nearest bf16 (ties to even), as the GPU's uploads do */
+static float bf16_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+static float *rounded(const float *a, size_t n, qac_precision p) {
+    float *b = copy_of(a, n);
+    if (p == QAC_PREC_BF16)
+        for (size_t i = 0; i < n; i++) b[i] = bf16_round(b[i]);
+    return b;
+}
+
+/* The fused bias + dropout + residual + LayerNorm, forward and backward,
+ * against the CPU twin fed the same (rounded) inputs. The arithmetic before
+ * any store is fp32 on both sides: the residual sum is exact (the same
+ * rounded operations), the rest 1e-5 as LayerNorm's; in bf16 the act copy
+ * of the output and the masked gradient are stored rounded (at most 2^-9
+ * relative each: 2e-3), and the bias gradient sums those rounded terms:
+ * independent errors of 2^-9 / sqrt(3) standard deviation per term add to
+ * about 1.1e-3 of a sum that does not cancel on random data; 5e-3. */
+static void test_residual_ln(int B, int T, int C, float p, int with_dadd) {
+    const int N = B * T;
+    const size_t n = (size_t)N * C;
+    const float eps = 1e-12f;
+    float *proj0 = rnd(n, -2, 2), *bias = rnd(C, -0.5f, 0.5f), *resid = rnd(n, -2, 2), *w = rnd(C, 0.5f, 1.5f),
+          *b = rnd(C, -0.3f, 0.3f), *dout = rnd(n, -1, 1), *dadd = with_dadd ? rnd(n, -1, 1) : NULL;
+    float *dw0 = rnd(C, -1, 1), *db0 = rnd(C, -1, 1), *dbias0 = rnd(C, -1, 1);
+    const uint64_t key = gpu_test_next();
+    const int layer = gpu_test_int(0, 11), site = with_dadd || gpu_test_int(0, 1) ? QAC_DROP_ATT_OUT : QAC_DROP_FFN_OUT;
+    qac_dropout d = {p, p, key, NULL};
+    float *res = malloc(sizeof(float) * n), *out = malloc(sizeof(float) * n), *mean = malloc(sizeof(float) * N),
+          *rstd = malloc(sizeof(float) * N), *dres = malloc(sizeof(float) * n), *dproj = malloc(sizeof(float) * n);
+    float *gres = malloc(sizeof(float) * n), *gout = malloc(sizeof(float) * n), *gact = malloc(sizeof(float) * n),
+          *gmean = malloc(sizeof(float) * N), *grstd = malloc(sizeof(float) * N), *gdres = malloc(sizeof(float) * n),
+          *gdproj = malloc(sizeof(float) * n);
+    char shape[64];
+    snprintf(shape, sizeof shape, "B%d T%d C%d p%.1f%s", B, T, C, (double)p, with_dadd ? " +dadd" : "");
+    for (int pi = 0; pi < 2; pi++) {
+        const qac_precision pr = PRECS[pi];
+        float *proj = rounded(proj0, n, pr);
+        float *dw = copy_of(dw0, C), *db = copy_of(db0, C), *dbias = copy_of(dbias0, C);
+        float *gdw = copy_of(dw0, C), *gdb = copy_of(db0, C), *gdbias = copy_of(dbias0, C);
+        qac_residual_layernorm_forward(res, out, mean, rstd, proj, bias, resid, w, b, &d, layer, site, B, T, C, eps,
+                                       NULL);
+        qac_residual_layernorm_backward(dres, dproj, dw, db, dbias, dout, dadd, res, mean, rstd, w, &d, layer, site, B,
+                                        T, C, NULL);
+        gpu_test_poison(gres, n), gpu_test_poison(gout, n), gpu_test_poison(gact, n), gpu_test_poison(gdres, n),
+            gpu_test_poison(gdproj, n);
+        CHECK_OK(qac_cuda_residual_layernorm_train(gres, gout, gact, gmean, grstd, gdres, gdproj, gdw, gdb, gdbias,
+                                                   proj0, bias, resid, w, b, dout, dadd, p, key, layer, site, B, T, C,
+                                                   eps, pr));
+        report_exact("residual+ln fwd (res)", shape, gres, res, n);
+        report("residual+ln fwd (out)", pr, shape, gout, out, n, 1e-5);
+        report("residual+ln fwd (act)", pr, shape, gact, out, n, tol_for(pr, 1e-5, 2e-3));
+        report("residual+ln fwd (mean)", pr, shape, gmean, mean, N, 1e-5);
+        report("residual+ln fwd (rstd)", pr, shape, grstd, rstd, N, 1e-5);
+        report("residual+ln bwd (dres)", pr, shape, gdres, dres, n, 1e-5);
+        report("residual+ln bwd (dproj)", pr, shape, gdproj, dproj, n, tol_for(pr, 1e-5, 2e-3));
+        report("residual+ln bwd (dw)", pr, shape, gdw, dw, C, 1e-5);
+        report("residual+ln bwd (db)", pr, shape, gdb, db, C, 1e-5);
+        report("residual+ln bwd (dbias)", pr, shape, gdbias, dbias, C, tol_for(pr, 1e-5, 5e-3));
+        free(proj), free(dw), free(db), free(dbias), free(gdw), free(gdb), free(gdbias);
+    }
+    free(proj0), free(bias), free(resid), free(w), free(b), free(dout), free(dadd), free(dw0), free(db0), free(dbias0);
+    free(res), free(out), free(mean), free(rstd), free(dres), free(dproj);
+    free(gres), free(gout), free(gact), free(gmean), free(grstd), free(gdres), free(gdproj);
+}
+
+/* The FFN's fused bias + GELU against the CPU twin on the same (rounded)
+ * inputs: fp32 1e-5 as the unfused GELU; bf16 stores act and dpre rounded
+ * (2e-3) and sums the rounded dpre into the bias gradient (5e-3, as
+ * test_residual_ln's). */
+static void test_bias_gelu(int N, int I) {
+    const size_t n = (size_t)N * I;
+    float *pre0 = rnd(n, -4, 4), *bias = rnd(I, -1, 1), *dout0 = rnd(n, -1, 1), *dbias0 = rnd(I, -1, 1);
+    float *act = malloc(sizeof(float) * n), *dpre = malloc(sizeof(float) * n);
+    float *gact = malloc(sizeof(float) * n), *gdpre = malloc(sizeof(float) * n);
+    char shape[64];
+    snprintf(shape, sizeof shape, "N%d I%d", N, I);
+    for (int pi = 0; pi < 2; pi++) {
+        const qac_precision pr = PRECS[pi];
+        float *pre = rounded(pre0, n, pr), *dout = rounded(dout0, n, pr);
+        float *dbias = copy_of(dbias0, I), *gdbias = copy_of(dbias0, I);
+        qac_bias_gelu_forward(act, pre, bias, N, I, NULL);
+        qac_bias_gelu_backward(dpre, dbias, dout, pre, bias, N, I, NULL);
+        gpu_test_poison(gact, n), gpu_test_poison(gdpre, n);
+        CHECK_OK(qac_cuda_bias_gelu_fused(gact, gdpre, gdbias, pre0, bias, dout0, N, I, pr));
+        report("bias+gelu fused (act)", pr, shape, gact, act, n, tol_for(pr, 1e-5, 2e-3));
+        report("bias+gelu fused (dpre)", pr, shape, gdpre, dpre, n, tol_for(pr, 1e-5, 2e-3));
+        report("bias+gelu fused (dbias)", pr, shape, gdbias, dbias, I, tol_for(pr, 1e-5, 5e-3));
+        free(pre), free(dout), free(dbias), free(gdbias);
+    }
+    free(pre0), free(bias), free(dout0), free(dbias0), free(act), free(dpre), free(gact), free(gdpre);
 }
 
 static void test_matmul_backward(int N, int IC, int OC) {
@@ -362,15 +463,6 @@ static void test_mlm_ce(int M, int V) {
     free(logits), free(bias), free(dl), free(gdl), free(labels);
 }
 
-static float bf16_round(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    u &= 0xFFFF0000u;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 static void test_clip_adamw(size_t n, double max_norm) {
     const size_t n_decay = n * 7 / 10;
     float *p = rnd(n, -1, 1), *m = rnd(n, -0.01f, 0.01f), *v = rnd(n, 0, 1e-4f);
@@ -431,10 +523,20 @@ int main(int argc, char **argv) {
         test_layernorm(37, 768);
         test_layernorm(130, 100);
         test_layernorm(5, 1000);
+        /* the fused sublayer tail: BERT-base's width over several 64-row
+         * chunks, odd widths and row counts, columns per thread from 1
+         * (C 100) to 16 (C 4096), a pre-LN block's dadd */
+        test_residual_ln(3, 37, 768, 0.1f, 0);
+        test_residual_ln(2, 65, 100, 0.0f, 0);
+        test_residual_ln(5, 7, 1000, 0.3f, 1);
+        test_residual_ln(2, 9, 1536, 0.1f, 1);
+        if (!small) test_residual_ln(2, 33, 4096, 0.1f, 0);
     }
     if (want("gelu")) {
         test_gelu(64, 1536);
         test_gelu(7, 37);
+        test_bias_gelu(130, 1536);
+        test_bias_gelu(7, 37);
     }
     if (want("matmul")) {
         test_matmul_backward(17, 384, 1152);
