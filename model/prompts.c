@@ -140,18 +140,7 @@ qac_status qac_model_prompts_json(const qac_model *m, char **out) {
         p = NULL;
     }
     json_decref(p);
-    char *txt = r ? json_dumps(r, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
-    json_decref(r);
-    size_t n = txt ? strlen(txt) : 0;
-    char *withnl = txt ? realloc(txt, n + 2) : NULL;
-    if (!withnl) {
-        free(txt);
-        return qac_set_error(QAC_ERR_NOMEM, "out of memory");
-    }
-    withnl[n] = '\n';
-    withnl[n + 1] = '\0';
-    *out = withnl;
-    return QAC_OK;
+    return qac_model_json_text(r, 0, out);
 }
 
 qac_status qac_model_prompt_skip(const qac_model *m, const char *prompt, int max_len, int *skip) {
