@@ -7,7 +7,8 @@
     check(r.returncode == 0, "what it shows")  # prints ok/FAIL, returns the condition
     finish()                                   # the failed checks again; exit 1 if any
 
-and the default model's directory and a tiny random BERT to train fast.
+and the default model's directory, a tiny random BERT and a toy training
+file, to train fast.
 """
 import json
 import os
@@ -74,3 +75,15 @@ def tiny_model(out, hidden=32, layers=2, heads=2, seed=0, normalize=False):
                    {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}],
                   open(os.path.join(out, "modules.json"), "w"))
     return out
+
+
+def toy_train(path, n=6):
+    """n Tevatron examples, one positive and one negative passage each."""
+    def passage(d, t):
+        return {"docid": d, "title": "", "text": t}
+    with open(path, "w") as f:
+        for i in range(n):
+            f.write(json.dumps({"query_id": str(i), "query": f"wing flow question {i}",
+                                "positive_passages": [passage(f"p{i}", f"the wing in a slipstream {i}")],
+                                "negative_passages": [passage(f"n{i}", f"heat transfer in slabs {i}")]}) + "\n")
+    return path

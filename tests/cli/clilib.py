@@ -6,7 +6,7 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 import scratch  # noqa: E402,F401
-from testlib import QAC, check, default_model_dir, failures, finish, run, tiny_model  # noqa: E402,F401
+from testlib import QAC, check, default_model_dir, failures, finish, run, tiny_model, toy_train  # noqa: E402,F401
 
 SHARED = os.environ.get("QAC_SHARED_DATA", "")
 CRAN = os.path.join(SHARED, "cranfield")

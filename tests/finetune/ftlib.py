@@ -8,7 +8,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import testdata  # noqa: E402
-from testlib import QAC, check, default_model_dir, failures, finish, run, tiny_model  # noqa: E402,F401
+from testlib import QAC, check, default_model_dir, failures, finish, run, tiny_model, toy_train  # noqa: E402,F401
 
 SHARED = testdata.root()
 CRAN = os.path.join(SHARED, "cranfield")
