@@ -64,10 +64,6 @@ def corrupt_copy(src, name, pos=None, checksum="keep"):
     return dst
 
 
-def crashed(rc):
-    return rc < 0 or rc >= 128
-
-
 rng = np.random.default_rng(7)
 queries = os.path.join(tmp, "q.tsv")
 with open(queries, "w") as f:
