@@ -365,15 +365,11 @@ done:
     return s;
 }
 
-/* Read a small JSON file in dir; *root NULL (and QAC_OK) when absent. */
-static qac_status load_json_file(const char *dir, const char *name, json_t **root) {
-    char path[4096];
+qac_status qac_model_json_read(const char *path, json_t **root) {
     *root = NULL;
-    qac_status s = qac_path_join(path, sizeof path, dir, name);
-    if (s) return s;
     char *txt;
     size_t len;
-    s = qac_read_file(path, &txt, &len);
+    qac_status s = qac_read_file(path, &txt, &len);
     if (s == QAC_ERR_NOT_FOUND) {
         qac_clear_error();
         return QAC_OK;
@@ -386,6 +382,14 @@ static qac_status load_json_file(const char *dir, const char *name, json_t **roo
         return qac_set_error(QAC_ERR_FORMAT, "%s: invalid JSON at line %d column %d: %s", path, jerr.line,
                              jerr.column, jerr.text);
     return QAC_OK;
+}
+
+/* Read a small JSON file in dir; *root NULL (and QAC_OK) when absent. */
+static qac_status load_json_file(const char *dir, const char *name, json_t **root) {
+    char path[4096];
+    *root = NULL;
+    qac_status s = qac_path_join(path, sizeof path, dir, name);
+    return s ? s : qac_model_json_read(path, root);
 }
 
 static int type_is(const char *type, const char *cls) {
