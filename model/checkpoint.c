@@ -251,9 +251,7 @@ static double float_as_short_double(float f) {
     return (double)f;
 }
 
-/* Pretty JSON text ending in a newline, as HF writes it; consumes j (NULL
- * means an earlier allocation failed). */
-static qac_status dump_json(json_t *j, size_t extra_flags, char **out) {
+qac_status qac_model_json_text(json_t *j, size_t extra_flags, char **out) {
     char *txt = j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | extra_flags) : NULL;
     json_decref(j);
     if (!txt) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
@@ -279,7 +277,7 @@ qac_status qac_bert_config_to_json(const qac_bert_config *c, char **out) {
         "max_position_embeddings", c->max_position, "model_type", "bert", "num_attention_heads", c->num_heads,
         "num_hidden_layers", c->num_layers, "pad_token_id", c->pad_token_id, "position_embedding_type",
         "absolute", "type_vocab_size", c->type_vocab_size, "use_cache", 1, "vocab_size", c->vocab_size);
-    return dump_json(r, JSON_REAL_PRECISION(9), out);
+    return qac_model_json_text(r, JSON_REAL_PRECISION(9), out);
 }
 
 /* ---- sentence-transformers extras ---- */
@@ -367,15 +365,11 @@ done:
     return s;
 }
 
-/* Read a small JSON file in dir; *root NULL (and QAC_OK) when absent. */
-static qac_status load_json_file(const char *dir, const char *name, json_t **root) {
-    char path[4096];
+qac_status qac_model_json_read(const char *path, json_t **root) {
     *root = NULL;
-    qac_status s = qac_path_join(path, sizeof path, dir, name);
-    if (s) return s;
     char *txt;
     size_t len;
-    s = qac_read_file(path, &txt, &len);
+    qac_status s = qac_read_file(path, &txt, &len);
     if (s == QAC_ERR_NOT_FOUND) {
         qac_clear_error();
         return QAC_OK;
@@ -388,6 +382,14 @@ static qac_status load_json_file(const char *dir, const char *name, json_t **roo
         return qac_set_error(QAC_ERR_FORMAT, "%s: invalid JSON at line %d column %d: %s", path, jerr.line,
                              jerr.column, jerr.text);
     return QAC_OK;
+}
+
+/* Read a small JSON file in dir; *root NULL (and QAC_OK) when absent. */
+static qac_status load_json_file(const char *dir, const char *name, json_t **root) {
+    char path[4096];
+    *root = NULL;
+    qac_status s = qac_path_join(path, sizeof path, dir, name);
+    return s ? s : qac_model_json_read(path, root);
 }
 
 static int type_is(const char *type, const char *cls) {
@@ -804,7 +806,7 @@ static qac_status write_text(const char *dir, const char *name, const char *text
 
 static qac_status write_json(const char *dir, const char *name, json_t *j) {
     char *t2;
-    qac_status s = dump_json(j, 0, &t2);
+    qac_status s = qac_model_json_text(j, 0, &t2);
     if (s) return s;
     s = write_text(dir, name, t2);
     free(t2);

@@ -85,22 +85,11 @@ void qac_model_prompts_clear(qac_model *m) {
 }
 
 qac_status qac_model_prompts_load(qac_model *m, const char *dir) {
-    char path[4096], *txt = NULL;
-    size_t len;
+    char path[4096];
+    json_t *root = NULL;
     qac_status s = qac_path_join(path, sizeof path, dir, ST_CONFIG);
-    if (s) return s;
-    s = qac_read_file(path, &txt, &len);
-    if (s == QAC_ERR_NOT_FOUND) {
-        qac_clear_error();
-        return QAC_OK;
-    }
-    if (s) return s;
-    json_error_t jerr;
-    json_t *root = json_loadb(txt, len, JSON_REJECT_DUPLICATES, &jerr);
-    free(txt);
-    if (!root)
-        return qac_set_error(QAC_ERR_FORMAT, "%s: invalid JSON at line %d column %d: %s", path, jerr.line,
-                             jerr.column, jerr.text);
+    if (!s) s = qac_model_json_read(path, &root);
+    if (s || !root) return s;
     json_t *prompts = json_object_get(root, "prompts"), *dflt = json_object_get(root, "default_prompt_name");
     if (!json_is_object(root)) s = qac_set_error(QAC_ERR_FORMAT, "%s: not a JSON object", path);
     else if (prompts && !json_is_null(prompts) && !json_is_object(prompts))
@@ -140,18 +129,7 @@ qac_status qac_model_prompts_json(const qac_model *m, char **out) {
         p = NULL;
     }
     json_decref(p);
-    char *txt = r ? json_dumps(r, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
-    json_decref(r);
-    size_t n = txt ? strlen(txt) : 0;
-    char *withnl = txt ? realloc(txt, n + 2) : NULL;
-    if (!withnl) {
-        free(txt);
-        return qac_set_error(QAC_ERR_NOMEM, "out of memory");
-    }
-    withnl[n] = '\n';
-    withnl[n + 1] = '\0';
-    *out = withnl;
-    return QAC_OK;
+    return qac_model_json_text(r, 0, out);
 }
 
 qac_status qac_model_prompt_skip(const qac_model *m, const char *prompt, int max_len, int *skip) {

@@ -7,6 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "qac_util.h"
+
 int qac_test_passed, qac_test_failed;
 
 /* The directories qac_test_tmpdir made, removed at exit when the test passed
@@ -121,4 +123,13 @@ void qac_test_skip(const char *why) {
     printf("SKIP: %s\n", why);
     tmp_passed = 1;
     exit(77);
+}
+
+int qac_test_same_file(const char *a, const char *b) {
+    char *x = NULL, *y = NULL;
+    size_t nx = 0, ny = 0;
+    int same = !qac_read_file(a, &x, &nx) && !qac_read_file(b, &y, &ny) && nx == ny && !memcmp(x, y, nx);
+    free(x);
+    free(y);
+    return same;
 }

@@ -68,5 +68,7 @@ const char *qac_test_model_dir(void);
 const char *qac_test_tmpdir(const char *tag);
 /* Exit 77 (ctest: skipped) with a reason. */
 void qac_test_skip(const char *why);
+/* Whether two files hold the same bytes (0 when either cannot be read). */
+int qac_test_same_file(const char *a, const char *b);
 
 #endif

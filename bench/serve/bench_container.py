@@ -18,7 +18,6 @@ set CONTAINERS_CONF to use other settings.
 import argparse
 import json
 import os
-import random
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bench_serve import ROOT, cranfield_queries, cranfield_sentences, free_port, run_wrk, stop, wait_health  # noqa: E402
+from bench_serve import ROOT, cranfield_queries, free_port, run_wrk, stop, synthetic_passages, wait_health  # noqa: E402
 
 
 class Container:
@@ -68,11 +67,10 @@ def main():
 
     corpus = os.path.join(work, f"passages-{a.passages}.tsv")
     if not os.path.exists(corpus):
-        sents = cranfield_sentences(os.path.join(a.data, "cran.all.1400"))
-        rnd = random.Random(13)
+        passages = synthetic_passages(a.data, a.passages)
         with open(corpus + ".tmp", "w", encoding="utf-8") as f:
-            for i in range(a.passages):
-                f.write(f"p{i}\t{' . '.join(rnd.sample(sents, rnd.randint(2, 4)))} .\n")
+            for pid, text in passages:
+                f.write(f"{pid}\t{text}\n")
         os.replace(corpus + ".tmp", corpus)
     qfile = os.path.join(work, "queries.jsonl")
     with open(qfile, "w", encoding="utf-8") as f:

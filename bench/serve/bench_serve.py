@@ -101,6 +101,14 @@ def cranfield_queries(path):
     return qs
 
 
+def synthetic_passages(data, n):
+    """(pid, text) of n passages of 2-4 random Cranfield sentences, seeded:
+    every benchmark that builds them gets the same corpus."""
+    sents = cranfield_sentences(os.path.join(data, "cran.all.1400"))
+    rnd = random.Random(13)
+    return ((f"p{i}", " . ".join(rnd.sample(sents, rnd.randint(2, 4))) + " .") for i in range(n))
+
+
 def wait_health(base, proc, timeout=900):
     end = time.time() + timeout
     while time.time() < end:
@@ -192,12 +200,11 @@ def main():
     corpus = os.path.join(work, f"passages-{a.passages}.tsv")
     docids = os.path.join(work, f"docids-{a.passages}.txt")
     if not os.path.exists(corpus):
-        sents = cranfield_sentences(os.path.join(a.data, "cran.all.1400"))
-        rnd = random.Random(13)
+        passages = synthetic_passages(a.data, a.passages)
         with open(corpus + ".tmp", "w", encoding="utf-8") as f, open(docids, "w", encoding="utf-8") as d:
-            for i in range(a.passages):
-                f.write(f"p{i}\t{' . '.join(rnd.sample(sents, rnd.randint(2, 4)))} .\n")
-                d.write(f"p{i}\n")
+            for pid, text in passages:
+                f.write(f"{pid}\t{text}\n")
+                d.write(f"{pid}\n")
         os.replace(corpus + ".tmp", corpus)
     queries = cranfield_queries(os.path.join(a.data, "cran.qry"))
     qfile = os.path.join(work, "queries.jsonl")

@@ -23,10 +23,10 @@ of them in a worker thread, so the event loop keeps accepting. Queries
 encoded in one infinity batch resolve together and so share a search.
 
 Query length: infinity encodes up to the model's max_seq_length (256 for
-all-MiniLM-L6-v2); --max-len (default 32, as qac's query_max_len and the
-other references) is set on the loaded SentenceTransformer replica, the one
-reach into the engine's internals (a user would edit max_seq_length in the
-model directory's sentence_bert_config.json instead).
+all-MiniLM-L6-v2); --max-len (default 32, as the other references) is set
+on the loaded SentenceTransformer replica, the one reach into the engine's
+internals (a user would edit max_seq_length in the model directory's
+sentence_bert_config.json instead).
 
 Runs in its own environment (infinity-emb pins numpy<2, sentence-transformers<4
 and its own uvicorn), offline on a local model directory:

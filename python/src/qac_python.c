@@ -6,6 +6,7 @@
  * written straight into the caller's arrays. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -41,6 +42,12 @@ static PyObject *raise_qac(qac_status st) {
     return NULL;
 }
 
+/* None when st is QAC_OK, else the exception for st. */
+static PyObject *none_or_raise(qac_status st) {
+    if (st) return raise_qac(st);
+    Py_RETURN_NONE;
+}
+
 /* ---- callbacks from library code that runs without the GIL ---- */
 
 typedef struct pycb {
@@ -74,19 +81,36 @@ static PyObject *finish_call(pycb *c, qac_status st) {
         c->failed = 0;
         return NULL;
     }
-    if (st) return raise_qac(st);
-    Py_RETURN_NONE;
+    return none_or_raise(st);
+}
+
+/* With the GIL: fn(event), the event dict built from fmt (Py_BuildValue's)
+ * and the values after it; without fn, only the check for signals. Nonzero
+ * once the call should stop, as cb_call. */
+static int cb_event(pycb *c, const char *fmt, ...) {
+    PyGILState_STATE g = PyGILState_Ensure();
+    PyObject *arg = NULL;
+    if (c->fn) {
+        va_list ap;
+        va_start(ap, fmt);
+        arg = Py_VaBuildValue(fmt, ap);
+        va_end(ap);
+    }
+    int stop = cb_call(c, arg);
+    Py_XDECREF(arg);
+    PyGILState_Release(g);
+    return stop;
+}
+
+static pycb pycb_of(PyObject *fn, int check_signals) {
+    return (pycb){fn == Py_None ? NULL : fn, check_signals, 0, NULL, NULL, NULL};
 }
 
 static void progress_cb(void *user, const char *phase, uint64_t done, uint64_t total) {
     pycb *c = user;
-    if (!c->fn) return;
-    PyGILState_STATE g = PyGILState_Ensure();
-    PyObject *arg = Py_BuildValue("{s:s, s:s, s:K, s:K}", "event", "progress", "phase", phase,
-                                  "done", (unsigned long long)done, "total", (unsigned long long)total);
-    cb_call(c, arg);
-    Py_XDECREF(arg);
-    PyGILState_Release(g);
+    if (c->fn)
+        cb_event(c, "{s:s, s:s, s:K, s:K}", "event", "progress", "phase", phase, "done", (unsigned long long)done,
+                 "total", (unsigned long long)total);
 }
 
 /* ---- argument helpers ---- */
@@ -164,17 +188,21 @@ static int buf_get(Py_buffer *b, PyObject *o, char fmt, Py_ssize_t itemsize, Py_
     return 0;
 }
 
-static qac_device device_of(const char *name) {
-    if (!name || !strcmp(name, "auto")) return QAC_DEVICE_AUTO;
-    if (!strcmp(name, "cpu")) return QAC_DEVICE_CPU;
-    if (!strcmp(name, "cuda")) return QAC_DEVICE_CUDA;
-    return (qac_device)-1;
+static int device_of(const char *name, qac_device *out) {
+    if (!name || !strcmp(name, "auto")) *out = QAC_DEVICE_AUTO;
+    else if (!strcmp(name, "cpu")) *out = QAC_DEVICE_CPU;
+    else if (!strcmp(name, "cuda")) *out = QAC_DEVICE_CUDA;
+    else return PyErr_Format(PyExc_ValueError, "device must be auto, cpu or cuda, not %s", name), -1;
+    return 0;
 }
 
+/* qac_text_format's names, in its order */
+static const char *const format_names[] = {"auto", "tsv", "beir", "tevatron", "cranfield"};
+#define N_FORMATS (int)(sizeof format_names / sizeof format_names[0])
+
 static int format_of(const char *name, qac_text_format *out) {
-    static const char *names[] = {"auto", "tsv", "beir", "tevatron", "cranfield"};
-    for (int i = 0; i < 5; i++)
-        if (name && !strcmp(name, names[i])) {
+    for (int i = 0; i < N_FORMATS; i++)
+        if (name && !strcmp(name, format_names[i])) {
             *out = (qac_text_format)i;
             return 0;
         }
@@ -182,13 +210,38 @@ static int format_of(const char *name, qac_text_format *out) {
     return -1;
 }
 
-static const char *format_name(qac_text_format f) {
-    static const char *names[] = {"auto", "tsv", "beir", "tevatron", "cranfield"};
-    return (int)f >= 0 && (int)f <= 4 ? names[f] : "?";
+static const char *format_name(qac_text_format f) { return (int)f >= 0 && (int)f < N_FORMATS ? format_names[f] : "?"; }
+
+/* A model argument: a directory (str), or None for the default model, whose
+ * directory is written into buf. NULL, with the exception set, on failure. */
+static const char *model_dir_arg(PyObject *o, char *buf, size_t cap) {
+    if (o != Py_None) return PyUnicode_AsUTF8(o);
+    qac_status st = qac_default_model_dir(buf, cap);
+    return st ? (raise_qac(st), NULL) : buf;
 }
 
 static PyObject *str_or_empty(const char *s) {
     return s ? PyUnicode_DecodeUTF8(s, (Py_ssize_t)strlen(s), "replace") : PyUnicode_FromString("");
+}
+
+/* rows (an int64 buffer) -> list of docid(owner, row), "" where it is NULL */
+static PyObject *docids_of(PyObject *arg, const char *(*docid)(const void *owner, int64_t row), const void *owner) {
+    Py_buffer r;
+    if (PyObject_GetBuffer(arg, &r, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
+    if (r.itemsize != 8) {
+        PyBuffer_Release(&r);
+        return PyErr_Format(PyExc_ValueError, "rows must be int64");
+    }
+    Py_ssize_t n = r.len / 8;
+    PyObject *out = PyList_New(n);
+    const int64_t *rows = r.buf;
+    for (Py_ssize_t i = 0; out && i < n; i++) {
+        PyObject *s = str_or_empty(docid(owner, rows[i]));
+        if (!s) Py_CLEAR(out);
+        else PyList_SET_ITEM(out, i, s);
+    }
+    PyBuffer_Release(&r);
+    return out;
 }
 
 /* ---- Model ---- */
@@ -208,16 +261,11 @@ static int model_init(ModelObject *self, PyObject *args, PyObject *kw) {
     PyObject *path = Py_None;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "|O", kwlist, &path)) return -1;
     char buf[4096];
-    const char *dir;
-    qac_status st = QAC_OK;
-    if (path == Py_None) {
-        if ((st = qac_default_model_dir(buf, sizeof buf))) return raise_qac(st), -1;
-        dir = buf;
-    } else if (!(dir = PyUnicode_AsUTF8(path))) {
-        return -1;
-    }
+    const char *dir = model_dir_arg(path, buf, sizeof buf);
+    if (!dir) return -1;
     qac_model_free(self->m);
     self->m = NULL;
+    qac_status st;
     Py_BEGIN_ALLOW_THREADS st = qac_model_load(&self->m, dir);
     Py_END_ALLOW_THREADS if (st) return raise_qac(st), -1;
     return 0;
@@ -259,9 +307,7 @@ static PyObject *model_info(ModelObject *self, PyObject *unused) {
 static PyObject *model_set_prompts(ModelObject *self, PyObject *args) {
     const char *q = NULL, *p = NULL;
     if (!PyArg_ParseTuple(args, "zz", &q, &p)) return NULL;
-    qac_status st = qac_model_override_prompts(self->m, q, p);
-    if (st) return raise_qac(st);
-    Py_RETURN_NONE;
+    return none_or_raise(qac_model_override_prompts(self->m, q, p));
 }
 
 /* tokenize(text, max_len, specials, prompt=None): ids, as `qac tokenize`:
@@ -362,8 +408,7 @@ static int encoder_init(EncoderObject *self, PyObject *args, PyObject *kw) {
                                      &max_batch))
         return -1;
     qac_encoder_opts o = qac_encoder_default_opts();
-    o.device = device_of(device);
-    if ((int)o.device < 0) return PyErr_Format(PyExc_ValueError, "device must be auto, cpu or cuda, not %s", device), -1;
+    if (device_of(device, &o.device) < 0) return -1;
     if (strcmp(dtype, "fp32") && strcmp(dtype, "bf16"))
         return PyErr_Format(PyExc_ValueError, "dtype must be fp32 or bf16, not %s", dtype), -1;
     o.cpu_precision = !strcmp(dtype, "bf16") ? QAC_PREC_BF16 : QAC_PREC_FP32;
@@ -406,8 +451,7 @@ static PyObject *encoder_encode(EncoderObject *self, PyObject *args) {
                                                                   b.buf);
     Py_END_ALLOW_THREADS PyBuffer_Release(&b);
     texts_free(&t);
-    if (st) return raise_qac(st);
-    Py_RETURN_NONE;
+    return none_or_raise(st);
 }
 
 /* max_len(n): the length encode uses for max_len n (0: the model's limit). */
@@ -516,7 +560,7 @@ static PyObject *py_index_build(PyObject *mod, PyObject *args) {
     qac_encoder *enc = encoder_arg(enc_obj);
     qac_index_build_opts o;
     if (!enc || build_opts_get(&o, opts) < 0) return NULL;
-    pycb cb = {progress == Py_None ? NULL : progress, 0, 0, NULL, NULL, NULL};
+    pycb cb = pycb_of(progress, 0);
     o.progress = progress_cb;
     o.progress_user = &cb;
     qac_status st;
@@ -535,7 +579,7 @@ static PyObject *py_index_build_vectors(PyObject *mod, PyObject *args) {
         if (!PyObject_TypeCheck(model, &ModelType)) return PyErr_Format(PyExc_TypeError, "model: expected a Model");
         o.vectors_model = ((ModelObject *)model)->m;
     }
-    pycb cb = {progress == Py_None ? NULL : progress, 0, 0, NULL, NULL, NULL};
+    pycb cb = pycb_of(progress, 0);
     o.progress = progress_cb;
     o.progress_user = &cb;
     qac_status st;
@@ -550,7 +594,7 @@ static PyObject *py_index_merge(PyObject *mod, PyObject *args) {
     if (!PyArg_ParseTuple(args, "ssOO", &out, &parts, &opts, &progress)) return NULL;
     qac_index_build_opts o;
     if (build_opts_get(&o, opts) < 0) return NULL;
-    pycb cb = {progress == Py_None ? NULL : progress, 0, 0, NULL, NULL, NULL};
+    pycb cb = pycb_of(progress, 0);
     o.progress = progress_cb;
     o.progress_user = &cb;
     qac_status st;
@@ -661,8 +705,8 @@ static int index_init(IndexObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"dir", "device", "verify", NULL};
     const char *dir, *device = "auto", *verify = "full";
     if (!PyArg_ParseTupleAndKeywords(args, kw, "s|ss", kwlist, &dir, &device, &verify)) return -1;
-    qac_device dev = device_of(device);
-    if ((int)dev < 0) return PyErr_Format(PyExc_ValueError, "device must be auto, cpu or cuda, not %s", device), -1;
+    qac_device dev;
+    if (device_of(device, &dev) < 0) return -1;
     qac_index_verify v;
     qac_status st = qac_index_verify_parse(verify, &v);
     if (st) return raise_qac(st), -1;
@@ -699,30 +743,15 @@ static PyObject *index_search(IndexObject *self, PyObject *args) {
     PyBuffer_Release(&q);
     PyBuffer_Release(&s);
     PyBuffer_Release(&r);
-    if (st) return raise_qac(st);
-    Py_RETURN_NONE;
+    return none_or_raise(st);
+}
+
+static const char *index_row_docid(const void *ix, int64_t row) {
+    return row >= 0 && row < qac_index_count(ix) ? qac_index_docid(ix, row) : NULL;
 }
 
 /* docids(rows int64 buffer) -> list of str ("" for rows < 0) */
-static PyObject *index_docids(IndexObject *self, PyObject *arg) {
-    Py_buffer r;
-    if (PyObject_GetBuffer(arg, &r, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
-    if (r.itemsize != 8) {
-        PyBuffer_Release(&r);
-        return PyErr_Format(PyExc_ValueError, "rows must be int64");
-    }
-    Py_ssize_t n = r.len / 8;
-    PyObject *out = PyList_New(n);
-    const int64_t *rows = r.buf;
-    int64_t count = qac_index_count(self->ix);
-    for (Py_ssize_t i = 0; out && i < n; i++) {
-        PyObject *s = str_or_empty(rows[i] >= 0 && rows[i] < count ? qac_index_docid(self->ix, rows[i]) : NULL);
-        if (!s) Py_CLEAR(out);
-        else PyList_SET_ITEM(out, i, s);
-    }
-    PyBuffer_Release(&r);
-    return out;
-}
+static PyObject *index_docids(IndexObject *self, PyObject *arg) { return docids_of(arg, index_row_docid, self->ix); }
 
 static PyObject *index_text(IndexObject *self, PyObject *arg) {
     long long row = PyLong_AsLongLong(arg);
@@ -741,17 +770,13 @@ static PyObject *index_set_param(IndexObject *self, PyObject *args) {
     const char *name;
     double v;
     if (!PyArg_ParseTuple(args, "sd", &name, &v)) return NULL;
-    qac_status st = qac_index_set_param(self->ix, name, v);
-    if (st) return raise_qac(st);
-    Py_RETURN_NONE;
+    return none_or_raise(qac_index_set_param(self->ix, name, v));
 }
 
 static PyObject *index_set_threads(IndexObject *self, PyObject *arg) {
     long n = PyLong_AsLong(arg);
     if (n == -1 && PyErr_Occurred()) return NULL;
-    qac_status st = qac_index_set_threads(self->ix, (int)n);
-    if (st) return raise_qac(st);
-    Py_RETURN_NONE;
+    return none_or_raise(qac_index_set_threads(self->ix, (int)n));
 }
 
 static PyObject *index_info(IndexObject *self, PyObject *unused) {
@@ -771,17 +796,13 @@ static PyObject *index_info(IndexObject *self, PyObject *unused) {
 static PyObject *index_check_prompts(IndexObject *self, PyObject *args) {
     const char *q;
     if (!PyArg_ParseTuple(args, "s", &q)) return NULL;
-    qac_status st = qac_index_check_prompts(self->ix, q);
-    if (st) return raise_qac(st);
-    Py_RETURN_NONE;
+    return none_or_raise(qac_index_check_prompts(self->ix, q));
 }
 
 /* check_model(model): MismatchError when the index was built with another. */
 static PyObject *index_check_model(IndexObject *self, PyObject *arg) {
     if (!PyObject_TypeCheck(arg, &ModelType)) return PyErr_Format(PyExc_TypeError, "expected a qac._qac.Model");
-    qac_status st = qac_index_check_model(self->ix, ((ModelObject *)arg)->m);
-    if (st) return raise_qac(st);
-    Py_RETURN_NONE;
+    return none_or_raise(qac_index_check_model(self->ix, ((ModelObject *)arg)->m));
 }
 
 static PyMethodDef index_methods[] = {
@@ -866,28 +887,12 @@ static PyObject *bm25_search(BM25Object *self, PyObject *args) {
     PyBuffer_Release(&r);
     PyBuffer_Release(&n);
     texts_free(&t);
-    if (st) return raise_qac(st);
-    Py_RETURN_NONE;
+    return none_or_raise(st);
 }
 
-static PyObject *bm25_docids(BM25Object *self, PyObject *arg) {
-    Py_buffer r;
-    if (PyObject_GetBuffer(arg, &r, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) < 0) return NULL;
-    if (r.itemsize != 8) {
-        PyBuffer_Release(&r);
-        return PyErr_Format(PyExc_ValueError, "rows must be int64");
-    }
-    Py_ssize_t n = r.len / 8;
-    PyObject *out = PyList_New(n);
-    const int64_t *rows = r.buf;
-    for (Py_ssize_t i = 0; out && i < n; i++) {
-        PyObject *s = str_or_empty(rows[i] >= 0 ? qac_bm25_docid(self->b, rows[i]) : NULL);
-        if (!s) Py_CLEAR(out);
-        else PyList_SET_ITEM(out, i, s);
-    }
-    PyBuffer_Release(&r);
-    return out;
-}
+static const char *bm25_row_docid(const void *b, int64_t row) { return qac_bm25_docid(b, row); }
+
+static PyObject *bm25_docids(BM25Object *self, PyObject *arg) { return docids_of(arg, bm25_row_docid, self->b); }
 
 static PyObject *bm25_count(BM25Object *self, PyObject *unused) { return PyLong_FromLongLong(qac_bm25_count(self->b)); }
 
@@ -912,7 +917,7 @@ static PyObject *py_bm25_build(PyObject *mod, PyObject *args) {
     const char *out, *corpus;
     PyObject *progress;
     if (!PyArg_ParseTuple(args, "ssO", &out, &corpus, &progress)) return NULL;
-    pycb cb = {progress == Py_None ? NULL : progress, 0, 0, NULL, NULL, NULL};
+    pycb cb = pycb_of(progress, 0);
     qac_bm25_build_opts o = {progress_cb, &cb};
     qac_status st;
     Py_BEGIN_ALLOW_THREADS st = qac_bm25_build(out, corpus, &o);
@@ -994,9 +999,7 @@ static PyObject *reader_seek(ReaderObject *self, PyObject *args) {
     unsigned long long off;
     long long line;
     if (!PyArg_ParseTuple(args, "KL", &off, &line)) return NULL;
-    qac_status st = qac_reader_seek(self->r, off, line);
-    if (st) return raise_qac(st);
-    Py_RETURN_NONE;
+    return none_or_raise(qac_reader_seek(self->r, off, line));
 }
 
 static PyObject *reader_format(ReaderObject *self, PyObject *unused) {
@@ -1023,6 +1026,17 @@ static PyTypeObject ReaderType = {
 
 /* ---- qrels, runs, evaluation ---- */
 
+/* {docid: value} of one query: ints (relevance) or, when ints is NULL, reals (scores) */
+static PyObject *docid_dict(const char *const *docids, const int *ints, const double *reals, size_t n) {
+    PyObject *d = PyDict_New();
+    for (size_t j = 0; d && j < n; j++) {
+        PyObject *v = ints ? PyLong_FromLong(ints[j]) : PyFloat_FromDouble(reals[j]);
+        if (!v || PyDict_SetItemString(d, docids[j], v) < 0) Py_CLEAR(d);
+        Py_XDECREF(v);
+    }
+    return d;
+}
+
 static PyObject *py_read_qrels(PyObject *mod, PyObject *args) {
     const char *path;
     if (!PyArg_ParseTuple(args, "s", &path)) return NULL;
@@ -1035,12 +1049,7 @@ static PyObject *py_read_qrels(PyObject *mod, PyObject *args) {
         const char *const *docids;
         const int *rels;
         size_t n = qac_qrels_judged(q, i, &docids, &rels);
-        PyObject *d = PyDict_New();
-        for (size_t j = 0; d && j < n; j++) {
-            PyObject *v = PyLong_FromLong(rels[j]);
-            if (!v || PyDict_SetItemString(d, docids[j], v) < 0) Py_CLEAR(d);
-            Py_XDECREF(v);
-        }
+        PyObject *d = docid_dict(docids, rels, NULL, n);
         if (!d || PyDict_SetItemString(out, qac_qrels_qid(q, i), d) < 0) Py_CLEAR(out);
         Py_XDECREF(d);
     }
@@ -1060,12 +1069,7 @@ static PyObject *py_read_run(PyObject *mod, PyObject *args) {
         const char *const *docids;
         const double *scores;
         size_t n = qac_run_entries(r, i, &docids, &scores);
-        PyObject *d = PyDict_New();
-        for (size_t j = 0; d && j < n; j++) {
-            PyObject *v = PyFloat_FromDouble(scores[j]);
-            if (!v || PyDict_SetItemString(d, docids[j], v) < 0) Py_CLEAR(d);
-            Py_XDECREF(v);
-        }
+        PyObject *d = docid_dict(docids, NULL, scores, n);
         if (!d || PyDict_SetItemString(out, qac_run_qid(r, i), d) < 0) Py_CLEAR(out);
         Py_XDECREF(d);
     }
@@ -1274,29 +1278,16 @@ static const field pt_fields[] = {
     {NULL}};
 
 static int ft_on_step(void *user, const qac_ft_progress *p) {
-    pycb *c = user;
-    PyGILState_STATE g = PyGILState_Ensure();
-    PyObject *arg = c->fn ? Py_BuildValue("{s:s, s:l, s:l, s:d, s:d, s:d, s:d, s:d, s:d, s:l, s:i}", "event", "step",
-                                          "step", p->step, "total", p->total, "epoch", p->epoch, "loss", p->loss, "lr",
-                                          p->lr, "grad_norm", p->grad_norm, "seconds", p->seconds, "elapsed",
-                                          p->elapsed, "steps_run", p->steps_run, "passages", p->passages)
-                          : NULL;
-    int stop = cb_call(c, arg);
-    Py_XDECREF(arg);
-    PyGILState_Release(g);
-    return stop;
+    return cb_event(user, "{s:s, s:l, s:l, s:d, s:d, s:d, s:d, s:d, s:d, s:l, s:i}", "event", "step", "step", p->step,
+                    "total", p->total, "epoch", p->epoch, "loss", p->loss, "lr", p->lr, "grad_norm", p->grad_norm,
+                    "seconds", p->seconds, "elapsed", p->elapsed, "steps_run", p->steps_run, "passages", p->passages);
 }
 
 static void ft_on_dev(void *user, const qac_ft_dev *r) {
     pycb *c = user;
-    if (!c->fn) return;
-    PyGILState_STATE g = PyGILState_Ensure();
-    PyObject *arg = Py_BuildValue("{s:s, s:l, s:d, s:d, s:d, s:d, s:d}", "event", "dev", "step", r->step, "ndcg_cut_10",
-                                  r->ndcg10, "map", r->map, "recall_100", r->recall100, "recip_rank_10", r->mrr10,
-                                  "seconds", r->seconds);
-    cb_call(c, arg);
-    Py_XDECREF(arg);
-    PyGILState_Release(g);
+    if (c->fn)
+        cb_event(c, "{s:s, s:l, s:d, s:d, s:d, s:d, s:d}", "event", "dev", "step", r->step, "ndcg_cut_10", r->ndcg10,
+                 "map", r->map, "recall_100", r->recall100, "recip_rank_10", r->mrr10, "seconds", r->seconds);
 }
 
 /* finetune(model_dir or None, sources dict, options dict, callback) -> (total, resumed_at) */
@@ -1333,21 +1324,14 @@ static PyObject *py_finetune(PyObject *mod, PyObject *args) {
         ps[i] = PyDict_GetItemString(src_d, names[i]);
         if (ps[i] && ps[i] != Py_None && !(vals[i] = PyUnicode_AsUTF8(ps[i]))) bad = 1;
     }
-    const char *model_dir = NULL;
     char buf[4096];
-    qac_status st = QAC_OK;
-    if (!bad && model_o == Py_None) {
-        st = qac_default_model_dir(buf, sizeof buf);
-        model_dir = buf;
-    } else if (!bad && !(model_dir = PyUnicode_AsUTF8(model_o))) {
-        bad = 1;
-    }
-    if (bad) {
+    const char *model_dir = bad ? NULL : model_dir_arg(model_o, buf, sizeof buf);
+    if (!model_dir) {
         texts_free(&tev);
         Py_DECREF(keep);
         return NULL;
     }
-    pycb cb = {callback == Py_None ? NULL : callback, 1, 0, NULL, NULL, NULL};
+    pycb cb = pycb_of(callback, 1);
     fo.on_step = ft_on_step;
     fo.on_dev = ft_on_dev;
     fo.user = &cb;
@@ -1355,7 +1339,8 @@ static PyObject *py_finetune(PyObject *mod, PyObject *args) {
     qac_ft_data *d = NULL;
     qac_model *m = NULL;
     long total = 0, from = 0;
-    Py_BEGIN_ALLOW_THREADS if (!st) st = qac_ft_data_load(&d, &src, fo.n_passages);
+    qac_status st;
+    Py_BEGIN_ALLOW_THREADS st = qac_ft_data_load(&d, &src, fo.n_passages);
     if (!st) st = qac_model_load(&m, model_dir);
     if (!st) st = qac_finetune_run(m, d, &fo, &total, &from);
     qac_model_free(m);
@@ -1369,29 +1354,16 @@ static PyObject *py_finetune(PyObject *mod, PyObject *args) {
 }
 
 static int pt_on_step(void *user, const qac_pt_progress *p) {
-    pycb *c = user;
-    PyGILState_STATE g = PyGILState_Ensure();
-    PyObject *arg = NULL;
-    if (c->fn)
-        arg = Py_BuildValue("{s:s, s:l, s:l, s:d, s:d, s:d, s:d, s:d, s:d, s:d, s:d, s:d, s:l, s:i, s:l}", "event",
-                            "step", "step", p->step, "total", p->total, "loss", p->loss, "mlm", p->mlm, "head",
-                            p->head, "contrastive", p->contrastive, "span_frac", p->span_frac, "lr", p->lr,
-                            "grad_norm", p->grad_norm, "seconds", p->seconds, "elapsed", p->elapsed, "steps_run",
-                            p->steps_run, "pairs", p->pairs, "tokens", p->tokens);
-    int stop = cb_call(c, arg);
-    Py_XDECREF(arg);
-    PyGILState_Release(g);
-    return stop;
+    return cb_event(user, "{s:s, s:l, s:l, s:d, s:d, s:d, s:d, s:d, s:d, s:d, s:d, s:d, s:l, s:i, s:l}", "event",
+                    "step", "step", p->step, "total", p->total, "loss", p->loss, "mlm", p->mlm, "head", p->head,
+                    "contrastive", p->contrastive, "span_frac", p->span_frac, "lr", p->lr, "grad_norm", p->grad_norm,
+                    "seconds", p->seconds, "elapsed", p->elapsed, "steps_run", p->steps_run, "pairs", p->pairs,
+                    "tokens", p->tokens);
 }
 
 static void pt_on_note(void *user, const char *line) {
     pycb *c = user;
-    if (!c->fn) return;
-    PyGILState_STATE g = PyGILState_Ensure();
-    PyObject *arg = Py_BuildValue("{s:s, s:s}", "event", "note", "note", line);
-    cb_call(c, arg);
-    Py_XDECREF(arg);
-    PyGILState_Release(g);
+    if (c->fn) cb_event(c, "{s:s, s:s}", "event", "note", "note", line);
 }
 
 /* pretrain(model_dir or None, options dict, callback) -> resumed_at */
@@ -1420,22 +1392,16 @@ static PyObject *py_pretrain(PyObject *mod, PyObject *args) {
             bad = 1;
         }
     }
-    const char *model_dir = NULL;
     char buf[4096];
-    if (!bad && model_o == Py_None) {
-        st = qac_default_model_dir(buf, sizeof buf);
-        model_dir = buf;
-    } else if (!bad && !(model_dir = PyUnicode_AsUTF8(model_o))) {
-        bad = 1;
-    }
-    if (bad) {
+    const char *model_dir = bad ? NULL : model_dir_arg(model_o, buf, sizeof buf);
+    if (!model_dir) {
         Py_DECREF(keep);
         return NULL;
     }
     po.data.path = strs[5];
     po.out_dir = strs[6];
     po.data.threads = po.train.threads;
-    pycb cb = {callback == Py_None ? NULL : callback, 1, 0, NULL, NULL, NULL};
+    pycb cb = pycb_of(callback, 1);
     po.data.progress = progress_cb;
     po.data.progress_user = &cb;
     po.on_note = pt_on_note;
@@ -1443,7 +1409,7 @@ static PyObject *py_pretrain(PyObject *mod, PyObject *args) {
     po.user = &cb;
     qac_model *m = NULL;
     long from = 0;
-    Py_BEGIN_ALLOW_THREADS if (!st) st = qac_model_load(&m, model_dir);
+    Py_BEGIN_ALLOW_THREADS st = qac_model_load(&m, model_dir);
     if (!st) st = qac_pretrain_run(m, &po, &from);
     qac_model_free(m);
     Py_END_ALLOW_THREADS Py_DECREF(keep);

@@ -13,19 +13,14 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from clilib import check, cranfield_tsv, finish, run, scratch, tiny_model  # noqa: E402
+from clilib import check, cranfield_tsv, finish, run, scratch, tiny_model, toy_train  # noqa: E402
 
 import numpy as np  # noqa: E402
 
 tmp = scratch.mkdtemp(prefix="qac-cli-train-")
 p = lambda *n: os.path.join(tmp, *n)  # noqa: E731
 tiny = tiny_model(p("tiny"))
-P = lambda d, t: {"docid": d, "title": "", "text": t}  # noqa: E731
-with open(p("train.jsonl"), "w") as f:
-    for i in range(6):
-        f.write(json.dumps({"query_id": str(i), "query": f"wing flow question {i}",
-                            "positive_passages": [P(f"p{i}", f"the wing in a slipstream {i}")],
-                            "negative_passages": [P(f"n{i}", f"heat transfer in slabs {i}")]}) + "\n")
+toy_train(p("train.jsonl"))
 ARGS = ["--train", p("train.jsonl"), "--steps", "3", "--save-every", "1", "--batch", "2", "--n-passages", "2",
         "--p-max-len", "32", "--threads", "2"]
 

@@ -38,6 +38,7 @@ import urllib.request
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import scratch  # noqa: E402
 import testdata  # noqa: E402
+from testlib import check, finish  # noqa: E402
 
 try:
     import pytrec_eval
@@ -47,14 +48,6 @@ except ImportError:  # the reference is required: a missing one is a failure
 
 QAC = os.path.abspath(os.environ["QAC_BIN"])
 SOURCE = os.environ.get("QAC_SOURCE_DIR", os.path.join(os.path.dirname(__file__), "..", ".."))
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-    return cond
 
 
 def free_port():
@@ -267,5 +260,4 @@ check(not os.path.exists(os.path.join(clone, "build")), "and builds nothing")
 
 nowhere.shutdown()
 good.shutdown()
-print(f"{len(failures)} failed")
-sys.exit(1 if failures else 0)
+finish()

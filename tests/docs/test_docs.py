@@ -16,15 +16,10 @@ import os
 import re
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from testlib import check, finish  # noqa: E402
+
 ROOT = os.environ.get("QAC_SOURCE_DIR", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-    return cond
 
 
 def slug(heading):
@@ -102,5 +97,4 @@ for path in [readme] + docs:
         m = banned.search(line)
         check(not m, f"{os.path.relpath(path, ROOT)}:{n} speaks of no planning document"
               + (f" ({m.group(0)!r})" if m else "")) if m else None
-print(f"{len(failures)} failed")
-sys.exit(1 if failures else 0)
+finish()

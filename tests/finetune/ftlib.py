@@ -1,37 +1,19 @@
 """Independent references for the fine-tuning tests, written from the
 rules in TRAINING.md and api/qac_finetune.h: the counter-based generator,
-Tevatron's group sampling, the epoch order, XXH64 and mining."""
-import glob
+Tevatron's group sampling, the epoch order, XXH64 and mining; with
+tests/testlib.py's checks, qac runner and tiny model."""
 import json
 import os
-import shutil
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import testdata  # noqa: E402
+from testlib import QAC, check, default_model_dir, failures, finish, run, tiny_model, toy_train  # noqa: E402,F401
 
-QAC = os.environ.get("QAC_BIN", "qac")
 SHARED = testdata.root()
 CRAN = os.path.join(SHARED, "cranfield")
 M = (1 << 64) - 1
 STREAM_POS, STREAM_NEG, STREAM_REPL, STREAM_ORDER, STREAM_MINE = 0x46540001, 0x46540002, 0x46540003, 0x46540004, 0x46540005
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-    return cond
-
-
-def finish():
-    if failures:
-        print(f"{len(failures)} checks failed: {failures}")
-        sys.exit(1)
-    print("all checks passed")
-
 
 # ---- qac_rng.h: splitmix64's finaliser, keys chained through it ----
 def mix(z):
@@ -139,34 +121,6 @@ def cranfield_docs(path):
     for d, t, w in docs.values():
         title, body = " ".join(t), " ".join(w)
         out[d] = (title, body)
-    return out
-
-
-def run(args, **kw):
-    return subprocess.run([QAC, *args], capture_output=True, text=True, **kw)
-
-
-def default_model_dir():
-    r = run(["info"])
-    for line in r.stdout.splitlines():
-        if line.startswith("directory"):
-            return line.split(None, 1)[1].strip()
-    raise RuntimeError("no default model: " + r.stderr)
-
-
-def tiny_model(out, hidden=32, layers=2, heads=2, seed=0):
-    """A random BERT with the default model's vocabulary (fast to train)."""
-    import torch
-    from transformers import BertConfig, BertModel
-    torch.manual_seed(seed)
-    cfg = BertConfig(vocab_size=30522, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                     intermediate_size=2 * hidden, max_position_embeddings=128, hidden_dropout_prob=0.1,
-                     attention_probs_dropout_prob=0.1)
-    BertModel(cfg).save_pretrained(out, safe_serialization=True)
-    src = default_model_dir()
-    for f in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
-        if os.path.exists(os.path.join(src, f)):
-            shutil.copy(os.path.join(src, f), out)
     return out
 
 

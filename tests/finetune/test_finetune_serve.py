@@ -3,7 +3,6 @@
 `qac index build --model RUN` indexes 60 Cranfield documents with it, and
 `qac serve` answers /search (the same hits as offline `qac search`) while
 /info names the run and the fingerprint of its last checkpoint's weights."""
-import json
 import os
 import sys
 
@@ -11,7 +10,7 @@ HERE = os.path.dirname(__file__)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "server"))
 import srvlib  # noqa: E402
-from ftlib import CRAN, check, finish, run, tiny_model  # noqa: E402
+from ftlib import CRAN, check, finish, run, tiny_model, toy_train  # noqa: E402
 sys.path.insert(0, os.path.join(HERE, ".."))
 import scratch  # noqa: E402
 
@@ -19,12 +18,7 @@ tmp = scratch.mkdtemp(prefix="qac-ft-serve-")
 p = lambda name: os.path.join(tmp, name)  # noqa: E731
 model = tiny_model(p("tiny"))
 docs = srvlib.cranfield_subset(p("cran60"), 60)
-P = lambda d, t: {"docid": d, "title": "", "text": t}  # noqa: E731
-with open(p("train.jsonl"), "w") as f:
-    for i in range(6):
-        f.write(json.dumps({"query_id": str(i), "query": f"wing flow question {i}",
-                            "positive_passages": [P(f"p{i}", f"the wing in a slipstream {i}")],
-                            "negative_passages": [P(f"n{i}", f"heat transfer in slabs {i}")]}) + "\n")
+toy_train(p("train.jsonl"))
 r = run(["finetune", "--model", model, "--train", p("train.jsonl"), "--out", p("run"), "--steps", "2", "--batch", "2",
          "--n-passages", "2", "--p-max-len", "32", "--threads", "2"])
 check(r.returncode == 0, "fine-tune 2 steps: " + r.stderr[-300:])

@@ -17,19 +17,6 @@
 
 #define MAX_LEN 128
 
-static int same_file(const char *a, const char *b) {
-    FILE *f = fopen(a, "rb"), *g = fopen(b, "rb");
-    int same = f && g;
-    while (same) {
-        int x = fgetc(f), y = fgetc(g);
-        if (x != y) same = 0;
-        if (x == EOF || y == EOF) break;
-    }
-    if (f) fclose(f);
-    if (g) fclose(g);
-    return same;
-}
-
 int main(void) {
     if (!qac_cuda_available()) qac_test_skip("no usable CUDA GPU");
     char corpus[4096];
@@ -90,7 +77,7 @@ int main(void) {
         char a[4200], b[4200];
         snprintf(a, sizeof a, "%s/emb-%05d.qemb", dir[0], s);
         snprintf(b, sizeof b, "%s/emb-%05d.qemb", dir[1], s);
-        CHECK_MSG(same_file(a, b), "shard %d differs between one and three CUDA encoders", s);
+        CHECK_MSG(qac_test_same_file(a, b), "shard %d differs between one and three CUDA encoders", s);
         qac_shard sh;
         if (qac_shard_read(a, 0, &sh) != QAC_OK) {
             CHECK_MSG(0, "read %s: %s", a, qac_last_error());

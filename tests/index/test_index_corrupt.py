@@ -27,18 +27,11 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import scratch  # noqa: E402
+from testlib import check, finish  # noqa: E402
 
 QAC = os.environ["QAC_BIN"]
 SWEEP = sys.argv[1]
 tmp = scratch.mkdtemp(prefix="qac-corrupt-")
-failures = []
-
-
-def check(cond, msg):
-    print(("ok   " if cond else "FAIL ") + msg)
-    if not cond:
-        failures.append(msg)
-    return cond
 
 
 def build(name, factory, x):
@@ -69,10 +62,6 @@ def corrupt_copy(src, name, pos=None, checksum="keep"):
             del man["faiss"]["checksum"]
         json.dump(man, open(os.path.join(dst, "manifest.json"), "w"))
     return dst
-
-
-def crashed(rc):
-    return rc < 0 or rc >= 128
 
 
 rng = np.random.default_rng(7)
@@ -195,7 +184,4 @@ for p in servers:  # every server this test started ends here, started or not, p
     if p.poll() is None:
         check(stop(p) == 0, "a started server stops cleanly on SIGTERM")
 
-if failures:
-    print("%d checks failed" % len(failures))
-    sys.exit(1)
-print("all checks passed")
+finish()

@@ -19,30 +19,6 @@
 
 #define MAX_LEN 32
 
-static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        free(buf);
-        buf = NULL;
-    }
-    fclose(f);
-    *len = (size_t)n;
-    return buf;
-}
-
-static int same_file(const char *a, const char *b) {
-    size_t na = 0, nb = 0;
-    char *x = slurp(a, &na), *y = slurp(b, &nb);
-    int same = x && y && na == nb && memcmp(x, y, na) == 0;
-    free(x), free(y);
-    return same;
-}
-
 int main(void) {
     char corpus[4096];
     snprintf(corpus, sizeof corpus, "%s", qac_test_data("cranfield/cran.all.1400"));
@@ -126,12 +102,12 @@ int main(void) {
         char a[4200], b[4200];
         snprintf(a, sizeof a, "%s/emb-%05d.qemb", dir[0], s);
         snprintf(b, sizeof b, "%s/emb-%05d.qemb", dir[1], s);
-        CHECK_MSG(same_file(a, b), "shard %d differs between the two builds", s);
+        CHECK_MSG(qac_test_same_file(a, b), "shard %d differs between the two builds", s);
     }
     char a[4200], b[4200];
     snprintf(a, sizeof a, "%s/docids.qdoc", dir[0]);
     snprintf(b, sizeof b, "%s/docids.qdoc", dir[1]);
-    CHECK_MSG(same_file(a, b), "the docid tables differ between the two builds");
+    CHECK_MSG(qac_test_same_file(a, b), "the docid tables differ between the two builds");
 
     for (int i = 0; i < n; i++) free(texts[i]), free(ids[i]);
     free(texts), free(ids), free(offsets), free(want);

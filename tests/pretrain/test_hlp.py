@@ -15,19 +15,11 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import scratch  # noqa: E402
 import testdata  # noqa: E402
+from testlib import QAC, check, finish  # noqa: E402
 
-QAC = os.environ.get("QAC_BIN", "qac")
 DEB = testdata.path("debian-packages", "packages.jsonl.gz")
 M = (1 << 64) - 1
 STREAM = 0x484C5001
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-    return cond
 
 
 # ---- util/qac_rng.h ----
@@ -254,7 +246,4 @@ check(r.returncode == 2, "--hub-top out of range is a usage error")
 r = subprocess.run([QAC, "hlp", "--help"], capture_output=True, text=True)
 check(r.returncode == 0 and "--max-per-doc" in r.stdout + r.stderr, "--help lists the options")
 
-if failures:
-    print(f"{len(failures)} checks failed: {failures}")
-    sys.exit(1)
-print("all checks passed")
+finish()

@@ -18,19 +18,11 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import scratch  # noqa: E402
 import testdata  # noqa: E402
+from testlib import QAC, check, default_model_dir, finish  # noqa: E402
 
 TOOL = sys.argv[1]
-QAC = os.environ.get("QAC_BIN", "qac")
 DEB = testdata.path("debian-packages", "packages.jsonl.gz")
 MAXLEN, QMAX = 144, 32
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-    return cond
 
 
 def tool(*args, ok=True):
@@ -45,17 +37,9 @@ def lines(*args):
     return out[:-1], out[-1]["stats"]
 
 
-def model_dir():
-    r = subprocess.run([QAC, "info"], capture_output=True, text=True)
-    for line in r.stdout.splitlines():
-        if line.startswith("directory"):
-            return line.split(None, 1)[1].strip()
-    raise RuntimeError("no default model: " + r.stderr)
-
-
 from transformers import AutoTokenizer  # noqa: E402
 
-MODEL = model_dir()
+MODEL = default_model_dir()
 HF = AutoTokenizer.from_pretrained(MODEL)
 CLS, SEP = HF.cls_token_id, HF.sep_token_id
 WORD_START = [not t.startswith("##") for t in HF.convert_ids_to_tokens(list(range(HF.vocab_size)))]
@@ -395,7 +379,4 @@ for bad_ctx, bad_cur in (("spam", "-"), ("query", "span:1.5,query"), ("query", "
     r = tool("prob", bad_ctx, bad_cur, 3, ok=False)
     check(r.returncode != 0 and (bad_ctx in r.stderr or bad_cur in r.stderr), f"bad '{bad_ctx}' / '{bad_cur}' refused: {r.stderr.strip()}")
 
-if failures:
-    print(f"{len(failures)} checks failed: {failures}")
-    sys.exit(1)
-print("all checks passed")
+finish()

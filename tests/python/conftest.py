@@ -1,8 +1,10 @@
 """pytest glue for the Python package's tests: temporary directories from
-tests/scratch.py (kept when a test fails), the qac binary, the data."""
+tests/scratch.py (kept when a test fails), the qac binary, the data, and
+helpers the tests share (the CLI run, file comparison, prompt models)."""
 import json
 import os
 import shutil
+import subprocess
 import sys
 
 import pytest
@@ -34,6 +36,18 @@ def cranfield():
     if not os.path.exists(os.path.join(d, "cran.all.1400")):
         pytest.fail(f"no Cranfield collection at {d}")
     return d
+
+
+def run(qac_bin, *args, check=True):
+    r = subprocess.run([qac_bin, *args], capture_output=True, text=True)
+    if check:
+        assert r.returncode == 0, f"qac {' '.join(args)}: {r.stderr[-500:]}"
+    return r
+
+
+def files_equal(a, b, name):
+    with open(os.path.join(a, name), "rb") as f, open(os.path.join(b, name), "rb") as g:
+        return f.read() == g.read()
 
 
 #: the prompts of the test models: e5's query and passage prompts, and a default one

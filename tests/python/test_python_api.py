@@ -9,7 +9,6 @@ bit, and a callback can stop them; errors carry qac's message; the GIL is
 released during long calls."""
 import json
 import os
-import subprocess
 import threading
 import time
 
@@ -17,20 +16,9 @@ import numpy as np
 import pytest
 
 import qac
+from conftest import files_equal, run
 
 MAXLEN = 32  # short passages keep the index builds fast; the paths are the same at any length
-
-
-def run(qac_bin, *args, check=True):
-    r = subprocess.run([qac_bin, *args], capture_output=True, text=True)
-    if check:
-        assert r.returncode == 0, f"qac {' '.join(args)}: {r.stderr[-500:]}"
-    return r
-
-
-def files_equal(a, b, name):
-    with open(os.path.join(a, name), "rb") as f, open(os.path.join(b, name), "rb") as g:
-        return f.read() == g.read()
 
 
 @pytest.fixture(scope="session")

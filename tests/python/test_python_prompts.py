@@ -14,13 +14,12 @@ tokens out (include_prompt false). For each:
     `qac search`'s run, refuses another query prompt and, with
     allow_prompt_mismatch, warns and equals the CLI's run."""
 import os
-import subprocess
 
 import numpy as np
 import pytest
 
 import qac
-from conftest import PROMPTS, make_prompts_model
+from conftest import PROMPTS, files_equal, make_prompts_model, run
 
 MAXLEN = 64  # short passages keep the builds fast; the prompt still fits with room to spare
 # The encoder parity test measured MiniLM's pooled vectors at 1.8e-7 from
@@ -31,17 +30,6 @@ MAXLEN = 64  # short passages keep the builds fast; the prompt still fits with r
 # torch's own float32 is up to 1.9e-7 away.
 EMB_TOL = 1e-6
 OTHER = "Represent this question: "
-
-
-def run(qac_bin, *args):
-    r = subprocess.run([qac_bin, *args], capture_output=True, text=True)
-    assert r.returncode == 0, f"qac {' '.join(args)}: {r.stderr[-500:]}"
-    return r
-
-
-def files_equal(a, b, name):
-    with open(os.path.join(a, name), "rb") as f, open(os.path.join(b, name), "rb") as g:
-        return f.read() == g.read()
 
 
 @pytest.fixture(scope="session")

@@ -5,11 +5,12 @@ tests/index/test_index_cranfield.py.
 The default model (all-MiniLM-L6-v2) encodes what qac reads from the SMART
 files: documents are .T and .W joined by a space, truncated at 128 tokens
 (the test's `qac index build --max-len 128`); queries are .W, numbered 1..225
-in file order as cranqrel numbers them, truncated at 32 tokens (the default of
-`qac search`). Scores are dot products of the normalised float32 vectors; each
-query keeps its top 100, ordered as trec_eval orders them (score descending,
-then docid descending). pytrec_eval (trec_eval's C code) scores the run with
-cranqrel's grades mapped as qac maps them (gain 5 - rel, -1 as 0).
+in file order as cranqrel numbers them, truncated at 32 tokens (the test
+gives `qac search` the output's query_max_len as --max-len). Scores are dot
+products of the normalised float32 vectors; each query keeps its top 100,
+ordered as trec_eval orders them (score descending, then docid descending).
+pytrec_eval (trec_eval's C code) scores the run with cranqrel's grades
+mapped as qac maps them (gain 5 - rel, -1 as 0).
 
 Output: tests/reference/cranfield/st_dense_metrics.json: the mean MAP,
 nDCG@10 and recall@100 over the 225 queries, the settings above, the

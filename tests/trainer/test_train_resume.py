@@ -26,16 +26,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import scratch  # noqa: E402
+from testlib import check, finish  # noqa: E402
 
 DRIVER, FIXTURE = sys.argv[1], sys.argv[2]
 QAC = os.environ.get("QAC_BIN")
-failures = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
 
 
 def run(out, *extra, env=None):
@@ -163,8 +157,7 @@ def main():
                        capture_output=True, text=True)
     check(r.returncode == 0 and not np.array_equal(np.load(npy), base), "the checkpoint holds trained weights")
 
-    print(f"{len(failures)} failed")
-    sys.exit(1 if failures else 0)
+    finish()
 
 
 if __name__ == "__main__":
