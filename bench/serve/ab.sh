@@ -46,7 +46,8 @@ run() { # label binary dtype index
         "$python" "$here/$script" --model "$model" --index "$work/$4" --docids "$work/$docids" --port "$port" \
             --dtype "$3" >"$log" 2>&1 &
         ;;
-    *) QAC_QUIET=1 "$2" serve --index "$work/$4" --model "$model" --port "$port" --dtype "$3" >"$log" 2>&1 & ;;
+    *) QAC_QUIET=1 "$2" serve --index "$work/$4" --model "$model" --port "$port" --dtype "$3" \
+         --query-max-len 32 >"$log" 2>&1 & ;;
     esac
     local pid=$! up=0
     for _ in $(seq 900); do # any HTTP answer: the references have no /health

@@ -234,7 +234,9 @@ def main():
     conc = [int(c) for c in a.concurrency.split(",")]
     results = {}
     services = {
-        "qac": [a.qac, "serve", "--index", qac_index, "--model", model, "--threads", str(a.threads), "--dtype", a.dtype],
+        # queries cut at 32 tokens on every side (the references' --max-len default)
+        "qac": [a.qac, "serve", "--index", qac_index, "--model", model, "--threads", str(a.threads), "--dtype", a.dtype,
+                "--query-max-len", "32"],
         "reference": [sys.executable, os.path.join(HERE, "reference_service.py"), "--model", model, "--index", index,
                       "--docids", docids, "--dtype", a.dtype],
         "batched": [sys.executable, os.path.join(HERE, "reference_batched.py"), "--model", model, "--index", index,
