@@ -116,7 +116,7 @@ int qac_cmd_tokenize(int argc, char **argv) {
     for (int i = 0; i < o.n_positional && !rc; i++) rc = print_one(&j, o.positional[i], strlen(o.positional[i]));
     if (input && !rc) {
         FILE *f = stdin;
-        if (strcmp(input, "-") && qac_open_input(&f, input)) {
+        if (strcmp(input, "-") && qac_open_text_input(&f, input)) {
             rc = qac_cli_fail("tokenize");
         } else {
             char *line = NULL;

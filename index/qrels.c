@@ -104,11 +104,18 @@ static qac_status parse_file(qbuild *b, FILE *f, const char *path, qac_qrels_for
                 if (header) *fmt = QAC_QRELS_BEIR;
                 else if (nf == 4) *fmt = QAC_QRELS_TREC;
                 else if (nf == 3) *fmt = QAC_QRELS_CRANFIELD;
-                else {
+                else if (nf > 4) {
                     st = qac_set_error(QAC_ERR_FORMAT,
-                                       "%s:%lld: cannot detect the qrels format: %d columns (want 4 for TREC, 3 for "
-                                       "Cranfield, or a BEIR 'query-id' header)",
-                                       path, (long long)lineno, nf > 4 ? 5 : nf);
+                                       "%s:%lld: cannot detect the qrels format: more than 4 columns (want 4 for "
+                                       "TREC, 3 for Cranfield, or a BEIR 'query-id' header); a TREC run has 6 "
+                                       "(qid Q0 docid rank score tag): are the qrels and the run swapped?",
+                                       path, (long long)lineno);
+                    break;
+                } else {
+                    st = qac_set_error(QAC_ERR_FORMAT,
+                                       "%s:%lld: cannot detect the qrels format: %d column%s (want 4 for TREC, 3 "
+                                       "for Cranfield, or a BEIR 'query-id' header)",
+                                       path, (long long)lineno, nf, nf == 1 ? "" : "s");
                     break;
                 }
             }
@@ -157,7 +164,7 @@ qac_status qac_qrels_load(qac_qrels **out, const char *path, qac_qrels_format fm
     if (!path || fmt < QAC_QRELS_AUTO || fmt > QAC_QRELS_CRANFIELD)
         return qac_set_error(QAC_ERR_INVALID, "qrels: bad arguments");
     FILE *f;
-    qac_status ost = qac_open_input(&f, path);
+    qac_status ost = qac_open_text_input(&f, path);
     if (ost) return ost;
     qbuild b = {0};
     qac_status st = parse_file(&b, f, path, &fmt);

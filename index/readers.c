@@ -262,7 +262,7 @@ qac_status qac_reader_open(qac_reader **out, const char *path, qac_reader_kind k
     }
     r->kind = kind;
     qac_status st;
-    if ((st = qac_open_input(&r->f, path))) goto fail;
+    if ((st = qac_open_text_input(&r->f, path))) goto fail;
     struct stat sb;
     if (fstat(fileno(r->f), &sb) != 0) {
         st = qac_set_error(QAC_ERR_IO, "stat %s: %s", path, strerror(errno));

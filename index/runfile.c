@@ -127,7 +127,7 @@ qac_status qac_run_load(qac_run **out, const char *path) {
     *out = NULL;
     if (!path) return qac_set_error(QAC_ERR_INVALID, "run: no path");
     FILE *f;
-    qac_status ost = qac_open_input(&f, path);
+    qac_status ost = qac_open_text_input(&f, path);
     if (ost) return ost;
     qac_run *r = calloc(1, sizeof *r);
     if (!r) {

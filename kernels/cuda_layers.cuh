@@ -7,13 +7,13 @@
 // views; the query-generation decoder's GPT-2 blocks are here too. With
 // them, the device state both trainers share (qac_kl_dev).
 //
-// CPU twins: model/bert_forward.c and model/bert_backward.c
+// CPU twins: model/bert_cpu.c and model/bert_backward.c
 // (qac_bert_forward_train, qac_bert_layers_forward, qac_bert_backward,
 // qac_bert_layers_backward), model/head_nets.c (qac_qgen_forward,
 // qac_qgen_backward) for the GPT-2 blocks.
 //
-// Not yet run on a GPU: compiled and reviewed only, until
-// scripts/gpu_train_verify.sh passes on a device.
+// First run on a GPU (an H200) on 2026-11-26: see bench/RESULTS.md; what
+// changed since is checked by scripts/gpu_train_verify.sh on the next one.
 #ifndef QAC_CUDA_LAYERS_CUH
 #define QAC_CUDA_LAYERS_CUH
 

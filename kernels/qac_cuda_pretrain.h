@@ -25,7 +25,8 @@
  * residual stream, LayerNorm, softmax, losses, gradients, master weights
  * and AdamW state.
  *
- * Not yet run on a GPU: see scripts/gpu_train_verify.sh. */
+ * First run on a GPU (an H200) on 2026-11-26: see bench/RESULTS.md and
+ * scripts/gpu_train_verify.sh. */
 #ifndef QAC_CUDA_PRETRAIN_H
 #define QAC_CUDA_PRETRAIN_H
 

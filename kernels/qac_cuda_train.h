@@ -11,7 +11,8 @@
  * fp32). Gradients are kept in fp32, not bf16, so that the query and
  * passage halves of a batch accumulate without rounding.
  *
- * Not yet run on a GPU: see scripts/gpu_train_verify.sh. */
+ * First run on a GPU (an H200) on 2026-11-26: see bench/RESULTS.md and
+ * scripts/gpu_train_verify.sh. */
 #ifndef QAC_CUDA_TRAIN_H
 #define QAC_CUDA_TRAIN_H
 

@@ -79,6 +79,10 @@ void *qac_malloc_lines(size_t bytes);
 /* Open an input file for reading ("rb"); a directory is refused by name
  * rather than failing at the first read. */
 qac_status qac_open_input(FILE **f, const char *path);
+/* qac_open_input for the text inputs read line by line and sought into
+ * (corpora, queries, qrels, runs): a gzip-compressed file is refused with
+ * the command that decompresses it, rather than read as garbage. */
+qac_status qac_open_text_input(FILE **f, const char *path);
 /* The same check alone, for commands that read the file later. */
 qac_status qac_check_input(const char *path);
 /* Outputs checked before the work: a file's directory exists and takes

@@ -174,6 +174,24 @@ qac_status qac_open_input(FILE **out, const char *path) {
     return QAC_OK;
 }
 
+qac_status qac_open_text_input(FILE **out, const char *path) {
+    FILE *f;
+    qac_status st = qac_open_input(&f, path);
+    if (st) return st;
+    /* pread: the stream's position and buffer stay as they are, and a pipe
+     * (--corpus <(zcat corpus.gz)), which cannot be peeked at, is read */
+    unsigned char magic[2];
+    if (pread(fileno(f), magic, 2, 0) == 2 && magic[0] == 0x1f && magic[1] == 0x8b) {
+        fclose(f);
+        return qac_set_error(QAC_ERR_FORMAT,
+                             "%s is gzip-compressed: decompress it first (gunzip -k %s); corpora, queries, qrels "
+                             "and runs are read as plain text, which the index seeks into to show passages",
+                             path, path);
+    }
+    *out = f;
+    return QAC_OK;
+}
+
 qac_status qac_check_input(const char *path) {
     FILE *f;
     qac_status st = qac_open_input(&f, path);

@@ -282,7 +282,8 @@ def evaluate(qrels: Union[PathLike, Mapping[str, Mapping[str, int]]],
     (``"ndcg_cut.10"``, ``"recip_rank"``, ``"P.5,10"``, ``"official"``);
     ``max_docs`` is ``-M``, ``rel_level`` ``-l``, ``complete`` ``-c``. Returns
     {measure: value} of the "all" rows (``ndcg_cut_10``, ``recip_rank``, ...), or with
-    ``per_query`` {qid: {measure: value}} with the summary under "all"."""
+    ``per_query`` {qid: {measure: value}} with the summary under "all". Counts are
+    ints, ``runid`` (summary) and ``relstring`` (per query) are str, the rest float."""
     if isinstance(measures, str):
         measures = [measures]
     with tempfile.TemporaryDirectory(prefix="qac-eval-") as d:
@@ -290,7 +291,7 @@ def evaluate(qrels: Union[PathLike, Mapping[str, Mapping[str, int]]],
                              int(rel_level), bool(complete))
     out: Dict[str, Any] = {}
     for measure, qid, value, is_count in rows:
-        v = int(value) if is_count else value
+        v = int(value) if is_count else value  # runid and relstring rows are text
         if per_query:
             out.setdefault(qid, {})[measure] = v
         elif qid == "all":

@@ -1078,7 +1078,8 @@ static PyObject *py_read_run(PyObject *mod, PyObject *args) {
 }
 
 /* evaluate(qrels_path, run_path, measures, max_docs, rel_level, complete)
- * -> list of (measure, qid, value, is_count) rows in trec_eval's order */
+ * -> list of (measure, qid, value, is_count) rows in trec_eval's order; value
+ * is a str for the text rows (runid, relstring) */
 static PyObject *py_evaluate(PyObject *mod, PyObject *args) {
     const char *qp, *rp;
     PyObject *measures;
@@ -1102,7 +1103,9 @@ static PyObject *py_evaluate(PyObject *mod, PyObject *args) {
         double v;
         int is_count;
         qac_eval_row(res, i, &measure, &qid, &v, &is_count);
-        PyObject *row = Py_BuildValue("(ssdO)", measure, qid, v, is_count ? Py_True : Py_False);
+        const char *text = qac_eval_row_text(res, i);
+        PyObject *row = text ? Py_BuildValue("(sssO)", measure, qid, text, Py_False)
+                             : Py_BuildValue("(ssdO)", measure, qid, v, is_count ? Py_True : Py_False);
         if (!row) Py_CLEAR(out);
         else PyList_SET_ITEM(out, (Py_ssize_t)i, row);
     }

@@ -96,6 +96,9 @@ open(p("other.qrels"), "w").write("q9 0 1 1\n")
 r = run(["eval", p("other.qrels"), p("bm.run")])
 check(r.returncode == 1 and "eval: eval:" not in r.stderr and r.stderr.count("qac eval:") == 1,
       "eval: the command named once: " + r.stderr.strip())
+r = run(["eval", p("bm.run"), p("bm.run")])
+check(r.returncode == 1 and "more than 4 columns" in r.stderr and "swapped" in r.stderr,
+      "eval with a run as qrels: the columns counted honestly, the swap named: " + r.stderr.strip())
 nowhere = p("nowhere")
 r = run(["serve", "--port", "0", "--index", nowhere])
 check(r.returncode == 1 and r.stderr.count(nowhere) == 1, "serve --index: the path named once: " + r.stderr.strip())

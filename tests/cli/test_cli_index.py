@@ -5,7 +5,8 @@ that needs no encoding comes before any, --vectors takes its ids.
 - A bad JSONL line, a duplicate id, a missing tab, an empty corpus: refused
   before any passage is encoded, naming the file (and line), with no
   directory left; the same command on the fixed file then builds. So is a
-  truncated .npy given to --vectors.
+  truncated .npy given to --vectors, and a gzip-compressed corpus (named
+  as such, with the gunzip that fixes it, not "embedded NUL byte").
 - A build killed before its first shard was listed leaves a manifest that
   the next run, with another corpus, replaces instead of refusing.
 - An existing file as --out is named as such (not "another build is
@@ -18,9 +19,11 @@ that needs no encoding comes before any, --vectors takes its ids.
   mismatch is refused; --ids sequential numbers the rows 0..n-1.
 - A model mismatch names the model the index was built with and the
   --model to pass, not fingerprints alone."""
+import gzip
 import json
 import os
 import shutil
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -58,6 +61,18 @@ bad_then_fixed("bad.jsonl", good_jsonl + '{"_id": "x", "text": \n', good_jsonl, 
 bad_then_fixed("dup.tsv", "".join(lines[:10]) + lines[3] + "".join(lines[10:]), "".join(lines), "duplicate id")
 bad_then_fixed("notab.tsv", "".join(lines[:5]) + "99 no tab here\n" + "".join(lines[5:]), "".join(lines), "missing tab")
 bad_then_fixed("empty.tsv", "", "".join(lines), "is empty")
+
+# a gzip-compressed corpus: refused by name with the command that fixes it
+gz = p("docs.jsonl.gz")
+with gzip.open(gz, "wt") as f:
+    f.write(good_jsonl)
+r = build(gz, p("ix-gz"))
+check(r.returncode == 1 and "gzip-compressed" in r.stderr and f"gunzip -k {gz}" in r.stderr
+      and "NUL" not in r.stderr and not os.path.exists(p("ix-gz")),
+      "a .jsonl.gz corpus: refused before any work, with the gunzip that fixes it: " + r.stderr.strip()[-200:])
+subprocess.run(["gunzip", "-k", gz], check=True)
+r = build(gz[:-3], p("ix-gz"))
+check(r.returncode == 0, "... and the decompressed file builds: " + r.stderr.strip()[-200:])
 
 # killed after its first shard was written, before the manifest listed it
 out = p("ix-killed")

@@ -14,7 +14,8 @@ tmp="$(mktemp -d "${TMPDIR:-/tmp}/qac-harness.XXXXXX")"
 fail() { echo "FAIL: $*" >&2; echo "kept $tmp" >&2; exit 1; }
 grep -q libcudart <(ldd "$build/qac") || fail "the suite's build has no CUDA (nvcc not found?): the harness needs one"
 
-QAC_BUNDLE_BUILD="$build" QAC_BUNDLE_REBUILD=0 QAC_BUNDLE_XZ=0 QAC_BUNDLE_MAX_MB=100000 \
+# the build named relative to the source tree, as the default one is
+QAC_BUNDLE_BUILD="$(realpath --relative-to="$src" "$build")" QAC_BUNDLE_REBUILD=0 QAC_BUNDLE_XZ=0 QAC_BUNDLE_MAX_MB=100000 \
   QAC_DATA="${QAC_SHARED_DATA:?}/cranfield" "$src/scripts/gpu_bundle.sh" "$tmp/bundle" >"$tmp/bundle.log" 2>&1 ||
   { cat "$tmp/bundle.log"; fail "gpu_bundle.sh failed"; }
 archive="$(tail -1 "$tmp/bundle.log")"
@@ -30,6 +31,9 @@ done
 ngpu="$(ctest --test-dir "$build" -N -L '^gpu$' | sed -n 's/^Total Tests: //p')"
 [ "$(wc -l <"$(tar -xJf "$archive" -C "$tmp" qac-gpu/tests.txt && echo "$tmp/qac-gpu/tests.txt")")" = "$ngpu" ] ||
   fail "tests.txt does not list the $ngpu gpu-labelled tests"
+cut -f2 "$tmp/qac-gpu/tests.txt" | grep -q '^/' && fail "tests.txt names executables by absolute path"
+grep -q '^qac-gpu/src/build/tests/gpu/test_gpu_kernels$' "$tmp/list" ||
+  fail "the tests' executables are not under src/build/tests/gpu"
 grep -q '^libc\.so\|^libcudart\|^libcublas\|^libstdc' <(tar -tJf "$archive" | sed -n 's|^qac-gpu/lib/||p') &&
   fail "the archive carries glibc, the C++ runtime or CUDA's libraries"
 

@@ -246,6 +246,13 @@ def test_evaluate_equals_pytrec_eval_and_cli(qac_bin, tmp, cranfield, cran_index
     assert qac.evaluate(qrels, run_d, measures) == ours
     out = run(qac_bin, "eval", "--qrels", qrels_path, "--run", runf, "-m", "ndcg_cut.10").stdout.split()
     assert out[0] == "ndcg_cut_10" and out[2] == f"{ours['ndcg_cut_10']:.4f}"
+    # the text rows (runid, relstring) come back as the CLI prints them, less
+    # the quotes trec_eval puts around a relstring
+    text = qac.evaluate(qrels_path, runf, ["runid", "relstring"], per_query=True)
+    cli = run(qac_bin, "eval", "-q", "-m", "runid", "-m", "relstring", qrels_path, runf).stdout
+    rows = [[c.strip() for c in line.split("\t")] for line in cli.splitlines()]
+    assert rows and all(text[q][m] == (v[1:-1] if m == "relstring" else v) for m, q, v in rows), rows[:3]
+    assert len(rows) == sum(len(v) for v in text.values())
     per = qac.evaluate(qrels, run_d, "recip_rank", per_query=True, max_docs=10)
     assert set(per) - {"all"} == set(evaluated) and per["all"]["recip_rank"] == pytest.approx(
         sum(per[q]["recip_rank"] for q in evaluated) / len(evaluated), abs=1e-12)
