@@ -357,25 +357,43 @@ class Index:
                 raise ValueError("vectors need the rows' ids: ids= (a file, a sequence of ids, or 'sequential' "
                                  "for 0..n-1) or corpus= (the corpus they were made from), one of them"
                                  if ids is None else "give the vectors' ids by ids= or by corpus=, not both")
-            if isinstance(source, np.ndarray):
-                if source.ndim != 2 or source.dtype not in (np.float32, np.float16):
-                    raise ValueError("vectors must be a 2-D float32 or float16 array")
-                npy = _save_atomic(out, "vectors.npy", lambda f: np.save(f, np.ascontiguousarray(source)))
-            else:
-                npy = _path(source)
-            if corpus is not None:
-                opts["ids_corpus"] = _path(corpus)
-            elif isinstance(ids, (str, os.PathLike)):
-                if _path(ids) != "sequential":
-                    opts["ids_path"] = _path(ids)
-            else:
+            listed = None
+            if corpus is None and not isinstance(ids, (str, os.PathLike)):
                 listed = [str(i) for i in ids]
                 if any("\n" in i or "\r" in i for i in listed):
                     raise ValueError("an id holds a line break")
-                opts["ids_path"] = _save_atomic(out, "ids.txt", lambda f: f.write(
-                    "".join(i + "\n" for i in listed).encode("utf-8")))
+            if isinstance(source, np.ndarray):
+                if source.ndim != 2 or source.dtype not in (np.float32, np.float16):
+                    raise ValueError("vectors must be a 2-D float32 or float16 array")
+                if listed is not None and len(listed) != source.shape[0]:
+                    raise ValueError(f"{len(listed)} ids for {source.shape[0]} vectors: they must match row for row")
             m = encoder._model if encoder is not None else (_qac.Model(_path(model)) if model is not None else None)
-            _qac.index_build_vectors(out, npy, m, opts, progress)
+            # what this call writes into out (the array, the ids) goes again if
+            # the build refuses, so a failed call leaves out as it found it
+            made_out, saved = not os.path.exists(out), []
+            try:
+                if isinstance(source, np.ndarray):
+                    npy = _save_atomic(out, "vectors.npy", lambda f: np.save(f, np.ascontiguousarray(source)))
+                    saved.append(npy)
+                else:
+                    npy = _path(source)
+                if corpus is not None:
+                    opts["ids_corpus"] = _path(corpus)
+                elif listed is None:
+                    if _path(ids) != "sequential":
+                        opts["ids_path"] = _path(ids)
+                else:
+                    opts["ids_path"] = _save_atomic(out, "ids.txt", lambda f: f.write(
+                        "".join(i + "\n" for i in listed).encode("utf-8")))
+                    saved.append(opts["ids_path"])
+                _qac.index_build_vectors(out, npy, m, opts, progress)
+            except BaseException:
+                for f in saved:
+                    if os.path.exists(f):
+                        os.remove(f)
+                if made_out and os.path.isdir(out) and not os.listdir(out):
+                    os.rmdir(out)
+                raise
         else:
             if ids is not None or corpus is not None:
                 raise ValueError("ids= and corpus= go with vectors (a corpus carries its own ids)")

@@ -142,6 +142,12 @@ def test_errors_carry_qac_message(tmp):
         qac.Index.build(np.zeros((4, 8), np.float32), os.path.join(tmp, "badfactory"), factory="NoSuchIndex",
                         ids="sequential")
     assert "NoSuchIndex" in str(e.value)
+    # a refused build leaves no out directory behind (nor the array and ids it saved)
+    for out, kw in (("badfactory", dict(factory="NoSuchIndex", ids=[f"d{i}" for i in range(4)])),
+                    ("badids", dict(ids=["d0", "d1", "d2"]))):
+        with pytest.raises((qac.InvalidError, ValueError)):
+            qac.Index.build(np.zeros((4, 8), np.float32), os.path.join(tmp, out), **kw)
+        assert not os.path.exists(os.path.join(tmp, out)), os.listdir(os.path.join(tmp, out))
 
 
 # ---------------------------------------------------------------- indexes, search, BM25, eval
