@@ -193,7 +193,8 @@ def check_snippets(exe, d, srv, query, k):
 
 
 LAYOUT_JS = """(() => {
-  if (!document.querySelector('#f button')) return {hits: 0, status: ''};  // not loaded yet
+  // not loaded yet: the form is parsed before the page's script (which defines $) has run
+  if (!document.querySelector('#f button') || typeof $ !== 'function') return {hits: 0, status: ''};
   const rect = e => { const r = e.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; };
   const b = document.querySelector('#f button'), r = b.getBoundingClientRect();
   const top = document.elementFromPoint((r.left + r.right) / 2, (r.top + r.bottom) / 2);
