@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "bert_kernels.cuh"
+#include "dev_scratch.cuh"
 
 extern "C" {
 #include "qac_cuda_kernels.h"
@@ -10,53 +11,14 @@ extern "C" {
 
 namespace {
 
-// Device allocations of one call, all freed together.
-struct scratch {
-    void *p[16];
-    int n;
-};
-
-void scratch_free(scratch *s) {
-    for (int i = 0; i < s->n; i++) cudaFree(s->p[i]);
-    s->n = 0;
+// n host elements of esize bytes on the device.
+qac_status upload(qac_scratch *s, void **out, const void *host, size_t n, size_t esize) {
+    return qac_scratch_up(s, out, host, n * esize);
 }
 
-qac_status dev_alloc(scratch *s, void **out, size_t bytes) {
-    if (s->n == 16) return qac_set_error(QAC_ERR_INTERNAL, "parity scratch full");
-    QAC_CU(cudaMalloc(out, bytes ? bytes : 1));
-    s->p[s->n++] = *out;
-    return QAC_OK;
-}
-
-// Copy n host elements to the device (fp32, or converted to prec when act).
-qac_status upload(scratch *s, void **out, const void *host, size_t n, size_t esize) {
-    qac_status st = dev_alloc(s, out, n * esize);
-    if (st != QAC_OK) return st;
-    QAC_CU(cudaMemcpy(*out, host, n * esize, cudaMemcpyHostToDevice));
-    return QAC_OK;
-}
-
-qac_status upload_act(scratch *s, void **out, const float *host, size_t n, qac_precision prec) {
-    void *f32 = NULL;
-    qac_status st = upload(s, &f32, host, n, sizeof(float));
-    if (st == QAC_OK) st = dev_alloc(s, out, n * qac_prec_size(prec));
-    if (st != QAC_OK) return st;
-    QAC_CU(qac_k_from_f32(*out, (const float *)f32, n, prec, 0));
-    return QAC_OK;
-}
-
-qac_status download_act(scratch *s, float *host, const void *dev, size_t n, qac_precision prec) {
-    void *f32 = NULL;
-    qac_status st = dev_alloc(s, &f32, n * sizeof(float));
-    if (st != QAC_OK) return st;
-    QAC_CU(qac_k_to_f32((float *)f32, dev, n, prec, 0));
-    QAC_CU(cudaMemcpy(host, f32, n * sizeof(float), cudaMemcpyDeviceToHost));
-    return QAC_OK;
-}
-
-qac_status finish(scratch *s, qac_status st, const char *what) {
+qac_status finish(qac_scratch *s, qac_status st, const char *what) {
     if (st == QAC_OK) st = qac_cuda_check(cudaDeviceSynchronize(), what);
-    scratch_free(s);
+    qac_scratch_free(s);
     return st;
 }
 
@@ -90,7 +52,7 @@ extern "C" qac_status qac_cuda_embeddings_layernorm(float *out, float *out_act, 
     qac_status st = check_gpu();
     if (st == QAC_OK) st = check_ln_warps(C, warps);
     if (st != QAC_OK) return st;
-    scratch s = {{0}, 0};
+    qac_scratch s = {{0}, 0};
     void *d_ids, *d_word, *d_pos, *d_type, *d_w, *d_b, *d_x, *d_xh = NULL;
     const size_t N = (size_t)B * T;
     TRY(upload(&s, &d_ids, ids, N, sizeof(int32_t)));
@@ -99,8 +61,8 @@ extern "C" qac_status qac_cuda_embeddings_layernorm(float *out, float *out_act, 
     TRY(upload(&s, &d_type, type_emb, (size_t)C, sizeof(float)));
     TRY(upload(&s, &d_w, w, (size_t)C, sizeof(float)));
     TRY(upload(&s, &d_b, b, (size_t)C, sizeof(float)));
-    TRY(dev_alloc(&s, &d_x, N * C * sizeof(float)));
-    if (out_act) TRY(dev_alloc(&s, &d_xh, N * C * qac_prec_size(prec)));
+    TRY(qac_scratch_alloc(&s, &d_x, N * C * sizeof(float)));
+    if (out_act) TRY(qac_scratch_alloc(&s, &d_xh, N * C * qac_prec_size(prec)));
     if (warps > 0)
         TRY_CU(qac_k_embed_ln_warp((float *)d_x, d_xh, (const int32_t *)d_ids, NULL, (const float *)d_word,
                                    (const float *)d_pos, (const float *)d_type, (const float *)d_w,
@@ -110,7 +72,7 @@ extern "C" qac_status qac_cuda_embeddings_layernorm(float *out, float *out_act, 
                               (const float *)d_pos, (const float *)d_type, (const float *)d_w, (const float *)d_b,
                               (int)N, T, C, eps, prec, 0));
     TRY_CU(cudaMemcpy(out, d_x, N * C * sizeof(float), cudaMemcpyDeviceToHost));
-    if (out_act) TRY(download_act(&s, out_act, d_xh, N * C, prec));
+    if (out_act) TRY(qac_scratch_down_act(&s, out_act, d_xh, N * C, prec));
 done:
     return finish(&s, st, "embeddings + LayerNorm");
 }
@@ -121,15 +83,15 @@ extern "C" qac_status qac_cuda_residual_layernorm(float *out, float *out_act, co
     qac_status st = check_gpu();
     if (st == QAC_OK) st = check_ln_warps(C, warps);
     if (st != QAC_OK) return st;
-    scratch s = {{0}, 0};
+    qac_scratch s = {{0}, 0};
     void *d_x, *d_r, *d_bias, *d_w, *d_b, *d_xh = NULL;
     const size_t n = (size_t)N * C;
     TRY(upload(&s, &d_x, x, n, sizeof(float)));
-    TRY(upload_act(&s, &d_r, r, n, prec));
+    TRY(qac_scratch_up_act(&s, &d_r, r, n, prec));
     TRY(upload(&s, &d_bias, bias, (size_t)C, sizeof(float)));
     TRY(upload(&s, &d_w, w, (size_t)C, sizeof(float)));
     TRY(upload(&s, &d_b, b, (size_t)C, sizeof(float)));
-    if (out_act) TRY(dev_alloc(&s, &d_xh, n * qac_prec_size(prec)));
+    if (out_act) TRY(qac_scratch_alloc(&s, &d_xh, n * qac_prec_size(prec)));
     if (warps > 0)
         TRY_CU(qac_k_residual_ln_warp((float *)d_x, d_xh, d_r, (const float *)d_bias, (const float *)d_w,
                                       (const float *)d_b, N, C, eps, prec, warps, 0));
@@ -137,7 +99,7 @@ extern "C" qac_status qac_cuda_residual_layernorm(float *out, float *out_act, co
         TRY_CU(qac_k_residual_ln((float *)d_x, d_xh, d_r, (const float *)d_bias, (const float *)d_w,
                                  (const float *)d_b, N, C, eps, prec, 0));
     TRY_CU(cudaMemcpy(out, d_x, n * sizeof(float), cudaMemcpyDeviceToHost));
-    if (out_act) TRY(download_act(&s, out_act, d_xh, n, prec));
+    if (out_act) TRY(qac_scratch_down_act(&s, out_act, d_xh, n, prec));
 done:
     return finish(&s, st, "residual + LayerNorm");
 }
@@ -149,18 +111,18 @@ extern "C" qac_status qac_cuda_ln_pool(float *out, const float *x, const float *
     qac_status st = check_gpu();
     if (st == QAC_OK) st = check_ln_warps(C, warps > 0 ? warps : 1);
     if (st != QAC_OK) return st;
-    scratch s = {{0}, 0};
+    qac_scratch s = {{0}, 0};
     void *d_x, *d_r, *d_bias, *d_w, *d_b, *d_offs = NULL, *d_lens, *d_from = NULL, *d_out;
     const size_t n = (size_t)N * C;
     TRY(upload(&s, &d_x, x, n, sizeof(float)));
-    TRY(upload_act(&s, &d_r, r, n, prec));
+    TRY(qac_scratch_up_act(&s, &d_r, r, n, prec));
     TRY(upload(&s, &d_bias, bias, (size_t)C, sizeof(float)));
     TRY(upload(&s, &d_w, w, (size_t)C, sizeof(float)));
     TRY(upload(&s, &d_b, b, (size_t)C, sizeof(float)));
     if (offs) TRY(upload(&s, &d_offs, offs, (size_t)B + 1, sizeof(int)));
     TRY(upload(&s, &d_lens, lens, (size_t)B, sizeof(int)));
     if (from) TRY(upload(&s, &d_from, from, (size_t)B, sizeof(int)));
-    TRY(dev_alloc(&s, &d_out, (size_t)B * C * sizeof(float)));
+    TRY(qac_scratch_alloc(&s, &d_out, (size_t)B * C * sizeof(float)));
     TRY_CU(qac_k_ln_pool((float *)d_out, (const float *)d_x, d_r, (const float *)d_bias, (const float *)d_w,
                          (const float *)d_b, (const int *)d_offs, (const int *)d_lens, (const int *)d_from, B, T, C,
                          eps, pooling == QAC_POOL_MEAN, normalize, prec, warps > 0 ? warps : 1, 0));
@@ -173,16 +135,16 @@ extern "C" qac_status qac_cuda_bias_gelu(float *out, const float *inp, const flo
                                          qac_precision prec, int rows) {
     qac_status st = check_gpu();
     if (st != QAC_OK) return st;
-    scratch s = {{0}, 0};
+    qac_scratch s = {{0}, 0};
     void *d_h, *d_bias;
     const size_t n = (size_t)N * I;
-    TRY(upload_act(&s, &d_h, inp, n, prec));
+    TRY(qac_scratch_up_act(&s, &d_h, inp, n, prec));
     TRY(upload(&s, &d_bias, bias, (size_t)I, sizeof(float)));
     if (rows > 0)
         TRY_CU(qac_k_bias_gelu_rows(d_h, (const float *)d_bias, N, I, prec, rows, 0));
     else
         TRY_CU(qac_k_bias_gelu(d_h, (const float *)d_bias, N, I, prec, 0));
-    TRY(download_act(&s, out, d_h, n, prec));
+    TRY(qac_scratch_down_act(&s, out, d_h, n, prec));
 done:
     return finish(&s, st, "bias + GELU");
 }
@@ -193,15 +155,15 @@ extern "C" qac_status qac_cuda_attention(float *out, const float *qkv, const flo
     if (st != QAC_OK) return st;
     if (!qac_k_attention_supported(T, C, NH))
         return qac_set_error(QAC_ERR_UNSUPPORTED, "attention: T %d, C %d, %d heads not supported", T, C, NH);
-    scratch s = {{0}, 0};
+    qac_scratch s = {{0}, 0};
     void *d_qkv, *d_b, *d_lens, *d_out;
     const size_t N = (size_t)B * T;
-    TRY(upload_act(&s, &d_qkv, qkv, N * 3 * C, prec));
+    TRY(qac_scratch_up_act(&s, &d_qkv, qkv, N * 3 * C, prec));
     TRY(upload(&s, &d_b, qkv_b, (size_t)3 * C, sizeof(float)));
     TRY(upload(&s, &d_lens, lens, (size_t)B, sizeof(int)));
-    TRY(dev_alloc(&s, &d_out, N * C * qac_prec_size(prec)));
+    TRY(qac_scratch_alloc(&s, &d_out, N * C * qac_prec_size(prec)));
     TRY_CU(qac_k_attention(d_out, d_qkv, (const float *)d_b, (const int *)d_lens, B, T, C, NH, prec, 0));
-    TRY(download_act(&s, out, d_out, N * C, prec));
+    TRY(qac_scratch_down_act(&s, out, d_out, N * C, prec));
 done:
     return finish(&s, st, "attention");
 }
@@ -210,12 +172,12 @@ extern "C" qac_status qac_cuda_pooling(float *out, const float *hidden, const in
                                        int T, int C, qac_pooling pooling, int normalize) {
     qac_status st = check_gpu();
     if (st != QAC_OK) return st;
-    scratch s = {{0}, 0};
+    qac_scratch s = {{0}, 0};
     void *d_x, *d_lens, *d_from = NULL, *d_out;
     TRY(upload(&s, &d_x, hidden, (size_t)B * T * C, sizeof(float)));
     TRY(upload(&s, &d_lens, lens, (size_t)B, sizeof(int)));
     if (from) TRY(upload(&s, &d_from, from, (size_t)B, sizeof(int)));
-    TRY(dev_alloc(&s, &d_out, (size_t)B * C * sizeof(float)));
+    TRY(qac_scratch_alloc(&s, &d_out, (size_t)B * C * sizeof(float)));
     TRY_CU(qac_k_pool_from((float *)d_out, (const float *)d_x, (const int *)d_lens, (const int *)d_from, B, T, C,
                            pooling == QAC_POOL_MEAN, normalize, 0));
     TRY_CU(cudaMemcpy(out, d_out, (size_t)B * C * sizeof(float), cudaMemcpyDeviceToHost));
@@ -227,16 +189,16 @@ extern "C" qac_status qac_cuda_matmul(float *out, const float *inp, const float 
                                       qac_precision prec) {
     qac_status st = check_gpu();
     if (st != QAC_OK) return st;
-    scratch s = {{0}, 0};
+    qac_scratch s = {{0}, 0};
     cublasHandle_t h = NULL;
     void *d_in, *d_w, *d_out;
-    TRY(upload_act(&s, &d_in, inp, (size_t)N * IC, prec));
-    TRY(upload_act(&s, &d_w, w, (size_t)OC * IC, prec));
-    TRY(dev_alloc(&s, &d_out, (size_t)N * OC * qac_prec_size(prec)));
+    TRY(qac_scratch_up_act(&s, &d_in, inp, (size_t)N * IC, prec));
+    TRY(qac_scratch_up_act(&s, &d_w, w, (size_t)OC * IC, prec));
+    TRY(qac_scratch_alloc(&s, &d_out, (size_t)N * OC * qac_prec_size(prec)));
     TRY(qac_cublas_check(cublasCreate(&h), "cublasCreate"));
     if (prec == QAC_PREC_FP32) TRY(qac_cublas_check(cublasSetMathMode(h, CUBLAS_PEDANTIC_MATH), "math mode"));
     TRY(qac_cublas_check(qac_k_matmul(h, d_out, d_in, d_w, N, IC, OC, prec), "matmul"));
-    TRY(download_act(&s, out, d_out, (size_t)N * OC, prec));
+    TRY(qac_scratch_down_act(&s, out, d_out, (size_t)N * OC, prec));
 done:
     if (h) cublasDestroy(h);
     return finish(&s, st, "matmul");

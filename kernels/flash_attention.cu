@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "bert_kernels.cuh"
+#include "dev_scratch.cuh"
 #include "flash_attention.cuh"
 
 // ---- path ----
@@ -89,46 +90,6 @@ qac_fa_tiles qac_fa_tiles_default(void) {
 
 namespace {
 
-struct dev_bufs {
-    void *p[16];
-    int n;
-};
-
-void bufs_free(dev_bufs *s) {
-    for (int i = 0; i < s->n; i++) cudaFree(s->p[i]);
-    s->n = 0;
-}
-
-qac_status dalloc(dev_bufs *s, void **out, size_t bytes) {
-    if (s->n == 16) return qac_set_error(QAC_ERR_INTERNAL, "fused attention: too many buffers");
-    QAC_CU(cudaMalloc(out, bytes ? bytes : 1));
-    s->p[s->n++] = *out;
-    return QAC_OK;
-}
-
-qac_status up(dev_bufs *s, void **out, const void *host, size_t bytes) {
-    qac_status st = dalloc(s, out, bytes);
-    if (st == QAC_OK && bytes) st = qac_cuda_check(cudaMemcpy(*out, host, bytes, cudaMemcpyHostToDevice), "upload");
-    return st;
-}
-
-// n fp32 values rounded to prec on the device
-qac_status up_act(dev_bufs *s, void **out, const float *host, size_t n, qac_precision prec) {
-    void *f = NULL;
-    qac_status st = up(s, &f, host, n * sizeof(float));
-    if (st == QAC_OK) st = dalloc(s, out, n * qac_prec_size(prec));
-    if (st == QAC_OK) st = qac_cuda_check(qac_k_from_f32(*out, (const float *)f, n, prec, 0), "round");
-    return st;
-}
-
-qac_status down_act(dev_bufs *s, float *host, const void *dev, size_t n, qac_precision prec) {
-    void *f = NULL;
-    qac_status st = dalloc(s, &f, n * sizeof(float));
-    if (st == QAC_OK) st = qac_cuda_check(qac_k_to_f32((float *)f, dev, n, prec, 0), "widen");
-    if (st == QAC_OK) st = qac_cuda_check(cudaMemcpy(host, f, n * sizeof(float), cudaMemcpyDeviceToHost), "download");
-    return st;
-}
-
 qac_status check_args(int B, int T, int C, int NH, qac_precision prec, const qac_fa_tiles *tiles) {
     if (!qac_cuda_available()) return qac_set_error(QAC_ERR_UNSUPPORTED, "no usable CUDA GPU");
     if (!qac_fa_supported(C, NH, prec))
@@ -142,14 +103,14 @@ qac_status check_args(int B, int T, int C, int NH, qac_precision prec, const qac
 }
 
 // the device copies of offs and lens, and the row count
-qac_status up_rows(dev_bufs *s, qac_fa_rows *r, const int *offs, const int *lens, int B, int T) {
+qac_status up_rows(qac_scratch *s, qac_fa_rows *r, const int *offs, const int *lens, int B, int T) {
     r->B = B;
     r->T = T;
     r->N = offs ? offs[B] : B * T;
     r->offs = r->lens = NULL;
     qac_status st = QAC_OK;
-    if (offs) st = up(s, (void **)&r->offs, offs, (size_t)(B + 1) * sizeof(int));
-    if (st == QAC_OK && lens) st = up(s, (void **)&r->lens, lens, (size_t)B * sizeof(int));
+    if (offs) st = qac_scratch_up(s, (void **)&r->offs, offs, (size_t)(B + 1) * sizeof(int));
+    if (st == QAC_OK && lens) st = qac_scratch_up(s, (void **)&r->lens, lens, (size_t)B * sizeof(int));
     return st;
 }
 
@@ -174,24 +135,24 @@ qac_status qac_cuda_fa_forward(float *out, float *lse, const float *qkv, const f
                                uint64_t key, int layer, qac_precision prec, const qac_fa_tiles *tiles) {
     qac_status st = check_args(B, T, C, NH, prec, tiles);
     if (st != QAC_OK) return st;
-    dev_bufs s = {{0}, 0};
+    qac_scratch s = {{0}, 0};
     qac_fa_rows rows;
     void *d_qkv, *d_b = NULL, *d_out, *d_lse;
     FA_TRY(up_rows(&s, &rows, offs, lens, B, T));
-    FA_TRY(up_act(&s, &d_qkv, qkv, (size_t)rows.N * 3 * C, prec));
-    if (qkv_b) FA_TRY(up(&s, &d_b, qkv_b, (size_t)3 * C * sizeof(float)));
-    FA_TRY(dalloc(&s, &d_out, (size_t)rows.N * C * qac_prec_size(prec)));
-    FA_TRY(dalloc(&s, &d_lse, (size_t)rows.N * NH * sizeof(float)));
+    FA_TRY(qac_scratch_up_act(&s, &d_qkv, qkv, (size_t)rows.N * 3 * C, prec));
+    if (qkv_b) FA_TRY(qac_scratch_up(&s, &d_b, qkv_b, (size_t)3 * C * sizeof(float)));
+    FA_TRY(qac_scratch_alloc(&s, &d_out, (size_t)rows.N * C * qac_prec_size(prec)));
+    FA_TRY(qac_scratch_alloc(&s, &d_lse, (size_t)rows.N * NH * sizeof(float)));
     FA_TRY(qac_cuda_check(qac_fa_forward(d_out, (float *)d_lse, d_qkv, (const float *)d_b, rows, C, NH, causal, window,
                                          drop_of(p_attn, key), layer, prec, tiles, 0),
                           "fused attention forward"));
     FA_TRY(qac_cuda_check(cudaDeviceSynchronize(), "fused attention forward"));
-    FA_TRY(down_act(&s, out, d_out, (size_t)rows.N * C, prec));
+    FA_TRY(qac_scratch_down_act(&s, out, d_out, (size_t)rows.N * C, prec));
     if (lse)
         FA_TRY(qac_cuda_check(cudaMemcpy(lse, d_lse, (size_t)rows.N * NH * sizeof(float), cudaMemcpyDeviceToHost),
                               "download"));
 done:
-    bufs_free(&s);
+    qac_scratch_free(&s);
     return st;
 }
 
@@ -201,19 +162,19 @@ qac_status qac_cuda_fa_backward(float *dqkv, const float *dout, const float *out
                                 const qac_fa_tiles *tiles) {
     qac_status st = check_args(B, T, C, NH, prec, tiles);
     if (st != QAC_OK) return st;
-    dev_bufs s = {{0}, 0};
+    qac_scratch s = {{0}, 0};
     qac_fa_rows rows;
     void *d_qkv, *d_b = NULL, *d_out, *d_dout, *d_lse, *d_dvec, *d_dqkv;
     size_t N = 0;
     FA_TRY(up_rows(&s, &rows, offs, lens, B, T));
     N = (size_t)rows.N;
-    FA_TRY(up_act(&s, &d_qkv, qkv, N * 3 * C, prec));
-    if (qkv_b) FA_TRY(up(&s, &d_b, qkv_b, (size_t)3 * C * sizeof(float)));
-    FA_TRY(up_act(&s, &d_out, out, N * C, prec));
-    FA_TRY(up_act(&s, &d_dout, dout, N * C, prec));
-    FA_TRY(up(&s, &d_lse, lse, N * NH * sizeof(float)));
-    FA_TRY(dalloc(&s, &d_dvec, N * NH * sizeof(float)));
-    FA_TRY(dalloc(&s, &d_dqkv, N * 3 * C * qac_prec_size(prec)));
+    FA_TRY(qac_scratch_up_act(&s, &d_qkv, qkv, N * 3 * C, prec));
+    if (qkv_b) FA_TRY(qac_scratch_up(&s, &d_b, qkv_b, (size_t)3 * C * sizeof(float)));
+    FA_TRY(qac_scratch_up_act(&s, &d_out, out, N * C, prec));
+    FA_TRY(qac_scratch_up_act(&s, &d_dout, dout, N * C, prec));
+    FA_TRY(qac_scratch_up(&s, &d_lse, lse, N * NH * sizeof(float)));
+    FA_TRY(qac_scratch_alloc(&s, &d_dvec, N * NH * sizeof(float)));
+    FA_TRY(qac_scratch_alloc(&s, &d_dqkv, N * 3 * C * qac_prec_size(prec)));
     // poison: every element must be written
     FA_TRY(qac_cuda_check(cudaMemset(d_dqkv, 0xff, N * 3 * C * qac_prec_size(prec)), "poison"));
     FA_TRY(qac_cuda_check(qac_fa_backward(d_dqkv, (float *)d_dvec, d_dout, d_out, (const float *)d_lse, d_qkv,
@@ -221,8 +182,8 @@ qac_status qac_cuda_fa_backward(float *dqkv, const float *dout, const float *out
                                           prec, tiles, 0),
                           "fused attention backward"));
     FA_TRY(qac_cuda_check(cudaDeviceSynchronize(), "fused attention backward"));
-    FA_TRY(down_act(&s, dqkv, d_dqkv, N * 3 * C, prec));
+    FA_TRY(qac_scratch_down_act(&s, dqkv, d_dqkv, N * 3 * C, prec));
 done:
-    bufs_free(&s);
+    qac_scratch_free(&s);
     return st;
 }

@@ -114,7 +114,9 @@ build_debian_packages() {
   fi
   /usr/lib/apt/apt-helper cat-file "$pk" >"$out/Packages"
   /usr/lib/apt/apt-helper cat-file "$tr" >"$out/Translation-en"
-  python3 "$repo/scripts/debian_packages.py" "$out/Packages" "$out/Translation-en" "$out/packages.jsonl.gz"
+  if ! python3 "$repo/scripts/debian_packages.py" "$out/Packages" "$out/Translation-en" "$out/packages.jsonl.gz"; then
+    $sudo rm -rf "$out"; return 1
+  fi
   $sudo rm -rf "$lists" && rm -f "$out/Packages" "$out/Translation-en" "$out/apt.log"
   echo "Built from Debian $codename main ($arch) by scripts/debian_packages.py on $(date -u +%F)." >"$out/SOURCE"
   rm -rf "$home/debian-packages"
