@@ -48,7 +48,7 @@ static const qac_opt search_opts[] = {
 };
 #define N_SEARCH_OPTS (int)(sizeof search_opts / sizeof search_opts[0])
 
-enum { MODE_DENSE, MODE_BM25, MODE_HYBRID };
+enum { MODE_DENSE = QAC_SEARCH_DENSE, MODE_BM25 = QAC_SEARCH_BM25, MODE_HYBRID = QAC_SEARCH_HYBRID };
 
 typedef struct qbatch {
     char **qids, **texts;
@@ -74,10 +74,13 @@ typedef struct searcher {
     int64_t *rows;          /* [batch, depth] */
     float *bscores;         /* [depth] */
     int64_t *brows;         /* [depth] */
-    const char **dense_ids, **sparse_ids; /* [depth] */
+    const char **names;     /* [2 depth] */
     qac_hit *hits;          /* [2 depth] */
     uint64_t written;       /* hits written */
 } searcher;
+
+static const char *index_docid(void *ix, int64_t row) { return qac_index_docid(ix, row); }
+static const char *bm25_docid(void *bm25, int64_t row) { return qac_bm25_docid(bm25, row); }
 
 /* Encode, search and write one batch of queries: the dense list, the BM25
  * list, or their fusion, each query's hits written as the server's are. */
@@ -91,21 +94,22 @@ static qac_status run_batch(searcher *S, qbatch *b, FILE *out) {
         if (!st) st = qac_index_search(S->ix, S->qv, b->n, depth, S->scores, S->rows);
     }
     for (int q = 0; q < b->n && !st; q++) {
-        const int64_t *rows = S->rows + (size_t)q * depth;
-        int nb = 0, nh = 0;
+        int nb = 0;
         if (S->mode != MODE_DENSE && (st = qac_bm25_search(S->bm25, b->texts[q], NULL, depth, S->bscores, S->brows, &nb)))
             break;
-        if (S->mode == MODE_DENSE) {
-            for (; nh < depth && rows[nh] >= 0; nh++)
-                S->hits[nh] = (qac_hit){qac_index_docid(S->ix, rows[nh]), S->scores[(size_t)q * depth + nh], rows[nh]};
-        } else if (S->mode == MODE_BM25) {
-            for (; nh < nb; nh++) S->hits[nh] = (qac_hit){qac_bm25_docid(S->bm25, S->brows[nh]), S->bscores[nh], -1};
-        } else {
-            for (int i = 0; i < depth; i++) S->dense_ids[i] = rows[i] >= 0 ? qac_index_docid(S->ix, rows[i]) : NULL;
-            for (int i = 0; i < nb; i++) S->sparse_ids[i] = qac_bm25_docid(S->bm25, S->brows[i]);
-            nh = qac_rrf_fuse(rows, S->dense_ids, depth, S->sparse_ids, nb, S->hits);
-        }
-        if (nh > S->k) nh = S->k;
+        qac_hit_lists lists = {.mode = (qac_search_mode)S->mode,
+                               .dense_rows = S->rows ? S->rows + (size_t)q * depth : NULL,
+                               .dense_scores = S->scores ? S->scores + (size_t)q * depth : NULL,
+                               .n_dense = S->mode == MODE_BM25 ? 0 : depth,
+                               .bm25_rows = S->brows,
+                               .bm25_scores = S->bscores,
+                               .n_bm25 = nb,
+                               .dense_docid = index_docid,
+                               .dense_index = S->ix,
+                               .bm25_docid = bm25_docid,
+                               .bm25_index = S->bm25,
+                               .names = S->names};
+        int nh = qac_hits_collect(&lists, S->k, S->hits);
         st = qac_cli_write_hits(out, b->qids[q], S->hits, nh, S->run_id);
         S->written += (uint64_t)nh;
     }
@@ -184,10 +188,9 @@ static int search_local(const qac_opts *o, int mode, FILE *out) {
     b.lens = calloc((size_t)batch, sizeof(size_t));
     S.bscores = malloc((size_t)depth * sizeof(float));
     S.brows = malloc((size_t)depth * sizeof(int64_t));
-    S.dense_ids = malloc((size_t)depth * sizeof(char *));
-    S.sparse_ids = malloc((size_t)depth * sizeof(char *));
+    S.names = malloc((size_t)depth * 2 * sizeof(char *));
     S.hits = malloc((size_t)depth * 2 * sizeof(qac_hit));
-    if (!b.qids || !b.texts || !b.lens || !S.bscores || !S.brows || !S.dense_ids || !S.sparse_ids || !S.hits) {
+    if (!b.qids || !b.texts || !b.lens || !S.bscores || !S.brows || !S.names || !S.hits) {
         qac_set_error(QAC_ERR_NOMEM, "out of memory");
         goto fail;
     }
@@ -241,8 +244,7 @@ fail:
     free(S.rows);
     free(S.bscores);
     free(S.brows);
-    free(S.dense_ids);
-    free(S.sparse_ids);
+    free(S.names);
     free(S.hits);
     qac_reader_free(r);
     qac_encoder_free(S.enc);

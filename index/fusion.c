@@ -39,3 +39,25 @@ int qac_rrf_fuse(const int64_t *dense_rows, const char *const *dense_docids, int
     qac_hits_sort(out, nh);
     return nh;
 }
+
+int qac_hits_collect(const qac_hit_lists *l, int k, qac_hit *out) {
+    int nh = 0;
+    if (l->mode == QAC_SEARCH_HYBRID) {
+        const char **dense = l->names, **sparse = l->names + l->n_dense;
+        for (int i = 0; i < l->n_dense; i++)
+            dense[i] = l->dense_rows[i] >= 0 ? l->dense_docid(l->dense_index, l->dense_rows[i]) : NULL;
+        for (int i = 0; i < l->n_bm25; i++) sparse[i] = l->bm25_docid(l->bm25_index, l->bm25_rows[i]);
+        nh = qac_rrf_fuse(l->dense_rows, dense, l->n_dense, sparse, l->n_bm25, out);
+    } else if (l->mode == QAC_SEARCH_DENSE) {
+        for (int i = 0; i < l->n_dense; i++)
+            if (l->dense_rows[i] >= 0)
+                out[nh++] = (qac_hit){l->dense_docid(l->dense_index, l->dense_rows[i]), l->dense_scores[i],
+                                      l->dense_rows[i]};
+        qac_hits_sort(out, nh);
+    } else {
+        for (int i = 0; i < l->n_bm25; i++)
+            out[nh++] = (qac_hit){l->bm25_docid(l->bm25_index, l->bm25_rows[i]), l->bm25_scores[i], -1};
+        qac_hits_sort(out, nh);
+    }
+    return nh < k ? nh : k;
+}

@@ -6,9 +6,15 @@
  *                  qac_server_backend, a table of functions that tests and
  *                  the fuzzer replace with fakes
  *   srv_batcher.c  dynamic batching: the only thread that calls encode()
- *   srv_router.c   routing, auth and errors: request in, response out,
- *                  no sockets (the fuzz entry point)
- *   srv_handlers.c the JSON endpoints
+ *   srv_router.c   routing and auth: request in, response out, no
+ *                  sockets (the fuzz entry point)
+ *   srv_handlers.c the house's JSON endpoints
+ *   srv_tei.c      text-embeddings-inference's endpoints
+ *   srv_fields.c   the house endpoints' request fields
+ *   srv_reply.c    answers: both error shapes, JSON bodies, the table of
+ *                  failed statuses as HTTP codes
+ *   srv_prompts.c  the backend's prompts by name
+ *   srv_docids.c   docid -> dense row (BM25 hits' passage text)
  *   srv_metrics.c  Prometheus counters and histograms
  *   srv_page.c     the embedded search page
  *   srv_head.c     a strict RFC 9112 check of request heads and chunked

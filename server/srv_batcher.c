@@ -24,6 +24,11 @@
 #include "srv_internal.h"
 #include "qac_util.h"
 
+/* The request this thread serves (set by qac_server_handle): its cancel check. */
+_Thread_local const qac_cancel *qac_srv_cancel;
+
+int qac_srv_gone(void) { return qac_srv_cancel && qac_srv_cancel->gone(qac_srv_cancel->ctx); }
+
 typedef enum job_state { JOB_QUEUED = 0, JOB_RUNNING, JOB_DONE } job_state;
 
 typedef struct job {

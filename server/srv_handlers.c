@@ -12,178 +12,10 @@
 #include "qac_util.h"
 #include "srv_internal.h"
 
-int qac_srv_gone(void) { return qac_srv_cancel && qac_srv_cancel->gone(qac_srv_cancel->ctx); }
-
-#define JSON_OUT_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(9)) /* 9 digits: floats round-trip */
-
-static void set_json(qac_http_response *r, json_t *o) {
-    char *body = o ? json_dumps(o, JSON_OUT_FLAGS) : NULL;
-    json_decref(o);
-    if (!body) {
-        qac_server_error(r, 500, "internal", "out of memory building the response");
-        return;
-    }
-    free(r->body);
-    r->status = 200;
-    r->body = body;
-    r->body_len = strlen(body);
-    r->content_type = "application/json";
-}
-
-/* Parse the body into an object, or answer 400/422. */
-static json_t *parse_body(const char *body, size_t len, qac_http_response *r) {
-    if (!qac_utf8_valid(body, len)) {
-        qac_server_error(r, 400, "invalid_request", "the request body is not valid UTF-8");
-        return NULL;
-    }
-    json_error_t e;
-    json_t *o = json_loadb(body, len, 0, &e);
-    if (!o) {
-        qac_server_error(r, 400, "invalid_request", "malformed JSON at line %d, column %d: %s", e.line, e.column,
-                         e.text);
-        return NULL;
-    }
-    if (!json_is_object(o)) {
-        json_decref(o);
-        qac_server_error(r, 422, "validation_error", "the request body must be a JSON object");
-        return NULL;
-    }
-    return o;
-}
-
-typedef struct texts {
-    int n;
-    const char **s;
-    size_t *len;
-    json_t **ids; /* NULL, or per entry: token ids given instead of a text (s NULL) */
-} texts;
-
-static void texts_free(texts *t) {
-    free(t->s);
-    free(t->len);
-    free(t->ids);
-    memset(t, 0, sizeof *t);
-}
-
-/* One string or an array of strings under one of two keys; exactly one of
- * them must be present. Empty strings are refused. */
-static int get_texts(qac_server *s, json_t *o, const char *one, const char *many, texts *t, qac_http_response *r) {
-    memset(t, 0, sizeof *t);
-    json_t *single = one ? json_object_get(o, one) : NULL, *list = many ? json_object_get(o, many) : NULL;
-    if (single && list) {
-        qac_server_error(r, 422, "validation_error", "give either '%s' or '%s', not both", one, many);
-        return 0;
-    }
-    if (!single && !list) {
-        if (one && many) qac_server_error(r, 422, "validation_error", "missing '%s' (a string) or '%s' (an array of strings)", one, many);
-        else qac_server_error(r, 422, "validation_error", "missing '%s'", one ? one : many);
-        return 0;
-    }
-    const char *key = single ? one : many;
-    json_t *v = single ? single : list;
-    /* `input` (OpenAI) takes both shapes under one key */
-    if (single && json_is_array(single)) list = single, single = NULL;
-    if (single) {
-        if (!json_is_string(single)) {
-            qac_server_error(r, 422, "validation_error", "'%s' must be a string", key);
-            return 0;
-        }
-        t->n = 1;
-    } else {
-        if (!json_is_array(v)) {
-            qac_server_error(r, 422, "validation_error", "'%s' must be an array of strings", key);
-            return 0;
-        }
-        size_t n = json_array_size(v);
-        if (n == 0) {
-            qac_server_error(r, 422, "validation_error", "'%s' is empty", key);
-            return 0;
-        }
-        if (n > (size_t)s->cfg.max_texts) {
-            qac_server_error(r, 413, "payload_too_large", "'%s' has %zu entries, more than the limit of %d", key, n,
-                             s->cfg.max_texts);
-            return 0;
-        }
-        t->n = (int)n;
-    }
-    t->s = calloc((size_t)t->n, sizeof *t->s);
-    t->len = calloc((size_t)t->n, sizeof *t->len);
-    if (!t->s || !t->len) {
-        texts_free(t);
-        qac_server_error(r, 500, "internal", "out of memory");
-        return 0;
-    }
-    for (int i = 0; i < t->n; i++) {
-        json_t *e = single ? single : json_array_get(v, (size_t)i);
-        if (!json_is_string(e)) {
-            if (single) qac_server_error(r, 422, "validation_error", "'%s' must be a string", key);
-            else qac_server_error(r, 422, "validation_error", "'%s[%d]' must be a string", key, i);
-            texts_free(t);
-            return 0;
-        }
-        t->s[i] = json_string_value(e);
-        t->len[i] = json_string_length(e);
-        if (t->len[i] == 0) {
-            if (single) qac_server_error(r, 422, "validation_error", "'%s' is an empty string", key);
-            else qac_server_error(r, 422, "validation_error", "'%s[%d]' is an empty string", key, i);
-            texts_free(t);
-            return 0;
-        }
-    }
-    return 1;
-}
-
-/* Optional typed fields: absent leaves *out alone. */
-static int get_int(json_t *o, const char *key, long long lo, long long hi, long long *out, qac_http_response *r) {
-    json_t *v = json_object_get(o, key);
-    if (!v) return 1;
-    if (!json_is_integer(v)) {
-        qac_server_error(r, 422, "validation_error", "'%s' must be an integer", key);
-        return 0;
-    }
-    long long x = json_integer_value(v);
-    if (x < lo || x > hi) {
-        qac_server_error(r, 422, "validation_error", "'%s' is %lld, outside %lld..%lld", key, x, lo, hi);
-        return 0;
-    }
-    *out = x;
-    return 1;
-}
-
-static int get_bool(json_t *o, const char *key, int *out, qac_http_response *r) {
-    json_t *v = json_object_get(o, key);
-    if (!v) return 1;
-    if (!json_is_boolean(v)) {
-        qac_server_error(r, 422, "validation_error", "'%s' must be true or false", key);
-        return 0;
-    }
-    *out = json_is_true(v);
-    return 1;
-}
-
-/* choices: NULL-terminated list; *out = index of the match. */
-static int get_enum(json_t *o, const char *key, const char *const *choices, int *out, qac_http_response *r) {
-    json_t *v = json_object_get(o, key);
-    if (!v) return 1;
-    const char *sv = json_string_value(v);
-    for (int i = 0; sv && choices[i]; i++)
-        if (!strcmp(sv, choices[i])) {
-            *out = i;
-            return 1;
-        }
-    char list[128] = "";
-    for (int i = 0; choices[i]; i++) {
-        strncat(list, i ? "|" : "", sizeof list - strlen(list) - 1);
-        strncat(list, choices[i], sizeof list - strlen(list) - 1);
-    }
-    qac_server_error(r, 422, "validation_error", "'%s' must be one of %s", key, list);
-    return 0;
-}
-
 /* Tokenize prompt + text (prompt NULL or "": the text alone) and encode
  * through the batcher: out is [n, dim]. With k > 0 the batcher also
  * searches the dense index, into scores/rows [n, k]. */
-static int encode_texts(qac_server *s, const texts *t, const char *prompt, int max_len, float *out,
+static int encode_texts(qac_server *s, const qac_srv_texts *t, const char *prompt, int max_len, float *out,
                         long long *tokens, int k, float *scores, int64_t *rows, qac_http_response *r) {
     int n = t->n, ok = 0, prompted = prompt && *prompt;
     /* a prompted text is tokenised one token longer to see whether it fits */
@@ -261,19 +93,8 @@ static int encode_texts(qac_server *s, const texts *t, const char *prompt, int m
     }
     qac_status st = qac_batcher_run(s->batcher, (const int32_t *const *)ptrs, lens, from, n, out, k, scores, rows,
                                     s->cfg.timeout_ms, qac_srv_cancel, 0);
-    if (st == QAC_ERR_CANCELLED && qac_srv_gone()) { /* nobody to answer */
-        qac_server_error(r, 499, "client_closed", "the client went away");
-        goto done;
-    }
-    if (st == QAC_ERR_BUSY) {
-        qac_server_error(r, 503, "overloaded", "%s; retry later", qac_last_error());
-        r->retry_after = 1;
-    } else if (st == QAC_ERR_CANCELLED) {
-        qac_server_error(r, 503, "unavailable", "%s", qac_last_error());
-        r->retry_after = 1;
-    } else if (st) {
-        qac_server_error(r, 500, "internal", "%s: %s", k > 0 ? "encoder or index search" : "encoder",
-                         qac_last_error());
+    if (st) {
+        qac_srv_fail(r, QAC_REPLY_HOUSE, st, k > 0 ? "encoder or index search" : "encoder");
     } else {
         ok = 1;
         if (tokens) *tokens = total;
@@ -331,39 +152,19 @@ static json_t *embedding_json(const float *x, int dim, int base64) {
     return out;
 }
 
-/* ---------------- prompts ---------------- */
-
-const char *qac_srv_prompt(const qac_server *s, const char *name) {
-    for (int i = 0; name && i < s->be.n_prompts; i++)
-        if (!strcmp(s->be.prompt_names[i], name)) return s->be.prompt_texts[i];
-    return NULL;
-}
-
-const char *qac_srv_default_prompt(const qac_server *s) {
-    const char *p = s->be.default_prompt_name ? qac_srv_prompt(s, s->be.default_prompt_name) : NULL;
-    return p ? p : "";
-}
-
-void qac_srv_prompt_names(const qac_server *s, char *buf, size_t cap) {
-    size_t k = 0;
-    buf[0] = '\0';
-    for (int i = 0; i < s->be.n_prompts && k < cap; i++)
-        k += (size_t)snprintf(buf + k, cap - k, "%s\"%s\"", i ? ", " : "", s->be.prompt_names[i]);
-}
-
 static const char *or_empty(const char *s) { return s ? s : ""; }
 
 /* ---------------- /encode ---------------- */
 
 void qac_handle_encode(qac_server *s, const char *body, size_t len, qac_http_response *r) {
     static const char *const kinds[] = {"query", "passage", NULL}, *const encodings[] = {"float", "base64", NULL};
-    json_t *o = parse_body(body, len, r);
+    json_t *o = qac_srv_parse_body(body, len, r);
     if (!o) return;
-    texts t = {0};
+    qac_srv_texts t = {0};
     int kind = 1, normalize = 1, encoding = 0;
     float *vec = NULL;
-    if (!get_texts(s, o, NULL, "texts", &t, r) || !get_enum(o, "kind", kinds, &kind, r) ||
-        !get_bool(o, "normalize", &normalize, r) || !get_enum(o, "encoding", encodings, &encoding, r))
+    if (!qac_srv_get_texts(s, o, NULL, "texts", &t, r) || !qac_srv_get_enum(o, "kind", kinds, &kind, r) ||
+        !qac_srv_get_bool(o, "normalize", &normalize, r) || !qac_srv_get_enum(o, "encoding", encodings, &encoding, r))
         goto done;
     int dim = s->be.dim;
     vec = malloc((size_t)t.n * dim * sizeof *vec);
@@ -378,11 +179,11 @@ void qac_handle_encode(qac_server *s, const char *body, size_t len, qac_http_res
     if (normalize && !s->be.normalize) l2_normalize(vec, t.n, dim);
     json_t *embs = json_array();
     for (int i = 0; embs && i < t.n; i++) json_array_append_new(embs, embedding_json(vec + (size_t)i * dim, dim, encoding));
-    set_json(r, json_pack("{s:s,s:i,s:o,s:I}", "model", s->be.model_id, "dim", dim, "embeddings", embs, "tokens",
+    qac_srv_json(r, QAC_REPLY_HOUSE, json_pack("{s:s,s:i,s:o,s:I}", "model", s->be.model_id, "dim", dim, "embeddings", embs, "tokens",
                           (json_int_t)tokens));
 done:
     free(vec);
-    texts_free(&t);
+    qac_srv_texts_free(&t);
     json_decref(o);
 }
 
@@ -398,12 +199,12 @@ static int is_int_array(json_t *a) {
 
 /* OpenAI's `input`: a string, an array of strings, an array of token ids
  * (one input) or an array of arrays of token ids. */
-static int get_openai_input(qac_server *s, json_t *o, texts *t, qac_http_response *r) {
+static int get_openai_input(qac_server *s, json_t *o, qac_srv_texts *t, qac_http_response *r) {
     json_t *in = json_object_get(o, "input");
     int single_ids = is_int_array(in);
     if (!json_is_array(in) || !json_array_size(in) || json_is_string(json_array_get(in, 0)) ||
         (!single_ids && !json_is_array(json_array_get(in, 0))))
-        return get_texts(s, o, "input", NULL, t, r); /* strings, or its error for anything else */
+        return qac_srv_get_texts(s, o, "input", NULL, t, r); /* strings, or its error for anything else */
     size_t n = single_ids ? 1 : json_array_size(in);
     if (n > (size_t)s->cfg.max_texts) {
         qac_server_error(r, 413, "payload_too_large", "'input' has %zu entries, more than the limit of %d", n,
@@ -416,7 +217,7 @@ static int get_openai_input(qac_server *s, json_t *o, texts *t, qac_http_respons
     t->len = calloc(n, sizeof *t->len);
     t->ids = calloc(n, sizeof *t->ids);
     if (!t->s || !t->len || !t->ids) {
-        texts_free(t);
+        qac_srv_texts_free(t);
         qac_server_error(r, 500, "internal", "out of memory");
         return 0;
     }
@@ -425,7 +226,7 @@ static int get_openai_input(qac_server *s, json_t *o, texts *t, qac_http_respons
         if (!is_int_array(e)) {
             qac_server_error(r, 422, "validation_error",
                              "'input[%zu]' must be a non-empty array of token ids, as the other entries", i);
-            texts_free(t);
+            qac_srv_texts_free(t);
             return 0;
         }
         t->ids[i] = e;
@@ -438,9 +239,9 @@ void qac_handle_embeddings(qac_server *s, const char *body, size_t len, qac_http
     /* not OpenAI's: which prompt the inputs take (absent: the default one) */
     static const char *const input_types[] = {"query", "passage", "document", NULL};
     int input_type = -1;
-    json_t *o = parse_body(body, len, r);
+    json_t *o = qac_srv_parse_body(body, len, r);
     if (!o) return;
-    texts t = {0};
+    qac_srv_texts t = {0};
     int encoding = 0;
     long long dims = s->be.dim;
     float *vec = NULL;
@@ -449,8 +250,8 @@ void qac_handle_embeddings(qac_server *s, const char *body, size_t len, qac_http
         qac_server_error(r, 422, "validation_error", "'model' must be a string");
         goto done;
     }
-    if (!get_openai_input(s, o, &t, r) || !get_enum(o, "encoding_format", encodings, &encoding, r) ||
-        !get_int(o, "dimensions", 1, 1 << 20, &dims, r) || !get_enum(o, "input_type", input_types, &input_type, r))
+    if (!get_openai_input(s, o, &t, r) || !qac_srv_get_enum(o, "encoding_format", encodings, &encoding, r) ||
+        !qac_srv_get_int(o, "dimensions", 1, 1 << 20, &dims, r) || !qac_srv_get_enum(o, "input_type", input_types, &input_type, r))
         goto done;
     if (dims > s->be.dim) {
         qac_server_error(r, 422, "validation_error", "'dimensions' must be at most %d for this model", s->be.dim);
@@ -479,29 +280,29 @@ void qac_handle_embeddings(qac_server *s, const char *body, size_t len, qac_http
     for (int i = 0; data && i < t.n; i++)
         json_array_append_new(data, json_pack("{s:s,s:i,s:o}", "object", "embedding", "index", i, "embedding",
                                               embedding_json(vec + (size_t)i * dims, (int)dims, encoding)));
-    set_json(r, json_pack("{s:s,s:o,s:s,s:{s:I,s:I}}", "object", "list", "data", data, "model", s->be.model_id,
+    qac_srv_json(r, QAC_REPLY_HOUSE, json_pack("{s:s,s:o,s:s,s:{s:I,s:I}}", "object", "list", "data", data, "model", s->be.model_id,
                           "usage", "prompt_tokens", (json_int_t)tokens, "total_tokens", (json_int_t)tokens));
 done:
     free(vec);
-    texts_free(&t);
+    qac_srv_texts_free(&t);
     json_decref(o);
 }
 
 /* ---------------- /tokenize ---------------- */
 
 void qac_handle_tokenize(qac_server *s, const char *body, size_t len, qac_http_response *r) {
-    json_t *o = parse_body(body, len, r);
+    json_t *o = qac_srv_parse_body(body, len, r);
     if (!o) return;
     if (json_object_get(o, "inputs")) { /* text-embeddings-inference's form */
         qac_handle_tei_tokenize(s, o, r);
         json_decref(o);
         return;
     }
-    texts t = {0};
+    qac_srv_texts t = {0};
     int specials = 1;
     int32_t *ids = NULL;
     json_t *all_ids = NULL, *all_tokens = NULL;
-    if (!get_texts(s, o, "text", "texts", &t, r) || !get_bool(o, "add_special_tokens", &specials, r)) goto done;
+    if (!qac_srv_get_texts(s, o, "text", "texts", &t, r) || !qac_srv_get_bool(o, "add_special_tokens", &specials, r)) goto done;
     all_ids = json_array();
     all_tokens = json_array();
     for (int i = 0; i < t.n; i++) {
@@ -532,179 +333,208 @@ void qac_handle_tokenize(qac_server *s, const char *body, size_t len, qac_http_r
         json_array_append_new(all_ids, ji);
         json_array_append_new(all_tokens, jt);
     }
-    set_json(r, json_pack("{s:O,s:O}", "ids", all_ids, "tokens", all_tokens));
+    qac_srv_json(r, QAC_REPLY_HOUSE, json_pack("{s:O,s:O}", "ids", all_ids, "tokens", all_tokens));
 done:
     free(ids);
     json_decref(all_ids);
     json_decref(all_tokens);
-    texts_free(&t);
+    qac_srv_texts_free(&t);
     json_decref(o);
 }
 
 /* ---------------- /search ---------------- */
 
-enum { MODE_DENSE = 0, MODE_BM25, MODE_HYBRID };
+static const char *const search_modes[] = {"dense", "bm25", "hybrid", NULL};
 
-void qac_handle_search(qac_server *s, const char *body, size_t len, qac_http_response *r) {
-    static const char *const modes[] = {"dense", "bm25", "hybrid", NULL};
-    double t0 = qac_now();
-    json_t *o = parse_body(body, len, r);
-    if (!o) return;
-    texts t = {0};
-    long long k = 10;
-    int mode = MODE_DENSE, return_text = 0;
-    float *qv = NULL, *dscores = NULL, *bscores = NULL;
-    int64_t *drows = NULL, *brows = NULL;
-    qac_hit *hits = NULL;
-    const char **sparse = NULL, **dense = NULL;
-    json_t *results = NULL;
-    if (!get_texts(s, o, "query", "queries", &t, r) || !get_int(o, "k", 1, s->cfg.max_k, &k, r) ||
-        !get_enum(o, "mode", modes, &mode, r) || !get_bool(o, "return_text", &return_text, r))
-        goto done;
-    for (int q = 0; q < t.n; q++) {
-        size_t i = 0;
-        while (i < t.len[q] && strchr(" \t\r\n\f\v", t.s[q][i])) i++;
-        if (i == t.len[q]) {
-            qac_server_error(r, 422, "validation_error", "query %d is only whitespace", q);
-            goto done;
+/* A /search request once read, and the lists and hits of its queries. */
+typedef struct search_req {
+    qac_srv_texts t;
+    long long k;
+    int mode; /* qac_search_mode */
+    int return_text;
+    int depth;              /* how deep each list is fetched (hybrid fuses deeper lists than it returns) */
+    float *qv, *dscores;    /* [nq, dim], [nq, depth]: the dense lists */
+    int64_t *drows;         /* [nq, depth] */
+    float *bscores;         /* [depth]: the BM25 list of the query at hand */
+    int64_t *brows;
+    qac_hit *hits;          /* [2 depth] */
+    const char **names;     /* [2 depth]: qac_hits_collect's scratch */
+} search_req;
+
+static void search_free(search_req *q) {
+    qac_srv_texts_free(&q->t);
+    free(q->qv);
+    free(q->dscores);
+    free(q->drows);
+    free(q->bscores);
+    free(q->brows);
+    free(q->hits);
+    free(q->names);
+}
+
+/* Step 1: the fields, each checked against the limits and against what
+ * this server has loaded, before any work. */
+static int search_read(qac_server *s, json_t *o, search_req *q, qac_http_response *r) {
+    q->k = 10;
+    q->mode = QAC_SEARCH_DENSE;
+    if (!qac_srv_get_texts(s, o, "query", "queries", &q->t, r) || !qac_srv_get_int(o, "k", 1, s->cfg.max_k, &q->k, r) ||
+        !qac_srv_get_enum(o, "mode", search_modes, &q->mode, r) || !qac_srv_get_bool(o, "return_text", &q->return_text, r))
+        return 0;
+    for (int i = 0; i < q->t.n; i++) {
+        size_t c = 0;
+        while (c < q->t.len[i] && strchr(" \t\r\n\f\v", q->t.s[i][c])) c++;
+        if (c == q->t.len[i]) {
+            qac_server_error(r, 422, "validation_error", "query %d is only whitespace", i);
+            return 0;
         }
     }
-    if (return_text && s->be.text_unavailable) {
+    if (q->return_text && s->be.text_unavailable) {
         qac_server_error(r, 422, "validation_error", "return_text: this server has no passage text (%s)",
                          s->be.search ? "the corpus was not found when it started" : "no dense index");
-        goto done;
+        return 0;
     }
     /* Refused before any work: every hit's text is read and sent. */
-    if (return_text && (long long)t.n * k > s->cfg.max_text_hits) {
+    if (q->return_text && (long long)q->t.n * q->k > s->cfg.max_text_hits) {
         qac_server_error(r, 413, "payload_too_large",
                          "return_text with %d queries x k %lld = %lld passages, more than the limit of %d "
                          "(max-text-hits); lower k or send fewer queries",
-                         t.n, k, (long long)t.n * k, s->cfg.max_text_hits);
-        goto done;
+                         q->t.n, q->k, (long long)q->t.n * q->k, s->cfg.max_text_hits);
+        return 0;
     }
-    int need_dense = mode != MODE_BM25, need_bm25 = mode != MODE_DENSE;
-    if (need_bm25 && !s->be.bm25_search) {
+    if (q->mode != QAC_SEARCH_DENSE && !s->be.bm25_search) {
         qac_server_error(r, 422, "validation_error", "mode '%s' needs a BM25 index: start the server with --bm25 DIR",
-                         modes[mode]);
-        goto done;
+                         search_modes[q->mode]);
+        return 0;
     }
-    if (need_dense && !s->be.search) {
+    if (q->mode != QAC_SEARCH_BM25 && !s->be.search) {
         qac_server_error(r, 503, "unavailable",
                          "no dense index is loaded (encode-only server): start it with --index DIR");
-        goto done;
+        return 0;
     }
-    int nq = t.n, dim = s->be.dim;
-    /* hybrid fuses deeper lists than it returns (qac search --mode hybrid fuses the same way) */
-    int depth = mode == MODE_HYBRID ? qac_hybrid_depth((int)k) : (int)k;
-    if (need_dense) {
-        qv = malloc((size_t)nq * dim * sizeof *qv);
-        dscores = malloc((size_t)nq * depth * sizeof *dscores);
-        drows = malloc((size_t)nq * depth * sizeof *drows);
-        if (!qv || !dscores || !drows) {
-            qac_server_error(r, 500, "internal", "out of memory");
-            goto done;
+    q->depth = q->mode == QAC_SEARCH_HYBRID ? qac_hybrid_depth((int)q->k) : (int)q->k;
+    return 1;
+}
+
+/* Step 2: every query encoded and searched in the dense index, together
+ * with other requests' queries (the batcher), into the dense lists. */
+static int search_dense(qac_server *s, search_req *q, qac_http_response *r) {
+    size_t nq = (size_t)q->t.n, depth = (size_t)q->depth;
+    q->qv = malloc(nq * (size_t)s->be.dim * sizeof *q->qv);
+    q->dscores = malloc(nq * depth * sizeof *q->dscores);
+    q->drows = malloc(nq * depth * sizeof *q->drows);
+    if (!q->qv || !q->dscores || !q->drows) {
+        qac_srv_fail(r, QAC_REPLY_HOUSE, QAC_ERR_NOMEM, "out of memory");
+        return 0;
+    }
+    return encode_texts(s, &q->t, or_empty(s->be.query_prompt), s->cfg.query_max_len, q->qv, NULL, q->depth,
+                        q->dscores, q->drows, r);
+}
+
+/* Step 3: query i's hits (q->hits, *nh of them): its BM25 list if the mode
+ * reads one, then both lists collected as `qac search` collects them; a
+ * hit only BM25 found gets its dense row, for return_text. */
+static int search_hits(qac_server *s, search_req *q, int i, int *nh, qac_http_response *r) {
+    int nb = 0;
+    if (q->mode != QAC_SEARCH_DENSE) {
+        /* BM25 reads a C string; JSON strings may hold a NUL, so copy rather than cut */
+        char *text = strndup(q->t.s[i], q->t.len[i]);
+        qac_status st = text ? s->be.bm25_search(s->be.bm25, text, q->depth, q->bscores, q->brows, &nb)
+                             : qac_set_error(QAC_ERR_NOMEM, "out of memory");
+        free(text);
+        if (st) {
+            qac_srv_fail(r, QAC_REPLY_HOUSE, st, "bm25 search");
+            return 0;
         }
-        /* encoded and searched together with other requests' queries */
-        if (!encode_texts(s, &t, or_empty(s->be.query_prompt), s->cfg.query_max_len, qv, NULL, depth, dscores, drows,
-                          r))
-            goto done;
     }
-    bscores = malloc((size_t)depth * sizeof *bscores);
-    brows = malloc((size_t)depth * sizeof *brows);
-    hits = malloc((size_t)depth * 2 * sizeof *hits);
-    sparse = malloc((size_t)depth * sizeof *sparse);
-    dense = malloc((size_t)depth * sizeof *dense);
+    size_t at = (size_t)i * (size_t)q->depth;
+    qac_hit_lists lists = {.mode = (qac_search_mode)q->mode,
+                           .dense_rows = q->drows ? q->drows + at : NULL,
+                           .dense_scores = q->dscores ? q->dscores + at : NULL,
+                           .n_dense = q->drows ? q->depth : 0,
+                           .bm25_rows = q->brows,
+                           .bm25_scores = q->bscores,
+                           .n_bm25 = nb,
+                           .dense_docid = s->be.docid,
+                           .dense_index = s->be.index,
+                           .bm25_docid = s->be.bm25_docid,
+                           .bm25_index = s->be.bm25,
+                           .names = q->names};
+    *nh = qac_hits_collect(&lists, (int)q->k, q->hits);
+    for (int h = 0; h < *nh && s->docid_rows; h++)
+        if (q->hits[h].row < 0) q->hits[h].row = qac_docid_map_get(s->docid_rows, q->hits[h].docid);
+    return 1;
+}
+
+/* Step 4: one query's hits as JSON, appended to results; *out_bytes
+ * counts the response's size for max_response_bytes. */
+static int search_reply_hits(qac_server *s, const search_req *q, int nh, json_t *results, size_t *out_bytes,
+                             qac_http_response *r) {
+    json_t *list = json_array();
+    json_array_append_new(results, list);
+    for (int i = 0; i < nh; i++) {
+        const qac_hit *hit = &q->hits[i];
+        json_t *h = json_pack("{s:s,s:f,s:i}", "docid", hit->docid, "score", (double)(float)hit->score, "rank", i + 1);
+        *out_bytes += 48 + strlen(hit->docid);
+        if (q->return_text && hit->row >= 0) {
+            char *text = NULL;
+            if (s->be.text(s->be.index, hit->row, &text)) {
+                json_decref(h);
+                qac_server_error(r, 500, "internal", "passage text: %s", qac_last_error());
+                return 0;
+            }
+            *out_bytes += 10 + (text ? strlen(text) * 11 / 10 : 0); /* ~10% JSON escaping */
+            json_object_set_new(h, "text", json_string(text ? text : ""));
+            free(text);
+        }
+        json_array_append_new(list, h);
+        if (*out_bytes > (size_t)s->cfg.max_response_bytes) {
+            qac_server_error(r, 413, "payload_too_large",
+                             "the response would be larger than %lld bytes (max-response-bytes); lower k, "
+                             "send fewer queries or drop return_text",
+                             s->cfg.max_response_bytes);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+void qac_handle_search(qac_server *s, const char *body, size_t len, qac_http_response *r) {
+    double t0 = qac_now();
+    json_t *o = qac_srv_parse_body(body, len, r), *results = NULL;
+    if (!o) return;
+    search_req q = {0};
+    if (!search_read(s, o, &q, r) || (q.mode != QAC_SEARCH_BM25 && !search_dense(s, &q, r))) goto done;
+    q.bscores = malloc((size_t)q.depth * sizeof *q.bscores);
+    q.brows = malloc((size_t)q.depth * sizeof *q.brows);
+    q.hits = malloc((size_t)q.depth * 2 * sizeof *q.hits);
+    q.names = malloc((size_t)q.depth * 2 * sizeof *q.names);
     results = json_array();
-    if (!bscores || !brows || !hits || !sparse || !dense || !results) {
-        qac_server_error(r, 500, "internal", "out of memory");
+    if (!q.bscores || !q.brows || !q.hits || !q.names || !results) {
+        qac_srv_fail(r, QAC_REPLY_HOUSE, QAC_ERR_NOMEM, "out of memory");
         goto done;
     }
     size_t out_bytes = 0; /* an estimate of the response body, for max_response_bytes */
-    for (int q = 0; q < nq; q++) {
-        int nh = 0, nb = 0;
+    for (int i = 0; i < q.t.n; i++) {
+        int nh = 0;
         if (qac_srv_gone()) {
             qac_server_error(r, 499, "client_closed", "the client went away");
             goto done;
         }
-        if (need_bm25) {
-            /* BM25 reads the text itself; copy since JSON strings may hold no NUL but are not ours to cut */
-            char *qs = strndup(t.s[q], t.len[q]);
-            qac_status st = qs ? s->be.bm25_search(s->be.bm25, qs, depth, bscores, brows, &nb) : QAC_ERR_NOMEM;
-            free(qs);
-            if (st) {
-                qac_server_error(r, 500, "internal", "bm25 search: %s", qac_last_error());
-                goto done;
-            }
-        }
-        if (mode == MODE_DENSE) {
-            for (int i = 0; i < depth; i++) {
-                int64_t row = drows[(size_t)q * depth + i];
-                if (row < 0) continue;
-                hits[nh++] = (qac_hit){s->be.docid(s->be.index, row), dscores[(size_t)q * depth + i], row};
-            }
-            qac_hits_sort(hits, nh);
-        } else if (mode == MODE_BM25) {
-            for (int i = 0; i < nb; i++) {
-                const char *d = s->be.bm25_docid(s->be.bm25, brows[i]);
-                hits[nh++] = (qac_hit){d, bscores[i], s->docid_rows ? qac_docid_map_get(s->docid_rows, d) : -1};
-            }
-            qac_hits_sort(hits, nh);
-        } else {
-            const int64_t *rows = drows + (size_t)q * depth;
-            for (int i = 0; i < depth; i++) dense[i] = rows[i] >= 0 ? s->be.docid(s->be.index, rows[i]) : NULL;
-            for (int i = 0; i < nb; i++) sparse[i] = s->be.bm25_docid(s->be.bm25, brows[i]);
-            nh = qac_rrf_fuse(rows, dense, depth, sparse, nb, hits);
-            for (int i = 0; i < nh; i++) /* BM25-only hits: their dense row, for return_text */
-                if (hits[i].row < 0 && s->docid_rows) hits[i].row = qac_docid_map_get(s->docid_rows, hits[i].docid);
-        }
-        if (nh > k) nh = (int)k;
-        json_t *list = json_array();
-        json_array_append_new(results, list);
-        for (int i = 0; i < nh; i++) {
-            json_t *h = json_pack("{s:s,s:f,s:i}", "docid", hits[i].docid, "score", (double)(float)hits[i].score, "rank",
-                                  i + 1);
-            out_bytes += 48 + strlen(hits[i].docid);
-            if (return_text && hits[i].row >= 0) {
-                char *text = NULL;
-                if (s->be.text(s->be.index, hits[i].row, &text)) {
-                    json_decref(h);
-                    qac_server_error(r, 500, "internal", "passage text: %s", qac_last_error());
-                    goto done;
-                }
-                out_bytes += 10 + (text ? strlen(text) * 11 / 10 : 0); /* ~10% JSON escaping */
-                json_object_set_new(h, "text", json_string(text ? text : ""));
-                free(text);
-            }
-            json_array_append_new(list, h);
-            if (out_bytes > (size_t)s->cfg.max_response_bytes) {
-                qac_server_error(r, 413, "payload_too_large",
-                                 "the response would be larger than %lld bytes (max-response-bytes); lower k, "
-                                 "send fewer queries or drop return_text",
-                                 s->cfg.max_response_bytes);
-                goto done;
-            }
-        }
+        if (!search_hits(s, &q, i, &nh, r) || !search_reply_hits(s, &q, nh, results, &out_bytes, r)) goto done;
     }
-    set_json(r, json_pack("{s:O,s:s,s:f}", "results", results, "mode", modes[mode], "took_ms",
-                          (qac_now() - t0) * 1000.0));
+    qac_srv_json(r, QAC_REPLY_HOUSE,
+                 json_pack("{s:O,s:s,s:f}", "results", results, "mode", search_modes[q.mode], "took_ms",
+                           (qac_now() - t0) * 1000.0));
 done:
     json_decref(results);
-    free(qv);
-    free(dscores);
-    free(drows);
-    free(bscores);
-    free(brows);
-    free(hits);
-    free(sparse);
-    free(dense);
-    texts_free(&t);
+    search_free(&q);
     json_decref(o);
 }
 
 /* ---------------- /v1/models (OpenAI) ---------------- */
 
 void qac_handle_models(qac_server *s, qac_http_response *r) {
-    set_json(r, json_pack("{s:s,s:[{s:s,s:s,s:I,s:s}]}", "object", "list", "data", "id", s->be.model_id, "object",
+    qac_srv_json(r, QAC_REPLY_HOUSE, json_pack("{s:s,s:[{s:s,s:s,s:I,s:s}]}", "object", "list", "data", "id", s->be.model_id, "object",
                           "model", "created", (json_int_t)s->started_unix, "owned_by", "qac"));
 }
 
@@ -747,63 +577,11 @@ void qac_handle_info(qac_server *s, qac_http_response *r) {
         json_object_set_new(o, "index", ix);
     }
     if (o && s->be.bm25_search) json_object_set_new(o, "bm25", json_pack("{s:I}", "size", (json_int_t)s->be.bm25_count));
-    set_json(r, o);
+    qac_srv_json(r, QAC_REPLY_HOUSE, o);
 }
 
 void qac_handle_health(qac_server *s, qac_http_response *r) {
     int draining = atomic_load(&s->draining);
-    set_json(r, json_pack("{s:s}", "status", draining ? "draining" : "ok"));
+    qac_srv_json(r, QAC_REPLY_HOUSE, json_pack("{s:s}", "status", draining ? "draining" : "ok"));
     if (draining) r->status = 503;
-}
-
-/* ---------------- docid -> row ---------------- */
-
-struct qac_docid_map {
-    const char **keys;
-    int64_t *rows;
-    size_t cap; /* power of two */
-};
-
-static uint64_t hash_str(const char *s) {
-    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
-    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ULL;
-    return h;
-}
-
-qac_status qac_docid_map_build(qac_docid_map **out, const qac_server_backend *be) {
-    *out = NULL;
-    qac_docid_map *m = calloc(1, sizeof *m);
-    if (!m) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
-    m->cap = 16;
-    while (m->cap < (size_t)be->index_count * 2) m->cap *= 2;
-    m->keys = calloc(m->cap, sizeof *m->keys);
-    m->rows = calloc(m->cap, sizeof *m->rows);
-    if (!m->keys || !m->rows) {
-        qac_docid_map_free(m);
-        return qac_set_error(QAC_ERR_NOMEM, "out of memory for the docid map");
-    }
-    for (int64_t row = 0; row < be->index_count; row++) {
-        const char *d = be->docid(be->index, row);
-        if (!d) continue;
-        size_t i = hash_str(d) & (m->cap - 1);
-        while (m->keys[i] && strcmp(m->keys[i], d)) i = (i + 1) & (m->cap - 1);
-        m->keys[i] = d;
-        m->rows[i] = row;
-    }
-    *out = m;
-    return QAC_OK;
-}
-
-int64_t qac_docid_map_get(const qac_docid_map *m, const char *d) {
-    if (!m || !d) return -1;
-    for (size_t i = hash_str(d) & (m->cap - 1); m->keys[i]; i = (i + 1) & (m->cap - 1))
-        if (!strcmp(m->keys[i], d)) return m->rows[i];
-    return -1;
-}
-
-void qac_docid_map_free(qac_docid_map *m) {
-    if (!m) return;
-    free(m->keys);
-    free(m->rows);
-    free(m);
 }

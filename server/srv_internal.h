@@ -224,16 +224,64 @@ qac_route qac_server_route(const char *path, size_t path_len, const char **allow
  * whether the method is allowed there (*ok); allow as above. */
 qac_route qac_server_route_method(const char *path, size_t path_len, const char *method, const char **allow, int *ok);
 
-/* The cancel check of the request this thread is serving (NULL: none). */
+/* The cancel check of the request this thread is serving (NULL: none);
+ * set by qac_server_handle, defined beside the batcher that reads it. */
 extern _Thread_local const qac_cancel *qac_srv_cancel;
 int qac_srv_gone(void);
 
-/* The backend's prompts (srv_handlers.c): the text of prompt `name`, or
- * NULL when there is none by that name; the default prompt's text ("" when
- * there is none); the names, comma-separated and quoted, into buf. */
+/* ---- answers (srv_reply.c): below every route ---- */
+struct json_t;
+/* The error family of a route: the house's {"error": {code, type, message}}
+ * or text-embeddings-inference's {"error", "error_type"}. */
+typedef enum qac_reply_shape { QAC_REPLY_HOUSE = 0, QAC_REPLY_TEI } qac_reply_shape;
+#define QAC_SRV_JSON_FLAGS (JSON_COMPACT | JSON_REAL_PRECISION(9)) /* 9 digits: floats round-trip */
+/* The body (malloc'd, or NULL), its status and content type. */
+void qac_srv_set_body(qac_http_response *r, int status, char *body, const char *content_type);
+/* An error in the shape (the house's: qac_server_error). */
+void qac_srv_error(qac_http_response *r, qac_reply_shape shape, int status, const char *type, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 5, 6)))
+#endif
+    ;
+/* 200 with o serialised (the reference is taken); out of memory: the
+ * shape's error. */
+void qac_srv_json(qac_http_response *r, qac_reply_shape shape, struct json_t *o);
+/* A failed call's status (not QAC_OK) answered in the shape, from one table:
+ * busy 503 / TEI 429, cancelled 503 (or 499 when the client has gone),
+ * anything else 500 / TEI 424, with what (the call, may be NULL) and
+ * qac_last_error() in the message. */
+void qac_srv_fail(qac_http_response *r, qac_reply_shape shape, qac_status st, const char *what);
+
+/* ---- the backend's prompts (srv_prompts.c) ---- */
+/* The text of prompt `name`, or NULL when there is none by that name; the
+ * default prompt's text ("" when there is none); the names, comma-separated
+ * and quoted, into buf. */
 const char *qac_srv_prompt(const qac_server *s, const char *name);
 const char *qac_srv_default_prompt(const qac_server *s);
 void qac_srv_prompt_names(const qac_server *s, char *buf, size_t cap);
+
+/* ---- request fields of the house routes (srv_fields.c) ---- */
+/* Texts taken from a request: borrowed from its parsed body. */
+typedef struct qac_srv_texts {
+    int n;
+    const char **s;
+    size_t *len;
+    struct json_t **ids; /* NULL, or per entry: token ids given instead of a text (s NULL) */
+} qac_srv_texts;
+/* The body parsed into an object, or NULL after answering 400 / 422. */
+struct json_t *qac_srv_parse_body(const char *body, size_t len, qac_http_response *r);
+/* One string (under `one`) or an array of strings (under `many`); exactly
+ * one of them must be present (NULL: that form is not taken). Empty
+ * strings are refused, more than max_texts is 413. 0 after answering. */
+int qac_srv_get_texts(qac_server *s, struct json_t *o, const char *one, const char *many, qac_srv_texts *t,
+                      qac_http_response *r);
+void qac_srv_texts_free(qac_srv_texts *t);
+/* Optional typed fields: absent leaves *out alone; 0 after answering 422.
+ * choices: NULL-terminated; *out is the index of the match. */
+int qac_srv_get_int(struct json_t *o, const char *key, long long lo, long long hi, long long *out,
+                    qac_http_response *r);
+int qac_srv_get_bool(struct json_t *o, const char *key, int *out, qac_http_response *r);
+int qac_srv_get_enum(struct json_t *o, const char *key, const char *const *choices, int *out, qac_http_response *r);
 
 /* JSON endpoint handlers (srv_handlers.c). */
 void qac_handle_search(qac_server *s, const char *body, size_t len, qac_http_response *resp);
@@ -248,15 +296,14 @@ void qac_handle_models(qac_server *s, qac_http_response *resp);
 void qac_handle_tei_embed(qac_server *s, const char *body, size_t len, qac_http_response *resp);
 void qac_handle_tei_embed_all(qac_server *s, const char *body, size_t len, qac_http_response *resp);
 void qac_handle_tei_decode(qac_server *s, const char *body, size_t len, qac_http_response *resp);
-struct json_t;
 void qac_handle_tei_tokenize(qac_server *s, struct json_t *o, qac_http_response *resp);
 
-/* docid -> row map (srv_handlers.c). */
+/* docid -> row map (srv_docids.c). */
 qac_status qac_docid_map_build(qac_docid_map **out, const qac_server_backend *be);
 int64_t qac_docid_map_get(const qac_docid_map *m, const char *docid);
 void qac_docid_map_free(qac_docid_map *m);
 
-/* Strict UTF-8 check (no overlongs, surrogates or values past U+10FFFF). */
+/* Strict UTF-8 check (no overlongs, surrogates or values past U+10FFFF); srv_reply.c. */
 int qac_utf8_valid(const char *s, size_t len);
 
 #endif

@@ -69,71 +69,6 @@ void qac_server_log(qac_server *s, qac_log_level level, const char *fmt, ...) {
     s->log(s->log_user, level, msg);
 }
 
-void qac_http_response_clear(qac_http_response *r) {
-    if (!r) return;
-    free(r->body);
-    memset(r, 0, sizeof *r);
-}
-
-static void set_body(qac_http_response *r, int status, char *body, const char *type) {
-    free(r->body);
-    r->status = status;
-    r->body = body;
-    r->body_len = body ? strlen(body) : 0;
-    r->content_type = type;
-}
-
-void qac_server_error(qac_http_response *r, int status, const char *type, const char *fmt, ...) {
-    char msg[1024];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    /* Library messages may quote raw input: keep the JSON valid whatever it holds. */
-    if (!qac_utf8_valid(msg, strlen(msg))) {
-        for (char *p = msg; *p; p++)
-            if ((unsigned char)*p >= 0x80) *p = '?';
-    }
-    json_t *o = json_pack("{s:{s:i,s:s,s:s}}", "error", "code", status, "type", type, "message", msg);
-    char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    if (!body) {
-        /* Only reachable out of memory: a constant body still has the shape. */
-        const char *fallback = "{\"error\":{\"code\":500,\"type\":\"internal\",\"message\":\"out of memory\"}}";
-        body = strdup(fallback);
-        status = 500;
-    }
-    set_body(r, status, body, "application/json");
-}
-
-int qac_utf8_valid(const char *str, size_t len) {
-    const unsigned char *s = (const unsigned char *)str;
-    size_t i = 0;
-    while (i < len) {
-        unsigned char c = s[i];
-        if (c < 0x80) {
-            i++;
-            continue;
-        }
-        int n;
-        unsigned cp;
-        if (c >= 0xC2 && c <= 0xDF) n = 1, cp = c & 0x1F;
-        else if (c >= 0xE0 && c <= 0xEF) n = 2, cp = c & 0x0F;
-        else if (c >= 0xF0 && c <= 0xF4) n = 3, cp = c & 0x07;
-        else return 0;
-        if (i + (size_t)n >= len) return 0;
-        for (int k = 1; k <= n; k++) {
-            if ((s[i + k] & 0xC0) != 0x80) return 0;
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-            (cp >= 0xD800 && cp <= 0xDFFF))
-            return 0;
-        i += (size_t)n + 1;
-    }
-    return 1;
-}
-
 static int key_matches(const char *want, const char *authorization) {
     if (!authorization) return 0;
     while (*authorization == ' ') authorization++;
@@ -161,10 +96,8 @@ static void handle_metrics(qac_server *s, qac_http_response *r) {
         qac_server_error(r, 500, "internal", "out of memory rendering metrics");
         return;
     }
-    set_body(r, 200, text, "text/plain; version=0.0.4; charset=utf-8");
+    qac_srv_set_body(r, 200, text, "text/plain; version=0.0.4; charset=utf-8");
 }
-
-_Thread_local const qac_cancel *qac_srv_cancel;
 
 void qac_server_handle(qac_server *s, const qac_http_request *req, qac_http_response *r) {
     memset(r, 0, sizeof *r);
@@ -195,7 +128,7 @@ void qac_server_handle(qac_server *s, const qac_http_request *req, qac_http_resp
                       route == QAC_ROUTE_EMBED;
         if (encodes) qac_batcher_expect(s->batcher);
         switch (route) {
-        case QAC_ROUTE_PAGE: set_body(r, 200, qac_server_page(s), "text/html; charset=utf-8"); break;
+        case QAC_ROUTE_PAGE: qac_srv_set_body(r, 200, qac_server_page(s), "text/html; charset=utf-8"); break;
         case QAC_ROUTE_SEARCH: qac_handle_search(s, body, req->body_len, r); break;
         case QAC_ROUTE_ENCODE: qac_handle_encode(s, body, req->body_len, r); break;
         case QAC_ROUTE_EMBEDDINGS: qac_handle_embeddings(s, body, req->body_len, r); break;

@@ -23,7 +23,6 @@
  *     has no such prompt); absent or null: the model's default prompt, if
  *     it names one. Token-id inputs take no prompt. */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,60 +31,17 @@
 
 #include "srv_internal.h"
 
-static void tei_error(qac_http_response *r, int status, const char *type, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 4, 5)))
-#endif
-    ;
-
-static void tei_error(qac_http_response *r, int status, const char *type, const char *fmt, ...) {
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    if (!qac_utf8_valid(msg, strlen(msg)))
-        for (char *p = msg; *p; p++)
-            if ((unsigned char)*p >= 0x80) *p = '?';
-    json_t *o = json_pack("{s:s,s:s}", "error", msg, "error_type", type);
-    char *body = o ? json_dumps(o, JSON_COMPACT) : NULL;
-    json_decref(o);
-    if (!body) {
-        qac_server_error(r, 500, "internal", "out of memory");
-        return;
-    }
-    free(r->body);
-    r->status = status;
-    r->body = body;
-    r->body_len = strlen(body);
-    r->content_type = "application/json";
-}
-
-static void tei_json(qac_http_response *r, json_t *o) {
-    char *out = o ? json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9)) : NULL;
-    json_decref(o);
-    if (!out) {
-        tei_error(r, 424, "Backend", "Backend error: out of memory building the response");
-        return;
-    }
-    free(r->body);
-    r->status = 200;
-    r->body = out;
-    r->body_len = strlen(out);
-    r->content_type = "application/json";
-}
-
 /* The messages of TEI's JSON extractor (axum's rejections). */
 static json_t *tei_parse(const char *body, size_t len, qac_http_response *r) {
     json_error_t je;
     json_t *o = qac_utf8_valid(body, len) ? json_loadb(body, len, 0, &je) : NULL;
     if (!o) {
-        tei_error(r, 400, "Validation", "Failed to parse the request body as JSON");
+        qac_srv_error(r, QAC_REPLY_TEI, 400, "Validation", "Failed to parse the request body as JSON");
         return NULL;
     }
     if (!json_is_object(o)) {
         json_decref(o);
-        tei_error(r, 422, "Validation",
+        qac_srv_error(r, QAC_REPLY_TEI, 422, "Validation",
                   "Failed to deserialize the JSON body into the target type: invalid type: expected a struct");
         return NULL;
     }
@@ -93,7 +49,7 @@ static json_t *tei_parse(const char *body, size_t len, qac_http_response *r) {
 }
 
 static void type_error(qac_http_response *r, const char *field, const char *want) {
-    tei_error(r, 422, "Validation", "Failed to deserialize the JSON body into the target type: %s: expected %s", field,
+    qac_srv_error(r, QAC_REPLY_TEI, 422, "Validation", "Failed to deserialize the JSON body into the target type: %s: expected %s", field,
               want);
 }
 
@@ -135,7 +91,7 @@ static int get_inputs(json_t *o, const char *key, int strings_only, json_t ***it
     *n = 0;
     *batch = 0;
     if (!v) {
-        tei_error(r, 422, "Validation", "Failed to deserialize the JSON body into the target type: missing field `%s`",
+        qac_srv_error(r, QAC_REPLY_TEI, 422, "Validation", "Failed to deserialize the JSON body into the target type: missing field `%s`",
                   key);
         return 0;
     }
@@ -167,18 +123,18 @@ static int get_inputs(json_t *o, const char *key, int strings_only, json_t ***it
     *batch = 1;
     return 1;
 oom:
-    tei_error(r, 424, "Backend", "Backend error: out of memory");
+    qac_srv_fail(r, QAC_REPLY_TEI, QAC_ERR_NOMEM, "out of memory");
     return 0;
 }
 
 /* TEI's checks of a batch before any input is looked at. */
 static int check_batch(qac_server *s, int n, int batch, const char *what, qac_http_response *r) {
     if (batch && n == 0) {
-        tei_error(r, 400, "Empty", "`%s` cannot be empty", what);
+        qac_srv_error(r, QAC_REPLY_TEI, 400, "Empty", "`%s` cannot be empty", what);
         return 0;
     }
     if (batch && n > s->cfg.max_texts) {
-        tei_error(r, 422, "Validation", "batch size %d > maximum allowed batch size %d", n, s->cfg.max_texts);
+        qac_srv_error(r, QAC_REPLY_TEI, 422, "Validation", "batch size %d > maximum allowed batch size %d", n, s->cfg.max_texts);
         return 0;
     }
     return 1;
@@ -193,7 +149,7 @@ static int encode_prompted_input(qac_server *s, const char *prompt, const char *
     const qac_server_backend *be = &s->be;
     int nt = 0;
     if (be->encode_prompted(be->enc, prompt, t, tl, max_len + 1, out, &nt, from)) {
-        tei_error(r, 422, "Tokenizer", "tokenizer error %s", qac_last_error());
+        qac_srv_error(r, QAC_REPLY_TEI, 422, "Tokenizer", "tokenizer error %s", qac_last_error());
         return 0;
     }
     if (nt <= max_len) {
@@ -201,13 +157,13 @@ static int encode_prompted_input(qac_server *s, const char *prompt, const char *
         return 1;
     }
     if (!truncate) {
-        tei_error(r, 422, "Validation",
+        qac_srv_error(r, QAC_REPLY_TEI, 422, "Validation",
                   "Input validation error: `inputs` with the prompt must have less than %d tokens", max_len);
         return 0;
     }
     if (!left) {
         if (be->encode_prompted(be->enc, prompt, t, tl, max_len, out, len, from)) {
-            tei_error(r, 422, "Tokenizer", "tokenizer error %s", qac_last_error());
+            qac_srv_error(r, QAC_REPLY_TEI, 422, "Tokenizer", "tokenizer error %s", qac_last_error());
             return 0;
         }
         return 1;
@@ -215,18 +171,18 @@ static int encode_prompted_input(qac_server *s, const char *prompt, const char *
     int ft = 0, fp = 0;
     int32_t scratch[1];
     if (be->tokenize(be->enc, t, tl, scratch, 0, &ft) || be->tokenize(be->enc, prompt, strlen(prompt), scratch, 0, &fp)) {
-        tei_error(r, 422, "Tokenizer", "tokenizer error %s", qac_last_error());
+        qac_srv_error(r, QAC_REPLY_TEI, 422, "Tokenizer", "tokenizer error %s", qac_last_error());
         return 0;
     }
     int cap = ft + fp + 8, all_n = 0, all_from = 0; /* the two tokenised apart bound the whole, with slack */
     int32_t *all = malloc((size_t)cap * sizeof *all);
     if (!all) {
-        tei_error(r, 424, "Backend", "Backend error: out of memory");
+        qac_srv_fail(r, QAC_REPLY_TEI, QAC_ERR_NOMEM, "out of memory");
         return 0;
     }
     if (be->encode_prompted(be->enc, prompt, t, tl, cap, all, &all_n, &all_from) || all_n >= cap) {
         free(all);
-        tei_error(r, 422, "Tokenizer", "tokenizer error %s", all_n >= cap ? "token count changed" : qac_last_error());
+        qac_srv_error(r, QAC_REPLY_TEI, 422, "Tokenizer", "tokenizer error %s", all_n >= cap ? "token count changed" : qac_last_error());
         return 0;
     }
     int specials = (be->cls_id >= 0) + (be->sep_id >= 0), head = be->cls_id >= 0;
@@ -250,11 +206,11 @@ static int encode_input(qac_server *s, json_t *in, const char *prompt, int trunc
     if (json_is_array(in)) { /* token ids, used as they are */
         int n = (int)json_array_size(in);
         if (n == 0) {
-            tei_error(r, 400, "Empty", "Input validation error: `inputs` cannot be empty");
+            qac_srv_error(r, QAC_REPLY_TEI, 400, "Empty", "Input validation error: `inputs` cannot be empty");
             return 0;
         }
         if (n > max_len && !truncate) {
-            tei_error(r, 422, "Validation", "Input validation error: `inputs` must have less than %d tokens. Given: %d",
+            qac_srv_error(r, QAC_REPLY_TEI, 422, "Validation", "Input validation error: `inputs` must have less than %d tokens. Given: %d",
                       max_len, n);
             return 0;
         }
@@ -262,7 +218,7 @@ static int encode_input(qac_server *s, json_t *in, const char *prompt, int trunc
         for (int i = 0; i < keep; i++) {
             long long id = json_integer_value(json_array_get(in, (size_t)(from + i)));
             if (id >= be->vocab_size) {
-                tei_error(r, 422, "Validation", "Input validation error: token id %lld is outside the vocabulary (0..%d)",
+                qac_srv_error(r, QAC_REPLY_TEI, 422, "Validation", "Input validation error: token id %lld is outside the vocabulary (0..%d)",
                           id, be->vocab_size - 1);
                 return 0;
             }
@@ -274,25 +230,25 @@ static int encode_input(qac_server *s, json_t *in, const char *prompt, int trunc
     const char *t = json_string_value(in);
     size_t tl = json_string_length(in);
     if (tl == 0) {
-        tei_error(r, 400, "Empty", "Input validation error: `inputs` cannot be empty");
+        qac_srv_error(r, QAC_REPLY_TEI, 400, "Empty", "Input validation error: `inputs` cannot be empty");
         return 0;
     }
     if (prompt && *prompt) return encode_prompted_input(s, prompt, t, tl, truncate, left, max_len, out, len, from_skip, r);
     int full = 0;
     int32_t scratch[1];
     if (be->tokenize(be->enc, t, tl, scratch, 0, &full)) {
-        tei_error(r, 422, "Tokenizer", "tokenizer error %s", qac_last_error());
+        qac_srv_error(r, QAC_REPLY_TEI, 422, "Tokenizer", "tokenizer error %s", qac_last_error());
         return 0;
     }
     int specials = (be->cls_id >= 0) + (be->sep_id >= 0);
     if (full + specials > max_len && !truncate) {
-        tei_error(r, 422, "Validation", "Input validation error: `inputs` must have less than %d tokens. Given: %d",
+        qac_srv_error(r, QAC_REPLY_TEI, 422, "Validation", "Input validation error: `inputs` must have less than %d tokens. Given: %d",
                   max_len, full + specials);
         return 0;
     }
     if (!left || full + specials <= max_len) {
         if (be->encode_text(be->enc, t, tl, max_len, out, len)) {
-            tei_error(r, 422, "Tokenizer", "tokenizer error %s", qac_last_error());
+            qac_srv_error(r, QAC_REPLY_TEI, 422, "Tokenizer", "tokenizer error %s", qac_last_error());
             return 0;
         }
         return 1;
@@ -300,14 +256,14 @@ static int encode_input(qac_server *s, json_t *in, const char *prompt, int trunc
     /* cut on the left: the last tokens, between the specials */
     int32_t *all = malloc((size_t)full * sizeof *all);
     if (!all) {
-        tei_error(r, 424, "Backend", "Backend error: out of memory");
+        qac_srv_fail(r, QAC_REPLY_TEI, QAC_ERR_NOMEM, "out of memory");
         return 0;
     }
     int got = 0;
     qac_status st = be->tokenize(be->enc, t, tl, all, full, &got);
     if (st || got != full) {
         free(all);
-        tei_error(r, 422, "Tokenizer", "tokenizer error %s", st ? qac_last_error() : "token count changed");
+        qac_srv_error(r, QAC_REPLY_TEI, 422, "Tokenizer", "tokenizer error %s", st ? qac_last_error() : "token count changed");
         return 0;
     }
     int keep = max_len - specials, o = 0;
@@ -358,7 +314,7 @@ void qac_handle_tei_embed(qac_server *s, const char *body, size_t len, qac_http_
     }
     if (!check_batch(s, n, batch, "inputs", r)) goto done;
     if (jd && !json_is_null(jd) && dims == 0) {
-        tei_error(r, 422, "Validation", "Input validation error: `dimensions` should be positive");
+        qac_srv_error(r, QAC_REPLY_TEI, 422, "Validation", "Input validation error: `dimensions` should be positive");
         goto done;
     }
     json_t *pn = json_object_get(o, "prompt_name");
@@ -371,10 +327,10 @@ void qac_handle_tei_embed(qac_server *s, const char *body, size_t len, qac_http_
         char names[256];
         qac_srv_prompt_names(s, names, sizeof names);
         if (s->be.n_prompts)
-            tei_error(r, 422, "Validation", "`prompt_name` `%s` was not found in the Sentence Transformers prompts. "
+            qac_srv_error(r, QAC_REPLY_TEI, 422, "Validation", "`prompt_name` `%s` was not found in the Sentence Transformers prompts. "
                       "Available prompts: [%s]", json_string_value(pn), names);
         else
-            tei_error(r, 422, "Validation", "`prompt_name` is set to `%s` but no prompts were found in the Sentence "
+            qac_srv_error(r, QAC_REPLY_TEI, 422, "Validation", "`prompt_name` is set to `%s` but no prompts were found in the Sentence "
                       "Transformers configuration", json_string_value(pn));
         goto done;
     }
@@ -386,7 +342,7 @@ void qac_handle_tei_embed(qac_server *s, const char *body, size_t len, qac_http_
     from = malloc((size_t)n * sizeof *from);
     vec = malloc((size_t)n * (size_t)dim * sizeof *vec);
     if (!ids || !ptrs || !lens || !from || !vec) {
-        tei_error(r, 424, "Backend", "Backend error: out of memory");
+        qac_srv_fail(r, QAC_REPLY_TEI, QAC_ERR_NOMEM, "out of memory");
         goto done;
     }
     for (int i = 0; i < n; i++) {
@@ -396,7 +352,7 @@ void qac_handle_tei_embed(qac_server *s, const char *body, size_t len, qac_http_
             goto done;
     }
     if (dims > dim) {
-        tei_error(r, 422, "Validation",
+        qac_srv_error(r, QAC_REPLY_TEI, 422, "Validation",
                   "Input validation error: `dimensions` should be smaller than the maximum embedding dimension.");
         goto done;
     }
@@ -404,20 +360,8 @@ void qac_handle_tei_embed(qac_server *s, const char *body, size_t len, qac_http_
     int raw = !normalize && s->be.normalize;
     qac_status st = qac_batcher_run(s->batcher, (const int32_t *const *)ptrs, lens, from, n, vec, 0, NULL, NULL,
                                     s->cfg.timeout_ms, qac_srv_cancel, raw);
-    if (st == QAC_ERR_CANCELLED && qac_srv_gone()) {
-        qac_server_error(r, 499, "client_closed", "the client went away");
-        goto done;
-    }
-    if (st == QAC_ERR_BUSY) {
-        tei_error(r, 429, "Overloaded", "Model is overloaded");
-        r->retry_after = 1;
-        goto done;
-    } else if (st == QAC_ERR_CANCELLED) {
-        tei_error(r, 503, "Unhealthy", "%s", qac_last_error());
-        r->retry_after = 1;
-        goto done;
-    } else if (st) {
-        tei_error(r, 424, "Backend", "Backend error: %s", qac_last_error());
+    if (st) {
+        qac_srv_fail(r, QAC_REPLY_TEI, st, NULL);
         goto done;
     }
     int out_dim = dims > 0 ? (int)dims : dim;
@@ -431,7 +375,7 @@ void qac_handle_tei_embed(qac_server *s, const char *body, size_t len, qac_http_
         for (int d = 0; row && d < out_dim; d++) json_array_append_new(row, json_real(x[d]));
         json_array_append_new(rows, row);
     }
-    tei_json(r, rows);
+    qac_srv_json(r, QAC_REPLY_TEI, rows);
 done:
     json_decref(o);
     free(items);
@@ -451,7 +395,7 @@ void qac_handle_tei_embed_all(qac_server *s, const char *body, size_t len, qac_h
     json_t *o = tei_parse(body, len, r);
     if (!o) return;
     json_decref(o);
-    tei_error(r, 424, "Backend",
+    qac_srv_error(r, QAC_REPLY_TEI, 424, "Backend",
               "Backend error: `embed_all` is not available: this server's encoder returns pooled embeddings only "
               "(use /embed)");
 }
@@ -472,13 +416,13 @@ void qac_handle_tei_tokenize(qac_server *s, json_t *o, qac_http_response *r) {
         const char *t = json_string_value(items[i]);
         size_t tl = json_string_length(items[i]);
         if (tl == 0) {
-            tei_error(r, 400, "Empty", "Input validation error: `inputs` cannot be empty");
+            qac_srv_error(r, QAC_REPLY_TEI, 400, "Empty", "Input validation error: `inputs` cannot be empty");
             goto done;
         }
         int cnt = 0;
         int32_t scratch[1];
         if (be->tokenize(be->enc, t, tl, scratch, 0, &cnt)) {
-            tei_error(r, 422, "Tokenizer", "tokenizer error %s", qac_last_error());
+            qac_srv_error(r, QAC_REPLY_TEI, 422, "Tokenizer", "tokenizer error %s", qac_last_error());
             goto done;
         }
         free(ids);
@@ -486,14 +430,14 @@ void qac_handle_tei_tokenize(qac_server *s, json_t *o, qac_http_response *r) {
         ids = malloc(((size_t)cnt + 1) * sizeof *ids);
         offs = malloc(((size_t)cnt + 1) * 2 * sizeof *offs);
         if (!ids || !offs) {
-            tei_error(r, 424, "Backend", "Backend error: out of memory");
+            qac_srv_fail(r, QAC_REPLY_TEI, QAC_ERR_NOMEM, "out of memory");
             goto done;
         }
         int got = 0, have_offs = be->tokenize_offsets != NULL;
         qac_status st = have_offs ? be->tokenize_offsets(be->enc, t, tl, ids, offs, cnt, &got)
                                   : be->tokenize(be->enc, t, tl, ids, cnt, &got);
         if (st || got != cnt) {
-            tei_error(r, 422, "Tokenizer", "tokenizer error %s", st ? qac_last_error() : "token count changed");
+            qac_srv_error(r, QAC_REPLY_TEI, 422, "Tokenizer", "tokenizer error %s", st ? qac_last_error() : "token count changed");
             goto done;
         }
         json_t *list = json_array();
@@ -525,7 +469,7 @@ void qac_handle_tei_tokenize(qac_server *s, json_t *o, qac_http_response *r) {
             json_array_append_new(list, tok);
         }
     }
-    tei_json(r, out);
+    qac_srv_json(r, QAC_REPLY_TEI, out);
     out = NULL;
 done:
     json_decref(out);
@@ -544,7 +488,7 @@ void qac_handle_tei_decode(qac_server *s, const char *body, size_t len, qac_http
     int skip = 1;
     json_t *v = json_object_get(o, "ids");
     if (!v) {
-        tei_error(r, 422, "Validation", "Failed to deserialize the JSON body into the target type: missing field `ids`");
+        qac_srv_error(r, QAC_REPLY_TEI, 422, "Validation", "Failed to deserialize the JSON body into the target type: missing field `ids`");
         goto done;
     }
     if (!get_bool(o, "skip_special_tokens", &skip, r)) goto done;
@@ -558,7 +502,7 @@ void qac_handle_tei_decode(qac_server *s, const char *body, size_t len, qac_http
     }
     if (!check_batch(s, n, !single, "ids", r)) goto done;
     if (!be->decode) {
-        tei_error(r, 424, "Backend", "Backend error: this tokenizer cannot decode");
+        qac_srv_error(r, QAC_REPLY_TEI, 424, "Backend", "Backend error: this tokenizer cannot decode");
         goto done;
     }
     out = json_array();
@@ -566,13 +510,13 @@ void qac_handle_tei_decode(qac_server *s, const char *body, size_t len, qac_http
         json_t *list = single ? v : json_array_get(v, (size_t)i);
         int m = (int)json_array_size(list);
         if (m == 0) {
-            tei_error(r, 400, "Empty", "Input validation error: `input_ids` cannot be empty");
+            qac_srv_error(r, QAC_REPLY_TEI, 400, "Empty", "Input validation error: `input_ids` cannot be empty");
             goto done;
         }
         free(ids);
         ids = malloc((size_t)m * sizeof *ids);
         if (!ids) {
-            tei_error(r, 424, "Backend", "Backend error: out of memory");
+            qac_srv_fail(r, QAC_REPLY_TEI, QAC_ERR_NOMEM, "out of memory");
             goto done;
         }
         for (int k = 0; k < m; k++) {
@@ -581,13 +525,13 @@ void qac_handle_tei_decode(qac_server *s, const char *body, size_t len, qac_http
         }
         char *text = NULL;
         if (be->decode(be->enc, ids, m, skip, &text)) {
-            tei_error(r, 422, "Tokenizer", "tokenizer error %s", qac_last_error());
+            qac_srv_error(r, QAC_REPLY_TEI, 422, "Tokenizer", "tokenizer error %s", qac_last_error());
             goto done;
         }
         json_array_append_new(out, json_string(text ? text : ""));
         free(text);
     }
-    tei_json(r, out);
+    qac_srv_json(r, QAC_REPLY_TEI, out);
     out = NULL;
 done:
     json_decref(out);
