@@ -1,7 +1,8 @@
 /* docid -> dense row: an open-addressing table over the dense index's
  * docids (borrowed, never copied), so that a hit only the BM25 list holds
  * can still have its passage text read (/search with return_text). Built
- * once at server start when both indexes are loaded. */
+ * once at server start when both indexes are loaded. And the longest
+ * docid, which bounds /search's answer before any search. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,4 +56,19 @@ void qac_docid_map_free(qac_docid_map *m) {
     free(m->keys);
     free(m->rows);
     free(m);
+}
+
+size_t qac_docid_json_max(const qac_server_backend *be) {
+    size_t longest = 2; /* "" */
+    for (int64_t row = 0; be->search && be->docid && row < be->index_count; row++) {
+        const char *d = be->docid(be->index, row);
+        size_t n = d ? qac_jw_str_size(d, strlen(d)) : 2;
+        if (n > longest) longest = n;
+    }
+    for (int64_t row = 0; be->bm25_search && be->bm25_docid && row < be->bm25_count; row++) {
+        const char *d = be->bm25_docid(be->bm25, row);
+        size_t n = d ? qac_jw_str_size(d, strlen(d)) : 2;
+        if (n > longest) longest = n;
+    }
+    return longest;
 }

@@ -107,49 +107,14 @@ done:
     return ok;
 }
 
-static void l2_normalize(float *v, int n, int dim) {
-    for (int i = 0; i < n; i++) {
-        float *x = v + (size_t)i * dim;
-        double ss = 0;
-        for (int d = 0; d < dim; d++) ss += (double)x[d] * x[d];
-        float inv = ss > 0 ? (float)(1.0 / sqrt(ss)) : 0.f;
-        for (int d = 0; d < dim; d++) x[d] *= inv;
-    }
+/* One vector as /encode and /v1/embeddings give it: floats or base64. */
+static size_t embedding_max(int dim, int base64) {
+    return base64 ? qac_jw_base64_size(dim) : qac_jw_floats_max(dim);
 }
 
-static json_t *embedding_json(const float *x, int dim, int base64) {
-    if (!base64) {
-        json_t *a = json_array();
-        for (int d = 0; a && d < dim; d++) json_array_append_new(a, json_real(x[d]));
-        return a;
-    }
-    static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    size_t nbytes = (size_t)dim * 4;
-    unsigned char *raw = malloc(nbytes);
-    char *enc = malloc((nbytes + 2) / 3 * 4 + 1);
-    json_t *out = NULL;
-    if (raw && enc) {
-        for (int d = 0; d < dim; d++) { /* little-endian float32, whatever the host */
-            uint32_t u;
-            memcpy(&u, &x[d], 4);
-            for (int k = 0; k < 4; k++) raw[(size_t)d * 4 + (size_t)k] = (unsigned char)(u >> (8 * k));
-        }
-        size_t o = 0;
-        for (size_t i = 0; i < nbytes; i += 3) {
-            uint32_t v = (uint32_t)raw[i] << 16;
-            if (i + 1 < nbytes) v |= (uint32_t)raw[i + 1] << 8;
-            if (i + 2 < nbytes) v |= raw[i + 2];
-            enc[o++] = tbl[(v >> 18) & 63];
-            enc[o++] = tbl[(v >> 12) & 63];
-            enc[o++] = i + 1 < nbytes ? tbl[(v >> 6) & 63] : '=';
-            enc[o++] = i + 2 < nbytes ? tbl[v & 63] : '=';
-        }
-        enc[o] = '\0';
-        out = json_string(enc);
-    }
-    free(raw);
-    free(enc);
-    return out;
+static void embedding_write(qac_jw *w, const float *x, int dim, int base64) {
+    if (base64) qac_jw_base64_floats(w, x, dim);
+    else qac_jw_floats(w, x, dim);
 }
 
 static const char *or_empty(const char *s) { return s ? s : ""; }
@@ -163,25 +128,41 @@ void qac_handle_encode(qac_server *s, const char *body, size_t len, qac_http_res
     qac_srv_texts t = {0};
     int kind = 1, normalize = 1, encoding = 0;
     float *vec = NULL;
+    qac_jw w = {0};
     if (!qac_srv_get_texts(s, o, NULL, "texts", &t, r) || !qac_srv_get_enum(o, "kind", kinds, &kind, r) ||
         !qac_srv_get_bool(o, "normalize", &normalize, r) || !qac_srv_get_enum(o, "encoding", encodings, &encoding, r))
         goto done;
     int dim = s->be.dim;
+    /* {"model":M,"dim":D,"embeddings":[E,...],"tokens":T}, decided before encoding */
+    size_t bound = 64 + qac_jw_str_size(s->be.model_id, strlen(s->be.model_id)) + QAC_JW_INT_MAX * 2 +
+                   (size_t)t.n * (embedding_max(dim, encoding) + 1);
+    if (!qac_srv_response_fits(s, bound, QAC_REPLY_HOUSE, "send fewer texts or ask for \"encoding\": \"base64\"", r))
+        goto done;
     vec = malloc((size_t)t.n * dim * sizeof *vec);
-    if (!vec) {
-        qac_server_error(r, 500, "internal", "out of memory");
+    if (!vec || !qac_jw_open(&w, bound)) {
+        qac_srv_fail(r, QAC_REPLY_HOUSE, QAC_ERR_NOMEM, "out of memory");
         goto done;
     }
     long long tokens = 0;
     if (!encode_texts(s, &t, kind == 0 ? or_empty(s->be.query_prompt) : or_empty(s->be.passage_prompt),
                       kind == 0 ? s->cfg.query_max_len : s->cfg.passage_max_len, vec, &tokens, 0, NULL, NULL, r))
         goto done;
-    if (normalize && !s->be.normalize) l2_normalize(vec, t.n, dim);
-    json_t *embs = json_array();
-    for (int i = 0; embs && i < t.n; i++) json_array_append_new(embs, embedding_json(vec + (size_t)i * dim, dim, encoding));
-    qac_srv_json(r, QAC_REPLY_HOUSE, json_pack("{s:s,s:i,s:o,s:I}", "model", s->be.model_id, "dim", dim, "embeddings", embs, "tokens",
-                          (json_int_t)tokens));
+    if (normalize && !s->be.normalize) qac_srv_l2_normalize(vec, t.n, dim);
+    qac_jw_lit(&w, "{\"model\":");
+    qac_jw_str(&w, s->be.model_id, strlen(s->be.model_id));
+    qac_jw_lit(&w, ",\"dim\":");
+    qac_jw_int(&w, dim);
+    qac_jw_lit(&w, ",\"embeddings\":[");
+    for (int i = 0; i < t.n; i++) {
+        if (i) qac_jw_lit(&w, ",");
+        embedding_write(&w, vec + (size_t)i * dim, dim, encoding);
+    }
+    qac_jw_lit(&w, "],\"tokens\":");
+    qac_jw_int(&w, tokens);
+    qac_jw_lit(&w, "}");
+    qac_jw_reply(&w, r, QAC_REPLY_HOUSE);
 done:
+    qac_jw_free(&w);
     free(vec);
     qac_srv_texts_free(&t);
     json_decref(o);
@@ -245,6 +226,7 @@ void qac_handle_embeddings(qac_server *s, const char *body, size_t len, qac_http
     int encoding = 0;
     long long dims = s->be.dim;
     float *vec = NULL;
+    qac_jw w = {0};
     json_t *model = json_object_get(o, "model");
     if (model && !json_is_string(model)) {
         qac_server_error(r, 422, "validation_error", "'model' must be a string");
@@ -258,9 +240,16 @@ void qac_handle_embeddings(qac_server *s, const char *body, size_t len, qac_http
         goto done;
     }
     int dim = s->be.dim;
+    /* {"object":"list","data":[{"object":"embedding","index":I,"embedding":E},...],"model":M,
+     *  "usage":{"prompt_tokens":T,"total_tokens":T}}, decided before encoding */
+    size_t bound = 128 + qac_jw_str_size(s->be.model_id, strlen(s->be.model_id)) + QAC_JW_INT_MAX * 2 +
+                   (size_t)t.n * (48 + QAC_JW_INT_MAX + embedding_max((int)dims, encoding));
+    if (!qac_srv_response_fits(s, bound, QAC_REPLY_HOUSE,
+                               "send fewer inputs, ask for fewer dimensions or for \"encoding_format\": \"base64\"", r))
+        goto done;
     vec = malloc((size_t)t.n * dim * sizeof *vec);
-    if (!vec) {
-        qac_server_error(r, 500, "internal", "out of memory");
+    if (!vec || !qac_jw_open(&w, bound)) {
+        qac_srv_fail(r, QAC_REPLY_HOUSE, QAC_ERR_NOMEM, "out of memory");
         goto done;
     }
     long long tokens = 0;
@@ -272,23 +261,53 @@ void qac_handle_embeddings(qac_server *s, const char *body, size_t len, qac_http
         goto done;
     if (dims < dim) { /* OpenAI's shortening: the first dimensions, normalised again */
         for (int i = 0; i < t.n; i++) memmove(vec + (size_t)i * dims, vec + (size_t)i * dim, (size_t)dims * sizeof *vec);
-        l2_normalize(vec, t.n, (int)dims);
+        qac_srv_l2_normalize(vec, t.n, (int)dims);
     } else if (!s->be.normalize) {
-        l2_normalize(vec, t.n, dim);
+        qac_srv_l2_normalize(vec, t.n, dim);
     }
-    json_t *data = json_array();
-    for (int i = 0; data && i < t.n; i++)
-        json_array_append_new(data, json_pack("{s:s,s:i,s:o}", "object", "embedding", "index", i, "embedding",
-                                              embedding_json(vec + (size_t)i * dims, (int)dims, encoding)));
-    qac_srv_json(r, QAC_REPLY_HOUSE, json_pack("{s:s,s:o,s:s,s:{s:I,s:I}}", "object", "list", "data", data, "model", s->be.model_id,
-                          "usage", "prompt_tokens", (json_int_t)tokens, "total_tokens", (json_int_t)tokens));
+    qac_jw_lit(&w, "{\"object\":\"list\",\"data\":[");
+    for (int i = 0; i < t.n; i++) {
+        qac_jw_lit(&w, i ? ",{\"object\":\"embedding\",\"index\":" : "{\"object\":\"embedding\",\"index\":");
+        qac_jw_int(&w, i);
+        qac_jw_lit(&w, ",\"embedding\":");
+        embedding_write(&w, vec + (size_t)i * dims, (int)dims, encoding);
+        qac_jw_lit(&w, "}");
+    }
+    qac_jw_lit(&w, "],\"model\":");
+    qac_jw_str(&w, s->be.model_id, strlen(s->be.model_id));
+    qac_jw_lit(&w, ",\"usage\":{\"prompt_tokens\":");
+    qac_jw_int(&w, tokens);
+    qac_jw_lit(&w, ",\"total_tokens\":");
+    qac_jw_int(&w, tokens);
+    qac_jw_lit(&w, "}}");
+    qac_jw_reply(&w, r, QAC_REPLY_HOUSE);
 done:
+    qac_jw_free(&w);
     free(vec);
     qac_srv_texts_free(&t);
     json_decref(o);
 }
 
 /* ---------------- /tokenize ---------------- */
+
+/* {"ids":[[id,...],...],"tokens":[[token,...],...]} from every text's ids
+ * (ids[at[i]] .. ids[at[i + 1]] are text i's). */
+static void tokenize_write(qac_server *s, const qac_srv_texts *t, const int32_t *ids, const size_t *at, qac_jw *w) {
+    for (int list = 0; list < 2; list++) {
+        qac_jw_lit(w, list ? "],\"tokens\":[" : "{\"ids\":[");
+        for (int i = 0; i < t->n; i++) {
+            qac_jw_lit(w, i ? ",[" : "[");
+            for (size_t k = at[i]; k < at[i + 1]; k++) {
+                if (k > at[i]) qac_jw_lit(w, ",");
+                const char *tok = list && s->be.id_to_token ? s->be.id_to_token(s->be.enc, ids[k]) : NULL;
+                if (list) qac_jw_str(w, tok ? tok : "", tok ? strlen(tok) : 0);
+                else qac_jw_int(w, ids[k]);
+            }
+            qac_jw_lit(w, "]");
+        }
+    }
+    qac_jw_lit(w, "]}");
+}
 
 void qac_handle_tokenize(qac_server *s, const char *body, size_t len, qac_http_response *r) {
     json_t *o = qac_srv_parse_body(body, len, r);
@@ -300,44 +319,43 @@ void qac_handle_tokenize(qac_server *s, const char *body, size_t len, qac_http_r
     }
     qac_srv_texts t = {0};
     int specials = 1;
-    int32_t *ids = NULL;
-    json_t *all_ids = NULL, *all_tokens = NULL;
-    if (!qac_srv_get_texts(s, o, "text", "texts", &t, r) || !qac_srv_get_bool(o, "add_special_tokens", &specials, r)) goto done;
-    all_ids = json_array();
-    all_tokens = json_array();
+    int32_t *ids = NULL; /* every text's ids, one after the other */
+    size_t *at = NULL;   /* [n + 1]: where each text's ids start */
+    qac_jw w = {0};
+    if (!qac_srv_get_texts(s, o, "text", "texts", &t, r) || !qac_srv_get_bool(o, "add_special_tokens", &specials, r))
+        goto done;
+    /* First the ids, and the answer's exact size from them: decided before it is written. */
+    at = calloc((size_t)t.n + 1, sizeof *at);
+    if (!at) goto oom;
     for (int i = 0; i < t.n; i++) {
         int n = 0;
         int32_t scratch[1];
-        if (s->be.tokenize(s->be.enc, t.s[i], t.len[i], scratch, 0, &n)) {
-            qac_server_error(r, 500, "internal", "tokenizer: %s", qac_last_error());
-            goto done;
-        }
-        free(ids);
-        ids = malloc(((size_t)n + 2) * sizeof *ids);
-        if (!ids) {
-            qac_server_error(r, 500, "internal", "out of memory");
-            goto done;
-        }
-        qac_status st = specials ? s->be.encode_text(s->be.enc, t.s[i], t.len[i], n + 2, ids, &n)
-                                 : s->be.tokenize(s->be.enc, t.s[i], t.len[i], ids, n, &n);
-        if (st) {
-            qac_server_error(r, 500, "internal", "tokenizer: %s", qac_last_error());
-            goto done;
-        }
-        json_t *ji = json_array(), *jt = json_array();
-        for (int k = 0; k < n; k++) {
-            json_array_append_new(ji, json_integer(ids[k]));
-            const char *tok = s->be.id_to_token ? s->be.id_to_token(s->be.enc, ids[k]) : NULL;
-            json_array_append_new(jt, json_string(tok ? tok : ""));
-        }
-        json_array_append_new(all_ids, ji);
-        json_array_append_new(all_tokens, jt);
+        if (s->be.tokenize(s->be.enc, t.s[i], t.len[i], scratch, 0, &n)) goto tokenizer;
+        int32_t *grown = realloc(ids, (at[i] + (size_t)n + 2) * sizeof *ids);
+        if (!grown) goto oom;
+        ids = grown;
+        qac_status st = specials ? s->be.encode_text(s->be.enc, t.s[i], t.len[i], n + 2, ids + at[i], &n)
+                                 : s->be.tokenize(s->be.enc, t.s[i], t.len[i], ids + at[i], n, &n);
+        if (st) goto tokenizer;
+        at[i + 1] = at[i] + (size_t)n;
     }
-    qac_srv_json(r, QAC_REPLY_HOUSE, json_pack("{s:O,s:O}", "ids", all_ids, "tokens", all_tokens));
+    qac_jw_count(&w); /* the answer's exact size, from a dry run of its writing */
+    tokenize_write(s, &t, ids, at, &w);
+    size_t size = w.len;
+    if (!qac_srv_response_fits(s, size, QAC_REPLY_HOUSE, "send less text", r)) goto done;
+    if (!qac_jw_open(&w, size)) goto oom;
+    tokenize_write(s, &t, ids, at, &w);
+    qac_jw_reply(&w, r, QAC_REPLY_HOUSE);
+    goto done;
+tokenizer:
+    qac_server_error(r, 500, "internal", "tokenizer: %s", qac_last_error());
+    goto done;
+oom:
+    qac_srv_fail(r, QAC_REPLY_HOUSE, QAC_ERR_NOMEM, "out of memory");
 done:
+    qac_jw_free(&w);
     free(ids);
-    json_decref(all_ids);
-    json_decref(all_tokens);
+    free(at);
     qac_srv_texts_free(&t);
     json_decref(o);
 }
@@ -359,6 +377,9 @@ typedef struct search_req {
     int64_t *brows;
     qac_hit *hits;          /* [2 depth] */
     const char **names;     /* [2 depth]: qac_hits_collect's scratch */
+    long long hits_max;     /* hits of one query, at most: k, or fewer when the indexes hold fewer */
+    size_t hit_max;         /* bytes of one hit in the answer, at most, its text aside */
+    size_t bound;           /* bytes of the answer, at most, the passages' text aside */
 } search_req;
 
 static void search_free(search_req *q) {
@@ -412,7 +433,19 @@ static int search_read(qac_server *s, json_t *o, search_req *q, qac_http_respons
         return 0;
     }
     q->depth = q->mode == QAC_SEARCH_HYBRID ? qac_hybrid_depth((int)q->k) : (int)q->k;
-    return 1;
+    /* The answer's bound, before any work: {"results":[[H,...],...],"mode":M,"took_ms":T} with k hits a
+     * query (or as many as the lists can hold), each {"docid":D,"score":S,"rank":R} at its longest
+     * (the longest docid either index holds). */
+    long long docs = (q->mode != QAC_SEARCH_BM25 ? s->be.index_count : 0) +
+                     (q->mode != QAC_SEARCH_DENSE ? s->be.bm25_count : 0);
+    q->hits_max = q->k < docs ? q->k : docs;
+    q->hit_max = sizeof "{\"docid\":,\"score\":,\"rank\":}," - 1 + s->docid_json_max + QAC_JW_REAL_MAX +
+                 qac_jw_digits(q->hits_max);
+    q->bound = sizeof "{\"results\":[],\"mode\":\"hybrid\",\"took_ms\":}" - 1 + QAC_JW_REAL_MAX +
+               (size_t)q->t.n * (3 + (size_t)q->hits_max * q->hit_max);
+    return qac_srv_response_fits(s, q->bound, QAC_REPLY_HOUSE,
+                                 "lower k, send fewer queries"
+                                 " (or raise --max-response-bytes)", r);
 }
 
 /* Step 2: every query encoded and searched in the dense index, together
@@ -465,68 +498,86 @@ static int search_hits(qac_server *s, search_req *q, int i, int *nh, qac_http_re
     return 1;
 }
 
-/* Step 4: one query's hits as JSON, appended to results; *out_bytes
- * counts the response's size for max_response_bytes. */
-static int search_reply_hits(qac_server *s, const search_req *q, int nh, json_t *results, size_t *out_bytes,
-                             qac_http_response *r) {
-    json_t *list = json_array();
-    json_array_append_new(results, list);
+/* What the answer still needs after query qi's hit hi at most, the
+ * passages' text aside: return_text's texts take what it leaves. */
+static size_t search_rest(const search_req *q, int qi, int hi) {
+    size_t later_hits = (size_t)q->hits_max - (size_t)hi - 1, later_queries = (size_t)q->t.n - (size_t)qi - 1;
+    return later_hits * q->hit_max + later_queries * (3 + (size_t)q->hits_max * q->hit_max) + 64 + QAC_JW_REAL_MAX;
+}
+
+/* Step 4: query qi's hits written into the answer; with return_text, each
+ * passage's text as it is read, refused (413) once the answer could no
+ * longer stay within --max-response-bytes. */
+static int search_write_hits(qac_server *s, const search_req *q, int qi, int nh, qac_jw *w, qac_http_response *r) {
+    qac_jw_lit(w, qi ? ",[" : "[");
     for (int i = 0; i < nh; i++) {
         const qac_hit *hit = &q->hits[i];
-        json_t *h = json_pack("{s:s,s:f,s:i}", "docid", hit->docid, "score", (double)(float)hit->score, "rank", i + 1);
-        *out_bytes += 48 + strlen(hit->docid);
+        const char *docid = hit->docid ? hit->docid : "";
+        qac_jw_lit(w, i ? ",{\"docid\":" : "{\"docid\":");
+        qac_jw_str(w, docid, strlen(docid));
+        qac_jw_lit(w, ",\"score\":");
+        qac_jw_real(w, (float)hit->score);
+        qac_jw_lit(w, ",\"rank\":");
+        qac_jw_int(w, i + 1);
         if (q->return_text && hit->row >= 0) {
             char *text = NULL;
             if (s->be.text(s->be.index, hit->row, &text)) {
-                json_decref(h);
                 qac_server_error(r, 500, "internal", "passage text: %s", qac_last_error());
                 return 0;
             }
-            *out_bytes += 10 + (text ? strlen(text) * 11 / 10 : 0); /* ~10% JSON escaping */
-            json_object_set_new(h, "text", json_string(text ? text : ""));
+            size_t need = sizeof ",\"text\":" - 1 + qac_jw_str_size(text ? text : "", text ? strlen(text) : 0);
+            if (w->len + need + 1 + search_rest(q, qi, i) > w->cap) {
+                free(text);
+                qac_server_error(r, 413, "payload_too_large",
+                                 "the answer with its passages' text would be larger than %lld bytes "
+                                 "(max-response-bytes); lower k, send fewer queries or drop return_text",
+                                 s->cfg.max_response_bytes);
+                return 0;
+            }
+            qac_jw_lit(w, ",\"text\":");
+            qac_jw_str(w, text ? text : "", text ? strlen(text) : 0);
             free(text);
         }
-        json_array_append_new(list, h);
-        if (*out_bytes > (size_t)s->cfg.max_response_bytes) {
-            qac_server_error(r, 413, "payload_too_large",
-                             "the response would be larger than %lld bytes (max-response-bytes); lower k, "
-                             "send fewer queries or drop return_text",
-                             s->cfg.max_response_bytes);
-            return 0;
-        }
+        qac_jw_lit(w, "}");
     }
+    qac_jw_lit(w, "]");
     return 1;
 }
 
 void qac_handle_search(qac_server *s, const char *body, size_t len, qac_http_response *r) {
     double t0 = qac_now();
-    json_t *o = qac_srv_parse_body(body, len, r), *results = NULL;
+    json_t *o = qac_srv_parse_body(body, len, r);
     if (!o) return;
     search_req q = {0};
+    qac_jw w = {0};
     if (!search_read(s, o, &q, r) || (q.mode != QAC_SEARCH_BM25 && !search_dense(s, &q, r))) goto done;
     q.bscores = malloc((size_t)q.depth * sizeof *q.bscores);
     q.brows = malloc((size_t)q.depth * sizeof *q.brows);
     q.hits = malloc((size_t)q.depth * 2 * sizeof *q.hits);
     q.names = malloc((size_t)q.depth * 2 * sizeof *q.names);
-    results = json_array();
-    if (!q.bscores || !q.brows || !q.hits || !q.names || !results) {
+    /* the bound; with return_text, all the limit allows (the texts are counted as they are read) */
+    if (!q.bscores || !q.brows || !q.hits || !q.names ||
+        !qac_jw_open(&w, q.return_text ? (size_t)s->cfg.max_response_bytes : q.bound)) {
         qac_srv_fail(r, QAC_REPLY_HOUSE, QAC_ERR_NOMEM, "out of memory");
         goto done;
     }
-    size_t out_bytes = 0; /* an estimate of the response body, for max_response_bytes */
+    qac_jw_lit(&w, "{\"results\":[");
     for (int i = 0; i < q.t.n; i++) {
         int nh = 0;
         if (qac_srv_gone()) {
             qac_server_error(r, 499, "client_closed", "the client went away");
             goto done;
         }
-        if (!search_hits(s, &q, i, &nh, r) || !search_reply_hits(s, &q, nh, results, &out_bytes, r)) goto done;
+        if (!search_hits(s, &q, i, &nh, r) || !search_write_hits(s, &q, i, nh, &w, r)) goto done;
     }
-    qac_srv_json(r, QAC_REPLY_HOUSE,
-                 json_pack("{s:O,s:s,s:f}", "results", results, "mode", search_modes[q.mode], "took_ms",
-                           (qac_now() - t0) * 1000.0));
+    qac_jw_lit(&w, "],\"mode\":");
+    qac_jw_str(&w, search_modes[q.mode], strlen(search_modes[q.mode]));
+    qac_jw_lit(&w, ",\"took_ms\":");
+    qac_jw_real(&w, (qac_now() - t0) * 1000.0);
+    qac_jw_lit(&w, "}");
+    qac_jw_reply(&w, r, QAC_REPLY_HOUSE);
 done:
-    json_decref(results);
+    qac_jw_free(&w);
     search_free(&q);
     json_decref(o);
 }

@@ -183,6 +183,7 @@ struct qac_server {
     qac_server_log_fn log;
     void *log_user;
     qac_docid_map *docid_rows; /* docid -> dense row, for BM25 hits' text */
+    size_t docid_json_max;     /* the longest docid of either index, as a JSON string */
     atomic_int inflight;
     atomic_int draining;
     void *daemon;              /* struct MHD_Daemon * */
@@ -252,6 +253,45 @@ void qac_srv_json(qac_http_response *r, qac_reply_shape shape, struct json_t *o)
  * qac_last_error() in the message. */
 void qac_srv_fail(qac_http_response *r, qac_reply_shape shape, qac_status st, const char *what);
 
+/* ---- the JSON writer of answers that grow with their input (srv_jsonw.c) ---- */
+typedef struct qac_jw {
+    char *buf;
+    size_t len, cap;   /* cap: the answer's bound */
+    const char *fault; /* set: the answer is not sent (a broken bound, a non-finite number) */
+} qac_jw;
+#define QAC_JW_REAL_MAX 16 /* bytes of a finite double at 9 digits, at most: -1.23456789e-308 */
+#define QAC_JW_INT_MAX 20  /* bytes of a long long */
+/* A buffer of cap bytes (pages touched as written); 0 out of memory. */
+int qac_jw_open(qac_jw *w, size_t cap);
+/* A writer that writes nothing and counts: the same calls give len, the
+ * exact size of what they would write. */
+void qac_jw_count(qac_jw *w);
+void qac_jw_free(qac_jw *w);
+void qac_jw_raw(qac_jw *w, const char *s, size_t n);
+void qac_jw_lit(qac_jw *w, const char *s);
+/* A string as jansson escapes it; bytes that are not UTF-8 become U+FFFD
+ * (each invalid sequence one, as Rust's from_utf8_lossy). */
+void qac_jw_str(qac_jw *w, const char *s, size_t n);
+size_t qac_jw_str_size(const char *s, size_t n); /* exactly what qac_jw_str writes */
+void qac_jw_int(qac_jw *w, long long v);
+size_t qac_jw_digits(long long v);
+void qac_jw_real(qac_jw *w, double v); /* jansson's form at 9 digits */
+/* [x0,x1,...] and its largest size; a base64 string of the little-endian
+ * float32 bytes and its exact size. */
+void qac_jw_floats(qac_jw *w, const float *x, int n);
+size_t qac_jw_floats_max(int n);
+void qac_jw_base64_floats(qac_jw *w, const float *x, int n);
+size_t qac_jw_base64_size(int n);
+/* The answer: 200 with the buffer (taken), or 500 in the shape on a fault. */
+void qac_jw_reply(qac_jw *w, qac_http_response *r, qac_reply_shape shape);
+/* Whether an answer of at most bound bytes is within --max-response-bytes;
+ * if not, answers 413 in the shape naming the bound and fix (what to change). */
+int qac_srv_response_fits(const qac_server *s, size_t bound, qac_reply_shape shape, const char *fix,
+                          qac_http_response *r);
+
+/* L2 normalisation of n vectors [n, dim] in place; a zero vector stays zero (srv_vectors.c). */
+void qac_srv_l2_normalize(float *v, int n, int dim);
+
 /* ---- the backend's prompts (srv_prompts.c) ---- */
 /* The text of prompt `name`, or NULL when there is none by that name; the
  * default prompt's text ("" when there is none); the names, comma-separated
@@ -302,6 +342,8 @@ void qac_handle_tei_tokenize(qac_server *s, struct json_t *o, qac_http_response 
 qac_status qac_docid_map_build(qac_docid_map **out, const qac_server_backend *be);
 int64_t qac_docid_map_get(const qac_docid_map *m, const char *docid);
 void qac_docid_map_free(qac_docid_map *m);
+/* The longest docid of the backend's indexes, as a JSON string (/search's bound). */
+size_t qac_docid_json_max(const qac_server_backend *be);
 
 /* Strict UTF-8 check (no overlongs, surrogates or values past U+10FFFF); srv_reply.c. */
 int qac_utf8_valid(const char *s, size_t len);

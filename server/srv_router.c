@@ -219,6 +219,7 @@ qac_status qac_server_create(qac_server **out, const qac_server_config *cfg, con
         if (!st) qac_batcher_set_raw(s->batcher, be->encode_raw);
     }
     if (!st && be->bm25_search && be->search) st = qac_docid_map_build(&s->docid_rows, be);
+    if (!st) s->docid_json_max = qac_docid_json_max(be);
     if (st) {
         qac_server_free(s);
         return st;

@@ -276,11 +276,27 @@ static int encode_input(qac_server *s, json_t *in, const char *prompt, int trunc
     return 1;
 }
 
-static void l2_normalize(float *x, int dim) {
-    double ss = 0; /* TEI's: an f64 sum, one f32 scale */
-    for (int d = 0; d < dim; d++) ss += (double)x[d] * x[d];
-    float scale = (float)(1.0 / sqrt(ss));
-    for (int d = 0; d < dim; d++) x[d] *= scale;
+/* The prompt a request names (prompt_name), or the default one: *prompt
+ * ("" for none); 0 after answering 422 for a name the model does not have. */
+static int tei_prompt(qac_server *s, json_t *o, const char **prompt, qac_http_response *r) {
+    json_t *pn = json_object_get(o, "prompt_name");
+    if (pn && !json_is_null(pn) && !json_is_string(pn)) {
+        type_error(r, "prompt_name", "a string or null");
+        return 0;
+    }
+    *prompt = pn && !json_is_null(pn) ? qac_srv_prompt(s, json_string_value(pn)) : qac_srv_default_prompt(s);
+    if (*prompt) return 1;
+    char names[256];
+    qac_srv_prompt_names(s, names, sizeof names);
+    if (s->be.n_prompts)
+        qac_srv_error(r, QAC_REPLY_TEI, 422, "Validation",
+                      "`prompt_name` `%s` was not found in the Sentence Transformers prompts. Available prompts: [%s]",
+                      json_string_value(pn), names);
+    else
+        qac_srv_error(r, QAC_REPLY_TEI, 422, "Validation",
+                      "`prompt_name` is set to `%s` but no prompts were found in the Sentence Transformers "
+                      "configuration", json_string_value(pn));
+    return 0;
 }
 
 void qac_handle_tei_embed(qac_server *s, const char *body, size_t len, qac_http_response *r) {
@@ -289,6 +305,7 @@ void qac_handle_tei_embed(qac_server *s, const char *body, size_t len, qac_http_
     const int32_t **ptrs = NULL;
     int *lens = NULL, *from = NULL;
     float *vec = NULL;
+    qac_jw w = {0};
     if (!(o = tei_parse(body, len, r))) goto done;
     int n = 0, batch = 0, normalize = 1, truncate = s->cfg.truncate, left = 0;
     long long dims = 0;
@@ -317,31 +334,21 @@ void qac_handle_tei_embed(qac_server *s, const char *body, size_t len, qac_http_
         qac_srv_error(r, QAC_REPLY_TEI, 422, "Validation", "Input validation error: `dimensions` should be positive");
         goto done;
     }
-    json_t *pn = json_object_get(o, "prompt_name");
-    if (pn && !json_is_null(pn) && !json_is_string(pn)) {
-        type_error(r, "prompt_name", "a string or null");
-        goto done;
-    }
-    const char *prompt = pn && !json_is_null(pn) ? qac_srv_prompt(s, json_string_value(pn)) : qac_srv_default_prompt(s);
-    if (!prompt) {
-        char names[256];
-        qac_srv_prompt_names(s, names, sizeof names);
-        if (s->be.n_prompts)
-            qac_srv_error(r, QAC_REPLY_TEI, 422, "Validation", "`prompt_name` `%s` was not found in the Sentence Transformers prompts. "
-                      "Available prompts: [%s]", json_string_value(pn), names);
-        else
-            qac_srv_error(r, QAC_REPLY_TEI, 422, "Validation", "`prompt_name` is set to `%s` but no prompts were found in the Sentence "
-                      "Transformers configuration", json_string_value(pn));
-        goto done;
-    }
+    const char *prompt = "";
+    if (!tei_prompt(s, o, &prompt, r)) goto done;
     int max_len = s->cfg.passage_max_len, dim = s->be.dim;
+    /* [[x,...],...]: n rows of the output dimensions (dimensions past the
+     * model's are refused below, after the inputs, as TEI does), decided before encoding */
+    size_t bound = 2 + (size_t)n * (qac_jw_floats_max(dims > 0 && dims < dim ? (int)dims : dim) + 1);
+    if (!qac_srv_response_fits(s, bound, QAC_REPLY_TEI, "send fewer inputs or ask for fewer `dimensions`", r))
+        goto done;
     int stride = max_len + 1; /* a prompted input is tokenised one longer to see whether it fits */
     ids = malloc((size_t)n * (size_t)stride * sizeof *ids);
     ptrs = malloc((size_t)n * sizeof *ptrs);
     lens = malloc((size_t)n * sizeof *lens);
     from = malloc((size_t)n * sizeof *from);
     vec = malloc((size_t)n * (size_t)dim * sizeof *vec);
-    if (!ids || !ptrs || !lens || !from || !vec) {
+    if (!ids || !ptrs || !lens || !from || !vec || !qac_jw_open(&w, bound)) {
         qac_srv_fail(r, QAC_REPLY_TEI, QAC_ERR_NOMEM, "out of memory");
         goto done;
     }
@@ -365,18 +372,21 @@ void qac_handle_tei_embed(qac_server *s, const char *body, size_t len, qac_http_
         goto done;
     }
     int out_dim = dims > 0 ? (int)dims : dim;
-    json_t *rows = json_array();
-    for (int i = 0; rows && i < n; i++) {
+    for (int i = 0; i < n; i++) {
         float *x = vec + (size_t)i * dim;
         /* the encoder's own normalisation is kept as it is (the same bits
          * as `qac encode`); a cut vector or an unnormalised model is scaled */
-        if (normalize && (!s->be.normalize || out_dim < dim)) l2_normalize(x, out_dim);
-        json_t *row = json_array();
-        for (int d = 0; row && d < out_dim; d++) json_array_append_new(row, json_real(x[d]));
-        json_array_append_new(rows, row);
+        if (normalize && (!s->be.normalize || out_dim < dim)) qac_srv_l2_normalize(x, 1, out_dim);
     }
-    qac_srv_json(r, QAC_REPLY_TEI, rows);
+    qac_jw_raw(&w, "[", 1);
+    for (int i = 0; i < n; i++) {
+        if (i) qac_jw_raw(&w, ",", 1);
+        qac_jw_floats(&w, vec + (size_t)i * dim, out_dim);
+    }
+    qac_jw_raw(&w, "]", 1);
+    qac_jw_reply(&w, r, QAC_REPLY_TEI);
 done:
+    qac_jw_free(&w);
     json_decref(o);
     free(items);
     free(ids);
@@ -400,119 +410,130 @@ void qac_handle_tei_embed_all(qac_server *s, const char *body, size_t len, qac_h
               "(use /embed)");
 }
 
-/* TEI's /tokenize: one list of {id, text, special, start, stop} per input;
- * start/stop are byte offsets into the input, text its bytes there (the
- * token string for the specials, whose offsets are null). */
-void qac_handle_tei_tokenize(qac_server *s, json_t *o, qac_http_response *r) {
+/* One input's list of TEI's tokens, written into w (a counting writer
+ * gives its size): the prompt, if any, goes before the text as TEI puts
+ * it, and offsets and texts are those of the prompted string. */
+static int tei_token_list(qac_server *s, const char *prompt, const char *text, size_t text_len, int specials,
+                          qac_jw *w, qac_http_response *r) {
     const qac_server_backend *be = &s->be;
-    json_t **items = NULL, *out = NULL;
+    size_t pl = strlen(prompt), tl = pl + text_len;
+    char *joined = pl ? malloc(tl) : NULL;
+    const char *t = pl ? joined : text;
     int32_t *ids = NULL, *offs = NULL;
+    int ok = 0, cnt = 0, got = 0, have_offs = be->tokenize_offsets != NULL;
+    int32_t scratch[1];
+    if (pl && !joined) goto oom;
+    if (pl) {
+        memcpy(joined, prompt, pl);
+        memcpy(joined + pl, text, text_len);
+    }
+    if (be->tokenize(be->enc, t, tl, scratch, 0, &cnt)) goto tokenizer;
+    ids = malloc(((size_t)cnt + 1) * sizeof *ids);
+    offs = malloc(((size_t)cnt + 1) * 2 * sizeof *offs);
+    if (!ids || !offs) goto oom;
+    qac_status st = have_offs ? be->tokenize_offsets(be->enc, t, tl, ids, offs, cnt, &got)
+                              : be->tokenize(be->enc, t, tl, ids, cnt, &got);
+    if (st || got != cnt) {
+        if (!st) qac_set_error(QAC_ERR_INTERNAL, "token count changed");
+        goto tokenizer;
+    }
+    qac_jw_raw(w, "[", 1);
+    int first = 1;
+    for (int k = -1; k <= cnt; k++) {
+        int special = k == -1 || k == cnt; /* the specials encode_text adds */
+        int32_t id = k == -1 ? be->cls_id : k == cnt ? be->sep_id : ids[k];
+        if (special && (!specials || id < 0)) continue;
+        qac_jw_lit(w, first ? "{\"id\":" : ",{\"id\":");
+        first = 0;
+        qac_jw_int(w, id);
+        qac_jw_lit(w, ",\"text\":");
+        if (!special && have_offs) { /* its bytes in the input (lossy inside a character, as TEI) */
+            size_t a = (size_t)offs[2 * k], b = (size_t)offs[2 * k + 1];
+            qac_jw_str(w, t + a, b - a);
+            qac_jw_lit(w, ",\"special\":false,\"start\":");
+            qac_jw_int(w, (long long)a);
+            qac_jw_lit(w, ",\"stop\":");
+            qac_jw_int(w, (long long)b);
+            qac_jw_lit(w, "}");
+        } else { /* a special, or no offsets (SentencePiece): the token's own string */
+            const char *piece = be->id_to_token ? be->id_to_token(be->enc, id) : NULL;
+            qac_jw_str(w, piece ? piece : "", piece ? strlen(piece) : 0);
+            qac_jw_lit(w, special ? ",\"special\":true,\"start\":null,\"stop\":null}"
+                                  : ",\"special\":false,\"start\":null,\"stop\":null}");
+        }
+    }
+    qac_jw_raw(w, "]", 1);
+    ok = 1;
+    goto done;
+tokenizer:
+    qac_srv_error(r, QAC_REPLY_TEI, 422, "Tokenizer", "tokenizer error %s", qac_last_error());
+    goto done;
+oom:
+    qac_srv_fail(r, QAC_REPLY_TEI, QAC_ERR_NOMEM, "out of memory");
+done:
+    free(joined);
+    free(ids);
+    free(offs);
+    return ok;
+}
+
+/* Every input's list, into w. */
+static int tei_token_lists(qac_server *s, json_t **items, int n, const char *prompt, int specials, qac_jw *w,
+                           qac_http_response *r) {
+    qac_jw_raw(w, "[", 1);
+    for (int i = 0; i < n; i++) {
+        if (i) qac_jw_raw(w, ",", 1);
+        if (!tei_token_list(s, prompt, json_string_value(items[i]), json_string_length(items[i]), specials, w, r))
+            return 0;
+    }
+    qac_jw_raw(w, "]", 1);
+    return 1;
+}
+
+/* TEI's /tokenize: one list of {id, text, special, start, stop} per input;
+ * start/stop are byte offsets into the (prompted) input, text its bytes
+ * there (the token string for the specials, whose offsets are null). The
+ * answer's size comes from a dry run over the inputs before it is written;
+ * each input is tokenised twice, and nothing of the answer is held before
+ * it is known to fit. */
+void qac_handle_tei_tokenize(qac_server *s, json_t *o, qac_http_response *r) {
+    json_t **items = NULL;
     int n = 0, batch = 0, specials = 1;
+    const char *prompt = "";
+    qac_jw w;
+    qac_jw_count(&w);
     if (!get_inputs(o, "inputs", 1, &items, &n, &batch, r) || !get_bool(o, "add_special_tokens", &specials, r) ||
-        !check_batch(s, n, batch, "inputs", r))
+        !tei_prompt(s, o, &prompt, r) || !check_batch(s, n, batch, "inputs", r))
         goto done;
-    out = json_array();
-    for (int i = 0; out && i < n; i++) {
-        const char *t = json_string_value(items[i]);
-        size_t tl = json_string_length(items[i]);
-        if (tl == 0) {
+    for (int i = 0; i < n; i++)
+        if (json_string_length(items[i]) == 0) {
             qac_srv_error(r, QAC_REPLY_TEI, 400, "Empty", "Input validation error: `inputs` cannot be empty");
             goto done;
         }
-        int cnt = 0;
-        int32_t scratch[1];
-        if (be->tokenize(be->enc, t, tl, scratch, 0, &cnt)) {
-            qac_srv_error(r, QAC_REPLY_TEI, 422, "Tokenizer", "tokenizer error %s", qac_last_error());
-            goto done;
-        }
-        free(ids);
-        free(offs);
-        ids = malloc(((size_t)cnt + 1) * sizeof *ids);
-        offs = malloc(((size_t)cnt + 1) * 2 * sizeof *offs);
-        if (!ids || !offs) {
-            qac_srv_fail(r, QAC_REPLY_TEI, QAC_ERR_NOMEM, "out of memory");
-            goto done;
-        }
-        int got = 0, have_offs = be->tokenize_offsets != NULL;
-        qac_status st = have_offs ? be->tokenize_offsets(be->enc, t, tl, ids, offs, cnt, &got)
-                                  : be->tokenize(be->enc, t, tl, ids, cnt, &got);
-        if (st || got != cnt) {
-            qac_srv_error(r, QAC_REPLY_TEI, 422, "Tokenizer", "tokenizer error %s", st ? qac_last_error() : "token count changed");
-            goto done;
-        }
-        json_t *list = json_array();
-        json_array_append_new(out, list);
-        for (int k = -1; list && k <= cnt; k++) {
-            int32_t id;
-            if (k == -1 || k == cnt) { /* the specials encode_text adds */
-                id = k == -1 ? be->cls_id : be->sep_id;
-                if (!specials || id < 0) continue;
-                const char *name = be->id_to_token ? be->id_to_token(be->enc, id) : NULL;
-                json_array_append_new(list, json_pack("{s:i,s:s,s:b,s:n,s:n}", "id", id, "text", name ? name : "",
-                                                      "special", 1, "start", "stop"));
-                continue;
-            }
-            id = ids[k];
-            json_t *tok;
-            if (have_offs) {
-                size_t a = (size_t)offs[2 * k], b = (size_t)offs[2 * k + 1];
-                tok = json_pack("{s:i,s:s%,s:b,s:i,s:i}", "id", id, "text", t + a, b - a, "special", 0, "start",
-                                (int)a, "stop", (int)b);
-                if (!tok) /* a range inside a character (never for WordPiece): lossy, as TEI's from_utf8_lossy */
-                    tok = json_pack("{s:i,s:s,s:b,s:i,s:i}", "id", id, "text", "\xef\xbf\xbd", "special", 0, "start",
-                                    (int)a, "stop", (int)b);
-            } else { /* no offsets (SentencePiece): the piece itself */
-                const char *piece = be->id_to_token ? be->id_to_token(be->enc, id) : NULL;
-                tok = json_pack("{s:i,s:s,s:b,s:n,s:n}", "id", id, "text", piece ? piece : "", "special", 0, "start",
-                                "stop");
-            }
-            json_array_append_new(list, tok);
-        }
+    if (!tei_token_lists(s, items, n, prompt, specials, &w, r)) goto done;
+    size_t size = w.len;
+    if (!qac_srv_response_fits(s, size, QAC_REPLY_TEI, "send less text", r)) goto done;
+    if (!qac_jw_open(&w, size)) {
+        qac_srv_fail(r, QAC_REPLY_TEI, QAC_ERR_NOMEM, "out of memory");
+        goto done;
     }
-    qac_srv_json(r, QAC_REPLY_TEI, out);
-    out = NULL;
+    if (tei_token_lists(s, items, n, prompt, specials, &w, r)) qac_jw_reply(&w, r, QAC_REPLY_TEI);
 done:
-    json_decref(out);
+    qac_jw_free(&w);
     free(items);
-    free(ids);
-    free(offs);
 }
 
-/* TEI's /decode: {"ids": [ids] | [[ids], ...], "skip_special_tokens": true}
- * -> one string per id list. */
-void qac_handle_tei_decode(qac_server *s, const char *body, size_t len, qac_http_response *r) {
+/* Every id list decoded into w, one string each (a counting writer gives
+ * the size). */
+static int tei_decode_lists(qac_server *s, json_t *v, int single, int n, int skip, qac_jw *w,
+                            qac_http_response *r) {
     const qac_server_backend *be = &s->be;
-    json_t *o = NULL, *out = NULL;
+    int ok = 0;
     int32_t *ids = NULL;
-    if (!(o = tei_parse(body, len, r))) goto done;
-    int skip = 1;
-    json_t *v = json_object_get(o, "ids");
-    if (!v) {
-        qac_srv_error(r, QAC_REPLY_TEI, 422, "Validation", "Failed to deserialize the JSON body into the target type: missing field `ids`");
-        goto done;
-    }
-    if (!get_bool(o, "skip_special_tokens", &skip, r)) goto done;
-    int single = is_id_list(v);
-    int n = single ? 1 : json_is_array(v) ? (int)json_array_size(v) : -1;
-    for (int i = 0; !single && i < n; i++)
-        if (!is_id_list(json_array_get(v, (size_t)i))) n = -1;
-    if (n < 0) {
-        type_error(r, "ids", "an array of token ids or an array of those");
-        goto done;
-    }
-    if (!check_batch(s, n, !single, "ids", r)) goto done;
-    if (!be->decode) {
-        qac_srv_error(r, QAC_REPLY_TEI, 424, "Backend", "Backend error: this tokenizer cannot decode");
-        goto done;
-    }
-    out = json_array();
-    for (int i = 0; out && i < n; i++) {
+    qac_jw_raw(w, "[", 1);
+    for (int i = 0; i < n; i++) {
         json_t *list = single ? v : json_array_get(v, (size_t)i);
         int m = (int)json_array_size(list);
-        if (m == 0) {
-            qac_srv_error(r, QAC_REPLY_TEI, 400, "Empty", "Input validation error: `input_ids` cannot be empty");
-            goto done;
-        }
         free(ids);
         ids = malloc((size_t)m * sizeof *ids);
         if (!ids) {
@@ -528,13 +549,60 @@ void qac_handle_tei_decode(qac_server *s, const char *body, size_t len, qac_http
             qac_srv_error(r, QAC_REPLY_TEI, 422, "Tokenizer", "tokenizer error %s", qac_last_error());
             goto done;
         }
-        json_array_append_new(out, json_string(text ? text : ""));
+        if (i) qac_jw_raw(w, ",", 1);
+        qac_jw_str(w, text ? text : "", text ? strlen(text) : 0);
         free(text);
     }
-    qac_srv_json(r, QAC_REPLY_TEI, out);
-    out = NULL;
+    qac_jw_raw(w, "]", 1);
+    ok = 1;
 done:
-    json_decref(out);
-    json_decref(o);
     free(ids);
+    return ok;
+}
+
+/* TEI's /decode: {"ids": [ids] | [[ids], ...], "skip_special_tokens": true}
+ * -> one string per id list; sized by a dry run (each list decoded twice)
+ * before the answer is written. */
+void qac_handle_tei_decode(qac_server *s, const char *body, size_t len, qac_http_response *r) {
+    json_t *o = NULL;
+    qac_jw w;
+    qac_jw_count(&w);
+    if (!(o = tei_parse(body, len, r))) goto done;
+    int skip = 1;
+    json_t *v = json_object_get(o, "ids");
+    if (!v) {
+        qac_srv_error(r, QAC_REPLY_TEI, 422, "Validation",
+                      "Failed to deserialize the JSON body into the target type: missing field `ids`");
+        goto done;
+    }
+    if (!get_bool(o, "skip_special_tokens", &skip, r)) goto done;
+    int single = is_id_list(v);
+    int n = single ? 1 : json_is_array(v) ? (int)json_array_size(v) : -1;
+    for (int i = 0; !single && i < n; i++)
+        if (!is_id_list(json_array_get(v, (size_t)i))) n = -1;
+    if (n < 0) {
+        type_error(r, "ids", "an array of token ids or an array of those");
+        goto done;
+    }
+    if (!check_batch(s, n, !single, "ids", r)) goto done;
+    if (!s->be.decode) {
+        qac_srv_error(r, QAC_REPLY_TEI, 424, "Backend", "Backend error: this tokenizer cannot decode");
+        goto done;
+    }
+    for (int i = 0; i < n; i++)
+        if (json_array_size(single ? v : json_array_get(v, (size_t)i)) == 0) {
+            qac_srv_error(r, QAC_REPLY_TEI, 400, "Empty", "Input validation error: `input_ids` cannot be empty");
+            goto done;
+        }
+    if (!tei_decode_lists(s, v, single, n, skip, &w, r)) goto done;
+    size_t size = w.len;
+    if (!qac_srv_response_fits(s, size, QAC_REPLY_TEI, "send fewer ids", r)) goto done;
+    if (!qac_jw_open(&w, size)) {
+        qac_srv_fail(r, QAC_REPLY_TEI, QAC_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    if (tei_decode_lists(s, v, single, n, skip, &w, r)) qac_jw_reply(&w, r, QAC_REPLY_TEI);
+done:
+    qac_jw_free(&w);
+    json_decref(o);
 }

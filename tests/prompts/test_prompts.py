@@ -126,6 +126,22 @@ def test_serve(d, model, st, tag, contract):
         s, _, body = http(srv.base, "POST", "/embed", {"inputs": TEXTS, "prompt_name": "nope"})
         check(s == 422 and isinstance(body, dict) and body.get("error_type") == "Validation"
               and "nope" in body.get("error", ""), f"{tag} /embed unknown prompt_name: 422 Validation ({s} {body})")
+        # TEI's /tokenize takes prompt_name as /embed does (issue 38: it ignored
+        # one /embed refuses): the prompt, named or the default one, goes
+        # before the text and the offsets count in the prompted text, as
+        # Hugging Face's tokenizers give them for that string
+        s, _, body = http(srv.base, "POST", "/tokenize", {"inputs": TEXTS[0], "prompt_name": "nope"})
+        check(s == 422 and isinstance(body, dict) and body.get("error_type") == "Validation"
+              and "nope" in body.get("error", ""), f"{tag} TEI /tokenize unknown prompt_name: 422 Validation ({s} {body})")
+        tok = st.tokenizer
+        for name in ("query", None):
+            s, _, body = http(srv.base, "POST", "/tokenize",
+                              {"inputs": TEXTS[0], **({"prompt_name": name} if name else {})})
+            enc = tok(PROMPTS[name or "classify"] + TEXTS[0], return_offsets_mapping=True)
+            want = [(i, a, b) for i, (a, b) in zip(enc["input_ids"], enc["offset_mapping"])
+                    if i not in tok.all_special_ids]
+            got = [(t["id"], t["start"], t["stop"]) for t in body[0] if not t["special"]] if s == 200 else None
+            check(got == want, f"{tag} TEI /tokenize prompt_name={name}: {s} {str(got)[:200]} vs {str(want)[:200]}")
         for kind in ("query", "passage"):
             s, _, body = http(srv.base, "POST", "/encode", {"texts": TEXTS, "kind": kind})
             contract.validate("POST", "/encode", s, body)

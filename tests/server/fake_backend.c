@@ -94,6 +94,8 @@ static qac_status f_encode(void *u, const int32_t *const *ids, const int *lens, 
     for (int i = 0; i < n; i++) {
         int f = pool_from && pool_from[i] < lens[i] ? pool_from[i] : 0; /* the fake pools what is left */
         fake_embed(ids[i] + f, lens[i] - f, out + (size_t)i * FAKE_DIM);
+        for (int t = f; t < lens[i]; t++) /* FAKE_ZERO_ID: the zero vector (a dead or all-padding pooling) */
+            if (ids[i][t] == FAKE_ZERO_ID) memset(out + (size_t)i * FAKE_DIM, 0, FAKE_DIM * sizeof *out);
     }
     pthread_mutex_lock(&stats_mu);
     s->concurrent--;

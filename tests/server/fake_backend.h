@@ -10,6 +10,7 @@
 #define FAKE_DIM 8
 #define FAKE_DOCS 20
 #define FAKE_MAX_LEN 64
+#define FAKE_ZERO_ID 3 /* a sequence holding this id encodes to the zero vector */
 
 typedef struct fake_stats {
     int calls;           /* encode calls */

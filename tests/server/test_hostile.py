@@ -13,7 +13,12 @@ probe is bounded in count and time, and checks the server's answer.
                                  long request lines and heads answered in JSON,
                                  the page's API key never in the URL, an index
                                  from --vectors served once it names its model
+  amplification                  every answer that grows with its input is bounded
+                                 before the work (413 in JSON past
+                                 --max-response-bytes), peak RSS under 100 MB above
+                                 idle, and the bound holds against the real answer
 """
+import json
 import os
 import re
 import resource
@@ -25,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.dirname(__file__))
 from srvlib import QAC, Server, build_indexes, check, finish, http, wait_until, workdir  # noqa: E402
@@ -203,8 +209,6 @@ check(len(lat) >= 10 and p99 < limit,
       f"(limit {limit * 1000:.0f} ms: a tenth of the bulk request's time)")
 
 # ---- 1b. cancellation: a bulk /encode whose client leaves stops early ----
-import json  # noqa: E402
-
 payload = json.dumps(bulk).encode()
 tok0 = metric("qac_batch_tokens_sum")
 s = socket.create_connection(("127.0.0.1", port))
@@ -373,5 +377,100 @@ lines = err.count("HTTP 503")
 secs = time.time() - t0
 print(f"5xx log: {n503} answers of 503 in {secs:.1f} s, {lines} log lines")
 check(n503 >= 100 and lines <= secs + 2, f"503s are logged at most once a second: {lines} lines for {n503}")
+
+# ---- 10. amplification: every route decides from a bound before computing ----
+# The probe's requests whose answers grow with the input. Each one either
+# answers within --max-response-bytes or is refused (413, JSON) from a bound
+# computed before the work; the server's peak RSS (VmHWM, reset through
+# /proc/PID/clear_refs before each request) grows less than 100 MB above
+# what it held idle. A refusal encodes nothing (qac_batch_tokens_sum holds).
+def peak_growth_mb(server, fn):
+    pid = server.proc.pid
+
+    def status(key):
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+        return 0
+
+    idle = status("VmRSS")
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")  # VmHWM := VmRSS
+    out = fn()
+    return (status("VmHWM") - idle) / 1024.0, out
+
+
+def amp_metric(server, name):
+    _, _, text = http(server.base, "GET", "/metrics")
+    m = re.search(rf"^{name} (\S+)$", text, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def bound_of(body):
+    """The bound a 413 names ('could be up to N bytes'), or None."""
+    m = re.search(r"up to (\d+) bytes", json.dumps(body))
+    return int(m.group(1)) if m else None
+
+
+def is_json_refusal(st, hdrs, body, code=413):
+    return st == code and hdrs.get("Content-Type", "").startswith("application/json") and isinstance(body, dict) \
+        and "error" in body
+
+
+amp = Server("--index", ix, "--max-body-bytes", str(12_000_000), "--timeout-ms", "0")
+small = Server("--index", ix, "--max-response-bytes", str(4 << 20), "--timeout-ms", "0")
+text_2mb = (" ".join(words) + " ")
+text_2mb = (text_2mb * (2_000_000 // len(text_2mb) + 1))[:2_000_000]
+text_10mb = (text_2mb * 5)[:10_000_000]
+many = [f"text {i} about the flow" for i in range(2048)]
+probes = [
+    (amp, "/search 2048 queries x k 1000", "/search", {"queries": [f"query {i} about flow" for i in range(2048)],
+                                                       "k": 1000}, (200,)),
+    (small, "/search 2048 queries x k 1000", "/search", {"queries": [f"query {i} about flow" for i in range(2048)],
+                                                         "k": 1000}, (413,)),
+    (amp, "TEI /tokenize of 2 MB", "/tokenize", {"inputs": text_2mb}, (200,)),
+    (amp, "TEI /tokenize of 10 MB", "/tokenize", {"inputs": text_10mb}, (413,)),
+    (amp, "/tokenize of 2 MB", "/tokenize", {"text": text_2mb}, (200,)),
+    (small, "/v1/embeddings of 2048 inputs", "/v1/embeddings", {"input": many}, (413,)),
+    (small, "/embed of 2048 inputs", "/embed", {"inputs": many}, (413,)),
+    (small, "/encode of 2048 texts", "/encode", {"texts": many}, (413,)),
+]
+for server, what, path, req, want in probes:
+    tok0 = amp_metric(server, "qac_batch_tokens_sum")
+    t0 = time.time()
+    growth, (st, hdrs, body) = peak_growth_mb(server, lambda: http(server.base, "POST", path, req, timeout=300))
+    took = time.time() - t0
+    encoded = amp_metric(server, "qac_batch_tokens_sum") - tok0
+    print(f"amplification: {what}: {st} in {took:.2f} s, peak RSS +{growth:.1f} MB, {encoded:.0f} tokens encoded")
+    check(st in want, f"{what}: status {st}, want one of {want}: {str(body)[:200]}")
+    check(growth < 100, f"{what}: peak RSS grew {growth:.1f} MB above idle (limit 100 MB)")
+    if st == 413:
+        check(is_json_refusal(st, hdrs, body), f"{what}: the refusal is JSON: {str(body)[:200]}")
+        check(encoded == 0, f"{what}: refused before encoding anything ({encoded:.0f} tokens encoded)")
+
+# The bound a refusal names holds against the real answer: the same request
+# answered where the limit is higher is no larger than it, and at most half
+# again smaller (a bound that loose would refuse answers that fit).
+for what, path, req in (
+        ("/search 2048 queries x k 1000", "/search", {"queries": [f"query {i} about flow" for i in range(2048)],
+                                                      "k": 1000}),
+        ("/encode of 1000 texts", "/encode", {"texts": many[:1000]}),
+        ("/v1/embeddings of 1000 inputs", "/v1/embeddings", {"input": many[:1000]}),
+        ("/embed of 1000 inputs", "/embed", {"inputs": many[:1000]}),
+        ("TEI /tokenize of 2 MB", "/tokenize", {"inputs": text_2mb}),
+        ("/tokenize of 2 MB", "/tokenize", {"text": text_2mb})):
+    st_small, _, refused = http(small.base, "POST", path, req, timeout=300)
+    data = json.dumps(req).encode()
+    rq = urllib.request.Request(amp.base + path, data=data, method="POST", headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(rq, timeout=300) as resp:
+        real = len(resp.read())
+    bound = bound_of(refused)
+    print(f"bound: {what}: refused {st_small} naming {bound} bytes; answered {real} bytes"
+          f"{'' if not bound else f' (bound / real = {bound / real:.3f})'}")
+    check(st_small == 413 and bound is not None and real <= bound <= 1.5 * real,
+          f"{what}: the bound {bound} holds against the real answer of {real} bytes")
+amp.stop()
+small.stop()
 
 finish()

@@ -7,6 +7,7 @@
 #include <jansson.h>
 
 #include "fake_backend.h"
+#include "srv_internal.h"
 #include "testutil.h"
 
 static qac_server *make_server(int with_index, int with_bm25, const char *key, int truncate, fake_stats *stats) {
@@ -436,11 +437,138 @@ static void test_config_table(void) {
     unsetenv("QAC_PORT");
 }
 
+/* A zero vector (issue 38): TEI's normalisation of a cut vector divided by
+ * its zero length, the NaNs were refused by the JSON library and the row
+ * came back empty with a 200. Every row must have its dimensions, a zero
+ * vector staying zero (torch's F.normalize, which sentence-transformers
+ * uses), on each route that normalises. */
+static void test_zero_vector(void) {
+    fake_stats st = {0};
+    qac_server *s = make_server(1, 0, NULL, 1, &st);
+    static const struct {
+        const char *path, *body, *rows_key; /* rows_key NULL: the body is the list of rows */
+        int dims;
+    } cases[] = {
+        {"/embed", "{\"inputs\":[[1,3,2],[1,200,2]],\"dimensions\":4}", NULL, 4},
+        {"/embed", "{\"inputs\":[[1,3,2],[1,200,2]],\"normalize\":true}", NULL, FAKE_DIM},
+        {"/v1/embeddings", "{\"input\":[[1,3,2],[1,200,2]],\"dimensions\":4}", "data", 4},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        qac_http_response r;
+        json_t *o = call(s, "POST", cases[c].path, cases[c].body, NULL, &r);
+        CHECK_MSG(r.status == 200, "%s %s: status %d: %.200s", cases[c].path, cases[c].body, r.status, r.body);
+        json_t *rows = cases[c].rows_key ? json_object_get(o, cases[c].rows_key) : o;
+        CHECK_MSG(json_array_size(rows) == 2, "%s: two rows: %.200s", cases[c].path, r.body);
+        for (size_t i = 0; i < json_array_size(rows); i++) {
+            json_t *row = json_array_get(rows, i);
+            if (cases[c].rows_key) row = json_object_get(row, "embedding");
+            CHECK_MSG(json_array_size(row) == (size_t)cases[c].dims, "%s %s: row %zu has %zu of %d values: %.200s",
+                      cases[c].path, cases[c].body, i, json_array_size(row), cases[c].dims, r.body);
+            double ss = 0;
+            for (size_t d = 0; d < json_array_size(row); d++) {
+                double v = json_number_value(json_array_get(row, d));
+                ss += v * v;
+            }
+            /* row 0 is the zero vector; row 1 a unit one (float32 entries: |1 - |x|^2| within a few ulps) */
+            CHECK_MSG(i == 0 ? ss == 0 : fabs(ss - 1) < 1e-5, "%s: row %zu |x|^2 = %g", cases[c].path, i, ss);
+        }
+        json_decref(o);
+        qac_http_response_clear(&r);
+    }
+    qac_server_free(s);
+}
+
+/* The JSON writer of large answers against jansson, the reference it
+ * replaces: strings (every byte value, valid UTF-8 compared byte for byte
+ * with json_dumps), reals (random float32 bit patterns and doubles, the
+ * same text as json_real at JSON_REAL_PRECISION(9)), and its size
+ * functions against what it writes. Bytes that are not UTF-8 (jansson
+ * refuses those strings) become U+FFFD, one per maximal invalid sequence. */
+static uint64_t xorshift(uint64_t *x) {
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+static void test_json_writer(void) {
+    uint64_t rng = 0x9E3779B97F4A7C15ULL;
+#define NEXT() xorshift(&rng)
+    int strings = 0, reals = 0, invalid = 0;
+    for (int it = 0; it < 20000; it++) {
+        char str[24];
+        size_t n = NEXT() % sizeof str;
+        for (size_t i = 0; i < n; i++) /* mostly ASCII and controls, some high bytes */
+            str[i] = (char)(NEXT() % 4 ? NEXT() % 128 : NEXT() % 256);
+        qac_jw w, c;
+        qac_jw_count(&c);
+        qac_jw_str(&c, str, n);
+        CHECK(qac_jw_open(&w, c.len));
+        qac_jw_str(&w, str, n);
+        CHECK_MSG(!w.fault && w.len == c.len && c.len == qac_jw_str_size(str, n), "string sizes: %zu %zu %zu", w.len,
+                  c.len, qac_jw_str_size(str, n));
+        json_t *js = json_stringn(str, n);
+        if (js) { /* valid UTF-8: jansson writes the same bytes */
+            char *ref = json_dumps(js, JSON_ENCODE_ANY | JSON_COMPACT);
+            CHECK_MSG(ref && strlen(ref) == w.len && !memcmp(ref, w.buf, w.len), "string %d differs: %s vs %.*s", it,
+                      ref, (int)w.len, w.buf);
+            free(ref);
+            json_decref(js);
+            strings++;
+        } else { /* what it wrote parses, and is the input with U+FFFD in place of invalid bytes */
+            w.buf[w.len] = '\0';
+            json_error_t e;
+            json_t *back = json_loads(w.buf, JSON_DECODE_ANY | JSON_ALLOW_NUL, &e);
+            CHECK_MSG(back && json_is_string(back), "lossy string %d is not JSON: %s", it, w.buf);
+            CHECK(back && memmem(json_string_value(back), json_string_length(back), "\xef\xbf\xbd", 3));
+            json_decref(back);
+            invalid++;
+        }
+        qac_jw_free(&w);
+
+        uint32_t bits = (uint32_t)NEXT();
+        float f;
+        memcpy(&f, &bits, 4);
+        double d = it % 2 ? (double)f : ((double)(int64_t)NEXT() / 9.3e3) * pow(10.0, (double)(NEXT() % 40) - 20);
+        if (!isfinite(d)) continue;
+        CHECK(qac_jw_open(&w, QAC_JW_REAL_MAX));
+        qac_jw_real(&w, d);
+        json_t *jr = json_real(d);
+        char *ref = json_dumps(jr, JSON_ENCODE_ANY | QAC_SRV_JSON_FLAGS);
+        CHECK_MSG(!w.fault && ref && strlen(ref) == w.len && !memcmp(ref, w.buf, w.len) && w.len <= QAC_JW_REAL_MAX,
+                  "real %.17g: %s vs %.*s", d, ref, (int)w.len, w.buf);
+        free(ref);
+        json_decref(jr);
+        qac_jw_free(&w);
+        reals++;
+    }
+    /* the bound QAC_JW_REAL_MAX at its worst: negative, 9 digits, a 3-digit exponent */
+    qac_jw w;
+    CHECK(qac_jw_open(&w, QAC_JW_REAL_MAX));
+    qac_jw_real(&w, -1.23456789e-308);
+    CHECK_MSG(!w.fault && w.len == QAC_JW_REAL_MAX, "longest real: %zu bytes", w.len);
+    qac_jw_free(&w);
+    /* past the capacity, and a NaN: a fault, never a short answer */
+    CHECK(qac_jw_open(&w, 3));
+    qac_jw_lit(&w, "[1,2]");
+    CHECK(w.fault != NULL);
+    qac_jw_free(&w);
+    CHECK(qac_jw_open(&w, 64));
+    qac_jw_real(&w, NAN);
+    CHECK(w.fault != NULL);
+    qac_jw_free(&w);
+    printf("json writer: %d strings and %d reals as jansson writes them, %d invalid strings made lossy\n", strings,
+           reals, invalid);
+#undef NEXT
+}
+
 int main(void) {
     test_ok_paths();
     test_errors();
     test_tei_openai();
     test_auth();
     test_config_table();
+    test_zero_vector();
+    test_json_writer();
     return qac_test_summary();
 }
