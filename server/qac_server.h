@@ -13,6 +13,9 @@
  *   srv_fields.c   the house endpoints' request fields
  *   srv_reply.c    answers: both error shapes, JSON bodies, the table of
  *                  failed statuses as HTTP codes
+ *   srv_jsonw.c    the JSON writer of answers that grow with their input,
+ *                  each bounded before the work (--max-response-bytes)
+ *   srv_vectors.c  L2 normalisation (a zero vector stays zero)
  *   srv_prompts.c  the backend's prompts by name
  *   srv_docids.c   docid -> dense row (BM25 hits' passage text)
  *   srv_metrics.c  Prometheus counters and histograms
@@ -21,6 +24,8 @@
  *                  bodies, without sockets
  *   srv_gate.c     the listening socket: each connection's first head is
  *                  checked (peeked, unread) before libmicrohttpd gets it
+ *   srv_relay.c    connections that carry chunked bodies: every byte
+ *                  checked before libmicrohttpd reads it
  *   srv_http.c     libmicrohttpd: per-request state machine, limits, drain
  *
  * Ownership: qac_server_create copies the config strings and borrows the

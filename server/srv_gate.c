@@ -30,11 +30,13 @@
  * Requests pipelined behind a head in the bytes peeked are checked too:
  * the answer to the one before an invalid one carries Connection: close,
  * so that the library never parses it (and the client, retrying it on a
- * new connection, gets the gate's answer). Bytes the library reads that were never
- * peeked (pipelined later, or after a chunked body, whose length on the
- * wire is unknown) are left to it, with the framing checked again by the
- * request handler (qac_head_framing). So is the syntax of a chunked body
- * beyond what came with its head; see the README. */
+ * new connection, gets the gate's answer). A connection where a request
+ * with a chunked body is seen (first, pipelined, or a later head) goes on
+ * through a relay (srv_relay.c), which checks every byte that follows
+ * before the library reads it. Bytes the library reads that were never
+ * peeked (pipelined later, in one read with requests before them) are
+ * left to it, with the framing checked again by the request handler
+ * (qac_head_framing). */
 #include <errno.h>
 #include <linux/tcp.h> /* struct tcp_info with tcpi_bytes_received (Linux 4.1) */
 #include <netdb.h>
@@ -271,14 +273,16 @@ static void examine(qac_gate *g, waiting *w, uint32_t events) {
             return;
         }
         qac_head_verdict bad;
+        int chunked = 0;
         int bad_after = qac_head_pipelined(g->buf, (size_t)n, &v, (size_t)g->s->cfg.max_head_bytes,
-                                           QAC_HEAD_MAX_FIELDS, &bad);
+                                           QAC_HEAD_MAX_FIELDS, &bad, &chunked);
         epoll_ctl(g->epfd, EPOLL_CTL_DEL, w->fd, NULL);
         skip_empty_lines(w->fd, g->buf, (size_t)n);
         const char *path = g->buf + v.target_off;
         size_t plen = 0;
         while (plen < v.target_len && path[plen] != '?' && path[plen] != '#') plen++;
-        if (g->handoff(g->user, w->fd, (const struct sockaddr *)&w->addr, w->addrlen, path, plen, bad_after, &bad)) {
+        if (g->handoff(g->user, w->fd, (const struct sockaddr *)&w->addr, w->addrlen, path, plen, bad_after, &bad,
+                       chunked)) {
             retire(g, &g->heads, w, 0); /* the socket is the library's now */
             return;
         }
@@ -545,7 +549,7 @@ static void refuse(qac_server *s, int fd, const char *buf, const qac_head_verdic
     answer_close(s, fd, v->status, v->type, v->message, NULL, &names, 0);
 }
 
-int qac_gate_next_head(qac_server *s, int fd, int *bad_after, qac_head_verdict *bad) {
+int qac_gate_next_head(qac_server *s, int fd, int *bad_after, qac_head_verdict *bad, int *chunked) {
     const qac_server_config *cfg = &s->cfg;
     size_t max_head = (size_t)cfg->max_head_bytes;
     char small[2048];
@@ -554,6 +558,7 @@ int qac_gate_next_head(qac_server *s, int fd, int *bad_after, qac_head_verdict *
     int result = 0, lowat = 1;
     double idle_end = qac_now() + cfg->idle_timeout_s;
     *bad_after = 0;
+    *chunked = 0;
     for (;;) {
         struct pollfd p = {fd, POLLIN | POLLRDHUP, 0};
         int pr = poll(&p, 1, 200);
@@ -582,7 +587,7 @@ int qac_gate_next_head(qac_server *s, int fd, int *bad_after, qac_head_verdict *
             break;
         }
         if (r == QAC_HEAD_OK) {
-            *bad_after = qac_head_pipelined(buf, (size_t)n, &v, max_head, QAC_HEAD_MAX_FIELDS, bad);
+            *bad_after = qac_head_pipelined(buf, (size_t)n, &v, max_head, QAC_HEAD_MAX_FIELDS, bad, chunked);
             skip_empty_lines(fd, buf, (size_t)n);
             result = 1;
             break;

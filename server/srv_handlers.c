@@ -428,8 +428,9 @@ static int search_read(qac_server *s, json_t *o, search_req *q, qac_http_respons
         return 0;
     }
     if (q->mode != QAC_SEARCH_BM25 && !s->be.search) {
-        qac_server_error(r, 503, "unavailable",
-                         "no dense index is loaded (encode-only server): start it with --index DIR");
+        qac_server_error(r, 422, "validation_error", "mode '%s' needs a dense index, and this server has none "
+                         "(encode-only): start it with --index DIR%s", search_modes[q->mode],
+                         s->be.bm25_search ? ", or search with \"mode\": \"bm25\"" : "");
         return 0;
     }
     q->depth = q->mode == QAC_SEARCH_HYBRID ? qac_hybrid_depth((int)q->k) : (int)q->k;

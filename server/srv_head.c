@@ -10,7 +10,14 @@
  *
  * The framing rules (Host, Content-Length, Transfer-Encoding) are a
  * separate function, so that requests the library parses by itself (the
- * later requests of a keep-alive connection) get the same answers. */
+ * later requests of a keep-alive connection) get the same answers.
+ *
+ * Chunked bodies: one parser that takes bytes as they arrive
+ * (qac_chunked_feed), for the gate's peek (qac_head_chunked runs it over a
+ * buffer) and for the relay (srv_relay.c), so a body is held to one rule
+ * wherever its bytes come. Its lines are bounded: a chunk-size line of
+ * QAC_CHUNK_LINE_MAX bytes, QAC_CHUNK_DIGITS_MAX digits, trailers within
+ * the head limit. */
 #include <string.h>
 #include <strings.h>
 
@@ -186,66 +193,160 @@ static int is_hex(unsigned char c) { return (c >= '0' && c <= '9') || ((c | 0x20
 
 static int hex_value(unsigned char c) { return c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10; }
 
-qac_head_result qac_head_chunked(const char *buf, size_t len, size_t max_head, int max_fields, size_t *body_len,
-                                 qac_head_verdict *v) {
+/* The states of a chunked body being read. */
+enum {
+    CK_SIZE = 0, /* the chunk size's hex digits */
+    CK_EXT,      /* ";" and an extension, up to the line's CR */
+    CK_SIZE_LF,  /* the size line's LF */
+    CK_DATA,     /* the chunk's data */
+    CK_DATA_CR,  /* the CRLF after it */
+    CK_DATA_LF,
+    CK_TRAILER,  /* the start of a trailer line, or the CRLF that ends the body */
+    CK_TNAME,
+    CK_TVALUE,
+    CK_TLF,
+    CK_END_LF,
+    CK_DONE
+};
+
+void qac_chunked_init(qac_chunked *c, size_t max_trailer, int max_fields) {
+    memset(c, 0, sizeof *c);
+    c->max_trailer = max_trailer;
+    c->max_fields = max_fields;
+}
+
+qac_head_result qac_chunked_feed(qac_chunked *c, const char *buf, size_t len, size_t *used, size_t *data_off,
+                                 size_t *data_len, qac_head_verdict *v) {
     const unsigned char *b = (const unsigned char *)buf;
     size_t i = 0;
+    *data_off = *data_len = 0;
     memset(v, 0, sizeof *v);
-    for (;;) {
-        /* chunk-size [ ";" chunk-ext ] CRLF; the library takes no whitespace before ";" */
-        size_t d0 = i;
-        unsigned long long size = 0;
-        while (i < len && is_hex(b[i])) {
-            if (size > (QAC_HEAD_MAX_LENGTH >> 4))
-                return fail(v, 413, "payload_too_large", "a chunk size past any body this server reads");
-            size = size * 16 + (unsigned)hex_value(b[i++]);
+    qac_head_result r = QAC_HEAD_INCOMPLETE;
+    while (i < len && r == QAC_HEAD_INCOMPLETE) {
+        unsigned char ch = b[i];
+        if (c->state == CK_DATA) { /* a run of data, reported alone */
+            size_t n = len - i < c->size ? len - i : (size_t)c->size;
+            *data_off = i;
+            *data_len = n;
+            i += n;
+            if ((c->size -= n) == 0) c->state = CK_DATA_CR;
+            break;
         }
-        if (i == len) return QAC_HEAD_INCOMPLETE;
-        if (i == d0) return bad(v, "a malformed chunk size");
-        if (b[i] == ';')
-            while (i < len && is_value_byte(b[i])) i++;
-        if (i == len) return QAC_HEAD_INCOMPLETE;
-        if (b[i] == '\n') return bad(v, "a bare LF in a chunked body (lines end with CRLF)");
-        if (b[i] != '\r') return bad(v, "a malformed chunk size line");
-        if (++i == len) return QAC_HEAD_INCOMPLETE;
-        if (b[i++] != '\n') return bad(v, "a bare CR in a chunked body");
-        if (size == 0) break;
-        if (size >= len - i) return QAC_HEAD_INCOMPLETE; /* its data, or the CRLF after it, is still to come */
-        i += (size_t)size;
-        if (b[i] != '\r') return bad(v, "chunk data not followed by CRLF");
-        if (++i == len) return QAC_HEAD_INCOMPLETE;
-        if (b[i++] != '\n') return bad(v, "chunk data not followed by CRLF");
+        if (c->state <= CK_SIZE_LF && ++c->line > QAC_CHUNK_LINE_MAX) {
+            r = bad(v, "a chunk-size line longer than " QAC_STR(QAC_CHUNK_LINE_MAX) " bytes");
+            break;
+        }
+        if (c->state >= CK_TRAILER && c->state < CK_DONE && ++c->trailer > c->max_trailer) {
+            r = fail(v, 431, "invalid_request", "the trailer section is larger than the head limit");
+            break;
+        }
+        switch (c->state) {
+        case CK_SIZE: /* chunk-size [ ";" chunk-ext ] CRLF; the library takes no whitespace before ";" */
+            if (is_hex(ch)) {
+                if (c->size > (QAC_HEAD_MAX_LENGTH >> 4)) {
+                    r = fail(v, 413, "payload_too_large", "a chunk size past any body this server reads");
+                    break;
+                }
+                if (++c->digits > QAC_CHUNK_DIGITS_MAX) {
+                    r = bad(v, "a chunk size of more than " QAC_STR(QAC_CHUNK_DIGITS_MAX) " hex digits (leading zeros count)");
+                    break;
+                }
+                c->size = c->size * 16 + (unsigned)hex_value(ch);
+            } else if (!c->digits) {
+                r = bad(v, "a malformed chunk size");
+            } else if (ch == ';') {
+                c->state = CK_EXT;
+            } else if (ch == '\r') {
+                c->state = CK_SIZE_LF;
+            } else if (ch == '\n') {
+                r = bad(v, "a bare LF in a chunked body (lines end with CRLF)");
+            } else {
+                r = bad(v, "a malformed chunk size line");
+            }
+            break;
+        case CK_EXT:
+            if (ch == '\r') c->state = CK_SIZE_LF;
+            else if (ch == '\n') r = bad(v, "a bare LF in a chunked body (lines end with CRLF)");
+            else if (!is_value_byte(ch)) r = bad(v, "a malformed chunk size line");
+            break;
+        case CK_SIZE_LF:
+            if (ch != '\n') {
+                r = bad(v, "a bare CR in a chunked body");
+                break;
+            }
+            c->line = 0;
+            c->digits = 0;
+            c->state = c->size ? CK_DATA : CK_TRAILER;
+            break;
+        case CK_DATA_CR:
+            if (ch == '\r') c->state = CK_DATA_LF;
+            else r = bad(v, "chunk data not followed by CRLF");
+            break;
+        case CK_DATA_LF:
+            if (ch == '\n') c->state = CK_SIZE;
+            else r = bad(v, "chunk data not followed by CRLF");
+            break;
+        case CK_TRAILER: /* trailer-section CRLF: field lines as in a head */
+            if (ch == '\r') {
+                c->state = CK_END_LF;
+            } else if (c->fields == c->max_fields) {
+                r = fail(v, 431, "invalid_request", "too many trailer lines");
+            } else if (is_tchar(ch)) {
+                c->fields++;
+                c->state = CK_TNAME;
+            } else {
+                r = bad(v, "a malformed trailer line");
+            }
+            break;
+        case CK_TNAME:
+            if (ch == ':') c->state = CK_TVALUE;
+            else if (!is_tchar(ch)) r = bad(v, "a malformed trailer line");
+            break;
+        case CK_TVALUE:
+            if (ch == '\r') c->state = CK_TLF;
+            else if (!is_value_byte(ch)) r = bad(v, "a malformed trailer line");
+            break;
+        case CK_TLF:
+            if (ch == '\n') c->state = CK_TRAILER;
+            else r = bad(v, "a bare CR in a chunked body");
+            break;
+        case CK_END_LF:
+            if (ch == '\n') {
+                c->state = CK_DONE;
+                r = QAC_HEAD_OK;
+            } else {
+                r = bad(v, "a bare CR in a chunked body");
+            }
+            break;
+        }
+        if (r != QAC_HEAD_ERROR) i++;
     }
-    /* trailer-section CRLF: field lines as in a head */
-    size_t t0 = i;
-    for (int fields = 0;; fields++) {
-        if (i - t0 > max_head) return fail(v, 431, "invalid_request", "the trailer section is larger than the head limit");
-        if (i == len) return QAC_HEAD_INCOMPLETE;
-        if (b[i] == '\r') {
-            if (i + 1 == len) return QAC_HEAD_INCOMPLETE;
-            if (b[i + 1] != '\n') return bad(v, "a bare CR in a chunked body");
-            *body_len = i + 2;
-            return QAC_HEAD_OK;
-        }
-        if (fields == max_fields) return fail(v, 431, "invalid_request", "too many trailer lines");
-        size_t n0 = i;
-        while (i < len && is_tchar(b[i])) i++;
-        if (i == len) return QAC_HEAD_INCOMPLETE;
-        if (b[i] != ':' || i == n0) return bad(v, "a malformed trailer line");
-        while (++i < len && is_value_byte(b[i])) {}
-        if (i == len) return QAC_HEAD_INCOMPLETE;
-        if (b[i] != '\r') return bad(v, "a malformed trailer line");
-        if (++i == len) return QAC_HEAD_INCOMPLETE;
-        if (b[i++] != '\n') return bad(v, "a bare CR in a chunked body");
+    *used = i;
+    return r;
+}
+
+qac_head_result qac_head_chunked(const char *buf, size_t len, size_t max_head, int max_fields, size_t *body_len,
+                                 qac_head_verdict *v) {
+    qac_chunked c;
+    qac_chunked_init(&c, max_head, max_fields);
+    size_t at = 0;
+    for (;;) {
+        size_t used, off, n;
+        qac_head_result r = qac_chunked_feed(&c, buf + at, len - at, &used, &off, &n, v);
+        at += used;
+        if (r == QAC_HEAD_OK) *body_len = at;
+        if (r != QAC_HEAD_INCOMPLETE || at == len) return r;
     }
 }
 
 int qac_head_pipelined(const char *buf, size_t len, const qac_head_verdict *first, size_t max_head, int max_fields,
-                       qac_head_verdict *bad) {
+                       qac_head_verdict *bad, int *chunked) {
     qac_head_verdict cur = *first;
     size_t pos = 0;
+    if (chunked) *chunked = 0;
     for (int k = 1;; k++) {
         size_t body = (size_t)cur.content_length;
+        if (cur.chunked && chunked) *chunked = 1;
         if (cur.chunked) {
             qac_head_verdict cv;
             qac_head_result r = qac_head_chunked(buf + pos + cur.head_len, len - pos - cur.head_len, max_head,

@@ -21,6 +21,7 @@
  * next request (kept alive, idle) is closed to make room. Every answer
  * carries an X-Request-Id and is reported to the access log. */
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -57,6 +58,8 @@ typedef struct conn {
     /* Fields below: the connection's own thread only. */
     unsigned long long wire; /* bytes of its requests so far (heads and bodies) */
     int untracked;        /* wire unknown (a chunked body): later heads are the library's */
+    qac_relay *relay;     /* the connection goes through a relay (srv_relay.c), or NULL */
+    unsigned relay_base;  /* requests the library had parsed when the relay began */
     int refused;          /* the gate answered its next head: serve nothing more */
     unsigned requests;    /* heads the library has parsed */
     unsigned bad_after;   /* > 0: the request after this many is invalid (seen pipelined) */
@@ -74,6 +77,7 @@ typedef struct handoff_note {
     unsigned bad_after;
     qac_head_verdict bad;
     int reserve;
+    qac_relay *relay;     /* the connection's relay: its reference goes to the conn */
 } handoff_note;
 
 typedef struct req_state {
@@ -398,6 +402,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                          s->cfg.max_body_bytes);
         return early(s, c, st, route, &r);
     }
+    qac_head_verdict bad_body;
+    if (st->cn && qac_relay_body_error(st->cn->relay, st->cn->requests - st->cn->relay_base, &bad_body)) {
+        /* its chunked body was faulty: the relay cut it there */
+        memset(&r, 0, sizeof r);
+        qac_server_error(&r, bad_body.status, bad_body.type, "%s", bad_body.message);
+        return early(s, c, st, route, &r);
+    }
     if (!is_reserved(route)) {
         int n = atomic_fetch_add(&hs_of(s)->handling, 1) + 1;
         st->counted = 1;
@@ -421,6 +432,30 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return send_response(s, c, st, &r, close);
 }
 
+/* A later request on the connection has a chunked body: from here on the
+ * library reads the connection through a relay. Called between requests,
+ * on the connection's own thread, while the library is not reading: the
+ * socket's descriptor is replaced under it by its end of the relay's pair
+ * (the relay keeps a duplicate of the client's socket). */
+static void relay_from_here(qac_server *s, conn *cn) {
+    int tcp = fcntl(cn->fd, F_DUPFD_CLOEXEC, 0), lib_fd = -1;
+    qac_relay *r = tcp >= 0 ? qac_relay_start(s, tcp, &lib_fd) : NULL;
+    if (!r) { /* left as it is: the library reads the body */
+        if (tcp >= 0) close(tcp);
+        return;
+    }
+    if (dup2(lib_fd, cn->fd) < 0) { /* cannot happen with valid descriptors: the relay ends, and the connection */
+        close(lib_fd);
+        qac_relay_release(r);
+        return;
+    }
+    fcntl(cn->fd, F_SETFD, FD_CLOEXEC);
+    close(lib_fd);
+    cn->relay = r;
+    cn->relay_base = cn->requests;
+    cn->untracked = 1;
+}
+
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
     qac_server *s = cls;
     req_state *st = *con_cls;
@@ -436,21 +471,26 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, en
     free(st);
     *con_cls = NULL;
     atomic_fetch_sub(&s->inflight, 1);
+    if (cn && cn->relay) { /* the relay checks what comes next */
+        qac_relay_request_done(cn->relay);
+        return;
+    }
     if (!next || atomic_load(&s->draining)) return;
     if (cn->bad_after || cn->untracked) return; /* the library holds what comes next */
     /* Has the library read exactly the requests so far? Then the next head
      * is unread in the socket; otherwise it holds pipelined bytes already. */
     long long used = qac_gate_consumed(cn->fd);
     if (used < 0 || (unsigned long long)used != cn->wire) return;
-    int bad_after = 0;
+    int bad_after = 0, chunked = 0;
     pthread_mutex_lock(&hs_of(s)->mu);
     cn->waiting_next = 1;
     pthread_mutex_unlock(&hs_of(s)->mu);
-    int r = qac_gate_next_head(s, cn->fd, &bad_after, &cn->bad);
+    int r = qac_gate_next_head(s, cn->fd, &bad_after, &cn->bad, &chunked);
     pthread_mutex_lock(&hs_of(s)->mu);
     cn->waiting_next = 0;
     pthread_mutex_unlock(&hs_of(s)->mu);
     if (r < 0) cn->refused = 1;
+    else if (r > 0 && chunked) relay_from_here(s, cn);
     else if (r > 0 && bad_after > 0) cn->bad_after = cn->requests + (unsigned)bad_after;
 }
 
@@ -471,6 +511,8 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
             cn->bad_after = note->bad_after;
             cn->bad = note->bad;
             cn->reserve = note->reserve;
+            cn->relay = note->relay;
+            if (cn->relay) cn->untracked = 1;
             free(note);
         }
         qac_peer_name(ai ? ai->client_addr : NULL, ai && ai->client_addr ? (ai->client_addr->sa_family == AF_INET6
@@ -492,6 +534,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
         if (cn->next) cn->next->prev = cn->prev;
         if (!cn->reaped && hs->live) hs->live--;
         pthread_mutex_unlock(&hs->mu);
+        qac_relay_release(cn->relay);
         free(cn);
         *socket_context = NULL;
     }
@@ -590,7 +633,7 @@ static int reclaim_idle(http_state *hs) {
  * reserve of their own (a connection let in there is closed after its
  * answer). */
 static int handoff(void *user, int fd, const struct sockaddr *addr, unsigned addrlen, const char *path,
-                   size_t path_len, int bad_after, const qac_head_verdict *bad) {
+                   size_t path_len, int bad_after, const qac_head_verdict *bad, int chunked) {
     qac_server *s = user;
     http_state *hs = hs_of(s);
     unsigned cap = (unsigned)s->cfg.max_connections;
@@ -604,7 +647,18 @@ static int handoff(void *user, int fd, const struct sockaddr *addr, unsigned add
      * gone (its limit leaves room for RECLAIM_SLACK of them) */
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
     if (!admit || (di && di->num_connections >= cap + RESERVED_CONNECTIONS + RECLAIM_SLACK)) return 0;
-    handoff_note *note = (bad_after > 0 || reserve) && addrlen <= sizeof note->peer ? calloc(1, sizeof *note) : NULL;
+    /* A chunked body on the connection: the library reads it through a relay. */
+    int lib_fd = fd;
+    qac_relay *relay = chunked ? qac_relay_start(s, fd, &lib_fd) : NULL;
+    if (relay) bad_after = 0; /* the relay finds faults in what follows, and answers them */
+    handoff_note *note = (bad_after > 0 || reserve || relay) && addrlen <= sizeof note->peer ? calloc(1, sizeof *note)
+                                                                                             : NULL;
+    if (relay && !note) { /* nobody would hold its reference: the relay ends with the connection */
+        close(lib_fd);
+        qac_relay_release(relay);
+        return 1;
+    }
+    fd = lib_fd;
     if (note) {
         note->fd = fd;
         memcpy(&note->peer, addr, addrlen);
@@ -613,11 +667,13 @@ static int handoff(void *user, int fd, const struct sockaddr *addr, unsigned add
         note->bad_after = bad_after > 0 ? (unsigned)bad_after : 0;
         if (bad_after > 0) note->bad = *bad;
         note->reserve = reserve;
+        note->relay = relay;
         pthread_mutex_lock(&hs->mu);
         for (handoff_note **p = &hs->notes; *p;) { /* never claimed (the library dropped the connection) */
             handoff_note *n = *p;
             if (note->at - n->at > 10.0) {
                 *p = n->next;
+                qac_relay_release(n->relay);
                 free(n);
             } else {
                 p = &n->next;
@@ -633,8 +689,10 @@ static int handoff(void *user, int fd, const struct sockaddr *addr, unsigned add
     if (MHD_add_connection(s->daemon, fd, addr, (socklen_t)addrlen) != MHD_YES) { /* fd closed */
         pthread_mutex_lock(&hs->mu);
         if (hs->live) hs->live--;
-        if (note) free(take_note(hs, fd, NULL));
+        handoff_note *n = note ? take_note(hs, fd, NULL) : NULL;
         pthread_mutex_unlock(&hs->mu);
+        if (n) qac_relay_release(n->relay);
+        free(n);
     }
     return 1;
 }
@@ -647,6 +705,7 @@ static void http_free(qac_server *s) {
     while (hs->notes) {
         handoff_note *n = hs->notes;
         hs->notes = n->next;
+        qac_relay_release(n->relay);
         free(n);
     }
     pthread_mutex_lock(&hs->stop_mu);
@@ -661,6 +720,16 @@ static void http_free(qac_server *s) {
     s->http = NULL;
 }
 
+/* Once the library has closed every connection, each relay sends its last
+ * bytes and ends (bounded by its flush and linger times). */
+static void wait_relays(qac_server *s) {
+    double end = qac_now() + 15.0;
+    while (qac_relay_running(s) > 0 && qac_now() < end) {
+        struct timespec ts = {0, 5 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
 /* qac_server_free: drain, and after a timed-out drain wait for the
  * requests still running (a process that cannot wait exits instead). */
 static void http_stop(qac_server *s) {
@@ -672,6 +741,7 @@ static void http_stop(qac_server *s) {
     if (s->daemon) MHD_stop_daemon(s->daemon);
     s->daemon = NULL;
     s->http_stop = NULL;
+    wait_relays(s);
     http_free(s);
 }
 
@@ -754,6 +824,7 @@ qac_status qac_server_shutdown(qac_server *s) {
     MHD_stop_daemon(d);
     s->daemon = NULL;
     s->http_stop = NULL;
+    wait_relays(s);
     http_free(s);
     return QAC_OK;
 }

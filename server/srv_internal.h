@@ -131,22 +131,53 @@ qac_head_result qac_head_framing(const qac_head_fields *f, qac_head_verdict *v);
  * are in, INCOMPLETE while it may still be valid, ERROR with the answer. */
 qac_head_result qac_head_chunked(const char *buf, size_t len, size_t max_head, int max_fields, size_t *body_len,
                                  qac_head_verdict *v);
+/* A chunked body read as it arrives, by the same rules as
+ * qac_head_chunked (which runs it over one buffer): CRLF only, a chunk-size
+ * line of at most QAC_CHUNK_LINE_MAX bytes (its CRLF included) with at most
+ * QAC_CHUNK_DIGITS_MAX hex digits (leading zeros count: padded sizes cost
+ * wire bytes, not body bytes), trailers as head lines within max_trailer
+ * bytes and max_fields lines (431 past either). */
+#define QAC_CHUNK_LINE_MAX 4096
+#define QAC_CHUNK_DIGITS_MAX 16
+#define QAC_STR_(x) #x
+#define QAC_STR(x) QAC_STR_(x)
+typedef struct qac_chunked {
+    int state;
+    unsigned long long size; /* the chunk size being read, then what is left of its data */
+    size_t line;             /* bytes of the chunk-size line so far */
+    int digits;              /* hex digits of the size so far */
+    size_t trailer;          /* bytes of the trailer section so far */
+    int fields;              /* trailer lines so far */
+    size_t max_trailer;
+    int max_fields;
+} qac_chunked;
+void qac_chunked_init(qac_chunked *c, size_t max_trailer, int max_fields);
+/* Reads buf[0 .. len) on from where the body stands: *used bytes are taken;
+ * a run of chunk data among them ([*data_off, +*data_len) of buf) ends the
+ * call early, so each call reports at most one. INCOMPLETE: more is needed
+ * (or data was reported); OK: the body ended, *used bytes into buf; ERROR:
+ * the answer in *v. */
+qac_head_result qac_chunked_feed(qac_chunked *c, const char *buf, size_t len, size_t *used, size_t *data_off,
+                                 size_t *data_len, qac_head_verdict *v);
 /* The requests pipelined behind a valid head (first, its verdict) in the
  * same bytes: 0 when none of those seen whole is invalid (head, or chunked
  * body), else k: the request after the k-th (the first is the 1st) is
  * invalid, with its answer in *bad. The first's own chunked body is the
- * caller's to check (qac_head_chunked). */
+ * caller's to check (qac_head_chunked). *chunked (NULL: not asked): whether
+ * any request seen, the first included, has a chunked body. */
 int qac_head_pipelined(const char *buf, size_t len, const qac_head_verdict *first, size_t max_head, int max_fields,
-                       qac_head_verdict *bad);
+                       qac_head_verdict *bad, int *chunked);
 const char *qac_head_reason(int status);
 
 typedef struct qac_gate qac_gate;
 /* Called with each connection whose first head is in and valid (path: its
  * target up to "?" or "#"): takes the socket (the head is still unread in
  * it) and returns 1, or returns 0 to have the gate answer 503. bad_after > 0: the request after that many is
- * known invalid (pipelined), *bad its answer. */
+ * known invalid (pipelined), *bad its answer. chunked: a request seen in the
+ * bytes peeked has a chunked body (the connection goes through a relay). */
 typedef int (*qac_gate_handoff_fn)(void *user, int fd, const struct sockaddr *addr, unsigned addrlen,
-                                   const char *path, size_t path_len, int bad_after, const qac_head_verdict *bad);
+                                   const char *path, size_t path_len, int bad_after, const qac_head_verdict *bad,
+                                   int chunked);
 /* Listens on host:port and starts the gate's thread; *port_out: the bound port. */
 qac_status qac_gate_start(qac_gate **out, qac_server *s, qac_gate_handoff_fn handoff, void *user, int *port_out);
 /* Stops accepting and closes the connections still waiting for a head. */
@@ -159,13 +190,38 @@ long long qac_gate_consumed(int fd);
  * reaper bounds the rest) and checks it, unread. 1: valid, left for the
  * library; 0: none came (closed, idle, or draining); -1: invalid, answered
  * in JSON and the socket shut down both ways. On 1, *bad_after > 0 says the
- * request that many after this one is known invalid (pipelined). */
-int qac_gate_next_head(qac_server *s, int fd, int *bad_after, qac_head_verdict *bad);
+ * request that many after this one is known invalid (pipelined), and
+ * *chunked that a request seen has a chunked body. */
+int qac_gate_next_head(qac_server *s, int fd, int *bad_after, qac_head_verdict *bad, int *chunked);
 /* Answers on a socket the library serves (from its thread), then ends the
  * connection: the JSON error with Connection: close, a lingering close
  * (input read and dropped for a moment), shut down both ways. */
 void qac_gate_answer_close(qac_server *s, int fd, int status, const char *type, const char *message,
                            const char *request_id, const char *method, const char *path, double since);
+
+/* ---- the relay of chunked bodies (srv_relay.c) ----
+ * A connection that carries a chunked body is served through a socket
+ * pair: the HTTP library reads one end, and a relay thread moves bytes
+ * between the client and the other, checking every request head and
+ * chunked body by the rules of srv_head.c as the bytes arrive and passing
+ * chunked bodies on re-framed (short size lines, no trailers), so that
+ * the library never answers their faults in HTML. */
+typedef struct qac_relay qac_relay;
+/* Starts the relay thread for the client socket tcp (taken, closed by the
+ * relay): *lib_fd is the end the library is to read (non-blocking).
+ * Returns NULL (tcp untouched) when the pair or the thread cannot be had. */
+qac_relay *qac_relay_start(qac_server *s, int tcp, int *lib_fd);
+/* The library finished one more request of the connection (wakes the relay,
+ * which answers a faulty head only once every request before it is answered). */
+void qac_relay_request_done(qac_relay *r);
+/* Whether request number `request` of the relay (1: the first it passed
+ * on) had a faulty chunked body: then 1 and its answer in *v. The relay
+ * ended that body early so that the library hands the request over. */
+int qac_relay_body_error(qac_relay *r, unsigned request, qac_head_verdict *v);
+/* Drops the connection's reference (the thread holds its own). */
+void qac_relay_release(qac_relay *r);
+/* Relay threads still running (they end once both sides have closed). */
+int qac_relay_running(const qac_server *s);
 
 /* ---- the page ---- */
 extern const char qac_server_page_html[];
@@ -186,6 +242,7 @@ struct qac_server {
     size_t docid_json_max;     /* the longest docid of either index, as a JSON string */
     atomic_int inflight;
     atomic_int draining;
+    atomic_int relays;         /* relay threads running (srv_relay.c) */
     void *daemon;              /* struct MHD_Daemon * */
     void (*http_stop)(qac_server *s); /* set by the HTTP layer once listening */
     void *http;                /* the HTTP layer's state (srv_http.c) */

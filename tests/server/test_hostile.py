@@ -364,14 +364,32 @@ print(f"drain: exit {rc} after {took:.2f} s (drain timeout 1.5 s); the busy clie
 check(rc is not None and rc != 0 and took <= 1.5 + 1.0, f"SIGTERM with a busy request: rc {rc} after {took:.2f} s")
 check(len(cut) == 1 and not cut[0].startswith("answered"), f"the unfinished request is cut off, not answered: {cut}")
 
-# ---- 9b. 5xx log rate: an encode-only server answers 503 to /search ---
-eo = Server()
+# ---- 9b. 5xx log rate: requests past a full queue are 503, logged at most once a second ---
+# A bulk /encode keeps the queue (one place, --queue-size 1) taken while it
+# is encoded a slice at a time, so every search meanwhile is refused at once.
+eo = Server("--index", ix, "--queue-size", "1", "--drain-timeout-ms", "1000")
+busy = [True]
+
+
+def keep_busy():
+    while busy[0]:
+        try:
+            http(eo.base, "POST", "/encode", bulk, timeout=300)
+        except OSError:
+            pass
+
+
+busy_th = threading.Thread(target=keep_busy, daemon=True)
+busy_th.start()
+check(wait_until(lambda: http(eo.base, "POST", "/search", {"query": "x"})[0] == 503, DEADLINE),
+      "the queue is full before the searches start")
 t0 = time.time()
 n503 = 0
 while n503 < 300 and time.time() - t0 < 20:
     n503 += http(eo.base, "POST", "/search", {"query": "x"})[0] == 503
+busy[0] = False
 eo.proc.send_signal(signal.SIGTERM)
-eo.proc.wait(30)
+eo.proc.wait(60)
 err = eo.proc.stderr.read()
 lines = err.count("HTTP 503")
 secs = time.time() - t0

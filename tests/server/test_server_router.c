@@ -229,9 +229,10 @@ static void test_errors(void) {
     qac_http_response_clear(&r);
     qac_server_free(s);
 
-    /* encode-only server: /search is 503 with a clear message */
+    /* encode-only server: /search is a 422 (a permanent condition, not a
+     * retryable 503) with a clear message */
     s = make_server(0, 0, NULL, 1, &st);
-    expect_error(s, "POST", "/search", "{\"query\":\"x\"}", 503, "unavailable");
+    expect_error(s, "POST", "/search", "{\"query\":\"x\"}", 422, "validation_error");
     o = call(s, "POST", "/search", "{\"query\":\"x\"}", NULL, &r);
     CHECK(strstr(r.body, "--index"));
     json_decref(o);
