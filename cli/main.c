@@ -33,6 +33,12 @@ static void usage(FILE *f) {
     for (int i = 0; i < N_COMMANDS; i++) fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
 }
 
+#ifdef QAC_HAVE_CUDA
+#define QAC_BUILT_WITH_CUDA 1
+#else
+#define QAC_BUILT_WITH_CUDA 0
+#endif
+
 int main(int argc, char **argv) {
     if (argc < 2) {
         usage(stderr);
@@ -44,7 +50,12 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (!strcmp(cmd, "--version") || !strcmp(cmd, "version")) {
-        printf("qac %s (cuda: %s)\n", QAC_VERSION_STRING, qac_cuda_available() ? "yes" : "no");
+        /* the build and the machine, said apart: /metrics' qac_build_info{cuda} is the first,
+         * qac_cuda_gpu_available the second */
+        printf("qac %s (%s)\n", QAC_VERSION_STRING,
+               !QAC_BUILT_WITH_CUDA ? "CUDA not compiled in: CPU only"
+               : qac_cuda_available() ? "CUDA compiled in, a usable GPU found"
+                                      : "CUDA compiled in, no usable GPU: CPU only");
         return 0;
     }
     for (int i = 0; i < N_COMMANDS; i++)

@@ -114,6 +114,7 @@ typedef struct qac_server_backend {
      * text ([start, stop) pairs in offs, 2 per token); as tokenize. */
     qac_status (*tokenize_offsets)(void *enc, const char *text, size_t len, int32_t *ids, int32_t *offs, int cap,
                                    int *n);
+    int cuda_gpu;             /* CUDA is compiled in and a usable GPU was found (qac_cuda_available) */
     int vocab_size;           /* token ids are 0 .. vocab_size - 1 */
     int32_t cls_id, sep_id;   /* what encode_text puts around a text; -1: none */
     int32_t special_ids[8];   /* every special token's id ([CLS] [SEP] [PAD] [UNK] [MASK]), -1: unused */

@@ -585,9 +585,22 @@ done:
 
 /* ---------------- /v1/models (OpenAI) ---------------- */
 
-void qac_handle_models(qac_server *s, qac_http_response *r) {
-    qac_srv_json(r, QAC_REPLY_HOUSE, json_pack("{s:s,s:[{s:s,s:s,s:I,s:s}]}", "object", "list", "data", "id", s->be.model_id, "object",
-                          "model", "created", (json_int_t)s->started_unix, "owned_by", "qac"));
+static json_t *model_json(const qac_server *s) {
+    return json_pack("{s:s,s:s,s:I,s:s}", "id", s->be.model_id, "object", "model", "created",
+                     (json_int_t)s->started_unix, "owned_by", "qac");
+}
+
+void qac_handle_models(qac_server *s, const char *id, size_t id_len, qac_http_response *r) {
+    if (!id) {
+        qac_srv_json(r, QAC_REPLY_HOUSE, json_pack("{s:s,s:[o]}", "object", "list", "data", model_json(s)));
+        return;
+    }
+    if (id_len != strlen(s->be.model_id) || memcmp(id, s->be.model_id, id_len) != 0) {
+        qac_server_error(r, 404, "not_found", "the model '%.*s' does not exist: this server serves '%s'",
+                         (int)(id_len > 200 ? 200 : id_len), id, s->be.model_id);
+        return;
+    }
+    qac_srv_json(r, QAC_REPLY_HOUSE, model_json(s));
 }
 
 /* ---------------- /info, /health ---------------- */

@@ -87,6 +87,8 @@ typedef enum qac_route {
 const char *qac_route_path(qac_route r);
 qac_status qac_metrics_create(qac_metrics **out);
 void qac_metrics_free(qac_metrics *m);
+/* qac_cuda_gpu_available: a usable GPU was found (the backend says). */
+void qac_metrics_gpu(qac_metrics *m, int available);
 void qac_metrics_request(qac_metrics *m, qac_route r, int status, double seconds);
 void qac_metrics_batch(qac_metrics *m, int texts, int tokens, double seconds);
 void qac_metrics_search_batch(qac_metrics *m, int queries, double seconds);
@@ -387,7 +389,8 @@ void qac_handle_embeddings(qac_server *s, const char *body, size_t len, qac_http
 void qac_handle_tokenize(qac_server *s, const char *body, size_t len, qac_http_response *resp);
 void qac_handle_info(qac_server *s, qac_http_response *resp);
 void qac_handle_health(qac_server *s, qac_http_response *resp);
-void qac_handle_models(qac_server *s, qac_http_response *resp);
+/* OpenAI's GET /v1/models (id NULL) and GET /v1/models/{id}. */
+void qac_handle_models(qac_server *s, const char *id, size_t id_len, qac_http_response *resp);
 /* text-embeddings-inference's routes (srv_tei.c): POST /embed (and POST /),
  * /embed_all, /decode, and /tokenize given {"inputs": ...} (o parsed). */
 void qac_handle_tei_embed(qac_server *s, const char *body, size_t len, qac_http_response *resp);

@@ -19,7 +19,8 @@ static const double size_bounds[] = {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024
 static const double tok_bounds[] = {16, 64, 256, 1024, 4096, 16384, 65536};
 #define N_TOK (int)(sizeof tok_bounds / sizeof tok_bounds[0])
 
-static const int codes[] = {200, 400, 401, 404, 405, 413, 422, 429, 500, 503};
+/* every status the server answers; 499: the client went away before the answer */
+static const int codes[] = {200, 400, 401, 404, 405, 413, 414, 422, 424, 429, 431, 499, 500, 501, 503, 505};
 #define N_CODES (int)(sizeof codes / sizeof codes[0])
 
 typedef struct hist {
@@ -35,6 +36,7 @@ struct qac_metrics {
     hist batch_texts, batch_tokens, batch_seconds;
     hist search_queries, search_seconds;
     int queue_depth, inflight;
+    int gpu_available;
 };
 
 static const char *route_paths[QAC_ROUTE_COUNT] = {"/",        "/search",     "/encode",  "/v1/embeddings",
@@ -50,6 +52,8 @@ qac_status qac_metrics_create(qac_metrics **out) {
     *out = m;
     return QAC_OK;
 }
+
+void qac_metrics_gpu(qac_metrics *m, int available) { m->gpu_available = available; }
 
 void qac_metrics_free(qac_metrics *m) {
     if (!m) return;
@@ -271,9 +275,12 @@ char *qac_metrics_render(qac_metrics *m) {
               m->inflight);
     pthread_mutex_unlock(&m->mu);
     render_process(&b);
-    sb_printf(&b, "# HELP qac_build_info The build: version, CUDA compiled in, compiler (value 1).\n"
+    sb_printf(&b, "# HELP qac_build_info The build: version, cuda (yes: CUDA compiled in), compiler (value 1).\n"
                   "# TYPE qac_build_info gauge\nqac_build_info{version=\"%s\",cuda=\"%s\",compiler=\"%s\"} 1\n",
               QAC_VERSION_STRING, BUILD_CUDA, BUILD_COMPILER);
+    sb_printf(&b, "# HELP qac_cuda_gpu_available 1 when CUDA is compiled in and a usable GPU was found "
+                  "(as qac --version says).\n# TYPE qac_cuda_gpu_available gauge\nqac_cuda_gpu_available %d\n",
+              m->gpu_available);
     if (b.oom) {
         free(b.p);
         return NULL;

@@ -46,7 +46,7 @@ const char qac_server_page_html[] =
     "<input id=\"q\" name=\"q\" placeholder=\"Type a query\" autofocus>\n"
     "<select id=\"mode\" name=\"mode\">{{MODES}}</select>\n"
     "<input id=\"k\" name=\"k\" type=\"number\" min=\"1\" max=\"{{MAX_K}}\" value=\"10\" style=\"width:5.5rem\">\n"
-    "<input id=\"key\" type=\"password\" placeholder=\"API key\" autocomplete=\"off\">\n"
+    "{{KEY}}"
     "<button type=\"submit\">Search</button>\n"
     "</form>\n"
     "<div id=\"status\"></div>\n"
@@ -92,7 +92,7 @@ const char qac_server_page_html[] =
     "  const status = $('status'), list = $('results');\n"
     "  list.textContent = ''; status.className = ''; status.textContent = 'Searching\\u2026';\n"
     "  const headers = {'Content-Type': 'application/json'};\n"
-    "  const key = $('key').value;\n"
+    "  const key = $('key') ? $('key').value : '';  /* no box: the server has no key */\n"
     "  if (key) { sessionStorage.setItem('qac-key', key); headers['Authorization'] = 'Bearer ' + key; }\n"
     "  else sessionStorage.removeItem('qac-key');\n"
     "  try {\n"
@@ -117,7 +117,7 @@ const char qac_server_page_html[] =
     "  const u = new URL(location); u.searchParams.set('q', q); u.searchParams.set('k', $('k').value);\n"
     "  u.searchParams.set('mode', $('mode').value); history.replaceState(null, '', u);\n"
     "  search(q, parseInt($('k').value, 10) || 10, $('mode').value); });\n"
-    "$('key').value = sessionStorage.getItem('qac-key') || '';\n"
+    "if ($('key')) $('key').value = sessionStorage.getItem('qac-key') || '';\n"
     "// a mode or k from the address is taken only when valid here: the page keeps a real selection\n"
     "const wantMode = params.get('mode');\n"
     "if (wantMode && [...$('mode').options].some(o => o.value === wantMode)) $('mode').value = wantMode;\n"
@@ -128,8 +128,12 @@ const char qac_server_page_html[] =
     "</script>\n"
     "</body></html>\n";
 
-/* The page with this server's largest k and the modes it can search (an
- * encode-only server lists dense, which then answers why it cannot). */
+/* The API-key box, on a server that has a key. */
+static const char key_box[] = "<input id=\"key\" type=\"password\" placeholder=\"API key\" autocomplete=\"off\">\n";
+
+/* The page with this server's largest k, the modes it can search (an
+ * encode-only server lists dense, which then answers why it cannot), and
+ * the API-key box only when the server asks for a key. */
 char *qac_server_page(const qac_server *s) {
     char modes[160] = "", max_k[24];
     if (s->be.search) strcat(modes, "<option>dense</option>");
@@ -137,15 +141,15 @@ char *qac_server_page(const qac_server *s) {
     if (s->be.search && s->be.bm25_search) strcat(modes, "<option>hybrid</option>");
     if (!modes[0]) strcat(modes, "<option>dense</option>");
     snprintf(max_k, sizeof max_k, "%d", s->cfg.max_k);
-    const char *keys[2] = {"{{MODES}}", "{{MAX_K}}"}, *vals[2] = {modes, max_k};
-    size_t cap = sizeof qac_server_page_html + strlen(modes) + strlen(max_k);
+    const char *keys[3] = {"{{MODES}}", "{{MAX_K}}", "{{KEY}}"}, *vals[3] = {modes, max_k, s->cfg.api_key ? key_box : ""};
+    size_t cap = sizeof qac_server_page_html + strlen(modes) + strlen(max_k) + sizeof key_box;
     char *out = malloc(cap);
     if (!out) return NULL;
     const char *p = qac_server_page_html;
     size_t o = 0;
     while (*p) {
         int hit = -1;
-        for (int k = 0; k < 2 && hit < 0; k++)
+        for (int k = 0; k < 3 && hit < 0; k++)
             if (!strncmp(p, keys[k], strlen(keys[k]))) hit = k;
         if (hit < 0) {
             out[o++] = *p++;

@@ -39,12 +39,19 @@ static const route_entry routes[] = {
 };
 #define N_ROUTES (int)(sizeof routes / sizeof routes[0])
 
+#define MODEL_PREFIX "/v1/models/" /* OpenAI's GET /v1/models/{model} */
+
 qac_route qac_server_route(const char *path, size_t len, const char **allow) {
     for (int i = 0; i < N_ROUTES; i++)
         if (strlen(routes[i].path) == len && memcmp(routes[i].path, path, len) == 0) {
             if (allow) *allow = routes[i].allow;
             return routes[i].route;
         }
+    size_t pl = strlen(MODEL_PREFIX);
+    if (len > pl && memcmp(path, MODEL_PREFIX, pl) == 0) {
+        if (allow) *allow = "GET, HEAD";
+        return QAC_ROUTE_MODELS;
+    }
     if (allow) *allow = NULL;
     return QAC_ROUTE_OTHER;
 }
@@ -139,7 +146,10 @@ void qac_server_handle(qac_server *s, const qac_http_request *req, qac_http_resp
         case QAC_ROUTE_EMBED: qac_handle_tei_embed(s, body, req->body_len, r); break;
         case QAC_ROUTE_EMBED_ALL: qac_handle_tei_embed_all(s, body, req->body_len, r); break;
         case QAC_ROUTE_DECODE: qac_handle_tei_decode(s, body, req->body_len, r); break;
-        case QAC_ROUTE_MODELS: qac_handle_models(s, r); break;
+        case QAC_ROUTE_MODELS: /* the list, or one model: the rest of the path is its id */
+            qac_handle_models(s, plen > strlen(MODEL_PREFIX) ? path + strlen(MODEL_PREFIX) : NULL,
+                              plen > strlen(MODEL_PREFIX) ? plen - strlen(MODEL_PREFIX) : 0, r);
+            break;
         default: qac_server_error(r, 500, "internal", "unhandled route"); break;
         }
         if (encodes) qac_batcher_expect_done(s->batcher);
@@ -213,6 +223,7 @@ qac_status qac_server_create(qac_server **out, const qac_server_config *cfg, con
     if (s->cfg.passage_max_len > be->model_max_len) s->cfg.passage_max_len = be->model_max_len;
     qac_status st = s->cfg.host ? QAC_OK : qac_set_error(QAC_ERR_NOMEM, "out of memory");
     if (!st) st = qac_metrics_create(&s->metrics);
+    if (!st) qac_metrics_gpu(s->metrics, be->cuda_gpu);
     if (!st) {
         qac_batcher_opts bo = {be->dim, cfg->max_batch_tokens, cfg->max_wait_ms, cfg->queue_size, cfg->slice_tokens};
         st = qac_batcher_create(&s->batcher, be->encode, be->enc, be->search, be->index, &bo, s->metrics);

@@ -125,6 +125,16 @@ def check_openai(srv, d, ref, tok):
     _, _, info = http(srv.base, "GET", "/info")
     check(len(models) == 1 and models[0].id == info["model"]["id"] and models[0].object == "model",
           f"openai models.list(): {models}")
+    # models.retrieve (GET /v1/models/{id}, issue 38: it was a 404): the model, as in the list; another id
+    # is OpenAI's NotFoundError
+    m = oa.models.retrieve(models[0].id)
+    check(m.id == models[0].id and m.object == "model" and m.owned_by == models[0].owned_by
+          and m.created == models[0].created, f"openai models.retrieve(): {m}")
+    try:
+        oa.models.retrieve("no-such-model")
+        check(False, "openai models.retrieve() of another id is an error")
+    except openai.NotFoundError as e:
+        check("no-such-model" in str(e), f"openai models.retrieve() of another id: 404 naming it: {e}")
 
     # LangChain's OpenAIEmbeddings sends 1000 inputs per request by default
     titles = cranfield_titles(1000)

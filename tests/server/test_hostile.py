@@ -274,11 +274,12 @@ out = raw(port, b"GET /health HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"c" * 12000 + b
 check(out.startswith(b"HTTP/1.1 200"), f"a 12 KB head is within the limit: {out[:40]!r}")
 
 # The search page takes the API key from a password field (kept in the
-# tab's sessionStorage, sent as a header), never from the URL.
+# tab's sessionStorage, sent as a header), never from the URL; a server
+# without a key shows no such field (test_page checks one with a key).
 st, _, page = http(base, "GET", "/")
-check(st == 200 and 'type="password"' in page and "sessionStorage" in page and "Authorization" in page
+check(st == 200 and 'type="password"' not in page and "sessionStorage" in page and "Authorization" in page
       and not re.search(r"""get\(\s*['"]key['"]""", page),
-      "the page reads the API key from a password field, not from the URL")
+      "the page reads the API key from a password field, not from the URL, and has none without a key")
 
 # ---- 5 + 6. slow heads and slow bodies: /health and /search still answer ----
 t0 = time.time()

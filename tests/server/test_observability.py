@@ -24,7 +24,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, os.path.dirname(__file__))
-from srvlib import QAC, Server, check, finish, http  # noqa: E402
+from srvlib import QAC, Server, check, finish, http, wait_until  # noqa: E402
 
 RID = re.compile(r"^[0-9a-f]{32}$")  # the server's own request ids
 
@@ -177,6 +177,39 @@ def check_metrics():
         check(build is not None and build.samples[0].value == 1 and labels.get("version") == info["version"] and
               labels.get("cuda") in ("yes", "no") and labels.get("compiler"),
               f"qac_build_info names the version {info['version']}: {labels}")
+        # issue 38: qac_build_info{cuda="yes"} beside `qac --version` saying "cuda: no" (one meant compiled in,
+        # the other a usable GPU). Both now say both, and agree.
+        version = subprocess.run([QAC, "--version"], capture_output=True, text=True).stdout
+        built = "CUDA compiled in" in version
+        usable = "a usable GPU" in version and "no usable GPU" not in version
+        gpu = fams.get("qac_cuda_gpu_available")
+        check(built == (labels.get("cuda") == "yes") and gpu is not None and gpu.samples[0].value == float(usable)
+              and (built or not usable), f"qac --version {version.strip()!r} agrees with qac_build_info {labels} "
+              f"and qac_cuda_gpu_available {gpu.samples[0].value if gpu else None}")
+        # a client that leaves before its answer counts as code="499" (issue 38: it was code="other")
+        def requests_total(code):
+            text = sess.get(srv.base + "/metrics", timeout=30).text
+            for f in text_string_to_metric_families(text):
+                for smp in f.samples:
+                    if smp.name == "qac_http_requests_total" and smp.labels == {"route": "/encode", "code": code}:
+                        return smp.value
+            return 0.0
+
+        def tokens():
+            text = sess.get(srv.base + "/metrics", timeout=30).text
+            return [smp.value for f in text_string_to_metric_families(text) for smp in f.samples
+                    if smp.name == "qac_batch_tokens_sum"][0]
+
+        long_text = " ".join(["aerodynamic heating of a slender cone in hypersonic flow"] * 30)
+        payload = json.dumps({"texts": [f"{i} {long_text}" for i in range(128)]}).encode()
+        tok0 = tokens()
+        c = socket.create_connection(("127.0.0.1", int(srv.base.rsplit(":", 1)[1])))
+        c.sendall(b"POST /encode HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+                  % len(payload) + payload)
+        check(wait_until(lambda: tokens() > tok0, 120), "the bulk /encode is being encoded before its client leaves")
+        c.close()
+        check(wait_until(lambda: requests_total("499") == 1, 30) and requests_total("other") == 0,
+              f"a client that left: code 499 {requests_total('499')}, other {requests_total('other')}")
     finally:
         rc = srv.stop()
     check(rc == 0, f"metrics server exit code {rc}")

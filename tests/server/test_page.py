@@ -291,9 +291,19 @@ def main():
             print(f"screenshot: {png} ({len(data)} bytes, {w}x{h}); {len(hits)} hits in the DOM")
         check_snippets(exe, d, srv, "aeroelastic models of wings", 5)
         check_layout(exe, d, srv, 40)
+        # the API-key box only where the server has a key (issue 38: it showed on every server)
+        check('id="key"' not in dom, "a server without --api-key: the page has no API-key box")
     finally:
         rc = srv.stop()
         check(rc == 0, f"exit code {rc}")
+    keyed = Server("--index", ix, "--api-key", "s3cret")
+    try:
+        dom = run_chromium(exe, d, "--dump-dom", keyed.base + "/").stdout.decode("utf-8", "replace")
+        box = re.search(r'<input[^>]*id="key"[^>]*>', dom)
+        check(box is not None and 'type="password"' in box.group(0),
+              f"a server with --api-key: the page has its password box: {box.group(0) if box else None}")
+    finally:
+        check(keyed.stop() == 0, "the keyed server exits cleanly")
     finish()
 
 
