@@ -37,10 +37,10 @@ int qac_cuda_attention_fused(void) {
 
 // ---- tunables ----
 
-static int variants_of(char kind, int (*out)[3], int max) {
+static int variants_of(char kind, int (*out)[4], int max) {
     int n = 0;
-#define QAC_FA_ADD(A, B, S)                                                                \
-    if (n < max) out[n][0] = A, out[n][1] = B, out[n][2] = S;                              \
+#define QAC_FA_ADD(A, B, S, M)                                                             \
+    if (n < max) out[n][0] = A, out[n][1] = B, out[n][2] = S, out[n][3] = M;               \
     n++;
     if (kind == 'f') {
         QAC_FA_FWD_VARIANTS(QAC_FA_ADD)
@@ -53,36 +53,43 @@ static int variants_of(char kind, int (*out)[3], int max) {
     return n;
 }
 
-int qac_fa_variants(char kind, int (*out)[3], int max) { return variants_of(kind, out, max); }
+int qac_fa_variants(char kind, int (*out)[4], int max) { return variants_of(kind, out, max); }
 
-static int compiled(char kind, int a, int b, int s) {
-    int v[32][3];
+static int compiled(char kind, int a, int b, int s, int m) {
+    int v[32][4];
     const int n = variants_of(kind, v, 32);
+    m = qac_fa_minb(m);
     for (int i = 0; i < n && i < 32; i++)
-        if (v[i][0] == a && v[i][1] == b && v[i][2] == s) return 1;
+        if (v[i][0] == a && v[i][1] == b && v[i][2] == s && v[i][3] == m) return 1;
     return 0;
 }
 
 int qac_fa_tiles_valid(const qac_fa_tiles *t) {
-    return compiled('f', t->bq, t->bk, t->stages) && compiled('k', t->kv_bk, t->kv_bq, t->kv_stages) &&
-           compiled('q', t->dq_bq, t->dq_bk, t->dq_stages);
+    return compiled('f', t->bq, t->bk, t->stages, t->minb) &&
+           compiled('k', t->kv_bk, t->kv_bq, t->kv_stages, t->kv_minb) &&
+           compiled('q', t->dq_bq, t->dq_bk, t->dq_stages, t->dq_minb);
 }
 
-// "AxBxS" from the environment into a, b, s when it names a compiled variant
-static void env_triple(const char *name, char kind, int *a, int *b, int *s) {
+// "AxBxS" or "AxBxSxM" from the environment into a, b, s, m when it names a
+// compiled variant
+static void env_variant(const char *name, char kind, int *a, int *b, int *s, int *m) {
     const char *e = getenv(name);
-    int x, y, z;
-    if (e && sscanf(e, "%dx%dx%d", &x, &y, &z) == 3 && compiled(kind, x, y, z)) *a = x, *b = y, *s = z;
+    int x, y, z, w = 1, c = 0;
+    if (!e) return;
+    const int n = sscanf(e, "%dx%dx%d%n", &x, &y, &z, &c);
+    if (n != 3) return;
+    if (e[c] == 'x' && sscanf(e + c, "x%d", &w) != 1) return;
+    if (compiled(kind, x, y, z, w)) *a = x, *b = y, *s = z, *m = w;
 }
 
 qac_fa_tiles qac_fa_tiles_default(void) {
     // Not yet chosen by measurement: bench/attention_gpu times every variant
     // (docs/gpu-attention.md); the defaults follow FlashAttention-2's shapes
     // for head sizes up to 64 (4 warps, 64-key tiles, double buffering).
-    qac_fa_tiles t = {64, 64, 2, 64, 64, 2, 64, 64, 2};
-    env_triple("QAC_FA_FWD", 'f', &t.bq, &t.bk, &t.stages);
-    env_triple("QAC_FA_DKDV", 'k', &t.kv_bk, &t.kv_bq, &t.kv_stages);
-    env_triple("QAC_FA_DQ", 'q', &t.dq_bq, &t.dq_bk, &t.dq_stages);
+    qac_fa_tiles t = {64, 64, 2, 64, 64, 2, 64, 64, 2, 1, 1, 1};
+    env_variant("QAC_FA_FWD", 'f', &t.bq, &t.bk, &t.stages, &t.minb);
+    env_variant("QAC_FA_DKDV", 'k', &t.kv_bk, &t.kv_bq, &t.kv_stages, &t.kv_minb);
+    env_variant("QAC_FA_DQ", 'q', &t.dq_bq, &t.dq_bk, &t.dq_stages, &t.dq_minb);
     return t;
 }
 
@@ -96,9 +103,11 @@ qac_status check_args(int B, int T, int C, int NH, qac_precision prec, const qac
         return qac_set_error(QAC_ERR_UNSUPPORTED, "fused attention: %d heads over %d in %s", NH, C, qac_prec_name(prec));
     if (B < 1 || T < 1) return qac_set_error(QAC_ERR_INVALID, "fused attention: %d x %d", B, T);
     if (tiles && !qac_fa_tiles_valid(tiles))
-        return qac_set_error(QAC_ERR_INVALID, "fused attention: tiles %dx%dx%d / %dx%dx%d / %dx%dx%d not compiled",
-                             tiles->bq, tiles->bk, tiles->stages, tiles->kv_bk, tiles->kv_bq, tiles->kv_stages,
-                             tiles->dq_bq, tiles->dq_bk, tiles->dq_stages);
+        return qac_set_error(QAC_ERR_INVALID,
+                             "fused attention: tiles %dx%dx%dx%d / %dx%dx%dx%d / %dx%dx%dx%d not compiled", tiles->bq,
+                             tiles->bk, tiles->stages, qac_fa_minb(tiles->minb), tiles->kv_bk, tiles->kv_bq,
+                             tiles->kv_stages, qac_fa_minb(tiles->kv_minb), tiles->dq_bq, tiles->dq_bk,
+                             tiles->dq_stages, qac_fa_minb(tiles->dq_minb));
     return QAC_OK;
 }
 

@@ -28,6 +28,7 @@ struct qac_fa_rows {
     const int *offs; // [B+1] packed row offsets, or NULL: padded, sequence b at b*T
     const int *lens; // [B] keys per sequence, or NULL: every row of the sequence
     int B, T;        // T: the padded length, or at least the longest sequence when packed
+                     // (B has no limit of its own: the launches fold it into grid.x)
     int N;           // rows in all (B*T padded, offs[B] packed): the stride of lse's heads
 };
 
@@ -49,11 +50,25 @@ cudaError_t qac_fa_backward(void *dqkv, float *dvec, const void *dout, const voi
                             int window, qac_kt_drop d, int layer, qac_precision prec, const qac_fa_tiles *tiles,
                             cudaStream_t s);
 
-// The compiled triples of each kernel: (block, tile, stages).
-#define QAC_FA_FWD_VARIANTS(X) \
-    X(64, 32, 1) X(64, 32, 2) X(64, 64, 1) X(64, 64, 2) X(128, 32, 2) X(128, 64, 1) X(128, 64, 2) X(128, 128, 2)
-#define QAC_FA_DKDV_VARIANTS(X) X(64, 32, 2) X(64, 64, 1) X(64, 64, 2) X(128, 32, 2) X(128, 64, 2)
-#define QAC_FA_DQ_VARIANTS(X) X(64, 32, 2) X(64, 64, 1) X(64, 64, 2) X(128, 32, 2) X(128, 64, 2)
+// The compiled variants of each kernel: (block, tile, stages, blocks per
+// SM). The last is the kernel's __launch_bounds__ minimum: 2 caps a
+// 128-row block (256 threads) at 128 registers a thread so that two blocks
+// share an SM (16 warps) where the compiler would otherwise take up to 255
+// and leave one; 1 gives no minimum (an explicit 1 lets ptxas take about
+// 30 more registers than none, and fewer blocks fit). The register counts
+// and spills of each are in docs/gpu-attention.md.
+#define QAC_FA_FWD_VARIANTS(X)                                                                              \
+    X(64, 32, 1, 1) X(64, 32, 2, 1) X(64, 64, 1, 1) X(64, 64, 2, 1) X(128, 32, 2, 1) X(128, 64, 1, 1)         \
+        X(128, 64, 2, 1) X(128, 128, 2, 1) X(128, 64, 2, 2)
+#define QAC_FA_DKDV_VARIANTS(X) \
+    X(64, 32, 2, 1) X(64, 64, 1, 1) X(64, 64, 2, 1) X(128, 32, 2, 1) X(128, 64, 2, 1) X(128, 32, 2, 2)
+#define QAC_FA_DQ_VARIANTS(X) \
+    X(64, 32, 2, 1) X(64, 64, 1, 1) X(64, 64, 2, 1) X(128, 32, 2, 1) X(128, 64, 2, 1) X(128, 64, 2, 2)
+
+// gridDim.z's limit: a pass over more sequences (a training batch may hold
+// 65,536) is launched in chunks of at most this many, each with its first
+// sequence in params.b0 (qac_fa_chunks).
+#define QAC_FA_MAX_Z 65535
 
 // ---- device code shared by the kernels ----
 namespace qac_fa {
@@ -69,6 +84,7 @@ struct params {
     void *dqkv;           // [N,3C]
     const int *offs, *lens;
     int T, N, C, causal, window;
+    int b0; // the first sequence of this launch (blockIdx.z counts from it)
     float scale, sl2; // 1/sqrt(D), and that times log2(e)
     uint64_t key, seq_base;
     uint32_t thresh;
@@ -110,6 +126,21 @@ __device__ __forceinline__ void seq_rows(const params &p, int b, int &row0, int 
         nq = p.T;
     }
     len = p.lens ? min(p.lens[b], nq) : nq;
+}
+
+// Runs launch(p, nb) over the B sequences in chunks of at most
+// QAC_FA_MAX_Z, p.b0 the chunk's first sequence: a grid of (row tiles,
+// heads, nb) each. A chunk per launch keeps the kernels' own indexing
+// (blockIdx.z) as cheap as a single launch's: folding the sequence into
+// grid.x (two divisions per block) cost the forward some 30 registers a
+// thread under ptxas 13.0.
+template <typename L> inline cudaError_t qac_fa_chunks(params p, int B, L launch) {
+    for (int b0 = 0; b0 < B; b0 += QAC_FA_MAX_Z) {
+        p.b0 = b0;
+        const cudaError_t e = launch(p, B - b0 < QAC_FA_MAX_Z ? B - b0 : QAC_FA_MAX_Z);
+        if (e != cudaSuccess) return e;
+    }
+    return cudaSuccess;
 }
 
 // Query t sees key j (j < len checked by the caller): qac_attention_causal_forward's rule.

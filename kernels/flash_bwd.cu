@@ -44,8 +44,8 @@ template <typename E, int D, int BKV, int BQ, int ST> struct dkdv_cfg {
     static constexpr size_t smem = (size_t)(2 * BKV + 2 * ST * BQ) * LD * sizeof(E) + (size_t)2 * ST * BQ * 4;
 };
 
-template <typename E, int D, int BKV, int BQ, int ST>
-__global__ void __launch_bounds__(BKV * 2) fa_dkdv_kernel(const params p) {
+template <typename E, int D, int BKV, int BQ, int ST, int MB>
+__global__ void __launch_bounds__(BKV * 2, MB > 1 ? MB : 0) fa_dkdv_kernel(const params p) {
     using cfg = dkdv_cfg<E, D, BKV, BQ, ST>;
     constexpr int NT = cfg::NT, LD = cfg::LD;
     static_assert(BKV % 16 == 0 && BQ % 16 == 0 && D % 16 == 0 && (ST == 1 || ST == 2), "tile shape");
@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(BKV * 2) fa_dkdv_kernel(const params p) {
     float *sL = reinterpret_cast<float *>(sdO + ST * BQ * LD); // [ST][BQ] lse
     float *sD = sL + ST * BQ;                                   // [ST][BQ] dvec
 
-    const int b = blockIdx.z, h = blockIdx.y, k0 = blockIdx.x * BKV;
+    const int b = p.b0 + (int)blockIdx.z, h = blockIdx.y, k0 = blockIdx.x * BKV;
     int row0, nq, len;
     seq_rows(p, b, row0, nq, len);
     if (k0 >= nq) return;
@@ -202,8 +202,8 @@ template <typename E, int D, int BQ, int BK, int ST> struct dq_cfg {
     static constexpr size_t smem = (size_t)(2 * BQ + 2 * ST * BK) * LD * sizeof(E);
 };
 
-template <typename E, int D, int BQ, int BK, int ST>
-__global__ void __launch_bounds__(BQ * 2) fa_dq_kernel(const params p) {
+template <typename E, int D, int BQ, int BK, int ST, int MB>
+__global__ void __launch_bounds__(BQ * 2, MB > 1 ? MB : 0) fa_dq_kernel(const params p) {
     using cfg = dq_cfg<E, D, BQ, BK, ST>;
     constexpr int NT = cfg::NT, LD = cfg::LD;
     static_assert(BQ % 16 == 0 && BK % 16 == 0 && D % 16 == 0 && (ST == 1 || ST == 2), "tile shape");
@@ -213,7 +213,7 @@ __global__ void __launch_bounds__(BQ * 2) fa_dq_kernel(const params p) {
     E *sK = sdO + BQ * LD;      // [ST][BK][LD]
     E *sV = sK + ST * BK * LD;  // [ST][BK][LD]
 
-    const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * BQ;
+    const int b = p.b0 + (int)blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * BQ;
     int row0, nq, len;
     seq_rows(p, b, row0, nq, len);
     if (q0 >= nq) return;
@@ -343,26 +343,28 @@ template <typename K> cudaError_t opt_in(K kernel, size_t smem, unsigned *done) 
     return e;
 }
 
-template <typename E, int D, int BKV, int BQ, int ST>
+template <typename E, int D, int BKV, int BQ, int ST, int MB>
 cudaError_t launch_dkdv(const params &p, int B, int NH, cudaStream_t s) {
     using cfg = dkdv_cfg<E, D, BKV, BQ, ST>;
     static unsigned done = 0;
-    cudaError_t e = opt_in(fa_dkdv_kernel<E, D, BKV, BQ, ST>, cfg::smem, &done);
+    cudaError_t e = opt_in(fa_dkdv_kernel<E, D, BKV, BQ, ST, MB>, cfg::smem, &done);
     if (e != cudaSuccess) return e;
-    dim3 grid(qac_div_up((size_t)p.T, BKV), NH, B);
-    fa_dkdv_kernel<E, D, BKV, BQ, ST><<<grid, cfg::NT, cfg::smem, s>>>(p);
-    return cudaGetLastError();
+    return qac_fa_chunks(p, B, [&](const params &c, int nb) {
+        fa_dkdv_kernel<E, D, BKV, BQ, ST, MB><<<dim3(qac_div_up((size_t)c.T, BKV), NH, nb), cfg::NT, cfg::smem, s>>>(c);
+        return cudaGetLastError();
+    });
 }
 
-template <typename E, int D, int BQ, int BK, int ST>
+template <typename E, int D, int BQ, int BK, int ST, int MB>
 cudaError_t launch_dq(const params &p, int B, int NH, cudaStream_t s) {
     using cfg = dq_cfg<E, D, BQ, BK, ST>;
     static unsigned done = 0;
-    cudaError_t e = opt_in(fa_dq_kernel<E, D, BQ, BK, ST>, cfg::smem, &done);
+    cudaError_t e = opt_in(fa_dq_kernel<E, D, BQ, BK, ST, MB>, cfg::smem, &done);
     if (e != cudaSuccess) return e;
-    dim3 grid(qac_div_up((size_t)p.T, BQ), NH, B);
-    fa_dq_kernel<E, D, BQ, BK, ST><<<grid, cfg::NT, cfg::smem, s>>>(p);
-    return cudaGetLastError();
+    return qac_fa_chunks(p, B, [&](const params &c, int nb) {
+        fa_dq_kernel<E, D, BQ, BK, ST, MB><<<dim3(qac_div_up((size_t)c.T, BQ), NH, nb), cfg::NT, cfg::smem, s>>>(c);
+        return cudaGetLastError();
+    });
 }
 
 #define QAC_FA_BY_TYPE(fn, ...)                                                            \
@@ -375,27 +377,31 @@ cudaError_t launch_dq(const params &p, int B, int NH, cudaStream_t s) {
     }                                                                                      \
     return cudaErrorInvalidValue;
 
-template <int A, int Bt, int ST>
+template <int A, int Bt, int ST, int MB>
 cudaError_t dispatch_dkdv(const params &p, int B, int NH, int D, qac_precision prec, cudaStream_t s) {
-    QAC_FA_BY_TYPE(launch_dkdv, A, Bt, ST)
+    QAC_FA_BY_TYPE(launch_dkdv, A, Bt, ST, MB)
 }
-template <int A, int Bt, int ST>
+template <int A, int Bt, int ST, int MB>
 cudaError_t dispatch_dq(const params &p, int B, int NH, int D, qac_precision prec, cudaStream_t s) {
-    QAC_FA_BY_TYPE(launch_dq, A, Bt, ST)
+    QAC_FA_BY_TYPE(launch_dq, A, Bt, ST, MB)
 }
 
 cudaError_t run_dkdv(const qac_fa_tiles &t, const params &p, int B, int NH, int D, qac_precision prec,
                      cudaStream_t s) {
-#define QAC_FA_TRY(A, Bt, ST) \
-    if (t.kv_bk == A && t.kv_bq == Bt && t.kv_stages == ST) return dispatch_dkdv<A, Bt, ST>(p, B, NH, D, prec, s);
+    const int mb = qac_fa_minb(t.kv_minb);
+#define QAC_FA_TRY(A, Bt, ST, MB)                                                \
+    if (t.kv_bk == A && t.kv_bq == Bt && t.kv_stages == ST && mb == MB) \
+        return dispatch_dkdv<A, Bt, ST, MB>(p, B, NH, D, prec, s);
     QAC_FA_DKDV_VARIANTS(QAC_FA_TRY)
 #undef QAC_FA_TRY
     return cudaErrorInvalidValue;
 }
 
 cudaError_t run_dq(const qac_fa_tiles &t, const params &p, int B, int NH, int D, qac_precision prec, cudaStream_t s) {
-#define QAC_FA_TRY(A, Bt, ST) \
-    if (t.dq_bq == A && t.dq_bk == Bt && t.dq_stages == ST) return dispatch_dq<A, Bt, ST>(p, B, NH, D, prec, s);
+    const int mb = qac_fa_minb(t.dq_minb);
+#define QAC_FA_TRY(A, Bt, ST, MB)                                                \
+    if (t.dq_bq == A && t.dq_bk == Bt && t.dq_stages == ST && mb == MB) \
+        return dispatch_dq<A, Bt, ST, MB>(p, B, NH, D, prec, s);
     QAC_FA_DQ_VARIANTS(QAC_FA_TRY)
 #undef QAC_FA_TRY
     return cudaErrorInvalidValue;
@@ -407,7 +413,7 @@ cudaError_t qac_fa_backward(void *dqkv, float *dvec, const void *dout, const voi
                             const void *qkv, const float *qkv_b, qac_fa_rows rows, int C, int NH, int causal,
                             int window, qac_kt_drop d, int layer, qac_precision prec, const qac_fa_tiles *tiles,
                             cudaStream_t s) {
-    if (!qac_fa_supported(C, NH, prec) || rows.T >= (1 << 20) || NH >= (1 << 23)) return cudaErrorInvalidValue;
+    if (!qac_fa_supported(C, NH, prec) || rows.T >= (1 << 20) || NH > QAC_FA_MAX_Z) return cudaErrorInvalidValue;
     if (rows.B <= 0 || rows.T <= 0 || rows.N <= 0) return cudaSuccess;
     const qac_fa_tiles t = tiles ? *tiles : qac_fa_tiles_default();
     const int D = C / NH;

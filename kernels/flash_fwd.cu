@@ -18,8 +18,8 @@ template <typename E, int D, int BQ, int BK, int ST> struct fwd_cfg {
     static constexpr size_t smem = (size_t)(BQ + 2 * ST * BK) * LD * sizeof(E);
 };
 
-template <typename E, int D, int BQ, int BK, int ST>
-__global__ void __launch_bounds__(BQ * 2) fa_fwd_kernel(const params p) {
+template <typename E, int D, int BQ, int BK, int ST, int MB>
+__global__ void __launch_bounds__(BQ * 2, MB > 1 ? MB : 0) fa_fwd_kernel(const params p) {
     using cfg = fwd_cfg<E, D, BQ, BK, ST>;
     constexpr int NT = cfg::NT, LD = cfg::LD;
     static_assert(BQ % 16 == 0 && BK % 16 == 0 && D % 16 == 0 && (ST == 1 || ST == 2), "tile shape");
@@ -28,7 +28,7 @@ __global__ void __launch_bounds__(BQ * 2) fa_fwd_kernel(const params p) {
     E *sK = sQ + BQ * LD;
     E *sV = sK + ST * BK * LD;
 
-    const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * BQ;
+    const int b = p.b0 + (int)blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * BQ;
     int row0, nq, len;
     seq_rows(p, b, row0, nq, len);
     if (q0 >= nq) return; // the whole block: no barrier is skipped by part of it
@@ -188,25 +188,26 @@ template <typename K> cudaError_t opt_in(K kernel, size_t smem, unsigned *done) 
     return e;
 }
 
-template <typename E, int D, int BQ, int BK, int ST>
+template <typename E, int D, int BQ, int BK, int ST, int MB>
 cudaError_t launch_fwd(const params &p, int B, int NH, cudaStream_t s) {
     using cfg = fwd_cfg<E, D, BQ, BK, ST>;
     static unsigned done = 0;
-    cudaError_t e = opt_in(fa_fwd_kernel<E, D, BQ, BK, ST>, cfg::smem, &done);
+    cudaError_t e = opt_in(fa_fwd_kernel<E, D, BQ, BK, ST, MB>, cfg::smem, &done);
     if (e != cudaSuccess) return e;
-    dim3 grid(qac_div_up((size_t)p.T, BQ), NH, B);
-    fa_fwd_kernel<E, D, BQ, BK, ST><<<grid, cfg::NT, cfg::smem, s>>>(p);
-    return cudaGetLastError();
+    return qac_fa_chunks(p, B, [&](const params &c, int nb) {
+        fa_fwd_kernel<E, D, BQ, BK, ST, MB><<<dim3(qac_div_up((size_t)c.T, BQ), NH, nb), cfg::NT, cfg::smem, s>>>(c);
+        return cudaGetLastError();
+    });
 }
 
-template <int BQ, int BK, int ST>
+template <int BQ, int BK, int ST, int MB>
 cudaError_t dispatch_fwd(const params &p, int B, int NH, int D, qac_precision prec, cudaStream_t s) {
     if (prec == QAC_PREC_BF16) {
-        if (D == 32) return launch_fwd<__nv_bfloat16, 32, BQ, BK, ST>(p, B, NH, s);
-        if (D == 64) return launch_fwd<__nv_bfloat16, 64, BQ, BK, ST>(p, B, NH, s);
+        if (D == 32) return launch_fwd<__nv_bfloat16, 32, BQ, BK, ST, MB>(p, B, NH, s);
+        if (D == 64) return launch_fwd<__nv_bfloat16, 64, BQ, BK, ST, MB>(p, B, NH, s);
     } else if (prec == QAC_PREC_FP16) {
-        if (D == 32) return launch_fwd<__half, 32, BQ, BK, ST>(p, B, NH, s);
-        if (D == 64) return launch_fwd<__half, 64, BQ, BK, ST>(p, B, NH, s);
+        if (D == 32) return launch_fwd<__half, 32, BQ, BK, ST, MB>(p, B, NH, s);
+        if (D == 64) return launch_fwd<__half, 64, BQ, BK, ST, MB>(p, B, NH, s);
     }
     return cudaErrorInvalidValue;
 }
@@ -223,15 +224,17 @@ int qac_fa_supported(int C, int NH, qac_precision prec) {
 cudaError_t qac_fa_forward(void *out, float *lse, const void *qkv, const float *qkv_b, qac_fa_rows rows, int C,
                            int NH, int causal, int window, qac_kt_drop d, int layer, qac_precision prec,
                            const qac_fa_tiles *tiles, cudaStream_t s) {
-    if (!qac_fa_supported(C, NH, prec) || rows.T >= (1 << 20) || NH >= (1 << 23)) return cudaErrorInvalidValue;
+    if (!qac_fa_supported(C, NH, prec) || rows.T >= (1 << 20) || NH > QAC_FA_MAX_Z) return cudaErrorInvalidValue;
     if (rows.B <= 0 || rows.T <= 0) return cudaSuccess;
     const qac_fa_tiles t = tiles ? *tiles : qac_fa_tiles_default();
     const int D = C / NH;
     params p = make_params(qkv, qkv_b, rows, C, NH, causal, window, d, layer);
     p.out = out;
     p.lse = lse;
-#define QAC_FA_TRY(BQ, BK, ST) \
-    if (t.bq == BQ && t.bk == BK && t.stages == ST) return dispatch_fwd<BQ, BK, ST>(p, rows.B, NH, D, prec, s);
+    const int mb = qac_fa_minb(t.minb);
+#define QAC_FA_TRY(BQ, BK, ST, MB)                                    \
+    if (t.bq == BQ && t.bk == BK && t.stages == ST && mb == MB) \
+        return dispatch_fwd<BQ, BK, ST, MB>(p, rows.B, NH, D, prec, s);
     QAC_FA_FWD_VARIANTS(QAC_FA_TRY)
 #undef QAC_FA_TRY
     return cudaErrorInvalidValue;

@@ -221,10 +221,10 @@ qac_status qac_cuda_attention_select(const char *mode) {
 }
 int qac_cuda_attention_fused(void) { return 1; }
 qac_fa_tiles qac_fa_tiles_default(void) {
-    qac_fa_tiles t = {64, 64, 2, 64, 64, 2, 64, 64, 2};
+    qac_fa_tiles t = {64, 64, 2, 64, 64, 2, 64, 64, 2, 1, 1, 1};
     return t;
 }
-int qac_fa_variants(char kind, int (*out)[3], int max) { return 0; }
+int qac_fa_variants(char kind, int (*out)[4], int max) { return 0; }
 int qac_fa_tiles_valid(const qac_fa_tiles *tiles) { return 0; }
 qac_status qac_cuda_fa_forward(float *out, float *lse, const float *qkv, const float *qkv_b, const int *offs,
                                const int *lens, int B, int T, int C, int NH, int causal, int window, float p_attn,

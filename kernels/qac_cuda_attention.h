@@ -31,21 +31,29 @@ int qac_cuda_attention_fused(void);
  * through shared memory with `stages` buffers (1, or 2: the next tile loads
  * while this one is computed); the backward's dK/dV kernel takes kv_bk keys
  * per block over query tiles of kv_bq, its dQ kernel dq_bq queries per
- * block over key tiles of dq_bk. */
+ * block over key tiles of dq_bk. minb, kv_minb, dq_minb: the blocks per SM
+ * the kernel is compiled for (its launch bounds; 0 or 1: one, 2: the
+ * registers capped so that two fit); left out of an initialiser, one. */
 typedef struct qac_fa_tiles {
     int bq, bk, stages;
     int kv_bk, kv_bq, kv_stages;
     int dq_bq, dq_bk, dq_stages;
+    int minb, kv_minb, dq_minb;
 } qac_fa_tiles;
 
-/* The tiles the backends use: the committed defaults, each kernel's triple
- * replaceable through the environment (QAC_FA_FWD, QAC_FA_DKDV, QAC_FA_DQ as
- * "64x64x2"; a triple that is not compiled is ignored). */
+/* A tiles' blocks per SM as the variants name them (0 reads as 1). */
+static inline int qac_fa_minb(int m) { return m > 1 ? m : 1; }
+
+/* The tiles the backends use: the committed defaults, each kernel's
+ * variant replaceable through the environment (QAC_FA_FWD, QAC_FA_DKDV,
+ * QAC_FA_DQ as "64x64x2", or "128x64x2x2" for two blocks per SM; a variant
+ * that is not compiled is ignored). */
 qac_fa_tiles qac_fa_tiles_default(void);
-/* The compiled variants of one kernel, kind 'f' (forward: bq, bk, stages),
- * 'k' (dK/dV: kv_bk, kv_bq, kv_stages) or 'q' (dQ: dq_bq, dq_bk,
- * dq_stages): up to max triples into out; returns how many exist. */
-int qac_fa_variants(char kind, int (*out)[3], int max);
+/* The compiled variants of one kernel, kind 'f' (forward: bq, bk, stages,
+ * minb), 'k' (dK/dV: kv_bk, kv_bq, kv_stages, kv_minb) or 'q' (dQ: dq_bq,
+ * dq_bk, dq_stages, dq_minb): up to max of them into out; returns how many
+ * exist. */
+int qac_fa_variants(char kind, int (*out)[4], int max);
 /* Whether tiles names compiled variants of all three kernels. */
 int qac_fa_tiles_valid(const qac_fa_tiles *tiles);
 

@@ -9,7 +9,8 @@
 // V read and O written once; backward, Q, K, V, O, dO and the lse read and
 // dQ, dK, dV written once. Variants are BQxBKxSTAGES (forward), and for the
 // backward dkdv:KVBKxKVBQxS with the dQ kernel at its default, or
-// dq:BQxBKxS with the dK/dV kernel at its default.
+// dq:BQxBKxS with the dK/dV kernel at its default; an xM suffix names a
+// variant compiled for M blocks per SM (QAC_FA_* take the same names).
 //   bench_attention_gpu [peak_GBps] [reps]
 // peak_GBps: the card's memory bandwidth for floor_frac (default 3350, an
 // H100 SXM; the H200 copy measured 4265 read + write). Exit 77 without a GPU.
@@ -55,6 +56,14 @@ template <typename F> double time_us(F &&run, cudaStream_t s) {
     CK(cudaEventDestroy(a));
     CK(cudaEventDestroy(b));
     return best;
+}
+
+// "AxBxS" (one block per SM), "AxBxSxM" (M), after a prefix
+void variant_name(char *v, size_t n, const char *prefix, const int (&t)[4]) {
+    if (t[3] > 1)
+        snprintf(v, n, "%s%dx%dx%dx%d", prefix, t[0], t[1], t[2], t[3]);
+    else
+        snprintf(v, n, "%s%dx%dx%d", prefix, t[0], t[1], t[2]);
 }
 
 void report(const char *shape, const char *prec, const char *pass, const char *path, const char *variant, double us,
@@ -129,12 +138,12 @@ void run_shape(const shape &sh, qac_precision prec, cudaStream_t s, cublasHandle
     char v[64];
 
     // forward, inference (no lse, no dropout): every variant
-    int fv[32][3];
+    int fv[32][4];
     const int nf = qac_fa_variants('f', fv, 32);
     for (int i = 0; i < nf; i++) {
         qac_fa_tiles x = t;
-        x.bq = fv[i][0], x.bk = fv[i][1], x.stages = fv[i][2];
-        snprintf(v, sizeof v, "%dx%dx%d", x.bq, x.bk, x.stages);
+        x.bq = fv[i][0], x.bk = fv[i][1], x.stages = fv[i][2], x.minb = fv[i][3];
+        variant_name(v, sizeof v, "", fv[i]);
         const double us = time_us([&] { CK(qac_fa_forward(out, NULL, qkv, qkv_b, rows, C, NH, 0, 0, none, 0, prec, &x, s)); }, s);
         report(sh.name, pn, "fwd", "fused", v, us, fwd_floor);
     }
@@ -146,14 +155,15 @@ void run_shape(const shape &sh, qac_precision prec, cudaStream_t s, cublasHandle
     if (prec == QAC_PREC_BF16) {
         // training: forward with lse and dropout at the default tiles, then the backward's variants
         double us = time_us([&] { CK(qac_fa_forward(out, lse, qkv, qkv_b, rows, C, NH, 0, 0, drop, 0, prec, &t, s)); }, s);
-        snprintf(v, sizeof v, "%dx%dx%d", t.bq, t.bk, t.stages);
+        const int tf[4] = {t.bq, t.bk, t.stages, qac_fa_minb(t.minb)};
+        variant_name(v, sizeof v, "", tf);
         report(sh.name, pn, "fwd-train", "fused", v, us, fwd_floor);
-        int kv[32][3], qv[32][3];
+        int kv[32][4], qv[32][4];
         const int nk = qac_fa_variants('k', kv, 32), nq = qac_fa_variants('q', qv, 32);
         for (int i = 0; i < nk; i++) {
             qac_fa_tiles x = t;
-            x.kv_bk = kv[i][0], x.kv_bq = kv[i][1], x.kv_stages = kv[i][2];
-            snprintf(v, sizeof v, "dkdv:%dx%dx%d", x.kv_bk, x.kv_bq, x.kv_stages);
+            x.kv_bk = kv[i][0], x.kv_bq = kv[i][1], x.kv_stages = kv[i][2], x.kv_minb = kv[i][3];
+            variant_name(v, sizeof v, "dkdv:", kv[i]);
             us = time_us([&] {
                 CK(qac_fa_backward(dqkv, dvec, dout, out, lse, qkv, qkv_b, rows, C, NH, 0, 0, drop, 0, prec, &x, s));
             }, s);
@@ -161,8 +171,8 @@ void run_shape(const shape &sh, qac_precision prec, cudaStream_t s, cublasHandle
         }
         for (int i = 0; i < nq; i++) {
             qac_fa_tiles x = t;
-            x.dq_bq = qv[i][0], x.dq_bk = qv[i][1], x.dq_stages = qv[i][2];
-            snprintf(v, sizeof v, "dq:%dx%dx%d", x.dq_bq, x.dq_bk, x.dq_stages);
+            x.dq_bq = qv[i][0], x.dq_bk = qv[i][1], x.dq_stages = qv[i][2], x.dq_minb = qv[i][3];
+            variant_name(v, sizeof v, "dq:", qv[i]);
             us = time_us([&] {
                 CK(qac_fa_backward(dqkv, dvec, dout, out, lse, qkv, qkv_b, rows, C, NH, 0, 0, drop, 0, prec, &x, s));
             }, s);

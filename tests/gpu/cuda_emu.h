@@ -21,8 +21,10 @@
 #include <ucontext.h>
 
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -92,6 +94,11 @@ inline float __shfl_xor_sync(unsigned, float v, int mask) {
 }
 
 template <typename T> inline T __ldg(const T *p) { return *p; }
+// The rounded operations (no fused multiply-add): one IEEE operation each,
+// as the host's SSE arithmetic is.
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+inline float __fsub_rn(float a, float b) { return a - b; }
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
 
@@ -242,10 +249,22 @@ __attribute__((noinline)) inline void emu_run_block(emu_fiber *fib, unsigned thr
     }
 }
 
+// When set, only the blocks it accepts run (a test of a huge grid runs the
+// few blocks whose output it checks).
+inline std::function<bool(emu_dim)> emu_block_filter;
+
 // Run kernel() over a grid of blocks of `threads` threads, dynamic shared
-// memory in the kernels' fa_smem (the blocks run one at a time).
+// memory in the kernels' fa_smem (the blocks run one at a time). A grid or
+// block that a GPU refuses (cudaErrorInvalidConfiguration) stops the test:
+// gridDim.x up to 2^31 - 1, .y and .z up to 65,535, 1 to 1,024 threads.
 template <typename F> void emu_launch(emu_dim grid, unsigned threads, F kernel) {
     constexpr size_t STACK = 256 << 10;
+    if (grid.x < 1 || grid.x > 0x7fffffffu || grid.y < 1 || grid.y > 65535 || grid.z < 1 || grid.z > 65535 ||
+        threads < 1 || threads > 1024) {
+        fprintf(stderr, "FAIL emu_launch: grid %u x %u x %u of %u threads: a GPU refuses this launch\n", grid.x,
+                grid.y, grid.z, threads);
+        abort();
+    }
     gridDim = grid;
     blockDim = {threads, 1, 1};
     std::vector<emu_fiber> fib(threads);
@@ -255,6 +274,7 @@ template <typename F> void emu_launch(emu_dim grid, unsigned threads, F kernel) 
     for (unsigned z = 0; z < grid.z; z++)
         for (unsigned y = 0; y < grid.y; y++)
             for (unsigned x = 0; x < grid.x; x++) {
+                if (emu_block_filter && !emu_block_filter({x, y, z})) continue;
                 emu_block blk;
                 blk.bar = std::make_unique<emu_barrier>((long)threads);
                 for (unsigned wi = 0; wi < (threads + 31) / 32; wi++) blk.warps.push_back(std::make_unique<emu_warp>());

@@ -5,7 +5,10 @@
  * sizes 32 and 64; lengths 1, 7, 128, 200, 512 in ragged batches, padded
  * and packed; the query decoder's causal windowed mask; attention dropout
  * (the CPU's masks); every compiled tile variant; bit-identical re-runs
- * (--recompute relies on it) and packed = padded bits on the real rows.
+ * (--recompute relies on it) and packed = padded bits on the real rows;
+ * batches of more than 65,535 sequences (gridDim.z's limit: the launches
+ * go in chunks). QAC_TEST_SMALL=1 (for compute-sanitizer) keeps the
+ * shapes of at most 128 tokens and one case per tile variant.
  *
  * Bounds (tests/encoder/attention_bound.h, per element, worst case): the
  * twin runs with the kernels' roundings (round = the precision: Q, K, V on
@@ -35,6 +38,7 @@
 #define U22 0x1p-22
 
 static qac_pool *pool;
+static int small; /* QAC_TEST_SMALL */
 
 static float round_to(float x, qac_precision p) {
     if (p == QAC_PREC_FP16) return (float)(_Float16)x;
@@ -102,11 +106,12 @@ static void run(const gcase *g) {
     for (size_t i = 0; i < nc; i++) dout[i] = round_to(dout[i], pr);
     qac_dropout drop = {0.0f, g->p, key, NULL}, *dp = g->p > 0 ? &drop : NULL;
     att_shape s = {B, T, C, NH, g->causal, g->window, offs, lens, dp, layer, (T + 15) / 16 + 1};
-    char shape[128];
+    char shape[160];
     const qac_fa_tiles t = g->tiles ? *g->tiles : qac_fa_tiles_default();
-    snprintf(shape, sizeof shape, "%s B%d T%d hs%d%s%s%s p%.1f %dx%dx%d/%dx%dx%d/%dx%dx%d", gpu_test_prec_name(pr), B,
-             T, C / NH, g->packed ? " packed" : "", g->causal ? " causal" : "", g->causal && g->window ? "+win" : "",
-             g->p, t.bq, t.bk, t.stages, t.kv_bk, t.kv_bq, t.kv_stages, t.dq_bq, t.dq_bk, t.dq_stages);
+    snprintf(shape, sizeof shape, "%s B%d T%d hs%d%s%s%s p%.1f %dx%dx%dx%d/%dx%dx%dx%d/%dx%dx%dx%d",
+             gpu_test_prec_name(pr), B, T, C / NH, g->packed ? " packed" : "", g->causal ? " causal" : "",
+             g->causal && g->window ? "+win" : "", g->p, t.bq, t.bk, t.stages, qac_fa_minb(t.minb), t.kv_bk, t.kv_bq,
+             t.kv_stages, qac_fa_minb(t.kv_minb), t.dq_bq, t.dq_bk, t.dq_stages, qac_fa_minb(t.dq_minb));
     const double us = U32 + U22, ue = 2 * unit_of(pr), ae = 2 * abs_of(pr); /* both sides round */
     const double ue_old = 3 * unit_of(pr), ae_old = 3 * abs_of(pr);
 
@@ -218,8 +223,22 @@ static void packed_equals_padded(int B, int T, int C, int NH, const int *lens, f
     free(plse), free(pdq), free(a), free(bb);
 }
 
+/* More sequences than gridDim.z takes (65,535): lengths 1 to 3 and a
+ * longer one last, packed and padded, dropout on (the sequence ids past
+ * 65,535 draw their own masks). */
+static void big_batch(int packed) {
+    const int B = 65535 + 4, T = packed ? 9 : 3, NH = 2, C = 64;
+    int *lens = malloc(sizeof(int) * B);
+    for (int b = 0; b < B; b++) lens[b] = 1 + b % 3;
+    lens[B - 1] = T;
+    gcase g = {B, T, C, NH, 0, 0, packed, lens, 0.1f, QAC_PREC_BF16, NULL};
+    run(&g);
+    free(lens);
+}
+
 int main(void) {
     if (!qac_cuda_available()) qac_test_skip("no usable CUDA GPU");
+    small = getenv("QAC_TEST_SMALL") && strcmp(getenv("QAC_TEST_SMALL"), "0") != 0;
     gpu_test_seed();
     if (qac_pool_create(&pool, 0)) return 1;
     const qac_precision precs[2] = {QAC_PREC_BF16, QAC_PREC_FP16};
@@ -237,22 +256,28 @@ int main(void) {
                 {4, 33, C, NH, 1, 3, 0, l33, 0.1f, pr, NULL},   {3, 128, C, NH, 1, 0, 0, l128, 0.0f, pr, NULL},
                 {3, 200, C, NH, 1, 3, 1, l200, 0.1f, pr, NULL},
             };
-            for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run(&cases[i]);
+            for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+                if (!small || cases[i].T <= 128) run(&cases[i]);
         }
     /* every compiled tile variant of each kernel */
-    int fv[32][3], kv[32][3], qv[32][3];
+    int fv[32][4], kv[32][4], qv[32][4];
     const int nf = qac_fa_variants('f', fv, 32), nk = qac_fa_variants('k', kv, 32), nqv = qac_fa_variants('q', qv, 32);
     const int nmax = nf > nk ? (nf > nqv ? nf : nqv) : (nk > nqv ? nk : nqv);
     for (int i = 0; i < nmax; i++) {
         const int *f = fv[i % nf], *k = kv[i % nk], *q = qv[i % nqv];
-        qac_fa_tiles t = {f[0], f[1], f[2], k[0], k[1], k[2], q[0], q[1], q[2]};
+        qac_fa_tiles t = {f[0], f[1], f[2], k[0], k[1], k[2], q[0], q[1], q[2], f[3], k[3], q[3]};
         gcase a = {3, 200, 128, 2, 0, 0, 0, l200, 0.1f, QAC_PREC_BF16, &t};
         gcase b = {4, 33, 96, 3, 1, 3, 1, l33, 0.1f, QAC_PREC_FP16, &t};
         gcase c = {3, 128, 96, 3, 0, 0, 1, l128, 0.0f, QAC_PREC_BF16, &t};
-        run(&a), run(&b), run(&c);
+        if (!small) run(&a), run(&b);
+        run(&c);
     }
     packed_equals_padded(3, 128, 128, 2, l128, 0.1f, QAC_PREC_BF16);
-    packed_equals_padded(3, 200, 96, 3, l200, 0.0f, QAC_PREC_FP16);
+    if (!small) {
+        packed_equals_padded(3, 200, 96, 3, l200, 0.0f, QAC_PREC_FP16);
+        big_batch(1);
+        big_batch(0);
+    }
     qac_pool_free(pool);
     return qac_test_summary();
 }
