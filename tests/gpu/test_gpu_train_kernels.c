@@ -153,10 +153,11 @@ static float *rounded(const float *a, size_t n, qac_precision p) {
  * against the CPU twin fed the same (rounded) inputs. The arithmetic before
  * any store is fp32 on both sides: the residual sum is exact (the same
  * rounded operations), the rest 1e-5 as LayerNorm's; in bf16 the act copy
- * of the output and the masked gradient are stored rounded (at most 2^-9
- * relative each: 2e-3), and the bias gradient sums those rounded terms:
- * independent errors of 2^-9 / sqrt(3) standard deviation per term add to
- * about 1.1e-3 of a sum that does not cancel on random data; 5e-3. */
+ * of the output and the masked gradient are stored rounded (at most 2^-8
+ * relative each: bf16 keeps 8 significant bits; 2^-8 plus fp32's 1e-5 on
+ * the norm: 4e-3), and the bias gradient sums those rounded terms:
+ * independent errors of 2^-8 / sqrt(3) standard deviation per term add to
+ * about 2.3e-3 of a sum that does not cancel on random data; 5e-3. */
 static void test_residual_ln(int B, int T, int C, float p, int with_dadd) {
     const int N = B * T;
     const size_t n = (size_t)N * C;
@@ -190,11 +191,11 @@ static void test_residual_ln(int B, int T, int C, float p, int with_dadd) {
                                                    eps, pr));
         report_exact("residual+ln fwd (res)", shape, gres, res, n);
         report("residual+ln fwd (out)", pr, shape, gout, out, n, 1e-5);
-        report("residual+ln fwd (act)", pr, shape, gact, out, n, tol_for(pr, 1e-5, 2e-3));
+        report("residual+ln fwd (act)", pr, shape, gact, out, n, tol_for(pr, 1e-5, 4e-3));
         report("residual+ln fwd (mean)", pr, shape, gmean, mean, N, 1e-5);
         report("residual+ln fwd (rstd)", pr, shape, grstd, rstd, N, 1e-5);
         report("residual+ln bwd (dres)", pr, shape, gdres, dres, n, 1e-5);
-        report("residual+ln bwd (dproj)", pr, shape, gdproj, dproj, n, tol_for(pr, 1e-5, 2e-3));
+        report("residual+ln bwd (dproj)", pr, shape, gdproj, dproj, n, tol_for(pr, 1e-5, 4e-3));
         report("residual+ln bwd (dw)", pr, shape, gdw, dw, C, 1e-5);
         report("residual+ln bwd (db)", pr, shape, gdb, db, C, 1e-5);
         report("residual+ln bwd (dbias)", pr, shape, gdbias, dbias, C, tol_for(pr, 1e-5, 5e-3));
@@ -207,7 +208,7 @@ static void test_residual_ln(int B, int T, int C, float p, int with_dadd) {
 
 /* The FFN's fused bias + GELU against the CPU twin on the same (rounded)
  * inputs: fp32 1e-5 as the unfused GELU; bf16 stores act and dpre rounded
- * (2e-3) and sums the rounded dpre into the bias gradient (5e-3, as
+ * (4e-3) and sums the rounded dpre into the bias gradient (5e-3, as
  * test_residual_ln's). */
 static void test_bias_gelu(int N, int I) {
     const size_t n = (size_t)N * I;
@@ -224,8 +225,8 @@ static void test_bias_gelu(int N, int I) {
         qac_bias_gelu_backward(dpre, dbias, dout, pre, bias, N, I, NULL);
         gpu_test_poison(gact, n), gpu_test_poison(gdpre, n);
         CHECK_OK(qac_cuda_bias_gelu_fused(gact, gdpre, gdbias, pre0, bias, dout0, N, I, pr));
-        report("bias+gelu fused (act)", pr, shape, gact, act, n, tol_for(pr, 1e-5, 2e-3));
-        report("bias+gelu fused (dpre)", pr, shape, gdpre, dpre, n, tol_for(pr, 1e-5, 2e-3));
+        report("bias+gelu fused (act)", pr, shape, gact, act, n, tol_for(pr, 1e-5, 4e-3));
+        report("bias+gelu fused (dpre)", pr, shape, gdpre, dpre, n, tol_for(pr, 1e-5, 4e-3));
         report("bias+gelu fused (dbias)", pr, shape, gdbias, dbias, I, tol_for(pr, 1e-5, 5e-3));
         free(pre), free(dout), free(dbias), free(gdbias);
     }
