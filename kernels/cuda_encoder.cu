@@ -45,7 +45,6 @@ namespace {
 
 constexpr int DEFAULT_MAX_BATCH = 256;
 constexpr size_t CUBLAS_WORKSPACE = 32u << 20;
-constexpr int MAX_GRAPHS = 64;
 
 // One bucket's graph: seen once (its launches warmed), captured, or not
 // capturable (then it runs without one).
@@ -103,8 +102,8 @@ struct cuda_encoder {
     int *h_offs;
     float *h_out;
 
-    graph_entry graphs[MAX_GRAPHS];
-    int n_graphs;
+    graph_entry *graphs; // room for every bucket and flag combination (qac_enc_graph_slots)
+    int n_graphs, max_graphs;
 };
 
 // Device view in prec of the fp32 tensor `t` (a view into dp).
@@ -169,6 +168,7 @@ void encoder_destroy(void *impl) {
     if (e->ev_end) cudaEventDestroy(e->ev_end);
     if (e->stream) cudaStreamDestroy(e->stream);
     cudaGetLastError();
+    free(e->graphs);
     free(e);
 }
 
@@ -348,7 +348,7 @@ graph_entry *graph_for(cuda_encoder *e, const qac_enc_layout *L, int flags, int 
         graph_entry *g = &e->graphs[i];
         if (g->rows == L->rows && g->batch == L->batch && g->flags == flags) return g;
     }
-    if (e->n_graphs == MAX_GRAPHS) return NULL;
+    if (e->n_graphs == e->max_graphs) return NULL;
     graph_entry *g = &e->graphs[e->n_graphs++];
     *g = {L->rows, L->batch, flags, GRAPH_WARM, NULL};
     *added = 1;
@@ -499,6 +499,11 @@ extern "C" qac_status qac_cuda_backend_create(qac_encoder_backend *be, const qac
     e->fused = qac_cuda_attention_fused() && qac_fa_supported(c->hidden_size, c->num_heads, prec);
     e->tiles = qac_fa_tiles_default();
     e->tun = qac_enc_tunables_default();
+    e->max_graphs = qac_enc_graph_slots(&e->tun);
+    if (e->max_graphs && !(e->graphs = (graph_entry *)calloc((size_t)e->max_graphs, sizeof *e->graphs))) {
+        free(e);
+        return qac_set_error(QAC_ERR_NOMEM, "CUDA encoder: out of host memory");
+    }
     qac_status st = encoder_init(e, m);
     if (st != QAC_OK) {
         encoder_destroy(e);

@@ -56,6 +56,14 @@ qac_enc_layout qac_enc_layout_packed(const int *lens, int B, const qac_enc_tunab
     return L;
 }
 
+int qac_enc_graph_slots(const qac_enc_tunables *t) {
+    if (t->graph_rows <= 0 || t->graph_batch <= 0) return 0;
+    int rows = 0, batches = 0;
+    for (int r = QAC_ENC_MIN_ROWS; r < 2 * pow2_at_least(t->graph_rows, QAC_ENC_MIN_ROWS); r *= 2) rows++;
+    for (int b = 1; b < 2 * pow2_at_least(t->graph_batch, 1); b *= 2) batches++;
+    return rows * batches * QAC_ENC_GRAPH_FLAGS;
+}
+
 void qac_enc_pack(int32_t *ids_out, int32_t *pos_out, int *offs, int *lens_out, int *from_out,
                   const qac_enc_layout *L, const int32_t *ids, int T, const int *lens, const int *from, int B) {
     int r = 0;

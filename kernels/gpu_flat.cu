@@ -135,7 +135,7 @@ __device__ void pick_digit_warp(select_shared &sh, int nb, int bits) {
 
 // The k largest of keys[0, n) (n > k >= 1, distinct keys) into out[0, k),
 // sh.kth the smallest of them. Every thread of the block calls it.
-__device__ void block_select(const u64 *keys, int64_t n, int k, int rb, u64 *out, select_shared &sh) {
+__device__ __forceinline__ void block_select(const u64 *keys, int64_t n, int k, int rb, u64 *out, select_shared &sh) {
     const int tid = threadIdx.x, nt = blockDim.x, lane = tid & 31, warp = tid >> 5;
     u64 a = ~0ull, o = 0ull;
     for (int64_t i = tid; i < n; i += nt) {
@@ -221,8 +221,12 @@ struct sel_args {
 };
 
 // One block per query. THRESHOLD: the k-th key of a sample; COMPACT: a list
-// cut back to k; FINAL: the k best, sorted, as scores and rows.
-__global__ void __launch_bounds__(1024) select_kernel(sel_args a, int mode) {
+// cut back to k; FINAL: the k best, sorted, as scores and rows. The minimum
+// of one block per SM is explicit: with the thread count alone ptxas 13.0
+// aimed at two 1,024-thread blocks (32 registers) and spilled 32 bytes to a
+// stack frame; so it takes 40 and none (the default 512 threads still fit
+// three blocks an SM).
+__global__ void __launch_bounds__(1024, 1) select_kernel(sel_args a, int mode) {
     __shared__ select_shared sh;
     __shared__ u64 sel[KMAX];
     const int q = blockIdx.x, tid = threadIdx.x, nt = blockDim.x;

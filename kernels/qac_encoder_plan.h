@@ -22,6 +22,10 @@ extern "C" {
 #endif
 
 #define QAC_ENC_MIN_ROWS 16
+/* The flag combinations a bucket's graph is kept for (the prompt skipped
+ * in pooling or not, the output normalised or not): each captures other
+ * launches. */
+#define QAC_ENC_GRAPH_FLAGS 4
 
 /* Tunables of the CUDA encoder, read from the environment when an encoder is
  * created (a value out of range is ignored):
@@ -57,6 +61,13 @@ typedef struct qac_enc_layout {
 
 /* The packed layout of B sequences of lens[b] tokens (each >= 1). */
 qac_enc_layout qac_enc_layout_packed(const int *lens, int B, const qac_enc_tunables *t);
+
+/* The graphs an encoder may capture with these tunables: one per bucket
+ * (row buckets QAC_ENC_MIN_ROWS, 32, ... up to graph_rows, times sequence
+ * buckets 1, 2, 4, ... up to graph_batch) and flag combination; 0 with
+ * buckets off. The CUDA encoder keeps room for all of them, so no bucket
+ * is left running without its graph. */
+int qac_enc_graph_slots(const qac_enc_tunables *t);
 
 /* Fill the device inputs of layout L from ids [B, T] (row-major, padded to
  * T): ids_out, pos_out [L->rows] (token and position of each row), offs

@@ -5,7 +5,8 @@
  * sequence's tokens and positions back to back exactly as without a
  * bucket, the padding rows token 0 at position 0 and the padding sequences
  * empty after the last row; the tunables come from the environment only
- * when valid. The GPU side (graph and direct launches giving the same
+ * when valid; the encoder's graph cache has room for every bucket and flag
+ * combination a query batch can reach. The GPU side (graph and direct launches giving the same
  * bits) is test_gpu_encoder's. */
 #include <stdlib.h>
 #include <string.h>
@@ -125,8 +126,41 @@ static void test_layouts(void) {
     free(ids);
 }
 
+/* Every (rows, sequences) bucket that some query batch reaches, times the
+ * flag combinations, fits in qac_enc_graph_slots: enumerated over every
+ * sequence count and total length the tunables let into a bucket. */
+static void test_graph_slots(void) {
+    const qac_enc_tunables d = qac_enc_tunables_default();
+    const int shapes[][2] = {{d.graph_rows, d.graph_batch}, {100, 3}, {16, 1}, {4096, 64}, {600, 17}};
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
+        qac_enc_tunables t = d;
+        t.graph_rows = shapes[i][0], t.graph_batch = shapes[i][1];
+        int keys[512][2], n = 0;
+        int *lens = malloc(sizeof(int) * t.graph_batch);
+        for (int B = 1; B <= t.graph_batch; B++)
+            for (int rows = B; rows <= t.graph_rows; rows++) {
+                for (int b = 0; b < B; b++) lens[b] = rows / B + (b < rows % B);
+                const qac_enc_layout L = qac_enc_layout_packed(lens, B, &t);
+                if (!L.bucketed) continue;
+                int k = 0;
+                while (k < n && !(keys[k][0] == L.rows && keys[k][1] == L.batch)) k++;
+                if (k == n && n < 512) keys[n][0] = L.rows, keys[n][1] = L.batch, n++;
+            }
+        free(lens);
+        const int slots = qac_enc_graph_slots(&t);
+        printf("graph rows %d, batch %d: %d buckets x %d flag sets, %d slots\n", t.graph_rows, t.graph_batch, n,
+               QAC_ENC_GRAPH_FLAGS, slots);
+        CHECK_MSG(n * QAC_ENC_GRAPH_FLAGS <= slots, "rows %d batch %d: %d graphs wanted, room for %d", t.graph_rows,
+                  t.graph_batch, n * QAC_ENC_GRAPH_FLAGS, slots);
+    }
+    qac_enc_tunables off = d;
+    off.graph_batch = 0;
+    CHECK(qac_enc_graph_slots(&off) == 0);
+}
+
 int main(void) {
     test_tunables();
     test_layouts();
+    test_graph_slots();
     return qac_test_summary();
 }
