@@ -13,6 +13,7 @@
 
 #include "bert_cpu.h"
 #include "model_internal.h"
+#include "model_json.h"
 #include "qac_safetensors.h"
 #include "qac_util.h"
 
@@ -251,22 +252,6 @@ static double float_as_short_double(float f) {
     return (double)f;
 }
 
-qac_status qac_model_json_text(json_t *j, size_t extra_flags, char **out) {
-    char *txt = j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER | extra_flags) : NULL;
-    json_decref(j);
-    if (!txt) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
-    size_t n = strlen(txt);
-    char *withnl = realloc(txt, n + 2);
-    if (!withnl) {
-        free(txt);
-        return qac_set_error(QAC_ERR_NOMEM, "out of memory");
-    }
-    withnl[n] = '\n';
-    withnl[n + 1] = '\0';
-    *out = withnl;
-    return QAC_OK;
-}
-
 qac_status qac_bert_config_to_json(const qac_bert_config *c, char **out) {
     *out = NULL;
     json_t *r = json_pack(
@@ -363,25 +348,6 @@ qac_status qac_pooling_config_parse(const char *json, size_t len, int hidden_siz
 done:
     json_decref(root);
     return s;
-}
-
-qac_status qac_model_json_read(const char *path, json_t **root) {
-    *root = NULL;
-    char *txt;
-    size_t len;
-    qac_status s = qac_read_file(path, &txt, &len);
-    if (s == QAC_ERR_NOT_FOUND) {
-        qac_clear_error();
-        return QAC_OK;
-    }
-    if (s) return s;
-    json_error_t jerr;
-    *root = json_loadb(txt, len, JSON_REJECT_DUPLICATES, &jerr);
-    free(txt);
-    if (!*root)
-        return qac_set_error(QAC_ERR_FORMAT, "%s: invalid JSON at line %d column %d: %s", path, jerr.line,
-                             jerr.column, jerr.text);
-    return QAC_OK;
 }
 
 /* Read a small JSON file in dir; *root NULL (and QAC_OK) when absent. */

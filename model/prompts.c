@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "model_internal.h"
+#include "model_json.h"
 #include "qac_util.h"
 
 #define ST_CONFIG "config_sentence_transformers.json"
