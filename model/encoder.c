@@ -1,5 +1,10 @@
-/* The encoder front end: backend choice, tokenisation, length sorting,
- * batching, padding and output ordering. Backends run one padded batch. */
+/* The encoder front end: tokenisation, length sorting, batching, padding
+ * and output ordering. Backends run one padded batch.
+ *
+ * Which backend runs is chosen above this file, in
+ * kernels/encoder_dispatch.c (qac_encoder_create), the one file that sees
+ * every backend; it hands the backend it made to qac_encoder_attach. So
+ * model/ never calls into kernels/. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,47 +42,19 @@ qac_encoder_opts qac_encoder_default_opts(void) {
     return o;
 }
 
-qac_status qac_encoder_create(qac_encoder **out, const qac_model *m, const qac_encoder_opts *o) {
+qac_status qac_encoder_attach(qac_encoder **out, const qac_model *m, const qac_encoder_backend *be,
+                              qac_device device, qac_precision cpu_precision) {
     *out = NULL;
-    qac_encoder_opts opts = o ? *o : qac_encoder_default_opts();
-    if (!m) return qac_set_error(QAC_ERR_INVALID, "encoder: no model");
-    if (opts.threads < 0 || opts.max_batch < 0)
-        return qac_set_error(QAC_ERR_INVALID, "encoder: threads (%d) and max_batch (%d) must be >= 0",
-                             opts.threads, opts.max_batch);
     qac_encoder *e = calloc(1, sizeof *e);
-    if (!e) return qac_set_error(QAC_ERR_NOMEM, "encoder: out of memory");
+    if (!e) {
+        if (be->free) be->free(be->impl);
+        return qac_set_error(QAC_ERR_NOMEM, "encoder: out of memory");
+    }
     e->m = m;
-    qac_status st;
-    switch (opts.device) {
-    case QAC_DEVICE_CUDA:
-        st = qac_cuda_backend_create(&e->be, m, &opts);
-        e->device = QAC_DEVICE_CUDA;
-        break;
-    case QAC_DEVICE_CPU:
-        st = qac_cpu_backend_create(&e->be, m, &opts);
-        e->device = QAC_DEVICE_CPU;
-        break;
-    case QAC_DEVICE_AUTO:
-        st = QAC_ERR_UNSUPPORTED;
-        if (qac_cuda_available()) {
-            st = qac_cuda_backend_create(&e->be, m, &opts);
-            e->device = QAC_DEVICE_CUDA;
-        }
-        if (st != QAC_OK) {
-            qac_clear_error();
-            st = qac_cpu_backend_create(&e->be, m, &opts);
-            e->device = QAC_DEVICE_CPU;
-        }
-        break;
-    default:
-        st = qac_set_error(QAC_ERR_INVALID, "encoder: unknown device %d", (int)opts.device);
-    }
-    if (st != QAC_OK) {
-        free(e);
-        return st;
-    }
+    e->be = *be;
+    e->device = device;
     e->max_batch = e->be.max_batch > 0 ? e->be.max_batch : 32;
-    e->cpu_precision = e->device == QAC_DEVICE_CPU ? opts.cpu_precision : QAC_PREC_FP32;
+    e->cpu_precision = device == QAC_DEVICE_CPU ? cpu_precision : QAC_PREC_FP32;
     *out = e;
     return QAC_OK;
 }

@@ -1,7 +1,9 @@
 /* Internal: what an encoder backend implements. model/encoder.c owns
  * tokenisation, length sorting, batching and output ordering; a backend only
- * runs one padded batch. Backends: CPU (model/bert_cpu.c) and CUDA
- * (kernels/, compiled when nvcc is present). */
+ * runs one padded batch. Backends: CPU (model/cpu_backend.c) and CUDA
+ * (kernels/cuda_encoder.cu, compiled when nvcc is present;
+ * kernels/nocuda.c otherwise). kernels/encoder_dispatch.c, above both,
+ * picks one and attaches it to a front end. */
 #ifndef QAC_ENCODER_BACKEND_H
 #define QAC_ENCODER_BACKEND_H
 
@@ -24,6 +26,12 @@ typedef struct qac_encoder_backend {
      * calls so far, timed on the device (CUDA: events on the stream). */
     double (*device_seconds)(void *impl);
 } qac_encoder_backend;
+
+/* A front end over be (taken over: freed with the encoder, or here on
+ * failure) for m. cpu_precision is what qac_encoder_cpu_precision reports
+ * when device is QAC_DEVICE_CPU. */
+qac_status qac_encoder_attach(qac_encoder **out, const qac_model *m, const qac_encoder_backend *be,
+                              qac_device device, qac_precision cpu_precision);
 
 qac_status qac_cpu_backend_create(qac_encoder_backend *be, const qac_model *m, const qac_encoder_opts *o);
 /* Returns QAC_ERR_UNSUPPORTED when built without CUDA or no GPU is usable. */
