@@ -28,7 +28,8 @@
 #ifndef QAC_BM25_H
 #define QAC_BM25_H
 
-#include "qac_util.h"
+#include "qac_common.h"
+#include "qac_progress.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -12,7 +12,7 @@
 
 #include "qac_data.h"
 #include "qac_encoder.h"
-#include "qac_util.h"
+#include "qac_progress.h"
 
 #ifdef __cplusplus
 extern "C" {

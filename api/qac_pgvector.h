@@ -33,7 +33,7 @@
 #include <stdint.h>
 
 #include "qac_common.h"
-#include "qac_util.h"
+#include "qac_progress.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -13,9 +13,9 @@
 
 #include "qac_common.h"
 #include "qac_model.h"
+#include "qac_progress.h"
 #include "qac_tokenizer.h"
 #include "qac_train.h"
-#include "qac_util.h"
 
 #ifdef __cplusplus
 extern "C" {

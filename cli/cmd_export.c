@@ -4,6 +4,7 @@
 
 #include "cli.h"
 #include "qac_pgvector.h"
+#include "qac_util.h"
 
 static const qac_opt export_opts[] = {
     {"index", QAC_OPT_STR, NULL, 0, -1, NULL, "QAC_INDEX", "index directory from qac index build", 1},

@@ -7,6 +7,7 @@
 #include "cli.h"
 #include "qac_cpu.h"
 #include "qac_finetune.h"
+#include "qac_util.h"
 
 static const qac_opt ft_opts[] = {
     {"model", QAC_OPT_STR, NULL, 0, -1, NULL, "QAC_MODEL", "initial checkpoint (default: the embedded default model)", 0},

@@ -7,6 +7,7 @@
 #include "cli.h"
 #include "qac_cpu.h"
 #include "qac_index.h"
+#include "qac_util.h"
 
 static const qac_opt build_opts[] = {
     {"model", QAC_OPT_STR, NULL, 0, -1, NULL, "QAC_MODEL", "model directory (default: the embedded default model); with --vectors, the model that made them, recorded in the manifest so that `qac serve` accepts the index", 0},

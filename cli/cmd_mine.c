@@ -6,6 +6,7 @@
 #include "cli.h"
 #include "qac_cpu.h"
 #include "qac_finetune.h"
+#include "qac_util.h"
 
 static const qac_opt mine_opts[] = {
     {"run", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "TREC run to mine (e.g. from qac bm25 search)", 0},

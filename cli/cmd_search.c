@@ -9,6 +9,7 @@
 #include "qac_cpu.h"
 #include "qac_fusion.h"
 #include "qac_index.h"
+#include "qac_util.h"
 
 static const qac_opt search_opts[] = {
     {"index", QAC_OPT_STR, NULL, 0, -1, NULL, "QAC_INDEX", "dense index directory from qac index build", 0},

@@ -23,6 +23,7 @@
 #include "bm25_format.h"
 #include "qac_analyzer.h"
 #include "qac_bm25.h"
+#include "qac_util.h"
 
 #define ROW_END UINT32_MAX
 

@@ -9,6 +9,7 @@
 #include "qac_analyzer.h"
 #include "qac_bm25.h"
 #include "qac_data.h"
+#include "qac_util.h"
 
 typedef struct postvec {
     uint8_t *buf;

@@ -28,6 +28,7 @@
 #include "qac_index.h"
 #include "qac_pool.h"
 #include "qac_safetensors.h"
+#include "qac_util.h"
 
 #define QAC_ENCODE_CHUNK 16384  /* passages sorted by length together */
 #define QAC_ADD_PIECE 65536     /* rows per faiss add call (progress granularity) */

@@ -21,6 +21,7 @@
 #include "index_internal.h"
 #include "qac_gpu_flat.h"
 #include "qac_index.h"
+#include "qac_util.h"
 
 #define QAC_GPU_MAX_K QAC_GPU_FLAT_KMAX
 #define QAC_GPU_MAX_NQ 1024

@@ -11,6 +11,7 @@
 
 #include "qac_index.h"
 #include "qac_pgvector.h"
+#include "qac_util.h"
 
 #define DEFAULT_TABLE "qac_passages"
 /* PostgreSQL truncates identifiers at 63 bytes; the longest name we derive

@@ -7,6 +7,7 @@
 #include "qac_jsonl.h"
 #include "qac_pretrain.h"
 #include "qac_rng.h"
+#include "qac_util.h"
 #include "textmap.h"
 
 typedef struct hdoc {

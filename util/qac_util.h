@@ -6,13 +6,11 @@
 #include <stdio.h>
 
 #include "qac_common.h"
+#include "qac_progress.h"
 
 /* ---- progress ----
- * Long-running library functions take an optional progress callback; the
- * library itself never prints. `total` is 0 when unknown. A phase counting
- * something other than the caller's unit names it after a slash:
- * "bm25 write/terms". */
-typedef void (*qac_progress_fn)(void *user, const char *phase, uint64_t done, uint64_t total);
+ * Long-running library functions take an optional progress callback,
+ * qac_progress_fn (api/qac_progress.h); the library itself never prints. */
 
 /* A ready-made callback for main(): prints a status line to stderr with
  * phase, done/total, items/s, elapsed time and ETA. On a terminal the line

@@ -7,6 +7,7 @@
 #include "qac_config.h"
 #include "qac_cpu.h"
 #include "qac_index.h"
+#include "qac_util.h"
 
 int main(int argc, char **argv) {
     /* QAC_CPU_ISA picks the scan's path, through the one configuration row */

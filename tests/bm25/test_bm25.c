@@ -11,6 +11,7 @@
 
 #include "qac_analyzer.h"
 #include "qac_bm25.h"
+#include "qac_util.h"
 #include "testutil.h"
 
 static uint64_t rng_state = 0x243F6A8885A308D3ull;
