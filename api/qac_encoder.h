@@ -81,6 +81,14 @@ qac_status qac_encoder_encode_texts(qac_encoder *e, const char *const *texts, co
 qac_status qac_encoder_encode_ids_from(qac_encoder *e, const int32_t *const *ids, const int *lens,
                                        const int *pool_from, int n, float *out);
 
+/* encode_ids_from with token types: type_ids[i] holds lens[i] types of
+ * sequence i (type_ids NULL: type 0 everywhere, as every call above), each
+ * below the model's type_vocab_size. What a cross-encoder's pairs need
+ * ([CLS] a [SEP] b [SEP], type 1 over b [SEP]; api/qac_pair.h), on either
+ * backend; a sequence's vector does not depend on the batch around it. */
+qac_status qac_encoder_encode_ids_typed(qac_encoder *e, const int32_t *const *ids, const int32_t *const *type_ids,
+                                        const int *lens, const int *pool_from, int n, float *out);
+
 /* encode_texts with a prompt before every text, as sentence-transformers
  * applies it (qac_model.h, "Prompts"): prompt + text tokenised as one
  * string, and the prompt's tokens left out of the pooling when the model's

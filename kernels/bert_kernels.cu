@@ -55,16 +55,17 @@ __device__ void ln_finish(float *x, T *xh, const float *row, const float *w, con
 
 template <typename T>
 __global__ void __launch_bounds__(LN_THREADS)
-embed_ln_kernel(float *x, T *xh, const int32_t *ids, const int32_t *pos_ids, const float *word_emb,
+embed_ln_kernel(float *x, T *xh, const int32_t *ids, const int32_t *type_ids, const int32_t *pos_ids, const float *word_emb,
                 const float *pos_emb, const float *type_emb, const float *w, const float *b, int T_, int C, float eps) {
     extern __shared__ float row[];
     __shared__ float red[32];
     const size_t r = blockIdx.x;
     const float *we = word_emb + (size_t)ids[r] * C;
     const float *pe = pos_emb + (size_t)(pos_ids ? pos_ids[r] : (int)(r % T_)) * C;
+    const float *te = type_emb + (size_t)(type_ids ? type_ids[r] : 0) * C;
     float sum = 0.f;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        const float v = we[c] + pe[c] + type_emb[c];
+        const float v = we[c] + pe[c] + te[c];
         row[c] = v;
         sum += v;
     }
@@ -407,13 +408,14 @@ unsigned grid_for(size_t n, unsigned threads) {
     default: return cudaErrorInvalidValue;                                                 \
     }
 
-cudaError_t qac_k_embed_ln(float *x, void *xh, const int32_t *ids, const int32_t *pos_ids, const float *word_emb,
+cudaError_t qac_k_embed_ln(float *x, void *xh, const int32_t *ids, const int32_t *type_ids, const int32_t *pos_ids,
+                           const float *word_emb,
                            const float *pos_emb, const float *type_emb, const float *w,
                            const float *b, int N, int seq_len, int C, float eps, qac_precision prec,
                            cudaStream_t s) {
     if (N <= 0) return cudaSuccess;
     const size_t sm = (size_t)C * sizeof(float);
-    QAC_DISPATCH(prec, embed_ln_kernel<T><<<N, LN_THREADS, sm, s>>>(x, (T *)xh, ids, pos_ids, word_emb, pos_emb,
+    QAC_DISPATCH(prec, embed_ln_kernel<T><<<N, LN_THREADS, sm, s>>>(x, (T *)xh, ids, type_ids, pos_ids, word_emb, pos_emb,
                                                                      type_emb, w, b, seq_len, C, eps));
     return cudaGetLastError();
 }

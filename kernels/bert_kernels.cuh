@@ -9,10 +9,12 @@
 
 #include "cuda_common.cuh"
 
-// x = LayerNorm(word[ids] + pos[t] + type[0]) with t = pos_ids[row] (packed
-// rows), or row % T when pos_ids is NULL (padded rows).
-// x [N,C] fp32; xh [N,C] act or NULL (not written); ids, pos_ids [N].
-cudaError_t qac_k_embed_ln(float *x, void *xh, const int32_t *ids, const int32_t *pos_ids, const float *word_emb,
+// x = LayerNorm(word[ids] + pos[t] + type[type_ids]) with t = pos_ids[row]
+// (packed rows), or row % T when pos_ids is NULL (padded rows); type_ids
+// NULL: type 0 everywhere.
+// x [N,C] fp32; xh [N,C] act or NULL (not written); ids, type_ids, pos_ids [N].
+cudaError_t qac_k_embed_ln(float *x, void *xh, const int32_t *ids, const int32_t *type_ids, const int32_t *pos_ids,
+                           const float *word_emb,
                            const float *pos_emb, const float *type_emb, const float *w,
                            const float *b, int N, int T, int C, float eps, qac_precision prec,
                            cudaStream_t s);
@@ -57,7 +59,8 @@ cudaError_t qac_k_pool_packed(float *out, const float *x, const int *offs, const
 // They need C a multiple of 4 up to 1024 and 16-byte aligned vectors:
 // qac_k_ln_warp_ok(C, the n pointers the call reads or writes).
 int qac_k_ln_warp_ok(int C, const void *const *ptrs, int n);
-cudaError_t qac_k_embed_ln_warp(float *x, void *xh, const int32_t *ids, const int32_t *pos_ids, const float *word_emb,
+cudaError_t qac_k_embed_ln_warp(float *x, void *xh, const int32_t *ids, const int32_t *type_ids, const int32_t *pos_ids,
+                                const float *word_emb,
                                 const float *pos_emb, const float *type_emb, const float *w, const float *b, int N,
                                 int T, int C, float eps, qac_precision prec, int warps, cudaStream_t s);
 cudaError_t qac_k_residual_ln_warp(float *x, void *xh, const void *r, const float *bias, const float *w, const float *b,

@@ -87,6 +87,7 @@ struct cuda_encoder {
     void *proj;        // [N,C] output projections
     void *ffn;         // [N,I]
     int32_t *d_ids;    // [N]
+    int32_t *d_types;  // [N] token types of a typed batch (a cross-encoder's pairs)
     int32_t *d_pos;    // [N] position of each packed row
     int *d_lens;       // [B]
     int *d_from;       // [B] pooling starts (prompt tokens skipped)
@@ -96,6 +97,7 @@ struct cuda_encoder {
     void *xgh;         // [B,C] act copy (NULL for fp32)
     void *ctxg;        // [B,C] and of the attention output
     int32_t *h_ids;    // pinned mirrors
+    int32_t *h_types;
     int32_t *h_pos;
     int *h_lens;
     int *h_from;
@@ -128,6 +130,7 @@ void free_buffers(cuda_encoder *e) {
     cudaFree(e->proj);
     cudaFree(e->ffn);
     cudaFree(e->d_ids);
+    cudaFree(e->d_types);
     cudaFree(e->d_pos);
     cudaFree(e->d_lens);
     cudaFree(e->d_from);
@@ -137,6 +140,7 @@ void free_buffers(cuda_encoder *e) {
     cudaFree(e->xgh);
     cudaFree(e->ctxg);
     cudaFreeHost(e->h_ids);
+    cudaFreeHost(e->h_types);
     cudaFreeHost(e->h_pos);
     cudaFreeHost(e->h_lens);
     cudaFreeHost(e->h_from);
@@ -144,11 +148,11 @@ void free_buffers(cuda_encoder *e) {
     cudaFreeHost(e->h_out);
     e->x = NULL;
     e->xh = e->qkv = e->ctx = e->proj = e->ffn = NULL;
-    e->d_ids = e->d_pos = NULL;
+    e->d_ids = e->d_types = e->d_pos = NULL;
     e->d_lens = e->d_offs = e->d_from = NULL;
     e->d_out = e->xg = NULL;
     e->xgh = e->ctxg = NULL;
-    e->h_ids = e->h_pos = NULL;
+    e->h_ids = e->h_types = e->h_pos = NULL;
     e->h_lens = e->h_offs = e->h_from = NULL;
     e->h_out = NULL;
     e->cap_tokens = 0;
@@ -192,6 +196,7 @@ qac_status grow_buffers(cuda_encoder *e, size_t rows, int batch) {
                {&e->proj, ntok * C * es},
                {&e->ffn, ntok * I * es},
                {(void **)&e->d_ids, ntok * sizeof(int32_t)},
+               {(void **)&e->d_types, ntok * sizeof(int32_t)},
                {(void **)&e->d_pos, ntok * sizeof(int32_t)},
                {(void **)&e->d_lens, nb * sizeof(int)},
                {(void **)&e->d_from, nb * sizeof(int)},
@@ -206,6 +211,7 @@ qac_status grow_buffers(cuda_encoder *e, size_t rows, int batch) {
         QAC_CU_GOTO(st, cudaMemsetAsync(*d.p, 0, d.bytes, e->stream), fail); // ordered before the batch
     }
     QAC_CU_GOTO(st, cudaMallocHost((void **)&e->h_ids, ntok * sizeof(int32_t)), fail);
+    QAC_CU_GOTO(st, cudaMallocHost((void **)&e->h_types, ntok * sizeof(int32_t)), fail);
     QAC_CU_GOTO(st, cudaMallocHost((void **)&e->h_pos, ntok * sizeof(int32_t)), fail);
     QAC_CU_GOTO(st, cudaMallocHost((void **)&e->h_lens, nb * sizeof(int)), fail);
     QAC_CU_GOTO(st, cudaMallocHost((void **)&e->h_from, nb * sizeof(int)), fail);
@@ -233,8 +239,9 @@ qac_status residual_ln(cuda_encoder *e, float *x, void *xh, const void *r, const
 
 // The forward of one batch on the stream: L->rows token rows (B * T padded,
 // or packed) in L->batch sequences, the attention over keys up to
-// L->longest; skip_prompt: pool from d_from's rows. Leaves d_out [batch, C].
-qac_status run_layers(cuda_encoder *e, const qac_enc_layout *Lay, int skip_prompt) {
+// L->longest; skip_prompt: pool from d_from's rows; typed: token types from
+// d_types (else type 0). Leaves d_out [batch, C].
+qac_status run_layers(cuda_encoder *e, const qac_enc_layout *Lay, int skip_prompt, int typed) {
     const qac_bert_config *c = &e->cfg;
     const int C = c->hidden_size, I = c->intermediate_size, NH = c->num_heads, NL = c->num_layers;
     const int B = Lay->batch, T = Lay->longest, N = Lay->rows;
@@ -245,13 +252,14 @@ qac_status run_layers(cuda_encoder *e, const qac_enc_layout *Lay, int skip_promp
     const qac_kt_drop none = {0.0f, 0, 0};
     const int *offs = e->fused ? e->d_offs : NULL; // the pooling's view of the rows
     const int *from = skip_prompt ? e->d_from : NULL;
+    const int32_t *types = typed ? e->d_types : NULL;
 
     if (e->ln_warp)
-        QAC_CU(qac_k_embed_ln_warp(e->x, e->xh, e->d_ids, e->fused ? e->d_pos : NULL, w->word_emb, w->pos_emb,
+        QAC_CU(qac_k_embed_ln_warp(e->x, e->xh, e->d_ids, types, e->fused ? e->d_pos : NULL, w->word_emb, w->pos_emb,
                                    w->type_emb, w->emb_ln_w, w->emb_ln_b, N, T, C, eps, p, e->tun.ln_warps, e->stream));
     else
-        QAC_CU(qac_k_embed_ln(e->x, e->xh, e->d_ids, e->fused ? e->d_pos : NULL, w->word_emb, w->pos_emb, w->type_emb,
-                              w->emb_ln_w, w->emb_ln_b, N, T, C, eps, p, e->stream));
+        QAC_CU(qac_k_embed_ln(e->x, e->xh, e->d_ids, types, e->fused ? e->d_pos : NULL, w->word_emb, w->pos_emb,
+                              w->type_emb, w->emb_ln_w, w->emb_ln_b, N, T, C, eps, p, e->stream));
     for (int l = 0; l < NL; l++) {
         const size_t lc = (size_t)l * C;
         const int last = l == NL - 1;
@@ -306,7 +314,7 @@ qac_status run_layers(cuda_encoder *e, const qac_enc_layout *Lay, int skip_promp
 // A batch's copies in, its forward and its copy out, queued on the stream
 // (directly or into a graph being captured): the host buffers hold the
 // inputs of layout L.
-qac_status enqueue_batch(cuda_encoder *e, const qac_enc_layout *L, int skip_prompt) {
+qac_status enqueue_batch(cuda_encoder *e, const qac_enc_layout *L, int skip_prompt, int typed) {
     const size_t B = (size_t)L->batch, rows = (size_t)L->rows;
     const cudaMemcpyKind h2d = cudaMemcpyHostToDevice;
     QAC_CU(cudaMemcpyAsync(e->d_lens, e->h_lens, B * sizeof(int), h2d, e->stream));
@@ -316,7 +324,8 @@ qac_status enqueue_batch(cuda_encoder *e, const qac_enc_layout *L, int skip_prom
         QAC_CU(cudaMemcpyAsync(e->d_offs, e->h_offs, (B + 1) * sizeof(int), h2d, e->stream));
     }
     QAC_CU(cudaMemcpyAsync(e->d_ids, e->h_ids, rows * sizeof(int32_t), h2d, e->stream));
-    qac_status st = run_layers(e, L, skip_prompt);
+    if (typed) QAC_CU(cudaMemcpyAsync(e->d_types, e->h_types, rows * sizeof(int32_t), h2d, e->stream));
+    qac_status st = run_layers(e, L, skip_prompt, typed);
     if (st != QAC_OK) return st;
     QAC_CU(cudaMemcpyAsync(e->h_out, e->d_out, B * e->cfg.hidden_size * sizeof(float), cudaMemcpyDeviceToHost,
                            e->stream));
@@ -325,10 +334,11 @@ qac_status enqueue_batch(cuda_encoder *e, const qac_enc_layout *L, int skip_prom
 
 // enqueue_batch captured into a graph (*out NULL when that fails; the
 // stream is left out of capture either way).
-qac_status capture_batch(cuda_encoder *e, const qac_enc_layout *L, int skip_prompt, cudaGraphExec_t *out) {
+qac_status capture_batch(cuda_encoder *e, const qac_enc_layout *L, int skip_prompt, int typed,
+                         cudaGraphExec_t *out) {
     *out = NULL;
     QAC_CU(cudaStreamBeginCapture(e->stream, cudaStreamCaptureModeThreadLocal));
-    qac_status st = enqueue_batch(e, L, skip_prompt);
+    qac_status st = enqueue_batch(e, L, skip_prompt, typed);
     cudaGraph_t g = NULL;
     const cudaError_t ce = cudaStreamEndCapture(e->stream, &g);
     if (st == QAC_OK) st = qac_cuda_check(ce, "cudaStreamEndCapture");
@@ -357,15 +367,15 @@ graph_entry *graph_for(cuda_encoder *e, const qac_enc_layout *L, int flags, int 
 
 // Runs the batch whose inputs the host buffers hold: by its bucket's graph
 // when there is one, else launch by launch.
-qac_status run_batch(cuda_encoder *e, const qac_enc_layout *L, int skip_prompt) {
-    if (!(L->bucketed && e->tun.graphs)) return enqueue_batch(e, L, skip_prompt);
+qac_status run_batch(cuda_encoder *e, const qac_enc_layout *L, int skip_prompt, int typed) {
+    if (!(L->bucketed && e->tun.graphs)) return enqueue_batch(e, L, skip_prompt, typed);
     int added;
-    graph_entry *g = graph_for(e, L, (skip_prompt ? 1 : 0) | (e->normalize ? 2 : 0), &added);
-    if (!g || added || g->state == GRAPH_FAILED) return enqueue_batch(e, L, skip_prompt);
+    graph_entry *g = graph_for(e, L, (skip_prompt ? 1 : 0) | (e->normalize ? 2 : 0) | (typed ? 4 : 0), &added);
+    if (!g || added || g->state == GRAPH_FAILED) return enqueue_batch(e, L, skip_prompt, typed);
     if (g->state == GRAPH_WARM) {
-        if (capture_batch(e, L, skip_prompt, &g->exec) != QAC_OK) {
+        if (capture_batch(e, L, skip_prompt, typed, &g->exec) != QAC_OK) {
             g->state = GRAPH_FAILED; // this bucket runs without a graph from now on
-            return enqueue_batch(e, L, skip_prompt);
+            return enqueue_batch(e, L, skip_prompt, typed);
         }
         g->state = GRAPH_READY;
     }
@@ -379,8 +389,8 @@ void encoder_set_raw(void *impl, int raw) {
     e->normalize = e->model_normalize && !raw;
 }
 
-qac_status encoder_forward(void *impl, const int32_t *ids, const int *lens, const int *pool_from, int B, int T,
-                           float *out) {
+qac_status encoder_forward(void *impl, const int32_t *ids, const int32_t *type_ids, const int *lens,
+                           const int *pool_from, int B, int T, float *out) {
     cuda_encoder *e = (cuda_encoder *)impl;
     const qac_bert_config *c = &e->cfg;
     if (B < 1 || T < 1) return qac_set_error(QAC_ERR_INVALID, "CUDA encoder: empty batch (%d x %d)", B, T);
@@ -392,10 +402,14 @@ qac_status encoder_forward(void *impl, const int32_t *ids, const int *lens, cons
             return qac_set_error(QAC_ERR_INVALID, "CUDA encoder: sequence %d has length %d (padded length %d)",
                                  b, lens[b], T);
     const size_t N = (size_t)B * T;
-    for (size_t i = 0; i < N; i++)
+    for (size_t i = 0; i < N; i++) {
         if (ids[i] < 0 || ids[i] >= c->vocab_size)
             return qac_set_error(QAC_ERR_INVALID, "CUDA encoder: token id %d outside the vocabulary (%d)",
                                  (int)ids[i], c->vocab_size);
+        if (type_ids && (type_ids[i] < 0 || type_ids[i] >= c->type_vocab_size))
+            return qac_set_error(QAC_ERR_INVALID, "CUDA encoder: token type %d outside the model's %d types",
+                                 (int)type_ids[i], c->type_vocab_size);
+    }
     QAC_CU(cudaSetDevice(e->device));
     qac_enc_layout L = {B, B, (int)N, (int)N, T, 0}; // padded
     if (e->fused) L = qac_enc_layout_packed(lens, B, &e->tun);
@@ -413,13 +427,15 @@ qac_status encoder_forward(void *impl, const int32_t *ids, const int *lens, cons
 
     if (e->fused) {
         qac_enc_pack(e->h_ids, e->h_pos, e->h_offs, e->h_lens, e->h_from, &L, ids, T, lens, pool_from, B);
+        if (type_ids) qac_enc_pack_types(e->h_types, &L, type_ids, T, lens, B);
     } else {
         memcpy(e->h_lens, lens, (size_t)B * sizeof(int));
         if (pool_from) memcpy(e->h_from, pool_from, (size_t)B * sizeof(int));
         memcpy(e->h_ids, ids, N * sizeof(int32_t));
+        if (type_ids) memcpy(e->h_types, type_ids, N * sizeof(int32_t));
     }
     QAC_CU(cudaEventRecord(e->ev_start, e->stream));
-    st = run_batch(e, &L, pool_from != NULL);
+    st = run_batch(e, &L, pool_from != NULL, type_ids != NULL);
     if (st != QAC_OK) return qac_wrap_error(st, "CUDA encoder");
     QAC_CU(cudaEventRecord(e->ev_end, e->stream));
     QAC_CU(cudaStreamSynchronize(e->stream));

@@ -64,11 +64,11 @@ extern "C" qac_status qac_cuda_embeddings_layernorm(float *out, float *out_act, 
     TRY(qac_scratch_alloc(&s, &d_x, N * C * sizeof(float)));
     if (out_act) TRY(qac_scratch_alloc(&s, &d_xh, N * C * qac_prec_size(prec)));
     if (warps > 0)
-        TRY_CU(qac_k_embed_ln_warp((float *)d_x, d_xh, (const int32_t *)d_ids, NULL, (const float *)d_word,
+        TRY_CU(qac_k_embed_ln_warp((float *)d_x, d_xh, (const int32_t *)d_ids, NULL, NULL, (const float *)d_word,
                                    (const float *)d_pos, (const float *)d_type, (const float *)d_w,
                                    (const float *)d_b, (int)N, T, C, eps, prec, warps, 0));
     else
-        TRY_CU(qac_k_embed_ln((float *)d_x, d_xh, (const int32_t *)d_ids, NULL, (const float *)d_word,
+        TRY_CU(qac_k_embed_ln((float *)d_x, d_xh, (const int32_t *)d_ids, NULL, NULL, (const float *)d_word,
                               (const float *)d_pos, (const float *)d_type, (const float *)d_w, (const float *)d_b,
                               (int)N, T, C, eps, prec, 0));
     TRY_CU(cudaMemcpy(out, d_x, N * C * sizeof(float), cudaMemcpyDeviceToHost));

@@ -113,7 +113,7 @@ struct ln_args {
     void *xh;       // [N,C] act copy of the output, or NULL
     const void *r;  // [N,C] act: the sub-layer's output
     const float *bias;
-    const int32_t *ids, *pos_ids; // [N]; pos_ids NULL: row % T
+    const int32_t *ids, *type_ids, *pos_ids; // [N]; type_ids NULL: type 0; pos_ids NULL: row % T
     const float *word, *pos, *type;
     const float *w, *b;
     int N, C, T;
@@ -121,7 +121,7 @@ struct ln_args {
 };
 
 // One warp per row, blockDim.x / 32 rows per block; EMBED: the row is
-// word[ids] + pos[t] + type[0], else x + (r + bias).
+// word[ids] + pos[t] + type[type_ids], else x + (r + bias).
 template <typename E, int NCH, bool EMBED> __global__ void ln_warp_kernel(const ln_args a) {
     const int lane = threadIdx.x & 31;
     const int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -131,6 +131,7 @@ template <typename E, int NCH, bool EMBED> __global__ void ln_warp_kernel(const 
     if (EMBED) {
         const float *we = a.word + (size_t)a.ids[row] * a.C;
         const float *pe = a.pos + (size_t)(a.pos_ids ? a.pos_ids[row] : row % a.T) * a.C;
+        const float *te = a.type + (size_t)(a.type_ids ? a.type_ids[row] : 0) * a.C;
 #pragma unroll
         for (int k = 0; k < NCH; k++) {
             const int c = col_of(k, lane);
@@ -141,7 +142,7 @@ template <typename E, int NCH, bool EMBED> __global__ void ln_warp_kernel(const 
             float wv[4], pv[4], tv[4];
             load4<float>(wv, we + c);
             load4<float>(pv, pe + c);
-            load4<float>(tv, a.type + c);
+            load4<float>(tv, te + c);
 #pragma unroll
             for (int j = 0; j < 4; j++) v[k][j] = wv[j] + pv[j] + tv[j];
         }
@@ -319,14 +320,15 @@ int qac_k_ln_warp_ok(int C, const void *const *ptrs, int n) {
     return 1;
 }
 
-cudaError_t qac_k_embed_ln_warp(float *x, void *xh, const int32_t *ids, const int32_t *pos_ids, const float *word_emb,
+cudaError_t qac_k_embed_ln_warp(float *x, void *xh, const int32_t *ids, const int32_t *type_ids, const int32_t *pos_ids,
+                                const float *word_emb,
                                 const float *pos_emb, const float *type_emb, const float *w, const float *b, int N,
                                 int T, int C, float eps, qac_precision prec, int warps, cudaStream_t s) {
     if (N <= 0) return cudaSuccess;
     if (warps < 1 || warps > 16) return cudaErrorInvalidValue;
     ln_args a;
     memset(&a, 0, sizeof a);
-    a.x = x, a.xh = xh, a.ids = ids, a.pos_ids = pos_ids, a.word = word_emb, a.pos = pos_emb, a.type = type_emb;
+    a.x = x, a.xh = xh, a.ids = ids, a.type_ids = type_ids, a.pos_ids = pos_ids, a.word = word_emb, a.pos = pos_emb, a.type = type_emb;
     a.w = w, a.b = b, a.N = N, a.C = C, a.T = T, a.eps = eps;
     const unsigned grid = qac_div_up((size_t)N, (size_t)warps);
     QAC_ENC_DISPATCH(prec, chunks_for(C), ln_warp_kernel<E, NCH, true><<<grid, warps * 32, 0, s>>>(a));

@@ -85,3 +85,13 @@ void qac_enc_pack(int32_t *ids_out, int32_t *pos_out, int *offs, int *lens_out, 
     memset(ids_out + r, 0, (size_t)(L->rows - r) * sizeof *ids_out);
     memset(pos_out + r, 0, (size_t)(L->rows - r) * sizeof *pos_out);
 }
+
+void qac_enc_pack_types(int32_t *types_out, const qac_enc_layout *L, const int32_t *types, int T, const int *lens,
+                        int B) {
+    int r = 0;
+    for (int b = 0; b < B; b++) {
+        memcpy(types_out + r, types + (size_t)b * T, (size_t)lens[b] * sizeof *types_out);
+        r += lens[b];
+    }
+    memset(types_out + r, 0, (size_t)(L->rows - r) * sizeof *types_out);
+}

@@ -77,6 +77,11 @@ int qac_enc_graph_slots(const qac_enc_tunables *t);
 void qac_enc_pack(int32_t *ids_out, int32_t *pos_out, int *offs, int *lens_out, int *from_out,
                   const qac_enc_layout *L, const int32_t *ids, int T, const int *lens, const int *from, int B);
 
+/* The token types of the same batch in layout L: types_out [L->rows] from
+ * types [B, T] (padded like ids); the padding rows get type 0. */
+void qac_enc_pack_types(int32_t *types_out, const qac_enc_layout *L, const int32_t *types, int T, const int *lens,
+                        int B);
+
 #ifdef __cplusplus
 }
 #endif

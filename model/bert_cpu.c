@@ -251,8 +251,8 @@ void qac_bert_layer_forward(qac_bert_acts *a, int l, int s, const float *x, floa
 }
 
 qac_status qac_bert_forward_packed(qac_bert_acts *a, const qac_bert_config *c, const qac_bert_params *p,
-                                   const qac_bert_packed *pk, const int32_t *packed_ids, const int *lens,
-                                   const int *offs, int B, int T, qac_pool *pool) {
+                                   const qac_bert_packed *pk, const int32_t *packed_ids, const int32_t *packed_types,
+                                   const int *lens, const int *offs, int B, int T, qac_pool *pool) {
     if (!pk || pk->L != c->num_layers) return qac_set_error(QAC_ERR_INVALID, "bert forward: weights not packed");
     if (!a->mem || a->B != B || a->T != T || a->keep != QAC_ACTS_INFER)
         return qac_set_error(QAC_ERR_INVALID, "bert forward: activations not allocated for B=%d T=%d", B, T);
@@ -266,15 +266,20 @@ qac_status qac_bert_forward_packed(qac_bert_acts *a, const qac_bert_config *c, c
                                  lens[b], offs[b], T);
         N += (size_t)lens[b];
     }
-    for (size_t i = 0; i < N; i++)
+    for (size_t i = 0; i < N; i++) {
         if (packed_ids[i] < 0 || packed_ids[i] >= c->vocab_size)
             return qac_set_error(QAC_ERR_INVALID, "bert forward: token id %d out of range [0, %d)", packed_ids[i],
                                  c->vocab_size);
+        if (packed_types && (packed_types[i] < 0 || packed_types[i] >= c->type_vocab_size))
+            return qac_set_error(QAC_ERR_INVALID, "bert forward: token type %d out of range [0, %d)",
+                                 packed_types[i], c->type_vocab_size);
+    }
     int C = c->hidden_size;
     /* positions restart with each sequence */
     for (int b = 0; b < B; b++)
-        qac_embeddings_forward(a->emb + (size_t)offs[b] * C, packed_ids + offs[b], NULL, p->word_emb, p->pos_emb,
-                               p->type_emb, 1, lens[b], C, NULL);
+        qac_embeddings_forward(a->emb + (size_t)offs[b] * C, packed_ids + offs[b],
+                               packed_types ? packed_types + offs[b] : NULL, p->word_emb, p->pos_emb, p->type_emb, 1,
+                               lens[b], C, NULL);
     qac_layernorm_forward(a->hidden, a->emb_mean, a->emb_rstd, a->emb, p->emb_ln_w, p->emb_ln_b, (int)N, C,
                           c->layer_norm_eps, pool);
     for (int l = 0; l < c->num_layers; l++)

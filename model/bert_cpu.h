@@ -274,11 +274,13 @@ qac_status qac_bert_forward(qac_bert_acts *a, const qac_bert_config *c, const qa
 /* Inference without padding: the same result as qac_bert_forward on ids
  * [B,T] padded to T, bit for bit, but only the sum of lens rows are
  * computed. packed_ids holds the sequences back to back (sequence b at
- * offs[b], offs[b+1] = offs[b] + lens[b]); a is allocated for B and T as
- * for qac_bert_forward. The result: rows of a->last in the packed layout. */
+ * offs[b], offs[b+1] = offs[b] + lens[b]), packed_types their token types
+ * in the same layout (NULL: type 0 everywhere; a cross-encoder's pairs
+ * have 1 over the second text); a is allocated for B and T as for
+ * qac_bert_forward. The result: rows of a->last in the packed layout. */
 qac_status qac_bert_forward_packed(qac_bert_acts *a, const qac_bert_config *c, const qac_bert_params *p,
-                                   const qac_bert_packed *pk, const int32_t *packed_ids, const int *lens,
-                                   const int *offs, int B, int T, qac_pool *pool);
+                                   const qac_bert_packed *pk, const int32_t *packed_ids, const int32_t *packed_types,
+                                   const int *lens, const int *offs, int B, int T, qac_pool *pool);
 /* The training forward: token types (NULL: 0) and dropout (NULL: none).
  * With drop NULL it computes exactly what qac_bert_forward does. */
 qac_status qac_bert_forward_train(qac_bert_acts *a, const qac_bert_config *c, const qac_bert_params *p,

@@ -16,14 +16,15 @@ typedef struct cpu_backend {
     qac_bert_acts acts;
     qac_bert_packed packed;
     int32_t *rows_ids; /* the batch's tokens back to back */
+    int32_t *rows_types; /* and their token types */
     int *offs;
     size_t rows_cap;
     int offs_cap;
     int raw;           /* skip the model's normalisation (qac_encoder_set_raw) */
 } cpu_backend;
 
-static qac_status cpu_forward(void *impl, const int32_t *ids, const int *lens, const int *pool_from, int B, int T,
-                              float *out) {
+static qac_status cpu_forward(void *impl, const int32_t *ids, const int32_t *type_ids, const int *lens,
+                              const int *pool_from, int B, int T, float *out) {
     cpu_backend *cb = impl;
     const qac_model *m = cb->m;
     qac_status st = qac_bert_acts_alloc(&cb->acts, &m->cfg, B, T, 0, qac_pool_size(cb->pool));
@@ -32,6 +33,9 @@ static qac_status cpu_forward(void *impl, const int32_t *ids, const int *lens, c
         int32_t *r = realloc(cb->rows_ids, (size_t)B * T * sizeof *r);
         if (!r) return qac_set_error(QAC_ERR_NOMEM, "cpu encoder: out of memory");
         cb->rows_ids = r;
+        int32_t *ty = realloc(cb->rows_types, (size_t)B * T * sizeof *ty);
+        if (!ty) return qac_set_error(QAC_ERR_NOMEM, "cpu encoder: out of memory");
+        cb->rows_types = ty;
         cb->rows_cap = (size_t)B * T;
     }
     if (B > cb->offs_cap) {
@@ -46,10 +50,11 @@ static qac_status cpu_forward(void *impl, const int32_t *ids, const int *lens, c
             return qac_set_error(QAC_ERR_INVALID, "cpu encoder: sequence %d has length %d (T=%d)", b, lens[b], T);
         cb->offs[b] = rows;
         memcpy(cb->rows_ids + rows, ids + (size_t)b * T, (size_t)lens[b] * sizeof *ids);
+        if (type_ids) memcpy(cb->rows_types + rows, type_ids + (size_t)b * T, (size_t)lens[b] * sizeof *ids);
         rows += lens[b];
     }
-    st = qac_bert_forward_packed(&cb->acts, &m->cfg, &m->p, &cb->packed, cb->rows_ids, lens, cb->offs, B, T,
-                                 cb->pool);
+    st = qac_bert_forward_packed(&cb->acts, &m->cfg, &m->p, &cb->packed, cb->rows_ids,
+                                 type_ids ? cb->rows_types : NULL, lens, cb->offs, B, T, cb->pool);
     if (st != QAC_OK) return st;
     int C = m->cfg.hidden_size;
     for (int b = 0; b < B; b++)
@@ -67,6 +72,7 @@ static void cpu_free(void *impl) {
     qac_bert_packed_free(&cb->packed);
     qac_pool_free(cb->pool);
     free(cb->rows_ids);
+    free(cb->rows_types);
     free(cb->offs);
     free(cb);
 }

@@ -23,6 +23,8 @@ struct qac_encoder {
     size_t order_cap;
     int32_t *batch_ids;   /* [max_batch, T] */
     size_t batch_ids_cap;
+    int32_t *batch_types; /* [max_batch, T] token types of a typed call */
+    size_t batch_types_cap;
     int *batch_lens;      /* [max_batch] */
     int *batch_from;      /* [max_batch] */
     float *batch_out;     /* [max_batch, C] */
@@ -64,6 +66,7 @@ void qac_encoder_free(qac_encoder *e) {
     if (e->be.free) e->be.free(e->be.impl);
     free(e->order);
     free(e->batch_ids);
+    free(e->batch_types);
     free(e->batch_lens);
     free(e->batch_from);
     free(e->batch_out);
@@ -116,6 +119,11 @@ qac_status qac_encoder_encode_ids(qac_encoder *e, const int32_t *const *ids, con
 
 qac_status qac_encoder_encode_ids_from(qac_encoder *e, const int32_t *const *ids, const int *lens,
                                        const int *pool_from, int n, float *out) {
+    return qac_encoder_encode_ids_typed(e, ids, NULL, lens, pool_from, n, out);
+}
+
+qac_status qac_encoder_encode_ids_typed(qac_encoder *e, const int32_t *const *ids, const int32_t *const *type_ids,
+                                        const int *lens, const int *pool_from, int n, float *out) {
     if (n < 0) return qac_set_error(QAC_ERR_INVALID, "encode: negative count %d", n);
     if (n == 0) return QAC_OK;
     const qac_bert_config *c = &e->m->cfg;
@@ -123,10 +131,15 @@ qac_status qac_encoder_encode_ids_from(qac_encoder *e, const int32_t *const *ids
         if (lens[i] < 1 || lens[i] > c->max_position)
             return qac_set_error(QAC_ERR_INVALID, "encode: sequence %d has %d tokens (allowed 1..%d)", i, lens[i],
                                  c->max_position);
-        for (int t = 0; t < lens[i]; t++)
+        for (int t = 0; t < lens[i]; t++) {
             if (ids[i][t] < 0 || ids[i][t] >= c->vocab_size)
                 return qac_set_error(QAC_ERR_INVALID, "encode: sequence %d token %d has id %d (vocabulary %d)",
                                      i, t, ids[i][t], c->vocab_size);
+            if (type_ids && (type_ids[i][t] < 0 || type_ids[i][t] >= c->type_vocab_size))
+                return qac_set_error(QAC_ERR_INVALID,
+                                     "encode: sequence %d token %d has token type %d (the model has %d types)", i, t,
+                                     type_ids[i][t], c->type_vocab_size);
+        }
     }
     qac_status st = grow(&e->order, &e->order_cap, (size_t)n, sizeof(len_idx));
     if (st != QAC_OK) return st;
@@ -138,6 +151,8 @@ qac_status qac_encoder_encode_ids_from(qac_encoder *e, const int32_t *const *ids
     int32_t pad = c->pad_token_id >= 0 && c->pad_token_id < c->vocab_size ? c->pad_token_id : 0;
     int Tmax = sorted[0].len;
     if ((st = grow(&e->batch_ids, &e->batch_ids_cap, (size_t)MB * Tmax, sizeof(int32_t))) != QAC_OK) return st;
+    if (type_ids && (st = grow(&e->batch_types, &e->batch_types_cap, (size_t)MB * Tmax, sizeof(int32_t))) != QAC_OK)
+        return st;
     if (!e->batch_lens && !(e->batch_lens = malloc((size_t)MB * sizeof(int))))
         return qac_set_error(QAC_ERR_NOMEM, "encoder: out of memory");
     if (pool_from && !e->batch_from && !(e->batch_from = malloc((size_t)MB * sizeof(int))))
@@ -153,11 +168,16 @@ qac_status qac_encoder_encode_ids_from(qac_encoder *e, const int32_t *const *ids
             int32_t *row = e->batch_ids + (size_t)b * T;
             memcpy(row, ids[i], (size_t)len * sizeof *row);
             for (int t = len; t < T; t++) row[t] = pad;
+            if (type_ids) {
+                int32_t *trow = e->batch_types + (size_t)b * T;
+                memcpy(trow, type_ids[i], (size_t)len * sizeof *trow);
+                for (int t = len; t < T; t++) trow[t] = 0;
+            }
             e->batch_lens[b] = len;
             if (pool_from) e->batch_from[b] = pool_from[i];
         }
-        st = e->be.forward(e->be.impl, e->batch_ids, e->batch_lens, pool_from ? e->batch_from : NULL, B, T,
-                           e->batch_out);
+        st = e->be.forward(e->be.impl, e->batch_ids, type_ids ? e->batch_types : NULL, e->batch_lens,
+                           pool_from ? e->batch_from : NULL, B, T, e->batch_out);
         if (st != QAC_OK) return st;
         for (int b = 0; b < B; b++)
             memcpy(out + (size_t)sorted[s + b].idx * C, e->batch_out + (size_t)b * C, (size_t)C * sizeof *out);

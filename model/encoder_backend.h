@@ -12,12 +12,14 @@
 typedef struct qac_encoder_backend {
     void *impl;
     /* ids: [B, T] row-major, padded with pad_token_id past lens[b];
-     * lens: [B], 1 <= lens[b] <= T; pool_from: [B] tokens the pooling skips
-     * at the start (qac_pooling_forward_from), or NULL for none; out: [B, C]
-     * pooled (and normalised when the model says so) fp32 embeddings. Token
-     * type ids are all 0. */
-    qac_status (*forward)(void *impl, const int32_t *ids, const int *lens, const int *pool_from, int B, int T,
-                          float *out);
+     * type_ids: [B, T] the token types in the same layout (padding 0), or
+     * NULL for type 0 everywhere (a cross-encoder's pairs give 1 over the
+     * second text); lens: [B], 1 <= lens[b] <= T; pool_from: [B] tokens the
+     * pooling skips at the start (qac_pooling_forward_from), or NULL for
+     * none; out: [B, C] pooled (and normalised when the model says so) fp32
+     * embeddings. */
+    qac_status (*forward)(void *impl, const int32_t *ids, const int32_t *type_ids, const int *lens,
+                          const int *pool_from, int B, int T, float *out);
     void (*free)(void *impl);
     /* raw = 1: forward skips the model's L2 normalisation until set back to 0. */
     void (*set_raw)(void *impl, int raw);

@@ -121,15 +121,39 @@ static void check_hidden(const qac_model *m, const enc_fixture *fx, qac_pool *po
             rows += lens[k];
         }
         CHECK_OK(qac_bert_acts_alloc(&ap, &m->cfg, nh, T, 0, qac_pool_size(pool)));
-        CHECK_OK(qac_bert_forward_packed(&ap, &m->cfg, &m->p, &pk, pids, lens, offs, nh, T, pool));
+        CHECK_OK(qac_bert_forward_packed(&ap, &m->cfg, &m->p, &pk, pids, NULL, lens, offs, nh, T, pool));
         int differ = 0;
         for (int k = 0; k < nh; k++)
             differ += memcmp(ap.last + (size_t)offs[k] * C, a.last + (size_t)k * T * C,
                              (size_t)lens[k] * C * sizeof(float)) != 0;
         printf("packed forward (%d rows) vs padded (%d rows): %d of %d sequences differ\n", rows, nh * T, differ, nh);
         CHECK_MSG(differ == 0, "the packed forward changes %d sequences", differ);
+        /* token types (a cross-encoder's pairs): type 1 over each sequence's
+         * second half, packed and padded alike, and not what type 0 gives */
+        int32_t *types = calloc((size_t)nh * T, sizeof *types), *ptypes = calloc((size_t)rows, sizeof *ptypes);
+        for (int k = 0; k < nh; k++)
+            for (int t = lens[k] / 2; t < lens[k]; t++) types[(size_t)k * T + t] = ptypes[offs[k] + t] = 1;
+        qac_bert_acts at = {0};
+        CHECK_OK(qac_bert_acts_alloc(&at, &m->cfg, nh, T, 0, qac_pool_size(pool)));
+        CHECK_OK(qac_bert_forward_train(&at, &m->cfg, &m->p, &pk, ids, types, lens, nh, T, NULL, pool));
+        CHECK_OK(qac_bert_forward_packed(&ap, &m->cfg, &m->p, &pk, pids, ptypes, lens, offs, nh, T, pool));
+        int tdiffer = 0, same_as_untyped = 0;
+        for (int k = 0; k < nh; k++) {
+            size_t bytes = (size_t)lens[k] * C * sizeof(float);
+            tdiffer += memcmp(ap.last + (size_t)offs[k] * C, at.last + (size_t)k * T * C, bytes) != 0;
+            same_as_untyped += lens[k] > 1 && !memcmp(at.last + (size_t)k * T * C, a.last + (size_t)k * T * C, bytes);
+        }
+        printf("packed forward with token types vs padded: %d of %d sequences differ; %d equal the untyped forward\n",
+               tdiffer, nh, same_as_untyped);
+        CHECK_MSG(tdiffer == 0, "the packed forward with token types changes %d sequences", tdiffer);
+        CHECK_MSG(same_as_untyped == 0, "token types were ignored in %d sequences", same_as_untyped);
+        ptypes[0] = m->cfg.type_vocab_size; /* out of range */
+        CHECK(qac_bert_forward_packed(&ap, &m->cfg, &m->p, &pk, pids, ptypes, lens, offs, nh, T, pool) == QAC_ERR_INVALID);
+        qac_bert_acts_free(&at);
+        free(types);
+        free(ptypes);
         offs[0] = 1; /* the rows must be back to back */
-        CHECK(qac_bert_forward_packed(&ap, &m->cfg, &m->p, &pk, pids, lens, offs, nh, T, pool) == QAC_ERR_INVALID);
+        CHECK(qac_bert_forward_packed(&ap, &m->cfg, &m->p, &pk, pids, NULL, lens, offs, nh, T, pool) == QAC_ERR_INVALID);
         qac_bert_acts_free(&ap);
         free(pids);
         free(offs);

@@ -142,19 +142,22 @@ template <typename E, int NCH> void run_ln_kernel(const ln_args &a, int warps, b
 template <typename E, int NCH> void test_ln(int N, int C, int warps, bool embed) {
     ln_case<E> k(N, C);
     const int V = 13, T = 7;
-    std::vector<float> word((size_t)V * C), pos((size_t)T * C), type(C);
-    std::vector<int32_t> ids(N), pos_ids(N);
+    const int TT = 2; // token types (a cross-encoder's pairs)
+    std::vector<float> word((size_t)V * C), pos((size_t)T * C), type((size_t)TT * C);
+    std::vector<int32_t> ids(N), pos_ids(N), type_ids(N);
     for (auto &v : word) v = uni(-1, 1);
     for (auto &v : pos) v = uni(-0.5f, 0.5f);
     for (auto &v : type) v = uni(-0.2f, 0.2f);
-    for (int i = 0; i < N; i++) ids[i] = uint_in(0, V - 1), pos_ids[i] = uint_in(0, T - 1);
+    for (int i = 0; i < N; i++) ids[i] = uint_in(0, V - 1), pos_ids[i] = uint_in(0, T - 1), type_ids[i] = uint_in(0, 1);
     const bool packed_pos = N % 2; // pos_ids, or row % T
+    const bool typed = N % 3 != 0; // type_ids, or type 0 everywhere
     std::vector<float> pre((size_t)N * C), want((size_t)N * C);
     for (int i = 0; i < N; i++)
         for (int c = 0; c < C; c++) {
             const int t = packed_pos ? pos_ids[i] : i % T;
             pre[(size_t)i * C + c] =
-                embed ? word[(size_t)ids[i] * C + c] + pos[(size_t)t * C + c] + type[c] : k.pre(i, c);
+                embed ? word[(size_t)ids[i] * C + c] + pos[(size_t)t * C + c] + type[(size_t)(typed ? type_ids[i] : 0) * C + c]
+                      : k.pre(i, c);
         }
     qac_layernorm_forward(want.data(), NULL, NULL, pre.data(), k.w.data(), k.b.data(), N, C, k.eps, NULL);
     std::vector<double> bound((size_t)N * C), abound((size_t)N * C);
@@ -174,12 +177,14 @@ template <typename E, int NCH> void test_ln(int N, int C, int warps, bool embed)
     memset(&a, 0, sizeof a);
     a.x = x.data(), a.xh = xh.data(), a.r = k.r.data(), a.bias = k.bias.data();
     a.ids = ids.data(), a.pos_ids = packed_pos ? pos_ids.data() : nullptr, a.word = word.data(), a.pos = pos.data();
+    a.type_ids = typed ? type_ids.data() : nullptr;
     a.type = type.data(), a.w = k.w.data(), a.b = k.b.data(), a.N = N, a.C = C, a.T = T, a.eps = k.eps;
     run_ln_kernel<E, NCH>(a, warps, embed);
     std::vector<float> got_act((size_t)N * C);
     for (size_t j = 0; j < got_act.size(); j++) got_act[j] = qac_to_float<E>(xh[j]);
     char shape[96];
-    snprintf(shape, sizeof shape, "%s N%d C%d nch%d w%d", name_of(prec_of<E>()), N, C, NCH, warps);
+    snprintf(shape, sizeof shape, "%s N%d C%d nch%d w%d%s", name_of(prec_of<E>()), N, C, NCH, warps,
+             embed && typed ? " typed" : "");
     check(embed ? "emulated embed+layernorm" : "emulated residual+layernorm", shape, x, want, bound);
     check("  (activation copy)", shape, got_act, want_act, abound);
 }
@@ -338,6 +343,7 @@ template <typename E> void test_precision() {
     test_ln<E, 3>(6, 384, 16, false);
     test_ln<E, 6>(11, 768, 4, false);
     test_ln<E, 6>(4, 768, 2, true);
+    test_ln<E, 3>(6, 384, 4, true); // type 0 everywhere
     test_ln<E, 8>(3, 1000, 1, false);
     for (int packed = 0; packed < 2; packed++) {
         const pool_setup ps = make_pool(5, 19, 384, packed, packed);

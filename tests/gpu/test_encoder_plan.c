@@ -94,6 +94,14 @@ static void check_batch(const qac_enc_tunables *tun, int B, int T, const int *le
     for (int b = B; b < L.batch; b++) bad += offs[b + 1] != real || pl[b] != 0 || pf[b] != (from ? 0 : -7);
     for (int r = real; r < L.rows; r++) bad += pid[r] != 0 || pos[r] != 0;
     CHECK_MSG(bad == 0, "B %d rows %d: %d packed inputs wrong", B, real, bad);
+    /* token types: ids standing in for them, packed to the same rows */
+    for (int i = 0; i < L.rows; i++) pos[i] = -7;
+    qac_enc_pack_types(pos, &L, ids, T, lens, B);
+    bad = 0;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < lens[b]; t++) bad += pos[offs[b] + t] != ids[(size_t)b * T + t];
+    for (int r = real; r < L.rows; r++) bad += pos[r] != 0;
+    CHECK_MSG(bad == 0, "B %d rows %d: %d packed token types wrong", B, real, bad);
     free(pid), free(pos), free(offs), free(pl), free(pf);
 }
 
