@@ -9,6 +9,7 @@
 #include "qac_data.h"
 #include "qac_model.h"
 #include "qac_fusion.h"
+#include "qac_pair.h"
 
 int qac_cmd_info(int argc, char **argv);
 int qac_cmd_tokenize(int argc, char **argv);
@@ -24,6 +25,8 @@ int qac_cmd_finetune(int argc, char **argv);
 int qac_cmd_mine(int argc, char **argv);
 int qac_cmd_hlp(int argc, char **argv);
 int qac_cmd_plot(int argc, char **argv);
+int qac_cmd_rerank(int argc, char **argv);
+int qac_cmd_label(int argc, char **argv);
 
 /* `qac search --server URL`: read queries (qac_data.h format fmt), POST them
  * to URL/search in batches with mode ("dense", "bm25", "hybrid"; NULL: the
@@ -37,6 +40,25 @@ int qac_cli_search_remote(const char *url, const char *api_key, const char *quer
  * scores rounded to float, ordered by that float descending, then docid
  * descending; ranks from 1. Local and remote searches write through it. */
 qac_status qac_cli_write_hits(FILE *out, const char *qid, qac_hit *hits, int n, const char *run_id);
+
+/* Pairs read from a file (cli/pairs.c): "query<TAB>passage" or JSON
+ * {"query", "passage"} a line; "-" reads stdin. */
+typedef struct qac_cli_pairs {
+    char **a, **b;
+    size_t *alen, *blen;
+    int n, cap;
+} qac_cli_pairs;
+qac_status qac_cli_read_pairs(const char *path, qac_cli_pairs *p);
+void qac_cli_pairs_free(qac_cli_pairs *p);
+/* The pair rows of the commands that assemble pairs ... */
+#define QAC_CLI_PAIR_OPTS                                                                                              \
+    {"truncation", QAC_OPT_ENUM, "longest_first", 0, -1, "longest_first|only_second|only_first|none", NULL,           \
+     "how a pair over the length is cut, as Hugging Face's tokenizers: longest_first takes from the longer text, "    \
+     "only_second / only_first from that text alone (an error when it is too short), none refuses it", 0},          \
+        {"truncation-side", QAC_OPT_ENUM, "right", 0, -1, "right|left", NULL,                                         \
+         "right keeps each text's first tokens, left its last ones", 0}
+/* ... read into po (with --max-len). */
+qac_status qac_cli_pair_opts(const qac_opts *o, qac_pair_opts *po);
 
 /* Parse options for a command; prints usage on --help (returns -1 → exit 0)
  * and the error plus a hint on bad input (returns 2). 0 means go on. */

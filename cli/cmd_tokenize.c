@@ -17,6 +17,12 @@ static const qac_opt tokenize_opts[] = {
     {"tokens", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL, "print token strings instead of ids", 0},
     {"pair", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "second segment: encode each text as the pair (text, TEXT_B)", 0},
     {"input", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "read one text per line from FILE ('-' for stdin)", 0},
+    {"pairs", QAC_OPT_STR, NULL, 0, -1, NULL, NULL,
+     "encode pairs as a cross-encoder reads them, [CLS] a [SEP] b [SEP]: query<TAB>passage or JSON "
+     "{\"query\",\"passage\"} a line ('-' for stdin); cut by --truncation at --max-len", 0},
+    QAC_CLI_PAIR_OPTS,
+    {"type-ids", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL,
+     "with --pairs: after the ids a tab and the token type ids (0 over [CLS] a [SEP], 1 over b [SEP])", 0},
 };
 #define N_OPTS (int)(sizeof tokenize_opts / sizeof tokenize_opts[0])
 
@@ -78,11 +84,54 @@ static int print_one(tok_job *j, const char *text, size_t len) {
     return 0;
 }
 
+/* --pairs: every pair of the file, ids (and types) a line */
+static int print_pairs(const qac_tokenizer *t, const qac_opts *o, const char *path) {
+    qac_pair_opts po;
+    qac_cli_pairs p;
+    if (qac_cli_pair_opts(o, &po) || qac_cli_read_pairs(path, &p)) return qac_cli_fail("tokenize");
+    int types_too = qac_opts_bool(o, "type-ids"), rc = 0, cap = 0;
+    qac_special_ids sp = qac_tokenizer_specials(t);
+    int32_t *ids = NULL, *types = NULL;
+    for (int i = 0; i < p.n && !rc; i++) {
+        int na = 0, nb = 0, n = 0;
+        if (qac_tokenizer_tokenize(t, p.a[i], p.alen[i], NULL, 0, &na) ||
+            qac_tokenizer_tokenize(t, p.b[i], p.blen[i], NULL, 0, &nb)) {
+            rc = qac_cli_fail("tokenize");
+            break;
+        }
+        qac_pair_opts pi = po;
+        if (!pi.max_len) pi.max_len = na + nb + qac_pair_specials(&sp); /* no limit: room for both */
+        if (pi.max_len > cap) {
+            cap = pi.max_len;
+            int32_t *a = realloc(ids, (size_t)cap * sizeof *a), *b = a ? realloc(types, (size_t)cap * sizeof *b) : NULL;
+            if (a) ids = a;
+            if (b) types = b;
+            if (!a || !b) {
+                fprintf(stderr, "qac tokenize: out of memory\n");
+                rc = 1;
+                break;
+            }
+        }
+        if (qac_pair_encode(t, p.a[i], p.alen[i], p.b[i], p.blen[i], &pi, ids, types, &n, NULL)) {
+            rc = qac_cli_fail("tokenize");
+            break;
+        }
+        for (int k = 0; k < n; k++) printf(k ? " %d" : "%d", ids[k]);
+        if (types_too)
+            for (int k = 0; k < n; k++) printf(k ? " %d" : "\t%d", types[k]);
+        putchar('\n');
+    }
+    if (!rc && fflush(stdout) != 0) rc = 1;
+    free(ids), free(types);
+    qac_cli_pairs_free(&p);
+    return rc;
+}
+
 int qac_cmd_tokenize(int argc, char **argv) {
     qac_opts o;
     int rc = qac_cli_parse(&o, "tokenize",
                            "[--model DIR] [--max-len N] [--no-special-tokens] [--tokens] [--pair TEXT_B] [--input FILE] "
-                           "[TEXT ...]",
+                           "[TEXT ...] | --pairs FILE [--truncation S] [--type-ids]",
                            tokenize_opts, N_OPTS, argc, argv);
     if (rc) return rc < 0 ? 0 : rc;
     tok_job j = {.max_len = (int)qac_opts_int(&o, "max-len"), .tokens = qac_opts_bool(&o, "tokens"),
@@ -92,13 +141,18 @@ int qac_cmd_tokenize(int argc, char **argv) {
         qac_opts_free(&o);
         return 2;
     }
-    const char *input = qac_opts_str(&o, "input");
+    const char *input = qac_opts_str(&o, "input"), *pairs = qac_opts_str(&o, "pairs");
+    if (pairs && (input || o.n_positional || j.pair || j.tokens || !j.specials)) {
+        fprintf(stderr, "qac tokenize: --pairs takes no texts, --input, --pair, --tokens or --no-special-tokens\n");
+        qac_opts_free(&o);
+        return 2;
+    }
     if (j.specials && (j.max_len == 1 || (j.pair && j.max_len == 2))) {
         fprintf(stderr, "qac tokenize: --max-len must be 0 or at least %d\n", j.pair ? 3 : 2);
         qac_opts_free(&o);
         return 2;
     }
-    if (!input && o.n_positional == 0) {
+    if (!input && !pairs && o.n_positional == 0) {
         fprintf(stderr, "qac tokenize: give texts or --input FILE (see 'qac tokenize --help')\n");
         qac_opts_free(&o);
         return 2;
@@ -109,6 +163,12 @@ int qac_cmd_tokenize(int argc, char **argv) {
     if (!dir || qac_tokenizer_load(&t, dir) != QAC_OK) {
         qac_opts_free(&o);
         return qac_cli_fail("tokenize");
+    }
+    if (pairs) {
+        rc = print_pairs(t, &o, pairs);
+        qac_tokenizer_free(t);
+        qac_opts_free(&o);
+        return rc;
     }
     j.t = t;
     j.ids = malloc((size_t)j.cap * sizeof *j.ids);
