@@ -364,13 +364,14 @@ static int type_is(const char *type, const char *cls) {
            strncmp(type, "sentence_transformers.", 22) == 0;
 }
 
-static qac_status load_st_extras(qac_model *m, const char *dir) {
+static qac_status load_st_extras(qac_model *m, const char *dir, int flags) {
     m->pooling = QAC_POOL_CLS;
     m->normalize = 0;
     m->include_prompt = 1;
     m->max_seq_len = m->cfg.max_position;
     json_t *mods = NULL, *sb = NULL;
-    qac_status s = load_json_file(dir, "modules.json", &mods);
+    /* a cross-encoder's modules.json has no Pooling: its pooler is the head's */
+    qac_status s = flags & QAC_LOAD_CROSS_ENCODER ? QAC_OK : load_json_file(dir, "modules.json", &mods);
     if (s) return s;
     if (mods) {
         if (!json_is_array(mods)) {
@@ -422,7 +423,9 @@ static qac_status load_st_extras(qac_model *m, const char *dir) {
             }
         }
         if (!have_pool) {
-            s = qac_set_error(QAC_ERR_UNSUPPORTED, "%s/modules.json: no Pooling module", dir);
+            s = qac_set_error(QAC_ERR_UNSUPPORTED,
+                              "%s/modules.json: no Pooling module (a cross-encoder's directory? those rerank: "
+                              "qac rerank --model, qac serve --reranker)", dir);
             goto done;
         }
     }
@@ -642,7 +645,9 @@ static qac_status check_tokenizer(qac_model *m) {
     return QAC_OK;
 }
 
-qac_status qac_model_load(qac_model **out, const char *dir) {
+qac_status qac_model_load(qac_model **out, const char *dir) { return qac_model_load_flags(out, dir, 0); }
+
+qac_status qac_model_load_flags(qac_model **out, const char *dir, int flags) {
     *out = NULL;
     struct stat sb;
     if (!dir || stat(dir, &sb) != 0)
@@ -670,7 +675,7 @@ qac_status qac_model_load(qac_model **out, const char *dir) {
         s = qac_wrap_error(s, "%s", path);
         goto fail;
     }
-    if ((s = load_st_extras(m, dir))) goto fail;
+    if ((s = load_st_extras(m, dir, flags))) goto fail;
     if ((s = qac_path_join(path, sizeof path, dir, "model.safetensors"))) goto fail;
     if (stat(path, &sb) != 0) {
         if (file_exists(dir, "model.safetensors.index.json"))
@@ -831,13 +836,14 @@ static qac_status copy_tokenizer_files(const char *src, const char *dst) {
     return s;
 }
 
-static qac_status write_weights(const qac_model *m, const char *path, qac_st_dtype dt) {
+static qac_status write_weights(const qac_model *m, const char *path, qac_st_dtype dt, const qac_save_spec *spec) {
     hf_tensor tab[32];
     int nt = hf_tensor_table(&m->cfg, tab), L = m->cfg.num_layers, n = 0;
-    int total = 0;
+    int total = spec->n_extra;
+    const char *prefix = spec->prefix ? spec->prefix : "";
     for (int i = 0; i < nt; i++) total += is_layered(&tab[i]) ? L : 1;
     qac_st_write_tensor *w = calloc((size_t)total, sizeof *w);
-    char *names = calloc((size_t)total, 128);
+    char *names = calloc((size_t)total, 160);
     if (!w || !names) {
         free(w);
         free(names);
@@ -850,8 +856,9 @@ static qac_status write_weights(const qac_model *m, const char *path, qac_st_dty
                 const hf_tensor *h = &tab[i];
                 int want_pass = is_layered(h) ? 1 : (h->view >= 17 ? 2 : 0);
                 if (want_pass != pass) continue;
-                char *nm = names + 128 * (size_t)n;
-                snprintf(nm, 128, h->suffix, l);
+                char *nm = names + 160 * (size_t)n, suffix[128];
+                snprintf(suffix, sizeof suffix, h->suffix, l);
+                snprintf(nm, 160, "%s%s", prefix, suffix);
                 w[n].name = nm;
                 w[n].dtype = dt;
                 w[n].ndim = h->cols ? 2 : 1;
@@ -861,6 +868,10 @@ static qac_status write_weights(const qac_model *m, const char *path, qac_st_dty
                 n++;
             }
     }
+    for (int i = 0; i < spec->n_extra; i++) {
+        w[n] = spec->extra[i];
+        w[n++].dtype = dt;
+    }
     static const char *const md[] = {"format", "pt", NULL};
     qac_status s = qac_safetensors_write(path, w, n, md);
     free(w);
@@ -868,17 +879,23 @@ static qac_status write_weights(const qac_model *m, const char *path, qac_st_dty
     return s;
 }
 
-qac_status qac_model_save_as(const qac_model *m, const char *dir, int st_dtype) {
-    if (st_dtype != QAC_ST_F32 && st_dtype != QAC_ST_F16 && st_dtype != QAC_ST_BF16)
-        return qac_set_error(QAC_ERR_INVALID, "save dtype must be F32, F16 or BF16");
-    qac_status s;
-    char path[4096];
-    if ((s = qac_mkdirs(dir))) return s;
-    if ((s = qac_path_join(path, sizeof path, dir, "model.safetensors")) ||
-        (s = write_weights(m, path, (qac_st_dtype)st_dtype)))
-        return s;
-    if (m->dir && !same_dir(m->dir, dir) && (s = copy_tokenizer_files(m->dir, dir))) return s;
+/* text of a JSON object with over's fields set on it (over may be NULL) */
+static qac_status json_text_over(const char *text, json_t *over, size_t flags, char **out) {
+    if (!over) {
+        *out = strdup(text);
+        return *out ? QAC_OK : qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    }
+    json_t *j = json_loads(text, JSON_DISABLE_EOF_CHECK, NULL);
+    if (!j || json_object_update(j, over) != 0) {
+        json_decref(j);
+        return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    }
+    return qac_model_json_text(j, flags, out);
+}
 
+/* modules.json, 1_Pooling, 2_Normalize and sentence_bert_config.json */
+static qac_status write_bi_encoder_files(const qac_model *m, const char *dir) {
+    qac_status s;
     json_t *mods = json_pack("[{s:i, s:s, s:s, s:s}, {s:i, s:s, s:s, s:s}]", "idx", 0, "name", "0", "path", "",
                              "type", "sentence_transformers.models.Transformer", "idx", 1, "name", "1", "path",
                              "1_Pooling", "type", "sentence_transformers.models.Pooling");
@@ -909,18 +926,42 @@ qac_status qac_model_save_as(const qac_model *m, const char *dir, int st_dtype) 
         json_decref(mods);
         return s;
     }
-    if ((s = write_json(dir, "modules.json", mods))) return s;
-    char *stc;
+    return write_json(dir, "modules.json", mods);
+}
+
+qac_status qac_model_save_spec(const qac_model *m, const char *dir, int st_dtype, const qac_save_spec *spec) {
+    if (st_dtype != QAC_ST_F32 && st_dtype != QAC_ST_F16 && st_dtype != QAC_ST_BF16)
+        return qac_set_error(QAC_ERR_INVALID, "save dtype must be F32, F16 or BF16");
+    qac_status s;
+    char path[4096];
+    if ((s = qac_mkdirs(dir))) return s;
+    if ((s = qac_path_join(path, sizeof path, dir, "model.safetensors")) ||
+        (s = write_weights(m, path, (qac_st_dtype)st_dtype, spec)))
+        return s;
+    if (m->dir && !same_dir(m->dir, dir) && (s = copy_tokenizer_files(m->dir, dir))) return s;
+    if (spec->bi_encoder_files && (s = write_bi_encoder_files(m, dir))) return s;
+    char *stc, *text;
     if ((s = qac_model_prompts_json(m, &stc))) return s;
-    s = write_text(dir, "config_sentence_transformers.json", stc);
+    s = json_text_over(stc, spec->st_config, 0, &text);
     free(stc);
+    if (s) return s;
+    s = write_text(dir, "config_sentence_transformers.json", text);
+    free(text);
     if (s) return s;
     /* config.json last: a directory without it is not taken for a model. */
     char *cfg;
     if ((s = qac_bert_config_to_json(&m->cfg, &cfg))) return s;
-    s = write_text(dir, "config.json", cfg);
+    s = json_text_over(cfg, spec->config, JSON_REAL_PRECISION(9), &text);
     free(cfg);
+    if (s) return s;
+    s = write_text(dir, "config.json", text);
+    free(text);
     return s;
+}
+
+qac_status qac_model_save_as(const qac_model *m, const char *dir, int st_dtype) {
+    const qac_save_spec plain = {NULL, NULL, 0, 1, NULL, NULL};
+    return qac_model_save_spec(m, dir, st_dtype, &plain);
 }
 
 qac_status qac_model_save(const qac_model *m, const char *dir) { return qac_model_save_as(m, dir, QAC_ST_F32); }

@@ -4,6 +4,7 @@
 #define QAC_MODEL_INTERNAL_H
 
 #include "qac_model.h"
+#include "qac_safetensors.h"
 
 /* Read dir/config_sentence_transformers.json into m's prompts (absent: none). */
 qac_status qac_model_prompts_load(qac_model *m, const char *dir);
@@ -11,5 +12,26 @@ qac_status qac_model_prompts_load(qac_model *m, const char *dir);
 qac_status qac_model_prompts_json(const qac_model *m, char **out);
 /* Free m's prompts. */
 void qac_model_prompts_clear(qac_model *m);
+
+/* qac_model_load with flags: QAC_LOAD_CROSS_ENCODER reads a cross-encoder's
+ * directory (model/xenc.c), whose modules.json, when there is one, names a
+ * Transformer alone: no Pooling is asked for, the pooling is CLS and
+ * nothing is normalised (the encoder's output is then the last layer's
+ * [CLS] state, what the pooler reads). */
+#define QAC_LOAD_CROSS_ENCODER 1
+qac_status qac_model_load_flags(qac_model **out, const char *dir, int flags);
+
+/* How qac_model_save_spec writes a directory that holds more than the
+ * encoder (a cross-encoder's BertForSequenceClassification). */
+typedef struct qac_save_spec {
+    const char *prefix;               /* before every encoder tensor's name (NULL: none) */
+    const qac_st_write_tensor *extra; /* written after the encoder's tensors (their dtype is replaced by the save's) */
+    int n_extra;
+    int bi_encoder_files;             /* modules.json, 1_Pooling, 2_Normalize, sentence_bert_config.json */
+    json_t *config;                   /* fields set over config.json's (borrowed; NULL: none) */
+    json_t *st_config;                /* fields set over config_sentence_transformers.json's (borrowed; NULL: none) */
+} qac_save_spec;
+/* qac_model_save_as is this with {NULL, NULL, 0, 1, NULL, NULL}. */
+qac_status qac_model_save_spec(const qac_model *m, const char *dir, int st_dtype, const qac_save_spec *spec);
 
 #endif

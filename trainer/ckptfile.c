@@ -60,13 +60,20 @@ qac_status qac_trainer_remove_dir(const char *dir) {
     return QAC_OK;
 }
 
+static qac_status save_encoder(const void *model, const char *dir) { return qac_model_save(model, dir); }
+
 qac_status qac_ckpt_save(const qac_model *m, const char *dir, qac_state_write_fn write_state, void *user) {
+    return qac_ckpt_save_with(save_encoder, m, dir, write_state, user);
+}
+
+qac_status qac_ckpt_save_with(qac_model_write_fn save, const void *model, const char *dir,
+                              qac_state_write_fn write_state, void *user) {
     char tmp[4096], old[4096], path[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp", dir) >= (int)sizeof tmp ||
         snprintf(old, sizeof old, "%s.old", dir) >= (int)sizeof old)
         return qac_set_error(QAC_ERR_INVALID, "checkpoint path too long: %s", dir);
     qac_status st = qac_trainer_remove_dir(tmp);
-    if (st || (st = qac_model_save(m, tmp))) return st;
+    if (st || (st = save(model, tmp))) return st;
     if ((st = qac_path_join(path, sizeof path, tmp, QAC_STATE_FILE)) || (st = write_state(user, path))) return st;
     struct stat sb;
     if (stat(dir, &sb) == 0) {
@@ -112,13 +119,15 @@ static qac_status move_entries(const char *src, const char *dst, const char *las
     return st;
 }
 
-qac_status qac_ckpt_export(const qac_model *m, const char *dir) {
+qac_status qac_ckpt_export(const qac_model *m, const char *dir) { return qac_ckpt_export_with(save_encoder, m, dir); }
+
+qac_status qac_ckpt_export_with(qac_model_write_fn save, const void *model, const char *dir) {
     char tmp[4096], from[4096], to[4096];
     qac_status st = qac_path_join(tmp, sizeof tmp, dir, QAC_EXPORT_TMP);
     if (st || (st = qac_path_join(from, sizeof from, tmp, "config.json")) ||
         (st = qac_path_join(to, sizeof to, dir, "config.json")))
         return st;
-    if ((st = qac_trainer_remove_dir(tmp)) || (st = qac_model_save(m, tmp))) return st;
+    if ((st = qac_trainer_remove_dir(tmp)) || (st = save(model, tmp))) return st;
     /* from here until the last rename dir holds no config.json: no loader
      * takes it for a model, half old and half new */
     if (unlink(to) != 0 && errno != ENOENT) return qac_set_error(QAC_ERR_IO, "remove %s: %s", to, strerror(errno));
@@ -135,6 +144,7 @@ static const char *magic_owner(const char *data, size_t len) {
     if (len < 8) return NULL;
     if (!memcmp(data, QAC_STATE_MAGIC_FT, 8)) return "a fine-tuning run's";
     if (!memcmp(data, QAC_STATE_MAGIC_PT, 8)) return "a pre-training run's";
+    if (!memcmp(data, QAC_STATE_MAGIC_XE, 8)) return "a cross-encoder run's";
     return NULL;
 }
 
@@ -154,7 +164,10 @@ qac_status qac_ckpt_read_state(const char *dir, const char *magic, size_t min_le
     const char *owner = magic_owner(*data, *len);
     if (*len < 8 + min_len + 8 || memcmp(*data, magic, 8) != 0) {
         st = qac_set_error(QAC_ERR_FORMAT, "%s: not a qac %s state (bad magic%s%s)", path,
-                           !memcmp(magic, QAC_STATE_MAGIC_PT, 8) ? "pre-training" : "training", owner ? "; it is " : "",
+                           !memcmp(magic, QAC_STATE_MAGIC_PT, 8)   ? "pre-training"
+                           : !memcmp(magic, QAC_STATE_MAGIC_XE, 8) ? "cross-encoder training"
+                                                                   : "training",
+                           owner ? "; it is " : "",
                            owner ? owner : "");
     } else {
         qac_xxh64 h;

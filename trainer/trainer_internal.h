@@ -36,6 +36,7 @@ struct qac_trainer {
 #define QAC_STATE_FILE "training_state.qts"
 #define QAC_STATE_MAGIC_FT "QACTRST" /* the fine-tuning trainer's (state.c) */
 #define QAC_STATE_MAGIC_PT "QACPTST" /* the pre-trainer's (pretrain_state.c) */
+#define QAC_STATE_MAGIC_XE "QACXEST" /* the cross-encoder trainer's (xenc_state.c) */
 
 typedef struct qac_state_writer {
     qac_atomic_file af;
@@ -57,6 +58,10 @@ qac_status qac_trainer_remove_dir(const char *dir);
  * DIR.tmp, then swap it in over DIR */
 typedef qac_status (*qac_state_write_fn)(void *user, const char *path);
 qac_status qac_ckpt_save(const qac_model *m, const char *dir, qac_state_write_fn write_state, void *user);
+/* the same for a model that save(model, dir) writes (a cross-encoder) */
+typedef qac_status (*qac_model_write_fn)(const void *model, const char *dir);
+qac_status qac_ckpt_save_with(qac_model_write_fn save, const void *model, const char *dir,
+                              qac_state_write_fn write_state, void *user);
 /* The encoder as an HF checkpoint in dir, beside what dir holds (a run's
  * checkpoints and log), all or nothing for loaders: written into
  * dir/QAC_EXPORT_TMP, dir/config.json removed, every other file renamed into
@@ -65,6 +70,7 @@ qac_status qac_ckpt_save(const qac_model *m, const char *dir, qac_state_write_fn
  * running the export again completes it. */
 #define QAC_EXPORT_TMP "export.tmp"
 qac_status qac_ckpt_export(const qac_model *m, const char *dir);
+qac_status qac_ckpt_export_with(qac_model_write_fn save, const void *model, const char *dir);
 /* DIR, or the DIR.old a crash between the renames left (copied to use):
  * its state file read into *data (malloc'd), at least 8 + min_len + 8
  * bytes, with the given magic and a matching checksum */
