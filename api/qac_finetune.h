@@ -154,6 +154,7 @@ qac_status qac_finetune_run(qac_model *m, const qac_ft_data *d, const qac_finetu
 
 /* ---- hard-negative mining ---- */
 
+struct qac_reranker;
 typedef struct qac_mine_opts {
     const char *run;                  /* a TREC run, or NULL to search: */
     qac_encoder *enc;                 /*   query encoder and */
@@ -164,6 +165,11 @@ typedef struct qac_mine_opts {
     int n, depth;                     /* negatives kept, ranks considered */
     uint64_t seed;
     const char *out;                  /* Tevatron jsonl, written atomically */
+    /* RocketQA's denoising (api/qac_rerank.h): with a cross-encoder, a
+     * candidate it scores at or above neg_threshold (its probability) is
+     * dropped as a likely false negative; NULL: none */
+    struct qac_reranker *denoise;
+    float neg_threshold;              /* 0.1, PAIR's and RocketQA's */
     qac_progress_fn progress;
     void *progress_user;
 } qac_mine_opts;
@@ -171,13 +177,17 @@ typedef struct qac_mine_opts {
 typedef struct qac_mine_stats {
     long queries, written, skipped_no_positive, short_of_negatives;
     long negatives;
+    long denoised;                    /* candidates the cross-encoder dropped */
+    long scored;                      /* candidates it scored */
 } qac_mine_stats;
 
 void qac_mine_opts_default(qac_mine_opts *o);
 /* For every query of o->queries with a judged positive: the top depth of
  * the run (score descending, ties by docid descending, as trec_eval), minus
  * the judged positives, shuffled with the seed (Fisher-Yates, key
- * qac_rng_key(seed, XXH64(qid), QAC_FT_STREAM_MINE, 0)), first n kept.
+ * qac_rng_key(seed, XXH64(qid), QAC_FT_STREAM_MINE, 0)), first n kept;
+ * with denoise, the first n of that order the cross-encoder lets through
+ * (candidates are scored n at a time, in that order, until n pass).
  * Writes Tevatron jsonl with the judged positives and texts from the corpus. */
 #define QAC_FT_STREAM_MINE 0x46540005u
 qac_status qac_mine(const qac_mine_opts *o, qac_mine_stats *stats);

@@ -7,6 +7,7 @@
 #include "cli.h"
 #include "qac_cpu.h"
 #include "qac_finetune.h"
+#include "qac_rerank.h"
 #include "qac_util.h"
 
 static const qac_opt ft_opts[] = {
@@ -39,7 +40,19 @@ static const qac_opt ft_opts[] = {
     {"dev-qrels", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "dev qrels", 0},
     {"dev-corpus", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "dev corpus (ranked exhaustively)", 0},
     {"dev-depth", QAC_OPT_INT, "100", 1, 100000, NULL, NULL, "passages ranked per dev query", 0},
-    {"title-join", QAC_OPT_ENUM, "sep", 0, -1, "sep|space", NULL, "passage text: 'title [SEP] text' or 'title text'", 0},
+    {"title-join", QAC_OPT_ENUM, NULL, 0, -1, "sep|space", NULL,
+     "passage text: 'title [SEP] text' or 'title text' (default: sep; space with --cross-encoder, as qac rerank "
+     "joins them)", 0},
+    {"cross-encoder", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL,
+     "train a reranker instead: [CLS] query [SEP] passage [SEP] through the encoder, its pooler and a classifier "
+     "(fresh unless --model is a cross-encoder), softmax cross-entropy over each group (the CPU only)", 0},
+    {"num-labels", QAC_OPT_INT, "1", 1, 2, NULL, NULL,
+     "--cross-encoder: logits of a fresh classifier (1, or 2 whose difference ranks)", 0},
+    {"max-len", QAC_OPT_INT, "0", 0, 8192, NULL, NULL,
+     "--cross-encoder: pair length incl. specials (0 = --q-max-len + --p-max-len)", 0},
+    QAC_CLI_PAIR_OPTS,
+    {"dev-run", QAC_OPT_STR, NULL, 0, -1, NULL, NULL,
+     "--cross-encoder: the dev queries' first-stage run, its top --dev-depth reranked at every save", 0},
     {"dump-batches", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "write every step's query and passage texts as jsonl", 0},
     {"dry-run", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL, "sample (and --dump-batches) without training", 0},
     QAC_CLI_PROMPT_OPTS,
@@ -48,7 +61,7 @@ static const qac_opt ft_opts[] = {
 #define N_FT_OPTS (int)(sizeof ft_opts / sizeof ft_opts[0])
 
 typedef struct ui {
-    int quiet;
+    int quiet, pairs;
     long resumed;
 } ui;
 
@@ -58,8 +71,9 @@ static int print_step(void *user, const qac_ft_progress *p) {
     double per = p->elapsed / (double)p->steps_run;
     char eta[32];
     qac_cli_fmt_eta(eta, sizeof eta, per * (double)(p->total - p->step));
-    fprintf(stderr, "step %ld/%ld  epoch %.2f  loss %.4f  lr %.3g  grad_norm %.3f  %.1f passages/s  ETA %s\n", p->step,
-            p->total, p->epoch, p->loss, p->lr, p->grad_norm, p->passages / p->seconds, eta);
+    fprintf(stderr, "step %ld/%ld  epoch %.2f  loss %.4f  lr %.3g  grad_norm %.3f  %.1f %s/s  ETA %s\n", p->step,
+            p->total, p->epoch, p->loss, p->lr, p->grad_norm, p->passages / p->seconds, u->pairs ? "pairs" : "passages",
+            eta);
     return 0;
 }
 
@@ -68,6 +82,53 @@ static void print_dev(void *user, const qac_ft_dev *r) {
     if (u->quiet) return;
     fprintf(stderr, "dev at step %ld: ndcg_cut_10 %.4f  map %.4f  recall_100 %.4f  recip_rank@10 %.4f  (%.1f s)\n",
             r->step, r->ndcg10, r->map, r->recall100, r->mrr10, r->seconds);
+}
+
+/* whether the user gave the option (flag, config file or environment), not its default */
+static int given(const qac_opts *o, const char *name) {
+    for (int i = 0; i < o->n; i++)
+        if (!strcmp(o->table[i].name, name)) return o->source[i] > QAC_SRC_DEFAULT;
+    return 0;
+}
+
+/* --cross-encoder: the reranker's run (trainer/xenc_run.c) */
+static int run_cross(const qac_opts *o, const qac_finetune_opts *fo, const qac_ft_data *d, const char *model_dir,
+                     const ui *u) {
+    qac_xenc_train_opts xo;
+    qac_xenc_train_opts_default(&xo);
+    xo.ft = *fo;
+    xo.max_len = qac_opts_int(o, "max-len") ? (int)qac_opts_int(o, "max-len") : fo->q_max + fo->p_max;
+    xo.dev_run = qac_opts_str(o, "dev-run");
+    qac_pair_opts po;
+    qac_status st = qac_cli_pair_opts(o, &po);
+    xo.truncation = po.strategy;
+    if (!st && po.side != QAC_TRUNC_RIGHT)
+        st = qac_set_error(QAC_ERR_UNSUPPORTED, "--truncation-side left: training pairs keep each text's start");
+    qac_xenc *x = NULL;
+    int fresh = 0, rc = 0;
+    if (!st) st = qac_xenc_open(&x, model_dir, (int)qac_opts_int(o, "num-labels"), fo->train.seed, &fresh);
+    if (!st && !fresh && given(o, "num-labels") && qac_opts_int(o, "num-labels") != x->num_labels)
+        st = qac_set_error(QAC_ERR_INVALID, "%s is a cross-encoder with %d labels, not --num-labels %lld", model_dir,
+                           x->num_labels, qac_opts_int(o, "num-labels"));
+    if (!st && !u->quiet)
+        fprintf(stderr,
+                "qac finetune: cross-encoder from %s (%s), %d label%s; %zu examples, %d x %d pairs per step of %d "
+                "tokens (%s)\n",
+                model_dir,
+                fresh == 0   ? "its classifier and pooler"
+                : fresh == 1 ? "its pooler, a fresh classifier"
+                             : "a fresh pooler and classifier",
+                x->num_labels, x->num_labels == 1 ? "" : "s", qac_ft_data_count(d), fo->queries_per_batch,
+                fo->n_passages, xo.max_len, qac_truncation_name(xo.truncation));
+    long total = 0, from = 0;
+    double t0 = qac_now();
+    if (!st) st = qac_xenc_train_run(x, d, &xo, &total, &from);
+    if (st) rc = qac_cli_fail("finetune"), rc = st == QAC_ERR_MISMATCH ? 2 : rc;
+    else
+        qac_summary("finetune", "steps %ld..%ld done in %.1f s; the reranker is in %s (checkpoints beside it)",
+                    from + 1, total, qac_now() - t0, fo->out_dir);
+    qac_xenc_free(x);
+    return rc;
 }
 
 int qac_cmd_finetune(int argc, char **argv) {
@@ -98,7 +159,29 @@ int qac_cmd_finetune(int argc, char **argv) {
         qac_opts_free(&o);
         return 2;
     }
-    ui u = {getenv("QAC_QUIET") && strcmp(getenv("QAC_QUIET"), "0") != 0, 0};
+    int cross = qac_opts_bool(&o, "cross-encoder");
+    ui u = {getenv("QAC_QUIET") && strcmp(getenv("QAC_QUIET"), "0") != 0, cross, 0};
+    if (cross) {
+        static const char *const bi_only[] = {"tau", "sim", "alpha", "dump-batches", "query-prompt", "passage-prompt"};
+        for (size_t i = 0; i < sizeof bi_only / sizeof *bi_only; i++)
+            if (given(&o, bi_only[i])) {
+                fprintf(stderr, "qac finetune: --%s is a bi-encoder option; a --cross-encoder run does not take it\n",
+                        bi_only[i]);
+                qac_opts_free(&o);
+                return 2;
+            }
+        if (on_cuda || qac_opts_bool(&o, "dry-run")) {
+            fprintf(stderr, "qac finetune: --cross-encoder trains on the CPU and has no --dry-run\n");
+            qac_opts_free(&o);
+            return 2;
+        }
+    } else if (given(&o, "dev-run") || given(&o, "max-len") || given(&o, "num-labels") || given(&o, "truncation") ||
+               given(&o, "truncation-side")) {
+        fprintf(stderr, "qac finetune: --dev-run, --max-len, --num-labels and --truncation are --cross-encoder "
+                        "options\n");
+        qac_opts_free(&o);
+        return 2;
+    }
     qac_finetune_opts fo;
     qac_finetune_opts_default(&fo);
     fo.train.lr = qac_opts_float(&o, "lr");
@@ -154,8 +237,9 @@ int qac_cmd_finetune(int argc, char **argv) {
     /* the LIST option joins repeated values with ',' */
     char *copy = train ? strdup(train) : NULL, *save = NULL;
     const char *files[256];
+    const char *tj = qac_opts_str(&o, "title-join");
     qac_ft_sources src = {files, 0, triples, tq, queries, corpus,
-                          !strcmp(qac_opts_str(&o, "title-join"), "space") ? QAC_TITLE_SPACE : QAC_TITLE_SEP};
+                          (tj ? !strcmp(tj, "space") : cross) ? QAC_TITLE_SPACE : QAC_TITLE_SEP};
     if (!st && train && !copy) st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
     for (char *f = copy ? strtok_r(copy, ",", &save) : NULL; f && !st; f = strtok_r(NULL, ",", &save))
         if (src.n_tevatron < 256) files[src.n_tevatron++] = f;
@@ -165,6 +249,13 @@ int qac_cmd_finetune(int argc, char **argv) {
     if (d && !u.quiet && (qac_ft_data_skipped_no_positive(d) || qac_ft_data_skipped_no_negative(d)))
         fprintf(stderr, "qac finetune: skipped %ld queries without a positive and %ld without negatives\n",
                 qac_ft_data_skipped_no_positive(d), qac_ft_data_skipped_no_negative(d));
+    if (cross) {
+        if (!st) rc = run_cross(&o, &fo, d, model_dir, &u);
+        else rc = qac_cli_fail("finetune");
+        qac_ft_data_free(d);
+        qac_opts_free(&o);
+        return rc;
+    }
     if (!st) st = qac_model_load(&m, model_dir);
     /* the checkpoints keep the prompts (config_sentence_transformers.json) */
     if (!st) st = qac_cli_apply_prompts(&o, m);

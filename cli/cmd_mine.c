@@ -6,6 +6,7 @@
 #include "cli.h"
 #include "qac_cpu.h"
 #include "qac_finetune.h"
+#include "qac_rerank.h"
 #include "qac_util.h"
 
 static const qac_opt mine_opts[] = {
@@ -30,6 +31,11 @@ static const qac_opt mine_opts[] = {
      "the one the index was built for", 0},
     {"allow-prompt-mismatch", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL,
      "search even if the query prompt differs from the one the index was built for (a warning)", 0},
+    {"denoise", QAC_OPT_STR, NULL, 0, -1, NULL, NULL,
+     "a cross-encoder (RocketQA's denoising): candidates it scores at or above --neg-threshold are dropped as "
+     "likely false negatives", 0},
+    {"neg-threshold", QAC_OPT_FLOAT, "0.1", 0, 1, NULL, NULL,
+     "with --denoise: the probability below which a candidate stays a negative (PAIR's and RocketQA's 0.1)", 0},
     QAC_CLI_VERIFY_OPT,
     QAC_CPU_ISA_OPT,
 };
@@ -38,7 +44,8 @@ static const qac_opt mine_opts[] = {
 int qac_cmd_mine(int argc, char **argv) {
     qac_opts o;
     int rc = qac_cli_parse(&o, "mine",
-                           "--run RUN | --model M --index I, --queries Q --qrels R --corpus C [--n N --depth D] --out FILE",
+                           "--run RUN | --model M --index I, --queries Q --qrels R --corpus C [--n N --depth D] "
+                           "[--denoise CROSS_ENCODER] --out FILE",
                            mine_opts, N_MINE_OPTS, argc, argv);
     if (rc) return rc < 0 ? 0 : rc;
     const char *run = qac_opts_str(&o, "run"), *model = qac_opts_str(&o, "model"), *index = qac_opts_str(&o, "index");
@@ -67,6 +74,10 @@ int qac_cmd_mine(int argc, char **argv) {
     qac_model *m = NULL;
     qac_encoder *enc = NULL;
     qac_index *ix = NULL;
+    qac_xenc *teacher = NULL;
+    qac_reranker *rr = NULL;
+    const char *denoise = qac_opts_str(&o, "denoise");
+    mo.neg_threshold = (float)qac_opts_float(&o, "neg-threshold");
     double t0 = qac_now();
     qac_status st = qac_check_output_file(mo.out); /* before any reading */
     if (!st) st = qac_check_input(mo.queries);
@@ -95,6 +106,17 @@ int qac_cmd_mine(int argc, char **argv) {
         if (!st) st = qac_encoder_create(&enc, m, &eo);
         mo.enc = enc, mo.index = ix;
     }
+    if (!st && denoise) {
+        char tbuf[4096], note[4096 + 512];
+        st = qac_model_resolve(denoise, tbuf, sizeof tbuf, note, sizeof note);
+        if (!st && note[0]) fprintf(stderr, "qac: %s\n", note);
+        qac_encoder_opts eo = qac_encoder_default_opts();
+        eo.device = qac_cli_device(qac_opts_str(&o, "device"));
+        eo.threads = (int)qac_opts_int(&o, "threads");
+        if (!st) st = qac_xenc_load(&teacher, tbuf);
+        if (!st) st = qac_reranker_create(&rr, teacher, &eo);
+        mo.denoise = rr;
+    }
     qac_mine_stats ms;
     if (!st) st = qac_mine(&mo, &ms);
     if (st) rc = qac_cli_fail("mine");
@@ -104,7 +126,12 @@ int qac_cmd_mine(int argc, char **argv) {
                     "skipped, in %.1f s -> %s",
                     ms.queries, ms.written, ms.negatives, ms.short_of_negatives, mo.n, ms.skipped_no_positive,
                     qac_now() - t0, mo.out);
+    if (!st && denoise)
+        qac_summary("mine", "denoised: %ld of %ld candidates the cross-encoder scored dropped (probability >= %g)",
+                    ms.denoised, ms.scored, (double)mo.neg_threshold);
     qac_encoder_free(enc);
+    qac_reranker_free(rr);
+    qac_xenc_free(teacher);
     qac_index_free(ix);
     qac_model_free(m);
     qac_opts_free(&o);

@@ -22,6 +22,7 @@ static const command commands[] = {
     {"pretrain", qac_cmd_pretrain, "continue pre-training an encoder (coCondenser, CoT-MAE; query-as-context)"},
     {"finetune", qac_cmd_finetune, "fine-tune a retriever on query/positive/negative groups (Tevatron)"},
     {"rerank", qac_cmd_rerank, "rerank a run (or score query/passage pairs) with a cross-encoder"},
+    {"label", qac_cmd_label, "pseudo-label a run's candidates with a cross-encoder teacher (PAIR) into Tevatron jsonl"},
     {"mine", qac_cmd_mine, "mine hard negatives from a run or a model and index into Tevatron jsonl"},
     {"hlp", qac_cmd_hlp, "mine dual-link and co-mention pairs from a link graph into pre-training jsonl"},
     {"plot", qac_cmd_plot, "draw loss and learning rate of a training log.jsonl as PNG"},

@@ -7,6 +7,7 @@
 #include "qac_finetune.h"
 #include "qac_rng.h"
 #include "qac_util.h"
+#include "rerank_internal.h"
 #include "textmap.h"
 
 void qac_mine_opts_default(qac_mine_opts *o) {
@@ -15,6 +16,7 @@ void qac_mine_opts_default(qac_mine_opts *o) {
     o->n = 30;
     o->depth = 200;
     o->seed = 42;
+    o->neg_threshold = 0.1f;
 }
 
 typedef struct cand {
@@ -45,7 +47,35 @@ typedef struct mine_ctx {
     qac_mine_stats *stats;
     cand *c;
     size_t ccap;
+    /* denoising: one chunk's texts, logits and probabilities */
+    qac_rr_texts tx;
+    qac_rr_cand *rc;
+    float *logits, *prob;
 } mine_ctx;
+
+/* RocketQA's denoising: cands[0..*nc) in their shuffled order, scored n
+ * at a time against the query, those under the threshold kept in order
+ * until n are kept; *nc becomes the count kept */
+static qac_status denoise(mine_ctx *x, const char *qid, const char *query, cand *cands, size_t *nc) {
+    size_t n = (size_t)x->o->n, kept = 0;
+    for (size_t j0 = 0; j0 < *nc && kept < n; j0 += n) {
+        size_t m = *nc - j0 < n ? *nc - j0 : n;
+        for (size_t j = 0; j < m; j++) x->rc[j].docid = cands[j0 + j].docid;
+        qac_status st = qac_rr_texts_fill(&x->tx, x->corpus, x->rc, m);
+        if (!st)
+            st = qac_reranker_logits_one(x->o->denoise, query, strlen(query), x->tx.texts, x->tx.lens, (int)m, NULL,
+                                         x->logits);
+        if (st) return qac_wrap_error(st, "mine: denoising query '%s'", qid);
+        qac_xenc_probabilities(qac_reranker_model(x->o->denoise), x->logits, (int)m, x->prob);
+        x->stats->scored += (long)m;
+        for (size_t j = 0; j < m && kept < n; j++) {
+            if (x->prob[j] >= x->o->neg_threshold) x->stats->denoised++;
+            else cands[kept++] = cands[j0 + j];
+        }
+    }
+    *nc = kept;
+    return QAC_OK;
+}
 
 /* one query: cands[0..nc) in any order */
 static qac_status mine_query(mine_ctx *x, const char *qid, const char *query, cand *cands, size_t nc) {
@@ -84,6 +114,10 @@ static qac_status mine_query(mine_ctx *x, const char *qid, const char *query, ca
         size_t j = (size_t)qac_rng_below(key, i, i + 1);
         cand t = cands[i];
         cands[i] = cands[j], cands[j] = t;
+    }
+    if (x->o->denoise && (st = denoise(x, qid, query, cands, &keep))) {
+        json_decref(pos), json_decref(neg);
+        return st;
     }
     size_t n = keep < (size_t)x->o->n ? keep : (size_t)x->o->n;
     for (size_t j = 0; j < n && !st; j++) {
@@ -130,7 +164,7 @@ qac_status qac_mine(const qac_mine_opts *o, qac_mine_stats *stats) {
     if (o->n < 1 || o->depth < 1 || !o->queries || !o->qrels || !o->corpus || !o->out)
         return qac_set_error(QAC_ERR_INVALID, "mine: queries, qrels, corpus and out are required; n, depth >= 1");
     if (!o->run && o->depth > 1000) return qac_set_error(QAC_ERR_INVALID, "mine: depth is at most 1000 when searching");
-    mine_ctx x = {o, NULL, NULL, NULL, stats, NULL, 0};
+    mine_ctx x = {o, NULL, NULL, NULL, stats, NULL, 0, {0}, NULL, NULL, NULL};
     qac_qrels *qrels = NULL;
     qac_textmap *corpus = NULL;
     qac_run *run = NULL;
@@ -142,6 +176,14 @@ qac_status qac_mine(const qac_mine_opts *o, qac_mine_stats *stats) {
     int64_t *rows = NULL;
     int nb = 0;
     qac_status st = qac_qrels_load(&qrels, o->qrels, QAC_QRELS_AUTO);
+    if (!st && o->denoise) {
+        int NL = qac_reranker_model(o->denoise)->num_labels;
+        st = qac_rr_texts_create(&x.tx, (size_t)o->n);
+        x.rc = malloc((size_t)o->n * sizeof *x.rc);
+        x.logits = malloc((size_t)o->n * NL * sizeof *x.logits);
+        x.prob = malloc((size_t)o->n * sizeof *x.prob);
+        if (!st && (!x.rc || !x.logits || !x.prob)) st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    }
     if (!st) st = qac_textmap_load(&corpus, o->corpus, QAC_READ_CORPUS, o->corpus_format);
     if (!st && o->run) {
         st = qac_run_load(&run, o->run);
@@ -209,6 +251,8 @@ qac_status qac_mine(const qac_mine_opts *o, qac_mine_stats *stats) {
         else st = qac_atomic_commit(&af);
     }
     free(x.c), free(qv), free(scores), free(rows);
+    qac_rr_texts_free(&x.tx);
+    free(x.rc), free(x.logits), free(x.prob);
     qac_reader_free(r);
     qac_strmap_free(run_q);
     qac_run_free(run);
