@@ -23,9 +23,9 @@ extern "C" {
 
 #define QAC_ENC_MIN_ROWS 16
 /* The flag combinations a bucket's graph is kept for (the prompt skipped
- * in pooling or not, the output normalised or not): each captures other
- * launches. */
-#define QAC_ENC_GRAPH_FLAGS 4
+ * in pooling or not, the output normalised or not, token types copied in
+ * or not): each captures other launches. */
+#define QAC_ENC_GRAPH_FLAGS 8
 
 /* Tunables of the CUDA encoder, read from the environment when an encoder is
  * created (a value out of range is ignored):
