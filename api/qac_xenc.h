@@ -99,6 +99,9 @@ qac_status qac_xenc_act_parse(const char *name, qac_xenc_act *out);
  * (out [n, NL]). */
 void qac_xenc_raw_scores(const qac_xenc *x, const float *logits, int n, float *out);
 void qac_xenc_probabilities(const qac_xenc *x, const float *logits, int n, float *out);
+/* The same for logits of num_labels (1 or 2) each, without the model. */
+void qac_logits_raw(int num_labels, const float *logits, int n, float *out);
+void qac_logits_probability(int num_labels, const float *logits, int n, float *out);
 void qac_xenc_activate(const qac_xenc *x, const float *logits, int n, float *out);
 
 /* ---- scoring ---- */

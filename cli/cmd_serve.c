@@ -112,7 +112,7 @@ int qac_cmd_serve(int argc, char **argv) {
     int n_opts;
     const qac_opt *table = qac_server_opt_table(&n_opts);
     qac_opts o;
-    int rc = qac_cli_parse(&o, "serve", "[--index DIR] [--bm25 DIR] [--model DIR] [options]", table, n_opts, argc,
+    int rc = qac_cli_parse(&o, "serve", "[--index DIR] [--bm25 DIR] [--model DIR] [--reranker DIR] [options]", table, n_opts, argc,
                            argv);
     if (rc) return rc < 0 ? 0 : rc;
 
@@ -162,6 +162,15 @@ int qac_cmd_serve(int argc, char **argv) {
                              qac_opts_str(&o, "query-prompt"), qac_opts_str(&o, "passage-prompt"),
                              qac_opts_bool(&o, "allow-prompt-mismatch")))
         goto fail;
+    const char *reranker = qac_opts_str(&o, "reranker");
+    char rbuf[4096], rnote[4096 + 512];
+    if (reranker) {
+        if (qac_model_resolve(reranker, rbuf, sizeof rbuf, rnote, sizeof rnote)) goto fail;
+        if (rnote[0]) log_stderr(&lg, QAC_LOG_INFO, rnote);
+        if (qac_server_real_add_reranker(real, &be, rbuf, qac_opts_str(&o, "device"), qac_opts_str(&o, "dtype"),
+                                         (int)qac_opts_int(&o, "threads")))
+            goto fail;
+    }
     if (qac_server_create(&srv, &cfg, &be, log_stderr, &lg)) goto fail;
     qac_server_set_access_log(srv, log_access, &lg);
     if (qac_server_listen(srv)) goto fail;

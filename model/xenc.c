@@ -44,14 +44,22 @@ qac_status qac_xenc_act_parse(const char *name, qac_xenc_act *out) {
 
 static float sigmoid(float x) { return (float)(1.0 / (1.0 + exp(-(double)x))); }
 
-void qac_xenc_raw_scores(const qac_xenc *x, const float *logits, int n, float *out) {
+void qac_logits_raw(int num_labels, const float *logits, int n, float *out) {
     for (int i = 0; i < n; i++)
-        out[i] = x->num_labels == 1 ? logits[i] : logits[2 * (size_t)i + 1] - logits[2 * (size_t)i];
+        out[i] = num_labels == 1 ? logits[i] : logits[2 * (size_t)i + 1] - logits[2 * (size_t)i];
+}
+
+void qac_xenc_raw_scores(const qac_xenc *x, const float *logits, int n, float *out) {
+    qac_logits_raw(x->num_labels, logits, n, out);
 }
 
 void qac_xenc_probabilities(const qac_xenc *x, const float *logits, int n, float *out) {
+    qac_logits_probability(x->num_labels, logits, n, out);
+}
+
+void qac_logits_probability(int num_labels, const float *logits, int n, float *out) {
     for (int i = 0; i < n; i++) {
-        if (x->num_labels == 1) {
+        if (num_labels == 1) {
             out[i] = sigmoid(logits[i]);
         } else { /* softmax over the two, its second entry (TEI's order: minus the max first) */
             double a = logits[2 * (size_t)i], b = logits[2 * (size_t)i + 1], m = a > b ? a : b;

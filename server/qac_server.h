@@ -39,6 +39,7 @@
 
 #include "qac_common.h"
 #include "qac_config.h"
+#include "qac_pair.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -150,6 +151,22 @@ typedef struct qac_server_backend {
     int64_t bm25_count;
     qac_status (*bm25_search)(void *bm25, const char *query, int k, float *scores, int64_t *rows, int *n);
     const char *(*bm25_docid)(void *bm25, int64_t row);
+
+    /* A cross-encoder (optional: rerank_scores == NULL means none loaded;
+     * TEI's /rerank then answers 424, /v1/rerank and /search's rerank 422). */
+    void *reranker;
+    const char *reranker_id;          /* its short name */
+    const char *reranker_fingerprint;
+    int reranker_max_len;             /* pair length, specials included */
+    /* [CLS] a [SEP] b [SEP] with token types, cut by po (api/qac_pair.h);
+     * ids and types hold po->max_len. Thread-safe. */
+    qac_status (*rerank_pair)(void *rr, const char *a, size_t alen, const char *b, size_t blen,
+                              const qac_pair_opts *po, int32_t *ids, int32_t *types, int *n, int *cut);
+    /* n assembled pairs into out [n, 2]: each pair's raw score (the logit,
+     * or l1 - l0) and its probability (sigmoid, or softmax(l)[1]): api/qac_xenc.h.
+     * Called from the reranker's batcher thread only. */
+    qac_status (*rerank_scores)(void *rr, const int32_t *const *ids, const int32_t *const *types, const int *lens,
+                                int n, float *out);
 } qac_server_backend;
 
 /* The real backend: loads the model (and index / BM25 when the directory is
@@ -165,6 +182,10 @@ qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, c
                                 const char *index_dir, const char *bm25_dir, const char *device,
                                 const char *dtype, int threads, const char *verify, int allow_model_mismatch,
                                 const char *query_prompt, const char *passage_prompt, int allow_prompt_mismatch);
+/* Adds a cross-encoder to a real backend (`qac serve --reranker DIR`): its
+ * own encoder on the same device, dtype and threads. */
+qac_status qac_server_real_add_reranker(qac_server_real *r, qac_server_backend *be, const char *dir,
+                                        const char *device, const char *dtype, int threads);
 void qac_server_real_free(qac_server_real *r);
 
 /* ---- the server ---- */

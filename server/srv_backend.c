@@ -7,6 +7,7 @@
 #include "qac_bm25.h"
 #include "qac_index.h"
 #include "qac_server.h"
+#include "qac_xenc.h"
 
 #define QAC_SERVER_ENCODER_BATCH 128
 
@@ -17,6 +18,10 @@ struct qac_server_real {
     qac_bm25 *bm25;
     char text_unavailable[512];
     char prompt_warning[1024];
+    qac_xenc *xenc;          /* --reranker */
+    qac_reranker *reranker;
+    float *logits;           /* its batch's logits (the batcher thread's) */
+    size_t logits_cap;
 };
 
 static qac_status r_encode_text(void *u, const char *text, size_t len, int max_len, int32_t *ids, int *n) {
@@ -80,6 +85,53 @@ static qac_status r_bm25_search(void *u, const char *q, int k, float *scores, in
 }
 
 static const char *r_bm25_docid(void *u, int64_t row) { return qac_bm25_docid(u, row); }
+
+static qac_status r_rerank_pair(void *u, const char *a, size_t alen, const char *b, size_t blen,
+                                const qac_pair_opts *po, int32_t *ids, int32_t *types, int *n, int *cut) {
+    qac_server_real *r = u;
+    return qac_pair_encode(r->xenc->bert->tok, a, alen, b, blen, po, ids, types, n, cut);
+}
+
+static qac_status r_rerank_scores(void *u, const int32_t *const *ids, const int32_t *const *types, const int *lens,
+                                  int n, float *out) {
+    qac_server_real *r = u;
+    int NL = r->xenc->num_labels;
+    if ((size_t)n * NL > r->logits_cap) {
+        float *l = realloc(r->logits, (size_t)n * NL * sizeof *l);
+        if (!l) return qac_set_error(QAC_ERR_NOMEM, "reranker: out of memory");
+        r->logits = l, r->logits_cap = (size_t)n * NL;
+    }
+    qac_status st = qac_reranker_logits_ids(r->reranker, ids, types, lens, n, r->logits);
+    if (st) return st;
+    float raw, prob;
+    for (int i = 0; i < n; i++) { /* [raw, probability] a pair */
+        qac_xenc_raw_scores(r->xenc, r->logits + (size_t)i * NL, 1, &raw);
+        qac_xenc_probabilities(r->xenc, r->logits + (size_t)i * NL, 1, &prob);
+        out[2 * (size_t)i] = raw, out[2 * (size_t)i + 1] = prob;
+    }
+    return QAC_OK;
+}
+
+qac_status qac_server_real_add_reranker(qac_server_real *r, qac_server_backend *be, const char *dir,
+                                        const char *device, const char *dtype, int threads) {
+    qac_encoder_opts eo = qac_encoder_default_opts();
+    eo.device = device && !strcmp(device, "cpu") ? QAC_DEVICE_CPU
+                : device && !strcmp(device, "cuda") ? QAC_DEVICE_CUDA
+                                                    : QAC_DEVICE_AUTO;
+    eo.threads = threads;
+    eo.cpu_precision = dtype && !strcmp(dtype, "bf16") ? QAC_PREC_BF16 : QAC_PREC_FP32;
+    eo.max_batch = QAC_SERVER_ENCODER_BATCH;
+    qac_status st = qac_xenc_load(&r->xenc, dir);
+    if (st) return strstr(qac_last_error(), dir) ? st : qac_wrap_error(st, "reranker %s", dir);
+    if ((st = qac_reranker_create(&r->reranker, r->xenc, &eo))) return qac_wrap_error(st, "reranker %s", dir);
+    be->reranker = r;
+    be->reranker_id = r->xenc->bert->name;
+    be->reranker_fingerprint = r->xenc->fingerprint;
+    be->reranker_max_len = r->xenc->max_len;
+    be->rerank_pair = r_rerank_pair;
+    be->rerank_scores = r_rerank_scores;
+    return QAC_OK;
+}
 
 qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, const char *model_dir,
                                 const char *index_dir, const char *bm25_dir, const char *device, const char *dtype,
@@ -217,6 +269,9 @@ fail:
 void qac_server_real_free(qac_server_real *r) {
     if (!r) return;
     qac_bm25_free(r->bm25);
+    qac_reranker_free(r->reranker);
+    qac_xenc_free(r->xenc);
+    free(r->logits);
     qac_index_free(r->index);
     qac_encoder_free(r->enc);
     qac_model_free(r->model);

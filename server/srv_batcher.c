@@ -33,6 +33,7 @@ typedef enum job_state { JOB_QUEUED = 0, JOB_RUNNING, JOB_DONE } job_state;
 
 typedef struct job {
     const int32_t *const *ids;
+    const int32_t *const *types; /* a pair batcher's token types */
     const int *lens;
     const int *pool_from; /* NULL: the pooling skips no tokens */
     int n;
@@ -60,6 +61,7 @@ typedef struct seg {
 
 struct qac_batcher {
     qac_encode_fn fn;
+    qac_pair_fn pair_fn; /* a pair batcher (qac_batcher_create_pairs): fn is NULL */
     qac_encode_fn raw_fn; /* NULL: fn's vectors are the raw ones */
     void *user;
     qac_search_fn search;
@@ -76,7 +78,7 @@ struct qac_batcher {
     int last_sliced; /* the last round encoded a slice of a large job */
     pthread_t worker;
     /* the worker's reusable buffers */
-    const int32_t **b_ids;
+    const int32_t **b_ids, **b_types;
     int *b_lens, *b_from;
     float *b_out;
     int b_cap;
@@ -101,6 +103,9 @@ static int grow(qac_batcher *b, int need) {
     const int32_t **ids = realloc(b->b_ids, (size_t)cap * sizeof *ids);
     if (!ids) return 0;
     b->b_ids = ids;
+    const int32_t **types = realloc(b->b_types, (size_t)cap * sizeof *types);
+    if (!types) return 0;
+    b->b_types = types;
     int *lens = realloc(b->b_lens, (size_t)cap * sizeof *lens);
     if (!lens) return 0;
     b->b_lens = lens;
@@ -300,6 +305,7 @@ static void *worker_main(void *arg) {
                     b->segs[s].at = at;
                     for (int i = 0; i < b->segs[s].count; i++, at++) {
                         b->b_ids[at] = j->ids[b->segs[s].from + i];
+                        b->b_types[at] = j->types ? j->types[b->segs[s].from + i] : NULL;
                         b->b_lens[at] = j->lens[b->segs[s].from + i];
                         b->b_from[at] = j->pool_from ? j->pool_from[b->segs[s].from + i] : 0;
                         skips[raw] |= b->b_from[at] != 0;
@@ -308,10 +314,13 @@ static void *worker_main(void *arg) {
                 if (!raw) n_norm = at;
             }
             qac_encode_fn raw_fn = b->raw_fn ? b->raw_fn : b->fn;
-            if (n_norm)
+            if (b->pair_fn)
+                st = b->pair_fn(b->user, (const int32_t *const *)b->b_ids, (const int32_t *const *)b->b_types,
+                                b->b_lens, n, b->b_out);
+            else if (n_norm)
                 st = b->fn(b->user, (const int32_t *const *)b->b_ids, b->b_lens, skips[0] ? b->b_from : NULL, n_norm,
                            b->b_out);
-            if (!st && n > n_norm)
+            if (!st && !b->pair_fn && n > n_norm)
                 st = raw_fn(b->user, (const int32_t *const *)b->b_ids + n_norm, b->b_lens + n_norm,
                             skips[1] ? b->b_from + n_norm : NULL, n - n_norm, b->b_out + (size_t)n_norm * b->o.dim);
             if (st) snprintf(err, sizeof err, "%s", qac_last_error());
@@ -350,14 +359,15 @@ static void *worker_main(void *arg) {
     return NULL;
 }
 
-qac_status qac_batcher_create(qac_batcher **out, qac_encode_fn fn, void *user, qac_search_fn search,
-                              void *search_user, const qac_batcher_opts *o, qac_metrics *metrics) {
+static qac_status create(qac_batcher **out, qac_encode_fn fn, qac_pair_fn pair_fn, void *user, qac_search_fn search,
+                         void *search_user, const qac_batcher_opts *o, qac_metrics *metrics) {
     *out = NULL;
-    if (!fn || o->dim <= 0 || o->max_batch_tokens <= 0 || o->queue_size <= 0 || o->max_wait_ms < 0)
+    if ((!fn && !pair_fn) || o->dim <= 0 || o->max_batch_tokens <= 0 || o->queue_size <= 0 || o->max_wait_ms < 0)
         return qac_set_error(QAC_ERR_INVALID, "batcher: bad options");
     qac_batcher *b = calloc(1, sizeof *b);
     if (!b) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
     b->fn = fn;
+    b->pair_fn = pair_fn;
     b->user = user;
     b->search = search;
     b->search_user = search_user;
@@ -379,6 +389,16 @@ qac_status qac_batcher_create(qac_batcher **out, qac_encode_fn fn, void *user, q
     }
     *out = b;
     return QAC_OK;
+}
+
+qac_status qac_batcher_create(qac_batcher **out, qac_encode_fn fn, void *user, qac_search_fn search,
+                              void *search_user, const qac_batcher_opts *o, qac_metrics *metrics) {
+    return create(out, fn, NULL, user, search, search_user, o, metrics);
+}
+
+qac_status qac_batcher_create_pairs(qac_batcher **out, qac_pair_fn fn, void *user, const qac_batcher_opts *o,
+                                    qac_metrics *metrics) {
+    return create(out, NULL, fn, user, NULL, NULL, o, metrics);
 }
 
 void qac_batcher_set_raw(qac_batcher *b, qac_encode_fn raw_fn) { b->raw_fn = raw_fn; }
@@ -429,15 +449,33 @@ int qac_batcher_arriving(qac_batcher *b) {
 
 #define CANCEL_POLL_MS 50 /* how often a waiting request checks its client */
 
+static qac_status run(qac_batcher *b, const int32_t *const *ids, const int32_t *const *types, const int *lens,
+                      const int *pool_from, int n, float *out, int k, float *scores, int64_t *rows, int timeout_ms,
+                      const qac_cancel *cancel, int raw);
+
 qac_status qac_batcher_run(qac_batcher *b, const int32_t *const *ids, const int *lens, const int *pool_from, int n,
                            float *out, int k, float *scores, int64_t *rows, int timeout_ms, const qac_cancel *cancel,
                            int raw) {
+    if (b->pair_fn) return qac_set_error(QAC_ERR_INVALID, "batcher: a pair batcher takes pairs");
+    return run(b, ids, NULL, lens, pool_from, n, out, k, scores, rows, timeout_ms, cancel, raw);
+}
+
+qac_status qac_batcher_run_pairs(qac_batcher *b, const int32_t *const *ids, const int32_t *const *types,
+                                 const int *lens, int n, float *out, int timeout_ms, const qac_cancel *cancel) {
+    if (!b->pair_fn || !types) return qac_set_error(QAC_ERR_INVALID, "batcher: not a pair batcher, or no token types");
+    return run(b, ids, types, lens, NULL, n, out, 0, NULL, NULL, timeout_ms, cancel, 0);
+}
+
+static qac_status run(qac_batcher *b, const int32_t *const *ids, const int32_t *const *types, const int *lens,
+                      const int *pool_from, int n, float *out, int k, float *scores, int64_t *rows, int timeout_ms,
+                      const qac_cancel *cancel, int raw) {
     if (n <= 0) return QAC_OK;
     if (k > 0 && (raw || !b->search || !scores || !rows))
         return qac_set_error(QAC_ERR_INVALID, "batcher: no search function, no room for the hits, or raw vectors");
     job j;
     memset(&j, 0, sizeof j);
     j.ids = ids;
+    j.types = types;
     j.lens = lens;
     j.pool_from = pool_from;
     j.n = n;
@@ -518,6 +556,7 @@ void qac_batcher_free(qac_batcher *b) {
     pthread_cond_destroy(&b->work);
     pthread_cond_destroy(&b->done);
     free(b->b_ids);
+    free(b->b_types);
     free(b->b_lens);
     free(b->b_from);
     free(b->b_out);

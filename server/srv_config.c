@@ -10,6 +10,7 @@ static const qac_opt serve_opts[] = {
     {"index", QAC_OPT_STR, NULL, 1, 0, NULL, "QAC_INDEX", "dense index directory (absent: encode-only server)", 0},
     {"bm25", QAC_OPT_STR, NULL, 1, 0, NULL, "QAC_BM25", "BM25 index directory (enables mode bm25 / hybrid)", 0},
     {"model", QAC_OPT_STR, NULL, 1, 0, NULL, "QAC_MODEL", "model directory (default: all-MiniLM-L6-v2)", 0},
+    {"reranker", QAC_OPT_STR, NULL, 1, 0, NULL, "QAC_RERANKER", "a cross-encoder: adds POST /rerank (TEI), POST /v1/rerank (Cohere, Jina) and /search's rerank stage", 0},
     {"host", QAC_OPT_STR, "127.0.0.1", 1, 0, NULL, "QAC_HOST", "address to bind", 0},
     {"port", QAC_OPT_INT, "8080", 0, 65535, NULL, "QAC_PORT", "TCP port (0: any free port)", 0},
     {"threads", QAC_OPT_INT, "0", 0, 1024, NULL, "QAC_THREADS", "CPU threads for the encoder and the flat scan (0: all cores)", 0},

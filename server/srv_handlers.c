@@ -368,6 +368,9 @@ static const char *const search_modes[] = {"dense", "bm25", "hybrid", NULL};
 typedef struct search_req {
     qac_srv_texts t;
     long long k;
+    int rerank;             /* a cross-encoder reranks the first stage's top rerank_depth */
+    long long rerank_depth;
+    long long k_first;      /* hits the first stage collects: k, or rerank_depth when deeper */
     int mode; /* qac_search_mode */
     int return_text;
     int depth;              /* how deep each list is fetched (hybrid fuses deeper lists than it returns) */
@@ -393,13 +396,40 @@ static void search_free(search_req *q) {
     free(q->names);
 }
 
+/* The rerank stage's fields: "rerank": true (or a "rerank_depth") has the
+ * cross-encoder score the first stage's top rerank_depth (default the
+ * larger of k and 100, at least k) against the query, with the passages'
+ * text; the answer is its top k by the reranker's raw score. */
+static int search_read_rerank(qac_server *s, json_t *o, search_req *q, qac_http_response *r) {
+    long long depth = 0;
+    if (!qac_srv_get_bool(o, "rerank", &q->rerank, r) || !qac_srv_get_int(o, "rerank_depth", 1, s->cfg.max_k, &depth, r))
+        return 0;
+    if (depth > 0 && !json_is_false(json_object_get(o, "rerank"))) q->rerank = 1;
+    q->k_first = q->k;
+    if (!q->rerank) return 1;
+    if (!s->be.rerank_scores) {
+        qac_server_error(r, 422, "validation_error", "rerank: this server has no reranker: start it with --reranker DIR");
+        return 0;
+    }
+    if (!s->be.text || s->be.text_unavailable) {
+        qac_server_error(r, 422, "validation_error", "rerank needs the passages' text: %s",
+                         s->be.text ? s->be.text_unavailable : "start the server with a dense --index built from a corpus");
+        return 0;
+    }
+    q->rerank_depth = depth > 0 ? depth : q->k > 100 ? q->k : 100 < s->cfg.max_k ? 100 : s->cfg.max_k;
+    if (q->rerank_depth < q->k) q->rerank_depth = q->k;
+    q->k_first = q->rerank_depth;
+    return 1;
+}
+
 /* Step 1: the fields, each checked against the limits and against what
  * this server has loaded, before any work. */
 static int search_read(qac_server *s, json_t *o, search_req *q, qac_http_response *r) {
     q->k = 10;
     q->mode = QAC_SEARCH_DENSE;
     if (!qac_srv_get_texts(s, o, "query", "queries", &q->t, r) || !qac_srv_get_int(o, "k", 1, s->cfg.max_k, &q->k, r) ||
-        !qac_srv_get_enum(o, "mode", search_modes, &q->mode, r) || !qac_srv_get_bool(o, "return_text", &q->return_text, r))
+        !qac_srv_get_enum(o, "mode", search_modes, &q->mode, r) || !qac_srv_get_bool(o, "return_text", &q->return_text, r) ||
+        !search_read_rerank(s, o, q, r))
         return 0;
     for (int i = 0; i < q->t.n; i++) {
         size_t c = 0;
@@ -433,7 +463,7 @@ static int search_read(qac_server *s, json_t *o, search_req *q, qac_http_respons
                          s->be.bm25_search ? ", or search with \"mode\": \"bm25\"" : "");
         return 0;
     }
-    q->depth = q->mode == QAC_SEARCH_HYBRID ? qac_hybrid_depth((int)q->k) : (int)q->k;
+    q->depth = q->mode == QAC_SEARCH_HYBRID ? qac_hybrid_depth((int)q->k_first) : (int)q->k_first;
     /* The answer's bound, before any work: {"results":[[H,...],...],"mode":M,"took_ms":T} with k hits a
      * query (or as many as the lists can hold), each {"docid":D,"score":S,"rank":R} at its longest
      * (the longest docid either index holds). */
@@ -443,7 +473,10 @@ static int search_read(qac_server *s, json_t *o, search_req *q, qac_http_respons
     q->hit_max = sizeof "{\"docid\":,\"score\":,\"rank\":}," - 1 + s->docid_json_max + QAC_JW_REAL_MAX +
                  qac_jw_digits(q->hits_max);
     q->bound = sizeof "{\"results\":[],\"mode\":\"hybrid\",\"took_ms\":}" - 1 + QAC_JW_REAL_MAX +
-               (size_t)q->t.n * (3 + (size_t)q->hits_max * q->hit_max);
+               (size_t)q->t.n * (3 + (size_t)q->hits_max * q->hit_max) +
+               (q->rerank ? sizeof ",\"rerank\":{\"model\":,\"depth\":}" - 1 + QAC_JW_INT_MAX +
+                                qac_jw_str_size(s->be.reranker_id, strlen(s->be.reranker_id))
+                          : 0);
     return qac_srv_response_fits(s, q->bound, QAC_REPLY_HOUSE,
                                  "lower k, send fewer queries"
                                  " (or raise --max-response-bytes)", r);
@@ -493,10 +526,47 @@ static int search_hits(qac_server *s, search_req *q, int i, int *nh, qac_http_re
                            .bm25_docid = s->be.bm25_docid,
                            .bm25_index = s->be.bm25,
                            .names = q->names};
-    *nh = qac_hits_collect(&lists, (int)q->k, q->hits);
+    *nh = qac_hits_collect(&lists, (int)q->k_first, q->hits);
     for (int h = 0; h < *nh && s->docid_rows; h++)
         if (q->hits[h].row < 0) q->hits[h].row = qac_docid_map_get(s->docid_rows, q->hits[h].docid);
     return 1;
+}
+
+/* Step 3b: query i's first hits (rerank_depth of them) scored by the
+ * cross-encoder with their passages' text, ordered by its raw score (as
+ * float, then docid descending, as the rest of qac), cut at k. */
+static int search_rerank(qac_server *s, search_req *q, int i, int *nh, qac_http_response *r) {
+    int n = *nh, ok = 0;
+    char **text = calloc((size_t)n + 1, sizeof *text);
+    size_t *lens = malloc(((size_t)n + 1) * sizeof *lens);
+    float *raw = malloc(((size_t)n + 1) * sizeof *raw);
+    if (!text || !lens || !raw) {
+        qac_srv_fail(r, QAC_REPLY_HOUSE, QAC_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    for (int h = 0; h < n; h++) {
+        if (q->hits[h].row < 0) {
+            qac_server_error(r, 500, "internal", "rerank: passage '%s' is not in the dense index, which holds the texts",
+                             q->hits[h].docid ? q->hits[h].docid : "");
+            goto done;
+        }
+        if (s->be.text(s->be.index, q->hits[h].row, &text[h])) {
+            qac_server_error(r, 500, "internal", "passage text: %s", qac_last_error());
+            goto done;
+        }
+        lens[h] = text[h] ? strlen(text[h]) : 0;
+    }
+    if (!qac_srv_rerank_scores(s, q->t.s[i], q->t.len[i], (const char *const *)text, lens, n, s->cfg.truncate,
+                               QAC_TRUNC_RIGHT, raw, NULL, NULL, QAC_REPLY_HOUSE, r))
+        goto done;
+    for (int h = 0; h < n; h++) q->hits[h].score = raw[h];
+    qac_hits_sort(q->hits, n);
+    if (*nh > q->k) *nh = (int)q->k;
+    ok = 1;
+done:
+    for (int h = 0; text && h < n; h++) free(text[h]);
+    free(text), free(lens), free(raw);
+    return ok;
 }
 
 /* What the answer still needs after query qi's hit hi at most, the
@@ -569,10 +639,19 @@ void qac_handle_search(qac_server *s, const char *body, size_t len, qac_http_res
             qac_server_error(r, 499, "client_closed", "the client went away");
             goto done;
         }
-        if (!search_hits(s, &q, i, &nh, r) || !search_write_hits(s, &q, i, nh, &w, r)) goto done;
+        if (!search_hits(s, &q, i, &nh, r) || (q.rerank && !search_rerank(s, &q, i, &nh, r)) ||
+            !search_write_hits(s, &q, i, nh, &w, r))
+            goto done;
     }
     qac_jw_lit(&w, "],\"mode\":");
     qac_jw_str(&w, search_modes[q.mode], strlen(search_modes[q.mode]));
+    if (q.rerank) {
+        qac_jw_lit(&w, ",\"rerank\":{\"model\":");
+        qac_jw_str(&w, s->be.reranker_id, strlen(s->be.reranker_id));
+        qac_jw_lit(&w, ",\"depth\":");
+        qac_jw_int(&w, q.rerank_depth);
+        qac_jw_lit(&w, "}");
+    }
     qac_jw_lit(&w, ",\"took_ms\":");
     qac_jw_real(&w, (qac_now() - t0) * 1000.0);
     qac_jw_lit(&w, "}");

@@ -23,6 +23,10 @@ typedef qac_status (*qac_encode_fn)(void *user, const int32_t *const *ids, const
 /* Top-k for nq vectors [nq, dim] into [nq, k], best first; the order must
  * be total (ties broken by docid), so that a shallower k is a prefix. */
 typedef qac_status (*qac_search_fn)(void *user, const float *q, int nq, int k, float *scores, int64_t *rows);
+/* A pair batcher's call: n pairs (ids and token types of lens[i] tokens)
+ * into out [n, dim] (a cross-encoder's logits). */
+typedef qac_status (*qac_pair_fn)(void *user, const int32_t *const *ids, const int32_t *const *types, const int *lens,
+                                  int n, float *out);
 
 typedef struct qac_metrics qac_metrics;
 typedef struct qac_batcher qac_batcher;
@@ -62,6 +66,13 @@ qac_status qac_batcher_search(qac_batcher *b, const int32_t *const *ids, const i
 qac_status qac_batcher_run(qac_batcher *b, const int32_t *const *ids, const int *lens, const int *pool_from, int n,
                            float *out, int k, float *scores, int64_t *rows, int timeout_ms, const qac_cancel *cancel,
                            int raw);
+/* A batcher of pairs (a cross-encoder's): the same queue, budget, slices,
+ * waiting and cancelling, one fn call a batch; no search, no raw jobs. */
+qac_status qac_batcher_create_pairs(qac_batcher **out, qac_pair_fn fn, void *user, const qac_batcher_opts *o,
+                                    qac_metrics *metrics);
+/* n pairs into out [n, dim], as qac_batcher_run (a pair batcher only). */
+qac_status qac_batcher_run_pairs(qac_batcher *b, const int32_t *const *ids, const int32_t *const *types,
+                                 const int *lens, int n, float *out, int timeout_ms, const qac_cancel *cancel);
 /* The encoder of raw jobs (NULL: the main one). Set before any job. */
 void qac_batcher_set_raw(qac_batcher *b, qac_encode_fn raw_fn);
 int qac_batcher_queue_depth(qac_batcher *b);
@@ -81,7 +92,7 @@ void qac_batcher_free(qac_batcher *b);
 typedef enum qac_route {
     QAC_ROUTE_PAGE = 0, QAC_ROUTE_SEARCH, QAC_ROUTE_ENCODE, QAC_ROUTE_EMBEDDINGS, QAC_ROUTE_TOKENIZE,
     QAC_ROUTE_HEALTH, QAC_ROUTE_INFO, QAC_ROUTE_METRICS, QAC_ROUTE_EMBED, QAC_ROUTE_EMBED_ALL, QAC_ROUTE_DECODE,
-    QAC_ROUTE_MODELS, QAC_ROUTE_OTHER, QAC_ROUTE_COUNT
+    QAC_ROUTE_MODELS, QAC_ROUTE_RERANK, QAC_ROUTE_RERANK_V1, QAC_ROUTE_OTHER, QAC_ROUTE_COUNT
 } qac_route;
 
 const char *qac_route_path(qac_route r);
@@ -237,6 +248,7 @@ struct qac_server {
     qac_server_config cfg;
     qac_server_backend be;
     qac_batcher *batcher;
+    qac_batcher *rerank_batcher; /* the cross-encoder's pairs (NULL: no reranker) */
     qac_metrics *metrics;
     qac_server_log_fn log;
     void *log_user;
@@ -397,6 +409,19 @@ void qac_handle_tei_embed(qac_server *s, const char *body, size_t len, qac_http_
 void qac_handle_tei_embed_all(qac_server *s, const char *body, size_t len, qac_http_response *resp);
 void qac_handle_tei_decode(qac_server *s, const char *body, size_t len, qac_http_response *resp);
 void qac_handle_tei_tokenize(qac_server *s, struct json_t *o, qac_http_response *resp);
+
+/* The cross-encoder's routes (srv_rerank.c): TEI's POST /rerank and the
+ * Cohere / Jina POST /v1/rerank. */
+void qac_handle_tei_rerank(qac_server *s, const char *body, size_t len, qac_http_response *resp);
+void qac_handle_rerank_v1(qac_server *s, const char *body, size_t len, qac_http_response *resp);
+/* The raw scores (api/qac_xenc.h) of query against texts[0 .. n) through
+ * the reranker's batcher, and with probs (may be NULL) their
+ * probabilities; *tokens (may be NULL) += the pairs' tokens. truncate: cut
+ * a pair over the length (longest_first on side); else it is refused, 422
+ * in the shape. 0 after answering. */
+int qac_srv_rerank_scores(qac_server *s, const char *query, size_t qlen, const char *const *texts, const size_t *lens,
+                          int n, int truncate, qac_trunc_side side, float *raw, float *probs, long long *tokens,
+                          qac_reply_shape shape, qac_http_response *r);
 
 /* docid -> row map (srv_docids.c). */
 qac_status qac_docid_map_build(qac_docid_map **out, const qac_server_backend *be);

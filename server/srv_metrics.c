@@ -41,7 +41,8 @@ struct qac_metrics {
 
 static const char *route_paths[QAC_ROUTE_COUNT] = {"/",        "/search",     "/encode",  "/v1/embeddings",
                                                    "/tokenize", "/health",   "/info",    "/metrics",
-                                                   "/embed",   "/embed_all", "/decode",  "/v1/models", "other"};
+                                                   "/embed",   "/embed_all", "/decode",  "/v1/models", "/rerank",
+                                                   "/v1/rerank", "other"};
 
 const char *qac_route_path(qac_route r) { return r >= 0 && r < QAC_ROUTE_COUNT ? route_paths[r] : "other"; }
 

@@ -36,6 +36,8 @@ static const route_entry routes[] = {
     {"/embed_all", QAC_ROUTE_EMBED_ALL, "POST"},
     {"/decode", QAC_ROUTE_DECODE, "POST"},
     {"/v1/models", QAC_ROUTE_MODELS, "GET, HEAD"},
+    {"/rerank", QAC_ROUTE_RERANK, "POST"},
+    {"/v1/rerank", QAC_ROUTE_RERANK_V1, "POST"},
 };
 #define N_ROUTES (int)(sizeof routes / sizeof routes[0])
 
@@ -133,7 +135,9 @@ void qac_server_handle(qac_server *s, const qac_http_request *req, qac_http_resp
         /* these routes encode: a free batcher waits for this request */
         int encodes = route == QAC_ROUTE_SEARCH || route == QAC_ROUTE_ENCODE || route == QAC_ROUTE_EMBEDDINGS ||
                       route == QAC_ROUTE_EMBED;
+        int reranks = route == QAC_ROUTE_RERANK || route == QAC_ROUTE_RERANK_V1;
         if (encodes) qac_batcher_expect(s->batcher);
+        if (reranks) qac_batcher_expect(s->rerank_batcher);
         switch (route) {
         case QAC_ROUTE_PAGE: qac_srv_set_body(r, 200, qac_server_page(s), "text/html; charset=utf-8"); break;
         case QAC_ROUTE_SEARCH: qac_handle_search(s, body, req->body_len, r); break;
@@ -146,6 +150,8 @@ void qac_server_handle(qac_server *s, const qac_http_request *req, qac_http_resp
         case QAC_ROUTE_EMBED: qac_handle_tei_embed(s, body, req->body_len, r); break;
         case QAC_ROUTE_EMBED_ALL: qac_handle_tei_embed_all(s, body, req->body_len, r); break;
         case QAC_ROUTE_DECODE: qac_handle_tei_decode(s, body, req->body_len, r); break;
+        case QAC_ROUTE_RERANK: qac_handle_tei_rerank(s, body, req->body_len, r); break;
+        case QAC_ROUTE_RERANK_V1: qac_handle_rerank_v1(s, body, req->body_len, r); break;
         case QAC_ROUTE_MODELS: /* the list, or one model: the rest of the path is its id */
             qac_handle_models(s, plen > strlen(MODEL_PREFIX) ? path + strlen(MODEL_PREFIX) : NULL,
                               plen > strlen(MODEL_PREFIX) ? plen - strlen(MODEL_PREFIX) : 0, r);
@@ -153,6 +159,7 @@ void qac_server_handle(qac_server *s, const qac_http_request *req, qac_http_resp
         default: qac_server_error(r, 500, "internal", "unhandled route"); break;
         }
         if (encodes) qac_batcher_expect_done(s->batcher);
+        if (reranks) qac_batcher_expect_done(s->rerank_batcher);
         if (!r->body) qac_server_error(r, 500, "internal", "out of memory");
     }
     qac_srv_cancel = NULL;
@@ -229,6 +236,10 @@ qac_status qac_server_create(qac_server **out, const qac_server_config *cfg, con
         st = qac_batcher_create(&s->batcher, be->encode, be->enc, be->search, be->index, &bo, s->metrics);
         if (!st) qac_batcher_set_raw(s->batcher, be->encode_raw);
     }
+    if (!st && be->rerank_scores) { /* the reranker's pairs: their own batcher, the same budget and limits */
+        qac_batcher_opts ro = {2, cfg->max_batch_tokens, cfg->max_wait_ms, cfg->queue_size, cfg->slice_tokens};
+        st = qac_batcher_create_pairs(&s->rerank_batcher, be->rerank_scores, be->reranker, &ro, s->metrics);
+    }
     if (!st && be->bm25_search && be->search) st = qac_docid_map_build(&s->docid_rows, be);
     if (!st) s->docid_json_max = qac_docid_json_max(be);
     if (st) {
@@ -243,6 +254,7 @@ void qac_server_free(qac_server *s) {
     if (!s) return;
     if (s->http_stop) s->http_stop(s);
     qac_batcher_free(s->batcher);
+    qac_batcher_free(s->rerank_batcher);
     qac_metrics_free(s->metrics);
     qac_docid_map_free(s->docid_rows);
     qac_server_config_clear(&s->cfg);

@@ -1,6 +1,7 @@
 /* Hugging Face text-embeddings-inference (TEI), as its 1.9 router answers:
  * POST /embed (and POST /, where TEI serves an embedding model), the
- * TEI form of POST /tokenize, POST /decode and POST /embed_all, so that
+ * TEI form of POST /tokenize, POST /decode, POST /embed_all and, with a
+ * cross-encoder, POST /rerank (at the end of this file), so that
  * TEI clients (huggingface_hub's InferenceClient, LangChain's
  * HuggingFaceEndpointEmbeddings) work unchanged.
  *
@@ -604,5 +605,122 @@ void qac_handle_tei_decode(qac_server *s, const char *body, size_t len, qac_http
     if (tei_decode_lists(s, v, single, n, skip, &w, r)) qac_jw_reply(&w, r, QAC_REPLY_TEI);
 done:
     qac_jw_free(&w);
+    json_decref(o);
+}
+
+/* ---------------- POST /rerank ----------------
+ * TEI's RerankRequest: query: string, texts: [string] (both required),
+ * truncate: bool or null (null or absent: --truncate), truncation_direction:
+ * "left" | "right", raw_scores: bool = false (false: sigmoid of the logit,
+ * or softmax(l)[1] with two labels), return_text: bool = false. Checked in
+ * TEI's order: an empty `texts` is 400 Empty, a server without a reranker
+ * 424 Backend, more texts than --max-texts 413 Validation (TEI's
+ * documented code; its 1.9 router answers that 422). The answer is a bare
+ * array of {"index", "text"?, "score"} sorted as TEI sorts it: by score,
+ * reversed, so equal scores come by index descending. */
+
+typedef struct tei_rank {
+    int index;
+    float score;
+} tei_rank;
+
+static int tei_rank_cmp(const void *a, const void *b) {
+    const tei_rank *x = a, *y = b;
+    if (x->score != y->score) return x->score > y->score ? -1 : 1;
+    return (x->index < y->index) - (x->index > y->index);
+}
+
+void qac_handle_tei_rerank(qac_server *s, const char *body, size_t len, qac_http_response *r) {
+    static const char *const dirs[] = {"right", "Right", "left", "Left", NULL};
+    json_t *o = NULL;
+    const char **texts = NULL;
+    size_t *lens = NULL;
+    float *raw = NULL, *prob = NULL;
+    tei_rank *rk = NULL;
+    qac_jw w = {0};
+    if (!(o = tei_parse(body, len, r))) goto done;
+    json_t *q = json_object_get(o, "query"), *t = json_object_get(o, "texts"), *dir = json_object_get(o, "truncation_direction");
+    if (!q || !t) {
+        qac_srv_error(r, QAC_REPLY_TEI, 422, "Validation",
+                      "Failed to deserialize the JSON body into the target type: missing field `%s`", !q ? "query" : "texts");
+        goto done;
+    }
+    if (!json_is_string(q)) {
+        type_error(r, "query", "a string");
+        goto done;
+    }
+    int n = json_is_array(t) ? (int)json_array_size(t) : -1;
+    for (int i = 0; i < n; i++)
+        if (!json_is_string(json_array_get(t, (size_t)i))) n = -1;
+    if (n < 0) {
+        type_error(r, "texts", "an array of strings");
+        goto done;
+    }
+    int truncate = s->cfg.truncate, raw_scores = 0, return_text = 0, side = 0;
+    if (dir && !json_is_null(dir)) {
+        for (side = 0; dirs[side] && !(json_is_string(dir) && !strcmp(json_string_value(dir), dirs[side])); side++) {}
+        if (!dirs[side]) {
+            type_error(r, "truncation_direction", "one of `Left`, `Right`");
+            goto done;
+        }
+    }
+    if (!get_opt_bool(o, "truncate", &truncate, r) || !get_bool(o, "raw_scores", &raw_scores, r) ||
+        !get_bool(o, "return_text", &return_text, r))
+        goto done;
+    if (n == 0) {
+        qac_srv_error(r, QAC_REPLY_TEI, 400, "Empty", "`texts` cannot be empty");
+        goto done;
+    }
+    if (!s->be.rerank_scores) {
+        qac_srv_error(r, QAC_REPLY_TEI, 424, "Backend", "model is not a re-ranker model: start the server with "
+                                                         "--reranker DIR");
+        goto done;
+    }
+    if (n > s->cfg.max_texts) {
+        qac_srv_error(r, QAC_REPLY_TEI, 413, "Validation", "batch size %d > maximum allowed batch size %d", n,
+                      s->cfg.max_texts);
+        goto done;
+    }
+    texts = malloc((size_t)n * sizeof *texts), lens = malloc((size_t)n * sizeof *lens);
+    raw = malloc((size_t)n * sizeof *raw), prob = malloc((size_t)n * sizeof *prob), rk = malloc((size_t)n * sizeof *rk);
+    if (!texts || !lens || !raw || !prob || !rk) {
+        qac_srv_fail(r, QAC_REPLY_TEI, QAC_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    /* [{"index":I,"text":T,"score":S},...], bounded before the work */
+    size_t bound = 2;
+    for (int i = 0; i < n; i++) {
+        json_t *e = json_array_get(t, (size_t)i);
+        texts[i] = json_string_value(e), lens[i] = json_string_length(e);
+        bound += sizeof "{\"index\":,\"score\":}," - 1 + QAC_JW_INT_MAX + QAC_JW_REAL_MAX +
+                 (return_text ? sizeof ",\"text\":" - 1 + qac_jw_str_size(texts[i], lens[i]) : 0);
+    }
+    if (!qac_srv_response_fits(s, bound, QAC_REPLY_TEI, "send fewer texts or drop return_text", r)) goto done;
+    if (!qac_srv_rerank_scores(s, json_string_value(q), json_string_length(q), texts, lens, n, truncate,
+                               side >= 2 ? QAC_TRUNC_LEFT : QAC_TRUNC_RIGHT, raw, prob, NULL, QAC_REPLY_TEI, r))
+        goto done;
+    for (int i = 0; i < n; i++) rk[i] = (tei_rank){i, raw_scores ? raw[i] : prob[i]};
+    qsort(rk, (size_t)n, sizeof *rk, tei_rank_cmp);
+    if (!qac_jw_open(&w, bound)) {
+        qac_srv_fail(r, QAC_REPLY_TEI, QAC_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    qac_jw_lit(&w, "[");
+    for (int i = 0; i < n; i++) {
+        qac_jw_lit(&w, i ? ",{\"index\":" : "{\"index\":");
+        qac_jw_int(&w, rk[i].index);
+        if (return_text) {
+            qac_jw_lit(&w, ",\"text\":");
+            qac_jw_str(&w, texts[rk[i].index], lens[rk[i].index]);
+        }
+        qac_jw_lit(&w, ",\"score\":");
+        qac_jw_real(&w, rk[i].score);
+        qac_jw_lit(&w, "}");
+    }
+    qac_jw_lit(&w, "]");
+    qac_jw_reply(&w, r, QAC_REPLY_TEI);
+done:
+    qac_jw_free(&w);
+    free(texts), free(lens), free(raw), free(prob), free(rk);
     json_decref(o);
 }
