@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""qac serve --reranker against real clients and qac's own offline scores.
+
+A reranker qac starts from a tiny random BERT is served beside a dense and
+a BM25 index of the first 300 Cranfield documents (the same tiny BERT as
+the bi-encoder). Every score is compared with `qac rerank` offline on the
+same model (the CPU gives a pair the same bits in any batch, so equal):
+  - TEI's POST /rerank through a plain HTTP client: probabilities and raw
+    scores, the order (score descending, equal scores by index descending),
+    return_text, truncation_direction left, truncate false (422), TEI's
+    statuses: 400 no texts, 413 past --max-texts, 422 wrong types, and 424
+    from a server without a reranker;
+  - POST /v1/rerank through the cohere Python client (co.rerank with top_n
+    and return_documents) and as raw JSON (documents as objects);
+  - /search with rerank in the dense, BM25 and hybrid modes: the top k of
+    the first stage's top rerank_depth reranked equal `qac search` (or
+    `qac bm25 search`) then `qac rerank --depth` offline.
+Requests sent at once give the scores sent alone."""
+import concurrent.futures
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+import scratch  # noqa: E402
+import testdata  # noqa: E402
+from testlib import QAC, check, finish, run, tiny_model  # noqa: E402
+
+TOOL = sys.argv[1]
+tmp = scratch.mkdtemp(prefix="qac-xenc-serve-")
+p = lambda name: os.path.join(tmp, name)  # noqa: E731
+cran = testdata.path("cranfield")
+model = tiny_model(p("tiny"), hidden=64)
+r = subprocess.run([TOOL, "fresh", model, p("teacher"), "1", "5"], capture_output=True, text=True)
+assert r.returncode == 0, r.stderr
+
+
+def cranfield_docs(n):
+    out, cur, field = [], None, None
+    for line in open(os.path.join(cran, "cran.all.1400"), encoding="utf-8", errors="replace"):
+        if line.startswith(".I"):
+            cur = {"id": line.split()[1], "T": [], "W": []}
+            out.append(cur)
+            field = None
+        elif line.startswith("."):
+            field = line[1]
+        elif field in ("T", "W"):
+            cur[field].append(line.strip())
+    return [(d["id"], (" ".join(d["T"]) + " " + " ".join(d["W"])).strip()) for d in out[:n]]
+
+
+docs = cranfield_docs(300)
+with open(p("corpus.tsv"), "w") as f:
+    f.writelines(f"{i}\t{t}\n" for i, t in docs)
+qtexts = ["wing flow at supersonic speeds", "heat transfer in a boundary layer", "buckling of thin shells",
+          "what is the drag of a slender body of revolution"]
+with open(p("queries.tsv"), "w") as f:
+    f.writelines(f"q{i}\t{t}\n" for i, t in enumerate(qtexts))
+assert run(["index", "build", "--model", model, "--corpus", p("corpus.tsv"), "--out", p("idx")]).returncode == 0
+assert run(["bm25", "build", "--corpus", p("corpus.tsv"), "--out", p("bm25")]).returncode == 0
+
+
+def start(*extra):
+    proc = subprocess.Popen([QAC, "serve", "--model", model, "--port", "0", "--threads", "2", *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    assert "listening on" in line, line + proc.stderr.read()
+    return proc, line.split("listening on ")[1].strip()
+
+
+def post(url, path, body):
+    req = urllib.request.Request(url + path, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def offline(query, texts, *extra):
+    with open(p("pairs.jsonl"), "w") as f:
+        f.writelines(json.dumps({"query": query, "passage": t}) + "\n" for t in texts)
+    r = run(["rerank", "--model", p("teacher"), "--pairs", p("pairs.jsonl"), *extra])
+    assert r.returncode == 0, r.stderr
+    return [json.loads(l) for l in r.stdout.splitlines()]
+
+
+def f32(x):
+    return float(np.float32(x))
+
+
+server, url = start("--index", p("idx"), "--bm25", p("bm25"), "--reranker", p("teacher"), "--max-texts", "40")
+try:
+    texts = [t for _, t in docs[:30]] + [docs[0][1]]  # the last repeats the first: a tie
+    want = offline(qtexts[0], texts)
+    st, got = post(url, "/rerank", {"query": qtexts[0], "texts": texts})
+    order = sorted(range(len(texts)), key=lambda i: (-want[i]["probability"], -i))
+    check(st == 200 and [g["index"] for g in got] == order, "TEI /rerank: every text, by score, ties by index descending")
+    check(st == 200 and all(g["score"] == want[g["index"]]["probability"] and "text" not in g for g in got),
+          "TEI /rerank: the scores are the probabilities qac rerank gives offline, no text unless asked")
+    st, got = post(url, "/rerank", {"query": qtexts[0], "texts": texts, "raw_scores": True, "return_text": True})
+    check(st == 200 and all(g["score"] == want[g["index"]]["raw"] and g["text"] == texts[g["index"]] for g in got),
+          "TEI /rerank raw_scores and return_text: the logits, with each text")
+    long = [" ".join(t for _, t in docs[:8])]
+    left = offline(qtexts[1], long, "--truncation-side", "left")
+    st, got = post(url, "/rerank", {"query": qtexts[1], "texts": long, "truncation_direction": "Left", "truncate": True})
+    check(st == 200 and got[0]["score"] == left[0]["probability"], "TEI /rerank truncation_direction Left cuts the "
+                                                                   "passage's start, as qac rerank --truncation-side left")
+    st, got = post(url, "/rerank", {"query": qtexts[1], "texts": long, "truncate": False})
+    check(st == 422 and got.get("error_type") == "Validation", f"truncate false on a long pair: 422 Validation {got}")
+    st, got = post(url, "/rerank", {"query": qtexts[1], "texts": []})
+    check(st == 400 and got == {"error": "`texts` cannot be empty", "error_type": "Empty"}, f"no texts: 400 {got}")
+    st, got = post(url, "/rerank", {"query": qtexts[1], "texts": ["a"] * 41})
+    check(st == 413 and got.get("error_type") == "Validation", f"41 texts past --max-texts 40: 413 {got}")
+    st, got = post(url, "/rerank", {"query": qtexts[1], "texts": "not a list"})
+    check(st == 422 and got.get("error_type") == "Validation", f"texts not a list: 422 {got}")
+
+    # cohere's client on /v1/rerank
+    import cohere
+    co = cohere.Client(api_key="unused", base_url=url)
+    res = co.rerank(model="teacher", query=qtexts[0], documents=texts, top_n=5, return_documents=True)
+    check([x.index for x in res.results] == order[:5] and all(
+        x.relevance_score == want[x.index]["probability"] and x.document.text == texts[x.index] for x in res.results),
+        "cohere's client: the top 5 by relevance score (the probability) with their documents")
+    res = co.rerank(model="teacher", query=qtexts[0], documents=texts)
+    check(len(res.results) == len(texts) and all(x.document is None for x in res.results),
+          "cohere's client: every document, without documents unless asked")
+    st, got = post(url, "/v1/rerank", {"query": qtexts[0], "documents": [{"text": t} for t in texts[:3]],
+                                       "return_documents": True})
+    check(st == 200 and got["model"] == "teacher" and got["usage"]["total_tokens"] > 0 and
+          [x["document"]["text"] for x in got["results"]] == [texts[i] for i in sorted(range(3), key=lambda i: (
+              -want[i]["probability"], -i))], f"/v1/rerank with documents as objects (Jina's form): {str(got)[:200]}")
+
+    # concurrent requests, alone or batched together, give the same scores
+    with concurrent.futures.ThreadPoolExecutor(8) as ex:
+        outs = list(ex.map(lambda i: post(url, "/rerank", {"query": qtexts[i % 4], "texts": texts}), range(16)))
+    alone = [post(url, "/rerank", {"query": q, "texts": texts})[1] for q in qtexts]
+    check(all(o[0] == 200 and o[1] == alone[i % 4] for i, o in enumerate(outs)),
+          "16 requests at once (8 in flight): each answer equals its query's sent alone")
+
+    # /search with the rerank stage against qac search + qac rerank offline
+    for mode in ("dense", "bm25", "hybrid"):
+        st, got = post(url, "/search", {"queries": qtexts, "k": 5, "mode": mode, "rerank": True, "rerank_depth": 20})
+        if mode == "dense":
+            rr = run(["search", "--index", p("idx"), "--model", model, "--queries", p("queries.tsv"), "--k", "20",
+                      "--run", p("first.run")])
+        elif mode == "bm25":
+            rr = run(["bm25", "search", "--index", p("bm25"), "--queries", p("queries.tsv"), "--k", "20",
+                      "--run", p("first.run")])
+        else:
+            rr = run(["search", "--index", p("idx"), "--bm25", p("bm25"), "--mode", "hybrid", "--model", model,
+                      "--queries", p("queries.tsv"), "--k", "20", "--run", p("first.run")])
+        assert rr.returncode == 0, rr.stderr
+        rr = run(["rerank", "--model", p("teacher"), "--run", p("first.run"), "--queries", p("queries.tsv"),
+                  "--corpus", p("corpus.tsv"), "--depth", "20", "--out", p("second.run")])
+        assert rr.returncode == 0, rr.stderr
+        off = {}
+        for l in open(p("second.run")):
+            q, _, d, rank, s, _ = l.split()
+            off.setdefault(q, []).append((d, float(s)))
+        same = st == 200 and got.get("rerank", {}).get("depth") == 20 and all(
+            [(h["docid"], f32(h["score"])) for h in got["results"][i]] == [(d, f32(s)) for d, s in off[f"q{i}"][:5]]
+            for i in range(len(qtexts)))
+        check(same, f"/search {mode} with rerank: the top 5 of the reranked top 20 equal qac {mode} search + qac rerank")
+finally:
+    server.terminate()
+    server.wait(timeout=60)
+
+server, url = start("--index", p("idx"))
+try:
+    st, got = post(url, "/rerank", {"query": "q", "texts": ["a"]})
+    check(st == 424 and got.get("error_type") == "Backend", f"no reranker: TEI /rerank 424 Backend {got}")
+    st, got = post(url, "/v1/rerank", {"query": "q", "documents": ["a"]})
+    check(st == 422 and "--reranker" in got["error"]["message"], f"no reranker: /v1/rerank 422 {got}")
+    st, got = post(url, "/search", {"query": "q", "rerank": True})
+    check(st == 422 and "--reranker" in got["error"]["message"], f"no reranker: /search rerank 422 {got}")
+finally:
+    server.terminate()
+    server.wait(timeout=60)
+finish()
