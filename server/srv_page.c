@@ -47,6 +47,7 @@ const char qac_server_page_html[] =
     "<select id=\"mode\" name=\"mode\">{{MODES}}</select>\n"
     "<input id=\"k\" name=\"k\" type=\"number\" min=\"1\" max=\"{{MAX_K}}\" value=\"10\" style=\"width:5.5rem\">\n"
     "{{KEY}}"
+    "{{RERANK}}"
     "<button type=\"submit\">Search</button>\n"
     "</form>\n"
     "<div id=\"status\"></div>\n"
@@ -97,7 +98,8 @@ const char qac_server_page_html[] =
     "  else sessionStorage.removeItem('qac-key');\n"
     "  try {\n"
     "    const r = await fetch('search', {method: 'POST', headers,\n"
-    "      body: JSON.stringify({query: q, k: k, mode: mode, return_text: true})});\n"
+    "      body: JSON.stringify(Object.assign({query: q, k: k, mode: mode, return_text: true},\n"
+    "        $('rerank') && $('rerank').checked ? {rerank: true} : {}))});\n"
     "    const body = await r.json();\n"
     "    if (!r.ok) throw new Error(body.error ? body.error.message : ('HTTP ' + r.status));\n"
     "    const hits = body.results[0], ts = terms(q);\n"
@@ -131,9 +133,15 @@ const char qac_server_page_html[] =
 /* The API-key box, on a server that has a key. */
 static const char key_box[] = "<input id=\"key\" type=\"password\" placeholder=\"API key\" autocomplete=\"off\">\n";
 
+/* The rerank box, on a server with a cross-encoder: /search's rerank stage. */
+static const char rerank_box[] =
+    "<label title=\"the cross-encoder reranks the first stage's top 100\"><input id=\"rerank\" type=\"checkbox\">"
+    " rerank</label>\n";
+
 /* The page with this server's largest k, the modes it can search (an
- * encode-only server lists dense, which then answers why it cannot), and
- * the API-key box only when the server asks for a key. */
+ * encode-only server lists dense, which then answers why it cannot), the
+ * API-key box only when the server asks for a key, and the rerank box only
+ * when it has a reranker. */
 char *qac_server_page(const qac_server *s) {
     char modes[160] = "", max_k[24];
     if (s->be.search) strcat(modes, "<option>dense</option>");
@@ -141,15 +149,16 @@ char *qac_server_page(const qac_server *s) {
     if (s->be.search && s->be.bm25_search) strcat(modes, "<option>hybrid</option>");
     if (!modes[0]) strcat(modes, "<option>dense</option>");
     snprintf(max_k, sizeof max_k, "%d", s->cfg.max_k);
-    const char *keys[3] = {"{{MODES}}", "{{MAX_K}}", "{{KEY}}"}, *vals[3] = {modes, max_k, s->cfg.api_key ? key_box : ""};
-    size_t cap = sizeof qac_server_page_html + strlen(modes) + strlen(max_k) + sizeof key_box;
+    const char *keys[4] = {"{{MODES}}", "{{MAX_K}}", "{{KEY}}", "{{RERANK}}"};
+    const char *vals[4] = {modes, max_k, s->cfg.api_key ? key_box : "", s->be.rerank_scores ? rerank_box : ""};
+    size_t cap = sizeof qac_server_page_html + strlen(modes) + strlen(max_k) + sizeof key_box + sizeof rerank_box;
     char *out = malloc(cap);
     if (!out) return NULL;
     const char *p = qac_server_page_html;
     size_t o = 0;
     while (*p) {
         int hit = -1;
-        for (int k = 0; k < 3 && hit < 0; k++)
+        for (int k = 0; k < 4 && hit < 0; k++)
             if (!strncmp(p, keys[k], strlen(keys[k]))) hit = k;
         if (hit < 0) {
             out[o++] = *p++;

@@ -123,6 +123,10 @@ try:
     st, got = post(url, "/rerank", {"query": qtexts[1], "texts": "not a list"})
     check(st == 422 and got.get("error_type") == "Validation", f"texts not a list: 422 {got}")
 
+    with urllib.request.urlopen(url + "/", timeout=60) as resp:
+        page = resp.read().decode()
+    check('id="rerank"' in page and "rerank: true" in page, "the search page has the rerank box")
+
     # cohere's client on /v1/rerank
     import cohere
     co = cohere.Client(api_key="unused", base_url=url)
@@ -182,6 +186,8 @@ try:
     check(st == 422 and "--reranker" in got["error"]["message"], f"no reranker: /v1/rerank 422 {got}")
     st, got = post(url, "/search", {"query": "q", "rerank": True})
     check(st == 422 and "--reranker" in got["error"]["message"], f"no reranker: /search rerank 422 {got}")
+    with urllib.request.urlopen(url + "/", timeout=60) as resp:
+        check('id="rerank"' not in resp.read().decode(), "no rerank box on a server without a reranker")
 finally:
     server.terminate()
     server.wait(timeout=60)
