@@ -3,6 +3,8 @@
 #ifndef QAC_MODEL_INTERNAL_H
 #define QAC_MODEL_INTERNAL_H
 
+#include <jansson.h>
+
 #include "qac_model.h"
 #include "qac_safetensors.h"
 

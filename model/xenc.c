@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 
 #include "model_internal.h"
+#include "model_json.h"
 #include "qac_rng.h"
 #include "qac_safetensors.h"
 #include "qac_util.h"
