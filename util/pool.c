@@ -16,9 +16,18 @@
  * batch (a few queries in the server) was a large part of its time. */
 #define SPIN_NS 100000
 
+/* Callers: the job lives in the pool's fields, so one parallel-for runs at
+ * a time. A second caller waits on `call_mu` for the first to finish (two
+ * callers used to overwrite each other's job: one's busy count left the
+ * other sleeping forever, or returned while workers still ran its chunks
+ * on a context gone from its stack). Waiting keeps both results right; a
+ * task that called back into its own pool would wait forever, as the
+ * header forbids. */
+
 struct qac_pool {
     int n; /* threads including the caller */
     pthread_t *threads;
+    pthread_mutex_t call_mu; /* held by the caller whose job the fields below hold */
     pthread_mutex_t mu;
     pthread_cond_t work_cv, done_cv;
     _Atomic uint64_t generation; /* bumped for every parallel-for, after the job's fields are set */
@@ -118,6 +127,7 @@ qac_status qac_pool_create(qac_pool **out, int nthreads) {
     qac_pool *p = calloc(1, sizeof *p);
     if (!p) return qac_set_error(QAC_ERR_NOMEM, "thread pool: out of memory");
     p->n = nthreads;
+    pthread_mutex_init(&p->call_mu, NULL);
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->work_cv, NULL);
     pthread_cond_init(&p->done_cv, NULL);
@@ -154,6 +164,7 @@ void qac_pool_free(qac_pool *p) {
     pthread_cond_broadcast(&p->work_cv);
     pthread_mutex_unlock(&p->mu);
     for (int i = 1; i < p->n; i++) pthread_join(p->threads[i - 1], NULL);
+    pthread_mutex_destroy(&p->call_mu);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->work_cv);
     pthread_cond_destroy(&p->done_cv);
@@ -171,6 +182,7 @@ void qac_pool_for(qac_pool *p, int64_t n, int64_t grain, qac_pool_fn fn, void *c
         fn(ctx, 0, n, 0);
         return;
     }
+    pthread_mutex_lock(&p->call_mu);
     /* every worker is idle here (the last call waited for busy == 0) */
     p->fn = fn;
     p->ctx = ctx;
@@ -190,4 +202,5 @@ void qac_pool_for(qac_pool *p, int64_t n, int64_t grain, qac_pool_fn fn, void *c
         while (!job_done(p, 0)) pthread_cond_wait(&p->done_cv, &p->mu);
         pthread_mutex_unlock(&p->mu);
     }
+    pthread_mutex_unlock(&p->call_mu);
 }

@@ -1,10 +1,13 @@
 /* A persistent thread pool with one operation: a blocking parallel-for.
  *
  * The calling thread takes part in the work, so a pool of n threads starts
- * n - 1 workers. Workers sleep between calls. A pool is driven by one caller
- * at a time (it is not reentrant: a task must not call qac_pool_for on the
- * same pool). A NULL pool runs everything serially on the caller, so layer
- * functions accept NULL. */
+ * n - 1 workers. Workers sleep between calls. Callers on several threads may
+ * share a pool: their parallel-fors run one after another (a caller waits
+ * for the one before it). It is not reentrant: a task must not call
+ * qac_pool_for on its own pool. A NULL pool runs everything serially on the
+ * caller, so layer functions accept NULL. Per-thread scratch indexed by tid
+ * belongs to the caller's context: two callers sharing scratch race on it
+ * whatever the pool does. */
 #ifndef QAC_POOL_H
 #define QAC_POOL_H
 
