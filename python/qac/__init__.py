@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 import warnings
 from typing import Any, Callable, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence, Tuple, Union
 
@@ -59,6 +60,42 @@ def _path(p: PathLike) -> str:
     return os.fspath(p)
 
 
+_MAX_BATCH = 4096  # sequences per forward pass, as ``qac encode --batch``
+
+
+def _batch_size(b: Any, what: str = "batch_size") -> int:
+    if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or not 1 <= b <= _MAX_BATCH:
+        raise ValueError(f"{what} must be an int from 1 to {_MAX_BATCH}, not {b!r}")
+    return int(b)
+
+
+def _max_len(n: Optional[int]) -> int:
+    if n is None:
+        return 0
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ValueError(f"max_len must be None or an int >= 2 (0: the model's limit), not {n!r}")
+    return int(n)
+
+
+def _k(k: Any, size: int) -> int:
+    """k checked, and capped at the index's size before any array is made."""
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise ValueError(f"k must be an int >= 1, not {k!r}")
+    return int(min(k, size))
+
+
+def _query_texts(queries: Texts) -> List[Union[str, bytes]]:
+    """Text queries as a list, refusing a NUL (the CLI's query files and the server's JSON cannot carry
+    one, and BM25 reads a query as a C string)."""
+    if isinstance(queries, (str, bytes)):
+        queries = [queries]
+    queries = list(queries)
+    for i, q in enumerate(queries):
+        if ("\0" if isinstance(q, str) else b"\0") in q:
+            raise ValueError(f"query {i} holds a NUL character")
+    return queries
+
+
 def _save_atomic(d: str, name: str, write: Callable[[Any], None]) -> str:
     """Write d/name through a temporary file and a rename; its path."""
     os.makedirs(d, exist_ok=True)
@@ -84,24 +121,48 @@ class Encoder:
     ``query_prompt`` and ``passage_prompt`` replace the model's prompts (its
     ``config_sentence_transformers.json``), as ``--query-prompt`` / ``--passage-prompt``
     do; ``""`` means none, None keeps the model's.
+
+    Threads may share an Encoder: their calls run one after another (each
+    call uses all of the encoder's ``threads``), and each gets exactly what it
+    would get alone. For calls side by side, give each thread an Encoder.
+    :meth:`close` (or ``with``) frees the model and buffers at once.
     """
 
     def __init__(self, model: Optional[PathLike] = None, device: str = "auto", dtype: str = "fp32",
                  threads: int = 0, batch_size: int = 0, *, query_prompt: Optional[str] = None,
                  passage_prompt: Optional[str] = None) -> None:
+        if batch_size != 0:
+            batch_size = _batch_size(batch_size)
         self._model = _qac.Model(None if model is None else _path(model))
         self._model.set_prompts(query_prompt, passage_prompt)
         self._device, self._dtype, self._threads = device, dtype, threads
         self._encoders: Dict[int, Any] = {}
+        self._lock = threading.Lock()  # makes each batch size's encoder once
         self._default_batch = batch_size
         self._enc = self._encoder(batch_size)
 
     def _encoder(self, batch_size: int) -> Any:
-        e = self._encoders.get(batch_size)
-        if e is None:
-            e = _qac.Encoder(self._model, self._device, self._dtype, self._threads, batch_size)
-            self._encoders[batch_size] = e
-        return e
+        with self._lock:
+            e = self._encoders.get(batch_size)
+            if e is None:
+                e = _qac.Encoder(self._model, self._device, self._dtype, self._threads, batch_size)
+                self._encoders[batch_size] = e
+            return e
+
+    def close(self) -> None:
+        """Free the model and the encoder's buffers now (after the calls in flight); later calls
+        raise ValueError. Closing twice is harmless."""
+        with self._lock:
+            encoders = list(self._encoders.values())
+        for e in encoders:
+            e.close()
+        self._model.close()
+
+    def __enter__(self) -> "Encoder":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     @property
     def dim(self) -> int:
@@ -158,12 +219,13 @@ class Encoder:
         prompt = self._prompt(kind)
         if isinstance(texts, (str, bytes)):
             texts = [texts]
-        enc = self._enc if batch_size is None else self._encoder(int(batch_size))
+        max_len = _max_len(max_len)
+        enc = self._enc if batch_size is None else self._encoder(_batch_size(batch_size))
         if out is None:
             out = np.empty((len(texts), enc.dim), dtype=np.float32)
         elif out.dtype != np.float32 or out.shape != (len(texts), enc.dim) or not out.flags.c_contiguous:
             raise ValueError(f"out must be a C-contiguous float32 array of shape ({len(texts)}, {enc.dim})")
-        enc.encode(texts, int(max_len or 0), out, prompt)
+        enc.encode(texts, max_len, out, prompt)
         return out
 
     def tokenize(self, texts: Texts, max_len: Optional[int] = None, tokens: bool = False,
@@ -304,14 +366,33 @@ def evaluate(qrels: Union[PathLike, Mapping[str, Mapping[str, int]]],
 class Index:
     """A dense index directory (``qac index build``'s): FAISS index, docids, manifest.
 
-    Open one with :meth:`Index.open`, build one with :meth:`Index.build`."""
+    Open one with :meth:`Index.open`, build one with :meth:`Index.build`. Threads may
+    share an Index: searches run side by side (text queries share the query
+    encoder, whose calls run one after another). :meth:`close` (or ``with``) frees it,
+    and the query encoder it made itself."""
 
     def __init__(self, handle: Any, path: str, encoder: Optional[Encoder] = None,
                  model: Optional[PathLike] = None, device: str = "auto") -> None:
         self._ix = handle
         self.path = path
         self._encoder = encoder
+        self._own_encoder = False  # made here, on the first text query: closed with the index
+        self._lock = threading.Lock()  # makes that encoder once
         self._model, self._device = model, device
+
+    def close(self) -> None:
+        """Free the index now (after the searches in flight), and the query encoder if it made
+        one; later calls raise ValueError. Closing twice is harmless."""
+        self._ix.close()
+        with self._lock:
+            if self._own_encoder:
+                self._encoder.close()
+
+    def __enter__(self) -> "Index":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     @classmethod
     def open(cls, path: PathLike, *, encoder: Optional[Encoder] = None, model: Optional[PathLike] = None,
@@ -425,8 +506,11 @@ class Index:
 
     def _query_encoder(self, allow_prompt_mismatch: bool, allow_model_mismatch: bool) -> Encoder:
         """The query encoder, checked against the index as ``qac search`` checks it."""
-        if self._encoder is None:
-            self._encoder = Encoder(self._model, device=self._device)
+        with self._lock:
+            if self._encoder is None:
+                self._ix.info()  # a closed index says so before a model is loaded
+                self._encoder = Encoder(self._model, device=self._device)
+                self._own_encoder = True
         try:
             self._ix.check_prompts(self._encoder.prompts["query"])
         except MismatchError as e:
@@ -441,18 +525,22 @@ class Index:
                     batch_size: int = 128, allow_prompt_mismatch: bool = False,
                     allow_model_mismatch: bool = False) -> Tuple[np.ndarray, np.ndarray]:
         """Like :meth:`search`, but rows (int64, -1 where fewer than k) instead of docids."""
+        info = self._ix.info()
+        k = _k(k, info["count"])
         if isinstance(queries, np.ndarray):
             q = np.ascontiguousarray(queries, dtype=np.float32)
             if q.ndim == 1:
                 q = q[None, :]
         else:
+            queries = _query_texts(queries)
             enc = self._query_encoder(allow_prompt_mismatch, allow_model_mismatch)
             q = enc.encode(queries, kind="query", max_len=max_len, batch_size=batch_size)
-        if q.ndim != 2 or q.shape[1] != self._ix.info()["dim"]:
-            raise ValueError(f"query vectors must be [n, {self._ix.info()['dim']}], not {list(q.shape)}")
+        if q.ndim != 2 or q.shape[1] != info["dim"]:
+            raise ValueError(f"query vectors must be [n, {info['dim']}], not {list(q.shape)}")
         scores = np.empty((q.shape[0], k), dtype=np.float32)
         rows = np.empty((q.shape[0], k), dtype=np.int64)
-        self._ix.search(q, q.shape[0], int(k), scores, rows)
+        if k:
+            self._ix.search(q, q.shape[0], k, scores, rows)
         return rows, scores
 
     def search(self, queries: Union[Texts, np.ndarray], k: int = 10, *, max_len: Optional[int] = None,
@@ -460,11 +548,13 @@ class Index:
                allow_model_mismatch: bool = False) -> Tuple[np.ndarray, np.ndarray]:
         """Top-k passages of each query by inner product: (ids, scores), numpy arrays
         [n, k] of docids (str objects, "" where fewer than k exist) and float32 scores,
-        best first, ties by docid descending (trec_eval's order).
+        best first, ties by docid descending (trec_eval's order). ``k`` above the
+        index's size is taken as its size (the arrays have ``len(index)`` columns).
 
         ``queries`` are query vectors [n, dim], or texts, encoded as ``qac search`` does:
         with the encoder's query prompt, cut at ``max_len`` tokens (None: the model's
-        limit), ``batch_size`` per forward pass. Text queries are refused
+        limit), ``batch_size`` per forward pass; a text holding a NUL is refused
+        (ValueError), as the server refuses it. Text queries are refused
         (:class:`MismatchError`) when the index was built with another model or for
         another query prompt; ``allow_model_mismatch`` searches anyway,
         ``allow_prompt_mismatch`` with a warning (``--allow-model-mismatch``,
@@ -489,8 +579,9 @@ class Index:
         self._ix.set_param(name, float(value))
 
     def set_threads(self, threads: int) -> None:
-        """Threads of the exact CPU scans (Flat, SQfp16, SQbf16); 0: one per core."""
-        self._ix.set_threads(int(threads))
+        """Threads of the exact CPU scans (Flat, SQfp16, SQbf16), 0 to 1024; 0: one per core.
+        It waits for the searches in flight."""
+        self._ix.set_threads(threads)
 
 
 class IndexParts:
@@ -506,8 +597,21 @@ class IndexParts:
 
     def __init__(self, out: PathLike, corpus: PathLike, *, encoder: Optional[Encoder] = None,
                  model: Optional[PathLike] = None, max_len: int = 0, format: str = "auto") -> None:
+        self._own_encoder = encoder is None
         self.encoder = encoder if encoder is not None else Encoder(model)
         self._p = _qac.IndexParts(_path(out), self.encoder._enc, _path(corpus), int(max_len), format)
+
+    def close(self) -> None:
+        """Free the writer now (and the encoder, if it made it); later calls raise ValueError."""
+        self._p.close()
+        if self._own_encoder:
+            self.encoder.close()
+
+    def __enter__(self) -> "IndexParts":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     def encode(self, rows: Sequence[int], ids: Sequence[str], texts: Sequence[str], offsets: Sequence[int],
                lines: Sequence[int]) -> None:
@@ -519,11 +623,22 @@ class IndexParts:
 # ---------------------------------------------------------------- BM25
 
 class BM25:
-    """A BM25 index (``qac bm25``): Lucene's BM25 with Anserini's English analyzer."""
+    """A BM25 index (``qac bm25``): Lucene's BM25 with Anserini's English analyzer.
+    Threads may share one: searches run side by side. :meth:`close` (or ``with``) frees it."""
 
     def __init__(self, handle: Any, path: str) -> None:
         self._b = handle
         self.path = path
+
+    def close(self) -> None:
+        """Free the index now (after the searches in flight); later calls raise ValueError."""
+        self._b.close()
+
+    def __enter__(self) -> "BM25":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     @classmethod
     def build(cls, corpus: PathLike, out: PathLike, *, progress: Progress = None) -> "BM25":
@@ -542,14 +657,16 @@ class BM25:
     def search(self, queries: Texts, k: int = 10, *, k1: float = 0.9, b: float = 0.4,
                exact_lengths: bool = False) -> Tuple[np.ndarray, np.ndarray]:
         """Top-k documents of each query: (ids, scores), [n, k] arrays of docids ("" past
-        the matches) and float32 scores (0 past the matches)."""
-        if isinstance(queries, (str, bytes)):
-            queries = [queries]
+        the matches) and float32 scores (0 past the matches). ``k`` above the index's
+        size is taken as its size; a query holding a NUL is refused (ValueError)."""
+        queries = _query_texts(queries)
+        k = _k(k, self._b.count())
         n = len(queries)
         scores = np.zeros((n, k), dtype=np.float32)
         rows = np.full((n, k), -1, dtype=np.int64)
         counts = np.zeros(n, dtype=np.int32)
-        self._b.search(list(queries), int(k), float(k1), float(b), bool(exact_lengths), scores, rows, counts)
+        if k:
+            self._b.search(queries, k, float(k1), float(b), bool(exact_lengths), scores, rows, counts)
         for i, c in enumerate(counts):
             rows[i, c:] = -1
             scores[i, c:] = 0
