@@ -52,6 +52,16 @@ const qac_model *qac_encoder_model(const qac_encoder *e);
  * not normalise is unaffected. */
 void qac_encoder_set_raw(qac_encoder *e, int raw);
 
+/* Cancellation: fn(user) is asked on the thread that calls an encode
+ * function, before each batch and, on the CPU, between layers (a fraction
+ * of a second apart); nonzero stops the call with QAC_ERR_CANCELLED. The
+ * rows of out are then not all written, and the encoder stays usable. fn
+ * NULL (the default): never. qac_index_build asks its first encoder's fn
+ * on the thread that called the build, and a cancelled build resumes.
+ * Set it while no call runs (the encoder is one caller's at a time). */
+typedef int (*qac_encoder_cancel_fn)(void *user);
+void qac_encoder_set_cancel(qac_encoder *e, qac_encoder_cancel_fn fn, void *user);
+
 /* Seconds the device has spent on this encoder's batches since it was
  * created, measured on the device (the CUDA backend: events around each
  * batch on its stream); -1 when the backend does not measure it. */

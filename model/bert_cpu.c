@@ -282,8 +282,11 @@ qac_status qac_bert_forward_packed(qac_bert_acts *a, const qac_bert_config *c, c
                                lens[b], C, NULL);
     qac_layernorm_forward(a->hidden, a->emb_mean, a->emb_rstd, a->emb, p->emb_ln_w, p->emb_ln_b, (int)N, C,
                           c->layer_norm_eps, pool);
-    for (int l = 0; l < c->num_layers; l++)
+    for (int l = 0; l < c->num_layers; l++) {
+        if (a->cancel && a->cancel(a->cancel_user))
+            return qac_set_error(QAC_ERR_CANCELLED, "encode: cancelled before layer %d of %d", l, c->num_layers);
         layer_forward(a, l, 0, a->hidden, a->hidden, c, p, pk, lens, offs, B, T, N, NULL, pool);
+    }
     return QAC_OK;
 }
 

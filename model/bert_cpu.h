@@ -240,6 +240,10 @@ typedef struct qac_bert_acts {
     float *ln2_mean;   /* [Lk,B,T] (NULL) */
     float *ln2_rstd;   /* [Lk,B,T] (NULL) */
     float *last;       /* [B,T,C] the final hidden state after qac_bert_forward */
+    /* qac_bert_forward_packed asks cancel(cancel_user) before each layer and
+     * stops with QAC_ERR_CANCELLED on nonzero (NULL: never); kept by alloc */
+    int (*cancel)(void *cancel_user);
+    void *cancel_user;
 } qac_bert_acts;
 
 /* Floats needed for (B, T); nthreads sizes the attention scratch. */

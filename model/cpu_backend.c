@@ -21,6 +21,8 @@ typedef struct cpu_backend {
     size_t rows_cap;
     int offs_cap;
     int raw;           /* skip the model's normalisation (qac_encoder_set_raw) */
+    qac_encoder_cancel_fn cancel; /* asked between layers */
+    void *cancel_user;
 } cpu_backend;
 
 static qac_status cpu_forward(void *impl, const int32_t *ids, const int32_t *type_ids, const int *lens,
@@ -29,6 +31,8 @@ static qac_status cpu_forward(void *impl, const int32_t *ids, const int32_t *typ
     const qac_model *m = cb->m;
     qac_status st = qac_bert_acts_alloc(&cb->acts, &m->cfg, B, T, 0, qac_pool_size(cb->pool));
     if (st != QAC_OK) return st;
+    cb->acts.cancel = cb->cancel;
+    cb->acts.cancel_user = cb->cancel_user;
     if ((size_t)B * T > cb->rows_cap) {
         int32_t *r = realloc(cb->rows_ids, (size_t)B * T * sizeof *r);
         if (!r) return qac_set_error(QAC_ERR_NOMEM, "cpu encoder: out of memory");
@@ -65,6 +69,12 @@ static qac_status cpu_forward(void *impl, const int32_t *ids, const int32_t *typ
 
 static void cpu_set_raw(void *impl, int raw) { ((cpu_backend *)impl)->raw = raw; }
 
+static void cpu_set_cancel(void *impl, qac_encoder_cancel_fn fn, void *user) {
+    cpu_backend *cb = impl;
+    cb->cancel = fn;
+    cb->cancel_user = user;
+}
+
 static void cpu_free(void *impl) {
     cpu_backend *cb = impl;
     if (!cb) return;
@@ -94,6 +104,7 @@ qac_status qac_cpu_backend_create(qac_encoder_backend *be, const qac_model *m, c
     be->impl = cb;
     be->forward = cpu_forward;
     be->set_raw = cpu_set_raw;
+    be->set_cancel = cpu_set_cancel;
     be->free = cpu_free;
     be->max_batch = o && o->max_batch > 0 ? o->max_batch : CPU_DEFAULT_BATCH;
     return QAC_OK;

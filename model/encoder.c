@@ -37,6 +37,8 @@ struct qac_encoder {
     int *tok_from;        /* [n] pooling starts of a prompted encode_texts */
     size_t tok_from_cap;
     int64_t truncated; /* texts encode_texts cut, since creation */
+    qac_encoder_cancel_fn cancel;
+    void *cancel_user;
 };
 
 qac_encoder_opts qac_encoder_default_opts(void) {
@@ -84,6 +86,12 @@ const qac_model *qac_encoder_model(const qac_encoder *e) { return e->m; }
 
 double qac_encoder_device_seconds(const qac_encoder *e) {
     return e->be.device_seconds ? e->be.device_seconds(e->be.impl) : -1.0;
+}
+
+void qac_encoder_set_cancel(qac_encoder *e, qac_encoder_cancel_fn fn, void *user) {
+    e->cancel = fn;
+    e->cancel_user = user;
+    if (e->be.set_cancel) e->be.set_cancel(e->be.impl, fn, user);
 }
 
 void qac_encoder_set_raw(qac_encoder *e, int raw) {
@@ -161,6 +169,8 @@ qac_status qac_encoder_encode_ids_typed(qac_encoder *e, const int32_t *const *id
         return qac_set_error(QAC_ERR_NOMEM, "encoder: out of memory");
 
     for (int s = 0; s < n; s += MB) {
+        if (e->cancel && e->cancel(e->cancel_user))
+            return qac_set_error(QAC_ERR_CANCELLED, "encode: cancelled after %d of %d sequences", s, n);
         int B = n - s < MB ? n - s : MB;
         int T = sorted[s].len; /* longest first */
         for (int b = 0; b < B; b++) {
@@ -204,21 +214,25 @@ qac_status qac_encoder_encode_texts_prompted(qac_encoder *e, const char *prompt,
     if ((st = grow(&e->tok, &e->tok_cap, (size_t)n * max_len, sizeof(int32_t))) != QAC_OK) return st;
     if ((st = grow(&e->tok_lens, &e->tok_lens_cap, (size_t)n, sizeof(int))) != QAC_OK) return st;
     if ((st = grow(&e->tok_ptrs, &e->tok_ptrs_cap, (size_t)n, sizeof(int32_t *))) != QAC_OK) return st;
+    int64_t cut_texts = 0; /* counted once the texts are encoded: a cancelled call encoded none */
     for (int i = 0; i < n; i++) {
         int32_t *ids = e->tok + (size_t)i * max_len;
         size_t len = lens ? lens[i] : strlen(texts[i]);
         int cut = 0;
         st = qac_tokenizer_encode_prompted_cut(m->tok, prompt, texts[i], len, max_len, ids, &e->tok_lens[i], &cut);
         if (st != QAC_OK) return qac_wrap_error(st, "encode: text %d", i);
-        e->truncated += cut;
+        cut_texts += cut;
         e->tok_ptrs[i] = ids;
     }
     int skip = 0;
     if ((st = qac_model_prompt_skip(m, prompt, max_len, &skip)) != QAC_OK) return st;
-    if (!skip) return qac_encoder_encode_ids(e, e->tok_ptrs, e->tok_lens, n, out);
-    if ((st = grow(&e->tok_from, &e->tok_from_cap, (size_t)n, sizeof(int))) != QAC_OK) return st;
-    for (int i = 0; i < n; i++) e->tok_from[i] = skip;
-    return qac_encoder_encode_ids_from(e, e->tok_ptrs, e->tok_lens, e->tok_from, n, out);
+    if (skip) {
+        if ((st = grow(&e->tok_from, &e->tok_from_cap, (size_t)n, sizeof(int))) != QAC_OK) return st;
+        for (int i = 0; i < n; i++) e->tok_from[i] = skip;
+    }
+    st = qac_encoder_encode_ids_from(e, e->tok_ptrs, e->tok_lens, skip ? e->tok_from : NULL, n, out);
+    if (st == QAC_OK) e->truncated += cut_texts;
+    return st;
 }
 
 int64_t qac_encoder_truncated(const qac_encoder *e) { return e ? e->truncated : 0; }

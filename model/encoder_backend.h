@@ -23,6 +23,9 @@ typedef struct qac_encoder_backend {
     void (*free)(void *impl);
     /* raw = 1: forward skips the model's L2 normalisation until set back to 0. */
     void (*set_raw)(void *impl, int raw);
+    /* Optional (NULL: asked only between batches, by the front end): the
+     * encoder's cancel hook (qac_encoder_set_cancel), asked within a batch. */
+    void (*set_cancel)(void *impl, qac_encoder_cancel_fn fn, void *user);
     int max_batch; /* largest B the backend wants per call */
     /* Optional (NULL: not measured): seconds the device spent on forward
      * calls so far, timed on the device (CUDA: events on the stream). */

@@ -215,7 +215,8 @@ class Encoder:
         only), and texts are cut at ``max_len`` tokens, ``[CLS]``/``[SEP]`` and the prompt
         included (None: :attr:`max_len`, the model's limit). ``batch_size`` is sequences
         per forward pass (None: the encoder's). The library writes straight into the
-        result (or into ``out``, a C-contiguous float32 array of that shape)."""
+        result (or into ``out``, a C-contiguous float32 array of that shape). Ctrl-C
+        raises KeyboardInterrupt within a second; the encoder stays usable."""
         prompt = self._prompt(kind)
         if isinstance(texts, (str, bytes)):
             texts = [texts]
@@ -428,8 +429,9 @@ class Index:
         (FAISS factory string: Flat, SQfp16, SQbf16, "HNSW32,SQfp16", "IVF4096,PQ32",
         ...), ``batch``, ``max_len`` (passage tokens; the model's limit), ``shard_size``,
         ``dtype`` (fp32 or fp16 shards), ``train_size``, ``format``. Resumable: build
-        again into the same ``out`` after a crash. ``progress`` gets dicts
-        ``{"event": "progress", "phase", "done", "total"}``."""
+        again into the same ``out`` after a crash or Ctrl-C (which stops the encoding
+        within a second). ``progress`` gets dicts ``{"event": "progress", "phase",
+        "done", "total"}``; an exception it raises stops the build as Ctrl-C does."""
         opts = {k: v for k, v in dict(factory=factory, batch=batch, max_len=max_len, shard_size=shard_size,
                                        dtype=dtype, train_size=train_size, format=format).items() if v is not None}
         out = _path(out)

@@ -3,6 +3,7 @@
  * status (qpy_raise), carrying qac_last_error(). */
 #include <stdarg.h>
 #include <string.h>
+#include <time.h>
 
 #include "qac_model.h"
 #include "qac_python.h"
@@ -33,8 +34,23 @@ PyObject *qpy_none_or_raise(qac_status st) {
 
 /* ---- callbacks from library code that runs without the GIL ---- */
 
+static unsigned long main_thread;
+
+int qpy_args_init(void) {
+    PyObject *threading = PyImport_ImportModule("threading");
+    PyObject *main = threading ? PyObject_CallMethod(threading, "main_thread", NULL) : NULL;
+    PyObject *ident = main ? PyObject_GetAttrString(main, "ident") : NULL;
+    if (ident) main_thread = PyLong_AsUnsignedLong(ident);
+    Py_XDECREF(ident);
+    Py_XDECREF(main);
+    Py_XDECREF(threading);
+    return ident && !PyErr_Occurred() ? 0 : -1;
+}
+
+int qpy_on_main_thread(void) { return PyThread_get_thread_ident() == main_thread; }
+
 qpy_cb qpy_cb_of(PyObject *fn, int check_signals) {
-    return (qpy_cb){fn == Py_None ? NULL : fn, check_signals, 0, NULL, NULL, NULL};
+    return (qpy_cb){fn == Py_None ? NULL : fn, check_signals, 0, 0.0, NULL, NULL, NULL};
 }
 
 /* Call fn(arg) with the GIL held; remember the first exception. Returns
@@ -74,6 +90,23 @@ int qpy_cb_event(qpy_cb *c, const char *fmt, ...) {
     }
     int stop = cb_call(c, arg);
     Py_XDECREF(arg);
+    PyGILState_Release(g);
+    return stop;
+}
+
+#define CANCEL_CHECK_S 0.02 /* signals are looked for at most this often: the GIL is not free */
+
+int qpy_cancel(void *user) {
+    qpy_cb *c = user;
+    if (c->failed) return 1; /* written on this thread, under the GIL it took */
+    if (!c->check_signals) return 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double now = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    if (now < c->next_check) return 0;
+    c->next_check = now + CANCEL_CHECK_S;
+    PyGILState_STATE g = PyGILState_Ensure();
+    int stop = cb_call(c, NULL);
     PyGILState_Release(g);
     return stop;
 }

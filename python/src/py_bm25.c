@@ -5,6 +5,8 @@
 #include "qac_bm25.h"
 #include "qac_python.h"
 
+#define QUERIES_PER_PIECE 64 /* a few milliseconds of searching */
+
 typedef struct {
     qpy_obj base;
     qac_bm25 *b;
@@ -56,11 +58,24 @@ static PyObject *bm25_search(BM25Object *self, PyObject *args) {
         goto done;
     qac_bm25_params p = {k1, bb, exact};
     qac_status st = QAC_OK;
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < t.n && !st; i++)
-        st = qac_bm25_search(self->b, t.ptr[i], &p, k, (float *)s.buf + i * k, (int64_t *)r.buf + i * k,
-                             (int *)n.buf + i);
-    Py_END_ALLOW_THREADS
+    int held = 1;
+    /* queries a piece at a time; between pieces signal handlers run (Ctrl-C),
+     * without the lock, which a handler may want */
+    for (Py_ssize_t i0 = 0; i0 < t.n && !st; i0 += QUERIES_PER_PIECE) {
+        Py_ssize_t i1 = t.n - i0 < QUERIES_PER_PIECE ? t.n : i0 + QUERIES_PER_PIECE;
+        Py_BEGIN_ALLOW_THREADS
+        for (Py_ssize_t i = i0; i < i1 && !st; i++)
+            st = qac_bm25_search(self->b, t.ptr[i], &p, k, (float *)s.buf + i * k, (int64_t *)r.buf + i * k,
+                                 (int *)n.buf + i);
+        Py_END_ALLOW_THREADS
+        if (i1 == t.n || st) break;
+        qpy_leave(&self->base);
+        if (PyErr_CheckSignals() < 0 || qpy_enter(&self->base, QPY_SHARED) < 0) {
+            held = 0;
+            break;
+        }
+    }
+    if (!held) goto done;
     qpy_leave(&self->base);
     ret = qpy_none_or_raise(st);
 done:

@@ -239,7 +239,8 @@ PyObject *qpy_index_defaults(PyObject *mod, PyObject *unused) {
 }
 
 /* index_build(out, encoder, corpus, options, progress): the encoder is held
- * for the whole build */
+ * for the whole build; KeyboardInterrupt (or progress's exception) leaves
+ * a build that resumes */
 PyObject *qpy_index_build(PyObject *mod, PyObject *args) {
     const char *out, *corpus;
     PyObject *enc_o, *opts, *progress;
@@ -247,13 +248,18 @@ PyObject *qpy_index_build(PyObject *mod, PyObject *args) {
     qpy_obj *enc = qpy_encoder_obj(enc_o);
     qac_index_build_opts o;
     if (!enc || build_opts_get(&o, opts) < 0 || qpy_enter(enc, QPY_EXCLUSIVE) < 0) return NULL;
-    qpy_cb cb = qpy_cb_of(progress, 0);
+    /* Ctrl-C, or an exception from progress, stops the encoding within a
+     * layer's time (the build asks its encoder on this thread); what is
+     * written stays, and the next build resumes from it */
+    qpy_cb cb = qpy_cb_of(progress, qpy_on_main_thread());
     o.progress = qpy_progress;
     o.progress_user = &cb;
+    qpy_encoder_watch(enc, &cb);
     qac_status st;
     Py_BEGIN_ALLOW_THREADS
     st = qac_index_build(out, qpy_encoder_handle(enc), corpus, &o);
     Py_END_ALLOW_THREADS
+    qpy_encoder_watch(enc, NULL);
     qpy_leave(enc);
     return qpy_cb_finish(&cb, st);
 }
@@ -368,13 +374,16 @@ static PyObject *parts_encode(PartsObject *self, PyObject *args) {
         qpy_leave(&self->base);
         goto done;
     }
+    qpy_cb cb = qpy_cb_of(Py_None, qpy_on_main_thread());
+    qpy_encoder_watch(enc, &cb);
     qac_status st;
     Py_BEGIN_ALLOW_THREADS
     st = qac_index_parts_encode(self->p, (int)tx.n, rows.buf, ids.ptr, tx.ptr, tx.len, offs.buf, lines.buf);
     Py_END_ALLOW_THREADS
+    qpy_encoder_watch(enc, NULL);
     qpy_leave(enc);
     qpy_leave(&self->base);
-    ret = qpy_none_or_raise(st);
+    ret = qpy_cb_finish(&cb, st);
 done:
     if (rows.obj) PyBuffer_Release(&rows);
     if (offs.obj) PyBuffer_Release(&offs);

@@ -279,9 +279,14 @@ qpy_obj *qpy_encoder_obj(PyObject *o) {
 
 qac_encoder *qpy_encoder_handle(qpy_obj *o) { return ((EncoderObject *)o)->e; }
 
+void qpy_encoder_watch(qpy_obj *o, qpy_cb *c) {
+    qac_encoder_set_cancel(((EncoderObject *)o)->e, c ? qpy_cancel : NULL, c);
+}
+
 /* encode(texts, max_len, out, prompt=None): out is a writable float32
  * buffer of len(texts) * dim items, filled in place; the prompt goes
- * before every text (qac_encoder_encode_texts_prompted). */
+ * before every text (qac_encoder_encode_texts_prompted). Ctrl-C raises
+ * KeyboardInterrupt within a layer's time; out is then partly written. */
 static PyObject *encoder_encode(EncoderObject *self, PyObject *args) {
     PyObject *seq, *out, *ret = NULL;
     int max_len;
@@ -297,13 +302,16 @@ static PyObject *encoder_encode(EncoderObject *self, PyObject *args) {
     }
     if (qpy_buf_get(&b, out, 'f', 4, t.n * self->dim, 1, "encode output") < 0) goto done;
     if (qpy_enter(&self->base, QPY_EXCLUSIVE) < 0) goto done;
+    qpy_cb cb = qpy_cb_of(Py_None, qpy_on_main_thread()); /* Ctrl-C stops it between batches and layers */
+    qpy_encoder_watch(&self->base, &cb);
     qac_status st;
     Py_BEGIN_ALLOW_THREADS
     st = qac_encoder_encode_texts_prompted(self->e, prompt, t.ptr, t.len, (int)t.n, max_len, b.buf);
     Py_END_ALLOW_THREADS
+    qpy_encoder_watch(&self->base, NULL);
     self->truncated = qac_encoder_truncated(self->e);
     qpy_leave(&self->base);
-    ret = qpy_none_or_raise(st);
+    ret = qpy_cb_finish(&cb, st);
 done:
     if (b.obj) PyBuffer_Release(&b);
     qpy_texts_free(&t);

@@ -66,6 +66,7 @@ static int add_error(PyObject *m, const char *name, qac_status st, PyObject *ext
 }
 
 PyMODINIT_FUNC PyInit__qac(void) {
+    if (qpy_args_init() < 0) return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (!m) return NULL;
     PyTypeObject *types[] = {&qpy_ModelType, &qpy_EncoderType, &qpy_PartsType,

@@ -99,6 +99,7 @@ typedef struct qpy_cb {
     PyObject *fn;      /* borrowed; may be NULL */
     int check_signals; /* the call runs on the main thread: signals can be handled */
     int failed;
+    double next_check; /* qpy_cancel: when to look for signals next */
     PyObject *type, *value, *tb;
 } qpy_cb;
 
@@ -112,6 +113,15 @@ int qpy_cb_event(qpy_cb *c, const char *fmt, ...);
 void qpy_progress(void *user, const char *phase, uint64_t done, uint64_t total);
 /* After the call: the callback's exception wins over the status it caused. */
 PyObject *qpy_cb_finish(qpy_cb *c, qac_status st);
+/* A library cancel hook (qac_encoder_cancel_fn) over c, asked without the
+ * GIL: nonzero once c failed, or (on the main thread, at most every 20 ms,
+ * taking the GIL briefly) once a signal handler raised, as Ctrl-C's does. */
+int qpy_cancel(void *c);
+/* Whether the calling thread is the main thread, the one signal handlers
+ * run on (qpy_cb_of's check_signals for calls that only stop on signals). */
+int qpy_on_main_thread(void);
+/* Module init: remember the main thread. */
+int qpy_args_init(void);
 
 /* A sequence of str or bytes as UTF-8 pointers and lengths, valid while
  * keep (a tuple holding the items) lives. */
@@ -153,6 +163,9 @@ extern PyTypeObject qpy_ModelType, qpy_EncoderType, qpy_PartsType, qpy_IndexType
 qac_model *qpy_model_arg(PyObject *o);
 qpy_obj *qpy_encoder_obj(PyObject *o);
 qac_encoder *qpy_encoder_handle(qpy_obj *o);
+/* While a call holds the encoder exclusively: Ctrl-C and c's callback stop
+ * its encoding between batches and layers (c NULL: nothing does). */
+void qpy_encoder_watch(qpy_obj *o, qpy_cb *c);
 
 PyObject *qpy_index_build(PyObject *mod, PyObject *args);
 PyObject *qpy_index_build_vectors(PyObject *mod, PyObject *args);

@@ -108,6 +108,48 @@ static void test_pooling(void) {
     CHECK(out[0] == 0 && out[1] == 0); /* F.normalize of a zero vector is zero, not NaN */
 }
 
+/* A cancel hook that says stop at its `at`-th question, counting them. */
+typedef struct cancel_count {
+    int asked, at;
+} cancel_count;
+
+static int cancel_at(void *user) {
+    cancel_count *c = user;
+    return ++c->asked >= c->at;
+}
+
+/* Cancellation: the hook is asked before each batch and between layers;
+ * saying stop ends the call with QAC_ERR_CANCELLED at once, the encoder
+ * stays usable (the next call gives the reference bits) and counts no
+ * truncation for the texts it did not encode. a holds the texts' vectors. */
+static void test_cancel(qac_encoder *e_batched, qac_encoder *e_single, const char **texts, int n, const float *a,
+                        float *b, int C) {
+    int layers = qac_encoder_model(e_batched)->cfg.num_layers;
+    for (int which = 0; which < 2; which++) {
+        qac_encoder *e = which ? e_single : e_batched; /* max_batch 1: a batch per text */
+        cancel_count never = {0, 1 << 30};
+        qac_encoder_set_cancel(e, cancel_at, &never);
+        CHECK_OK(qac_encoder_encode_texts(e, texts, NULL, n, 64, b));
+        int batches = which ? n : 1;
+        /* asked once per batch, then before each layer of it */
+        CHECK_MSG(never.asked == batches * (1 + layers), "asked %d times for %d batches of %d layers", never.asked,
+                  batches, layers);
+        for (int at = 1; at <= never.asked; at += layers / 2 + 1) {
+            cancel_count stop = {0, at};
+            int64_t cut = qac_encoder_truncated(e);
+            qac_encoder_set_cancel(e, cancel_at, &stop);
+            CHECK_ERR(qac_encoder_encode_texts(e, texts, NULL, n, 2, b), QAC_ERR_CANCELLED, "cancelled");
+            CHECK_MSG(stop.asked == at, "asked %d times after saying stop at %d", stop.asked, at);
+            CHECK(qac_encoder_truncated(e) == cut);
+            qac_encoder_set_cancel(e, NULL, NULL);
+            memset(b, 0, (size_t)n * C * sizeof *b);
+            CHECK_OK(qac_encoder_encode_texts(e, texts, NULL, n, 64, b));
+            CHECK_MSG(memcmp(a, b, (size_t)n * C * sizeof *b) == 0, "after a cancel at %d the vectors differ", at);
+        }
+    }
+    printf("cancel: asked before each batch and layer, stops there, the encoder stays usable\n");
+}
+
 static void test_encoder(void) {
     qac_model *m = NULL;
     CHECK_OK(qac_model_load(&m, qac_test_model_dir()));
@@ -197,6 +239,7 @@ static void test_encoder(void) {
         qac_encoder_free(eb1), qac_encoder_free(eb2);
         free(c), free(d);
     }
+    test_cancel(e1, e2, texts, n, a, b, C);
     /* bad input */
     int32_t bad_ids[3] = {101, 999999, 102};
     const int32_t *pids[1] = {bad_ids};
