@@ -1,6 +1,6 @@
 """Ctrl-C in Python: a SIGINT sent to a process in the middle of a long
-Encoder.encode, a text Index.search, an Index.build or a wait for another
-thread's encode raises KeyboardInterrupt within 1 s, measured from the kill
+Encoder.encode, a text Index.search, a BM25.search, an Index.build or a
+wait for another thread's encode raises KeyboardInterrupt within 1 s, measured from the kill
 to the except clause (CLOCK_MONOTONIC, shared by the two processes). The
 object then still gives the reference answer, and the interrupted build,
 run again, resumes to the bytes `qac index build` writes in one go.
@@ -55,6 +55,12 @@ def child(what, arg):
         ref = ix.search(queries[:3], k=5)
         work = lambda: ix.search(queries * 100, k=5)  # noqa: E731 - 22,500 queries
         check = lambda: all(np.array_equal(a, b) for a, b in zip(ix.search(queries[:3], k=5), ref))  # noqa: E731
+    elif what == "bm25":
+        queries = list(qac.read_queries(os.path.join(cranfield_dir(), "cran.qry")).values())
+        bm = qac.BM25.open(arg)
+        ref = bm.search(queries[:3], k=5)
+        work = lambda: bm.search(queries * 2000, k=5)  # noqa: E731 - 450,000 queries
+        check = lambda: all(np.array_equal(a, b) for a, b in zip(bm.search(queries[:3], k=5), ref))  # noqa: E731
     elif what == "wait":  # the main thread waits for another thread's encode of the same encoder
         enc = qac.Encoder(device="cpu")
         ref = enc.encode(docs[:4])
@@ -133,6 +139,15 @@ def test_ctrl_c_stops_text_search(tmp, corpus):
     print(f"search: KeyboardInterrupt {s:.3f} s after SIGINT")
     assert s < BOUND_S, f"search: KeyboardInterrupt {s:.3f} s after SIGINT"
     assert last["usable"], "search: other results after the interrupt"
+
+
+def test_ctrl_c_stops_bm25_search(tmp, corpus):
+    bm = os.path.join(tmp, "interrupt-bm25")
+    qac.BM25.build(corpus, bm)
+    s, last = interrupt("bm25", bm)
+    print(f"bm25: KeyboardInterrupt {s:.3f} s after SIGINT")
+    assert s < BOUND_S, f"bm25: KeyboardInterrupt {s:.3f} s after SIGINT"
+    assert last["usable"], "bm25: other results after the interrupt"
 
 
 def test_ctrl_c_stops_build_and_it_resumes(qac_bin, tmp, corpus):
