@@ -92,7 +92,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t route_len = strcspn(path, "?#");
     int tei_route = (route_len == 6 && !strncmp(path, "/embed", 6)) || (route_len == 10 && !strncmp(path, "/embed_all", 10)) ||
                     (route_len == 7 && !strncmp(path, "/decode", 7)) || (route_len == 1 && !strcmp(method, "POST")) ||
-                    (route_len == 9 && !strncmp(path, "/tokenize", 9));
+                    (route_len == 9 && !strncmp(path, "/tokenize", 9)) ||
+                    (route_len == 7 && !strncmp(path, "/rerank", 7));
     int known = (tei_route && (r.status == 424 || r.status == 429)) || r.status == 200 || r.status == 400 || r.status == 404 || r.status == 405 || r.status == 413 ||
                 r.status == 422 || r.status == 503;
     if (!known || !r.body || !r.content_type) abort();
