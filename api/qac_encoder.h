@@ -18,7 +18,8 @@ extern "C" {
 typedef enum qac_precision {
     QAC_PREC_FP32 = 0,
     QAC_PREC_FP16 = 1,
-    QAC_PREC_BF16 = 2
+    QAC_PREC_BF16 = 2,
+    QAC_PREC_INT8 = 3
 } qac_precision;
 
 typedef struct qac_encoder_opts {
@@ -26,11 +27,23 @@ typedef struct qac_encoder_opts {
     int threads;             /* CPU threads; 0 = all cores */
     int max_batch;           /* sequences per forward pass; 0 = backend default */
     qac_precision precision; /* CUDA only */
-    /* CPU: QAC_PREC_FP32 (the default, 0) or QAC_PREC_BF16: the linear
+    /* CPU: QAC_PREC_FP32 (the default, 0); QAC_PREC_BF16: the linear
      * layers' weights and inputs in bf16, products summed in fp32
-     * (vdpbf16ps where the CPU has AVX512_BF16); the rest stays fp32. */
+     * (vdpbf16ps where the CPU has AVX512_BF16); QAC_PREC_INT8: the linear
+     * layers' weights in int8 (per output channel) and their inputs in 8
+     * bits (per token), products summed in int32 by VPDPBUSD (AVX512-VNNI or
+     * AVX-VNNI). The rest (embeddings, LayerNorm, attention, softmax, the
+     * residual stream, pooling) stays fp32. int8 on a CPU path without
+     * VNNI runs in fp32 instead: qac_encoder_cpu_precision says so and
+     * qac_encoder_cpu_note says why. */
     qac_precision cpu_precision;
 } qac_encoder_opts;
+
+/* A CPU encoder precision by name: "fp32", "bf16" or "int8"; any other is
+ * QAC_ERR_INVALID with a message naming it. */
+qac_status qac_precision_parse(const char *name, qac_precision *out);
+/* "fp32", "fp16", "bf16" or "int8". */
+const char *qac_precision_name(qac_precision p);
 
 /* Defaults: AUTO, all cores, backend batch, bf16 on CUDA. */
 qac_encoder_opts qac_encoder_default_opts(void);
@@ -42,8 +55,13 @@ void qac_encoder_free(qac_encoder *e);
 
 int qac_encoder_dim(const qac_encoder *e);
 qac_device qac_encoder_device(const qac_encoder *e);
-/* QAC_PREC_BF16 when the encoder runs on the CPU in bf16 mode, else FP32. */
+/* The precision the CPU encoder's linear layers run in (BF16, INT8 or
+ * FP32); FP32 on CUDA. */
 qac_precision qac_encoder_cpu_precision(const qac_encoder *e);
+/* NULL, or why the CPU encoder runs in another precision than the one asked
+ * for (int8 on a CPU path without VNNI runs in fp32), for the program to
+ * show: the library prints nothing. Owned by the encoder. */
+const char *qac_encoder_cpu_note(const qac_encoder *e);
 const qac_model *qac_encoder_model(const qac_encoder *e);
 
 /* raw = 1: the following encode calls return the pooled vectors without

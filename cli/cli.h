@@ -7,6 +7,7 @@
 
 #include "qac_config.h"
 #include "qac_data.h"
+#include "qac_encoder.h"
 #include "qac_model.h"
 #include "qac_fusion.h"
 #include "qac_pair.h"
@@ -69,6 +70,11 @@ int qac_cli_fail(const char *cmd);
 /* Map --device / --format choices (already validated by the option table). */
 qac_device qac_cli_device(const char *name);
 qac_text_format qac_cli_format(const char *name);
+/* --dtype's value (validated by the option table) as a precision. */
+qac_precision qac_cli_dtype(const char *name);
+/* When the encoder runs in another precision than asked (int8 without
+ * VNNI), say so on stderr: "qac <cmd>: note: ...". */
+void qac_cli_encoder_note(const char *cmd, const qac_encoder *e);
 /* Resolve --model: the flag's value, or the default model directory. */
 const char *qac_cli_model_dir(const qac_opts *o, char *buf, size_t cap);
 /* A training run's --out, checked before the work: a directory (or one to

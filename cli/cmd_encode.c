@@ -28,8 +28,8 @@ static const qac_opt encode_opts[] = {
     {"batch", QAC_OPT_INT, "0", 0, 4096, NULL, "QAC_BATCH", "sequences per forward pass; 0 = backend default", 0},
     {"threads", QAC_OPT_INT, "0", 0, 1024, NULL, "QAC_THREADS", "CPU threads; 0 = all cores", 0},
     {"device", QAC_OPT_ENUM, "auto", 0, -1, "auto|cpu|cuda", "QAC_DEVICE", "encoder backend", 0},
-    {"dtype", QAC_OPT_ENUM, "fp32", 0, -1, "fp32|bf16", "QAC_DTYPE",
-     "CPU encoder precision: bf16 runs the linear layers in bf16 (fp32 sums)", 0},
+    {"dtype", QAC_OPT_ENUM, "fp32", 0, -1, "fp32|bf16|int8", "QAC_DTYPE",
+     "CPU encoder precision: bf16 runs the linear layers in bf16 (fp32 sums), int8 in int8 (int32 sums, VNNI; fp32 on a CPU without it)", 0},
     QAC_CPU_ISA_OPT,
 };
 #define N_OPTS (int)(sizeof encode_opts / sizeof encode_opts[0])
@@ -82,7 +82,7 @@ int qac_cmd_encode(int argc, char **argv) {
     eo.device = qac_cli_device(dev);
     eo.threads = (int)qac_opts_int(&o, "threads");
     eo.max_batch = (int)qac_opts_int(&o, "batch");
-    eo.cpu_precision = strcmp(qac_opts_str(&o, "dtype"), "bf16") ? QAC_PREC_FP32 : QAC_PREC_BF16;
+    eo.cpu_precision = qac_cli_dtype(qac_opts_str(&o, "dtype"));
 
     qac_model *m = NULL;
     qac_encoder *e = NULL;
@@ -102,6 +102,7 @@ int qac_cmd_encode(int argc, char **argv) {
     if (!st) st = qac_cli_apply_prompts(&o, m);
     const char *prompt = st ? NULL : is_query ? qac_model_query_prompt(m) : qac_model_passage_prompt(m);
     if (!st) st = qac_encoder_create(&e, m, &eo);
+    if (!st) qac_cli_encoder_note("encode", e);
     if (!st) max_len = qac_encoder_max_len(e, max_len);
     if (!st) st = qac_matrix_writer_open(&w, output, qac_encoder_dim(e));
     if (!st && ids_path) st = qac_atomic_open(&ids_af, ids_path);

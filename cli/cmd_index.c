@@ -32,8 +32,9 @@ static const qac_opt build_opts[] = {
     {"max-len", QAC_OPT_INT, "0", 0, 8192, NULL, NULL, "passage max tokens incl. specials (0 = the model's)", 0},
     {"shard-size", QAC_OPT_INT, "100000", 1, 100000000, NULL, NULL, "passages per shard (resume granularity)", 0},
     {"dtype", QAC_OPT_ENUM, "fp32", 0, -1, "fp32|fp16", NULL, "storage type of the shard vectors", 0},
-    {"encoder-dtype", QAC_OPT_ENUM, "fp32", 0, -1, "fp32|bf16", "QAC_DTYPE",
-     "CPU encoder precision: bf16 runs the linear layers in bf16 (fp32 sums); recorded in the manifest", 0},
+    {"encoder-dtype", QAC_OPT_ENUM, "fp32", 0, -1, "fp32|bf16|int8", "QAC_DTYPE",
+     "CPU encoder precision: bf16 runs the linear layers in bf16 (fp32 sums), int8 in int8 (int32 sums, VNNI; fp32 "
+     "on a CPU without it); recorded in the manifest", 0},
     {"train-size", QAC_OPT_INT, "0", 0, 1e12, NULL, NULL,
      "vectors sampled for IVF/PQ/SQ training (0 = 256 x nlist, else 100000)", 0},
     QAC_CLI_PROMPT_OPTS,
@@ -132,10 +133,11 @@ static int cmd_build(int argc, char **argv) {
         eo.device = qac_cli_device(qac_opts_str(&o, "device"));
         eo.threads = (int)qac_opts_int(&o, "threads");
         eo.max_batch = bo.batch;
-        eo.cpu_precision = strcmp(qac_opts_str(&o, "encoder-dtype"), "bf16") ? QAC_PREC_FP32 : QAC_PREC_BF16;
+        eo.cpu_precision = qac_cli_dtype(qac_opts_str(&o, "encoder-dtype"));
         st = qac_model_load(&m, model_dir);
         if (!st) st = qac_cli_apply_prompts(&o, m);
         if (!st) st = qac_encoder_create(&enc, m, &eo);
+        if (!st) qac_cli_encoder_note("index build", enc);
         if (!st && qac_encoder_device(enc) == QAC_DEVICE_CUDA) {
             eo.device = QAC_DEVICE_CUDA;
             for (; !st && n_more + 1 < (int)qac_opts_int(&o, "streams"); n_more++)

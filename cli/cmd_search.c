@@ -30,8 +30,9 @@ static const qac_opt search_opts[] = {
     {"run-id", QAC_OPT_STR, "qac", 0, -1, NULL, NULL, "run name in the last column", 0},
     {"device", QAC_OPT_ENUM, "auto", 0, -1, "auto|cpu|cuda", "QAC_DEVICE", "encoder and search device", 0},
     {"threads", QAC_OPT_INT, "0", 0, 1024, NULL, "QAC_THREADS", "CPU threads for the encoder and the flat scan (0 = all cores)", 0},
-    {"dtype", QAC_OPT_ENUM, "fp32", 0, -1, "fp32|bf16", "QAC_DTYPE",
-     "CPU query encoder precision: bf16 runs the linear layers in bf16 (fp32 sums)", 0},
+    {"dtype", QAC_OPT_ENUM, "fp32", 0, -1, "fp32|bf16|int8", "QAC_DTYPE",
+     "CPU query encoder precision: bf16 runs the linear layers in bf16 (fp32 sums), int8 in int8 (int32 sums, "
+     "VNNI; fp32 on a CPU without it)", 0},
     {"nprobe", QAC_OPT_INT, NULL, 1, 1 << 20, NULL, NULL, "IVF lists visited per query", 0},
     {"ef-search", QAC_OPT_INT, NULL, 1, 1 << 20, NULL, NULL, "HNSW search breadth", 0},
     QAC_CLI_VERIFY_OPT,
@@ -168,8 +169,9 @@ static int search_local(const qac_opts *o, int mode, FILE *out) {
         eo.device = dev;
         eo.threads = (int)qac_opts_int(o, "threads");
         eo.max_batch = batch;
-        eo.cpu_precision = strcmp(qac_opts_str(o, "dtype"), "bf16") ? QAC_PREC_FP32 : QAC_PREC_BF16;
+        eo.cpu_precision = qac_cli_dtype(qac_opts_str(o, "dtype"));
         if (qac_encoder_create(&S.enc, m, &eo)) goto fail;
+        qac_cli_encoder_note("search", S.enc);
         if (qac_encoder_dim(S.enc) != qac_index_dim(S.ix)) {
             qac_set_error(QAC_ERR_INVALID, "model dimension %d differs from the index's %d", qac_encoder_dim(S.enc),
                           qac_index_dim(S.ix));

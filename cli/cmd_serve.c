@@ -180,6 +180,7 @@ int qac_cmd_serve(int argc, char **argv) {
         log_stderr(&lg, QAC_LOG_WARN, msg);
     }
     if (be.prompt_warning) log_stderr(&lg, QAC_LOG_WARN, be.prompt_warning);
+    if (be.encoder_note) log_stderr(&lg, QAC_LOG_WARN, be.encoder_note);
     if (!qac_opts_str(&o, "index"))
         log_stderr(&lg, QAC_LOG_WARN, "no --index: encode-only server (/search answers 503)");
     /* The port line is the start-up handshake scripts wait for, and the

@@ -52,6 +52,16 @@ qac_device qac_cli_device(const char *name) {
     return QAC_DEVICE_AUTO;
 }
 
+qac_precision qac_cli_dtype(const char *name) {
+    qac_precision p = QAC_PREC_FP32;
+    if (qac_precision_parse(name, &p)) qac_clear_error(); /* the option table took only valid names */
+    return p;
+}
+
+void qac_cli_encoder_note(const char *cmd, const qac_encoder *e) {
+    if (e && qac_encoder_cpu_note(e)) fprintf(stderr, "qac %s: note: %s\n", cmd, qac_encoder_cpu_note(e));
+}
+
 qac_text_format qac_cli_format(const char *name) {
     static const char *names[] = {"auto", "tsv", "beir", "tevatron", "cranfield"};
     for (int i = 0; name && i < 5; i++)

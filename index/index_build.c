@@ -1034,10 +1034,10 @@ static json_t *model_identity(const qac_encoder *enc) {
     json_t *j = json_pack("{s:s, s:s, s:i, s:s, s:b}", "name", m->name, "fingerprint", m->fingerprint, "dim",
                           qac_encoder_dim(enc), "pooling", m->pooling == QAC_POOL_MEAN ? "mean" : "cls", "normalize",
                           m->normalize);
-    /* bf16 encoder weights give other vectors: part of the identity (absent
-     * for fp32, so that earlier indexes still resume) */
-    if (j && qac_encoder_cpu_precision(enc) == QAC_PREC_BF16)
-        json_object_set_new(j, "encoder_dtype", json_string("bf16"));
+    /* bf16 or int8 encoder weights give other vectors: part of the identity
+     * (absent for fp32, so that earlier indexes still resume) */
+    if (j && qac_encoder_cpu_precision(enc) != QAC_PREC_FP32)
+        json_object_set_new(j, "encoder_dtype", json_string(qac_precision_name(qac_encoder_cpu_precision(enc))));
     /* the prompts the passages get, and the query prompt that goes with
      * them: absent when both are empty, as in indexes built before prompts */
     const char *qprompt = qac_model_query_prompt(m), *pprompt = qac_model_passage_prompt(m);

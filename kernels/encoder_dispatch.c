@@ -60,5 +60,6 @@ qac_status qac_encoder_create(qac_encoder **out, const qac_model *m, const qac_e
     qac_status st = device == QAC_DEVICE_AUTO ? create_auto(&be, m, &opts, &device)
                                               : create_on(&be, m, &opts, device);
     if (st != QAC_OK) return st;
-    return qac_encoder_attach(out, m, &be, device, opts.cpu_precision);
+    /* the CPU backend reports the precision it runs in: int8 without VNNI runs in fp32 */
+    return qac_encoder_attach(out, m, &be, device, device == QAC_DEVICE_CPU ? be.precision : opts.cpu_precision);
 }

@@ -171,6 +171,10 @@ qac_status qac_bert_pack_bf16(qac_bert_packed *pk, const qac_bert_config *c, con
     return pack_all(pk, c, p, qac_gemm_pack_bf16);
 }
 
+qac_status qac_bert_pack_int8(qac_bert_packed *pk, const qac_bert_config *c, const qac_bert_params *p) {
+    return pack_all(pk, c, p, qac_gemm_pack_int8);
+}
+
 void qac_bert_repack(qac_bert_packed *pk, const qac_bert_config *c, const qac_bert_params *p, qac_pool *pool) {
     int C = c->hidden_size, I = c->intermediate_size;
     for (int l = 0; l < pk->L; l++) {

@@ -264,6 +264,8 @@ typedef struct qac_bert_packed {
 qac_status qac_bert_pack(qac_bert_packed *pk, const qac_bert_config *c, const qac_bert_params *p);
 /* The same with the weights in bf16 (inference only: repack needs fp32). */
 qac_status qac_bert_pack_bf16(qac_bert_packed *pk, const qac_bert_config *c, const qac_bert_params *p);
+/* The same with the weights in int8, per output channel (inference only). */
+qac_status qac_bert_pack_int8(qac_bert_packed *pk, const qac_bert_config *c, const qac_bert_params *p);
 /* Re-pack changed weights into pk's existing buffers (no allocation). */
 void qac_bert_repack(qac_bert_packed *pk, const qac_bert_config *c, const qac_bert_params *p, qac_pool *pool);
 void qac_bert_packed_free(qac_bert_packed *pk);

@@ -7,6 +7,7 @@
 
 #include "bert_cpu.h"
 #include "encoder_backend.h"
+#include "qac_cpu.h"
 
 #define CPU_DEFAULT_BATCH 32
 
@@ -92,10 +93,19 @@ qac_status qac_cpu_backend_create(qac_encoder_backend *be, const qac_model *m, c
     if (!cb) return qac_set_error(QAC_ERR_NOMEM, "cpu encoder: out of memory");
     cb->m = m;
     qac_status st = qac_pool_create(&cb->pool, o ? o->threads : 0);
-    int bf16 = o && o->cpu_precision == QAC_PREC_BF16;
-    if (st == QAC_OK && o && o->cpu_precision != QAC_PREC_FP32 && !bf16)
-        st = qac_set_error(QAC_ERR_INVALID, "cpu encoder: precision must be fp32 or bf16");
-    if (st == QAC_OK) st = bf16 ? qac_bert_pack_bf16(&cb->packed, &m->cfg, &m->p) : qac_bert_pack(&cb->packed, &m->cfg, &m->p);
+    qac_precision prec = o ? o->cpu_precision : QAC_PREC_FP32;
+    const char *note = NULL;
+    if (st == QAC_OK && prec != QAC_PREC_FP32 && prec != QAC_PREC_BF16 && prec != QAC_PREC_INT8)
+        st = qac_set_error(QAC_ERR_INVALID, "cpu encoder: precision %d must be fp32, bf16 or int8", (int)prec);
+    if (st == QAC_OK && prec == QAC_PREC_INT8 && !qac_cpu_vnni()) {
+        /* the portable int8 kernel gives the same bits but is far slower than fp32 */
+        note = "int8 needs VNNI (AVX512-VNNI or AVX-VNNI), which this CPU path lacks: the encoder runs in fp32";
+        prec = QAC_PREC_FP32;
+    }
+    if (st == QAC_OK)
+        st = prec == QAC_PREC_BF16   ? qac_bert_pack_bf16(&cb->packed, &m->cfg, &m->p)
+             : prec == QAC_PREC_INT8 ? qac_bert_pack_int8(&cb->packed, &m->cfg, &m->p)
+                                     : qac_bert_pack(&cb->packed, &m->cfg, &m->p);
     if (st != QAC_OK) {
         qac_pool_free(cb->pool);
         free(cb);
@@ -107,5 +117,7 @@ qac_status qac_cpu_backend_create(qac_encoder_backend *be, const qac_model *m, c
     be->set_cancel = cpu_set_cancel;
     be->free = cpu_free;
     be->max_batch = o && o->max_batch > 0 ? o->max_batch : CPU_DEFAULT_BATCH;
+    be->precision = prec;
+    be->note = note;
     return QAC_OK;
 }

@@ -17,6 +17,7 @@ struct qac_encoder {
     qac_encoder_backend be;
     qac_device device;
     qac_precision cpu_precision; /* of the CPU backend; FP32 on CUDA */
+    const char *cpu_note;        /* why cpu_precision is not the one asked for, or NULL */
     int max_batch;
     /* reused across calls, grown on demand */
     struct len_idx *order; /* [n] (length, index), longest first */
@@ -41,6 +42,21 @@ struct qac_encoder {
     void *cancel_user;
 };
 
+static const char *const precision_names[] = {"fp32", "fp16", "bf16", "int8"};
+
+qac_status qac_precision_parse(const char *name, qac_precision *out) {
+    for (int i = 0; name && i < 4; i++)
+        if (i != QAC_PREC_FP16 && !strcmp(name, precision_names[i])) {
+            *out = (qac_precision)i;
+            return QAC_OK;
+        }
+    return qac_set_error(QAC_ERR_INVALID, "dtype '%s': not one of fp32|bf16|int8", name ? name : "(null)");
+}
+
+const char *qac_precision_name(qac_precision p) {
+    return (int)p >= 0 && (int)p < 4 ? precision_names[p] : "?";
+}
+
 qac_encoder_opts qac_encoder_default_opts(void) {
     qac_encoder_opts o = {QAC_DEVICE_AUTO, 0, 0, QAC_PREC_BF16, QAC_PREC_FP32};
     return o;
@@ -59,6 +75,7 @@ qac_status qac_encoder_attach(qac_encoder **out, const qac_model *m, const qac_e
     e->device = device;
     e->max_batch = e->be.max_batch > 0 ? e->be.max_batch : 32;
     e->cpu_precision = device == QAC_DEVICE_CPU ? cpu_precision : QAC_PREC_FP32;
+    e->cpu_note = device == QAC_DEVICE_CPU ? e->be.note : NULL;
     *out = e;
     return QAC_OK;
 }
@@ -82,6 +99,7 @@ void qac_encoder_free(qac_encoder *e) {
 int qac_encoder_dim(const qac_encoder *e) { return e->m->cfg.hidden_size; }
 qac_device qac_encoder_device(const qac_encoder *e) { return e->device; }
 qac_precision qac_encoder_cpu_precision(const qac_encoder *e) { return e->cpu_precision; }
+const char *qac_encoder_cpu_note(const qac_encoder *e) { return e->cpu_note; }
 const qac_model *qac_encoder_model(const qac_encoder *e) { return e->m; }
 
 double qac_encoder_device_seconds(const qac_encoder *e) {

@@ -30,11 +30,16 @@ typedef struct qac_encoder_backend {
     /* Optional (NULL: not measured): seconds the device spent on forward
      * calls so far, timed on the device (CUDA: events on the stream). */
     double (*device_seconds)(void *impl);
+    /* The precision the backend's linear layers run in, and NULL or why it
+     * differs from the one asked for (a static string). */
+    qac_precision precision;
+    const char *note;
 } qac_encoder_backend;
 
 /* A front end over be (taken over: freed with the encoder, or here on
  * failure) for m. cpu_precision is what qac_encoder_cpu_precision reports
- * when device is QAC_DEVICE_CPU. */
+ * when device is QAC_DEVICE_CPU (the backend's own be->precision: the one
+ * it runs in), and be->note what qac_encoder_cpu_note does. */
 qac_status qac_encoder_attach(qac_encoder **out, const qac_model *m, const qac_encoder_backend *be,
                               qac_device device, qac_precision cpu_precision);
 

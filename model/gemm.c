@@ -7,6 +7,7 @@
  * is a sequential FMA chain over k, so every kernel gives the same bits;
  * the tile shape only changes how many chains run side by side. */
 #include "gemm.h"
+#include "gemm_int8.h"
 #include "qac_bf16.h"
 #include "qac_cpu.h"
 #include "qac_util.h"
@@ -118,6 +119,7 @@ void qac_gemm_packed_free(qac_packed_w *pw) {
     if (!pw) return;
     free(pw->p);
     free(pw->pb);
+    free(pw->pq); /* qscale and qsum live in the same block */
     memset(pw, 0, sizeof *pw);
 }
 
@@ -511,6 +513,8 @@ typedef struct gemm_ctx {
     rows_bf16_fn rows_bf16;
     round_row_fn round_row;
     uint16_t *abuf; /* bf16 mode: per thread [mc, 2 IC2], the block's rows in bf16 */
+    unsigned char *qbuf; /* int8 mode: per thread qbuf_stride bytes, the block's rows quantised */
+    size_t qbuf_stride;
     qac_gemm_post_fn post;
     void *post_ctx;
 } gemm_ctx;
@@ -522,7 +526,10 @@ static void gemm_task(void *vctx, int64_t begin, int64_t end, int tid) {
         /* block blk: tiles [blk tiles / nb, (blk + 1) tiles / nb) */
         int r0 = (int)(blk * g->tiles / g->nb) * MBLK, r1 = (int)((blk + 1) * g->tiles / g->nb) * MBLK;
         if (r1 > g->N) r1 = g->N;
-        if (g->abuf) {
+        if (g->qbuf) {
+            qac_gemm_int8_rows(g->out + (size_t)r0 * OC, g->inp + (size_t)r0 * IC, g->pw, g->bias,
+                               g->resid ? g->resid + (size_t)r0 * OC : NULL, r1 - r0, g->qbuf + (size_t)tid * g->qbuf_stride);
+        } else if (g->abuf) {
             int IC2 = (IC + 1) / 2;
             uint16_t *ab = g->abuf + (size_t)tid * g->mc * IC2 * 2;
             for (int r = r0; r < r1; r++) {
@@ -561,13 +568,19 @@ void qac_gemm_then(float *out, const float *inp, const qac_packed_w *pw, const f
     if (nb > tiles) nb = tiles;
     mc = (int)((tiles + nb - 1) / nb) * MBLK;
     gemm_ctx g = {out, inp, bias, resid, pw, N, mc, tiles, nb, pick_rows(), pick_rows_bf16(), pick_round_row(), NULL,
-                  post, post_ctx};
+                  NULL, 0, post, post_ctx};
     if (pw->pb) {
         g.abuf = qac_malloc_lines((size_t)nt * mc * ((pw->IC + 1) / 2) * 2 * sizeof(uint16_t));
         if (!g.abuf) abort(); /* out of memory: no status to return here */
     }
+    if (pw->pq) {
+        g.qbuf_stride = qac_gemm_int8_scratch(mc, pw->IC);
+        g.qbuf = qac_malloc_lines((size_t)nt * g.qbuf_stride);
+        if (!g.qbuf) abort(); /* out of memory: no status to return here (as bf16's buffer above) */
+    }
     qac_pool_for(pool, nb, 1, gemm_task, &g);
     free(g.abuf);
+    free(g.qbuf);
 }
 
 void qac_gemm_strided(float *out, int ldo, const float *inp, int ldi, const float *packed, int IC, int OC,

@@ -22,6 +22,14 @@ typedef struct qac_packed_w {
     /* or, in bf16 mode (p NULL): [ceil(OC / 16), ceil(IC / 2), 16, 2]:
      * pb[((j * IC2 + k2) * 16 + c) * 2 + e] = bf16(W[16 j + c][2 k2 + e]) */
     uint16_t *pb;
+    /* or, in int8 mode (p, pb NULL; see gemm_int8.c): one allocation of
+     * [ceil(OC / 16), ceil(IC / 4), 16, 4] int8 weights,
+     * pq[((j * IC4 + k4) * 16 + c) * 4 + e] = q(W[16 j + c][4 k4 + e]), then
+     * per output channel (zero-padded to the panels) its scale and the sum
+     * of its quantised weights */
+    int8_t *pq;
+    float *qscale;
+    int32_t *qsum;
 } qac_packed_w;
 
 /* Pack W [OC, IC] (row-major, torch.nn.Linear layout). */
@@ -37,6 +45,15 @@ void qac_gemm_packed_free(qac_packed_w *pw);
  * get the same bits from a scalar emulation, much slower. */
 qac_status qac_gemm_pack_bf16(qac_packed_w *pw, const float *w, int OC, int IC);
 uint16_t qac_bf16_round(float x);
+
+/* int8 mode: W quantised symmetrically per output channel (W[o][k] ~
+ * qscale[o] q[o][k], q in [-127, 127], qscale[o] = max_k |W[o][k]| / 127).
+ * qac_gemm then quantises each inp row on its own (8 bits, its own scale
+ * and zero point: a row's result never depends on the other rows), sums
+ * the products exactly in int32 (VPDPBUSD where the CPU has VNNI, plain C
+ * otherwise: the same integers) and dequantises in the epilogue, before
+ * bias and residual. gemm_int8.c has the arithmetic, step by step. */
+qac_status qac_gemm_pack_int8(qac_packed_w *pw, const float *w, int OC, int IC);
 
 /* out [N, OC] = inp [N, IC] W^T, then + bias [OC] when not NULL, then
  * + resid [N, OC] when not NULL (resid may alias out). */

@@ -167,7 +167,7 @@ static void layer_packed(qac_packed_w pw[4], const qac_qgen_acts *a, const qac_q
     float *base = a->packed + (size_t)l * packed_per_layer(q);
     int oc[4] = {3 * C, C, I, C}, ic[4] = {C, C, C, I};
     for (int k = 0; k < 4; k++) {
-        pw[k] = (qac_packed_w){base, ic[k], oc[k], NULL};
+        pw[k] = (qac_packed_w){.p = base, .IC = ic[k], .OC = oc[k]};
         base += qac_gemm_packed_floats(oc[k], ic[k]);
     }
 }

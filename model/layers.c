@@ -320,7 +320,7 @@ void qac_matmul_backward(float *dinp, float *dw, float *db, const float *dout, c
     if (dinp) {
         /* dinp [N, IC] = dout [N, OC] . W [OC, IC] (+ dresid) */
         qac_gemm_pack_parallel(scratch, w, IC, OC, IC, 1, pool);
-        qac_packed_w pw = {scratch, OC, IC, NULL};
+        qac_packed_w pw = {.p = scratch, .IC = OC, .OC = IC};
         qac_gemm(dinp, dout, &pw, NULL, dresid, N, pool);
     }
 }

@@ -131,6 +131,7 @@ typedef struct qac_server_backend {
     int include_prompt;                  /* 0: the pooling skips prompt tokens */
     const char *index_query_prompt, *index_passage_prompt; /* the index's (NULL: unknown or no index) */
     const char *prompt_warning;          /* a prompt mismatch served anyway, or NULL */
+    const char *encoder_note;            /* why the encoder runs in another precision than asked, or NULL */
     /* [CLS] prompt+text [SEP] cut to max_len (prompt NULL or "": encode_text);
      * *pool_from: tokens the pooling skips. Thread-safe. Required when any
      * prompt is set. */

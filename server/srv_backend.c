@@ -157,7 +157,8 @@ qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, c
     qac_encoder_opts eo = qac_encoder_default_opts();
     eo.device = dev;
     eo.threads = threads;
-    eo.cpu_precision = dtype && !strcmp(dtype, "bf16") ? QAC_PREC_BF16 : QAC_PREC_FP32;
+    eo.cpu_precision = QAC_PREC_FP32;
+    if (dtype && (st = qac_precision_parse(dtype, &eo.cpu_precision))) goto fail;
     /* The CPU forward pass gives a text the same bits in any batch; the GPU's
      * may not, so use `qac search`'s batch there too: a remote run then
      * matches an offline one exactly. */
@@ -242,6 +243,7 @@ qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, c
     be->prompt_texts = (const char *const *)m->prompt_texts;
     be->include_prompt = m->include_prompt;
     if (r->prompt_warning[0]) be->prompt_warning = r->prompt_warning;
+    be->encoder_note = qac_encoder_cpu_note(r->enc);
     if (r->index) {
         be->index = r->index;
         be->index_count = qac_index_count(r->index);

@@ -15,7 +15,7 @@ static const qac_opt serve_opts[] = {
     {"port", QAC_OPT_INT, "8080", 0, 65535, NULL, "QAC_PORT", "TCP port (0: any free port)", 0},
     {"threads", QAC_OPT_INT, "0", 0, 1024, NULL, "QAC_THREADS", "CPU threads for the encoder and the flat scan (0: all cores)", 0},
     {"device", QAC_OPT_ENUM, "auto", 1, 0, "auto|cpu|cuda", "QAC_DEVICE", "encoder and index device", 0},
-    {"dtype", QAC_OPT_ENUM, "fp32", 1, 0, "fp32|bf16", "QAC_DTYPE", "CPU encoder precision: bf16 runs the linear layers in bf16 (fp32 sums)", 0},
+    {"dtype", QAC_OPT_ENUM, "fp32", 1, 0, "fp32|bf16|int8", "QAC_DTYPE", "CPU encoder precision: bf16 runs the linear layers in bf16 (fp32 sums), int8 in int8 (int32 sums, VNNI; fp32 on a CPU without it)", 0},
     {"verify", QAC_OPT_ENUM, "full", 1, 0, "full|size|none", "QAC_VERIFY", "check index.faiss and the corpus at start: every byte against the manifest's checksums, sizes only (very large indexes), or none (index.faiss unchecked: for a manifest without a checksum); the FAISS index's structure is checked in every mode", 0},
     {"allow-model-mismatch", QAC_OPT_BOOL, "false", 1, 0, NULL, "QAC_ALLOW_MODEL_MISMATCH", "serve an index whose recorded model differs from --model, or records none (built from --vectors without --model)", 0},
     {"query-prompt", QAC_OPT_STR, NULL, 1, 0, NULL, "QAC_QUERY_PROMPT", "text put before every query of /search (and /encode kind query, /embed prompt_name query); default: the model's \"query\" prompt, '' for none; must be the one the index was built for", 0},

@@ -140,7 +140,7 @@ qac_status qac_mlm_loss_ws(qac_mlm_ws *ws, double *loss, float *dstates, qac_mlm
     double *row_loss = (double *)(scr + scratch + ((uintptr_t)(scr + scratch) % 8 ? 1 : 0));
     qac_gemm_pack_parallel(pw, h->dense_w, C, C, C, 0, pool);
     qac_gemm_pack_parallel(pe, word_emb, V, C, C, 0, pool);
-    qac_packed_w W = {pw, C, C, NULL}, E = {pe, C, V, NULL};
+    qac_packed_w W = {.p = pw, .IC = C, .OC = C}, E = {.p = pe, .IC = C, .OC = V};
     qac_matmul_gelu_packed(act, pre, states, &W, h->dense_b, M, pool);
     qac_layernorm_forward(u, mean, rstd, act, h->ln_w, h->ln_b, M, C, ln_eps, pool);
     qac_gemm(logits, u, &E, h->bias, NULL, M, pool);

@@ -72,3 +72,14 @@ int qac_cpu_bf16(void) {
     return 0;
 #endif
 }
+
+int qac_cpu_vnni(void) {
+#if defined(__x86_64__) && defined(__GNUC__)
+    qac_isa isa = qac_cpu_isa();
+    if (isa == QAC_ISA_AVX512 && __builtin_cpu_supports("avx512vnni")) return 512;
+#if !defined(__clang__) || __clang_major__ >= 16 /* older clang does not know the name */
+    if (isa >= QAC_ISA_AVX2 && __builtin_cpu_supports("avxvnni")) return 256;
+#endif
+#endif
+    return 0;
+}

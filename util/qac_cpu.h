@@ -38,5 +38,10 @@ qac_status qac_cpu_isa_select(const char *name);
      "are for tests and benchmarks, and one the CPU lacks is an error", 0}
 /* The AVX-512 path is in use and the CPU has AVX512_BF16 (vdpbf16ps). */
 int qac_cpu_bf16(void);
+/* The width in bits of the int8 dot products (VPDPBUSD) on the path in use:
+ * 512 (AVX512-VNNI on the AVX-512 path), 256 (AVX-VNNI, on the AVX2 path, or
+ * on the AVX-512 path of a CPU with AVX-VNNI but not AVX512-VNNI), or 0: the
+ * path has none (the generic path, or a CPU without VNNI). */
+int qac_cpu_vnni(void);
 
 #endif

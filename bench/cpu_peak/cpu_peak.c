@@ -9,7 +9,11 @@
  * time waiting for one), and %peak compares those: on a shared machine the
  * wall clock counts other programs' turns, CPU time does not. Where the
  * CPU has AVX512_BF16, the bf16 mode gets its own lines against the
- * vdpbf16ps peak (two products per lane per instruction). */
+ * vdpbf16ps peak (two products per lane per instruction). Where it has
+ * VNNI, the int8 mode gets its own lines against the VPDPBUSD peak (four
+ * u8 x s8 products per 32-bit lane per instruction, 512-bit with
+ * AVX512-VNNI, else 256-bit AVX-VNNI), counted as 2 ops per product like a
+ * flop: "GOP/s". */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -80,6 +84,61 @@ __attribute__((target("avx512f,avx512bf16"))) static double peak_bf16(long iters
     memcpy(out, &s, sizeof out);
     return out[0];
 }
+
+/* vpdpbusd: 16 (or 8) lanes x 4 products per instruction. In asm: from
+ * intrinsics, GCC merges the integer chains (they add the same products)
+ * into a few long ones, and measures their latency instead. */
+__attribute__((target("avx512f,avx512vnni"))) static double peak_vnni512(long iters) {
+    __asm__ volatile("vpternlogd $0xff, %%zmm30, %%zmm30, %%zmm30\n\tvpternlogd $0xff, %%zmm31, %%zmm31, %%zmm31" ::
+                         : "xmm30", "xmm31");
+    for (long it = 0; it < iters; it++)
+        __asm__ volatile(
+        "vpdpbusd %%zmm30, %%zmm31, %%zmm0\n\t"
+        "vpdpbusd %%zmm30, %%zmm31, %%zmm1\n\t"
+        "vpdpbusd %%zmm30, %%zmm31, %%zmm2\n\t"
+        "vpdpbusd %%zmm30, %%zmm31, %%zmm3\n\t"
+        "vpdpbusd %%zmm30, %%zmm31, %%zmm4\n\t"
+        "vpdpbusd %%zmm30, %%zmm31, %%zmm5\n\t"
+        "vpdpbusd %%zmm30, %%zmm31, %%zmm6\n\t"
+        "vpdpbusd %%zmm30, %%zmm31, %%zmm7\n\t"
+        "vpdpbusd %%zmm30, %%zmm31, %%zmm8\n\t"
+        "vpdpbusd %%zmm30, %%zmm31, %%zmm9\n\t"
+        "vpdpbusd %%zmm30, %%zmm31, %%zmm10\n\t"
+        "vpdpbusd %%zmm30, %%zmm31, %%zmm11\n\t"
+        "vpdpbusd %%zmm30, %%zmm31, %%zmm12\n\t"
+        "vpdpbusd %%zmm30, %%zmm31, %%zmm13\n\t"
+        "vpdpbusd %%zmm30, %%zmm31, %%zmm14\n\t"
+        "vpdpbusd %%zmm30, %%zmm31, %%zmm15\n\t"
+        "vpdpbusd %%zmm30, %%zmm31, %%zmm16\n\t"
+        "vpdpbusd %%zmm30, %%zmm31, %%zmm17\n\t"
+        "vpdpbusd %%zmm30, %%zmm31, %%zmm18\n\t"
+        "vpdpbusd %%zmm30, %%zmm31, %%zmm19\n\t"
+        "vpdpbusd %%zmm30, %%zmm31, %%zmm20\n\t"
+        "vpdpbusd %%zmm30, %%zmm31, %%zmm21\n\t"
+        "vpdpbusd %%zmm30, %%zmm31, %%zmm22\n\t"
+        "vpdpbusd %%zmm30, %%zmm31, %%zmm23\n\t"
+        ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20", "xmm21", "xmm22", "xmm23");
+    return 0;
+}
+__attribute__((target("avx2"))) static double peak_vnni256(long iters) {
+    __asm__ volatile("vpcmpeqd %%ymm14, %%ymm14, %%ymm14\n\tvpcmpeqd %%ymm15, %%ymm15, %%ymm15" ::: "xmm14", "xmm15");
+    for (long it = 0; it < iters; it++)
+        __asm__ volatile(
+        "%{vex%} vpdpbusd %%ymm14, %%ymm15, %%ymm0\n\t"
+        "%{vex%} vpdpbusd %%ymm14, %%ymm15, %%ymm1\n\t"
+        "%{vex%} vpdpbusd %%ymm14, %%ymm15, %%ymm2\n\t"
+        "%{vex%} vpdpbusd %%ymm14, %%ymm15, %%ymm3\n\t"
+        "%{vex%} vpdpbusd %%ymm14, %%ymm15, %%ymm4\n\t"
+        "%{vex%} vpdpbusd %%ymm14, %%ymm15, %%ymm5\n\t"
+        "%{vex%} vpdpbusd %%ymm14, %%ymm15, %%ymm6\n\t"
+        "%{vex%} vpdpbusd %%ymm14, %%ymm15, %%ymm7\n\t"
+        "%{vex%} vpdpbusd %%ymm14, %%ymm15, %%ymm8\n\t"
+        "%{vex%} vpdpbusd %%ymm14, %%ymm15, %%ymm9\n\t"
+        "%{vex%} vpdpbusd %%ymm14, %%ymm15, %%ymm10\n\t"
+        "%{vex%} vpdpbusd %%ymm14, %%ymm15, %%ymm11\n\t"
+        ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11");
+    return 0;
+}
 #endif
 
 static double peak_generic(long iters) { /* scalar chains, as the portable kernels run */
@@ -90,7 +149,9 @@ static double peak_generic(long iters) { /* scalar chains, as the portable kerne
     return acc[0] + acc[7];
 }
 
-#define PEAK_BF16 3 /* the bf16 line: vdpbf16ps on the AVX-512 path */
+#define PEAK_BF16 3    /* the bf16 line: vdpbf16ps on the AVX-512 path */
+#define PEAK_VNNI512 4 /* the int8 lines: vpdpbusd, 512 or 256 bits */
+#define PEAK_VNNI256 5
 
 typedef struct {
     int isa; /* a qac_isa, or PEAK_BF16 */
@@ -103,6 +164,8 @@ static void peak_task(void *vctx, int64_t b, int64_t e, int tid) {
     double s = 0;
 #if defined(__x86_64__) && defined(__GNUC__)
     if (c->isa == PEAK_BF16) s = peak_bf16(c->iters);
+    else if (c->isa == PEAK_VNNI512) s = peak_vnni512(c->iters);
+    else if (c->isa == PEAK_VNNI256) s = peak_vnni256(c->iters);
     else if (c->isa == QAC_ISA_AVX512) s = peak_avx512(c->iters);
     else if (c->isa == QAC_ISA_AVX2) s = peak_avx2(c->iters);
     else
@@ -112,6 +175,8 @@ static void peak_task(void *vctx, int64_t b, int64_t e, int tid) {
 }
 
 static double flops_per_iter(int isa) {
+    if (isa == PEAK_VNNI512) return 24.0 * 64 * 2;
+    if (isa == PEAK_VNNI256) return 12.0 * 32 * 2;
     return isa == PEAK_BF16 ? 24.0 * 32 * 2 : isa == QAC_ISA_AVX512 ? 24.0 * 16 * 2 : isa == QAC_ISA_AVX2 ? 12.0 * 8 * 2 : 8.0 * 2;
 }
 
@@ -174,6 +239,7 @@ static float frand(unsigned long long *s) {
     return (float)((double)(*s >> 11) / 9007199254740992.0 - 0.5);
 }
 
+/* bf16: 0 fp32, 1 bf16, 2 int8 */
 static best_t gemm_gflops(int N, int IC, int OC, int bf16, qac_pool *pool, int rounds) {
     unsigned long long s = 42;
     float *a = malloc(sizeof(float) * (size_t)N * IC), *w = malloc(sizeof(float) * (size_t)OC * IC);
@@ -183,7 +249,10 @@ static best_t gemm_gflops(int N, int IC, int OC, int bf16, qac_pool *pool, int r
     for (int i = 0; i < OC; i++) bias[i] = frand(&s);
     qac_packed_w pw;
     best_t b = {1e30, 1e30};
-    if ((bf16 ? qac_gemm_pack_bf16(&pw, w, OC, IC) : qac_gemm_pack(&pw, w, OC, IC)) != QAC_OK) return b;
+    if ((bf16 == 2   ? qac_gemm_pack_int8(&pw, w, OC, IC)
+         : bf16 == 1 ? qac_gemm_pack_bf16(&pw, w, OC, IC)
+                     : qac_gemm_pack(&pw, w, OC, IC)) != QAC_OK)
+        return b;
     for (int r = 0; r < rounds; r++) TIMED(b, qac_gemm(out, a, &pw, bias, NULL, N, pool));
     qac_gemm_packed_free(&pw);
     free(a), free(w), free(out), free(bias);
@@ -270,6 +339,14 @@ int main(int argc, char **argv) {
         printf("peak %-7s dot GFLOP/s: %d threads %7.1f (wall), per core %7.1f (1 thread %7.1f)\n", "bf16", threads,
                peak[PEAK_BF16].wall, peak[PEAK_BF16].cpu, p1.cpu);
     }
+    int vnni = qac_cpu_vnni(), pv = vnni == 512 ? PEAK_VNNI512 : PEAK_VNNI256;
+    best_t peak_i8 = {0, 0};
+    if (vnni) {
+        best_t p1 = peak_gflops(pv, 1, rounds);
+        peak_i8 = peak_gflops(pv, threads, rounds);
+        printf("peak %-7s dot GOP/s:   %d threads %7.1f (wall), per core %7.1f (1 thread %7.1f)\n",
+               vnni == 512 ? "vnni512" : "vnni256", threads, peak_i8.wall, peak_i8.cpu, p1.cpu);
+    }
     printf("peak read bandwidth, %d threads: %.1f GB/s\n", threads, read_gbps(pool, rounds));
     static const struct { const char *name; int N, IC, OC; } shapes[] = {
         {"minilm qkv", 2048, 384, 1152},    {"minilm attn-out", 2048, 384, 384}, {"minilm ffn-up", 2048, 384, 1536},
@@ -289,6 +366,11 @@ int main(int argc, char **argv) {
                 g = gemm_gflops(shapes[i].N, shapes[i].IC, shapes[i].OC, 1, pool, rounds);
                 printf("%-22s %5d x%5d x%5d %-7s %12.1f %13.1f %5.1f%%\n", shapes[i].name, shapes[i].N, shapes[i].IC,
                        shapes[i].OC, "bf16", g.wall, g.cpu, 100 * g.cpu / peak[PEAK_BF16].cpu);
+            }
+            if (isa == (int)best && vnni) {
+                g = gemm_gflops(shapes[i].N, shapes[i].IC, shapes[i].OC, 2, pool, rounds);
+                printf("%-22s %5d x%5d x%5d %-7s %12.1f %13.1f %5.1f%%  (GOP/s, of the VNNI peak)\n", shapes[i].name,
+                       shapes[i].N, shapes[i].IC, shapes[i].OC, "int8", g.wall, g.cpu, 100 * g.cpu / peak_i8.cpu);
             }
         }
     for (int hs = 32; do_gemm && hs <= 64; hs += 32)

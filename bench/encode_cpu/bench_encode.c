@@ -3,6 +3,8 @@
  * passages_per_s=<r> peak_rss_mib=<m> cpu_passages_per_s=<c>" (c: per
  * second of process CPU time). Usage:
  *   qac_bench_encode CRAN_FILE MODEL_DIR|bertbase MAX_LEN N THREADS [BATCH]
+ * CRAN_FILE may also be a .txt file of one text a line. QAC_BENCH_DTYPE
+ * (fp32, bf16 or int8) picks the CPU encoder's precision.
  * "bertbase" builds a BERT-base-shaped model with arbitrary weights (speed
  * does not depend on their values) and the tokenizer of the default model. */
 #include <stdio.h>
@@ -46,9 +48,30 @@ int main(int argc, char **argv) {
     int max_len = atoi(argv[3]), n = atoi(argv[4]), threads = atoi(argv[5]);
     int batch = argc > 6 ? atoi(argv[6]) : 0;
     char **texts = calloc((size_t)n, sizeof *texts);
-    qac_reader *r;
-    if (qac_reader_open(&r, cran, QAC_READ_CORPUS, QAC_FMT_CRANFIELD)) return fail("open corpus");
-    int k = 0;
+    size_t cl = strlen(cran);
+    int from_txt = cl > 4 && !strcmp(cran + cl - 4, ".txt");
+    if (from_txt) { /* one text a line, cycled */
+        FILE *f = fopen(cran, "r");
+        char *line = NULL;
+        size_t cap = 0;
+        ssize_t got;
+        int k = 0;
+        if (!f) return fail("open texts");
+        while (k < n) {
+            if ((got = getline(&line, &cap, f)) < 0) {
+                if (k == 0) return fail("empty texts");
+                rewind(f);
+                continue;
+            }
+            if (got > 0 && line[got - 1] == '\n') line[got - 1] = 0;
+            texts[k++] = strdup(line);
+        }
+        free(line);
+        fclose(f);
+    }
+    qac_reader *r = NULL;
+    if (!from_txt && qac_reader_open(&r, cran, QAC_READ_CORPUS, QAC_FMT_CRANFIELD)) return fail("open corpus");
+    int k = from_txt ? n : 0;
     while (k < n) { /* cycle through the collection when N exceeds it */
         qac_record rec;
         int got;
@@ -81,6 +104,7 @@ int main(int argc, char **argv) {
     o.max_batch = batch;
     const char *dtype = getenv("QAC_BENCH_DTYPE"); /* "bf16": the CPU bf16 mode */
     if (dtype && !strcmp(dtype, "bf16")) o.cpu_precision = QAC_PREC_BF16;
+    if (dtype && !strcmp(dtype, "int8")) o.cpu_precision = QAC_PREC_INT8;
     qac_encoder *e;
     if (qac_encoder_create(&e, m, &o)) return fail("create encoder");
     float *out = malloc((size_t)n * m->cfg.hidden_size * sizeof *out);
@@ -92,8 +116,10 @@ int main(int argc, char **argv) {
     double dt = qac_now() - t0, cpu = cpu_seconds() - c0;
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    printf("qac %s max_len=%d passages=%d seconds=%.3f passages_per_s=%.2f peak_rss_mib=%.1f cpu_passages_per_s=%.2f\n",
-           strcmp(model, "bertbase") ? "minilm" : "bertbase", max_len, n, dt, n / dt, ru.ru_maxrss / 1024.0, n / cpu);
+    printf("qac %s max_len=%d passages=%d seconds=%.3f passages_per_s=%.2f peak_rss_mib=%.1f cpu_passages_per_s=%.2f "
+           "ms_per_text=%.3f\n",
+           strcmp(model, "bertbase") ? "minilm" : "bertbase", max_len, n, dt, n / dt, ru.ru_maxrss / 1024.0, n / cpu,
+           1000 * dt / n);
     qac_encoder_free(e);
     qac_model_free(m);
     for (int i = 0; i < n; i++) free(texts[i]);

@@ -114,7 +114,9 @@ class Encoder:
 
     ``model`` is a Hugging Face BERT directory (None: the default model). ``device`` is
     ``"auto"`` (CUDA when a GPU is usable), ``"cpu"`` or ``"cuda"``; ``dtype`` ``"fp32"``
-    (default) or ``"bf16"`` (the CPU encoder's linear layers in bf16, fp32 sums).
+    (default), ``"bf16"`` (the CPU encoder's linear layers in bf16, fp32 sums) or ``"int8"``
+    (its linear layers in int8, int32 sums by VNNI; on a CPU without VNNI the encoder runs in
+    fp32 and warns: ``info["dtype"]`` says what runs).
     ``threads`` 0 uses every core. On the CPU a text gets the same vector bit for bit in
     any batch, and the same as ``qac encode``.
 
@@ -146,6 +148,8 @@ class Encoder:
             e = self._encoders.get(batch_size)
             if e is None:
                 e = _qac.Encoder(self._model, self._device, self._dtype, self._threads, batch_size)
+                if e.note and not self._encoders:
+                    warnings.warn(e.note, RuntimeWarning, stacklevel=3)
                 self._encoders[batch_size] = e
             return e
 

@@ -202,6 +202,7 @@ typedef struct {
     int dim;
     qac_device device;
     qac_precision dtype;
+    const char *note;    /* qac_encoder_cpu_note: why dtype is not the one asked for, or NULL */
     long long truncated; /* qac_encoder_truncated after the last encode */
 } EncoderObject;
 
@@ -231,9 +232,10 @@ static int encoder_opts(qac_encoder_opts *o, const char *device, const char *dty
         qpy_int_in(threads, 0, MAX_THREADS, "threads (0: one per core)", &t) < 0 ||
         qpy_int_in(max_batch, 0, MAX_BATCH, "max_batch (0: the backend's)", &b) < 0)
         return -1;
-    if (strcmp(dtype, "fp32") && strcmp(dtype, "bf16"))
-        return PyErr_Format(PyExc_ValueError, "dtype must be fp32 or bf16, not %s", dtype), -1;
-    o->cpu_precision = !strcmp(dtype, "bf16") ? QAC_PREC_BF16 : QAC_PREC_FP32;
+    if (qac_precision_parse(dtype, &o->cpu_precision)) {
+        qac_clear_error();
+        return PyErr_Format(PyExc_ValueError, "dtype must be fp32, bf16 or int8, not %s", dtype), -1;
+    }
     o->threads = (int)t;
     o->max_batch = (int)b;
     return 0;
@@ -265,6 +267,7 @@ static int encoder_init(EncoderObject *self, PyObject *args, PyObject *kw) {
     self->dim = qac_encoder_dim(self->e);
     self->device = qac_encoder_device(self->e);
     self->dtype = qac_encoder_cpu_precision(self->e);
+    self->note = qac_encoder_cpu_note(self->e);
     self->truncated = 0;
     return qpy_init_end(&self->base, 1);
 }
@@ -337,7 +340,12 @@ static PyObject *encoder_get_device(EncoderObject *self, void *c) {
 }
 static PyObject *encoder_get_dtype(EncoderObject *self, void *c) {
     if (qpy_check_open(&self->base) < 0) return NULL;
-    return PyUnicode_FromString(self->dtype == QAC_PREC_BF16 ? "bf16" : "fp32");
+    return PyUnicode_FromString(qac_precision_name(self->dtype));
+}
+static PyObject *encoder_get_note(EncoderObject *self, void *c) {
+    if (qpy_check_open(&self->base) < 0) return NULL;
+    if (!self->note) Py_RETURN_NONE;
+    return PyUnicode_FromString(self->note);
 }
 
 static PyMethodDef encoder_methods[] = {
@@ -348,7 +356,10 @@ static PyMethodDef encoder_methods[] = {
     {NULL}};
 static PyGetSetDef encoder_getset[] = {{"dim", (getter)encoder_get_dim, NULL, "embedding size", NULL},
                                        {"device", (getter)encoder_get_device, NULL, "cpu or cuda", NULL},
-                                       {"dtype", (getter)encoder_get_dtype, NULL, "fp32 or bf16 (CPU)", NULL},
+                                       {"dtype", (getter)encoder_get_dtype, NULL,
+                                        "fp32, bf16 or int8: what the CPU encoder runs in", NULL},
+                                       {"note", (getter)encoder_get_note, NULL,
+                                        "why dtype differs from the one asked for, or None", NULL},
                                        {"truncated", (getter)encoder_get_truncated, NULL,
                                         "texts encode cut at max_len so far", NULL},
                                        {NULL}};

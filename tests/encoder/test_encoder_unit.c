@@ -235,7 +235,7 @@ static void test_encoder(void) {
         CHECK_MSG(bdiff == 0, "bf16 mode: %d paths differ from the batched run", bdiff);
         ob.cpu_precision = (qac_precision)7;
         qac_encoder *eb3 = NULL;
-        CHECK_ERR(qac_encoder_create(&eb3, m, &ob), QAC_ERR_INVALID, "fp32 or bf16");
+        CHECK_ERR(qac_encoder_create(&eb3, m, &ob), QAC_ERR_INVALID, "fp32, bf16 or int8");
         qac_encoder_free(eb1), qac_encoder_free(eb2);
         free(c), free(d);
     }

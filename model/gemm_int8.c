@@ -1,0 +1,407 @@
+/* The int8 mode of the encoder's matrix product (gemm.h): weight packing,
+ * the row quantiser and the int32 kernels, one per path (AVX512-VNNI,
+ * AVX-VNNI, portable C). Every path computes the same integers and the same
+ * float epilogue, so the same bits; gemm.c's block loop calls
+ * qac_gemm_int8_rows for each block of rows, on the thread that owns it.
+ *
+ * Arithmetic, for output element (n, o):
+ *  - weights, at load: qscale[o] = max_k |W[o][k]| / 127, q[o][k] =
+ *    clamp(rint(W[o][k] / qscale[o]), -127, 127) (a zero row: all 0, scale 0);
+ *    qsum[o] = sum_k q[o][k].
+ *  - row n of inp, in the product: lo = min(0, min_k x), hi = max(0, max_k x);
+ *    inv = 255 / (hi - lo), scale = (hi - lo) / 255, zp = clamp(rint(-lo inv),
+ *    0, 255); u_k = clamp(rint(x_k inv) + zp, 0, 255) (a zero row: u = 0,
+ *    scale 0, zp 0). Asymmetric, per row: the 256 levels span the row's own
+ *    range (a GELU output, nearly all >= -0.17, gets twice the levels of a
+ *    symmetric scale), and no row's scale depends on another row.
+ *  - acc = sum_k u_k q[o][k] in int32, exact (|u q| <= 255 * 127, so any
+ *    IC < 66,000 fits), four products a lane per VPDPBUSD (u8 x s8);
+ *  - out = (float)(acc - zp qsum[o]) * qscale[o] * scale (two float
+ *    multiplies in that order), then + bias[o], then + resid.
+ * The unsigned operand is the activation (VPDPBUSD's u8 x s8); zp qsum[o]
+ * takes out the zero point: sum_k (u_k - zp) q = acc - zp qsum.
+ *
+ * Layout: weights in the panels of 16 output columns the float kernels use,
+ * each k step a group of 4 consecutive k: pq[((j IC4 + k4) 16 + c) 4 + e],
+ * so one 64-byte load is a panel's 16 columns x 4 k, and a row's 4 bytes
+ * u[4 k4 .. 4 k4 + 3], broadcast, pair with it lane for lane. Tiles: 12 rows x
+ * 32 columns in 24 zmm accumulators (AVX512-VNNI), 6 x 16 in 12 ymm
+ * (AVX-VNNI), as the fp32 kernels. */
+#include "gemm_int8.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "qac_cpu.h"
+#include "qac_util.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define I8_X86 1
+#define VNNI512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma")))
+#if !defined(__clang__) || __clang_major__ >= 16
+#define I8_AVXVNNI 1
+#define VNNI256 __attribute__((target("avx2,fma,avxvnni")))
+#endif
+#endif
+#define INLINE static inline __attribute__((always_inline))
+
+#define NP QAC_GEMM_PANEL
+
+static int ic4_of(int IC) { return (IC + 3) / 4; }
+
+/* ---- packing ---- */
+
+qac_status qac_gemm_pack_int8(qac_packed_w *pw, const float *w, int OC, int IC) {
+    memset(pw, 0, sizeof *pw);
+    if (OC < 1 || IC < 1) return qac_set_error(QAC_ERR_INVALID, "gemm pack: bad shape %d x %d", OC, IC);
+    int np = (OC + NP - 1) / NP, IC4 = ic4_of(IC);
+    size_t wbytes = (size_t)np * IC4 * NP * 4, cols = (size_t)np * NP;
+    size_t bytes = (wbytes + 63) / 64 * 64 + cols * (sizeof(float) + sizeof(int32_t));
+    int8_t *mem = qac_malloc_lines(bytes);
+    if (!mem) return qac_set_error(QAC_ERR_NOMEM, "out of memory packing a %d x %d weight in int8", OC, IC);
+    memset(mem, 0, bytes);
+    pw->pq = mem;
+    pw->qscale = (float *)(void *)(mem + (wbytes + 63) / 64 * 64);
+    pw->qsum = (int32_t *)(void *)(pw->qscale + cols);
+    for (int o = 0; o < OC; o++) {
+        const float *row = w + (size_t)o * IC;
+        float amax = 0.0f;
+        for (int k = 0; k < IC; k++) amax = fabsf(row[k]) > amax ? fabsf(row[k]) : amax;
+        float s = amax / 127.0f;
+        int32_t sum = 0;
+        int8_t *panel = mem + (size_t)(o / NP) * IC4 * NP * 4;
+        for (int k = 0; s > 0.0f && k < IC; k++) {
+            long q = lrintf(row[k] / s);
+            q = q > 127 ? 127 : q < -127 ? -127 : q;
+            panel[((size_t)(k / 4) * NP + o % NP) * 4 + k % 4] = (int8_t)q;
+            sum += (int32_t)q;
+        }
+        pw->qscale[o] = s;
+        pw->qsum[o] = sum;
+    }
+    pw->IC = IC;
+    pw->OC = OC;
+    return QAC_OK;
+}
+
+size_t qac_gemm_int8_scratch(int mc, int IC) {
+    size_t rows = (size_t)mc * ic4_of(IC) * 4;
+    return (rows + 63) / 64 * 64 + (size_t)mc * (sizeof(float) + sizeof(int32_t)) + 64;
+}
+
+/* ---- the row quantiser (every path: the same bits) ---- */
+
+/* scale, 1 / scale and the zero point from the row's range [lo, hi] */
+static void quant_params(float lo, float hi, float *scale, float *inv, int32_t *zp) {
+    if (!(hi > lo)) { /* all zero (or not finite: no sensible scale) */
+        *scale = hi == lo ? 0.0f : NAN;
+        *inv = 0.0f;
+        *zp = 0;
+        return;
+    }
+    *scale = (hi - lo) / 255.0f;
+    *inv = 255.0f / (hi - lo);
+    long z = lrintf(-lo * *inv);
+    *zp = (int32_t)(z > 255 ? 255 : z < 0 ? 0 : z);
+}
+
+INLINE uint8_t quant_one(float x, float inv, int32_t zp) {
+    long v = lrintf(x * inv) + zp;
+    return (uint8_t)(v > 255 ? 255 : v < 0 ? 0 : v);
+}
+
+static void quant_row_portable(uint8_t *u, float *scale, int32_t *zp, const float *x, int IC) {
+    float lo = 0.0f, hi = 0.0f, inv;
+    for (int k = 0; k < IC; k++) {
+        lo = x[k] < lo ? x[k] : lo;
+        hi = x[k] > hi ? x[k] : hi;
+    }
+    quant_params(lo, hi, scale, &inv, zp);
+    for (int k = 0; k < IC; k++) u[k] = quant_one(x[k], inv, *zp);
+    for (int k = IC; k < ic4_of(IC) * 4; k++) u[k] = 0;
+}
+
+#ifdef I8_X86
+VNNI512 static void quant_row_avx512(uint8_t *u, float *scale, int32_t *zp, const float *x, int IC) {
+    __m512 lo = _mm512_setzero_ps(), hi = lo;
+    for (int k = 0; k < IC; k += 16) { /* the masked tail reads zeros: within [lo, hi] already */
+        __mmask16 m = IC - k >= 16 ? 0xffff : (__mmask16)((1u << (IC - k)) - 1);
+        __m512 v = _mm512_maskz_loadu_ps(m, x + k);
+        lo = _mm512_min_ps(v, lo); /* a NaN in v keeps lo, as the portable loop does */
+        hi = _mm512_max_ps(v, hi);
+    }
+    float inv;
+    quant_params(_mm512_reduce_min_ps(lo), _mm512_reduce_max_ps(hi), scale, &inv, zp);
+    __m512 vi = _mm512_set1_ps(inv);
+    __m512i vz = _mm512_set1_epi32(*zp), z0 = _mm512_setzero_si512(), z255 = _mm512_set1_epi32(255);
+    int n4 = ic4_of(IC) * 4;
+    for (int k = 0; k < n4; k += 16) { /* past IC: x read as 0 (inv 0 * 0), u written as 0 */
+        __mmask16 mx = IC - k >= 16 ? 0xffff : IC > k ? (__mmask16)((1u << (IC - k)) - 1) : 0;
+        __mmask16 mu = n4 - k >= 16 ? 0xffff : (__mmask16)((1u << (n4 - k)) - 1);
+        __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(mx, x + k), vi)); /* rint: MXCSR's nearest-even */
+        q = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(q, vz), z0), z255);
+        q = _mm512_maskz_mov_epi32(mx, q);
+        _mm_mask_storeu_epi8(u + k, mu, _mm512_cvtepi32_epi8(q));
+    }
+}
+
+__attribute__((target("avx2,fma"))) static void quant_row_avx2(uint8_t *u, float *scale, int32_t *zp,
+                                                                const float *x, int IC) {
+    __m256 lo = _mm256_setzero_ps(), hi = lo;
+    int k = 0;
+    for (; k + 8 <= IC; k += 8) {
+        __m256 v = _mm256_loadu_ps(x + k);
+        lo = _mm256_min_ps(v, lo);
+        hi = _mm256_max_ps(v, hi);
+    }
+    float l8[8], h8[8], lo_s = 0.0f, hi_s = 0.0f, inv;
+    _mm256_storeu_ps(l8, lo);
+    _mm256_storeu_ps(h8, hi);
+    for (int i = 0; i < 8; i++) lo_s = l8[i] < lo_s ? l8[i] : lo_s, hi_s = h8[i] > hi_s ? h8[i] : hi_s;
+    for (int i = k; i < IC; i++) lo_s = x[i] < lo_s ? x[i] : lo_s, hi_s = x[i] > hi_s ? x[i] : hi_s;
+    quant_params(lo_s, hi_s, scale, &inv, zp);
+    __m256 vi = _mm256_set1_ps(inv);
+    __m256i vz = _mm256_set1_epi32(*zp);
+    for (k = 0; k + 8 <= IC; k += 8) {
+        __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), vi)), vz);
+        __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)); /* clamps at 0 */
+        _mm_storel_epi64((__m128i *)(void *)(u + k), _mm_packus_epi16(w, w));                   /* and at 255 */
+    }
+    for (; k < IC; k++) u[k] = quant_one(x[k], inv, *zp);
+    for (; k < ic4_of(IC) * 4; k++) u[k] = 0;
+}
+#endif
+
+typedef void (*quant_row_fn)(uint8_t *u, float *scale, int32_t *zp, const float *x, int IC);
+
+static quant_row_fn pick_quant_row(void) {
+#ifdef I8_X86
+    int vnni = qac_cpu_vnni();
+    if (vnni == 512) return quant_row_avx512;
+    if (qac_cpu_isa() >= QAC_ISA_AVX2) return quant_row_avx2;
+#endif
+    return quant_row_portable;
+}
+
+void qac_gemm_int8_quantize_row(uint8_t *u, float *scale, int32_t *zp, const float *x, int IC) {
+    pick_quant_row()(u, scale, zp, x, IC);
+}
+
+/* ---- the kernels: rows [0, n) of a (u8, row stride lda) x all OC columns ---- */
+
+typedef struct i8_args {
+    float *out;
+    int ldo;
+    const uint8_t *a;
+    int lda;
+    const float *sa;      /* [n] row scales */
+    const int32_t *zp;    /* [n] row zero points */
+    const qac_packed_w *pw;
+    const float *bias, *resid;
+    int n;
+} i8_args;
+
+/* the epilogue of one element, written once for every path */
+INLINE float dequant(int32_t acc, int32_t zp, int32_t qsum, float qscale, float sa) {
+    float v = (float)(acc - zp * qsum) * qscale;
+    return v * sa;
+}
+
+static void rows_portable(const i8_args *g) {
+    const qac_packed_w *pw = g->pw;
+    int IC4 = ic4_of(pw->IC), OC = pw->OC;
+    for (int r = 0; r < g->n; r++) {
+        const uint8_t *ar = g->a + (size_t)r * g->lda;
+        for (int o = 0; o < OC; o++) {
+            const int8_t *panel = pw->pq + (size_t)(o / NP) * IC4 * NP * 4 + (o % NP) * 4;
+            int32_t acc = 0;
+            for (int k4 = 0; k4 < IC4; k4++)
+                for (int e = 0; e < 4; e++) acc += (int32_t)ar[4 * k4 + e] * panel[(size_t)k4 * NP * 4 + e];
+            float v = dequant(acc, g->zp[r], pw->qsum[o], pw->qscale[o], g->sa[r]);
+            if (g->bias) v = v + g->bias[o];
+            if (g->resid) v = v + g->resid[(size_t)r * g->ldo + o];
+            g->out[(size_t)r * g->ldo + o] = v;
+        }
+    }
+}
+
+#ifdef I8_X86
+#define MR512 12
+
+/* acc += the four u8 x s8 products of each lane, as _mm512_dpbusd_epi32
+ * does; through the builtin, GCC 12 copies every accumulator to another
+ * register and back at each k step (it does not tie the accumulator to the
+ * output), twice the instructions the kernel needs. */
+#define DPBUSD(acc, a, b) __asm__("vpdpbusd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b))
+
+/* The sums of RN rows x NPN (1 or 2) panels into c0/c1: a macro, as the
+ * fp32 kernels' MICRO512, so that the 24 accumulators stay in registers. */
+#define DOT512(RN, NPN)                                                                                    \
+    do {                                                                                                   \
+        _Pragma("GCC unroll 12") for (int r = 0; r < RN; r++) c0[r] = c1[r] = _mm512_setzero_si512();      \
+        for (int k4 = 0; k4 < IC4; k4++) {                                                                 \
+            __m512i b0 = _mm512_loadu_si512((const void *)(p0 + (size_t)k4 * NP * 4)), b1 = b0;            \
+            if (NPN == 2) b1 = _mm512_loadu_si512((const void *)(p1 + (size_t)k4 * NP * 4));               \
+            _Pragma("GCC unroll 12") for (int r = 0; r < RN; r++) {                                        \
+                __m512i av = _mm512_set1_epi32(*(const int32_t *)(const void *)(a + (size_t)r * lda + 4 * (size_t)k4)); \
+                DPBUSD(c0[r], av, b0);                                                                     \
+                if (NPN == 2) DPBUSD(c1[r], av, b1);                                                       \
+            }                                                                                              \
+        }                                                                                                  \
+    } while (0)
+
+/* dequantise, bias, residual: rows [r0, r0 + RN) x the columns [o0, o0 + ncols)
+ * (RN and NPN constants: the accumulators stay in registers) */
+VNNI512 INLINE void epi512(const i8_args *g, const __m512i *c0, const __m512i *c1, int r0, int RN, int NPN, int o0,
+                           int ncols) {
+    const qac_packed_w *pw = g->pw;
+    int n0 = ncols < NP ? ncols : NP, n1 = ncols - n0;
+    __mmask16 m[2] = {(__mmask16)((1u << n0) - 1), (__mmask16)((1u << n1) - 1)};
+    __m512 qs[2], bz[2];
+    __m512i qsum[2];
+#pragma GCC unroll 2
+    for (int h = 0; h < NPN; h++) {
+        qs[h] = _mm512_loadu_ps(pw->qscale + o0 + h * NP); /* padded to whole panels */
+        qsum[h] = _mm512_loadu_si512((const void *)(pw->qsum + o0 + h * NP));
+        bz[h] = g->bias ? _mm512_maskz_loadu_ps(m[h], g->bias + o0 + h * NP) : _mm512_setzero_ps();
+    }
+#pragma GCC unroll 12
+    for (int r = 0; r < RN; r++) {
+        __m512i zp = _mm512_set1_epi32(g->zp[r0 + r]);
+        __m512 sa = _mm512_set1_ps(g->sa[r0 + r]);
+#pragma GCC unroll 2
+        for (int h = 0; h < NPN; h++) {
+            __m512i d = _mm512_sub_epi32(h ? c1[r] : c0[r], _mm512_mullo_epi32(zp, qsum[h]));
+            __m512 v = _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(d), qs[h]), sa);
+            size_t at = (size_t)(r0 + r) * g->ldo + o0 + (size_t)h * NP;
+            if (g->bias) v = _mm512_add_ps(v, bz[h]);
+            if (g->resid) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m[h], g->resid + at));
+            _mm512_mask_storeu_ps(g->out + at, m[h], v);
+        }
+    }
+}
+
+/* rn (<= 12) rows from r0 x the columns [o0, o0 + ncols), ncols <= 32 */
+VNNI512 static void tile512(const i8_args *g, int r0, int rn, int o0, int ncols) {
+    int IC4 = ic4_of(g->pw->IC);
+    size_t lda = (size_t)g->lda;
+    const int8_t *p0 = g->pw->pq + (size_t)(o0 / NP) * IC4 * NP * 4, *p1 = p0 + (size_t)IC4 * NP * 4;
+    const uint8_t *a = g->a + (size_t)r0 * lda;
+    __m512i c0[MR512], c1[MR512];
+    switch (rn * 2 + (ncols > NP)) {
+#define CASE(R)                                                          \
+    case R * 2: DOT512(R, 1); epi512(g, c0, c1, r0, R, 1, o0, ncols); break; \
+    case R * 2 + 1: DOT512(R, 2); epi512(g, c0, c1, r0, R, 2, o0, ncols); break;
+        CASE(12) CASE(11) CASE(10) CASE(9) CASE(8) CASE(7) CASE(6) CASE(5) CASE(4) CASE(3) CASE(2) CASE(1)
+#undef CASE
+    }
+}
+#undef DOT512
+
+VNNI512 static void rows_avx512(const i8_args *g) {
+    int OC = g->pw->OC;
+    for (int o0 = 0; o0 < OC; o0 += 2 * NP) {
+        int ncols = OC - o0 < 2 * NP ? OC - o0 : 2 * NP;
+        for (int r = 0; r < g->n; r += MR512) tile512(g, r, g->n - r < MR512 ? g->n - r : MR512, o0, ncols);
+    }
+}
+#endif
+
+#ifdef I8_AVXVNNI
+#define MR256 6
+/* the VEX form (AVX-VNNI), in asm for the reason given at DPBUSD */
+#define DPBUSD_VEX(acc, a, b) __asm__("%{vex%} vpdpbusd %2, %1, %0" : "+x"(acc) : "x"(a), "x"(b))
+
+/* RN rows x one panel (16 columns, two ymm) from column o0, ncols valid */
+VNNI256 INLINE void tile256(const i8_args *g, int r0, int RN, int o0, int ncols) {
+    const qac_packed_w *pw = g->pw;
+    int IC4 = ic4_of(pw->IC);
+    const int8_t *p = pw->pq + (size_t)(o0 / NP) * IC4 * NP * 4;
+    const uint8_t *a = g->a + (size_t)r0 * g->lda;
+    __m256i c0[MR256], c1[MR256];
+#pragma GCC unroll 6
+    for (int r = 0; r < RN; r++) c0[r] = c1[r] = _mm256_setzero_si256();
+    for (int k4 = 0; k4 < IC4; k4++) {
+        __m256i b0 = _mm256_loadu_si256((const __m256i *)(const void *)(p + (size_t)k4 * NP * 4));
+        __m256i b1 = _mm256_loadu_si256((const __m256i *)(const void *)(p + (size_t)k4 * NP * 4 + 32));
+#pragma GCC unroll 6
+        for (int r = 0; r < RN; r++) {
+            int32_t quad;
+            memcpy(&quad, a + (size_t)r * g->lda + 4 * (size_t)k4, sizeof quad);
+            __m256i av = _mm256_set1_epi32(quad);
+            DPBUSD_VEX(c0[r], av, b0);
+            DPBUSD_VEX(c1[r], av, b1);
+        }
+    }
+    __m256 qs0 = _mm256_loadu_ps(pw->qscale + o0), qs1 = _mm256_loadu_ps(pw->qscale + o0 + 8);
+    __m256i qm0 = _mm256_loadu_si256((const __m256i *)(const void *)(pw->qsum + o0));
+    __m256i qm1 = _mm256_loadu_si256((const __m256i *)(const void *)(pw->qsum + o0 + 8));
+#pragma GCC unroll 6
+    for (int r = 0; r < RN; r++) {
+        __m256i zp = _mm256_set1_epi32(g->zp[r0 + r]);
+        __m256 sa = _mm256_set1_ps(g->sa[r0 + r]);
+        float v[NP];
+        _mm256_storeu_ps(v, _mm256_mul_ps(
+                                _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(c0[r], _mm256_mullo_epi32(zp, qm0))), qs0), sa));
+        _mm256_storeu_ps(v + 8, _mm256_mul_ps(
+                                    _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(c1[r], _mm256_mullo_epi32(zp, qm1))), qs1), sa));
+        float *o = g->out + (size_t)(r0 + r) * g->ldo + o0;
+        const float *res = g->resid ? g->resid + (size_t)(r0 + r) * g->ldo + o0 : NULL;
+        for (int c = 0; c < ncols; c++) {
+            float x = v[c];
+            if (g->bias) x = x + g->bias[o0 + c];
+            if (res) x = x + res[c];
+            o[c] = x;
+        }
+    }
+}
+
+VNNI256 static void rows_avx2(const i8_args *g) {
+    int OC = g->pw->OC;
+    for (int o0 = 0; o0 < OC; o0 += NP) {
+        int ncols = OC - o0 < NP ? OC - o0 : NP;
+        for (int r = 0; r < g->n; r += MR256) {
+            switch (g->n - r < MR256 ? g->n - r : MR256) {
+            case 6: tile256(g, r, 6, o0, ncols); break;
+            case 5: tile256(g, r, 5, o0, ncols); break;
+            case 4: tile256(g, r, 4, o0, ncols); break;
+            case 3: tile256(g, r, 3, o0, ncols); break;
+            case 2: tile256(g, r, 2, o0, ncols); break;
+            default: tile256(g, r, 1, o0, ncols); break;
+            }
+        }
+    }
+}
+#endif
+
+typedef void (*rows_i8_fn)(const i8_args *g);
+
+static rows_i8_fn pick_rows(void) {
+    switch (qac_cpu_vnni()) {
+#ifdef I8_X86
+    case 512: return rows_avx512;
+#endif
+#ifdef I8_AVXVNNI
+    case 256: return rows_avx2;
+#endif
+    default: return rows_portable;
+    }
+}
+
+void qac_gemm_int8_rows(float *out, const float *inp, const qac_packed_w *pw, const float *bias, const float *resid,
+                        int n, void *scratch) {
+    int IC = pw->IC, lda = ic4_of(IC) * 4;
+    uint8_t *a = scratch;
+    float *sa = (float *)(void *)(a + ((size_t)n * lda + 63) / 64 * 64);
+    int32_t *zp = (int32_t *)(void *)(sa + n);
+    quant_row_fn quant = pick_quant_row();
+    for (int r = 0; r < n; r++) {
+        if (r + 1 < n) /* the next row's lines, on their way while this one is read */
+            for (int k = 0; k < IC; k += 16) __builtin_prefetch(inp + (size_t)(r + 1) * IC + k);
+        quant(a + (size_t)r * lda, sa + r, zp + r, inp + (size_t)r * IC, IC);
+    }
+    i8_args g = {out, pw->OC, a, lda, sa, zp, pw, bias, resid, n};
+    pick_rows()(&g);
+}

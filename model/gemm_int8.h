@@ -1,0 +1,25 @@
+/* Internal to model/: the int8 mode of qac_gemm (gemm.h), called by
+ * gemm.c's block loop. */
+#ifndef QAC_GEMM_INT8_H
+#define QAC_GEMM_INT8_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gemm.h"
+
+/* Bytes of scratch one thread needs to quantise a block of mc rows of IC
+ * inputs (a multiple of 64). */
+size_t qac_gemm_int8_scratch(int mc, int IC);
+
+/* out [n, OC] = dequant(quant(inp [n, IC]) q^T) (+ bias) (+ resid, may alias
+ * out), rows quantised into scratch (qac_gemm_int8_scratch(n, IC) bytes),
+ * on the calling thread, with the kernel of the path in use. */
+void qac_gemm_int8_rows(float *out, const float *inp, const qac_packed_w *pw, const float *bias, const float *resid,
+                        int n, void *scratch);
+
+/* One row quantised as qac_gemm does it: u [ceil(IC / 4) * 4] (zero past
+ * IC), its scale and zero point (gemm_int8.c). For tests. */
+void qac_gemm_int8_quantize_row(uint8_t *u, float *scale, int32_t *zp, const float *x, int IC);
+
+#endif

@@ -1,0 +1,251 @@
+/* The int8 mode of the encoder's matrix product (model/gemm_int8.c), on
+ * every path this CPU runs (portable C; AVX-VNNI on the AVX2 path and
+ * AVX512-VNNI on the AVX-512 path where the CPU has them):
+ *  - the int32 accumulators, exactly: integer-valued weights (a 127 in each
+ *    row: scale 1, q = W) and rows (0..255 with both ends: zero point 0, or
+ *    -128..127 with both ends: zero point 128), so every output is the exact
+ *    integer dot product (+ integer bias and residual), which this test
+ *    computes in int64; any slip in a lane, a k step, a panel's padding or
+ *    the zero point's compensation changes a result (IC <= 500 keeps every
+ *    |sum| below 2^24, where float holds integers exactly);
+ *  - random rows: every element bit-equal to a plain C model of the
+ *    documented arithmetic (per-row asymmetric quantisation, int32 sum, two
+ *    float multiplies, bias, residual), the same on every path, and
+ *    independent of the rows beside it, the row count and the threads;
+ *  - the dequantised output against the exact product in double, within
+ *    the bound the quantisation steps give (derived at check_bound). */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gemm.h"
+#include "gemm_int8.h"
+#include "qac_cpu.h"
+#include "testutil.h"
+
+static unsigned long long rng = 88172645463325252ULL;
+static unsigned long long next(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return rng;
+}
+static float frand(void) { return (float)((double)(next() >> 11) / 9007199254740992.0 - 0.5); }
+static int irand(int lo, int hi) { return lo + (int)(next() % (unsigned long long)(hi - lo + 1)); }
+
+/* the paths to run: every one up to the CPU's best */
+static int n_isas(void) { return (int)qac_cpu_isa_best() + 1; }
+
+static const char *path_name(void) {
+    int v = qac_cpu_vnni();
+    return v == 512 ? "avx512-vnni" : v == 256 ? "avx-vnni" : "portable";
+}
+
+/* ---- 1. exact integers ---- */
+static void check_exact(int N, int IC, int OC) {
+    float *w = malloc(sizeof(float) * (size_t)OC * IC), *x = malloc(sizeof(float) * (size_t)N * IC);
+    float *bias = malloc(sizeof(float) * OC), *res = malloc(sizeof(float) * (size_t)N * OC);
+    float *out = malloc(sizeof(float) * (size_t)N * OC);
+    for (int o = 0; o < OC; o++) {
+        for (int k = 0; k < IC; k++) w[(size_t)o * IC + k] = (float)irand(-127, 127);
+        w[(size_t)o * IC + irand(0, IC - 1)] = (o & 1) ? -127.0f : 127.0f; /* max |w| = 127: scale 1 */
+        bias[o] = (float)irand(-1000, 1000);
+    }
+    for (int n = 0; n < N; n++) {
+        int neg = n & 1; /* odd rows: -128..127 (zero point 128); even: 0..255 (zero point 0) */
+        float *row = x + (size_t)n * IC;
+        for (int k = 0; k < IC; k++) row[k] = (float)(neg ? irand(-128, 127) : irand(0, 255));
+        if (IC >= 2) { /* both ends present: hi - lo = 255, inv = 1 */
+            int a = irand(0, IC - 1), b = (a + 1 + irand(0, IC - 2)) % IC;
+            row[a] = neg ? -128.0f : 0.0f;
+            row[b] = neg ? 127.0f : 255.0f;
+        }
+        for (int o = 0; o < OC; o++) res[(size_t)n * OC + o] = (float)irand(-1000, 1000);
+    }
+    qac_packed_w pw;
+    CHECK_OK(qac_gemm_pack_int8(&pw, w, OC, IC));
+    for (int isa = 0; isa < n_isas(); isa++) {
+        qac_cpu_set_isa((qac_isa)isa);
+        int bad = 0;
+        for (int with = 0; with < 2; with++) {
+            if (with) memcpy(out, res, sizeof(float) * (size_t)N * OC);
+            qac_gemm(out, x, &pw, with ? bias : NULL, with ? out : NULL, N, NULL);
+            for (int n = 0; n < N; n++)
+                for (int o = 0; o < OC; o++) {
+                    int64_t dot = 0;
+                    for (int k = 0; k < IC; k++)
+                        dot += (int64_t)x[(size_t)n * IC + k] * (int64_t)w[(size_t)o * IC + k];
+                    if (with) dot += (int64_t)bias[o] + (int64_t)res[(size_t)n * OC + o];
+                    bad += out[(size_t)n * OC + o] != (float)dot;
+                }
+        }
+        CHECK_MSG(bad == 0, "%s %d x %d x %d: %d integer results differ from the exact dot product", path_name(), N,
+                  IC, OC, bad);
+        printf("int8 gemm %-11s %4d x %4d x %4d: int32 sums exact (zero points 0 and 128)\n", path_name(), N, IC, OC);
+    }
+    qac_cpu_set_isa(qac_cpu_isa_best());
+    qac_gemm_packed_free(&pw);
+    free(w), free(x), free(bias), free(res), free(out);
+}
+
+/* ---- 2. the documented arithmetic, in plain C ---- */
+static void ref_quant_weights(int8_t *q, float *scale, const float *w, int OC, int IC) {
+    for (int o = 0; o < OC; o++) {
+        float amax = 0;
+        for (int k = 0; k < IC; k++) amax = fmaxf(amax, fabsf(w[(size_t)o * IC + k]));
+        scale[o] = amax / 127.0f;
+        for (int k = 0; k < IC; k++) {
+            long v = scale[o] > 0 ? lrintf(w[(size_t)o * IC + k] / scale[o]) : 0;
+            q[(size_t)o * IC + k] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+        }
+    }
+}
+
+static void ref_quant_row(uint8_t *u, float *scale, int32_t *zp, const float *x, int IC) {
+    float lo = 0, hi = 0;
+    for (int k = 0; k < IC; k++) lo = fminf(lo, x[k]), hi = fmaxf(hi, x[k]);
+    float inv = 0;
+    *scale = 0, *zp = 0;
+    if (hi > lo) {
+        *scale = (hi - lo) / 255.0f;
+        inv = 255.0f / (hi - lo);
+        long z = lrintf(-lo * inv);
+        *zp = (int32_t)(z < 0 ? 0 : z > 255 ? 255 : z);
+    }
+    for (int k = 0; k < IC; k++) {
+        long v = lrintf(x[k] * inv) + *zp;
+        u[k] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+    }
+}
+
+static float ref_out(const uint8_t *u, float sa, int32_t zp, const int8_t *q, float sw, int IC, const float *bias,
+                     const float *resid) {
+    int32_t acc = 0, qsum = 0;
+    for (int k = 0; k < IC; k++) acc += (int32_t)u[k] * q[k], qsum += q[k];
+    float v = (float)(acc - zp * qsum) * sw;
+    v = v * sa;
+    if (bias) v = v + *bias;
+    if (resid) v = v + *resid;
+    return v;
+}
+
+/* |out - x.w| for row x and weight row w: x_k = sa (u_k - zp) + ea_k with
+ * |ea_k| <= sa (half a step from rounding; at most a whole step where the
+ * rounded zero point pushes a value at the range's end past 0 or 255 and it
+ * is clamped), w_k = sw q_k + ew_k with |ew_k| <= sw / 2; so
+ * x.w - sa sw sum (u - zp) q = sum ea_k w_k + sum sa (u_k - zp) ew_k, at most
+ * sa sum|w_k| + sw / 2 (sum|x_k| + IC sa). The float epilogue adds four
+ * roundings (the int32 sum to float past 2^24, two multiplies, the bias),
+ * each relative 2^-24 of a value below |x.w| + that bound + |bias|. */
+static double bound(const float *x, const float *w, int IC, float sa, float sw, double ref, float bias) {
+    double sw_abs = 0, sx_abs = 0;
+    for (int k = 0; k < IC; k++) sw_abs += fabs(w[k]), sx_abs += fabs(x[k]);
+    double q = sa * sw_abs + 0.5 * sw * (sx_abs + IC * (double)sa);
+    return q + 4 * (FLT_EPSILON / 2) * (fabs(ref) + q + fabs(bias)) * 1.0001;
+}
+
+static void check_random(int N, int IC, int OC) {
+    float *w = malloc(sizeof(float) * (size_t)OC * IC), *x = malloc(sizeof(float) * (size_t)N * IC);
+    float *bias = malloc(sizeof(float) * OC), *res = malloc(sizeof(float) * (size_t)N * OC);
+    float *out = malloc(sizeof(float) * (size_t)N * OC), *out2 = malloc(sizeof(float) * (size_t)N * OC);
+    int8_t *q = malloc((size_t)OC * IC);
+    float *sw = malloc(sizeof(float) * OC);
+    uint8_t *u = malloc((size_t)IC + 4), *u2 = malloc((size_t)IC + 4);
+    for (size_t i = 0; i < (size_t)OC * IC; i++) w[i] = frand();
+    for (int o = 0; o < OC; o++) bias[o] = frand();
+    for (int n = 0; n < N; n++) {
+        /* row kinds: centred, shifted positive (a GELU output), a few outliers, all zero */
+        float shift = n % 4 == 1 ? 0.4f : 0.0f, *row = x + (size_t)n * IC;
+        for (int k = 0; k < IC; k++) row[k] = n % 4 == 3 && n % 8 == 7 ? 0.0f : frand() + shift;
+        if (n % 4 == 2) row[irand(0, IC - 1)] = 20.0f * (frand() > 0 ? 1 : -1);
+    }
+    for (size_t i = 0; i < (size_t)N * OC; i++) res[i] = frand();
+    for (int o = 0; o < OC; o += 7) /* an all-zero weight row: scale 0 */
+        if (o % 3 == 2) memset(w + (size_t)o * IC, 0, sizeof(float) * IC);
+    ref_quant_weights(q, sw, w, OC, IC);
+    qac_packed_w pw;
+    CHECK_OK(qac_gemm_pack_int8(&pw, w, OC, IC));
+    int bad_pack = 0;
+    for (int o = 0; o < OC; o++) {
+        bad_pack += pw.qscale[o] != sw[o];
+        for (int k = 0; k < IC; k++)
+            bad_pack += pw.pq[((size_t)(o / 16) * ((IC + 3) / 4) * 16 + (size_t)(k / 4) * 16 + o % 16) * 4 + k % 4] !=
+                        q[(size_t)o * IC + k];
+    }
+    CHECK_MSG(bad_pack == 0, "%d x %d: %d packed weights or scales differ from the plain quantisation", OC, IC,
+              bad_pack);
+    for (int isa = 0; isa < n_isas(); isa++) {
+        qac_cpu_set_isa((qac_isa)isa);
+        int bad_q = 0, bad = 0, differ = 0, over = 0;
+        double worst = 0;
+        for (int n = 0; n < N; n++) { /* the quantiser itself */
+            float s1, s2;
+            int32_t z1, z2;
+            ref_quant_row(u, &s1, &z1, x + (size_t)n * IC, IC);
+            qac_gemm_int8_quantize_row(u2, &s2, &z2, x + (size_t)n * IC, IC);
+            bad_q += s1 != s2 || z1 != z2 || memcmp(u, u2, (size_t)IC) != 0;
+            for (int k = IC; k < (IC + 3) / 4 * 4; k++) bad_q += u2[k] != 0;
+        }
+        memcpy(out, res, sizeof(float) * (size_t)N * OC);
+        qac_gemm(out, x, &pw, bias, out, N, NULL);
+        for (int n = 0; n < N; n++) {
+            float sa;
+            int32_t zp;
+            ref_quant_row(u, &sa, &zp, x + (size_t)n * IC, IC);
+            for (int o = 0; o < OC; o++) {
+                float want = ref_out(u, sa, zp, q + (size_t)o * IC, sw[o], IC, bias + o, res + (size_t)n * OC + o);
+                float got = out[(size_t)n * OC + o];
+                bad += memcmp(&want, &got, sizeof want) != 0;
+                double exact = 0;
+                for (int k = 0; k < IC; k++) exact += (double)x[(size_t)n * IC + k] * w[(size_t)o * IC + k];
+                exact += (double)bias[o] + res[(size_t)n * OC + o];
+                double err = fabs(got - exact),
+                       b = bound(x + (size_t)n * IC, w + (size_t)o * IC, IC, sa, sw[o], exact, bias[o] + res[(size_t)n * OC + o]);
+                over += err > b;
+                worst = err / b > worst ? err / b : worst;
+            }
+        }
+        /* rows alone and in odd sub-batches; 2 and 3 threads */
+        for (int n = 0; n < N; n += 1 + n % 5) {
+            int m = 1 + (n * 7) % 9;
+            if (n + m > N) m = N - n;
+            memcpy(out2, res + (size_t)n * OC, sizeof(float) * (size_t)m * OC);
+            qac_gemm(out2, x + (size_t)n * IC, &pw, bias, out2, m, NULL);
+            differ += memcmp(out2, out + (size_t)n * OC, sizeof(float) * (size_t)m * OC) != 0;
+        }
+        for (int t = 2; t <= 3; t++) {
+            qac_pool *p = NULL;
+            CHECK_OK(qac_pool_create(&p, t));
+            memcpy(out2, res, sizeof(float) * (size_t)N * OC);
+            qac_gemm(out2, x, &pw, bias, out2, N, p);
+            differ += memcmp(out2, out, sizeof(float) * (size_t)N * OC) != 0;
+            qac_pool_free(p);
+        }
+        CHECK_MSG(bad_q == 0, "%s IC %d: %d rows quantised unlike the plain C model", path_name(), IC, bad_q);
+        CHECK_MSG(bad == 0, "%s %d x %d x %d: %d elements differ from the plain C model", path_name(), N, IC, OC, bad);
+        CHECK_MSG(differ == 0, "%s %d x %d x %d: %d results depend on batching or threads", path_name(), N, IC, OC,
+                  differ);
+        CHECK_MSG(over == 0, "%s %d x %d x %d: %d elements past the quantisation bound (worst %.3f of it)",
+                  path_name(), N, IC, OC, over, worst);
+        printf("int8 gemm %-11s %4d x %4d x %4d: bit-equal to the C model, batch/thread-invariant, error <= %.3f of "
+               "the bound\n",
+               path_name(), N, IC, OC, worst);
+    }
+    qac_cpu_set_isa(qac_cpu_isa_best());
+    qac_gemm_packed_free(&pw);
+    free(w), free(x), free(bias), free(res), free(out), free(out2), free(q), free(sw), free(u), free(u2);
+}
+
+int main(void) {
+    printf("CPU: best path %s, VNNI %d bits there\n", qac_cpu_isa_name(qac_cpu_isa_best()), qac_cpu_vnni());
+    static const int shapes[][3] = {{1, 4, 16}, {5, 7, 3}, {13, 64, 33}, {25, 130, 48}, {37, 384, 100}, {12, 500, 64}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) check_exact(shapes[i][0], shapes[i][1], shapes[i][2]);
+    static const int rshapes[][3] = {{1, 3, 5}, {7, 33, 17}, {29, 384, 70}, {40, 1536, 40}};
+    for (size_t i = 0; i < sizeof rshapes / sizeof rshapes[0]; i++)
+        check_random(rshapes[i][0], rshapes[i][1], rshapes[i][2]);
+    /* a packed weight frees cleanly, and a bad shape is refused */
+    qac_packed_w pw;
+    float w1 = 1.0f;
+    CHECK_ERR(qac_gemm_pack_int8(&pw, &w1, 0, 1), QAC_ERR_INVALID, "bad shape");
+    return qac_test_summary();
+}
