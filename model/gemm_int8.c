@@ -86,8 +86,10 @@ qac_status qac_gemm_pack_int8(qac_packed_w *pw, const float *w, int OC, int IC) 
     return QAC_OK;
 }
 
+#define MR_A 12 /* rows per group of the quantised block (see A_AT) */
+
 size_t qac_gemm_int8_scratch(int mc, int IC) {
-    size_t rows = (size_t)mc * ic4_of(IC) * 4;
+    size_t rows = (size_t)(mc + MR_A - 1) / MR_A * MR_A * ic4_of(IC) * 4;
     return (rows + 63) / 64 * 64 + (size_t)mc * (sizeof(float) + sizeof(int32_t)) + 64;
 }
 
@@ -112,19 +114,20 @@ INLINE uint8_t quant_one(float x, float inv, int32_t zp) {
     return (uint8_t)(v > 255 ? 255 : v < 0 ? 0 : v);
 }
 
-static void quant_row_portable(uint8_t *u, float *scale, int32_t *zp, const float *x, int IC) {
+/* The quantisers write a row's groups of 4 bytes (k = 4 k4 .. 4 k4 + 3) at
+ * u + k4 * stride: stride 4 is a plain row, MR_A * 4 the kernels' layout. */
+static void quant_row_portable(uint8_t *u, size_t stride, float *scale, int32_t *zp, const float *x, int IC) {
     float lo = 0.0f, hi = 0.0f, inv;
     for (int k = 0; k < IC; k++) {
         lo = x[k] < lo ? x[k] : lo;
         hi = x[k] > hi ? x[k] : hi;
     }
     quant_params(lo, hi, scale, &inv, zp);
-    for (int k = 0; k < IC; k++) u[k] = quant_one(x[k], inv, *zp);
-    for (int k = IC; k < ic4_of(IC) * 4; k++) u[k] = 0;
+    for (int k = 0; k < ic4_of(IC) * 4; k++) u[(size_t)(k / 4) * stride + k % 4] = k < IC ? quant_one(x[k], inv, *zp) : 0;
 }
 
 #ifdef I8_X86
-VNNI512 static void quant_row_avx512(uint8_t *u, float *scale, int32_t *zp, const float *x, int IC) {
+VNNI512 static void quant_row_avx512(uint8_t *u, size_t stride, float *scale, int32_t *zp, const float *x, int IC) {
     __m512 lo = _mm512_setzero_ps(), hi = lo;
     for (int k = 0; k < IC; k += 16) { /* the masked tail reads zeros: within [lo, hi] already */
         __mmask16 m = IC - k >= 16 ? 0xffff : (__mmask16)((1u << (IC - k)) - 1);
@@ -139,16 +142,18 @@ VNNI512 static void quant_row_avx512(uint8_t *u, float *scale, int32_t *zp, cons
     int n4 = ic4_of(IC) * 4;
     for (int k = 0; k < n4; k += 16) { /* past IC: x read as 0 (inv 0 * 0), u written as 0 */
         __mmask16 mx = IC - k >= 16 ? 0xffff : IC > k ? (__mmask16)((1u << (IC - k)) - 1) : 0;
-        __mmask16 mu = n4 - k >= 16 ? 0xffff : (__mmask16)((1u << (n4 - k)) - 1);
         __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(mx, x + k), vi)); /* rint: MXCSR's nearest-even */
         q = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(q, vz), z0), z255);
-        q = _mm512_maskz_mov_epi32(mx, q);
-        _mm_mask_storeu_epi8(u + k, mu, _mm512_cvtepi32_epi8(q));
+        __m128i b = _mm512_cvtepi32_epi8(_mm512_maskz_mov_epi32(mx, q)); /* four groups of 4 */
+        uint8_t *d = u + (size_t)(k / 4) * stride;
+        int groups = (n4 - k) / 4 < 4 ? (n4 - k) / 4 : 4;
+        int32_t g4[4] = {_mm_cvtsi128_si32(b), _mm_extract_epi32(b, 1), _mm_extract_epi32(b, 2), _mm_extract_epi32(b, 3)};
+        for (int j = 0; j < groups; j++) memcpy(d + (size_t)j * stride, &g4[j], 4);
     }
 }
 
-__attribute__((target("avx2,fma"))) static void quant_row_avx2(uint8_t *u, float *scale, int32_t *zp,
-                                                                const float *x, int IC) {
+__attribute__((target("avx2,fma"))) static void quant_row_avx2(uint8_t *u, size_t stride, float *scale,
+                                                                int32_t *zp, const float *x, int IC) {
     __m256 lo = _mm256_setzero_ps(), hi = lo;
     int k = 0;
     for (; k + 8 <= IC; k += 8) {
@@ -167,14 +172,16 @@ __attribute__((target("avx2,fma"))) static void quant_row_avx2(uint8_t *u, float
     for (k = 0; k + 8 <= IC; k += 8) {
         __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), vi)), vz);
         __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)); /* clamps at 0 */
-        _mm_storel_epi64((__m128i *)(void *)(u + k), _mm_packus_epi16(w, w));                   /* and at 255 */
+        w = _mm_packus_epi16(w, w);                                                             /* and at 255 */
+        int32_t g0 = _mm_cvtsi128_si32(w), g1 = _mm_extract_epi32(w, 1);
+        memcpy(u + (size_t)(k / 4) * stride, &g0, 4);
+        memcpy(u + (size_t)(k / 4 + 1) * stride, &g1, 4);
     }
-    for (; k < IC; k++) u[k] = quant_one(x[k], inv, *zp);
-    for (; k < ic4_of(IC) * 4; k++) u[k] = 0;
+    for (; k < ic4_of(IC) * 4; k++) u[(size_t)(k / 4) * stride + k % 4] = k < IC ? quant_one(x[k], inv, *zp) : 0;
 }
 #endif
 
-typedef void (*quant_row_fn)(uint8_t *u, float *scale, int32_t *zp, const float *x, int IC);
+typedef void (*quant_row_fn)(uint8_t *u, size_t stride, float *scale, int32_t *zp, const float *x, int IC);
 
 static quant_row_fn pick_quant_row(void) {
 #ifdef I8_X86
@@ -186,16 +193,22 @@ static quant_row_fn pick_quant_row(void) {
 }
 
 void qac_gemm_int8_quantize_row(uint8_t *u, float *scale, int32_t *zp, const float *x, int IC) {
-    pick_quant_row()(u, scale, zp, x, IC);
+    pick_quant_row()(u, 4, scale, zp, x, IC);
 }
 
-/* ---- the kernels: rows [0, n) of a (u8, row stride lda) x all OC columns ---- */
+/* ---- the kernels: rows [0, n) of a x all OC columns ----
+ * a holds the quantised rows in groups of MR_A: group t's row r, bytes
+ * 4 k4 .. 4 k4 + 3 at a + ((t IC4 + k4) MR_A + r) 4. A k step of a tile then
+ * reads its rows' 4-byte groups from one 48-byte line at fixed offsets:
+ * one pointer, where rows of their own stride would take a register each
+ * (12 rows, with the panels' pointers, spill on x86-64). */
+#define A_AT(g, r, k4) ((g)->a + (((size_t)((r) / MR_A) * (g)->ic4 + (size_t)(k4)) * MR_A + (size_t)((r) % MR_A)) * 4)
 
 typedef struct i8_args {
     float *out;
     int ldo;
     const uint8_t *a;
-    int lda;
+    int ic4;
     const float *sa;      /* [n] row scales */
     const int32_t *zp;    /* [n] row zero points */
     const qac_packed_w *pw;
@@ -213,12 +226,11 @@ static void rows_portable(const i8_args *g) {
     const qac_packed_w *pw = g->pw;
     int IC4 = ic4_of(pw->IC), OC = pw->OC;
     for (int r = 0; r < g->n; r++) {
-        const uint8_t *ar = g->a + (size_t)r * g->lda;
         for (int o = 0; o < OC; o++) {
             const int8_t *panel = pw->pq + (size_t)(o / NP) * IC4 * NP * 4 + (o % NP) * 4;
             int32_t acc = 0;
             for (int k4 = 0; k4 < IC4; k4++)
-                for (int e = 0; e < 4; e++) acc += (int32_t)ar[4 * k4 + e] * panel[(size_t)k4 * NP * 4 + e];
+                for (int e = 0; e < 4; e++) acc += (int32_t)A_AT(g, r, k4)[e] * panel[(size_t)k4 * NP * 4 + e];
             float v = dequant(acc, g->zp[r], pw->qsum[o], pw->qscale[o], g->sa[r]);
             if (g->bias) v = v + g->bias[o];
             if (g->resid) v = v + g->resid[(size_t)r * g->ldo + o];
@@ -245,7 +257,7 @@ static void rows_portable(const i8_args *g) {
             __m512i b0 = _mm512_loadu_si512((const void *)(p0 + (size_t)k4 * NP * 4)), b1 = b0;            \
             if (NPN == 2) b1 = _mm512_loadu_si512((const void *)(p1 + (size_t)k4 * NP * 4));               \
             _Pragma("GCC unroll 12") for (int r = 0; r < RN; r++) {                                        \
-                __m512i av = _mm512_set1_epi32(*(const int32_t *)(const void *)(a + (size_t)r * lda + 4 * (size_t)k4)); \
+                __m512i av = _mm512_set1_epi32(*(const int32_t *)(const void *)(a + ((size_t)k4 * MR_A + r) * 4)); \
                 DPBUSD(c0[r], av, b0);                                                                     \
                 if (NPN == 2) DPBUSD(c1[r], av, b1);                                                       \
             }                                                                                              \
@@ -286,9 +298,8 @@ VNNI512 INLINE void epi512(const i8_args *g, const __m512i *c0, const __m512i *c
 /* rn (<= 12) rows from r0 x the columns [o0, o0 + ncols), ncols <= 32 */
 VNNI512 static void tile512(const i8_args *g, int r0, int rn, int o0, int ncols) {
     int IC4 = ic4_of(g->pw->IC);
-    size_t lda = (size_t)g->lda;
     const int8_t *p0 = g->pw->pq + (size_t)(o0 / NP) * IC4 * NP * 4, *p1 = p0 + (size_t)IC4 * NP * 4;
-    const uint8_t *a = g->a + (size_t)r0 * lda;
+    const uint8_t *a = A_AT(g, r0, 0); /* r0: a multiple of MR_A */
     __m512i c0[MR512], c1[MR512];
     switch (rn * 2 + (ncols > NP)) {
 #define CASE(R)                                                          \
@@ -319,7 +330,7 @@ VNNI256 INLINE void tile256(const i8_args *g, int r0, int RN, int o0, int ncols)
     const qac_packed_w *pw = g->pw;
     int IC4 = ic4_of(pw->IC);
     const int8_t *p = pw->pq + (size_t)(o0 / NP) * IC4 * NP * 4;
-    const uint8_t *a = g->a + (size_t)r0 * g->lda;
+    const uint8_t *a = A_AT(g, r0, 0); /* r0: a multiple of MR256, its rows within one group */
     __m256i c0[MR256], c1[MR256];
 #pragma GCC unroll 6
     for (int r = 0; r < RN; r++) c0[r] = c1[r] = _mm256_setzero_si256();
@@ -329,7 +340,7 @@ VNNI256 INLINE void tile256(const i8_args *g, int r0, int RN, int o0, int ncols)
 #pragma GCC unroll 6
         for (int r = 0; r < RN; r++) {
             int32_t quad;
-            memcpy(&quad, a + (size_t)r * g->lda + 4 * (size_t)k4, sizeof quad);
+            memcpy(&quad, a + ((size_t)k4 * MR_A + r) * 4, sizeof quad);
             __m256i av = _mm256_set1_epi32(quad);
             DPBUSD_VEX(c0[r], av, b0);
             DPBUSD_VEX(c1[r], av, b1);
@@ -392,16 +403,18 @@ static rows_i8_fn pick_rows(void) {
 
 void qac_gemm_int8_rows(float *out, const float *inp, const qac_packed_w *pw, const float *bias, const float *resid,
                         int n, void *scratch) {
-    int IC = pw->IC, lda = ic4_of(IC) * 4;
+    int IC = pw->IC, IC4 = ic4_of(IC);
     uint8_t *a = scratch;
-    float *sa = (float *)(void *)(a + ((size_t)n * lda + 63) / 64 * 64);
+    size_t groups = (size_t)(n + MR_A - 1) / MR_A;
+    float *sa = (float *)(void *)(a + (groups * MR_A * IC4 * 4 + 63) / 64 * 64);
     int32_t *zp = (int32_t *)(void *)(sa + n);
     quant_row_fn quant = pick_quant_row();
     for (int r = 0; r < n; r++) {
         if (r + 1 < n) /* the next row's lines, on their way while this one is read */
             for (int k = 0; k < IC; k += 16) __builtin_prefetch(inp + (size_t)(r + 1) * IC + k);
-        quant(a + (size_t)r * lda, sa + r, zp + r, inp + (size_t)r * IC, IC);
+        quant(a + ((size_t)(r / MR_A) * IC4 * MR_A + (size_t)(r % MR_A)) * 4, MR_A * 4, sa + r, zp + r,
+              inp + (size_t)r * IC, IC);
     }
-    i8_args g = {out, pw->OC, a, lda, sa, zp, pw, bias, resid, n};
+    i8_args g = {out, pw->OC, a, IC4, sa, zp, pw, bias, resid, n};
     pick_rows()(&g);
 }

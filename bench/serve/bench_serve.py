@@ -45,6 +45,18 @@ so both sides trade the same precision; the index stays fp32. With
 (built by its encoder in --dtype: with bf16, qac's whole bf16 mode), while
 the references keep faiss-cpu's fp32 Flat search. Whether bf16 pays depends
 on the CPU (bench/RESULTS.md, cpu_peak: the `vdpbf16ps` rate).
+
+--dtype int8 runs `qac serve --dtype int8` (the FastAPI PyTorch references
+stay fp32: PyTorch has no int8 path a user would pick), --also-qac-dtype
+bf16 adds `qac serve --dtype bf16` as a second qac service, and with
+--ref-python PY --ref-int8 onnx|openvino a batching reference encodes
+through sentence-transformers' ONNX Runtime (dynamic int8, avx512_vnni) or
+OpenVINO (static int8) model: the exports bench/encode_int8/run.py keeps in
+--ref-cache. PY is that benchmark's environment with fastapi, uvicorn and
+faiss-cpu added:
+  ~/venv-cpubench/bin/pip install fastapi uvicorn faiss-cpu
+  .venv/bin/python3 bench/serve/bench_serve.py --qac build/qac --passages 100000 --duration 30 --dtype int8 \
+      --also-qac-dtype bf16 --ref-python ~/venv-cpubench/bin/python --ref-int8 openvino
 """
 import argparse
 import json
@@ -171,19 +183,29 @@ def main():
     ap.add_argument("--infinity-python", default=None,
                     help="python of a separate environment with infinity-emb and faiss-cpu (see above); "
                          "absent: the infinity reference and the embedding comparison are skipped")
-    ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
+    ap.add_argument("--dtype", choices=("fp32", "bf16", "int8"), default="fp32",
                     help="encoder precision of qac (--dtype) and of the FastAPI references (bf16: torch.autocast); "
                          "the index stays fp32 unless --qac-factory says otherwise")
     ap.add_argument("--qac-factory", choices=("Flat", "SQbf16"), default="Flat",
                     help="qac's own index: Flat (fp32 corpus vectors, the file the references load too) or SQbf16 "
                          "(bf16 corpus vectors, built with the encoder in --dtype; with --dtype bf16 this is qac's "
                          "whole bf16 mode). The references always search the fp32 Flat index with faiss-cpu")
+    ap.add_argument("--also-qac-dtype", choices=("fp32", "bf16", "int8"),
+                    help="a second qac service with the encoder in this precision")
+    ap.add_argument("--ref-python", help="python of the int8 batching reference (see --ref-int8)")
+    ap.add_argument("--ref-int8", choices=("onnx", "openvino"),
+                    help="add a batching reference encoding through this sentence-transformers int8 backend")
+    ap.add_argument("--ref-cache", default=os.path.expanduser("~/.cache/qac-bench-int8"),
+                    help="where bench/encode_int8/run.py keeps the ONNX and OpenVINO exports")
     ap.add_argument("--encode-concurrency", default="1,32",
                     help="concurrencies of the embedding-only comparison (qac against infinity)")
     a = ap.parse_args()
     if not shutil.which("wrk"):
         sys.exit("bench: wrk is not installed (scripts/setup.sh --test)")
-    if a.infinity_python and a.dtype != "fp32":
+    ref_dtype = "fp32" if a.dtype == "int8" else a.dtype  # the PyTorch references have no int8
+    if a.ref_int8 and not a.ref_python:
+        sys.exit("bench: --ref-int8 needs --ref-python")
+    if a.infinity_python and a.dtype == "bf16":
         sys.exit("bench: --dtype bf16 runs the FastAPI references under bf16 autocast; the infinity reference "
                  "has no such switch here: leave out --infinity-python")
     if a.infinity_python and not os.access(a.infinity_python, os.X_OK):
@@ -238,10 +260,23 @@ def main():
         "qac": [a.qac, "serve", "--index", qac_index, "--model", model, "--threads", str(a.threads), "--dtype", a.dtype,
                 "--query-max-len", "32"],
         "reference": [sys.executable, os.path.join(HERE, "reference_service.py"), "--model", model, "--index", index,
-                      "--docids", docids, "--dtype", a.dtype],
+                      "--docids", docids, "--dtype", ref_dtype],
         "batched": [sys.executable, os.path.join(HERE, "reference_batched.py"), "--model", model, "--index", index,
-                    "--docids", docids, "--dtype", a.dtype],
+                    "--docids", docids, "--dtype", ref_dtype],
     }
+    if a.also_qac_dtype:
+        services["qac2"] = [a.qac, "serve", "--index", qac_index, "--model", model, "--threads", str(a.threads),
+                            "--dtype", a.also_qac_dtype, "--query-max-len", "32"]
+    if a.ref_int8:
+        name = os.path.basename(os.path.normpath(model))
+        file_name = ("onnx/model_qint8_avx512_vnni.onnx" if a.ref_int8 == "onnx"
+                     else "openvino/openvino_model_qint8_quantized.xml")
+        export = os.path.join(a.ref_cache, f"{name}-{a.ref_int8}")
+        if not os.path.exists(os.path.join(export, file_name)):
+            sys.exit(f"bench: no {file_name} in {export}: run bench/encode_int8/run.py first")
+        services["batched_int8"] = [a.ref_python, os.path.join(HERE, "reference_batched.py"), "--model", export,
+                                    "--index", index, "--docids", docids, "--backend", a.ref_int8, "--file-name",
+                                    file_name, "--threads", str(a.threads or os.cpu_count())]
     if a.infinity_python:
         services["infinity"] = [a.infinity_python, os.path.join(HERE, "reference_infinity.py"), "--model", model,
                                 "--index", index, "--docids", docids]
@@ -265,7 +300,7 @@ def main():
             stop(proc)
     agree = {}
     for name in services:
-        if name != "qac":
+        if name not in ("qac", "qac2"):
             same = sum(x == y for x, y in zip(answers[name], answers["qac"]))
             overlap = sum(len(set(x) & set(y)) for x, y in zip(answers[name], answers["qac"])) / len(check_queries)
             agree[name] = (same, overlap)
@@ -327,12 +362,18 @@ def main():
           f"({time.strftime('%Y-%m-%d')})\n")
     print(f"Machine: {cpu}, {os.cpu_count()} cores, {platform.system()} {platform.release()}. "
           f"{a.passages} synthetic Cranfield passages, Flat index (qac: {a.qac_factory}), all-MiniLM-L6-v2, "
-          f"encoders in {a.dtype}, k=10, "
+          f"qac encoder in {a.dtype}, PyTorch references in {ref_dtype}, k=10, "
           f"wrk {a.duration} s per run.\n")
-    refs = [n for n in services if n != "qac"]
+    refs = [n for n in services if n not in ("qac", "qac2")]
     def best_ref(c):  # the reference with the higher throughput at concurrency c
         return max(refs, key=lambda n: results[(n, c)]["rps"])
-    label = {"reference": "unbatched ref", "batched": "batched ref", "infinity": "infinity ref"}
+    label = {"reference": "unbatched ref", "batched": "batched ref", "infinity": "infinity ref",
+             "batched_int8": f"batched-{a.ref_int8}-int8 ref"}
+    if "qac2" in services:
+        print(f"qac --dtype {a.also_qac_dtype} (qac2): " + ", ".join(
+            f"c={c} {results[('qac2', c)]['rps']:.1f} req/s p50 {results[('qac2', c)]['p50_ms']:.2f} ms "
+            f"p99 {results[('qac2', c)]['p99_ms']:.2f} ms; qac {a.dtype} / qac2 "
+            f"{ratio_str(results[('qac', c)]['rps'], results[('qac2', c)]['rps'])}" for c in conc) + "\n")
     print("| concurrency | qac req/s | " + " | ".join(f"{label[n]} req/s" for n in refs) +
           " | best ref | ratio vs best ref | qac p50 ms | best ref p50 ms | qac p99 ms | best ref p99 ms |"
           " p99 ratio (ref/qac) | errors " + "/".join(["qac"] + [label[n].split()[0] for n in refs]) + " |")

@@ -5,6 +5,13 @@ gets one encode and one FAISS search (in a worker thread, so the event
 loop keeps accepting). Same request and response shape as qac's
 POST /search and reference_service.py (the unbatched reference).
 
+With --backend onnx or openvino (and --file-name, e.g.
+onnx/model_qint8_avx512_vnni.onnx) it encodes through sentence-transformers'
+ONNX Runtime or OpenVINO backend instead of PyTorch, with --threads intra-op
+threads: the int8 reference of bench/serve/bench_serve.py --dtype int8 (run
+under the environment of bench/encode_int8/ref_backends.py, plus fastapi,
+uvicorn and faiss-cpu).
+
 usage: python reference_batched.py --model DIR --index DIR --docids FILE --port N"""
 import argparse
 import contextlib
@@ -37,8 +44,22 @@ def main():
                          "for bf16 on a CPU")
     ap.add_argument("--wait-ms", type=float, default=2.0, help="how long a batch waits for more requests")
     ap.add_argument("--max-batch", type=int, default=64)
+    ap.add_argument("--backend", choices=("torch", "onnx", "openvino"), default="torch")
+    ap.add_argument("--file-name", help="the backend's model file within --model (its int8 export)")
+    ap.add_argument("--threads", type=int, default=0, help="intra-op threads of onnx/openvino (0: their default)")
     a = ap.parse_args()
-    model = SentenceTransformer(a.model, device="cpu")
+    kw = {}
+    if a.backend == "onnx":
+        import onnxruntime as ort
+        so = ort.SessionOptions()
+        if a.threads:
+            so.intra_op_num_threads = a.threads
+        kw = {"session_options": so, "provider": "CPUExecutionProvider"}
+    elif a.backend == "openvino" and a.threads:
+        kw = {"ov_config": {"INFERENCE_NUM_THREADS": str(a.threads)}}
+    if a.file_name:
+        kw["file_name"] = a.file_name
+    model = SentenceTransformer(a.model, device="cpu", backend=a.backend, model_kwargs=kw or None)
 
     def amp():
         if a.dtype == "bf16":
