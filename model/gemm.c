@@ -555,8 +555,10 @@ void qac_gemm(float *out, const float *inp, const qac_packed_w *pw, const float 
 void qac_gemm_then(float *out, const float *inp, const qac_packed_w *pw, const float *bias, const float *resid, int N,
                    qac_pool *pool, qac_gemm_post_fn post, void *post_ctx) {
     if (N <= 0) return;
-    /* a block of inp fits in about 128 KiB of L2 */
-    int mc = 32768 / pw->IC / MBLK * MBLK;
+    /* a block of inp fits in about 128 KiB of L2; in int8 mode, as bytes:
+     * four times the rows, so that each panel of weights (from L3 when the
+     * matrix outgrows L2: BERT-base's FFN) serves that many more rows */
+    int mc = (pw->pq ? 131072 : 32768) / pw->IC / MBLK * MBLK;
     if (mc < MBLK) mc = MBLK;
     int nt = qac_pool_size(pool);
     /* blocks: a multiple of the threads, each a whole number of tiles, their
