@@ -2,7 +2,7 @@
  * BertForSequenceClassification and sentence-transformers CrossEncoder
  * directories, starting a reranker from any BERT checkpoint, writing them
  * back, and the scores made of the logits. The scoring itself is
- * model/reranker.c; the head's math model/cls_head.c. */
+ * index/reranker.c; the head's math model/cls_head.c. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>

@@ -1,7 +1,12 @@
 /* Scoring pairs with a cross-encoder (api/qac_xenc.h): pairs assembled
  * (api/qac_pair.h), the encoder (either backend, with token types) giving
- * each pair's last-layer [CLS] state, then the head (cls_head.c) on the
- * CPU. The encoder sorts and batches; the head is per pair. */
+ * each pair's last-layer [CLS] state, then the head (model/cls_head.c) on
+ * the CPU. The encoder sorts and batches; the head is per pair.
+ *
+ * In index/, beside search and fusion, not in model/: it makes its encoder
+ * (qac_encoder_create), whose choice of backend sits above both backends
+ * (kernels/encoder_dispatch.c), and model/ calls nothing only kernels/
+ * defines. */
 #include <stdlib.h>
 #include <string.h>
 
