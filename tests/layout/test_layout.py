@@ -3,10 +3,11 @@
 the sources, so that they cannot rot:
 
   circle   No file of the project takes names from a file that takes names
-           from it. The file-level graph comes from `nm`: file A takes names
-           from file B when A's object leaves a symbol undefined that B's
-           object defines (strongly: weak definitions are a header's inline
-           code). Objects: libqac, the qac command and the Python extension.
+           from it, directly (A <-> B) or through others (A -> B -> C -> A).
+           The file-level graph comes from `nm`: file A takes names from
+           file B when A's object leaves a symbol undefined that B's object
+           defines (strongly: weak definitions are a header's inline code).
+           Objects: libqac, the qac command and the Python extension.
   api      The public headers (api/) include only api/ headers and standard
            C headers, and each compiles alone, as C and as C++, with only
            api/ on the include path.
@@ -16,13 +17,14 @@ the sources, so that they cannot rot:
            named in GENERATED.
   kernels  kernels/ takes nothing from trainer/: no name, no header.
 
-KNOWN lists the violations that are being fixed elsewhere, each with the
-issue and item that removes it. The test fails on a violation not in KNOWN,
-and on an entry of KNOWN that no longer holds, so the list only shrinks:
-whoever fixes one deletes its entry.
+Each failure names its rule, the files and the names, and how to fix it
+(FIX below). KNOWN lists the violations that are being fixed elsewhere, each
+with the issue and item that removes it; it is empty, and should stay so. The
+test fails on a violation not in KNOWN, and on an entry of KNOWN that no
+longer holds, so the list only shrinks: whoever fixes one deletes its entry.
 
-Before the real tree, the checker runs on a planted tree (a circle, a
-public header that includes util/, a model/ call into kernels/, a
+Before the real tree, the checker runs on a planted tree (a circle of two
+files and one of three, a public header that includes util/, a model/ call into kernels/, a
 kernels/ call into trainer/, an oversize file and a stale KNOWN entry) and
 must report every one of them: a checker that stops seeing a rule fails.
 
@@ -46,9 +48,39 @@ GENERATED = {
 }
 
 # (rule, subject) -> the issue and item whose fix removes the violation.
-KNOWN = {
-    ("size", "python/src/qac_python.c"): "issue 38 item 8, with the Python thread-safety work: "
-                                         "python/src/qac_python.c split under 1,200 lines",
+# Empty: every rule holds on the whole tree.
+KNOWN = {}
+
+# Each rule in one line, and how to fix a violation of it, printed with
+# every failure.
+RULES = {
+    "circle": ("no file takes names from a file that takes names from it, directly or through others",
+               "make the arrows run one way: move the names one file takes from the other into a file "
+               "below both (server/srv_request_id.c holds qac_request_id, which srv_rerank.c took from "
+               "srv_router.c while the router took the rerank handler from srv_rerank.c), or move the "
+               "caller up, into a file above both"),
+    "api": ("api/ headers include only api/ headers and standard C headers, and each compiles alone as C "
+            "and as C++",
+            "a user compiles against api/ alone: move the type or constant the header needs into an api/ "
+            "header (api/qac_progress.h holds the progress callback once taken from util/qac_util.h), or "
+            "use a standard C type; keep util/ and model/ headers for the .c files"),
+    "model": ("nothing in model/ calls a name that only kernels/ defines",
+              "model/ sits below kernels/: move the caller above both (index/reranker.c makes its encoder "
+              "with qac_encoder_create, defined in kernels/encoder_dispatch.c, from index/), or move the "
+              "name down into model/ when the CPU path needs it too"),
+    "kernels": ("kernels/ takes nothing from trainer/: no name, no header",
+                "kernels/ sits below trainer/: move what both need below both (model/ or util/), or have "
+                "trainer/ pass it in as an argument"),
+    "size": (f"no source file is over {MAX_LINES:,} lines, except the generated tables in GENERATED",
+             "split the file by job, a file per job named after it (index/index_build.c became "
+             "index_builder.c, index_encode.c, index_vectors.c and index_parts.c; python/src/qac_python.c "
+             "became py_model.c, py_index.c, py_bm25.c, py_train.c and others), the shared declarations in "
+             "a header of the folder; a generated table goes in GENERATED with its generator named on its "
+             "first line"),
+    "known": ("KNOWN lists only violations that still hold",
+              "delete the entry from KNOWN in tests/layout/test_layout.py"),
+    "generated": ("GENERATED names generated tables that exist and name their generator on their first line",
+                  "fix or delete the entry in GENERATED in tests/layout/test_layout.py"),
 }
 
 SOURCE_EXT = (".c", ".h", ".cpp", ".hpp", ".cu", ".cuh", ".py", ".pyi", ".sh", ".js", ".lua", ".cmake")
@@ -117,17 +149,86 @@ def file_graph(syms):
     return edges, definers
 
 
-def names(s, n=4):
-    s = sorted(s)
-    return ", ".join(s[:n]) + (f" and {len(s) - n} more" if len(s) > n else "")
+def names(s):
+    """Every name, sorted: the failure says exactly what crosses."""
+    return ", ".join(sorted(s))
+
+
+def loops(edges):
+    """The strongly connected groups of files of more than one file (Tarjan,
+    iterative): each holds at least one circle."""
+    graph = defaultdict(set)
+    for a, b in edges:
+        graph[a].add(b)
+    index, low, stack, on_stack, groups = {}, {}, [], set(), []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                group = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    group.append(w)
+                    if w == v:
+                        break
+                if len(group) > 1:
+                    groups.append(sorted(group))
+    return groups
+
+
+def shortest_loop(edges, group):
+    """The shortest circle through the group's first file (breadth first)."""
+    start, inside = group[0], set(group)
+    prev, queue = {start: None}, [start]
+    for v in queue:
+        for a, b in sorted(edges):
+            if a != v or b not in inside:
+                continue
+            if b == start:
+                path = [v]
+                while prev[path[-1]] is not None:
+                    path.append(prev[path[-1]])
+                return [start] + path[::-1][1:] + [start]
+            if b not in prev:
+                prev[b] = v
+                queue.append(b)
+    return None
 
 
 def check_circles(edges):
+    """Every pair of files that take names from each other; and, for a group
+    of files in a circle with no such pair, its shortest circle."""
     found = {}
     for (a, b), s in edges.items():
         if a < b and (b, a) in edges:
             found[("circle", f"{a} <-> {b}")] = (
                 f"{a} takes {names(s)} from {b}, which takes {names(edges[(b, a)])} from it")
+    for group in loops(edges):
+        if any((a, b) in edges and (b, a) in edges for a in group for b in group if a < b):
+            continue
+        path = shortest_loop(edges, group)
+        steps = "; ".join(f"{a} takes {names(edges[(a, b)])} from {b}" for a, b in zip(path, path[1:]))
+        found[("circle", " -> ".join(path))] = f"{' -> '.join(path)}: {steps}"
     return found
 
 
@@ -161,7 +262,7 @@ def check_kernels(edges, root):
 
 
 def check_api(root, cc, cxx):
-    found = {}
+    found, alone = {}, {}
     api = os.path.join(root, "api")
     headers = sorted(f for f in os.listdir(api) if f.endswith(".h"))
     with tempfile.TemporaryDirectory(prefix="qac-layout-") as tmp:
@@ -184,8 +285,16 @@ def check_api(root, cc, cxx):
                 if r.returncode:
                     lines = r.stderr.strip().splitlines()
                     first = next((x for x in lines if "error" in x), lines[0] if lines else "?")
-                    first = first.replace(tu, "(the header alone)")
-                    found[("api", f"api/{h} alone as {lang}")] = f"api/{h} does not compile alone as {lang}: {first}"
+                    first = first.replace(tu, "(the header alone)").replace(api + os.sep, "api/")
+                    alone[(h, lang)] = first
+    # a header that fails only because an api/ header it includes breaks a
+    # rule is not reported again: the fix is in the other header
+    broken = {k[1].split()[0] for k in found}
+    for (h, lang), first in alone.items():
+        where = first.split(":")[0]
+        if where != f"api/{h}" and where in broken:
+            continue
+        found[("api", f"api/{h} alone as {lang}")] = f"api/{h} does not compile alone as {lang}: {first}"
     return found, len(headers)
 
 
@@ -209,9 +318,10 @@ def check_size(root, generated):
     for g, script in generated.items():
         path = os.path.join(root, g)
         if not os.path.isfile(path) or not os.path.isfile(os.path.join(root, script)):
-            problems.append(f"GENERATED names {g} (written by {script}), which does not exist")
+            problems.append(("generated", f"GENERATED names {g} (written by {script}), which does not exist"))
         elif os.path.basename(script) not in open(path, encoding="utf-8").readline():
-            problems.append(f"GENERATED names {g}, whose first line does not name its generator {script}")
+            problems.append(("generated", f"GENERATED names {g}, whose first line does not name its "
+                                          f"generator {script}"))
     files = source_files(root)
     for f in files:
         if f in generated:
@@ -224,7 +334,8 @@ def check_size(root, generated):
 
 
 def run(root, objects, nm, cc, cxx, known, generated, out=print):
-    """Check the tree; returns the failures (empty when it passes)."""
+    """Check the tree; returns the failures, (rule, what) pairs (none when
+    it passes)."""
     syms = read_symbols(nm, objects, root)
     edges, definers = file_graph(syms)
     found = {}
@@ -241,18 +352,36 @@ def run(root, objects, nm, cc, cxx, known, generated, out=print):
         if key in known:
             out(f"known  {key[0]:8} {found[key]}  [{known[key]}]")
         else:
-            failures.append(f"{key[0]:8} {found[key]}")
+            failures.append((key[0], found[key]))
     for key in sorted(known):
         if key not in found:
-            failures.append(f"KNOWN lists {key[0]} '{key[1]}' ({known[key]}), which no longer holds: "
-                            f"delete its entry from KNOWN in tests/layout/test_layout.py")
+            failures.append(("known", f"KNOWN lists {key[0]} '{key[1]}' ({known[key]}), which no longer holds"))
     return failures
+
+
+def report(failures, out=print):
+    """Each failure: its rule, what breaks it (files and names), how to fix."""
+    for rule in RULES:
+        broken = [what for r, what in failures if r == rule]
+        for what in broken:
+            out(f"FAIL {rule}: {what}")
+        if broken:
+            text, fix = RULES[rule]
+            out(f"     the rule: {text}")
+            out(f"     to fix:   {fix}")
+    if failures:
+        out(f"{len(failures)} layout violation(s); the rules: tests/layout/test_layout.py and docs/development.md "
+            f"(Layout). Run `ctest -R test_layout` before landing.")
 
 
 PLANTED = {
     # a circle: a.c and b.c take names from each other
     "model/a.c": "int b(void);\nint a(void) { return b(); }\n",
     "model/b.c": "int a(void);\nint b(void) { return 1; }\nint c(void) { return a(); }\n",
+    # a circle through three files: x.c -> y.c -> z.c -> x.c
+    "index/x.c": "int y(void);\nint x(void) { return y(); }\n",
+    "index/y.c": "int z(void);\nint y(void) { return z(); }\n",
+    "index/z.c": "int x(void);\nint z(void) { return x(); }\n",
     # model/ calls a name that only kernels/ defines
     "model/m.c": "int k(void);\nint m(void) { return k(); }\n",
     # kernels/ takes a name and a header from trainer/
@@ -269,7 +398,9 @@ PLANTED = {
     "model/table_gen.py": "\n",
 }
 PLANTED_EXPECT = [
-    "circle   model/a.c takes b from model/b.c",
+    "circle   model/a.c takes b from model/b.c, which takes a from it",
+    "circle   index/x.c -> index/y.c -> index/z.c -> index/x.c: index/x.c takes y from index/y.c; "
+    "index/y.c takes z from index/z.c; index/z.c takes x from index/x.c",
     "model    model/m.c calls k, defined only in kernels/k.c",
     "kernels  kernels/k.c takes t from trainer/t.c",
     "kernels  kernels/k.c includes trainer/t.h",
@@ -277,7 +408,7 @@ PLANTED_EXPECT = [
     "api      api/qac_bad.h does not compile alone as c:",
     "api      api/qac_bad.h does not compile alone as c++:",
     "size     index/long.c has 1201 lines",
-    "KNOWN lists size 'index/gone.c'",
+    "known    KNOWN lists size 'index/gone.c'",
 ]
 
 
@@ -292,7 +423,7 @@ def self_test(nm, cc, cxx):
             with open(path, "w") as f:
                 f.write(text)
         for rel in PLANTED:
-            if rel.endswith(".c") and not rel.startswith("index/"):
+            if rel.endswith(".c") and rel != "index/long.c":
                 obj = os.path.join(root, "build", "planted.dir", rel + ".o")
                 os.makedirs(os.path.dirname(obj), exist_ok=True)
                 subprocess.run([cc, "-c", "-I", os.path.join(root, "trainer"), os.path.join(root, rel), "-o", obj],
@@ -301,8 +432,9 @@ def self_test(nm, cc, cxx):
         known = {("size", "index/gone.c"): "planted: a fix that landed"}
         failures = run(root, objects, nm, cc, cxx, known, {"model/table.h": "model/table_gen.py"},
                        out=lambda s: None)
-    missing = [e for e in PLANTED_EXPECT if not any(f.startswith(e) for f in failures)]
-    extra = [f for f in failures if not any(f.startswith(e) for e in PLANTED_EXPECT)]
+    lines = [f"{rule:8} {what}" for rule, what in failures]
+    missing = [e for e in PLANTED_EXPECT if not any(f.startswith(e) for f in lines)]
+    extra = [f for f in lines if not any(f.startswith(e) for e in PLANTED_EXPECT)]
     for e in missing:
         print(f"FAIL self-test: the planted violation '{e}' was not reported")
     for f in extra:
@@ -325,8 +457,7 @@ def main():
         print(f"FAIL only {len(objects)} object files listed in {a.objects}: the graph would be partial")
         return 1
     failures = run(os.path.abspath(a.source_dir), objects, a.nm, a.cc, a.cxx, KNOWN, GENERATED)
-    for f in failures:
-        print("FAIL " + f)
+    report(failures)
     return 0 if ok and not failures else 1
 
 
