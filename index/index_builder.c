@@ -202,6 +202,79 @@ qac_status qac_builder_check_training(const char *factory, const qac_index_build
                          factory, (long long)need, why, (unsigned long long)n, hint);
 }
 
+/* The options a builder checks, then dir made and locked against a second
+ * build, and the temporaries of a killed one removed. */
+static qac_status builder_lock(qac_builder *b, const char *dir) {
+    if (b->o->shard_size < 1 || b->o->batch < 1)
+        return qac_set_error(QAC_ERR_INVALID, "shard size and batch must be >= 1");
+    qac_status st;
+    if ((st = qac_builder_check_factory(b->factory, b->dim)) || (st = qac_check_output_dir(dir)) ||
+        (st = qac_mkdirs(dir)))
+        return st;
+    char path[4096];
+    if ((st = qac_path_join(path, sizeof path, dir, ".lock"))) return st;
+    b->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (b->lock_fd < 0) return qac_set_error(QAC_ERR_IO, "%s: %s", path, strerror(errno));
+    if (flock(b->lock_fd, LOCK_EX | LOCK_NB) != 0)
+        return qac_set_error(QAC_ERR_BUSY, "%s: another qac index build is running on this directory", dir);
+    remove_stale_tmp(dir);
+    return QAC_OK;
+}
+
+/* *out: dir's manifest when it is one to continue (the same identity), or
+ * NULL to start afresh (none, or a run that failed before its first shard
+ * left nothing to keep). Refuses a manifest of another identity. */
+static qac_status builder_load_manifest(const char *dir, json_t *identity, json_t **out) {
+    *out = NULL;
+    char path[4096];
+    qac_status st = qac_path_join(path, sizeof path, dir, "manifest.json");
+    if (st || access(path, F_OK) != 0) return st;
+    json_error_t err;
+    json_t *m = json_load_file(path, 0, &err);
+    if (!m) return qac_set_error(QAC_ERR_FORMAT, "%s: %s (line %d)", path, err.text, err.line);
+    json_t *fmt = json_object_get(m, "format");
+    if (!json_is_string(fmt) || strcmp(json_string_value(fmt), QAC_MANIFEST_FORMAT) != 0 ||
+        json_integer_value(json_object_get(m, "version")) != QAC_MANIFEST_VERSION ||
+        !json_is_array(json_object_get(m, "shards"))) {
+        json_decref(m);
+        return qac_set_error(QAC_ERR_FORMAT, "%s: not a qac index manifest (version %d expected)", path,
+                             QAC_MANIFEST_VERSION);
+    }
+    json_t *had = json_object_get(m, "build");
+    if (json_equal(had, identity)) {
+        *out = m;
+        return QAC_OK;
+    }
+    if (json_array_size(json_object_get(m, "shards")) == 0 && !json_is_true(json_object_get(m, "encoded"))) {
+        json_decref(m);
+        return QAC_OK;
+    }
+    char diff[2048] = "";
+    qac_builder_describe_diff(diff, sizeof diff, "", had, identity);
+    json_decref(m);
+    return qac_set_error(QAC_ERR_INVALID,
+                         "%s already holds an index built differently (%s); use a new --out directory or delete "
+                         "this one",
+                         dir, diff);
+}
+
+/* The shards a continued manifest lists are still whole. */
+static qac_status builder_verify_shards(const qac_builder *b) {
+    size_t i;
+    json_t *sh;
+    json_array_foreach(json_object_get(b->man, "shards"), i, sh) {
+        char sp[4096];
+        qac_shard_header h;
+        qac_status st = qac_path_join(sp, sizeof sp, b->dir, json_string_value(json_object_get(sh, "file")));
+        if (st) return st;
+        if ((st = qac_shard_peek(sp, &h))) return qac_wrap_error(st, "resume");
+        if (h.checksum != (uint64_t)json_integer_value(json_object_get(sh, "checksum")) ||
+            h.count != (uint64_t)json_integer_value(json_object_get(sh, "count")))
+            return qac_set_error(QAC_ERR_FORMAT, "%s does not match the manifest (modified?)", sp);
+    }
+    return QAC_OK;
+}
+
 /* Lock the directory, then load or start the manifest. `identity` is
  * consumed. Refuses when an existing manifest has a different identity. */
 qac_status qac_builder_begin(qac_builder *b, const char *dir, const qac_index_build_opts *o, json_t *identity,
@@ -213,87 +286,14 @@ qac_status qac_builder_begin(qac_builder *b, const char *dir, const qac_index_bu
     b->factory = o->factory && *o->factory ? o->factory : "Flat";
     b->dim = dim;
     b->dtype = o->fp16 ? QAC_DTYPE_F16 : QAC_DTYPE_F32;
-    qac_status st;
-    if (o->shard_size < 1 || o->batch < 1) {
+    json_t *had = NULL;
+    qac_status st = builder_lock(b, dir);
+    if (!st) st = builder_load_manifest(dir, identity, &had);
+    if (st || had) {
         json_decref(identity);
-        return qac_set_error(QAC_ERR_INVALID, "shard size and batch must be >= 1");
+        b->man = had;
+        return st ? st : builder_verify_shards(b);
     }
-    if ((st = qac_builder_check_factory(b->factory, dim)) || (st = qac_check_output_dir(dir)) ||
-        (st = qac_mkdirs(dir))) {
-        json_decref(identity);
-        return st;
-    }
-    char path[4096];
-    if ((st = qac_path_join(path, sizeof path, dir, ".lock"))) {
-        json_decref(identity);
-        return st;
-    }
-    b->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (b->lock_fd < 0) {
-        json_decref(identity);
-        return qac_set_error(QAC_ERR_IO, "%s: %s", path, strerror(errno));
-    }
-    if (flock(b->lock_fd, LOCK_EX | LOCK_NB) != 0) {
-        json_decref(identity);
-        return qac_set_error(QAC_ERR_BUSY, "%s: another qac index build is running on this directory", dir);
-    }
-    remove_stale_tmp(dir);
-    if ((st = qac_path_join(path, sizeof path, dir, "manifest.json"))) {
-        json_decref(identity);
-        return st;
-    }
-    if (access(path, F_OK) == 0) {
-        json_error_t err;
-        json_t *m = json_load_file(path, 0, &err);
-        if (!m) {
-            json_decref(identity);
-            return qac_set_error(QAC_ERR_FORMAT, "%s: %s (line %d)", path, err.text, err.line);
-        }
-        json_t *fmt = json_object_get(m, "format");
-        if (!json_is_string(fmt) || strcmp(json_string_value(fmt), QAC_MANIFEST_FORMAT) != 0 ||
-            json_integer_value(json_object_get(m, "version")) != QAC_MANIFEST_VERSION ||
-            !json_is_array(json_object_get(m, "shards"))) {
-            json_decref(m);
-            json_decref(identity);
-            return qac_set_error(QAC_ERR_FORMAT, "%s: not a qac index manifest (version %d expected)", path,
-                                 QAC_MANIFEST_VERSION);
-        }
-        json_t *had = json_object_get(m, "build");
-        /* a run that failed before its first shard left nothing to keep:
-         * this one starts over with its own identity */
-        if (!json_equal(had, identity) && json_array_size(json_object_get(m, "shards")) == 0 &&
-            !json_is_true(json_object_get(m, "encoded"))) {
-            json_decref(m);
-            goto fresh;
-        }
-        if (!json_equal(had, identity)) {
-            char diff[2048] = "";
-            qac_builder_describe_diff(diff, sizeof diff, "", had, identity);
-            json_decref(m);
-            json_decref(identity);
-            return qac_set_error(QAC_ERR_INVALID,
-                                 "%s already holds an index built differently (%s); use a new --out "
-                                 "directory or delete this one",
-                                 dir, diff);
-        }
-        json_decref(identity);
-        b->man = m;
-        /* verify the listed shards are still whole */
-        size_t i;
-        json_t *sh;
-        json_array_foreach(json_object_get(m, "shards"), i, sh) {
-            char sp[4096];
-            qac_shard_header h;
-            if ((st = qac_path_join(sp, sizeof sp, dir, json_string_value(json_object_get(sh, "file")))))
-                return st;
-            if ((st = qac_shard_peek(sp, &h))) return qac_wrap_error(st, "resume");
-            if (h.checksum != (uint64_t)json_integer_value(json_object_get(sh, "checksum")) ||
-                h.count != (uint64_t)json_integer_value(json_object_get(sh, "count")))
-                return qac_set_error(QAC_ERR_FORMAT, "%s does not match the manifest (modified?)", sp);
-        }
-        return QAC_OK;
-    }
-fresh:
     b->man = json_pack("{s:s, s:i, s:o, s:[], s:I, s:b, s:n}", "format", QAC_MANIFEST_FORMAT, "version",
                        QAC_MANIFEST_VERSION, "build", identity, "shards", "count", (json_int_t)0, "encoded", 0,
                        "faiss");
@@ -430,141 +430,200 @@ static qac_status docs_write(const char *path, docs_table *t) {
     return qac_atomic_commit(&af);
 }
 
-static qac_status build_faiss(qac_builder *b) {
-    uint64_t n = qac_builder_count(b);
-    json_t *shards = json_object_get(b->man, "shards");
-    size_t ns = json_array_size(shards), i;
-    json_t *sh;
-    if (n == 0) return qac_set_error(QAC_ERR_INVALID, "the corpus has no passages");
-    /* SQbf16: qac writes FAISS's file itself (index_internal.h), row by row */
-    int bf16 = is_sqbf16(b->factory);
-    FaissIndex *idx = NULL;
-    if (!bf16 && faiss_index_factory(&idx, b->dim, b->factory, METRIC_INNER_PRODUCT)) return faiss_fail("index_factory");
-    qac_status st = QAC_OK;
-    float *train = NULL;
-    docs_table t;
-    memset(&t, 0, sizeof t);
-    char path[4096];
+/* The FAISS stage of one build: the index FAISS makes (NULL for SQbf16,
+ * whose file qac writes row by row, index_internal.h), the docid table
+ * filled beside it, and index.faiss while it is being written. */
+typedef struct faiss_stage {
+    qac_builder *b;
+    uint64_t n;       /* rows the manifest lists */
+    int bf16;
+    FaissIndex *idx;
+    uint64_t train_n; /* vectors trained on; 0 when the factory needs no training */
+    docs_table docs;
     qac_atomic_file af;
-    int af_open = 0;
-    uint64_t train_n = 0;
-    if (!bf16 && !faiss_Index_is_trained(idx)) {
-        int64_t nlist = parse_nlist(b->factory);
-        train_n = b->o->train_size > 0 ? (uint64_t)b->o->train_size
-                                       : (nlist ? (uint64_t)(256 * nlist) : 100000u);
-        if (train_n > n) train_n = n;
-        train = malloc(train_n * (size_t)b->dim * sizeof(float));
-        if (!train) {
-            st = qac_set_error(QAC_ERR_NOMEM, "out of memory for %" PRIu64 " training vectors", train_n);
-            goto done;
-        }
-        /* evenly spaced rows: deterministic, and spans the whole corpus */
-        uint64_t j = 0;
-        json_array_foreach(shards, i, sh) {
-            uint64_t first = (uint64_t)json_integer_value(json_object_get(sh, "first_row"));
-            uint64_t cnt = (uint64_t)json_integer_value(json_object_get(sh, "count"));
-            if (j >= train_n || (j * n) / train_n >= first + cnt) continue;
-            qac_shard s;
-            if ((st = shard_path(b, sh, path, sizeof path)) ||
-                (st = qac_shard_read(path, (uint64_t)json_integer_value(json_object_get(sh, "checksum")), &s)))
-                goto done;
-            for (; j < train_n; j++) {
-                uint64_t row = (j * n) / train_n;
-                if (row >= first + cnt) break;
-                memcpy(train + j * (size_t)b->dim, s.vectors + (row - first) * (size_t)b->dim,
-                       (size_t)b->dim * sizeof(float));
-            }
-            qac_shard_free(&s);
-            qac_builder_progress(b, "train-sample/vectors", j, train_n);
-        }
-        qac_builder_progress(b, "train/steps", 0, 1);
-        if (faiss_Index_train(idx, (idx_t)train_n, train)) {
-            st = faiss_fail("train");
-            goto done;
-        }
-        qac_builder_progress(b, "train/steps", 1, 1);
-        free(train);
-        train = NULL;
-    }
-    t.str_off = malloc((n + 1) * 8);
-    t.offsets = malloc(n * 8 + 1);
-    t.lines = malloc(n * 8 + 1);
-    if (!t.str_off || !t.offsets || !t.lines) {
-        st = qac_set_error(QAC_ERR_NOMEM, "docid table: out of memory");
-        goto done;
-    }
-    uint64_t added = 0;
-    if (bf16) {
-        if ((st = qac_path_join(path, sizeof path, b->dir, "index.faiss")) || (st = qac_atomic_open(&af, path))) goto done;
-        af_open = 1;
-        if ((st = qac_sqbf16_write_header(af.f, b->dim, n))) goto done;
-    }
-    qac_builder_progress(b, "add/vectors", 0, n);
-    json_array_foreach(shards, i, sh) {
-        char spath[4096];
+    int af_open;
+} faiss_stage;
+
+static qac_status faiss_stage_init(faiss_stage *fs, qac_builder *b) {
+    memset(fs, 0, sizeof *fs);
+    fs->b = b;
+    fs->n = qac_builder_count(b);
+    if (fs->n == 0) return qac_set_error(QAC_ERR_INVALID, "the corpus has no passages");
+    fs->bf16 = is_sqbf16(b->factory);
+    if (!fs->bf16 && faiss_index_factory(&fs->idx, b->dim, b->factory, METRIC_INNER_PRODUCT))
+        return faiss_fail("index_factory");
+    return QAC_OK;
+}
+
+static void faiss_stage_free(faiss_stage *fs) {
+    if (fs->af_open) qac_atomic_abort(&fs->af);
+    free(fs->docs.str_off);
+    free(fs->docs.offsets);
+    free(fs->docs.lines);
+    free(fs->docs.blob);
+    if (fs->idx) faiss_Index_free(fs->idx);
+}
+
+/* A shard the manifest lists, read and checked against its checksum. */
+static qac_status faiss_read_shard(const faiss_stage *fs, json_t *sh, char *path, size_t cap, qac_shard *s) {
+    qac_status st = shard_path(fs->b, sh, path, cap);
+    return st ? st : qac_shard_read(path, (uint64_t)json_integer_value(json_object_get(sh, "checksum")), s);
+}
+
+/* train_n evenly spaced rows of the whole corpus into train: deterministic,
+ * and a sample of every part of it. */
+static qac_status faiss_sample(const faiss_stage *fs, float *train) {
+    const qac_builder *b = fs->b;
+    uint64_t n = fs->n, train_n = fs->train_n, j = 0;
+    size_t i;
+    json_t *sh;
+    json_array_foreach(json_object_get(b->man, "shards"), i, sh) {
+        uint64_t first = (uint64_t)json_integer_value(json_object_get(sh, "first_row"));
+        uint64_t cnt = (uint64_t)json_integer_value(json_object_get(sh, "count"));
+        if (j >= train_n || (j * n) / train_n >= first + cnt) continue;
+        char path[4096];
         qac_shard s;
-        if ((st = shard_path(b, sh, spath, sizeof spath)) ||
-            (st = qac_shard_read(spath, (uint64_t)json_integer_value(json_object_get(sh, "checksum")), &s)))
-            goto done;
-        if (s.first_row != added || s.dim != b->dim) {
-            qac_shard_free(&s);
-            st = qac_set_error(QAC_ERR_FORMAT, "%s: rows start at %" PRIu64 ", expected %" PRIu64, spath,
-                               s.first_row, added);
-            goto done;
+        qac_status st = faiss_read_shard(fs, sh, path, sizeof path, &s);
+        if (st) return st;
+        for (; j < train_n; j++) {
+            uint64_t row = (j * n) / train_n;
+            if (row >= first + cnt) break;
+            memcpy(train + j * (size_t)b->dim, s.vectors + (row - first) * (size_t)b->dim,
+                   (size_t)b->dim * sizeof(float));
         }
-        for (uint64_t p = 0; p < s.count; p += QAC_ADD_PIECE) {
-            uint64_t m = s.count - p < QAC_ADD_PIECE ? s.count - p : QAC_ADD_PIECE;
-            if (bf16 ? (st = qac_sqbf16_write_rows(af.f, s.vectors + p * (size_t)b->dim, m, b->dim)) != QAC_OK
-                     : faiss_Index_add(idx, (idx_t)m, s.vectors + p * (size_t)b->dim) != 0) {
-                qac_shard_free(&s);
-                if (!bf16) st = faiss_fail("add");
-                goto done;
-            }
-            added += m;
-            qac_builder_progress(b, "add/vectors", added, n);
-        }
-        st = docs_append(&t, &s);
         qac_shard_free(&s);
-        if (st) goto done;
+        qac_builder_progress(b, "train-sample/vectors", j, train_n);
     }
-    (void)ns;
-    qac_builder_progress(b, "write/files", 0, 1);
-    if (!bf16) {
-        if ((st = qac_path_join(path, sizeof path, b->dir, "index.faiss")) || (st = qac_atomic_open(&af, path))) goto done;
-        af_open = 1;
-        if (faiss_write_index(idx, af.f)) {
-            st = faiss_fail("write_index");
-            goto done;
-        }
+    return QAC_OK;
+}
+
+/* Train the index on a sample when its factory needs training (IVF, PQ):
+ * the option's size, else 256 per IVF list, else 100,000, at most n. */
+static qac_status faiss_train(faiss_stage *fs) {
+    const qac_builder *b = fs->b;
+    if (fs->bf16 || faiss_Index_is_trained(fs->idx)) return QAC_OK;
+    int64_t nlist = parse_nlist(b->factory);
+    fs->train_n = b->o->train_size > 0 ? (uint64_t)b->o->train_size : (nlist ? (uint64_t)(256 * nlist) : 100000u);
+    if (fs->train_n > fs->n) fs->train_n = fs->n;
+    float *train = malloc(fs->train_n * (size_t)b->dim * sizeof(float));
+    if (!train) return qac_set_error(QAC_ERR_NOMEM, "out of memory for %" PRIu64 " training vectors", fs->train_n);
+    qac_status st = faiss_sample(fs, train);
+    if (!st) {
+        qac_builder_progress(b, "train/steps", 0, 1);
+        if (faiss_Index_train(fs->idx, (idx_t)fs->train_n, train)) st = faiss_fail("train");
+        else qac_builder_progress(b, "train/steps", 1, 1);
     }
-    af_open = 0;
-    if ((st = qac_atomic_commit(&af))) goto done;
-    if ((st = qac_path_join(path, sizeof path, b->dir, "docids.qdoc")) || (st = docs_write(path, &t))) goto done;
-    qac_builder_progress(b, "write/files", 1, 1);
-    /* Checksums of the FAISS file and the source, verified at open: FAISS
-     * itself reads a corrupt file without noticing (or aborts). */
-    uint64_t faiss_sum = 0, faiss_bytes = 0, src_sum = 0, src_size = 0;
-    const char *src = json_string_value(json_object_get(json_object_get(json_object_get(b->man, "build"), "source"), "path"));
-    if ((st = qac_path_join(path, sizeof path, b->dir, "index.faiss")) ||
-        (st = qac_index_hash_file(path, &faiss_sum, &faiss_bytes)))
-        goto done;
-    if (src && (st = qac_index_hash_file(src, &src_sum, &src_size))) goto done;
-    json_object_set_new(b->man, "faiss",
-                        json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I}", "file", "index.faiss", "factory", b->factory,
-                                  "metric", "inner_product", "ntotal", (json_int_t)(bf16 ? (int64_t)n : faiss_Index_ntotal(idx)),
-                                  "train_size", (json_int_t)train_n, "bytes", (json_int_t)faiss_bytes,
-                                  "checksum", (json_int_t)faiss_sum));
-    if (src) json_object_set_new(json_object_get(b->man, "faiss"), "source_checksum", json_integer((json_int_t)src_sum));
-    json_object_set_new(b->man, "docids", json_string("docids.qdoc"));
-    st = qac_builder_write_manifest(b);
-done:
-    if (af_open) qac_atomic_abort(&af);
     free(train);
-    free(t.str_off);
-    free(t.offsets);
-    free(t.lines);
-    free(t.blob);
-    if (idx) faiss_Index_free(idx);
+    return st;
+}
+
+/* Open index.faiss for writing. */
+static qac_status faiss_open_file(faiss_stage *fs) {
+    char path[4096];
+    qac_status st = qac_path_join(path, sizeof path, fs->b->dir, "index.faiss");
+    if (st || (st = qac_atomic_open(&fs->af, path))) return st;
+    fs->af_open = 1;
+    return QAC_OK;
+}
+
+/* One shard's rows into the index (or SQbf16's file), in pieces of
+ * QAC_ADD_PIECE for progress, and its passages into the docid table. */
+static qac_status faiss_add_shard(faiss_stage *fs, const qac_shard *s, uint64_t *added) {
+    const qac_builder *b = fs->b;
+    for (uint64_t p = 0; p < s->count; p += QAC_ADD_PIECE) {
+        uint64_t m = s->count - p < QAC_ADD_PIECE ? s->count - p : QAC_ADD_PIECE;
+        const float *rows = s->vectors + p * (size_t)b->dim;
+        if (fs->bf16) {
+            qac_status st = qac_sqbf16_write_rows(fs->af.f, rows, m, b->dim);
+            if (st) return st;
+        } else if (faiss_Index_add(fs->idx, (idx_t)m, rows)) {
+            return faiss_fail("add");
+        }
+        *added += m;
+        qac_builder_progress(b, "add/vectors", *added, fs->n);
+    }
+    return docs_append(&fs->docs, s);
+}
+
+/* Every listed shard, in row order, into the index and the docid table. */
+static qac_status faiss_add(faiss_stage *fs) {
+    const qac_builder *b = fs->b;
+    uint64_t n = fs->n, added = 0;
+    fs->docs.str_off = malloc((n + 1) * 8);
+    fs->docs.offsets = malloc(n * 8 + 1);
+    fs->docs.lines = malloc(n * 8 + 1);
+    if (!fs->docs.str_off || !fs->docs.offsets || !fs->docs.lines)
+        return qac_set_error(QAC_ERR_NOMEM, "docid table: out of memory");
+    qac_status st;
+    if (fs->bf16 && ((st = faiss_open_file(fs)) || (st = qac_sqbf16_write_header(fs->af.f, b->dim, n)))) return st;
+    qac_builder_progress(b, "add/vectors", 0, n);
+    size_t i;
+    json_t *sh;
+    json_array_foreach(json_object_get(b->man, "shards"), i, sh) {
+        char path[4096];
+        qac_shard s;
+        if ((st = faiss_read_shard(fs, sh, path, sizeof path, &s))) return st;
+        if (s.first_row != added || s.dim != b->dim)
+            st = qac_set_error(QAC_ERR_FORMAT, "%s: rows start at %" PRIu64 ", expected %" PRIu64, path, s.first_row,
+                               added);
+        else
+            st = faiss_add_shard(fs, &s, &added);
+        qac_shard_free(&s);
+        if (st) return st;
+    }
+    return QAC_OK;
+}
+
+/* index.faiss (FAISS writes it; SQbf16's rows are already there) and
+ * docids.qdoc, each renamed into place. */
+static qac_status faiss_write(faiss_stage *fs) {
+    qac_builder_progress(fs->b, "write/files", 0, 1);
+    qac_status st;
+    if (!fs->bf16) {
+        if ((st = faiss_open_file(fs))) return st;
+        if (faiss_write_index(fs->idx, fs->af.f)) return faiss_fail("write_index");
+    }
+    fs->af_open = 0;
+    if ((st = qac_atomic_commit(&fs->af))) return st;
+    char path[4096];
+    if ((st = qac_path_join(path, sizeof path, fs->b->dir, "docids.qdoc")) || (st = docs_write(path, &fs->docs)))
+        return st;
+    qac_builder_progress(fs->b, "write/files", 1, 1);
+    return QAC_OK;
+}
+
+/* The manifest's "faiss" and "docids": the checksums of the FAISS file and
+ * the source, verified at open (FAISS itself reads a corrupt file without
+ * noticing, or aborts). */
+static qac_status faiss_record(const faiss_stage *fs) {
+    qac_builder *b = fs->b;
+    uint64_t faiss_sum = 0, faiss_bytes = 0, src_sum = 0, src_size = 0;
+    json_t *source = json_object_get(json_object_get(b->man, "build"), "source");
+    const char *src = json_string_value(json_object_get(source, "path"));
+    char path[4096];
+    qac_status st = qac_path_join(path, sizeof path, b->dir, "index.faiss");
+    if (st || (st = qac_index_hash_file(path, &faiss_sum, &faiss_bytes))) return st;
+    if (src && (st = qac_index_hash_file(src, &src_sum, &src_size))) return st;
+    json_int_t ntotal = fs->bf16 ? (json_int_t)fs->n : (json_int_t)faiss_Index_ntotal(fs->idx);
+    json_t *faiss = json_pack("{s:s, s:s, s:s, s:I, s:I, s:I, s:I}", "file", "index.faiss", "factory", b->factory,
+                              "metric", "inner_product", "ntotal", ntotal, "train_size", (json_int_t)fs->train_n,
+                              "bytes", (json_int_t)faiss_bytes, "checksum", (json_int_t)faiss_sum);
+    if (faiss && src) json_object_set_new(faiss, "source_checksum", json_integer((json_int_t)src_sum));
+    json_object_set_new(b->man, "faiss", faiss);
+    json_object_set_new(b->man, "docids", json_string("docids.qdoc"));
+    return qac_builder_write_manifest(b);
+}
+
+/* The FAISS stage, in named steps: train, add every shard, write the files,
+ * record them in the manifest. */
+static qac_status build_faiss(qac_builder *b) {
+    faiss_stage fs;
+    qac_status st = faiss_stage_init(&fs, b);
+    if (!st) st = faiss_train(&fs);
+    if (!st) st = faiss_add(&fs);
+    if (!st) st = faiss_write(&fs);
+    if (!st) st = faiss_record(&fs);
+    faiss_stage_free(&fs);
     return st;
 }
 

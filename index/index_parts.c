@@ -348,125 +348,174 @@ static qac_status check_overlaps(const char *dir, const part_file *v, size_t n) 
     return QAC_OK;
 }
 
-qac_status qac_index_merge(const char *out_dir, const char *parts_dir, const qac_index_build_opts *opts) {
-    qac_index_build_opts defaults = qac_index_default_build_opts();
-    const qac_index_build_opts *o = opts ? opts : &defaults;
-    if (!out_dir || !parts_dir) return qac_set_error(QAC_ERR_INVALID, "index merge: missing argument");
-    char path[4096], corpus_abs[PATH_MAX];
-    json_t *parts = NULL;
-    qac_status st = qac_path_join(path, sizeof path, parts_dir, "parts.json");
-    if (st || (st = read_json(path, &parts))) return st;
-    const char *fmtname = json_string_value(json_object_get(parts, "format"));
-    json_t *source = json_object_get(parts, "source");
-    const char *src_path = json_string_value(json_object_get(source, "path"));
-    int dim = (int)json_integer_value(json_object_get(parts, "dim"));
-    int max_len = (int)json_integer_value(json_object_get(parts, "max_len"));
+/* A merge: parts.json, the corpus the parts came from, the parts found, and
+ * the builder they go into. */
+typedef struct merge {
+    const char *parts_dir;
+    const qac_index_build_opts *o;
+    json_t *parts;  /* parts.json */
+    json_t *source; /* its "source": the corpus's path, size and format */
+    int dim, max_len;
+    char corpus_abs[PATH_MAX];
+    qac_reader *r;
+    part_file *pv; /* the parts, by first row */
+    size_t np;
+    qac_builder b;
+    qac_shard cur; /* the part being read, when `have` */
+    int have;
+    size_t next;   /* the next part of pv to read */
+} merge;
+
+/* parts_dir/parts.json, checked to be a parts description of this
+ * version. */
+static qac_status merge_read_description(merge *m) {
+    char path[4096];
+    qac_status st = qac_path_join(path, sizeof path, m->parts_dir, "parts.json");
+    if (st || (st = read_json(path, &m->parts))) return st;
+    const char *fmtname = json_string_value(json_object_get(m->parts, "format"));
+    m->source = json_object_get(m->parts, "source");
+    m->dim = (int)json_integer_value(json_object_get(m->parts, "dim"));
+    m->max_len = (int)json_integer_value(json_object_get(m->parts, "max_len"));
     if (!fmtname || strcmp(fmtname, QAC_PARTS_FORMAT) != 0 ||
-        json_integer_value(json_object_get(parts, "version")) != QAC_PARTS_VERSION || !src_path || dim < 1 ||
-        !json_is_object(json_object_get(parts, "model"))) {
-        json_decref(parts);
+        json_integer_value(json_object_get(m->parts, "version")) != QAC_PARTS_VERSION ||
+        !json_string_value(json_object_get(m->source, "path")) || m->dim < 1 ||
+        !json_is_object(json_object_get(m->parts, "model")))
         return qac_set_error(QAC_ERR_FORMAT, "%s: not a qac parts description (version %d expected)", path,
                              QAC_PARTS_VERSION);
-    }
+    return QAC_OK;
+}
+
+/* The corpus the parts were encoded from, unchanged since (its size), open
+ * in the format they recorded. */
+static qac_status merge_open_corpus(merge *m) {
     uint64_t size;
-    part_file *pv = NULL;
-    size_t np = 0;
-    qac_reader *r = NULL;
-    qac_builder b;
-    memset(&b, 0, sizeof b);
-    b.lock_fd = -1;
-    if ((st = qac_builder_abs_path(src_path, corpus_abs, sizeof corpus_abs, &size))) goto done;
-    if (size != (uint64_t)json_integer_value(json_object_get(source, "size"))) {
-        st = qac_set_error(QAC_ERR_INVALID, "%s changed since the parts were encoded (%llu bytes, the parts saw %lld)",
-                           corpus_abs, (unsigned long long)size,
-                           (long long)json_integer_value(json_object_get(source, "size")));
-        goto done;
-    }
+    const char *src_path = json_string_value(json_object_get(m->source, "path"));
+    qac_status st = qac_builder_abs_path(src_path, m->corpus_abs, sizeof m->corpus_abs, &size);
+    if (st) return st;
+    json_int_t had = json_integer_value(json_object_get(m->source, "size"));
+    if (size != (uint64_t)had)
+        return qac_set_error(QAC_ERR_INVALID, "%s changed since the parts were encoded (%llu bytes, the parts saw "
+                             "%lld)", m->corpus_abs, (unsigned long long)size, (long long)had);
     qac_text_format fmt = QAC_FMT_AUTO;
-    const char *sf = json_string_value(json_object_get(source, "format"));
+    const char *sf = json_string_value(json_object_get(m->source, "format"));
     for (int f = QAC_FMT_TSV; f <= QAC_FMT_CRANFIELD; f++)
         if (sf && !strcmp(sf, qac_builder_format_name((qac_text_format)f))) fmt = (qac_text_format)f;
-    if ((st = qac_reader_open(&r, corpus_abs, QAC_READ_CORPUS, fmt))) goto done;
-    if ((st = list_parts(parts_dir, dim, &pv, &np)) || (st = check_overlaps(parts_dir, pv, np))) goto done;
-    json_t *identity = qac_builder_identity(json_deep_copy(json_object_get(parts, "model")), json_deep_copy(source),
-                                      max_len, dim, o);
-    if (!identity) {
-        st = qac_set_error(QAC_ERR_NOMEM, "manifest: out of memory");
-        goto done;
-    }
-    if ((st = qac_builder_begin(&b, out_dir, o, identity, dim))) goto done;
-    json_t *dev = json_object_get(parts, "device"), *mdir = json_object_get(parts, "model_dir");
-    json_object_set_new(b.man, "device", json_string(json_is_string(dev) ? json_string_value(dev) : "cpu"));
-    if (json_is_string(mdir)) json_object_set(b.man, "model_dir", mdir); /* where a build records it */
-    if (json_is_true(json_object_get(b.man, "encoded"))) {
-        st = qac_builder_finish(&b);
-        goto done;
-    }
-    if ((st = qac_builder_resume_reader(&b, r, corpus_abs)) || (st = qac_builder_alloc_shard(&b))) goto done;
-    /* Walk the corpus: every passage must be in a part, as the same passage
-     * (id, offset, line), which is what makes the merged index the one a
-     * single process builds. */
-    uint64_t row = qac_builder_count(&b);
-    size_t next = 0;
-    qac_shard cur;
-    int have = 0;
-    memset(&cur, 0, sizeof cur);
+    return qac_reader_open(&m->r, m->corpus_abs, QAC_READ_CORPUS, fmt);
+}
+
+/* The builder on out_dir, with the identity the parts record (a resumed
+ * merge, or a build of the same identity, continues). */
+static qac_status merge_begin(merge *m, const char *out_dir) {
+    json_t *identity = qac_builder_identity(json_deep_copy(json_object_get(m->parts, "model")),
+                                            json_deep_copy(m->source), m->max_len, m->dim, m->o);
+    if (!identity) return qac_set_error(QAC_ERR_NOMEM, "manifest: out of memory");
+    qac_status st = qac_builder_begin(&m->b, out_dir, m->o, identity, m->dim);
+    if (st) return st;
+    json_t *dev = json_object_get(m->parts, "device"), *mdir = json_object_get(m->parts, "model_dir");
+    json_object_set_new(m->b.man, "device", json_string(json_is_string(dev) ? json_string_value(dev) : "cpu"));
+    if (json_is_string(mdir)) json_object_set(m->b.man, "model_dir", mdir); /* where a build records it */
+    return QAC_OK;
+}
+
+/* m->cur: the part that holds `row` (rec is the corpus's passage there, for
+ * the refusal when none does). */
+static qac_status merge_part_for(merge *m, uint64_t row, const qac_record *rec) {
+    if (m->have && row < m->cur.first_row + m->cur.count) return QAC_OK;
+    if (m->have) qac_shard_free(&m->cur);
+    m->have = 0;
+    while (m->next < m->np && m->pv[m->next].first + m->pv[m->next].count <= row) m->next++; /* rows already taken */
+    if (m->next == m->np || m->pv[m->next].first > row)
+        return qac_set_error(QAC_ERR_NOT_FOUND, "%s: no part holds row %llu (passage %s, line %lld of %s)%s",
+                             m->parts_dir, (unsigned long long)row, rec->id, (long long)rec->line, m->corpus_abs,
+                             m->next == m->np ? "" : "; encode the missing rows and merge again");
+    qac_status st = read_part(m->parts_dir, &m->pv[m->next], &m->cur);
+    if (st) return st;
+    m->have = 1;
+    m->next++;
+    return QAC_OK;
+}
+
+/* Row `row` of the part into the builder's shard, once it is checked to be
+ * the corpus's passage there. */
+static qac_status merge_take_row(merge *m, uint64_t row, const qac_record *rec) {
+    const qac_shard *cur = &m->cur;
+    qac_builder *b = &m->b;
+    uint64_t i = row - cur->first_row;
+    if (strcmp(cur->docids[i], rec->id) || cur->offsets[i] != rec->offset || cur->lines[i] != rec->line)
+        return qac_set_error(QAC_ERR_INVALID, "row %llu: the parts hold passage %s (offset %llu), the corpus %s "
+                             "(offset %llu): parts of another corpus?", (unsigned long long)row, cur->docids[i],
+                             (unsigned long long)cur->offsets[i], rec->id, (unsigned long long)rec->offset);
+    if (!(b->ids[b->fill] = strdup(rec->id))) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+    memcpy(b->vecs + b->fill * (size_t)m->dim, cur->vectors + i * (size_t)m->dim, (size_t)m->dim * sizeof(float));
+    b->cut += cur->cut[i];
+    b->offsets[b->fill] = rec->offset;
+    b->lines[b->fill] = rec->line;
+    b->fill++;
+    return QAC_OK;
+}
+
+/* Walk the corpus from the builder's count: every passage must be in a
+ * part, as the same passage (id, offset, line), which is what makes the
+ * merged index the one a single process builds. *rows: the corpus's. */
+static qac_status merge_rows(merge *m, uint64_t *rows) {
+    uint64_t row = qac_builder_count(&m->b);
+    qac_status st;
     for (;;) {
         qac_record rec;
         int got = 0;
-        if ((st = qac_reader_next(r, &rec, &got)) || !got) break;
-        if (!have || row >= cur.first_row + cur.count) {
-            if (have) qac_shard_free(&cur);
-            have = 0;
-            while (next < np && pv[next].first + pv[next].count <= row) next++; /* inside rows already taken */
-            if (next == np || pv[next].first > row) {
-                st = qac_set_error(QAC_ERR_NOT_FOUND, "%s: no part holds row %llu (passage %s, line %lld of %s)%s",
-                                   parts_dir, (unsigned long long)row, rec.id, (long long)rec.line, corpus_abs,
-                                   next == np ? "" : "; encode the missing rows and merge again");
-                break;
-            }
-            if ((st = read_part(parts_dir, &pv[next], &cur))) break;
-            have = 1;
-            next++;
-        }
-        uint64_t i = row - cur.first_row;
-        if (strcmp(cur.docids[i], rec.id) || cur.offsets[i] != rec.offset || cur.lines[i] != rec.line) {
-            st = qac_set_error(QAC_ERR_INVALID, "row %llu: the parts hold passage %s (offset %llu), the corpus %s "
-                               "(offset %llu): parts of another corpus?", (unsigned long long)row, cur.docids[i],
-                               (unsigned long long)cur.offsets[i], rec.id, (unsigned long long)rec.offset);
-            break;
-        }
-        if (!(b.ids[b.fill] = strdup(rec.id))) {
-            st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
-            break;
-        }
-        memcpy(b.vecs + b.fill * (size_t)dim, cur.vectors + i * (size_t)dim, (size_t)dim * sizeof(float));
-        b.cut += cur.cut[i];
-        b.offsets[b.fill] = rec.offset;
-        b.lines[b.fill] = rec.line;
-        b.fill++;
+        if ((st = qac_reader_next(m->r, &rec, &got)) || !got) break;
+        if ((st = merge_part_for(m, row, &rec)) || (st = merge_take_row(m, row, &rec))) break;
         row++;
-        if (b.fill == (uint64_t)o->shard_size && (st = qac_builder_flush_shard(&b))) break;
-        if (row % 65536 == 0) qac_builder_progress(&b, "merge", row, 0);
+        if (m->b.fill == (uint64_t)m->o->shard_size && (st = qac_builder_flush_shard(&m->b))) break;
+        if (row % 65536 == 0) qac_builder_progress(&m->b, "merge", row, 0);
     }
-    if (have) qac_shard_free(&cur);
-    if (st) goto done;
-    for (size_t k = 0; k < np; k++)
-        if (pv[k].first + pv[k].count > row) {
-            st = qac_set_error(QAC_ERR_INVALID, "%s/%s holds rows past the corpus's %llu passages: parts of another "
-                               "corpus?", parts_dir, pv[k].name, (unsigned long long)row);
-            goto done;
-        }
-    if ((st = qac_builder_flush_shard(&b))) goto done;
-    qac_builder_progress(&b, "merge", row, row);
-    json_object_set_new(b.man, "encoded", json_true());
-    if ((st = qac_builder_write_manifest(&b))) goto done;
-    st = qac_builder_finish(&b);
-done:
-    qac_builder_end(&b);
-    qac_reader_free(r);
-    free(pv);
-    json_decref(parts);
+    *rows = row;
     return st;
 }
 
+/* No part holds rows past the corpus's end. */
+static qac_status merge_check_tail(const merge *m, uint64_t rows) {
+    for (size_t k = 0; k < m->np; k++)
+        if (m->pv[k].first + m->pv[k].count > rows)
+            return qac_set_error(QAC_ERR_INVALID, "%s/%s holds rows past the corpus's %llu passages: parts of another "
+                                 "corpus?", m->parts_dir, m->pv[k].name, (unsigned long long)rows);
+    return QAC_OK;
+}
+
+/* Every row from the parts into the builder's shards, then the manifest
+ * marked "encoded". */
+static qac_status merge_encode(merge *m) {
+    uint64_t rows = 0;
+    qac_status st = qac_builder_resume_reader(&m->b, m->r, m->corpus_abs);
+    if (!st) st = qac_builder_alloc_shard(&m->b);
+    if (!st) st = merge_rows(m, &rows);
+    if (!st) st = merge_check_tail(m, rows);
+    if (!st) st = qac_builder_flush_shard(&m->b);
+    if (st) return st;
+    qac_builder_progress(&m->b, "merge", rows, rows);
+    json_object_set_new(m->b.man, "encoded", json_true());
+    return qac_builder_write_manifest(&m->b);
+}
+
+qac_status qac_index_merge(const char *out_dir, const char *parts_dir, const qac_index_build_opts *opts) {
+    qac_index_build_opts defaults = qac_index_default_build_opts();
+    if (!out_dir || !parts_dir) return qac_set_error(QAC_ERR_INVALID, "index merge: missing argument");
+    merge m;
+    memset(&m, 0, sizeof m);
+    m.parts_dir = parts_dir;
+    m.o = opts ? opts : &defaults;
+    m.b.lock_fd = -1;
+    qac_status st = merge_read_description(&m);
+    if (!st) st = merge_open_corpus(&m);
+    if (!st) st = list_parts(parts_dir, m.dim, &m.pv, &m.np);
+    if (!st) st = check_overlaps(parts_dir, m.pv, m.np);
+    if (!st) st = merge_begin(&m, out_dir);
+    if (!st && !json_is_true(json_object_get(m.b.man, "encoded"))) st = merge_encode(&m);
+    if (!st) st = qac_builder_finish(&m.b);
+    if (m.have) qac_shard_free(&m.cur);
+    qac_builder_end(&m.b);
+    qac_reader_free(m.r);
+    free(m.pv);
+    json_decref(m.parts);
+    return st;
+}

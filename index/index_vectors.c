@@ -159,99 +159,138 @@ static qac_status read_corpus_ids(const char *path, qac_text_format fmt, id_list
     return st;
 }
 
-qac_status qac_index_build_vectors(const char *out_dir, const char *npy_path, const qac_index_build_opts *opts) {
-    qac_index_build_opts defaults = qac_index_default_build_opts();
-    const qac_index_build_opts *o = opts ? opts : &defaults;
-    if (!out_dir || !npy_path) return qac_set_error(QAC_ERR_INVALID, "index build: missing argument");
-    char abs[PATH_MAX];
+/* A build from vectors: the .npy file, its ids, and where they come from. */
+typedef struct vectors_build {
+    const qac_index_build_opts *o;
+    const char *npy_path; /* as given, for messages */
+    char abs[PATH_MAX];   /* the .npy file's absolute path */
     uint64_t size;
-    qac_status st = qac_builder_abs_path(npy_path, abs, sizeof abs, &size);
-    if (st) return st;
     npy a;
-    if ((st = npy_open(&a, abs))) {
-        if (a.f) fclose(a.f);
-        return st;
-    }
-    const qac_model *vm = o->vectors_model;
-    if (vm && vm->cfg.hidden_size != a.dim) {
-        fclose(a.f);
-        return qac_set_error(QAC_ERR_INVALID, "%s has dimension %d but model %s has %d", abs, a.dim, vm->name,
+    id_list ids;          /* empty: the rows are numbered */
+    const char *ids_src;  /* the ids' file or corpus, or NULL */
+    char ids_abs[PATH_MAX];
+    uint64_t ids_size;
+} vectors_build;
+
+/* The .npy file open, its header read, its width the model's (when one is
+ * named). */
+static qac_status vectors_open(vectors_build *v) {
+    qac_status st = qac_builder_abs_path(v->npy_path, v->abs, sizeof v->abs, &v->size);
+    if (st || (st = npy_open(&v->a, v->abs))) return st;
+    const qac_model *vm = v->o->vectors_model;
+    if (vm && vm->cfg.hidden_size != v->a.dim)
+        return qac_set_error(QAC_ERR_INVALID, "%s has dimension %d but model %s has %d", v->abs, v->a.dim, vm->name,
                              vm->cfg.hidden_size);
-    }
-    /* ids, the factory and the output, all before anything is written */
-    id_list ids = {0};
-    const char *ids_src = o->ids_path ? o->ids_path : o->ids_corpus;
-    char ids_abs[PATH_MAX] = "";
-    uint64_t ids_size = 0;
-    if (o->ids_path && o->ids_corpus) st = qac_set_error(QAC_ERR_INVALID, "give the ids from a file or a corpus, not both");
-    if (!st && ids_src) st = qac_builder_abs_path(ids_src, ids_abs, sizeof ids_abs, &ids_size);
-    if (!st && o->ids_path) st = read_id_file(ids_abs, &ids);
-    if (!st && o->ids_corpus) st = read_corpus_ids(ids_abs, o->ids_format, &ids);
-    if (!st && ids_src && ids.n != a.rows)
+    return QAC_OK;
+}
+
+/* The ids from a file or a corpus (not both), as many as the rows. */
+static qac_status vectors_read_ids(vectors_build *v) {
+    const qac_index_build_opts *o = v->o;
+    v->ids_src = o->ids_path ? o->ids_path : o->ids_corpus;
+    if (o->ids_path && o->ids_corpus)
+        return qac_set_error(QAC_ERR_INVALID, "give the ids from a file or a corpus, not both");
+    if (!v->ids_src) return QAC_OK;
+    qac_status st = qac_builder_abs_path(v->ids_src, v->ids_abs, sizeof v->ids_abs, &v->ids_size);
+    if (!st && o->ids_path) st = read_id_file(v->ids_abs, &v->ids);
+    if (!st && o->ids_corpus) st = read_corpus_ids(v->ids_abs, o->ids_format, &v->ids);
+    if (!st && v->ids.n != v->a.rows)
         st = qac_set_error(QAC_ERR_INVALID, "%s holds %llu ids but %s has %llu rows: they must match row for row",
-                           ids_src, (unsigned long long)ids.n, npy_path, (unsigned long long)a.rows);
-    const char *factory = o->factory && *o->factory ? o->factory : "Flat";
-    if (!st && !a.rows) st = qac_set_error(QAC_ERR_INVALID, "%s holds no vectors", npy_path);
-    if (!st) st = qac_builder_check_factory(factory, a.dim);
-    if (!st) st = qac_builder_check_training(factory, o, a.rows);
-    if (!st) st = qac_check_output_dir(out_dir);
-    if (st) {
-        id_list_free(&ids);
-        fclose(a.f);
-        return st;
-    }
-    json_t *identity = json_pack("{s:{s:s, s:s, s:i, s:s, s:b}, s:{s:s, s:s, s:I, s:s}, s:i, s:i, s:s, s:i}",
-                                 "model", "name", vm ? vm->name : "precomputed", "fingerprint",
-                                 vm ? vm->fingerprint : "none", "dim", a.dim, "pooling",
-                                 vm ? qac_pooling_name(vm->pooling) : "none", "normalize", vm ? vm->normalize : 0,
-                                 "source", "kind", "vectors", "path", abs, "size",
-                                 (json_int_t)size, "format", a.fp16 ? "npy-f2" : "npy-f4", "max_len", 0, "dim",
-                                 a.dim, "dtype", o->fp16 ? "fp16" : "fp32", "shard_size", o->shard_size);
-    /* where the ids came from is part of what was built (absent when numbered,
-     * as before ids could be given, so those builds still resume) */
-    if (identity && ids_src)
-        json_object_set_new(json_object_get(identity, "source"), "ids",
-                            json_pack("{s:s, s:s, s:I}", "kind", o->ids_path ? "file" : "corpus", "path", ids_abs,
-                                      "size", (json_int_t)ids_size));
-    if (!identity) {
-        id_list_free(&ids);
-        fclose(a.f);
-        return qac_set_error(QAC_ERR_NOMEM, "manifest: out of memory");
-    }
-    qac_builder b;
-    if ((st = qac_builder_begin(&b, out_dir, o, identity, a.dim))) goto done;
-    if (vm) qac_builder_set_model_dir(&b, vm);
-    if (!json_is_true(json_object_get(b.man, "encoded"))) {
-        if ((st = qac_builder_alloc_shard(&b))) goto done;
-        uint64_t row = qac_builder_count(&b);
-        qac_builder_progress(&b, "load", row, a.rows); /* the phase's clock starts here */
-        while (row < a.rows) {
-            uint64_t n = a.rows - row < (uint64_t)o->shard_size ? a.rows - row : (uint64_t)o->shard_size;
-            if ((st = npy_read(&a, row, n, b.vecs, abs))) goto done;
-            for (uint64_t i = 0; i < n; i++) {
-                char id[32];
-                snprintf(id, sizeof id, "%" PRIu64, row + i);
-                if (!(b.ids[i] = strdup(ids.n ? ids.ids[row + i] : id))) {
-                    b.fill = i;
-                    st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
-                    goto done;
-                }
-                b.offsets[i] = row + i;
-                b.lines[i] = 0;
-            }
-            b.fill = n;
-            if ((st = qac_builder_flush_shard(&b))) goto done;
-            row += n;
-            qac_builder_progress(&b, "load", row, a.rows);
-        }
-        json_object_set_new(b.man, "encoded", json_true());
-        if ((st = qac_builder_write_manifest(&b))) goto done;
-    }
-    st = qac_builder_finish(&b);
-done:
-    qac_builder_end(&b);
-    id_list_free(&ids);
-    fclose(a.f);
+                           v->ids_src, (unsigned long long)v->ids.n, v->npy_path, (unsigned long long)v->a.rows);
     return st;
 }
 
+/* The rest of the input, before anything is written: rows, the factory and
+ * its training size, the output directory. */
+static qac_status vectors_check(const vectors_build *v, const char *out_dir) {
+    const char *factory = v->o->factory && *v->o->factory ? v->o->factory : "Flat";
+    qac_status st = QAC_OK;
+    if (!v->a.rows) st = qac_set_error(QAC_ERR_INVALID, "%s holds no vectors", v->npy_path);
+    if (!st) st = qac_builder_check_factory(factory, v->a.dim);
+    if (!st) st = qac_builder_check_training(factory, v->o, v->a.rows);
+    if (!st) st = qac_check_output_dir(out_dir);
+    return st;
+}
+
+/* The build's identity: the model the vectors claim (or "precomputed"),
+ * the vectors' file, and where the ids came from (absent when numbered, as
+ * before ids could be given, so those builds still resume). NULL: out of
+ * memory. */
+static json_t *vectors_identity(const vectors_build *v) {
+    const qac_model *vm = v->o->vectors_model;
+    json_t *identity = json_pack("{s:{s:s, s:s, s:i, s:s, s:b}, s:{s:s, s:s, s:I, s:s}, s:i, s:i, s:s, s:i}",
+                                 "model", "name", vm ? vm->name : "precomputed", "fingerprint",
+                                 vm ? vm->fingerprint : "none", "dim", v->a.dim, "pooling",
+                                 vm ? qac_pooling_name(vm->pooling) : "none", "normalize", vm ? vm->normalize : 0,
+                                 "source", "kind", "vectors", "path", v->abs, "size", (json_int_t)v->size, "format",
+                                 v->a.fp16 ? "npy-f2" : "npy-f4", "max_len", 0, "dim", v->a.dim, "dtype",
+                                 v->o->fp16 ? "fp16" : "fp32", "shard_size", v->o->shard_size);
+    if (identity && v->ids_src)
+        json_object_set_new(json_object_get(identity, "source"), "ids",
+                            json_pack("{s:s, s:s, s:I}", "kind", v->o->ids_path ? "file" : "corpus", "path",
+                                      v->ids_abs, "size", (json_int_t)v->ids_size));
+    return identity;
+}
+
+/* n rows from `row` into the builder's shard, with their ids, and flushed. */
+static qac_status vectors_load_shard(vectors_build *v, qac_builder *b, uint64_t row, uint64_t n) {
+    qac_status st = npy_read(&v->a, row, n, b->vecs, v->abs);
+    if (st) return st;
+    for (uint64_t i = 0; i < n; i++) {
+        char id[32];
+        snprintf(id, sizeof id, "%" PRIu64, row + i);
+        if (!(b->ids[i] = strdup(v->ids.n ? v->ids.ids[row + i] : id))) {
+            b->fill = i;
+            return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+        }
+        b->offsets[i] = row + i;
+        b->lines[i] = 0;
+    }
+    b->fill = n;
+    return qac_builder_flush_shard(b);
+}
+
+/* Every row from the builder's count into shards, then the manifest marked
+ * "encoded". */
+static qac_status vectors_load(vectors_build *v, qac_builder *b) {
+    uint64_t rows = v->a.rows, shard = (uint64_t)v->o->shard_size;
+    qac_status st = qac_builder_alloc_shard(b);
+    if (st) return st;
+    uint64_t row = qac_builder_count(b);
+    qac_builder_progress(b, "load", row, rows); /* the phase's clock starts here */
+    while (row < rows) {
+        uint64_t n = rows - row < shard ? rows - row : shard;
+        if ((st = vectors_load_shard(v, b, row, n))) return st;
+        row += n;
+        qac_builder_progress(b, "load", row, rows);
+    }
+    json_object_set_new(b->man, "encoded", json_true());
+    return qac_builder_write_manifest(b);
+}
+
+qac_status qac_index_build_vectors(const char *out_dir, const char *npy_path, const qac_index_build_opts *opts) {
+    qac_index_build_opts defaults = qac_index_default_build_opts();
+    if (!out_dir || !npy_path) return qac_set_error(QAC_ERR_INVALID, "index build: missing argument");
+    vectors_build v;
+    memset(&v, 0, sizeof v);
+    v.o = opts ? opts : &defaults;
+    v.npy_path = npy_path;
+    qac_builder b;
+    memset(&b, 0, sizeof b);
+    b.lock_fd = -1;
+    /* the vectors, their ids, the factory and the output, all before
+     * anything is written */
+    qac_status st = vectors_open(&v);
+    if (!st) st = vectors_read_ids(&v);
+    if (!st) st = vectors_check(&v, out_dir);
+    json_t *identity = st ? NULL : vectors_identity(&v);
+    if (!st && !identity) st = qac_set_error(QAC_ERR_NOMEM, "manifest: out of memory");
+    if (!st) st = qac_builder_begin(&b, out_dir, v.o, identity, v.a.dim);
+    if (!st && v.o->vectors_model) qac_builder_set_model_dir(&b, v.o->vectors_model);
+    if (!st && !json_is_true(json_object_get(b.man, "encoded"))) st = vectors_load(&v, &b);
+    if (!st) st = qac_builder_finish(&b);
+    qac_builder_end(&b);
+    id_list_free(&v.ids);
+    if (v.a.f) fclose(v.a.f);
+    return st;
+}
