@@ -15,7 +15,8 @@ the sources, so that they cannot rot:
            encoder's backend choice sits above both, kernels/encoder_dispatch.c).
   size     No source file is over 1,200 lines, except the generated tables
            named in GENERATED.
-  kernels  kernels/ takes nothing from trainer/: no name, no header.
+  below    model/ and kernels/ take nothing from the folders above them
+           (trainer/, index/, server/, cli/): no name, no header.
 
 Each failure names its rule, the files and the names, and how to fix it
 (FIX below). KNOWN lists the violations that are being fixed elsewhere, each
@@ -24,9 +25,10 @@ test fails on a violation not in KNOWN, and on an entry of KNOWN that no
 longer holds, so the list only shrinks: whoever fixes one deletes its entry.
 
 Before the real tree, the checker runs on a planted tree (a circle of two
-files and one of three, a public header that includes util/, a model/ call into kernels/, a
-kernels/ call into trainer/, an oversize file and a stale KNOWN entry) and
-must report every one of them: a checker that stops seeing a rule fails.
+files and one of three, a public header that includes util/, a model/ call
+into kernels/, a kernels/ call and include into trainer/, a model/ include
+from index/, an oversize file and a stale KNOWN entry) and must report
+every one of them: a checker that stops seeing a rule fails.
 
 Usage: test_layout.py --source-dir DIR --objects FILE --nm NM --cc CC --cxx CXX
 (FILE: a line per object file, the source directory of its target and the
@@ -68,9 +70,10 @@ RULES = {
               "model/ sits below kernels/: move the caller above both (index/reranker.c makes its encoder "
               "with qac_encoder_create, defined in kernels/encoder_dispatch.c, from index/), or move the "
               "name down into model/ when the CPU path needs it too"),
-    "kernels": ("kernels/ takes nothing from trainer/: no name, no header",
-                "kernels/ sits below trainer/: move what both need below both (model/ or util/), or have "
-                "trainer/ pass it in as an argument"),
+    "below": ("model/ and kernels/ take nothing from trainer/, index/, server/ or cli/: no name, no header",
+              "model/ and kernels/ sit below those folders: move what both sides need below both (model/ or "
+              "util/; model/head_nets.c holds the heads' networks both kernels/ and trainer/ use), or have the "
+              "caller above pass it in as an argument"),
     "size": (f"no source file is over {MAX_LINES:,} lines, except the generated tables in GENERATED",
              "split the file by job, a file per job named after it (index/index_build.c became "
              "index_builder.c, index_encode.c, index_vectors.c and index_parts.c; python/src/qac_python.c "
@@ -244,20 +247,37 @@ def check_model(syms, definers):
     return found
 
 
-def check_kernels(edges, root):
+# The folders model/ and kernels/ take nothing from: the layers above them.
+BELOW = ("model", "kernels")
+ABOVE = ("trainer", "index", "server", "cli")
+# Where a header model/ or kernels/ includes may come from.
+HEADER_HOMES = ("model", "kernels", "util", "api")
+
+
+def check_below(edges, root):
+    """model/ and kernels/ take no name (the nm graph) and include no header
+    from the folders above them."""
     found = {}
     for (a, b), s in edges.items():
-        if a.startswith("kernels/") and b.startswith("trainer/"):
-            found[("kernels", f"{a} -> {b}")] = f"{a} takes {names(s)} from {b}"
-    trainer_headers = {f for f in os.listdir(os.path.join(root, "trainer")) if f.endswith((".h", ".cuh"))}
-    for f in sorted(os.listdir(os.path.join(root, "kernels"))):
-        path = os.path.join(root, "kernels", f)
-        if not f.endswith((".c", ".cpp", ".cu", ".h", ".cuh")):
-            continue
-        for m in INCLUDE.finditer(open(path, encoding="utf-8").read()):
-            h = os.path.basename(m.group(2))
-            if m.group(1) == '"' and h in trainer_headers:
-                found[("kernels", f"kernels/{f} -> trainer/{h}")] = f"kernels/{f} includes trainer/{h}"
+        if a.split("/")[0] in BELOW and b.split("/")[0] in ABOVE:
+            found[("below", f"{a} -> {b}")] = f"{a} takes {names(s)} from {b}"
+
+    def headers(d):
+        path = os.path.join(root, d)
+        return {f for f in os.listdir(path) if f.endswith((".h", ".cuh"))} if os.path.isdir(path) else set()
+
+    home = set().union(*(headers(d) for d in HEADER_HOMES))
+    owner = {h: d for d in ABOVE for h in headers(d) if h not in home}
+    for d in BELOW:
+        for f in sorted(os.listdir(os.path.join(root, d))):
+            if not f.endswith((".c", ".cpp", ".cu", ".h", ".cuh")):
+                continue
+            text = open(os.path.join(root, d, f), encoding="utf-8").read()
+            for m in INCLUDE.finditer(text):
+                h = os.path.basename(m.group(2))
+                if m.group(1) == '"' and h in owner:
+                    line = text.count("\n", 0, m.start()) + 1
+                    found[("below", f"{d}/{f} -> {owner[h]}/{h}")] = f"{d}/{f}:{line} includes {owner[h]}/{h}"
     return found
 
 
@@ -341,7 +361,7 @@ def run(root, objects, nm, cc, cxx, known, generated, out=print):
     found = {}
     found.update(check_circles(edges))
     found.update(check_model(syms, definers))
-    found.update(check_kernels(edges, root))
+    found.update(check_below(edges, root))
     api_found, n_headers = check_api(root, cc, cxx)
     found.update(api_found)
     size_found, failures, n_files = check_size(root, generated)
@@ -388,6 +408,9 @@ PLANTED = {
     "kernels/k.c": '#include "t.h"\nint k(void) { return t(); }\n',
     "trainer/t.h": "int t(void);\n",
     "trainer/t.c": "int t(void) { return 2; }\n",
+    # model/ includes a header of index/
+    "model/h.c": '#include "i.h"\nint h(void) { return 3; }\n',
+    "index/i.h": "int i(void);\n",
     # a public header that reaches into util/, and one that stands alone
     "api/qac_bad.h": '#include "qac_util.h"\nqac_thing qac_bad(void);\n',
     "api/qac_good.h": "#include <stdint.h>\nint64_t qac_good(void);\n",
@@ -402,8 +425,9 @@ PLANTED_EXPECT = [
     "circle   index/x.c -> index/y.c -> index/z.c -> index/x.c: index/x.c takes y from index/y.c; "
     "index/y.c takes z from index/z.c; index/z.c takes x from index/x.c",
     "model    model/m.c calls k, defined only in kernels/k.c",
-    "kernels  kernels/k.c takes t from trainer/t.c",
-    "kernels  kernels/k.c includes trainer/t.h",
+    "below    kernels/k.c takes t from trainer/t.c",
+    "below    kernels/k.c:1 includes trainer/t.h",
+    "below    model/h.c:1 includes index/i.h",
     'api      api/qac_bad.h includes "qac_util.h", not an api/ header',
     "api      api/qac_bad.h does not compile alone as c:",
     "api      api/qac_bad.h does not compile alone as c++:",
@@ -426,8 +450,8 @@ def self_test(nm, cc, cxx):
             if rel.endswith(".c") and rel != "index/long.c":
                 obj = os.path.join(root, "build", "planted.dir", rel + ".o")
                 os.makedirs(os.path.dirname(obj), exist_ok=True)
-                subprocess.run([cc, "-c", "-I", os.path.join(root, "trainer"), os.path.join(root, rel), "-o", obj],
-                               check=True)
+                subprocess.run([cc, "-c", "-I", os.path.join(root, "trainer"), "-I", os.path.join(root, "index"),
+                                os.path.join(root, rel), "-o", obj], check=True)
                 objects.append((root, obj))
         known = {("size", "index/gone.c"): "planted: a fix that landed"}
         failures = run(root, objects, nm, cc, cxx, known, {"model/table.h": "model/table_gen.py"},
