@@ -152,9 +152,24 @@ def file_graph(syms):
     return edges, definers
 
 
+def demangled(s):
+    """C++ names as the source spells them (c++filt), for the messages; a
+    name c++filt cannot read, or no c++filt, stays as it is."""
+    mangled = sorted(n for n in s if n.startswith("_Z"))
+    if not mangled:
+        return {}
+    try:
+        out = subprocess.run(["c++filt"], input="\n".join(mangled) + "\n", capture_output=True, text=True,
+                             check=True).stdout.splitlines()
+    except (OSError, subprocess.CalledProcessError):
+        return {}
+    return dict(zip(mangled, out)) if len(out) == len(mangled) else {}
+
+
 def names(s):
     """Every name, sorted: the failure says exactly what crosses."""
-    return ", ".join(sorted(s))
+    d = demangled(s)
+    return ", ".join(sorted(d.get(n, n) for n in s))
 
 
 def loops(edges):
@@ -243,7 +258,8 @@ def check_model(syms, definers):
         for s in sorted(u):
             where = definers.get(s)
             if where and all(w.startswith("kernels/") for w in where):
-                found[("model", f"{src} -> {s}")] = f"{src} calls {s}, defined only in {', '.join(sorted(where))}"
+                found[("model", f"{src} -> {s}")] = (f"{src} calls {names([s])}, defined only in "
+                                                     f"{', '.join(sorted(where))}")
     return found
 
 
