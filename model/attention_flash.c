@@ -13,6 +13,7 @@
 #include "bert_cpu.h"
 #include "qac_bf16.h"
 #include "qac_rng.h"
+#include "qac_util.h"
 
 #define LOG2E 1.4426950408889634f
 
@@ -23,6 +24,8 @@ typedef struct flash_ctx {
     const qac_dropout *drop;
     int layer, T, C, NH, N, causal, window, bq, bk;
     qac_precision round;
+    float *scratch; /* per thread `stride` floats: a (sequence, head)'s Q, K, V (and dO) and small rows */
+    size_t stride;
 } flash_ctx;
 
 /* x rounded to fp16 (to nearest, ties to even; subnormals kept), as a float */
@@ -116,8 +119,7 @@ static void fwd_task(void *vctx, int64_t begin, int64_t end, int tid) {
     const flash_ctx *c = vctx;
     int T = c->T, C = c->C, NH = c->NH, hs = C / NH, bk = c->bk;
     float sl2 = LOG2E / sqrtf((float)hs);
-    float *buf = malloc(((size_t)3 * T * hs + (size_t)bk + (size_t)hs) * sizeof *buf);
-    if (!buf) abort(); /* out of memory: no status to return here */
+    float *buf = c->scratch + (size_t)tid * c->stride;
     float *Q = buf, *K = Q + (size_t)T * hs, *V = K + (size_t)T * hs, *s = V + (size_t)T * hs, *acc = s + bk;
     for (int64_t bh = begin; bh < end; bh++) {
         int b = (int)(bh / NH), h = (int)(bh % NH), nq, len;
@@ -161,17 +163,31 @@ static void fwd_task(void *vctx, int64_t begin, int64_t end, int tid) {
             if (c->lse) c->lse[(size_t)h * c->N + row0 + t] = l > 0.0f ? m_use + log2f(l) : INFINITY;
         }
     }
-    free(buf);
 }
 
 static int rows_total(const int *offs, int B, int T) { return offs ? offs[B] : B * T; }
 
-void qac_flash_attention_forward(float *out, float *lse, const float *qkv, const float *qkv_b, const int *offs,
-                                 const int *lens, int B, int T, int C, int NH, int causal, int window,
-                                 const qac_dropout *drop, int layer, int bk, qac_precision round, qac_pool *pool) {
+/* Every (sequence, head) through task, with `stride` floats of scratch a
+ * thread, allocated for the call before the loop. */
+static qac_status flash_run(flash_ctx *c, int B, size_t stride, qac_pool_fn task, qac_pool *pool, const char *what) {
+    int nt = qac_pool_size(pool);
+    c->stride = (stride + 15) & ~(size_t)15;
+    if (!(c->scratch = qac_malloc_lines((size_t)nt * c->stride * sizeof(float))))
+        return qac_set_error(QAC_ERR_NOMEM, "%s: cannot allocate %.1f MiB of scratch for %d threads (T=%d)", what,
+                             (double)nt * c->stride * 4 / (1 << 20), nt, c->T);
+    qac_pool_for(pool, (int64_t)B * c->NH, 1, task, c);
+    free(c->scratch);
+    return QAC_OK;
+}
+
+qac_status qac_flash_attention_forward(float *out, float *lse, const float *qkv, const float *qkv_b, const int *offs,
+                                       const int *lens, int B, int T, int C, int NH, int causal, int window,
+                                       const qac_dropout *drop, int layer, int bk, qac_precision round,
+                                       qac_pool *pool) {
     flash_ctx c = {out, lse, NULL, qkv, qkv_b, NULL, NULL, NULL, offs, lens, drop, layer, T, C, NH,
-                   rows_total(offs, B, T), causal, window, 0, bk > 0 ? bk : 64, round};
-    qac_pool_for(pool, (int64_t)B * NH, 1, fwd_task, &c);
+                   rows_total(offs, B, T), causal, window, 0, bk > 0 ? bk : 64, round, NULL, 0};
+    size_t hs = (size_t)(C / NH);
+    return flash_run(&c, B, 3 * (size_t)T * hs + (size_t)c.bk + hs, fwd_task, pool, "fused attention");
 }
 
 /* Backward of one (sequence, head), FlashAttention-2 with the dQ pass
@@ -185,8 +201,7 @@ static void bwd_task(void *vctx, int64_t begin, int64_t end, int tid) {
     const flash_ctx *c = vctx;
     int T = c->T, C = c->C, NH = c->NH, hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs), sl2 = LOG2E * scale;
-    float *buf = malloc(((size_t)4 * T * hs + 2 * (size_t)T + 2 * (size_t)hs) * sizeof *buf);
-    if (!buf) abort(); /* out of memory: no status to return here */
+    float *buf = c->scratch + (size_t)tid * c->stride;
     float *Q = buf, *K = Q + (size_t)T * hs, *V = K + (size_t)T * hs, *dO = V + (size_t)T * hs;
     float *D = dO + (size_t)T * hs, *L = D + T, *g1 = L + T, *g2 = g1 + hs;
     for (int64_t bh = begin; bh < end; bh++) {
@@ -251,14 +266,14 @@ static void bwd_task(void *vctx, int64_t begin, int64_t end, int tid) {
             for (int d = 0; d < hs; d++) dq[d] = round_el(g1[d] * scale, c->round);
         }
     }
-    free(buf);
 }
 
-void qac_flash_attention_backward(float *dqkv, const float *dout, const float *out, const float *lse,
-                                  const float *qkv, const float *qkv_b, const int *offs, const int *lens, int B, int T,
-                                  int C, int NH, int causal, int window, const qac_dropout *drop, int layer, int bq,
-                                  int bk, qac_precision round, qac_pool *pool) {
+qac_status qac_flash_attention_backward(float *dqkv, const float *dout, const float *out, const float *lse,
+                                        const float *qkv, const float *qkv_b, const int *offs, const int *lens, int B,
+                                        int T, int C, int NH, int causal, int window, const qac_dropout *drop,
+                                        int layer, int bq, int bk, qac_precision round, qac_pool *pool) {
     flash_ctx c = {NULL, NULL, dqkv, qkv, qkv_b, dout, out, lse, offs, lens, drop, layer, T, C, NH,
-                   rows_total(offs, B, T), causal, window, bq > 0 ? bq : 64, bk > 0 ? bk : 64, round};
-    qac_pool_for(pool, (int64_t)B * NH, 1, bwd_task, &c);
+                   rows_total(offs, B, T), causal, window, bq > 0 ? bq : 64, bk > 0 ? bk : 64, round, NULL, 0};
+    size_t hs = (size_t)(C / NH);
+    return flash_run(&c, B, 4 * (size_t)T * hs + 2 * (size_t)T + 2 * hs, bwd_task, pool, "fused attention backward");
 }

@@ -34,7 +34,7 @@ static acts_layout layout(const qac_bert_config *c, int B, int T, int keep, int 
         TAKE(hidden, (L + 1) * N * C);
         TAKE(qkv, Lk * N * 3 * C);
         TAKE(att, Lk * B * NH * T * T);
-        l.scratch = NONE;
+        TAKE(scratch, qac_bert_scratch_floats(c, T, nthreads));
         TAKE(atty, Lk * N * C);
         TAKE(res1, Lk * N * C);
         TAKE(ln1_mean, Lk * N);
@@ -60,12 +60,24 @@ static acts_layout layout(const qac_bert_config *c, int B, int T, int keep, int 
         l.atty = big + N * 3 * C;
         l.emb_mean = l.emb_rstd = l.ln1_mean = l.ln1_rstd = l.ln2_mean = l.ln2_rstd = NONE;
         l.att = l.ffn_pre = NONE;
-        TAKE(scratch, (size_t)(nthreads > 0 ? nthreads : 1) * T * T);
+        TAKE(scratch, qac_bert_scratch_floats(c, T, nthreads));
     }
 #undef TAKE
 #undef UP
     l.total = off;
     return l;
+}
+
+size_t qac_bert_scratch_floats(const qac_bert_config *c, int T, int nthreads) {
+    size_t nt = (size_t)(nthreads > 0 ? nthreads : 1);
+    size_t att = nt * qac_attention_scratch_floats(T, c->hidden_size, c->num_heads, 1);
+    /* the products read C inputs (Q|K|V, the attention output, the FFN's
+     * first) or I (the FFN's second); their scratch is not monotone in the
+     * inputs (a block's rows are rounded to whole tiles), so both count */
+    size_t gc = qac_gemm_scratch_bytes(c->hidden_size, (int)nt);
+    size_t gi = qac_gemm_scratch_bytes(c->intermediate_size, (int)nt);
+    size_t mm = ((gc > gi ? gc : gi) + sizeof(float) - 1) / sizeof(float);
+    return att > mm ? att : mm; /* the attention and the products never run at once */
 }
 
 size_t qac_bert_acts_size(const qac_bert_config *c, int B, int T, int keep, int nthreads) {
@@ -192,7 +204,7 @@ static qac_status check_inputs(const qac_bert_acts *a, const qac_bert_config *c,
     if (!pk || pk->L != c->num_layers) return qac_set_error(QAC_ERR_INVALID, "bert forward: weights not packed");
     if (!a->mem || a->B != B || a->T != T)
         return qac_set_error(QAC_ERR_INVALID, "bert forward: activations not allocated for B=%d T=%d", B, T);
-    if (a->nthreads < qac_pool_size(pool) && !a->keep)
+    if (a->nthreads < qac_pool_size(pool))
         return qac_set_error(QAC_ERR_INVALID, "bert forward: activations sized for %d threads, pool has %d",
                              a->nthreads, qac_pool_size(pool));
     for (int b = 0; b < B; b++)
@@ -213,10 +225,12 @@ static qac_status check_inputs(const qac_bert_acts *a, const qac_bert_config *c,
 /* Layer l from x [B,T,C] to y, its tensors in slot s of a (s = 0 unless
  * every layer is kept). Without dropout the output projections fuse their
  * residual into the matrix product. */
-/* N rows: B*T padded (offs NULL), or the packed rows of offs. */
-static void layer_forward(qac_bert_acts *a, int l, int s, const float *x, float *y, const qac_bert_config *c,
-                          const qac_bert_params *p, const qac_bert_packed *pk, const int *lens, const int *offs,
-                          int B, int T, size_t N, const qac_dropout *drop, qac_pool *pool) {
+/* N rows: B*T padded (offs NULL), or the packed rows of offs. Every step
+ * takes its scratch from a (so none fails for memory; the status is
+ * passed on all the same). */
+static qac_status layer_forward(qac_bert_acts *a, int l, int s, const float *x, float *y, const qac_bert_config *c,
+                                const qac_bert_params *p, const qac_bert_packed *pk, const int *lens, const int *offs,
+                                int B, int T, size_t N, const qac_dropout *drop, qac_pool *pool) {
     int C = c->hidden_size, I = c->intermediate_size, NH = c->num_heads;
     size_t NC = N * C, lc = (size_t)l * C;
     float eps = c->layer_norm_eps;
@@ -225,33 +239,43 @@ static void layer_forward(qac_bert_acts *a, int l, int s, const float *x, float 
     float *ffn_pre = AT(a->ffn_pre, s, N * I), *ffn_act = AT(a->ffn_act, s, N * I);
     float *att = AT(a->att, s, (size_t)B * NH * T * T);
     int drop_out = qac_dropout_active(drop, QAC_DROP_ATT_OUT);
+    qac_status st;
 
-    qac_gemm(qkv, x, &pk->qkv[l], p->qkv_b + lc * 3, NULL, (int)N, pool);
-    if (offs) qac_attention_forward_packed(atty, a->scratch, qkv, lens, offs, B, T, C, NH, pool);
-    else qac_attention_forward_drop(atty, att, a->scratch, qkv, lens, drop, l, B, T, C, NH, pool);
+    if ((st = qac_gemm(qkv, x, &pk->qkv[l], p->qkv_b + lc * 3, NULL, (int)N, a->scratch, pool))) return st;
+    st = offs ? qac_attention_forward_packed(atty, a->scratch, qkv, lens, offs, B, T, C, NH, pool)
+              : qac_attention_forward_drop(atty, att, a->scratch, qkv, lens, drop, l, B, T, C, NH, pool);
+    if (st) return st;
     if (drop_out) {
-        qac_gemm(res1, atty, &pk->attn_out[l], p->attn_out_b + lc, NULL, (int)N, pool);
+        if ((st = qac_gemm(res1, atty, &pk->attn_out[l], p->attn_out_b + lc, NULL, (int)N, a->scratch, pool)))
+            return st;
         qac_dropout_forward(res1, res1, x, drop, l, QAC_DROP_ATT_OUT, B, T, C, pool);
-    } else {
-        qac_gemm(res1, atty, &pk->attn_out[l], p->attn_out_b + lc, x, (int)N, pool);
+    } else if ((st = qac_gemm(res1, atty, &pk->attn_out[l], p->attn_out_b + lc, x, (int)N, a->scratch, pool))) {
+        return st;
     }
     qac_layernorm_forward(ln1, AT(a->ln1_mean, s, N), AT(a->ln1_rstd, s, N), res1, p->ln1_w + lc, p->ln1_b + lc,
                           (int)N, C, eps, pool);
-    qac_matmul_gelu_packed(ffn_act, ffn_pre, ln1, &pk->ffn_in[l], p->ffn_in_b + (size_t)l * I, (int)N, pool);
+    if ((st = qac_matmul_gelu_packed(ffn_act, ffn_pre, ln1, &pk->ffn_in[l], p->ffn_in_b + (size_t)l * I, (int)N,
+                                     a->scratch, pool)))
+        return st;
     if (drop_out) {
-        qac_gemm(res2, ffn_act, &pk->ffn_out[l], p->ffn_out_b + lc, NULL, (int)N, pool);
+        if ((st = qac_gemm(res2, ffn_act, &pk->ffn_out[l], p->ffn_out_b + lc, NULL, (int)N, a->scratch, pool)))
+            return st;
         qac_dropout_forward(res2, res2, ln1, drop, l, QAC_DROP_FFN_OUT, B, T, C, pool);
-    } else {
-        qac_gemm(res2, ffn_act, &pk->ffn_out[l], p->ffn_out_b + lc, ln1, (int)N, pool);
+    } else if ((st = qac_gemm(res2, ffn_act, &pk->ffn_out[l], p->ffn_out_b + lc, ln1, (int)N, a->scratch, pool))) {
+        return st;
     }
     qac_layernorm_forward(y, AT(a->ln2_mean, s, N), AT(a->ln2_rstd, s, N), res2, p->ln2_w + lc, p->ln2_b + lc,
                           (int)N, C, eps, pool);
+    return QAC_OK;
 }
 
-void qac_bert_layer_forward(qac_bert_acts *a, int l, int s, const float *x, float *y, const qac_bert_config *c,
-                            const qac_bert_params *p, const qac_bert_packed *pk, const int *lens, int B, int T,
-                            const qac_dropout *drop, qac_pool *pool) {
-    layer_forward(a, l, s, x, y, c, p, pk, lens, NULL, B, T, (size_t)B * T, drop, pool);
+qac_status qac_bert_layer_forward(qac_bert_acts *a, int l, int s, const float *x, float *y, const qac_bert_config *c,
+                                  const qac_bert_params *p, const qac_bert_packed *pk, const int *lens, int B, int T,
+                                  const qac_dropout *drop, qac_pool *pool) {
+    if (a->nthreads < qac_pool_size(pool)) /* the scratch is a thread's share each */
+        return qac_set_error(QAC_ERR_INVALID, "bert layer: activations sized for %d threads, pool has %d", a->nthreads,
+                             qac_pool_size(pool));
+    return layer_forward(a, l, s, x, y, c, p, pk, lens, NULL, B, T, (size_t)B * T, drop, pool);
 }
 
 qac_status qac_bert_forward_packed(qac_bert_acts *a, const qac_bert_config *c, const qac_bert_params *p,
@@ -289,7 +313,8 @@ qac_status qac_bert_forward_packed(qac_bert_acts *a, const qac_bert_config *c, c
     for (int l = 0; l < c->num_layers; l++) {
         if (a->cancel && a->cancel(a->cancel_user))
             return qac_set_error(QAC_ERR_CANCELLED, "encode: cancelled before layer %d of %d", l, c->num_layers);
-        layer_forward(a, l, 0, a->hidden, a->hidden, c, p, pk, lens, offs, B, T, N, NULL, pool);
+        qac_status st = layer_forward(a, l, 0, a->hidden, a->hidden, c, p, pk, lens, offs, B, T, N, NULL, pool);
+        if (st) return st;
     }
     return QAC_OK;
 }
@@ -313,7 +338,8 @@ static qac_status forward(qac_bert_acts *a, const qac_bert_config *c, const qac_
     for (int l = 0; l < L; l++) {
         const float *x = hist ? a->hidden + (size_t)l * NC : a->hidden;
         float *y = hist ? a->hidden + (size_t)(l + 1) * NC : a->hidden;
-        qac_bert_layer_forward(a, l, a->keep == QAC_ACTS_KEEP ? l : 0, x, y, c, p, pk, lens, B, T, drop, pool);
+        st = qac_bert_layer_forward(a, l, a->keep == QAC_ACTS_KEEP ? l : 0, x, y, c, p, pk, lens, B, T, drop, pool);
+        if (st) return st;
         if (hidden_out) memcpy(hidden_out + (size_t)(l + 1) * NC, y, NC * sizeof(float));
     }
     return QAC_OK;
@@ -327,9 +353,11 @@ qac_status qac_bert_layers_forward(qac_bert_acts *a, const qac_bert_config *c, c
         return qac_set_error(QAC_ERR_INVALID, "layer stack: activations not kept for B=%d T=%d", B, T);
     size_t NC = (size_t)B * T * c->hidden_size;
     memcpy(a->hidden, x, NC * sizeof(float));
-    for (int l = 0; l < c->num_layers; l++)
-        qac_bert_layer_forward(a, l, a->keep == QAC_ACTS_KEEP ? l : 0, a->hidden + (size_t)l * NC,
-                               a->hidden + (size_t)(l + 1) * NC, c, p, pk, lens, B, T, drop, pool);
+    for (int l = 0; l < c->num_layers; l++) {
+        qac_status st = qac_bert_layer_forward(a, l, a->keep == QAC_ACTS_KEEP ? l : 0, a->hidden + (size_t)l * NC,
+                                               a->hidden + (size_t)(l + 1) * NC, c, p, pk, lens, B, T, drop, pool);
+        if (st) return st;
+    }
     return QAC_OK;
 }
 

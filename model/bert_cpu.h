@@ -98,44 +98,58 @@ void qac_bias_gelu_forward(float *act, const float *pre, const float *bias, int 
 void qac_bias_gelu_backward(float *dpre, float *dbias, const float *dout, const float *pre, const float *bias, int N,
                             int I, qac_pool *pool);
 
+/* Scratch memory. The functions below that need memory of their own
+ * besides their outputs take it from the caller's plan where they have a
+ * scratch argument (sized by the function named there); given NULL, or
+ * having no such argument, they allocate it once per call, before their
+ * parallel loop, and return QAC_ERR_NOMEM when it cannot be had. Nothing
+ * is allocated inside a task, and nothing aborts. */
+
 /* pre = inp W^T + bias, out = GELU(pre): the FFN input projection with the
  * bias and activation fused. pre may be NULL (not kept; then out holds the
- * activation only). out, pre [N,OC]; inp [N,IC]; w [OC,IC]; bias [OC]. */
-void qac_matmul_gelu_forward(float *out, float *pre, const float *inp, const float *w,
-                             const float *bias, int N, int IC, int OC, qac_pool *pool);
-void qac_matmul_gelu_packed(float *out, float *pre, const float *inp, const qac_packed_w *pw, const float *bias,
-                            int N, qac_pool *pool);
+ * activation only). out, pre [N,OC]; inp [N,IC]; w [OC,IC]; bias [OC].
+ * _forward packs w for the call; _packed takes it packed, and scratch as
+ * qac_gemm does. */
+qac_status qac_matmul_gelu_forward(float *out, float *pre, const float *inp, const float *w, const float *bias, int N,
+                                   int IC, int OC, qac_pool *pool);
+qac_status qac_matmul_gelu_packed(float *out, float *pre, const float *inp, const qac_packed_w *pw,
+                                  const float *bias, int N, void *scratch, qac_pool *pool);
 
 /* Backward of out = inp W^T + bias, each part skipped when its output is NULL:
  * dinp [N,IC] = dout [N,OC] W [OC,IC] (+ dresid [N,IC]; written, dresid may
  * alias dinp), dw [OC,IC] += dout^T inp, db [OC] += column sums of dout.
- * scratch holds qac_matmul_backward_scratch(N, IC, OC) floats. */
+ * scratch holds qac_matmul_backward_scratch(N, IC, OC) floats (W^T
+ * packed); dw's blocks of rows are allocated per call. */
 size_t qac_matmul_backward_scratch(int N, int IC, int OC);
-void qac_matmul_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
-                         const float *dresid, int N, int IC, int OC, float *scratch, qac_pool *pool);
+qac_status qac_matmul_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                               const float *dresid, int N, int IC, int OC, float *scratch, qac_pool *pool);
 /* qac_gemm_pack_into over the pool, one 16-column panel per task. */
 void qac_gemm_pack_parallel(float *packed, const float *w, int OC, int IC, int ldw, int transposed, qac_pool *pool);
 
 /* Multi-head self-attention over fused projections.
  * qkv [B,T,3C]: per row Q | K | V, head h in columns [h*hs, (h+1)*hs) of each.
  * out [B,T,C]: softmax(Q K^T / sqrt(hs) + mask) V, heads concatenated.
- * att [B,NH,T,T]: the probabilities, kept for backward (masked keys hold 0);
- * when att is NULL, scratch [qac_pool_size(pool), T, T] holds them briefly. */
-void qac_attention_forward(float *out, float *att, float *scratch, const float *qkv,
-                           const int *lens, int B, int T, int C, int NH, qac_pool *pool);
+ * att [B,NH,T,T]: the probabilities, kept for backward (masked keys hold 0),
+ * or NULL. scratch: qac_pool_size(pool) times qac_attention_scratch_floats
+ * (T, C, NH, dropout on) floats (a thread's packed K and V, and the
+ * probabilities when att is NULL or dropout is on), or NULL. */
+size_t qac_attention_scratch_floats(int T, int C, int NH, int dropout);
+qac_status qac_attention_forward(float *out, float *att, float *scratch, const float *qkv, const int *lens, int B,
+                                 int T, int C, int NH, qac_pool *pool);
 /* The same with dropout on the probabilities (att keeps them undropped). */
-void qac_attention_forward_drop(float *out, float *att, float *scratch, const float *qkv, const int *lens,
-                                const qac_dropout *drop, int layer, int B, int T, int C, int NH, qac_pool *pool);
+qac_status qac_attention_forward_drop(float *out, float *att, float *scratch, const float *qkv, const int *lens,
+                                      const qac_dropout *drop, int layer, int B, int T, int C, int NH, qac_pool *pool);
 /* Inference over packed rows (no padding): sequence b holds rows
  * [offs[b], offs[b] + lens[b]) of qkv [N,3C] and out [N,C]; T >= every
- * lens[b] sizes scratch [qac_pool_size(pool), T, T]. Each real row gets the
+ * lens[b] sizes scratch (as above, no dropout). Each real row gets the
  * same bits as qac_attention_forward gives it in any padded batch. */
-void qac_attention_forward_packed(float *out, float *scratch, const float *qkv, const int *lens, const int *offs,
-                                  int B, int T, int C, int NH, qac_pool *pool);
+qac_status qac_attention_forward_packed(float *out, float *scratch, const float *qkv, const int *lens,
+                                        const int *offs, int B, int T, int C, int NH, qac_pool *pool);
 /* dqkv [B,T,3C] (written) from datty [B,T,C], the kept probabilities att
  * [B,NH,T,T] and qkv; keys past lens[b] get zero gradient. */
-void qac_attention_backward(float *dqkv, const float *datty, const float *qkv, const float *att, const int *lens,
-                            const qac_dropout *drop, int layer, int B, int T, int C, int NH, qac_pool *pool);
+qac_status qac_attention_backward(float *dqkv, const float *datty, const float *qkv, const float *att,
+                                  const int *lens, const qac_dropout *drop, int layer, int B, int T, int C, int NH,
+                                  qac_pool *pool);
 
 /* Causal self-attention with an optional window (decoders: the query
  * generator of model/head_nets.c). Row i of sequence b attends to key j when
@@ -147,12 +161,13 @@ void qac_attention_backward(float *dqkv, const float *datty, const float *qkv, c
  * the probabilities, with the masks of qac_attention_forward_drop at
  * `layer`. qkv [B,T,3C] as above; out [B,T,C]; att [B,NH,T,T] kept for
  * backward (undropped, masked entries 0). */
-void qac_attention_causal_forward(float *out, float *att, const float *qkv, const int *lens, int window,
-                                  const qac_dropout *drop, int layer, int B, int T, int C, int NH, qac_pool *pool);
+qac_status qac_attention_causal_forward(float *out, float *att, const float *qkv, const int *lens, int window,
+                                        const qac_dropout *drop, int layer, int B, int T, int C, int NH,
+                                        qac_pool *pool);
 /* dqkv [B,T,3C] (written) from datty [B,T,C], qkv and the kept att. */
-void qac_attention_causal_backward(float *dqkv, const float *datty, const float *qkv, const float *att,
-                                   const int *lens, int window, const qac_dropout *drop, int layer, int B, int T,
-                                   int C, int NH, qac_pool *pool);
+qac_status qac_attention_causal_backward(float *dqkv, const float *datty, const float *qkv, const float *att,
+                                         const int *lens, int window, const qac_dropout *drop, int layer, int B, int T,
+                                         int C, int NH, qac_pool *pool);
 
 /* ---- fused attention (FlashAttention-2): the CPU twin of the CUDA kernels
  * in kernels/flash_attention.cu, in their order of work (attention_flash.c).
@@ -174,17 +189,18 @@ void qac_attention_causal_backward(float *dqkv, const float *datty, const float 
  * hold in bf16 or fp16 the same way: Q, K, V on load (before and after the
  * bias), the probabilities before P V, dS before its products, dout and
  * out as the backward reads them, and every output. */
-void qac_flash_attention_forward(float *out, float *lse, const float *qkv, const float *qkv_b, const int *offs,
-                                 const int *lens, int B, int T, int C, int NH, int causal, int window,
-                                 const qac_dropout *drop, int layer, int bk, qac_precision round, qac_pool *pool);
+qac_status qac_flash_attention_forward(float *out, float *lse, const float *qkv, const float *qkv_b, const int *offs,
+                                       const int *lens, int B, int T, int C, int NH, int causal, int window,
+                                       const qac_dropout *drop, int layer, int bk, qac_precision round,
+                                       qac_pool *pool);
 /* dqkv [N,3C] (written in full: keys past lens[b] get 0) from dout [N,C],
  * the forward's out and lse, and qkv (+ qkv_b): D = rowsum(dout * out),
  * the probabilities recomputed from lse, dK and dV per key over query tiles
  * of bq, then dQ per query over key tiles of bk. */
-void qac_flash_attention_backward(float *dqkv, const float *dout, const float *out, const float *lse,
-                                  const float *qkv, const float *qkv_b, const int *offs, const int *lens, int B, int T,
-                                  int C, int NH, int causal, int window, const qac_dropout *drop, int layer, int bq,
-                                  int bk, qac_precision round, qac_pool *pool);
+qac_status qac_flash_attention_backward(float *dqkv, const float *dout, const float *out, const float *lse,
+                                        const float *qkv, const float *qkv_b, const int *offs, const int *lens, int B,
+                                        int T, int C, int NH, int causal, int window, const qac_dropout *drop,
+                                        int layer, int bq, int bk, qac_precision round, qac_pool *pool);
 
 /* Pool the last hidden state: CLS (row 0) or the mean over the lens[b] real
  * tokens, then, when normalize, x / max(||x||_2, 1e-12) (F.normalize).
@@ -228,7 +244,8 @@ typedef struct qac_bert_acts {
                           (infer: two [B,T,C] work rows, no history) */
     float *qkv;        /* [Lk,B,T,3C] */
     float *att;        /* [Lk,B,NH,T,T] (NULL) */
-    float *scratch;    /* [nthreads,T,T] (infer only, else NULL) */
+    float *scratch;    /* [nthreads, qac_bert_scratch_floats / nthreads]: the attention's and
+                          the matrix products' per-thread memory */
     float *atty;       /* [Lk,B,T,C] attention context before the output projection */
     float *res1;       /* [Lk,B,T,C] layer input + attention output (LN1 input) */
     float *ln1_mean;   /* [Lk,B,T] (NULL) */
@@ -246,7 +263,11 @@ typedef struct qac_bert_acts {
     void *cancel_user;
 } qac_bert_acts;
 
-/* Floats needed for (B, T); nthreads sizes the attention scratch. */
+/* Floats of scratch a forward over (B, T) rows of config c takes from its
+ * activations, for nthreads threads (the attention's, with dropout, and
+ * qac_gemm's, for weights in any mode). */
+size_t qac_bert_scratch_floats(const qac_bert_config *c, int T, int nthreads);
+/* Floats needed for (B, T); nthreads sizes the scratch. */
 size_t qac_bert_acts_size(const qac_bert_config *c, int B, int T, int keep, int nthreads);
 /* Allocate (or grow: an existing allocation is reused when large enough)
  * and bind the views for (B, T). a must be zeroed before its first use. */
@@ -295,9 +316,9 @@ qac_status qac_bert_forward_train(qac_bert_acts *a, const qac_bert_config *c, co
 
 /* One encoder layer's forward, from x [B,T,C] to y, keeping its tensors in
  * slot s of a (s = l when every layer is kept, else 0). */
-void qac_bert_layer_forward(qac_bert_acts *a, int l, int s, const float *x, float *y, const qac_bert_config *c,
-                            const qac_bert_params *p, const qac_bert_packed *pk, const int *lens, int B, int T,
-                            const qac_dropout *drop, qac_pool *pool);
+qac_status qac_bert_layer_forward(qac_bert_acts *a, int l, int s, const float *x, float *y, const qac_bert_config *c,
+                                  const qac_bert_params *p, const qac_bert_packed *pk, const int *lens, int B, int T,
+                                  const qac_dropout *drop, qac_pool *pool);
 
 /* ---- backward ----
  * Work buffers for one backward pass over (B, T), reused across steps. */
@@ -323,9 +344,9 @@ qac_status qac_bert_backward(qac_bert_params *g, qac_bert_bwd *w, const float *c
 
 /* One layer's backward: w->dy holds dL/d(layer l output) on entry and
  * dL/d(layer l input) on exit; parameter gradients accumulate into g. */
-void qac_bert_layer_backward(qac_bert_params *g, qac_bert_bwd *w, qac_bert_acts *a, int l, const qac_bert_config *c,
-                             const qac_bert_params *p, const qac_bert_packed *pk, const int *lens, int B, int T,
-                             const qac_dropout *drop, qac_pool *pool);
+qac_status qac_bert_layer_backward(qac_bert_params *g, qac_bert_bwd *w, qac_bert_acts *a, int l,
+                                   const qac_bert_config *c, const qac_bert_params *p, const qac_bert_packed *pk,
+                                   const int *lens, int B, int T, const qac_dropout *drop, qac_pool *pool);
 
 /* ---- layer stacks without embeddings (heads: Condenser, CoT-MAE) ----
  * The same layers fed hidden states x [B,T,C] instead of token ids; the

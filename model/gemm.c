@@ -512,7 +512,8 @@ typedef struct gemm_ctx {
     rows_fn rows;
     rows_bf16_fn rows_bf16;
     round_row_fn round_row;
-    uint16_t *abuf; /* bf16 mode: per thread [mc, 2 IC2], the block's rows in bf16 */
+    uint16_t *abuf; /* bf16 mode: per thread abuf_stride elements, the block's rows in bf16 */
+    size_t abuf_stride;
     unsigned char *qbuf; /* int8 mode: per thread qbuf_stride bytes, the block's rows quantised */
     size_t qbuf_stride;
     qac_gemm_post_fn post;
@@ -531,7 +532,7 @@ static void gemm_task(void *vctx, int64_t begin, int64_t end, int tid) {
                                g->resid ? g->resid + (size_t)r0 * OC : NULL, r1 - r0, g->qbuf + (size_t)tid * g->qbuf_stride);
         } else if (g->abuf) {
             int IC2 = (IC + 1) / 2;
-            uint16_t *ab = g->abuf + (size_t)tid * g->mc * IC2 * 2;
+            uint16_t *ab = g->abuf + (size_t)tid * g->abuf_stride;
             for (int r = r0; r < r1; r++) {
                 const float *x = g->inp + (size_t)r * IC;
                 uint16_t *d = ab + (size_t)(r - r0) * IC2 * 2;
@@ -547,42 +548,62 @@ static void gemm_task(void *vctx, int64_t begin, int64_t end, int tid) {
     }
 }
 
-void qac_gemm(float *out, const float *inp, const qac_packed_w *pw, const float *bias, const float *resid, int N,
-              qac_pool *pool) {
-    qac_gemm_then(out, inp, pw, bias, resid, N, pool, NULL, NULL);
+qac_status qac_gemm(float *out, const float *inp, const qac_packed_w *pw, const float *bias, const float *resid,
+                    int N, void *scratch, qac_pool *pool) {
+    return qac_gemm_then(out, inp, pw, bias, resid, N, scratch, pool, NULL, NULL);
 }
 
-void qac_gemm_then(float *out, const float *inp, const qac_packed_w *pw, const float *bias, const float *resid, int N,
-                   qac_pool *pool, qac_gemm_post_fn post, void *post_ctx) {
-    if (N <= 0) return;
-    /* a block of inp fits in about 128 KiB of L2; in int8 mode, as bytes:
-     * four times the rows, so that each panel of weights (from L3 when the
-     * matrix outgrows L2: BERT-base's FFN) serves that many more rows */
-    int mc = (pw->pq ? 131072 : 32768) / pw->IC / MBLK * MBLK;
-    if (mc < MBLK) mc = MBLK;
+/* The most rows of a block: a block of inp fits in about 128 KiB of L2; in
+ * int8 mode, as bytes: four times the rows, so that each panel of weights
+ * (from L3 when the matrix outgrows L2: BERT-base's FFN) serves that many
+ * more rows. The blocks qac_gemm_then makes never hold more (see there). */
+static int block_rows(int IC, int int8) {
+    int mc = (int8 ? 131072 : 32768) / (IC > 0 ? IC : 1) / MBLK * MBLK;
+    return mc < MBLK ? MBLK : mc;
+}
+
+/* bf16 rows of one thread, in uint16 elements, a whole number of cache lines */
+static size_t bf16_rows_stride(int IC) {
+    size_t n = (size_t)block_rows(IC, 0) * ((IC + 1) / 2) * 2;
+    return (n + 31) & ~(size_t)31;
+}
+
+/* int8 rows (and their scales) of one thread, in bytes, whole cache lines */
+static size_t int8_rows_stride(int IC) { return (qac_gemm_int8_scratch(block_rows(IC, 1), IC) + 63) & ~(size_t)63; }
+
+size_t qac_gemm_scratch_bytes(int IC, int nthreads) {
+    size_t b = bf16_rows_stride(IC) * sizeof(uint16_t), q = int8_rows_stride(IC);
+    return (b > q ? b : q) * (size_t)(nthreads > 0 ? nthreads : 1);
+}
+
+qac_status qac_gemm_then(float *out, const float *inp, const qac_packed_w *pw, const float *bias, const float *resid,
+                         int N, void *scratch, qac_pool *pool, qac_gemm_post_fn post, void *post_ctx) {
+    if (N <= 0) return QAC_OK;
+    int mc = block_rows(pw->IC, pw->pq != NULL);
     int nt = qac_pool_size(pool);
     /* blocks: a multiple of the threads, each a whole number of tiles, their
      * sizes within one tile of each other, so a short batch (a few queries)
      * keeps every thread busy for the same time. The split never changes a
-     * result: each output element is one FMA chain over k. */
+     * result: each output element is one FMA chain over k. A block never
+     * outgrows block_rows: with q = ceil(N / mc) blocks at least, q * mc >= N
+     * > (tiles - 1) * MBLK, so ceil(tiles / q) tiles of MBLK rows <= mc. */
     int64_t tiles = (N + MBLK - 1) / MBLK, nb = (N + mc - 1) / mc;
     nb = (nb + nt - 1) / nt * nt;
     if (nb > tiles) nb = tiles;
     mc = (int)((tiles + nb - 1) / nb) * MBLK;
     gemm_ctx g = {out, inp, bias, resid, pw, N, mc, tiles, nb, pick_rows(), pick_rows_bf16(), pick_round_row(), NULL,
-                  NULL, 0, post, post_ctx};
-    if (pw->pb) {
-        g.abuf = qac_malloc_lines((size_t)nt * mc * ((pw->IC + 1) / 2) * 2 * sizeof(uint16_t));
-        if (!g.abuf) abort(); /* out of memory: no status to return here */
-    }
-    if (pw->pq) {
-        g.qbuf_stride = qac_gemm_int8_scratch(mc, pw->IC);
-        g.qbuf = qac_malloc_lines((size_t)nt * g.qbuf_stride);
-        if (!g.qbuf) abort(); /* out of memory: no status to return here (as bf16's buffer above) */
+                  bf16_rows_stride(pw->IC), NULL, int8_rows_stride(pw->IC), post, post_ctx};
+    void *own = NULL; /* scratch of this call, when the caller's plan has none */
+    if (pw->pb || pw->pq) { /* the rows in bf16, or quantised to int8 */
+        if (!scratch && !(scratch = own = qac_malloc_lines(qac_gemm_scratch_bytes(pw->IC, nt))))
+            return qac_set_error(QAC_ERR_NOMEM, "matrix product: cannot allocate %zu bytes of %s rows for %d threads",
+                                 qac_gemm_scratch_bytes(pw->IC, nt), pw->pq ? "int8" : "bf16", nt);
+        if (pw->pq) g.qbuf = scratch;
+        else g.abuf = scratch;
     }
     qac_pool_for(pool, nb, 1, gemm_task, &g);
-    free(g.abuf);
-    free(g.qbuf);
+    free(own);
+    return QAC_OK;
 }
 
 void qac_gemm_strided(float *out, int ldo, const float *inp, int ldi, const float *packed, int IC, int OC,

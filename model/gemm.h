@@ -55,18 +55,29 @@ uint16_t qac_bf16_round(float x);
  * bias and residual. gemm_int8.c has the arithmetic, step by step. */
 qac_status qac_gemm_pack_int8(qac_packed_w *pw, const float *w, int OC, int IC);
 
+/* Scratch of qac_gemm for weights of IC inputs, on a pool of nthreads
+ * threads: bytes, in whatever mode the weights are packed (fp32 weights
+ * use none; bf16 ones round each thread's block of input rows into it,
+ * int8 ones quantise it there). About 64 KiB a thread for bf16 (a block of
+ * rows is about 128 KiB of fp32 input), a little more than 128 KiB for int8. */
+size_t qac_gemm_scratch_bytes(int IC, int nthreads);
+
 /* out [N, OC] = inp [N, IC] W^T, then + bias [OC] when not NULL, then
- * + resid [N, OC] when not NULL (resid may alias out). */
-void qac_gemm(float *out, const float *inp, const qac_packed_w *pw, const float *bias, const float *resid, int N,
-              qac_pool *pool);
+ * + resid [N, OC] when not NULL (resid may alias out). scratch holds
+ * qac_gemm_scratch_bytes(pw->IC, qac_pool_size(pool)) bytes from the
+ * caller's plan, or is NULL: then weights that need it have it allocated
+ * for the call, and QAC_ERR_NOMEM when it cannot be (fp32 weights never
+ * fail). */
+qac_status qac_gemm(float *out, const float *inp, const qac_packed_w *pw, const float *bias, const float *resid, int N,
+                    void *scratch, qac_pool *pool);
 
 /* qac_gemm, then post(post_ctx, r0, r1) for each block of finished rows
  * [r0, r1), on the thread that computed them while they are still in its
  * cache: an element-wise step fused into the product without a second
  * pass over memory or a second parallel loop (the FFN's bias and GELU). */
 typedef void (*qac_gemm_post_fn)(void *post_ctx, int r0, int r1);
-void qac_gemm_then(float *out, const float *inp, const qac_packed_w *pw, const float *bias, const float *resid, int N,
-                   qac_pool *pool, qac_gemm_post_fn post, void *post_ctx);
+qac_status qac_gemm_then(float *out, const float *inp, const qac_packed_w *pw, const float *bias, const float *resid,
+                         int N, void *scratch, qac_pool *pool, qac_gemm_post_fn post, void *post_ctx);
 
 /* The general form, for strided operands (attention heads):
  * packed holds qac_gemm_packed_floats(OC, IC) floats, filled by

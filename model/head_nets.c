@@ -207,25 +207,20 @@ qac_status qac_qgen_forward(qac_qgen_acts *a, const qac_qgen_config *q, const qa
         /* h' = r + MLP(LN2(r)), r = h + Attn(LN1(h)) */
         qac_layernorm_forward(ln1, a->ln1_mean + l * N, a->ln1_rstd + l * N, h, p->ln1_w + lc, p->ln1_b + lc, n, C, eps,
                               pool);
-        qac_gemm(qkv, ln1, &pw[0], p->qkv_b + lc * 3, NULL, n, pool);
-        qac_attention_causal_forward(atty, a->att + (size_t)l * B * NH * T * T, qkv, lens, q->window, drop, l, B, T, C,
-                                     NH, pool);
-        if (drop_out) {
-            qac_gemm(res1, atty, &pw[1], p->attn_proj_b + lc, NULL, n, pool);
-            qac_dropout_forward(res1, res1, h, drop, l, QAC_DROP_ATT_OUT, B, T, C, pool);
-        } else {
-            qac_gemm(res1, atty, &pw[1], p->attn_proj_b + lc, h, n, pool);
-        }
+        /* fp32 weights: the products need no scratch */
+        if ((st = qac_gemm(qkv, ln1, &pw[0], p->qkv_b + lc * 3, NULL, n, NULL, pool)) ||
+            (st = qac_attention_causal_forward(atty, a->att + (size_t)l * B * NH * T * T, qkv, lens, q->window, drop,
+                                               l, B, T, C, NH, pool)) ||
+            (st = qac_gemm(res1, atty, &pw[1], p->attn_proj_b + lc, drop_out ? NULL : h, n, NULL, pool)))
+            return st;
+        if (drop_out) qac_dropout_forward(res1, res1, h, drop, l, QAC_DROP_ATT_OUT, B, T, C, pool);
         qac_layernorm_forward(ln2, a->ln2_mean + l * N, a->ln2_rstd + l * N, res1, p->ln2_w + lc, p->ln2_b + lc, n, C,
                               eps, pool);
-        qac_matmul_gelu_packed(act, pre, ln2, &pw[2], p->fc_b + (size_t)l * I, n, pool);
         float *y = a->hidden + (l + 1) * NC;
-        if (drop_out) {
-            qac_gemm(y, act, &pw[3], p->fc_proj_b + lc, NULL, n, pool);
-            qac_dropout_forward(y, y, res1, drop, l, QAC_DROP_FFN_OUT, B, T, C, pool);
-        } else {
-            qac_gemm(y, act, &pw[3], p->fc_proj_b + lc, res1, n, pool);
-        }
+        if ((st = qac_matmul_gelu_packed(act, pre, ln2, &pw[2], p->fc_b + (size_t)l * I, n, NULL, pool)) ||
+            (st = qac_gemm(y, act, &pw[3], p->fc_proj_b + lc, drop_out ? NULL : res1, n, NULL, pool)))
+            return st;
+        if (drop_out) qac_dropout_forward(y, y, res1, drop, l, QAC_DROP_FFN_OUT, B, T, C, pool);
     }
     qac_layernorm_forward(a->out, a->lnf_mean, a->lnf_rstd, a->hidden + (size_t)q->layers * NC, p->lnf_w, p->lnf_b, n,
                           C, eps, pool);
@@ -255,11 +250,13 @@ qac_status qac_qgen_backward(float *dx, qac_qgen_params *g, qac_qgen_acts *a, co
             qac_dropout_forward(a->dr, a->dh, NULL, drop, l, QAC_DROP_FFN_OUT, B, T, C, pool);
             dfo = a->dr;
         }
-        qac_matmul_backward(a->dbig, g->fc_proj_w + lc * I, g->fc_proj_b + lc, dfo, a->fc_act + l * N * I,
-                            p->fc_proj_w + lc * I, NULL, n, I, C, a->scratch, pool);
+        if ((st = qac_matmul_backward(a->dbig, g->fc_proj_w + lc * I, g->fc_proj_b + lc, dfo, a->fc_act + l * N * I,
+                                      p->fc_proj_w + lc * I, NULL, n, I, C, a->scratch, pool)))
+            return st;
         qac_gelu_backward(a->dbig, a->dbig, a->fc_pre + l * N * I, N * I, pool);
-        qac_matmul_backward(a->dtmp, g->fc_w + (size_t)l * I * C, g->fc_b + (size_t)l * I, a->dbig, a->ln2 + l * NC,
-                            p->fc_w + (size_t)l * I * C, NULL, n, C, I, a->scratch, pool);
+        if ((st = qac_matmul_backward(a->dtmp, g->fc_w + (size_t)l * I * C, g->fc_b + (size_t)l * I, a->dbig,
+                                      a->ln2 + l * NC, p->fc_w + (size_t)l * I * C, NULL, n, C, I, a->scratch, pool)))
+            return st;
         qac_layernorm_backward(a->dr, g->ln2_w + lc, g->ln2_b + lc, a->dtmp, a->res1 + l * NC, a->ln2_mean + l * N,
                                a->ln2_rstd + l * N, p->ln2_w + lc, n, C, pool);
         add_into(a->dr, a->dh, NC); /* the residual path */
@@ -269,12 +266,14 @@ qac_status qac_qgen_backward(float *dx, qac_qgen_params *g, qac_qgen_acts *a, co
             qac_dropout_forward(a->dtmp, a->dr, NULL, drop, l, QAC_DROP_ATT_OUT, B, T, C, pool);
             dao = a->dtmp;
         }
-        qac_matmul_backward(a->datty, g->attn_proj_w + lc * C, g->attn_proj_b + lc, dao, a->atty + l * NC,
-                            p->attn_proj_w + lc * C, NULL, n, C, C, a->scratch, pool);
-        qac_attention_causal_backward(a->dbig, a->datty, a->qkv + l * 3 * NC, a->att + (size_t)l * B * NH * T * T,
-                                      lens, q->window, drop, l, B, T, C, NH, pool);
-        qac_matmul_backward(a->dtmp, g->qkv_w + lc * 3 * C, g->qkv_b + lc * 3, a->dbig, a->ln1 + l * NC,
-                            p->qkv_w + lc * 3 * C, NULL, n, C, 3 * C, a->scratch, pool);
+        if ((st = qac_matmul_backward(a->datty, g->attn_proj_w + lc * C, g->attn_proj_b + lc, dao, a->atty + l * NC,
+                                      p->attn_proj_w + lc * C, NULL, n, C, C, a->scratch, pool)) ||
+            (st = qac_attention_causal_backward(a->dbig, a->datty, a->qkv + l * 3 * NC,
+                                                a->att + (size_t)l * B * NH * T * T, lens, q->window, drop, l, B, T, C,
+                                                NH, pool)) ||
+            (st = qac_matmul_backward(a->dtmp, g->qkv_w + lc * 3 * C, g->qkv_b + lc * 3, a->dbig, a->ln1 + l * NC,
+                                      p->qkv_w + lc * 3 * C, NULL, n, C, 3 * C, a->scratch, pool)))
+            return st;
         qac_layernorm_backward(a->dh, g->ln1_w + lc, g->ln1_b + lc, a->dtmp, h, a->ln1_mean + l * N,
                                a->ln1_rstd + l * N, p->ln1_w + lc, n, C, pool);
         add_into(a->dh, a->dr, NC);

@@ -13,6 +13,7 @@
 
 #include "gemm.h"
 #include "qac_rng.h"
+#include "qac_util.h"
 #include "vecmath.h"
 
 /* ---- dropout ----
@@ -223,18 +224,20 @@ static void bias_gelu_rows(void *vctx, int b, int e) {
     }
 }
 
-void qac_matmul_gelu_packed(float *out, float *pre, const float *inp, const qac_packed_w *pw, const float *bias,
-                            int N, qac_pool *pool) {
+qac_status qac_matmul_gelu_packed(float *out, float *pre, const float *inp, const qac_packed_w *pw,
+                                  const float *bias, int N, void *scratch, qac_pool *pool) {
     bgelu_ctx c = {out, pre, bias, pw->OC};
-    qac_gemm_then(pre ? pre : out, inp, pw, NULL, NULL, N, pool, bias_gelu_rows, &c); /* GELU while the rows are in cache */
+    /* GELU while the rows are in cache */
+    return qac_gemm_then(pre ? pre : out, inp, pw, NULL, NULL, N, scratch, pool, bias_gelu_rows, &c);
 }
 
-void qac_matmul_gelu_forward(float *out, float *pre, const float *inp, const float *w, const float *bias, int N,
-                             int IC, int OC, qac_pool *pool) {
+qac_status qac_matmul_gelu_forward(float *out, float *pre, const float *inp, const float *w, const float *bias, int N,
+                                   int IC, int OC, qac_pool *pool) {
     qac_packed_w pw;
-    if (qac_gemm_pack(&pw, w, OC, IC)) abort(); /* out of memory: no status to return here */
-    qac_matmul_gelu_packed(out, pre, inp, &pw, bias, N, pool);
+    qac_status st = qac_gemm_pack(&pw, w, OC, IC);
+    if (st == QAC_OK) st = qac_matmul_gelu_packed(out, pre, inp, &pw, bias, N, NULL, pool);
     qac_gemm_packed_free(&pw);
+    return st;
 }
 
 /* dw accumulates over row blocks of KB: each block's operands stay in cache
@@ -277,7 +280,15 @@ typedef struct dw_ctx {
     float *dw, *db;
     const float *dout, *inp;
     int N, IC, OC;
+    float *scratch;       /* per thread `stride` floats: dout^T, inp^T packed, the block's product */
+    size_t stride;
 } dw_ctx;
+
+/* A task's rows of dw: `rows` (a multiple of COLS, or OC) */
+static size_t dw_scratch_floats(int rows, int IC) {
+    size_t n = (size_t)rows * KB + qac_gemm_packed_floats(IC, KB) + (size_t)rows * IC;
+    return (n + 15) & ~(size_t)15;
+}
 
 static void dw_task(void *vctx, int64_t begin, int64_t end, int tid) {
     const dw_ctx *c = vctx;
@@ -291,9 +302,8 @@ static void dw_task(void *vctx, int64_t begin, int64_t end, int tid) {
             for (int i = 0; i < nc; i++) c->db[blk + i] += s[i];
         }
     if (!c->dw) return;
-    size_t ndt = (size_t)no * KB, npk = qac_gemm_packed_floats(IC, KB), ntmp = (size_t)no * IC;
-    float *dT = malloc((ndt + npk + ntmp) * sizeof *dT), *inpT = dT + ndt, *tmp = inpT + npk;
-    if (!dT) abort(); /* out of memory: no status to return here */
+    size_t ndt = (size_t)no * KB, npk = qac_gemm_packed_floats(IC, KB);
+    float *dT = c->scratch + (size_t)tid * c->stride, *inpT = dT + ndt, *tmp = inpT + npk;
     for (int n0 = 0; n0 < c->N; n0 += KB) {
         int nb = c->N - n0 < KB ? c->N - n0 : KB;
         for (int n = 0; n < nb; n++) {
@@ -308,21 +318,29 @@ static void dw_task(void *vctx, int64_t begin, int64_t end, int tid) {
             for (int i = 0; i < IC; i++) d[i] = t[i] + d[i];
         }
     }
-    free(dT);
 }
 
-void qac_matmul_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
-                         const float *dresid, int N, int IC, int OC, float *scratch, qac_pool *pool) {
+qac_status qac_matmul_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                               const float *w, const float *dresid, int N, int IC, int OC, float *scratch,
+                               qac_pool *pool) {
     if (db || dw) {
-        dw_ctx c = {dw, db, dout, inp, N, IC, OC};
-        qac_pool_for(pool, (OC + COLS - 1) / COLS, 0, dw_task, &c);
+        /* one contiguous range of COLS-row blocks per thread (grain 0 below) */
+        int64_t blocks = (OC + COLS - 1) / COLS, nt = qac_pool_size(pool);
+        int rows = (int)((blocks + nt - 1) / nt) * COLS;
+        dw_ctx c = {dw, db, dout, inp, N, IC, OC, NULL, dw_scratch_floats(rows < OC ? rows : OC, IC)};
+        if (dw && !(c.scratch = qac_malloc_lines((size_t)nt * c.stride * sizeof(float))))
+            return qac_set_error(QAC_ERR_NOMEM, "matmul backward: cannot allocate %.1f MiB for dW's blocks (%d x %d)",
+                                 (double)nt * c.stride * 4 / (1 << 20), OC, IC);
+        qac_pool_for(pool, blocks, 0, dw_task, &c);
+        free(c.scratch);
     }
     if (dinp) {
         /* dinp [N, IC] = dout [N, OC] . W [OC, IC] (+ dresid) */
         qac_gemm_pack_parallel(scratch, w, IC, OC, IC, 1, pool);
         qac_packed_w pw = {.p = scratch, .IC = OC, .OC = IC};
-        qac_gemm(dinp, dout, &pw, NULL, dresid, N, pool);
+        return qac_gemm(dinp, dout, &pw, NULL, dresid, N, NULL, pool); /* fp32: no scratch */
     }
+    return QAC_OK;
 }
 
 typedef struct gelu_ctx {
@@ -414,25 +432,33 @@ void qac_bias_gelu_backward(float *dpre, float *dbias, const float *dout, const 
 /* ---- attention ---- */
 
 typedef struct att_ctx {
-    float *out, *att, *scratch;
+    float *out, *att, *scratch; /* scratch: per thread `stride` floats */
     const float *qkv;
     const int *lens;
     const int *offs; /* packed rows: sequence b starts at row offs[b] and has lens[b] rows */
     const qac_dropout *drop;
     int layer, T, C, NH;
+    size_t stride;
 } att_ctx;
+
+/* A thread's scratch: the probabilities of one (sequence, head) [T, T],
+ * packed K^T [T x hs] of one head (gemm.h layout), room for V [hs x T] on
+ * the paths that pack it (qac_gemm_strided_b), and the dropped
+ * probabilities [T, T] when dropout is on. */
+size_t qac_attention_scratch_floats(int T, int C, int NH, int dropout) {
+    int hs = C / NH;
+    size_t n = (size_t)T * T + qac_gemm_packed_floats(T, hs) + qac_gemm_packed_floats(hs, T) +
+               (dropout ? (size_t)T * T : 0);
+    return (n + 15) & ~(size_t)15; /* each thread's on cache lines of its own */
+}
 
 static void att_task(void *vctx, int64_t begin, int64_t end, int tid) {
     const att_ctx *c = vctx;
     int T = c->T, C = c->C, NH = c->NH, hs = C / NH;
     int dropping = qac_dropout_active(c->drop, QAC_DROP_ATT);
     float scale = 1.0f / sqrtf((float)hs);
-    /* packed K^T [T x hs] of one head (gemm.h layout), room for V [hs x T]
-     * on the paths that pack it (qac_gemm_strided_b), and the dropped
-     * probabilities when dropout is on */
     size_t nk = qac_gemm_packed_floats(T, hs), nv = qac_gemm_packed_floats(hs, T);
-    float *pk = malloc((nk + nv + (dropping ? (size_t)T * T : 0)) * sizeof *pk), *pv = pk + nk, *pd = pv + nv;
-    if (!pk) abort(); /* out of memory: no status to return here */
+    float *mine = c->scratch + (size_t)tid * c->stride, *pk = mine + (size_t)T * T, *pv = pk + nk, *pd = pv + nv;
     for (int64_t bh = begin; bh < end; bh++) {
         int b = (int)(bh / NH), h = (int)(bh % NH);
         int len = c->lens[b];
@@ -442,7 +468,7 @@ static void att_task(void *vctx, int64_t begin, int64_t end, int tid) {
         const float *q = c->qkv + row0 * 3 * C + (size_t)h * hs;
         const float *k = q + C;
         const float *v = q + 2 * C;
-        float *att = c->att ? c->att + (size_t)bh * T * T : c->scratch + (size_t)tid * T * T;
+        float *att = c->att ? c->att + (size_t)bh * T * T : mine;
         /* scores for the real keys only: masked keys get exactly zero weight */
         qac_gemm_pack_into(pk, k, len, hs, 3 * C, 0);
         qac_gemm_strided(att, T, q, 3 * C, pk, hs, len, scale, M);
@@ -459,24 +485,38 @@ static void att_task(void *vctx, int64_t begin, int64_t end, int tid) {
         qac_gemm_strided_b(c->out + row0 * C + (size_t)h * hs, C, dropping ? pd : att, T, v, 3 * C, len, hs, 1.0f, M,
                            pv);
     }
-    free(pk);
 }
 
-void qac_attention_forward(float *out, float *att, float *scratch, const float *qkv, const int *lens, int B, int T,
-                           int C, int NH, qac_pool *pool) {
-    qac_attention_forward_drop(out, att, scratch, qkv, lens, NULL, 0, B, T, C, NH, pool);
+/* Run att_task over every (sequence, head) with the caller's scratch, or
+ * with scratch of this call's when it gave none. */
+static qac_status att_run(att_ctx *c, int B, qac_pool *pool) {
+    int nt = qac_pool_size(pool);
+    c->stride = qac_attention_scratch_floats(c->T, c->C, c->NH, qac_dropout_active(c->drop, QAC_DROP_ATT));
+    float *own = NULL;
+    if (!c->scratch && !(c->scratch = own = qac_malloc_lines((size_t)nt * c->stride * sizeof(float))))
+        return qac_set_error(QAC_ERR_NOMEM, "attention: cannot allocate %.1f MiB of scratch for %d threads (T=%d)",
+                             (double)nt * c->stride * 4 / (1 << 20), nt, c->T);
+    qac_pool_for(pool, (int64_t)B * c->NH, 1, att_task, c);
+    free(own);
+    return QAC_OK;
 }
 
-void qac_attention_forward_drop(float *out, float *att, float *scratch, const float *qkv, const int *lens,
-                                const qac_dropout *drop, int layer, int B, int T, int C, int NH, qac_pool *pool) {
-    att_ctx c = {out, att, scratch, qkv, lens, NULL, drop, layer, T, C, NH};
-    qac_pool_for(pool, (int64_t)B * NH, 1, att_task, &c);
+qac_status qac_attention_forward(float *out, float *att, float *scratch, const float *qkv, const int *lens, int B,
+                                 int T, int C, int NH, qac_pool *pool) {
+    return qac_attention_forward_drop(out, att, scratch, qkv, lens, NULL, 0, B, T, C, NH, pool);
 }
 
-void qac_attention_forward_packed(float *out, float *scratch, const float *qkv, const int *lens, const int *offs,
-                                  int B, int T, int C, int NH, qac_pool *pool) {
-    att_ctx c = {out, NULL, scratch, qkv, lens, offs, NULL, 0, T, C, NH};
-    qac_pool_for(pool, (int64_t)B * NH, 1, att_task, &c);
+qac_status qac_attention_forward_drop(float *out, float *att, float *scratch, const float *qkv, const int *lens,
+                                      const qac_dropout *drop, int layer, int B, int T, int C, int NH,
+                                      qac_pool *pool) {
+    att_ctx c = {out, att, scratch, qkv, lens, NULL, drop, layer, T, C, NH, 0};
+    return att_run(&c, B, pool);
+}
+
+qac_status qac_attention_forward_packed(float *out, float *scratch, const float *qkv, const int *lens,
+                                        const int *offs, int B, int T, int C, int NH, qac_pool *pool) {
+    att_ctx c = {out, NULL, scratch, qkv, lens, offs, NULL, 0, T, C, NH, 0};
+    return att_run(&c, B, pool);
 }
 
 typedef struct attb_ctx {
@@ -485,6 +525,8 @@ typedef struct attb_ctx {
     const int *lens;
     const qac_dropout *drop;
     int layer, T, C, NH;
+    float *scratch; /* per thread `stride` floats: a packed operand and two [T, T] matrices */
+    size_t stride;
 } attb_ctx;
 
 /* One (sequence, head): with P the probabilities, Pd = dropout(P),
@@ -497,8 +539,7 @@ static void attb_task(void *vctx, int64_t begin, int64_t end, int tid) {
     int dropping = qac_dropout_active(c->drop, QAC_DROP_ATT);
     float scale = 1.0f / sqrtf((float)hs);
     size_t npk = qac_gemm_packed_floats(T > hs ? T : hs, T > hs ? T : hs);
-    float *pk = malloc((npk + 2 * (size_t)T * T) * sizeof *pk), *m1 = pk + npk, *m2 = m1 + (size_t)T * T;
-    if (!pk) abort(); /* out of memory: no status to return here */
+    float *pk = c->scratch + (size_t)tid * c->stride, *m1 = pk + npk, *m2 = m1 + (size_t)T * T;
     for (int64_t bh = begin; bh < end; bh++) {
         int b = (int)(bh / NH), h = (int)(bh % NH), len = c->lens[b];
         size_t base = (size_t)b * T * C3 + (size_t)h * hs;
@@ -536,13 +577,28 @@ static void attb_task(void *vctx, int64_t begin, int64_t end, int tid) {
             memset(dv + (size_t)j * C3, 0, (size_t)hs * sizeof(float));
         }
     }
-    free(pk);
 }
 
-void qac_attention_backward(float *dqkv, const float *datty, const float *qkv, const float *att, const int *lens,
-                            const qac_dropout *drop, int layer, int B, int T, int C, int NH, qac_pool *pool) {
-    attb_ctx c = {dqkv, datty, qkv, att, lens, drop, layer, T, C, NH};
+/* Scratch of a call of `stride` floats per thread, or QAC_ERR_NOMEM naming what. */
+static qac_status call_scratch(float **out, size_t stride, qac_pool *pool, const char *what) {
+    int nt = qac_pool_size(pool);
+    if (!(*out = qac_malloc_lines((size_t)nt * stride * sizeof(float))))
+        return qac_set_error(QAC_ERR_NOMEM, "%s: cannot allocate %.1f MiB of scratch for %d threads", what,
+                             (double)nt * stride * 4 / (1 << 20), nt);
+    return QAC_OK;
+}
+
+qac_status qac_attention_backward(float *dqkv, const float *datty, const float *qkv, const float *att,
+                                  const int *lens, const qac_dropout *drop, int layer, int B, int T, int C, int NH,
+                                  qac_pool *pool) {
+    int hs = C / NH, big = T > hs ? T : hs;
+    size_t stride = (qac_gemm_packed_floats(big, big) + 2 * (size_t)T * T + 15) & ~(size_t)15;
+    attb_ctx c = {dqkv, datty, qkv, att, lens, drop, layer, T, C, NH, NULL, stride};
+    qac_status st = call_scratch(&c.scratch, stride, pool, "attention backward");
+    if (st) return st;
     qac_pool_for(pool, (int64_t)B * NH, 1, attb_task, &c);
+    free(c.scratch);
+    return QAC_OK;
 }
 
 /* ---- causal (windowed) attention ----
@@ -564,15 +620,17 @@ typedef struct catt_ctx {
     const int *lens;
     const qac_dropout *drop;
     int layer, window, T, C, NH;
+    float *scratch; /* per thread 2T floats (rounded up to a cache line) */
 } catt_ctx;
+
+#define CATT_STRIDE(T) ((2 * (size_t)(T) + 15) & ~(size_t)15)
 
 static void catt_task(void *vctx, int64_t begin, int64_t end, int tid) {
     const catt_ctx *c = vctx;
     int T = c->T, C = c->C, NH = c->NH, hs = C / NH, C3 = 3 * C;
     int dropping = qac_dropout_active(c->drop, QAC_DROP_ATT);
     float scale = 1.0f / sqrtf((float)hs);
-    float *pd = dropping ? malloc((size_t)T * sizeof *pd) : NULL;
-    if (dropping && !pd) abort(); /* out of memory: no status to return here */
+    float *pd = c->scratch + (size_t)tid * CATT_STRIDE(T); /* the dropped row, when dropping */
     for (int64_t bh = begin; bh < end; bh++) {
         int b = (int)(bh / NH), h = (int)(bh % NH), len = c->lens[b];
         const float *qkv = c->qkv + (size_t)b * T * C3 + (size_t)h * hs;
@@ -610,13 +668,21 @@ static void catt_task(void *vctx, int64_t begin, int64_t end, int tid) {
             }
         }
     }
-    free(pd);
 }
 
-void qac_attention_causal_forward(float *out, float *att, const float *qkv, const int *lens, int window,
-                                  const qac_dropout *drop, int layer, int B, int T, int C, int NH, qac_pool *pool) {
-    catt_ctx c = {out, NULL, NULL, NULL, qkv, att, lens, drop, layer, window, T, C, NH};
-    qac_pool_for(pool, (int64_t)B * NH, 1, catt_task, &c);
+static qac_status catt_run(catt_ctx *c, int B, qac_pool *pool, qac_pool_fn task, const char *what) {
+    qac_status st = call_scratch(&c->scratch, CATT_STRIDE(c->T), pool, what);
+    if (st) return st;
+    qac_pool_for(pool, (int64_t)B * c->NH, 1, task, c);
+    free(c->scratch);
+    return QAC_OK;
+}
+
+qac_status qac_attention_causal_forward(float *out, float *att, const float *qkv, const int *lens, int window,
+                                        const qac_dropout *drop, int layer, int B, int T, int C, int NH,
+                                        qac_pool *pool) {
+    catt_ctx c = {out, NULL, NULL, NULL, qkv, att, lens, drop, layer, window, T, C, NH, NULL};
+    return catt_run(&c, B, pool, catt_task, "causal attention");
 }
 
 /* One (sequence, head), P the kept probabilities (zero where masked) and
@@ -629,8 +695,7 @@ static void cattb_task(void *vctx, int64_t begin, int64_t end, int tid) {
     int T = c->T, C = c->C, NH = c->NH, hs = C / NH, C3 = 3 * C;
     int dropping = qac_dropout_active(c->drop, QAC_DROP_ATT);
     float scale = 1.0f / sqrtf((float)hs);
-    float *ds = malloc(2 * (size_t)T * sizeof *ds), *pd = ds + T;
-    if (!ds) abort(); /* out of memory: no status to return here */
+    float *ds = c->scratch + (size_t)tid * CATT_STRIDE(T), *pd = ds + T;
     for (int64_t bh = begin; bh < end; bh++) {
         int b = (int)(bh / NH), h = (int)(bh % NH), len = c->lens[b];
         size_t base = (size_t)b * T * C3 + (size_t)h * hs;
@@ -673,14 +738,13 @@ static void cattb_task(void *vctx, int64_t begin, int64_t end, int tid) {
             }
         }
     }
-    free(ds);
 }
 
-void qac_attention_causal_backward(float *dqkv, const float *datty, const float *qkv, const float *att,
-                                   const int *lens, int window, const qac_dropout *drop, int layer, int B, int T,
-                                   int C, int NH, qac_pool *pool) {
-    catt_ctx c = {NULL, dqkv, att, datty, qkv, NULL, lens, drop, layer, window, T, C, NH};
-    qac_pool_for(pool, (int64_t)B * NH, 1, cattb_task, &c);
+qac_status qac_attention_causal_backward(float *dqkv, const float *datty, const float *qkv, const float *att,
+                                         const int *lens, int window, const qac_dropout *drop, int layer, int B, int T,
+                                         int C, int NH, qac_pool *pool) {
+    catt_ctx c = {NULL, dqkv, att, datty, qkv, NULL, lens, drop, layer, window, T, C, NH, NULL};
+    return catt_run(&c, B, pool, cattb_task, "causal attention backward");
 }
 
 #undef FOR_VISIBLE
@@ -734,27 +798,27 @@ void qac_l2norm_backward(float *dx, const float *dy, const float *x, int C) {
     for (int i = 0; i < C; i++) dx[i] = (dy[i] - x[i] / n * (dot / n)) / n;
 }
 
+/* With normalisation, the gradient before it, g, is worked out in the
+ * sequence's first row of dhidden (pooled vector, then g in place: each
+ * element of qac_l2norm_backward reads x[i] before it writes dx[i]), so no
+ * memory beyond the output is needed. */
 void qac_pooling_backward(float *dhidden, const float *dout, const float *hidden, const int *lens, int B, int T,
                           int C, qac_pooling pooling, int normalize) {
-    float *x = normalize ? malloc((size_t)2 * C * sizeof *x) : NULL;
-    if (normalize && !x) abort(); /* out of memory: no status to return here */
     memset(dhidden, 0, (size_t)B * T * C * sizeof *dhidden);
     for (int b = 0; b < B; b++) {
-        const float *g = dout + (size_t)b * C;
-        float *dh = dhidden + (size_t)b * T * C;
+        float *dh = dhidden + (size_t)b * T * C; /* row 0: g */
         int len = lens[b];
         if (normalize) {
-            pool_one(x, hidden + (size_t)b * T * C, len, C, pooling);
-            qac_l2norm_backward(x + C, g, x, C);
-            g = x + C;
+            pool_one(dh, hidden + (size_t)b * T * C, len, C, pooling);
+            qac_l2norm_backward(dh, dout + (size_t)b * C, dh, C);
+        } else {
+            memcpy(dh, dout + (size_t)b * C, (size_t)C * sizeof *dh);
         }
         if (pooling == QAC_POOL_MEAN) {
             float inv = 1.0f / (float)(len > 0 ? len : 1);
-            for (int t = 0; t < len; t++)
-                for (int i = 0; i < C; i++) dh[(size_t)t * C + i] = g[i] * inv;
-        } else {
-            memcpy(dh, g, (size_t)C * sizeof *dh);
+            for (int t = len - 1; t >= 0; t--) /* row 0, which holds g, last */
+                for (int i = 0; i < C; i++) dh[(size_t)t * C + i] = dh[i] * inv;
+            if (len < 1) memset(dh, 0, (size_t)C * sizeof *dh); /* no token: no gradient */
         }
     }
-    free(x);
 }

@@ -141,19 +141,20 @@ qac_status qac_mlm_loss_ws(qac_mlm_ws *ws, double *loss, float *dstates, qac_mlm
     qac_gemm_pack_parallel(pw, h->dense_w, C, C, C, 0, pool);
     qac_gemm_pack_parallel(pe, word_emb, V, C, C, 0, pool);
     qac_packed_w W = {.p = pw, .IC = C, .OC = C}, E = {.p = pe, .IC = C, .OC = V};
-    qac_matmul_gelu_packed(act, pre, states, &W, h->dense_b, M, pool);
+    qac_status st = qac_matmul_gelu_packed(act, pre, states, &W, h->dense_b, M, NULL, pool); /* fp32: no scratch */
+    if (st) return st;
     qac_layernorm_forward(u, mean, rstd, act, h->ln_w, h->ln_b, M, C, ln_eps, pool);
-    qac_gemm(logits, u, &E, h->bias, NULL, M, pool);
+    if ((st = qac_gemm(logits, u, &E, h->bias, NULL, M, NULL, pool))) return st;
     ce_ctx cc = {logits, labels, row_loss, V, M, g != NULL};
     qac_pool_for(pool, M, 0, ce_task, &cc);
     double total_loss = 0;
     for (int i = 0; i < M; i++) total_loss += row_loss[i]; /* in row order, whatever the threads */
     *loss = total_loss / M;
     if (g) {
-        qac_matmul_backward(du, dword, g->bias, logits, u, word_emb, NULL, M, C, V, scr, pool);
+        if ((st = qac_matmul_backward(du, dword, g->bias, logits, u, word_emb, NULL, M, C, V, scr, pool))) return st;
         qac_layernorm_backward(du, g->ln_w, g->ln_b, du, act, mean, rstd, h->ln_w, M, C, pool);
         qac_gelu_backward(du, du, pre, MC, pool);
-        qac_matmul_backward(dstates, g->dense_w, g->dense_b, du, states, h->dense_w, NULL, M, C, C, scr, pool);
+        return qac_matmul_backward(dstates, g->dense_w, g->dense_b, du, states, h->dense_w, NULL, M, C, C, scr, pool);
     }
     return QAC_OK;
 }

@@ -1,8 +1,10 @@
 #include "qac_pool.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -138,18 +140,22 @@ qac_status qac_pool_create(qac_pool **out, int nthreads) {
     if (nthreads > 1) {
         p->threads = calloc((size_t)nthreads - 1, sizeof *p->threads);
         if (!p->threads) {
+            p->n = 1; /* no worker to join */
             qac_pool_free(p);
             return qac_set_error(QAC_ERR_NOMEM, "thread pool: out of memory");
         }
         for (int i = 1; i < nthreads; i++) {
             worker_arg *wa = malloc(sizeof *wa);
             if (wa) *wa = (worker_arg){p, i};
-            int rc = wa ? pthread_create(&p->threads[i - 1], NULL, worker_main, wa) : -1;
+            int rc = wa ? pthread_create(&p->threads[i - 1], NULL, worker_main, wa) : ENOMEM;
             if (rc != 0) {
                 free(wa);
                 p->n = i; /* free joins only the workers that started */
                 qac_pool_free(p);
-                return qac_set_error(QAC_ERR_INTERNAL, "thread pool: cannot start thread %d", i);
+                /* EAGAIN: the system lacks the memory or threads for another */
+                return qac_set_error(rc == ENOMEM || rc == EAGAIN ? QAC_ERR_NOMEM : QAC_ERR_INTERNAL,
+                                     "thread pool: cannot start thread %d of %d (%s); ask for fewer threads", i,
+                                     nthreads, strerror(rc));
             }
         }
     }

@@ -253,7 +253,7 @@ static best_t gemm_gflops(int N, int IC, int OC, int bf16, qac_pool *pool, int r
          : bf16 == 1 ? qac_gemm_pack_bf16(&pw, w, OC, IC)
                      : qac_gemm_pack(&pw, w, OC, IC)) != QAC_OK)
         return b;
-    for (int r = 0; r < rounds; r++) TIMED(b, qac_gemm(out, a, &pw, bias, NULL, N, pool));
+    for (int r = 0; r < rounds; r++) TIMED(b, qac_gemm(out, a, &pw, bias, NULL, N, NULL, pool));
     qac_gemm_packed_free(&pw);
     free(a), free(w), free(out), free(bias);
     double gf = 2.0 * N * IC * OC / 1e9;

@@ -112,15 +112,16 @@ static void run_case(int B, int T, int C, int NH, const int *lens, int causal, i
              causal ? " causal" : "", causal && window ? "+win" : "", p_attn, bq, bk);
 
     if (causal) {
-        qac_attention_causal_forward(out_ref, att, qkvb, lens, window, dp, layer, B, T, C, NH, NULL);
-        qac_attention_causal_backward(dq_ref, dout_r, qkvb, att, lens, window, dp, layer, B, T, C, NH, NULL);
+        CHECK_OK(qac_attention_causal_forward(out_ref, att, qkvb, lens, window, dp, layer, B, T, C, NH, NULL));
+        CHECK_OK(qac_attention_causal_backward(dq_ref, dout_r, qkvb, att, lens, window, dp, layer, B, T, C, NH, NULL));
     } else {
-        qac_attention_forward_drop(out_ref, att, NULL, qkvb, lens, dp, layer, B, T, C, NH, NULL);
-        qac_attention_backward(dq_ref, dout_r, qkvb, att, lens, dp, layer, B, T, C, NH, NULL);
+        CHECK_OK(qac_attention_forward_drop(out_ref, att, NULL, qkvb, lens, dp, layer, B, T, C, NH, NULL));
+        CHECK_OK(qac_attention_backward(dq_ref, dout_r, qkvb, att, lens, dp, layer, B, T, C, NH, NULL));
     }
-    qac_flash_attention_forward(out, lse, qkv, bias, NULL, lens, B, T, C, NH, causal, window, dp, layer, bk, round, NULL);
-    qac_flash_attention_backward(dq, dout, out, lse, qkv, bias, NULL, lens, B, T, C, NH, causal, window, dp, layer, bq,
-                                 bk, round, NULL);
+    CHECK_OK(qac_flash_attention_forward(out, lse, qkv, bias, NULL, lens, B, T, C, NH, causal, window, dp, layer, bk,
+                                         round, NULL));
+    CHECK_OK(qac_flash_attention_backward(dq, dout, out, lse, qkv, bias, NULL, lens, B, T, C, NH, causal, window, dp,
+                                          layer, bq, bk, round, NULL));
 
     /* two fp32 sides (us = 2 u32) and the twin's roundings (ue, ae) */
     att_bound_forward(bO, bL, &s, qkvb, out, lse, 2 * U32, ue, ae);
@@ -155,12 +156,14 @@ static void packed_case(int B, int T, int C, int NH, const int *lens, float p_at
             memcpy(pdo + ((size_t)offs[b] + t) * C, dout + ((size_t)b * T + t) * C, sizeof(float) * C);
         }
     qac_dropout drop = {0.1f, p_attn, 77, NULL}, *dp = p_attn > 0 ? &drop : NULL;
-    qac_flash_attention_forward(out, lse, qkv, bias, NULL, lens, B, T, C, NH, 0, 0, dp, 1, bk, QAC_PREC_FP32, NULL);
-    qac_flash_attention_backward(dq, dout, out, lse, qkv, bias, NULL, lens, B, T, C, NH, 0, 0, dp, 1, bq, bk,
-                                 QAC_PREC_FP32, NULL);
-    qac_flash_attention_forward(pout, plse, pq, bias, offs, NULL, B, T, C, NH, 0, 0, dp, 1, bk, QAC_PREC_FP32, NULL);
-    qac_flash_attention_backward(pdq, pdo, pout, plse, pq, bias, offs, NULL, B, T, C, NH, 0, 0, dp, 1, bq, bk,
-                                 QAC_PREC_FP32, NULL);
+    CHECK_OK(qac_flash_attention_forward(out, lse, qkv, bias, NULL, lens, B, T, C, NH, 0, 0, dp, 1, bk, QAC_PREC_FP32,
+                                         NULL));
+    CHECK_OK(qac_flash_attention_backward(dq, dout, out, lse, qkv, bias, NULL, lens, B, T, C, NH, 0, 0, dp, 1, bq, bk,
+                                          QAC_PREC_FP32, NULL));
+    CHECK_OK(qac_flash_attention_forward(pout, plse, pq, bias, offs, NULL, B, T, C, NH, 0, 0, dp, 1, bk, QAC_PREC_FP32,
+                                         NULL));
+    CHECK_OK(qac_flash_attention_backward(pdq, pdo, pout, plse, pq, bias, offs, NULL, B, T, C, NH, 0, 0, dp, 1, bq, bk,
+                                          QAC_PREC_FP32, NULL));
     size_t diff = 0;
     for (int b = 0; b < B; b++)
         for (int t = 0; t < lens[b]; t++) {

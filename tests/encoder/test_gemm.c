@@ -50,11 +50,11 @@ static void check_shape_isa(int N, int IC, int OC, qac_isa isa) {
     CHECK_OK(qac_gemm_pack(&pw, w, OC, IC));
     int bad = 0;
     /* plain, then bias + residual aliasing out */
-    qac_gemm(out, a, &pw, NULL, NULL, N, NULL);
+    CHECK_OK(qac_gemm(out, a, &pw, NULL, NULL, N, NULL, NULL));
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++) bad += out[(size_t)n * OC + o] != ref_elem(a + (size_t)n * IC, w, IC, 1.0f, NULL, NULL, o);
     memcpy(out2, res, sizeof(float) * (size_t)N * OC);
-    qac_gemm(out2, a, &pw, bias, out2, N, NULL);
+    CHECK_OK(qac_gemm(out2, a, &pw, bias, out2, N, NULL, NULL));
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++)
             bad += out2[(size_t)n * OC + o] != ref_elem(a + (size_t)n * IC, w, IC, 1.0f, bias, res + (size_t)n * OC, o);
@@ -65,19 +65,19 @@ static void check_shape_isa(int N, int IC, int OC, qac_isa isa) {
     for (int n = 0; n < N; n += 1 + n % 5) {
         int m = 1 + (n * 7) % 9;
         if (n + m > N) m = N - n;
-        qac_gemm(out2, a + (size_t)n * IC, &pw, NULL, NULL, m, NULL);
+        CHECK_OK(qac_gemm(out2, a + (size_t)n * IC, &pw, NULL, NULL, m, NULL, NULL));
         differ += memcmp(out2, out + (size_t)n * OC, sizeof(float) * (size_t)m * OC) != 0;
     }
     for (int t = 2; t <= 3; t++) {
         qac_pool *p = NULL;
         CHECK_OK(qac_pool_create(&p, t));
-        qac_gemm(out2, a, &pw, NULL, NULL, N, p);
+        CHECK_OK(qac_gemm(out2, a, &pw, NULL, NULL, N, NULL, p));
         differ += memcmp(out2, out, sizeof(float) * (size_t)N * OC) != 0;
         qac_pool_free(p);
     }
     for (int other = QAC_ISA_GENERIC; other <= (int)qac_cpu_isa_best(); other++) {
         qac_cpu_set_isa((qac_isa)other);
-        qac_gemm(out2, a, &pw, NULL, NULL, N, NULL);
+        CHECK_OK(qac_gemm(out2, a, &pw, NULL, NULL, N, NULL, NULL));
         differ += memcmp(out2, out, sizeof(float) * (size_t)N * OC) != 0;
     }
     qac_cpu_set_isa(isa);
@@ -171,13 +171,13 @@ static void check_bf16(int N, int IC, int OC, int tiny) {
     for (int isa = QAC_ISA_GENERIC; isa <= (int)best; isa++) {
         qac_cpu_set_isa((qac_isa)isa);
         memcpy(out2, res, sizeof(float) * (size_t)N * OC);
-        qac_gemm(out2, a, &pw, bias, out2, N, NULL);
+        CHECK_OK(qac_gemm(out2, a, &pw, bias, out2, N, NULL, NULL));
         for (int n = 0; n < N; n++)
             for (int o = 0; o < OC; o++) {
                 float want = ref_bf16(a + (size_t)n * IC, w, IC, bias, res + (size_t)n * OC, o);
                 bad += memcmp(&out2[(size_t)n * OC + o], &want, sizeof want) != 0;
             }
-        qac_gemm(out, a, &pw, NULL, NULL, N, NULL);
+        CHECK_OK(qac_gemm(out, a, &pw, NULL, NULL, N, NULL, NULL));
         for (int n = 0; n < N; n++)
             for (int o = 0; o < OC; o++) {
                 float want = ref_bf16(a + (size_t)n * IC, w, IC, NULL, NULL, o);
@@ -186,17 +186,22 @@ static void check_bf16(int N, int IC, int OC, int tiny) {
         for (int n = 0; n < N; n += 1 + n % 4) { /* rows alone and in odd sub-batches */
             int m = 1 + (n * 5) % 7;
             if (n + m > N) m = N - n;
-            qac_gemm(out2, a + (size_t)n * IC, &pw, NULL, NULL, m, NULL);
+            CHECK_OK(qac_gemm(out2, a + (size_t)n * IC, &pw, NULL, NULL, m, NULL, NULL));
             differ += memcmp(out2, out + (size_t)n * OC, sizeof(float) * (size_t)m * OC) != 0;
         }
         qac_pool *p = NULL;
         CHECK_OK(qac_pool_create(&p, 2));
-        qac_gemm(out2, a, &pw, NULL, NULL, N, p);
+        CHECK_OK(qac_gemm(out2, a, &pw, NULL, NULL, N, NULL, p));
         differ += memcmp(out2, out, sizeof(float) * (size_t)N * OC) != 0;
+        /* the bf16 rows in scratch from a plan (qac_gemm_scratch_bytes), as the encoder gives it */
+        void *plan = malloc(qac_gemm_scratch_bytes(IC, qac_pool_size(p)));
+        CHECK_OK(qac_gemm(out2, a, &pw, NULL, NULL, N, plan, p));
+        differ += memcmp(out2, out, sizeof(float) * (size_t)N * OC) != 0;
+        free(plan);
         qac_pool_free(p);
     }
     qac_cpu_set_isa(best);
-    qac_gemm(out2, a, &pf, NULL, NULL, N, NULL);
+    CHECK_OK(qac_gemm(out2, a, &pf, NULL, NULL, N, NULL, NULL));
     if (!tiny)
         for (size_t i = 0; i < (size_t)N * OC; i++) maxrel = fmax(maxrel, fabs(out[i] - out2[i]) / (sqrt((double)IC) * 0.3));
     CHECK_MSG(bad == 0, "bf16 %d x %d x %d: %d elements differ from the vdpbf16ps model", N, IC, OC, bad);
@@ -235,13 +240,13 @@ static void check_then(int N, int IC, int OC, int bf16) {
     for (int i = 0; i < OC; i++) bias[i] = frand();
     qac_packed_w pw;
     CHECK_OK(bf16 ? qac_gemm_pack_bf16(&pw, w, OC, IC) : qac_gemm_pack(&pw, w, OC, IC));
-    qac_gemm(want, a, &pw, bias, NULL, N, NULL);
+    CHECK_OK(qac_gemm(want, a, &pw, bias, NULL, N, NULL, NULL));
     for (int t = 1; t <= 3; t++) {
         qac_pool *p = NULL;
         if (t > 1) CHECK_OK(qac_pool_create(&p, t));
         memset(seen, 0, sizeof(int) * (size_t)N);
         post_check c = {out, want, OC, seen, 0};
-        qac_gemm_then(out, a, &pw, bias, NULL, N, p, post_record, &c);
+        CHECK_OK(qac_gemm_then(out, a, &pw, bias, NULL, N, NULL, p, post_record, &c));
         int wrong = 0;
         for (int r = 0; r < N; r++) wrong += seen[r] != 1;
         CHECK_MSG(wrong == 0 && c.bad == 0, "%s then %d x %d x %d, %d threads: %d rows not seen once, %d unfinished",

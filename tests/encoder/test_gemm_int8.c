@@ -69,7 +69,7 @@ static void check_exact(int N, int IC, int OC) {
         int bad = 0;
         for (int with = 0; with < 2; with++) {
             if (with) memcpy(out, res, sizeof(float) * (size_t)N * OC);
-            qac_gemm(out, x, &pw, with ? bias : NULL, with ? out : NULL, N, NULL);
+            CHECK_OK(qac_gemm(out, x, &pw, with ? bias : NULL, with ? out : NULL, N, NULL, NULL));
             for (int n = 0; n < N; n++)
                 for (int o = 0; o < OC; o++) {
                     int64_t dot = 0;
@@ -187,7 +187,7 @@ static void check_random(int N, int IC, int OC) {
             for (int k = IC; k < (IC + 3) / 4 * 4; k++) bad_q += u2[k] != 0;
         }
         memcpy(out, res, sizeof(float) * (size_t)N * OC);
-        qac_gemm(out, x, &pw, bias, out, N, NULL);
+        CHECK_OK(qac_gemm(out, x, &pw, bias, out, N, NULL, NULL));
         for (int n = 0; n < N; n++) {
             float sa;
             int32_t zp;
@@ -210,14 +210,14 @@ static void check_random(int N, int IC, int OC) {
             int m = 1 + (n * 7) % 9;
             if (n + m > N) m = N - n;
             memcpy(out2, res + (size_t)n * OC, sizeof(float) * (size_t)m * OC);
-            qac_gemm(out2, x + (size_t)n * IC, &pw, bias, out2, m, NULL);
+            CHECK_OK(qac_gemm(out2, x + (size_t)n * IC, &pw, bias, out2, m, NULL, NULL));
             differ += memcmp(out2, out + (size_t)n * OC, sizeof(float) * (size_t)m * OC) != 0;
         }
         for (int t = 2; t <= 3; t++) {
             qac_pool *p = NULL;
             CHECK_OK(qac_pool_create(&p, t));
             memcpy(out2, res, sizeof(float) * (size_t)N * OC);
-            qac_gemm(out2, x, &pw, bias, out2, N, p);
+            CHECK_OK(qac_gemm(out2, x, &pw, bias, out2, N, NULL, p));
             differ += memcmp(out2, out, sizeof(float) * (size_t)N * OC) != 0;
             qac_pool_free(p);
         }

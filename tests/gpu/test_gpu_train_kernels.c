@@ -286,8 +286,8 @@ static void test_attention(int B, int T, int C, int NH, float p_attn) {
     qac_dropout d = {0.0f, p_attn, key, NULL};
     float *out = malloc(sizeof(float) * N * C), *att = malloc(sizeof(float) * nP), *dqkv = malloc(sizeof(float) * N * 3 * C);
     float *gout = malloc(sizeof(float) * N * C), *gatt = malloc(sizeof(float) * nP), *gdqkv = malloc(sizeof(float) * N * 3 * C);
-    qac_attention_forward_drop(out, att, NULL, qkv, lens, &d, layer, B, T, C, NH, NULL);
-    qac_attention_backward(dqkv, datty, qkv, att, lens, &d, layer, B, T, C, NH, NULL);
+    CHECK_OK(qac_attention_forward_drop(out, att, NULL, qkv, lens, &d, layer, B, T, C, NH, NULL));
+    CHECK_OK(qac_attention_backward(dqkv, datty, qkv, att, lens, &d, layer, B, T, C, NH, NULL));
     char shape[64];
     snprintf(shape, sizeof shape, "B%d T%d C%d H%d p%.2f", B, T, C, NH, (double)p_attn);
     for (int pi = 0; pi < 2; pi++) {
@@ -310,8 +310,8 @@ static void test_causal_attention(int B, int T, int C, int NH, int window, float
     qac_dropout d = {0.0f, p_attn, key, NULL};
     float *out = malloc(sizeof(float) * N * C), *att = malloc(sizeof(float) * nP), *dqkv = malloc(sizeof(float) * N * 3 * C);
     float *gout = malloc(sizeof(float) * N * C), *gatt = malloc(sizeof(float) * nP), *gdqkv = malloc(sizeof(float) * N * 3 * C);
-    qac_attention_causal_forward(out, att, qkv, lens, window, &d, 0, B, T, C, NH, NULL);
-    qac_attention_causal_backward(dqkv, datty, qkv, att, lens, window, &d, 0, B, T, C, NH, NULL);
+    CHECK_OK(qac_attention_causal_forward(out, att, qkv, lens, window, &d, 0, B, T, C, NH, NULL));
+    CHECK_OK(qac_attention_causal_backward(dqkv, datty, qkv, att, lens, window, &d, 0, B, T, C, NH, NULL));
     char shape[64];
     snprintf(shape, sizeof shape, "B%d T%d C%d H%d w%d p%.2f", B, T, C, NH, window, (double)p_attn);
     for (int pi = 0; pi < 2; pi++) {
