@@ -113,6 +113,9 @@ qac_status qac_reranker_create(qac_reranker **out, const qac_xenc *x, const qac_
 void qac_reranker_free(qac_reranker *r);
 const qac_xenc *qac_reranker_model(const qac_reranker *r);
 qac_device qac_reranker_device(const qac_reranker *r);
+/* The encoder under the head: its precision (qac_encoder_cpu_precision) and
+ * why it differs from the one asked for (qac_encoder_cpu_note). */
+const qac_encoder *qac_reranker_encoder(const qac_reranker *r);
 /* The pair options a call uses when given NULL: the model's max_len,
  * longest_first, right. */
 qac_pair_opts qac_reranker_default_pair_opts(const qac_reranker *r);

@@ -32,8 +32,9 @@ static const qac_opt label_opts[] = {
     QAC_CLI_PAIR_OPTS,
     {"device", QAC_OPT_ENUM, "auto", 0, -1, "auto|cpu|cuda", "QAC_DEVICE", "encoder device", 0},
     {"threads", QAC_OPT_INT, "0", 0, 1024, NULL, "QAC_THREADS", "CPU threads (0 = all cores)", 0},
-    {"dtype", QAC_OPT_ENUM, "fp32", 0, -1, "fp32|bf16", "QAC_DTYPE",
-     "CPU encoder precision: bf16 runs the linear layers in bf16 (fp32 sums)", 0},
+    {"dtype", QAC_OPT_ENUM, "fp32", 0, -1, "fp32|bf16|int8", "QAC_DTYPE",
+     "CPU encoder precision: bf16 runs the linear layers in bf16 (fp32 sums), int8 in int8 (int32 sums, VNNI; fp32 "
+     "on a CPU without it)", 0},
     QAC_CPU_ISA_OPT,
 };
 #define N_OPTS (int)(sizeof label_opts / sizeof label_opts[0])
@@ -75,7 +76,7 @@ int qac_cmd_label(int argc, char **argv) {
     qac_encoder_opts eo = qac_encoder_default_opts();
     eo.device = qac_cli_device(qac_opts_str(&o, "device"));
     eo.threads = (int)qac_opts_int(&o, "threads");
-    eo.cpu_precision = strcmp(qac_opts_str(&o, "dtype"), "bf16") ? QAC_PREC_FP32 : QAC_PREC_BF16;
+    eo.cpu_precision = qac_cli_dtype(qac_opts_str(&o, "dtype"));
     qac_xenc *x = NULL;
     qac_reranker *r = NULL;
     double t0 = qac_now();
@@ -89,6 +90,7 @@ int qac_cmd_label(int argc, char **argv) {
     if (!st && lo.qrels) st = qac_check_input(lo.qrels);
     if (!st) st = mdir ? qac_xenc_load(&x, mdir) : QAC_ERR_NOT_FOUND;
     if (!st) st = qac_reranker_create(&r, x, &eo);
+    if (!st) qac_cli_encoder_note("label", qac_reranker_encoder(r));
     qac_label_stats ls = {0};
     if (!st) st = qac_label(r, &lo, &ls);
     if (st) rc = qac_cli_fail("label");

@@ -55,6 +55,7 @@ void qac_reranker_free(qac_reranker *r) {
 
 const qac_xenc *qac_reranker_model(const qac_reranker *r) { return r->x; }
 qac_device qac_reranker_device(const qac_reranker *r) { return qac_encoder_device(r->enc); }
+const qac_encoder *qac_reranker_encoder(const qac_reranker *r) { return r->enc; }
 int64_t qac_reranker_truncated(const qac_reranker *r) { return r ? r->truncated : 0; }
 
 qac_pair_opts qac_reranker_default_pair_opts(const qac_reranker *r) {

@@ -119,12 +119,15 @@ qac_status qac_server_real_add_reranker(qac_server_real *r, qac_server_backend *
                 : device && !strcmp(device, "cuda") ? QAC_DEVICE_CUDA
                                                     : QAC_DEVICE_AUTO;
     eo.threads = threads;
-    eo.cpu_precision = dtype && !strcmp(dtype, "bf16") ? QAC_PREC_BF16 : QAC_PREC_FP32;
+    eo.cpu_precision = QAC_PREC_FP32;
     eo.max_batch = QAC_SERVER_ENCODER_BATCH;
-    qac_status st = qac_xenc_load(&r->xenc, dir);
+    qac_status st = dtype ? qac_precision_parse(dtype, &eo.cpu_precision) : QAC_OK;
+    if (st) return st;
+    st = qac_xenc_load(&r->xenc, dir);
     if (st) return strstr(qac_last_error(), dir) ? st : qac_wrap_error(st, "reranker %s", dir);
     if ((st = qac_reranker_create(&r->reranker, r->xenc, &eo))) return qac_wrap_error(st, "reranker %s", dir);
     be->reranker = r;
+    if (!be->encoder_note) be->encoder_note = qac_encoder_cpu_note(qac_reranker_encoder(r->reranker));
     be->reranker_id = r->xenc->bert->name;
     be->reranker_fingerprint = r->xenc->fingerprint;
     be->reranker_max_len = r->xenc->max_len;
