@@ -58,6 +58,35 @@ def test_encode_equals_cli(qac_bin, tmp, enc, corpus_tsv, kind):
     assert np.array_equal(enc.encode(texts[3], kind=kind)[0], ours[3])
 
 
+def test_encode_int8_equals_cli(qac_bin, tmp, texts):
+    """Encoder(dtype="int8") gives `qac encode --dtype int8`'s bits in any
+    batch; without VNNI (the generic path forced) it runs in fp32, warns
+    naming VNNI, and reports dtype fp32."""
+    sample = texts[:40] + texts[-5:]
+    path = os.path.join(tmp, "int8.tsv")
+    with open(path, "w", encoding="utf-8") as f:
+        f.writelines(f"p{i}\t{t.replace(chr(9), ' ')}\n" for i, t in enumerate(sample))
+    npy = os.path.join(tmp, "cli-int8.npy")
+    run(qac_bin, "encode", "--input", path, "--output", npy, "--dtype", "int8", "--device", "cpu", "--max-len", "64")
+    ref = np.load(npy)
+    flags = open("/proc/cpuinfo").read()
+    vnni = " avx512_vnni" in flags or " avx_vnni" in flags
+    e8 = qac.Encoder(device="cpu", dtype="int8", threads=2)
+    assert e8.info["dtype"] == ("int8" if vnni else "fp32")
+    got = e8.encode([r.text for r in qac.read_corpus(path)], max_len=64)
+    assert np.array_equal(got.view(np.uint32), ref.view(np.uint32)), "Encoder(dtype=int8) differs from qac encode"
+    assert np.array_equal(e8.encode([r.text for r in qac.read_corpus(path)], max_len=64, batch_size=7), got)
+    e8.close()
+    try:
+        qac.cpu_isa("generic")
+        with pytest.warns(RuntimeWarning, match="VNNI"):
+            eg = qac.Encoder(device="cpu", dtype="int8", threads=2)
+        assert eg.info["dtype"] == "fp32"
+        eg.close()
+    finally:
+        qac.cpu_isa("auto")
+
+
 def test_encode_writes_into_out(enc):
     out = np.zeros((2, enc.dim), dtype=np.float32)
     got = enc.encode(["a wing", "a shock"], out=out)
