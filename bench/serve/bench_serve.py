@@ -169,6 +169,19 @@ def stop(proc):
             proc.kill()
 
 
+def shared_data(build):
+    """The data folder as the project's build finds it (scripts/data.sh)."""
+    if os.environ.get("QAC_SHARED_DATA"):
+        return os.environ["QAC_SHARED_DATA"]
+    try:
+        for line in open(os.path.join(build, "CMakeCache.txt")):
+            if line.startswith("QAC_SHARED_DATA:"):
+                return line.split("=", 1)[1].strip()
+    except OSError:
+        pass
+    return os.path.join(ROOT, "..", "shared", "data")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--qac", default=os.path.join(ROOT, "build", "qac"))
@@ -176,8 +189,9 @@ def main():
     ap.add_argument("--duration", type=int, default=30, help="seconds per wrk run")
     ap.add_argument("--concurrency", default="1,8,32")
     ap.add_argument("--model", default=None, help="model directory (default: qac's default model)")
-    ap.add_argument("--data", default=os.path.join(ROOT, "..", "shared", "data", "cranfield"),
-                    help="Cranfield directory (cran.all.1400, cran.qry)")
+    ap.add_argument("--data", default=None,
+                    help="Cranfield directory (cran.all.1400, cran.qry); default: cranfield/ under $QAC_SHARED_DATA, "
+                    "the build's QAC_SHARED_DATA, or ../shared/data beside the clone")
     ap.add_argument("--work", default=None, help="keep the corpus and index here (reused when present)")
     ap.add_argument("--threads", type=int, default=0, help="qac encoder threads (0: all cores)")
     ap.add_argument("--infinity-python", default=None,
@@ -200,6 +214,8 @@ def main():
     ap.add_argument("--encode-concurrency", default="1,32",
                     help="concurrencies of the embedding-only comparison (qac against infinity)")
     a = ap.parse_args()
+    if a.data is None:
+        a.data = os.path.join(shared_data(os.path.dirname(os.path.abspath(a.qac))), "cranfield")
     if not shutil.which("wrk"):
         sys.exit("bench: wrk is not installed (scripts/setup.sh --test)")
     ref_dtype = "fp32" if a.dtype == "int8" else a.dtype  # the PyTorch references have no int8
