@@ -67,6 +67,12 @@ qac_status qac_default_model_dir(char *buf, size_t cap);
 /* Whether this build has CUDA support compiled in and a usable GPU exists. */
 int qac_cuda_available(void);
 
+/* One line on the GPU path, for `qac info` and logs: the device, and the
+ * attention the CUDA encoder may run besides qac's own (cuDNN's: its
+ * version and where it was loaded from, or why it is not used). Writes at
+ * most cap bytes into buf and returns it. */
+const char *qac_cuda_describe(char *buf, size_t cap);
+
 #ifdef __cplusplus
 }
 #endif

@@ -42,6 +42,8 @@ int qac_cmd_info(int argc, char **argv) {
     }
     double load_s = qac_now() - t0;
     const qac_bert_config *c = &m->cfg;
+    char gpu[1024];
+    qac_cuda_describe(gpu, sizeof gpu);
     int tok_vocab = m->tok ? qac_tokenizer_vocab_size(m->tok) : 0;
     if (as_json) {
         json_t *j = json_pack(
@@ -54,6 +56,7 @@ int qac_cmd_info(int argc, char **argv) {
             (double)c->layer_norm_eps, "parameters", (json_int_t)m->n_params, "pooling", qac_pooling_name(m->pooling),
             "normalize", m->normalize, "max_seq_len", m->max_seq_len, "tokenizer", "kind", tokenizer_kind(m),
             "vocab_size", tok_vocab, "fingerprint", m->fingerprint, "load_seconds", load_s);
+        if (j) json_object_set_new(j, "gpu", json_string(gpu));
         json_t *named = json_object();
         for (int i = 0; named && i < m->n_prompts; i++)
             json_object_set_new(named, m->prompt_names[i], json_string(m->prompt_texts[i]));
@@ -90,6 +93,7 @@ int qac_cmd_info(int argc, char **argv) {
                m->include_prompt ? "" : " (left out of the pooling)");
         printf("fingerprint     %s\n", m->fingerprint);
         printf("load_time       %.3f s\n", load_s);
+        printf("gpu             %s\n", gpu);
     }
     qac_model_free(m);
     qac_opts_free(&o);

@@ -22,10 +22,15 @@
 // launches one by one (which also warms cuBLAS and the kernels' attributes),
 // the second captures them, later ones launch the graph. Graph and direct
 // launches run the same kernels on the same shapes: the same bits.
+//
+// With the fused path, cuDNN's fused attention is the measured alternative
+// (cudnn_attention.cuh): per shape, the first batch decides between it and
+// qac's kernel for the whole process, and any cuDNN failure runs qac's.
 #include <stdlib.h>
 #include <string.h>
 
 #include "bert_kernels.cuh"
+#include "cudnn_attention.cuh"
 #include "flash_attention.cuh"
 
 extern "C" {
@@ -64,6 +69,7 @@ struct cuda_encoder {
     int device;
     int fused;          // packed batches through the fused attention
     qac_fa_tiles tiles; // its tile sizes
+    qac_cudnn_att *cudnn; // cuDNN's attention, when loaded (NULL: qac's kernel alone)
     qac_enc_tunables tun;
     int ln_warp; // the one-warp-a-row LayerNorms and the fused pooling take this model
     int prune;   // CLS pooling: the last layer after attention on the pooled rows only
@@ -92,6 +98,7 @@ struct cuda_encoder {
     int *d_lens;       // [B]
     int *d_from;       // [B] pooling starts (prompt tokens skipped)
     int *d_offs;       // [B+1] first packed row of each sequence
+    int *d_cudnn_idx;  // cuDNN's lengths and ragged offsets (qac_cudnn_idx_ints(B))
     float *d_out;      // [B,C]
     float *xg;         // [B,C] pruned last layer: the pooled rows of x
     void *xgh;         // [B,C] act copy (NULL for fp32)
@@ -135,6 +142,7 @@ void free_buffers(cuda_encoder *e) {
     cudaFree(e->d_lens);
     cudaFree(e->d_from);
     cudaFree(e->d_offs);
+    cudaFree(e->d_cudnn_idx);
     cudaFree(e->d_out);
     cudaFree(e->xg);
     cudaFree(e->xgh);
@@ -149,7 +157,7 @@ void free_buffers(cuda_encoder *e) {
     e->x = NULL;
     e->xh = e->qkv = e->ctx = e->proj = e->ffn = NULL;
     e->d_ids = e->d_types = e->d_pos = NULL;
-    e->d_lens = e->d_offs = e->d_from = NULL;
+    e->d_lens = e->d_offs = e->d_from = e->d_cudnn_idx = NULL;
     e->d_out = e->xg = NULL;
     e->xgh = e->ctxg = NULL;
     e->h_ids = e->h_types = e->h_pos = NULL;
@@ -164,6 +172,7 @@ void encoder_destroy(void *impl) {
     if (!e) return;
     if (e->stream) cudaStreamSynchronize(e->stream);
     free_buffers(e);
+    qac_cudnn_att_free(e->cudnn);
     if (e->blas) cublasDestroy(e->blas);
     cudaFree(e->blas_ws);
     cudaFree(e->d_params);
@@ -201,6 +210,7 @@ qac_status grow_buffers(cuda_encoder *e, size_t rows, int batch) {
                {(void **)&e->d_lens, nb * sizeof(int)},
                {(void **)&e->d_from, nb * sizeof(int)},
                {(void **)&e->d_offs, (nb + 1) * sizeof(int)},
+               {(void **)&e->d_cudnn_idx, e->cudnn ? qac_cudnn_idx_ints(nb) * sizeof(int) : 0},
                {(void **)&e->d_out, (size_t)nb * C * sizeof(float)},
                {(void **)&e->xg, e->prune ? (size_t)nb * C * sizeof(float) : 0},
                {&e->xgh, e->prune && e->prec != QAC_PREC_FP32 ? (size_t)nb * C * es : 0},
@@ -249,7 +259,6 @@ qac_status run_layers(cuda_encoder *e, const qac_enc_layout *Lay, int skip_promp
     const qac_bert_params *w = &e->dp;
     const float eps = c->layer_norm_eps;
     const qac_fa_rows rows = {e->d_offs, NULL, B, T, N};
-    const qac_kt_drop none = {0.0f, 0, 0};
     const int *offs = e->fused ? e->d_offs : NULL; // the pooling's view of the rows
     const int *from = skip_prompt ? e->d_from : NULL;
     const int32_t *types = typed ? e->d_types : NULL;
@@ -265,11 +274,14 @@ qac_status run_layers(cuda_encoder *e, const qac_enc_layout *Lay, int skip_promp
         const int last = l == NL - 1;
         void *xin = p == QAC_PREC_FP32 ? (void *)e->x : e->xh; // matrix-product input
         QAC_CUBLAS(qac_k_matmul(e->blas, e->qkv, xin, act_weight(e, w->qkv_w + lc * 3 * C), N, C, 3 * C, p));
-        if (e->fused)
-            QAC_CU(qac_fa_forward(e->ctx, NULL, e->qkv, w->qkv_b + lc * 3, rows, C, NH, 0, 0, none, 0, p, &e->tiles,
-                                  e->stream));
-        else
+        if (e->fused) { // proj is free until the output product: cuDNN's scratch
+            const qac_status st = qac_cudnn_att_forward(e->cudnn, e->ctx, e->qkv, w->qkv_b + lc * 3, rows,
+                                                        Lay->real_rows, C, NH, p, &e->tiles, e->proj,
+                                                        e->d_cudnn_idx, e->stream);
+            if (st != QAC_OK) return st;
+        } else {
             QAC_CU(qac_k_attention(e->ctx, e->qkv, w->qkv_b + lc * 3, e->d_lens, B, T, C, NH, p, e->stream));
+        }
         // the rest of the layer over n rows of xs (its act copy xsh) and att
         int n = N;
         float *xs = e->x;
@@ -525,6 +537,8 @@ extern "C" qac_status qac_cuda_backend_create(qac_encoder_backend *be, const qac
         encoder_destroy(e);
         return qac_wrap_error(st, "CUDA encoder (%s)", qac_prec_name(prec));
     }
+    // cuDNN's attention where it loads (why not: qac_cuda_describe)
+    if (e->fused && qac_cudnn_att_create(&e->cudnn, e->stream) != QAC_OK) qac_clear_error();
     be->impl = e;
     be->forward = encoder_forward;
     be->free = encoder_destroy;

@@ -1,5 +1,6 @@
 /* The CUDA encoder's tunables and batch layout: see qac_encoder_plan.h. */
 #include "qac_encoder_plan.h"
+#include "qac_gpu_defaults.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -14,13 +15,14 @@ static void env_int(const char *name, int lo, int hi, int *v) {
 }
 
 qac_enc_tunables qac_enc_tunables_default(void) {
-    /* Not yet chosen by measurement (bench/encode_gpu/variants.sh times the
-     * alternatives): a query batch is what `qac serve` gathers (up to 16
-     * queries of up to 32 tokens), four rows per LayerNorm block as
-     * Apex-style kernels use, eight warps to a sequence's mean (256
-     * sequences then fill an H100's SMs twice over with 16 warps each), four
-     * rows per GELU thread to reuse its bias. */
-    qac_enc_tunables t = {1, 512, 16, 4, 8, 4, 1};
+    /* qac_gpu_defaults.h: chosen by the GPU sweep
+     * (bench/encode_gpu/variants.sh times the alternatives); before one has
+     * run: a query batch is what `qac serve` gathers (up to 16 queries of up
+     * to 32 tokens), four rows per LayerNorm block as Apex-style kernels
+     * use, eight warps to a sequence's mean (256 sequences then fill an
+     * H100's SMs twice over with 16 warps each), four rows per GELU thread
+     * to reuse its bias. */
+    qac_enc_tunables t = {QAC_ENC_TUNABLES_DEFAULT};
     env_int("QAC_CUDA_GRAPHS", 0, 1, &t.graphs);
     env_int("QAC_CUDA_GRAPH_ROWS", 0, 1 << 16, &t.graph_rows);
     env_int("QAC_CUDA_GRAPH_BATCH", 0, 1 << 10, &t.graph_batch);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 
 #include "flash_attention.cuh"
+#include "qac_gpu_defaults.h"
 
 static int variants_of(char kind, int (*out)[4], int max) {
     int n = 0;
@@ -60,10 +61,12 @@ static void env_variant(const char *name, char kind, int *a, int *b, int *s, int
 }
 
 qac_fa_tiles qac_fa_tiles_default(void) {
-    // Not yet chosen by measurement: bench/attention_gpu times every variant
-    // (docs/gpu-attention.md); the defaults follow FlashAttention-2's shapes
-    // for head sizes up to 64 (4 warps, 64-key tiles, double buffering).
-    qac_fa_tiles t = {64, 64, 2, 64, 64, 2, 64, 64, 2, 1, 1, 1};
+    // qac_gpu_defaults.h: chosen by the GPU sweep (bench/attention_gpu times
+    // every variant, docs/gpu-attention.md); before one has run,
+    // FlashAttention-2's shapes for head sizes up to 64 (4 warps, 64-key
+    // tiles, double buffering).
+    const int f[4] = {QAC_FA_FWD_DEFAULT}, k[4] = {QAC_FA_DKDV_DEFAULT}, q[4] = {QAC_FA_DQ_DEFAULT};
+    qac_fa_tiles t = {f[0], f[1], f[2], k[0], k[1], k[2], q[0], q[1], q[2], f[3], k[3], q[3]};
     env_variant("QAC_FA_FWD", 'f', &t.bq, &t.bk, &t.stages, &t.minb);
     env_variant("QAC_FA_DKDV", 'k', &t.kv_bk, &t.kv_bq, &t.kv_stages, &t.kv_minb);
     env_variant("QAC_FA_DQ", 'q', &t.dq_bq, &t.dq_bk, &t.dq_stages, &t.dq_minb);

@@ -1,5 +1,6 @@
 /* Entry points of the CUDA backend for builds without CUDA: no GPU is ever
  * usable, and asking for one is a clear error. */
+#include <stdio.h>
 #include <string.h>
 
 #include "encoder_backend.h"
@@ -8,6 +9,7 @@
 #include "qac_cuda_pretrain.h"
 #include "qac_cuda_train.h"
 #include "qac_cuda_train_kernels.h"
+#include "qac_gpu_defaults.h"
 #include "qac_gpu_flat.h"
 
 #define NO_CUDA "qac was built without CUDA (install the CUDA toolkit and rebuild)"
@@ -221,7 +223,8 @@ qac_status qac_cuda_attention_select(const char *mode) {
 }
 int qac_cuda_attention_fused(void) { return 1; }
 qac_fa_tiles qac_fa_tiles_default(void) {
-    qac_fa_tiles t = {64, 64, 2, 64, 64, 2, 64, 64, 2, 1, 1, 1};
+    const int f[4] = {QAC_FA_FWD_DEFAULT}, k[4] = {QAC_FA_DKDV_DEFAULT}, q[4] = {QAC_FA_DQ_DEFAULT};
+    qac_fa_tiles t = {f[0], f[1], f[2], k[0], k[1], k[2], q[0], q[1], q[2], f[3], k[3], q[3]};
     return t;
 }
 int qac_fa_variants(char kind, int (*out)[4], int max) { return 0; }
@@ -236,4 +239,22 @@ qac_status qac_cuda_fa_backward(float *dqkv, const float *dout, const float *out
                                 int causal, int window, float p_attn, uint64_t key, int layer, qac_precision prec,
                                 const qac_fa_tiles *tiles) {
     return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+
+int qac_cuda_attention_choices(char *buf, size_t cap) {
+    if (cap) buf[0] = 0;
+    return 0;
+}
+qac_status qac_cudnn_fa_forward(float *out, const float *qkv, const float *qkv_b, const int *offs, int B, int T,
+                                int C, int NH, qac_precision prec) {
+    return qac_set_error(QAC_ERR_UNSUPPORTED, NO_CUDA);
+}
+const char *qac_cuda_describe(char *buf, size_t cap) {
+    if (cap) snprintf(buf, cap, "built without CUDA");
+    return buf;
+}
+int qac_cudnn_version(void) { return 0; }
+const char *qac_cudnn_status(char *buf, size_t cap) {
+    if (cap) snprintf(buf, cap, "built without CUDA");
+    return buf;
 }

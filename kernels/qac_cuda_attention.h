@@ -57,6 +57,26 @@ int qac_fa_variants(char kind, int (*out)[4], int max);
 /* Whether tiles names compiled variants of all three kernels. */
 int qac_fa_tiles_valid(const qac_fa_tiles *tiles);
 
+/* The CUDA encoder's attention per shape so far in this process: qac's
+ * fused kernel or cuDNN's, with the two timings that chose (auto) or the
+ * reason qac's was kept; one "; "-separated clause a shape into buf (at
+ * most cap bytes). Returns the number of shapes. */
+int qac_cuda_attention_choices(char *buf, size_t cap);
+
+/* The cuDNN the CUDA encoder would use: its version (9.13.0 is 91300),
+ * loading it if not yet done; 0 when it cannot be loaded. */
+int qac_cudnn_version(void);
+/* Where it was loaded from, or why not, in a line into buf. */
+const char *qac_cudnn_status(char *buf, size_t cap);
+
+/* cuDNN's attention on host memory (the GPU test against qac's): out
+ * [N,C] = the attention of the packed rows of qkv [N,3C] + qkv_b (offs
+ * [B+1]; T at least the longest), prec bf16 or fp16, through cuDNN alone.
+ * QAC_ERR_UNSUPPORTED, naming why, when cuDNN is not there or cannot run
+ * it. */
+qac_status qac_cudnn_fa_forward(float *out, const float *qkv, const float *qkv_b, const int *offs, int B, int T,
+                                int C, int NH, qac_precision prec);
+
 /* Host-memory entry points (tests). Layout as qac_flash_attention_forward:
  * offs NULL: padded rows [B,T], else packed (offs [B+1]); lens NULL: every
  * row of a sequence is a key. qkv [N,3C] and dout, out [N,C] are rounded to

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "qac_gpu_defaults.h"
 #include "qac_topk.h"
 #include "qac_topk_twin.h"
 
@@ -24,6 +25,15 @@ void qac_gpu_flat_tuning_default(qac_gpu_flat_tuning *t) {
     t->tile_rows = 0;
     t->compact_factor = 2;
     t->filter_threads = 256;
+    /* the values the GPU sweep chose over these (qac_gpu_defaults.h); one
+     * that does not parse leaves the built-in ones */
+    if (QAC_GPU_FLAT_TUNING_DEFAULT[0]) {
+        qac_gpu_flat_tuning m = *t;
+        if (qac_gpu_flat_tuning_parse(&m, QAC_GPU_FLAT_TUNING_DEFAULT) == QAC_OK)
+            *t = m;
+        else
+            qac_clear_error();
+    }
 }
 
 typedef struct field {

@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
 # Build everything a GPU machine needs to test and measure qac, and pack it
-# into one archive (at most 40 MB) for scripts/gpu_run.sh:
+# into one archive for scripts/gpu_run.sh:
 #   scripts/gpu_bundle.sh OUT_DIR
 # The archive holds: the binaries (qac, every gpu-labelled test, every GPU
-# benchmark) built with CUDA for sm_90, the shared libraries they load (from
-# ldd, without glibc, the C++ runtime and CUDA's own libraries, which the GPU
-# machine has), the repository's files (scripts, benchmark references,
-# fixtures), a bf16 copy of the default model and the Cranfield collection.
-# The GPU machine needs the NVIDIA driver, CUDA 13 (cuBLAS), and for the
-# references python3 with torch and transformers; nothing else.
+# benchmark) built with CUDA for sm_90 against one shared libqac.so (so the
+# kernels are carried once, not once per binary), the shared libraries they
+# load (from ldd, without glibc, the C++ runtime and CUDA's own libraries,
+# which the GPU machine has; cuDNN is loaded at run time when there), the
+# repository's files (scripts, benchmark references, fixtures), a bf16 copy
+# of the default model and the Cranfield collection. The GPU machine needs
+# the NVIDIA driver, CUDA 13 (cuBLAS), and for the references python3 with
+# torch and transformers; nothing else.
+#
+# The archive travels beside the project's tree (git ls-files), and the two
+# must fit the GPU machine's upload (64 MiB) with room to spare: the script
+# refuses an archive that takes them past QAC_BUNDLE_MAX_MB together.
 # Environment:
 #   QAC_BUNDLE_BUILD  build directory (default build-gpu-bundle; an existing
 #                     CUDA build is reused as it is when QAC_BUNDLE_REBUILD=0)
-#   QAC_BUNDLE_XZ     xz level (default 9; the archive limit assumes 9)
-#   QAC_BUNDLE_MAX_MB refuse an archive larger than this (default 40, in MiB)
+#   QAC_BUNDLE_JOBS   build jobs (default: the processors)
+#   QAC_BUNDLE_XZ     xz level (default 9; the size limit assumes 9)
+#   QAC_BUNDLE_MAX_MB archive plus tree at most this many MiB (default 56)
 #   QAC_MODEL         the model to copy (default: the installed default model)
 #   QAC_DATA          the Cranfield collection (default ../shared/data/cranfield)
 set -euo pipefail
@@ -24,7 +31,9 @@ mkdir -p "$out"
 out="$(cd "$out" && pwd)"
 build="${QAC_BUNDLE_BUILD:-build-gpu-bundle}"
 level="${QAC_BUNDLE_XZ:-9}"
-max_mb="${QAC_BUNDLE_MAX_MB:-40}"
+max_mb="${QAC_BUNDLE_MAX_MB:-56}"
+jobs="${QAC_BUNDLE_JOBS:-$(nproc)}"
+t_start=$SECONDS
 py="${QAC_PYTHON:-$root/.venv/bin/python3}"
 [ -x "$py" ] || py=python3
 say() { echo "gpu_bundle: $*" >&2; }
@@ -39,12 +48,18 @@ command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] || { say "nvcc not
 
 if [ "${QAC_BUNDLE_REBUILD:-1}" != 0 ] || [ ! -f "$build/CMakeCache.txt" ]; then
   # without qac export: libpq and its TLS and Kerberos libraries would add
-  # 2.5 MB to the archive for a command no GPU step runs
-  say "building with CUDA for sm_90 in $build"
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DQAC_CUDA=ON \
-    -DQAC_CUDA_ARCHITECTURES=90-real -DQAC_POSTGRESQL=OFF -DQAC_PYTHON="$py" >/dev/null
-  cmake --build "$build" -j "$(nproc)"
+  # 2.5 MB to the archive for a command no GPU step runs; without the
+  # Python module, which no GPU step loads
+  say "building with CUDA for sm_90 in $build (libqac shared)"
+  launch=()
+  command -v ccache >/dev/null && launch=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
+    -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DQAC_CUDA=ON -DQAC_SHARED_LIBQAC=ON \
+    -DQAC_CUDA_ARCHITECTURES=90-real -DQAC_POSTGRESQL=OFF -DQAC_PYTHON_MODULE=OFF -DQAC_PYTHON="$py" \
+    "${launch[@]}" >/dev/null
+  cmake --build "$build" -j "$jobs"
 fi
+t_built=$SECONDS
 grep -q libcudart <(ldd "$build/qac") || { say "$build/qac was built without CUDA"; exit 1; }
 build="$(cd "$build" && pwd)" # ctest names the tests' executables by absolute path
 
@@ -56,7 +71,7 @@ mkdir -p "$B/src/build" "$B/lib" "$B/home/models" "$B/data"
 # The repository's files a GPU step reads, as they are in this working tree:
 # the scripts, the benchmarks with their Python references, the GPU tests'
 # sources (for reading a failure there). The binaries are prebuilt.
-git ls-files -z -- scripts bench tests/gpu tests/scratch.py | grep -zv '\.png$\|\.md$' |
+git ls-files -z -- scripts bench tests/gpu tests/scratch.py kernels/qac_gpu_defaults.h | grep -zv '\.png$\|\.md$' |
   tar --null -T - -cf - | tar -C "$B/src" -xf -
 
 # The binaries: qac, the gpu-labelled tests (with their arguments), every
@@ -84,7 +99,10 @@ skip='^(linux-vdso|ld-linux|libc|libm|libdl|libpthread|librt|libresolv|libstdc\+
 for f in "${bins[@]}"; do ldd "$f"; done | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u |
   while read -r soname path; do
     [[ "$soname" =~ $skip ]] && continue
-    cp -L "$path" "$B/lib/$soname"
+    case "$soname" in
+    libqac.so*) strip --strip-unneeded -o "$B/lib/$soname" "$path" ;; # the kernels, once
+    *) cp -L "$path" "$B/lib/$soname" ;;
+    esac
   done
 
 "$build/tests/checkpoint/qac_ckpt_tool" save "$model" "$B/home/models/all-MiniLM-L6-v2" bf16 >/dev/null
@@ -134,10 +152,14 @@ say "packing $name (xz -$level)"
 tar -C "$stage" -cf - qac-gpu | xz "-$level" -T "$(nproc)" >"$out/$name.tmp"
 mv "$out/$name.tmp" "$out/$name"
 bytes=$(stat -c %s "$out/$name")
-say "$out/$name: $((bytes / 1048576)).$(((bytes % 1048576) * 10 / 1048576)) MB"
-if [ "$bytes" -gt $((max_mb * 1048576)) ]; then
+# the project's tree, as the GPU machine's upload carries it beside the archive
+tree=$(git ls-files -z | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
+mib() { awk -v b="$1" 'BEGIN {printf "%.2f MiB", b / 1048576}'; }
+say "$out/$name: $(mib "$bytes"); with the tree ($(mib "$tree")): $(mib $((bytes + tree))) of $max_mb MiB;" \
+  "built in $((t_built - t_start)) s, packed in $((SECONDS - t_built)) s"
+if [ $((bytes + tree)) -gt $((max_mb * 1048576)) ]; then
   part() { tar -C "$stage" -cf - "qac-gpu/$1" | xz "-$level" -T "$(nproc)" | wc -c; }
-  say "larger than $max_mb MB: binaries $(($(part src/build) / 1024)) kB, libraries $(($(part lib) / 1024)) kB," \
+  say "archive and tree past $max_mb MiB: binaries $(($(part src/build) / 1024)) kB, libraries $(($(part lib) / 1024)) kB," \
     "model $(($(part home) / 1024)) kB, data $(($(part data) / 1024)) kB"
   rm -f "$out/$name"
   exit 1

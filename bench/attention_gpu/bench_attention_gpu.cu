@@ -11,14 +11,19 @@
 // backward dkdv:KVBKxKVBQxS with the dQ kernel at its default, or
 // dq:BQxBKxS with the dK/dV kernel at its default; an xM suffix names a
 // variant compiled for M blocks per SM (QAC_FA_* take the same names).
+// The forward also runs through cuDNN's fused attention as the CUDA encoder
+// loads it (path cudnn, on the packed rows), after a NOTE with its largest
+// difference from qac's kernel on the same batch, or why it cannot run.
 //   bench_attention_gpu [peak_GBps] [reps]
 // peak_GBps: the card's memory bandwidth for floor_frac (default 3350, an
 // H100 SXM; the H200 copy measured 4265 read + write). Exit 77 without a GPU.
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bert_kernels.cuh"
+#include "cudnn_attention.cuh"
 #include "flash_attention.cuh"
 #include "train_kernels.cuh"
 
@@ -56,6 +61,18 @@ template <typename F> double time_us(F &&run, cudaStream_t s) {
     CK(cudaEventDestroy(a));
     CK(cudaEventDestroy(b));
     return best;
+}
+
+float half_bits_to_float(uint16_t h, qac_precision p) {
+    if (p == QAC_PREC_BF16) {
+        const uint32_t u = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    __half x;
+    memcpy((void *)&x, &h, 2);
+    return __half2float(x);
 }
 
 // "AxBxS" (one block per SM), "AxBxSxM" (M), after a prefix
@@ -146,6 +163,44 @@ void run_shape(const shape &sh, qac_precision prec, cudaStream_t s, cublasHandle
         variant_name(v, sizeof v, "", fv[i]);
         const double us = time_us([&] { CK(qac_fa_forward(out, NULL, qkv, qkv_b, rows, C, NH, 0, 0, none, 0, prec, &x, s)); }, s);
         report(sh.name, pn, "fwd", "fused", v, us, fwd_floor);
+    }
+    // cuDNN's fused attention, as the encoder would run it (packed rows; bias zero here)
+    {
+        qac_cudnn_att *cd = NULL;
+        int *idx = NULL;
+        void *out2 = NULL;
+        qac_status st = qac_cudnn_att_create(&cd, s);
+        if (st == QAC_OK) CK(cudaMalloc((void **)&idx, qac_cudnn_idx_ints(B) * sizeof(int)));
+        if (st == QAC_OK) CK(cudaMalloc(&out2, Np * C * es));
+        if (st == QAC_OK) st = qac_cudnn_att_run(cd, out2, qkv, d_offs, B, T, C, NH, prec, idx, s);
+        if (st == QAC_OK) { // against qac's kernel on the same rows
+            CK(qac_fa_forward(out, NULL, qkv, qkv_b, rows, C, NH, 0, 0, none, 0, prec, &t, s));
+            CK(cudaStreamSynchronize(s));
+            const size_t n = (size_t)Nr * C;
+            uint16_t *a = (uint16_t *)malloc(n * 2), *b = (uint16_t *)malloc(n * 2);
+            CK(cudaMemcpy(a, out, n * 2, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(b, out2, n * 2, cudaMemcpyDeviceToHost));
+            double mx = 0, mo = 0;
+            for (size_t i = 0; i < n; i++) {
+                const float x = half_bits_to_float(a[i], prec), y = half_bits_to_float(b[i], prec);
+                if (x != x || y != y)
+                    mx = INFINITY;
+                else if (fabs(x - y) > mx)
+                    mx = fabs(x - y);
+                mo = fabs(x) > mo ? fabs(x) : mo;
+            }
+            printf("NOTE attention %s %s cudnn against qac: max |d| %.3g of max |o| %.3g\n", sh.name, pn, mx, mo);
+            free(a), free(b);
+            const double us = time_us([&] {
+                if (qac_cudnn_att_run(cd, out2, qkv, d_offs, B, T, C, NH, prec, idx, s) != QAC_OK) exit(1);
+            }, s);
+            report(sh.name, pn, "fwd", "cudnn", "-", us, fwd_floor);
+        } else {
+            printf("NOTE attention %s %s cudnn unavailable: %s\n", sh.name, pn, qac_last_error());
+            qac_clear_error();
+        }
+        qac_cudnn_att_free(cd);
+        cudaFree(idx), cudaFree(out2);
     }
     // the encoder's unfused kernel, padded
     {

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "qac_cuda_attention.h"
 #include "qac_encoder.h"
 #include "qac_util.h"
 
@@ -177,6 +178,8 @@ int main(int argc, char **argv) {
             printf("RESULT qac_%s_%s_latency_ms_p99 %.3f\n", precs, what, lat[LAT_REPS * 99 / 100] * 1e3);
         }
     }
+    char choices[2048]; /* qac's attention or cuDNN's, per shape, with the timings that chose */
+    if (qac_cuda_attention_choices(choices, sizeof choices) > 0) printf("NOTE attention: %s\n", choices);
     qac_encoder_free(e);
     qac_model_free(m);
     free(buf), free(ids), free(lens), free(out);
