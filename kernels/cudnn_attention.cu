@@ -19,6 +19,7 @@
 // up to 64, so a few plans serve every batch of a size.
 #include <dlfcn.h>
 #include <glob.h>
+#include <new>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -246,7 +247,7 @@ void preload_dir(const char *dir) {
                                  "libcudnn_heuristic.so.9",  "libcudnn_engines_runtime_compiled.so.9",
                                  "libcudnn_engines_tensor_ir.so.9", "libcudnn_ops.so.9",
                                  "libcudnn_cnn.so.9",        "libcudnn_adv.so.9"};
-    char p[4096];
+    char p[4096 + 64];
     for (size_t i = 0; i < sizeof subs / sizeof *subs; i++) {
         snprintf(p, sizeof p, "%s/%s", dir, subs[i]);
         dlopen(p, RTLD_NOW | RTLD_GLOBAL); // a missing one is cuDNN's to report
@@ -254,7 +255,7 @@ void preload_dir(const char *dir) {
 }
 
 void *open_in_dir(const char *dir) {
-    char p[4096];
+    char p[4096 + 64];
     snprintf(p, sizeof p, "%s/libcudnn.so.9", dir);
     void *h = NULL;
     FILE *f = fopen(p, "rb");
@@ -292,7 +293,8 @@ void load_once(void) {
             if (i < 3) {
                 const char *r = getenv(roots[i]);
                 if (!r || !*r) continue;
-                snprintf(pat, sizeof pat, "%s/%slib/python3*/site-packages/nvidia/cudnn/lib", r, i == 2 ? ".local/" : "");
+                snprintf(pat, sizeof pat, "%s/%slib/python3*/site-packages/nvidia/cudnn/lib", r,
+                         i == 2 ? ".local/" : "");
             } else {
                 static const char *fixed[] = {"/usr/local/lib/python3*/dist-packages/nvidia/cudnn/lib",
                                               "/usr/lib/python3/dist-packages/nvidia/cudnn/lib",
@@ -337,7 +339,7 @@ void load_once(void) {
 
 // "<status>: <what>" as the lasting reason, and the error for the caller.
 qac_status fail(const char *what, cudnnStatus_t st) {
-    char base[256];
+    char base[sizeof g_status];
     pthread_mutex_lock(&g_lock);
     snprintf(base, sizeof base, "%s", g_status);
     pthread_mutex_unlock(&g_lock);
@@ -348,9 +350,11 @@ qac_status fail(const char *what, cudnnStatus_t st) {
 
 enum uid { U_Q = 1, U_K, U_V, U_O, U_SCALE, U_SEQ, U_ROFF_QKV, U_ROFF_O };
 
+struct descs;
 struct plan {
     shape_key k;
     cudnnBackendDescriptor_t exec; // the execution plan
+    descs *graph;                  // the descriptors it was built from, kept while it lives
     void *ws;                      // its workspace (device)
     int64_t ws_bytes;
 };
@@ -368,9 +372,10 @@ struct qac_cudnn_att {
 
 namespace {
 
-// A descriptor list freed on every exit: the graph's pieces, once the plan holds what it needs.
+// A list of descriptors destroyed together, last first: a plan's graph (kept
+// with the plan), or one execution's variant pack.
 struct descs {
-    cudnnBackendDescriptor_t d[24];
+    cudnnBackendDescriptor_t d[48];
     int n = 0;
     cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
     const char *what = "";
@@ -378,7 +383,7 @@ struct descs {
         cudnnBackendDescriptor_t x = NULL;
         if (st) return NULL;
         if ((st = g_api.create_desc(t, &x)) != CUDNN_STATUS_SUCCESS) what = w;
-        if (x && n < 24) d[n++] = x;
+        if (x && n < 48) d[n++] = x;
         return x;
     }
     void set(cudnnBackendDescriptor_t x, cudnnBackendAttributeName_t a, cudnnBackendAttributeType_t t, int64_t c,
@@ -422,13 +427,32 @@ struct descs {
 const cudnnBackendAttributeName_t ATTR_GRAPH_HANDLE = (cudnnBackendAttributeName_t)800;
 const cudnnBackendAttributeName_t ATTR_PLAN_HANDLE = (cudnnBackendAttributeName_t)400;
 
+qac_status build_graph(qac_cudnn_att *a, plan *pl, const shape_key &k, descs &g);
+
+// pl's plan for shape k; on failure nothing is kept.
 qac_status build_plan(qac_cudnn_att *a, plan *pl, const shape_key &k) {
+    pl->exec = NULL;
+    pl->ws = NULL;
+    pl->graph = new (std::nothrow) descs;
+    if (!pl->graph) return qac_set_error(QAC_ERR_NOMEM, "cuDNN attention: out of host memory");
+    const qac_status st = build_graph(a, pl, k, *pl->graph);
+    if (st != QAC_OK) {
+        if (pl->exec) g_api.destroy_desc(pl->exec);
+        pl->exec = NULL;
+        delete pl->graph;
+        pl->graph = NULL;
+    }
+    return st;
+}
+
+qac_status build_graph(qac_cudnn_att *a, plan *pl, const shape_key &k, descs &g) {
     const int64_t B = k.B, H = k.NH, S = k.S, D = k.D, C = k.NH * k.D;
     const cudnnDataType_t io = k.prec == QAC_PREC_BF16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
-    descs g;
     const int64_t off_dims[4] = {B + 1, 1, 1, 1}, one4[4] = {1, 1, 1, 1}, seq_dims[4] = {B, 1, 1, 1};
-    cudnnBackendDescriptor_t roff_qkv = g.tensor(U_ROFF_QKV, CUDNN_DATA_INT32, off_dims, one4, false, NULL, "ragged offsets");
-    cudnnBackendDescriptor_t roff_o = g.tensor(U_ROFF_O, CUDNN_DATA_INT32, off_dims, one4, false, NULL, "ragged offsets");
+    cudnnBackendDescriptor_t roff_qkv =
+        g.tensor(U_ROFF_QKV, CUDNN_DATA_INT32, off_dims, one4, false, NULL, "ragged offsets");
+    cudnnBackendDescriptor_t roff_o =
+        g.tensor(U_ROFF_O, CUDNN_DATA_INT32, off_dims, one4, false, NULL, "ragged offsets");
     // a sequence's tokens C3 elements apart, its heads D apart; the batch stride is the ragged offsets'
     const int64_t dims[4] = {B, H, S, D}, qkv_str[4] = {S * 3 * C, D, 3 * C, 1}, o_str[4] = {S * C, D, C, 1};
     cudnnBackendDescriptor_t q = g.tensor(U_Q, io, dims, qkv_str, false, roff_qkv, "Q");
@@ -436,7 +460,8 @@ qac_status build_plan(qac_cudnn_att *a, plan *pl, const shape_key &k) {
     cudnnBackendDescriptor_t v = g.tensor(U_V, io, dims, qkv_str, false, roff_qkv, "V");
     cudnnBackendDescriptor_t o = g.tensor(U_O, io, dims, o_str, false, roff_o, "O");
     cudnnBackendDescriptor_t scale = g.tensor(U_SCALE, CUDNN_DATA_FLOAT, one4, one4, true, NULL, "scale");
-    cudnnBackendDescriptor_t seq = g.tensor(U_SEQ, CUDNN_DATA_INT32, seq_dims, one4, false, NULL, "sequence lengths");
+    cudnnBackendDescriptor_t seq =
+        g.tensor(U_SEQ, CUDNN_DATA_INT32, seq_dims, one4, false, NULL, "sequence lengths");
     cudnnBackendDescriptor_t op = g.make(CUDNN_BACKEND_OPERATION_SDPA_FWD_DESCRIPTOR, "the SDPA operation");
     g.link(op, CUDNN_ATTR_OPERATION_SDPA_FWD_QDESC, q, "SDPA Q");
     g.link(op, CUDNN_ATTR_OPERATION_SDPA_FWD_KDESC, kk, "SDPA K");
@@ -472,7 +497,8 @@ qac_status build_plan(qac_cudnn_att *a, plan *pl, const shape_key &k) {
         cudnnBackendDescriptor_t ex = NULL;
         if ((st = g_api.create_desc(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &ex))) return fail("a plan", st);
         st = g_api.set_attr(ex, ATTR_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &a->h);
-        if (!st) st = g_api.set_attr(ex, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg[i]);
+        if (!st)
+            st = g_api.set_attr(ex, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg[i]);
         if (!st) st = g_api.finalize(ex);
         if (st) {
             last = st;
@@ -488,11 +514,8 @@ qac_status build_plan(qac_cudnn_att *a, plan *pl, const shape_key &k) {
     st = g_api.get_attr(pl->exec, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &got, &pl->ws_bytes);
     cudaError_t ce = cudaSuccess;
     if (!st && pl->ws_bytes > 0) ce = cudaMalloc(&pl->ws, (size_t)pl->ws_bytes);
-    if (st || ce != cudaSuccess) {
-        g_api.destroy_desc(pl->exec);
-        pl->exec = NULL;
+    if (st || ce != cudaSuccess) // build_plan destroys the plan
         return st ? fail("the plan's workspace size", st) : qac_cuda_check(ce, "cuDNN workspace");
-    }
     pl->k = k;
     return QAC_OK;
 }
@@ -558,8 +581,8 @@ qac_status decide(qac_cudnn_att *a, const shape_key &k, void *out, void *qkv, co
                   const qac_fa_rows &rows, int real_rows, int C, int NH, qac_precision prec, const qac_fa_tiles *tiles,
                   void *scratch, int *idx, cudaStream_t s) {
     float us_q = 0, us_c = 0;
-    qac_status st = a->mode == 2 ? time_us(s, &us_q, [&] { return fa_ours(out, qkv, qkv_b, rows, C, NH, prec, tiles, s); })
-                                 : fa_ours(out, qkv, qkv_b, rows, C, NH, prec, tiles, s);
+    auto ours = [&] { return fa_ours(out, qkv, qkv_b, rows, C, NH, prec, tiles, s); };
+    qac_status st = a->mode == 2 ? time_us(s, &us_q, ours) : ours();
     if (st != QAC_OK) return st;
     st = qac_cuda_check(add_bias(qkv, qkv_b, rows.N, 3 * C, prec, s), "QKV bias");
     if (st != QAC_OK) return st;
@@ -584,7 +607,8 @@ qac_status decide(qac_cudnn_att *a, const shape_key &k, void *out, void *qkv, co
                 compare_kernel<__half><<<256, 256, 0, s>>>(a->d_cmp, (const __half *)out, (const __half *)scratch, n);
             cs = qac_cuda_check(cudaGetLastError(), "the agreement check");
         }
-        if (cs == QAC_OK) cs = qac_cuda_check(cudaMemcpyAsync(h, a->d_cmp, sizeof h, cudaMemcpyDeviceToHost, s), "copy");
+        if (cs == QAC_OK)
+            cs = qac_cuda_check(cudaMemcpyAsync(h, a->d_cmp, sizeof h, cudaMemcpyDeviceToHost, s), "copy");
         if (cs == QAC_OK) cs = qac_cuda_check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
         float d, m;
         memcpy(&d, &h[0], 4);
@@ -738,6 +762,7 @@ void qac_cudnn_att_free(qac_cudnn_att *a) {
     if (!a) return;
     for (int i = 0; i < a->nplans; i++) {
         if (a->plans[i].exec) g_api.destroy_desc(a->plans[i].exec);
+        delete a->plans[i].graph;
         cudaFree(a->plans[i].ws);
     }
     if (a->h) g_api.destroy(a->h);

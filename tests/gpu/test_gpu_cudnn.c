@@ -152,7 +152,8 @@ int main(void) {
     } sets[] = {{1, l1}, {3, l7}, {3, l128}, {2, l512}, {3, l200}, {4, l33}};
     for (int pi = 0; pi < 2; pi++)
         for (int hs = 32; hs <= 64; hs += 32)
-            for (size_t i = 0; i < sizeof sets / sizeof *sets; i++) kernels_case(sets[i].B, sets[i].lens, hs, precs[pi]);
+            for (size_t i = 0; i < sizeof sets / sizeof *sets; i++)
+                kernels_case(sets[i].B, sets[i].lens, hs, precs[pi]);
 
     qac_model *m = NULL;
     CHECK_OK(qac_model_load(&m, qac_test_model_dir()));
