@@ -152,8 +152,10 @@ say "packing $name (xz -$level)"
 tar -C "$stage" -cf - qac-gpu | xz "-$level" -T "$(nproc)" >"$out/$name.tmp"
 mv "$out/$name.tmp" "$out/$name"
 bytes=$(stat -c %s "$out/$name")
-# the project's tree, as the GPU machine's upload carries it beside the archive
-tree=$(git ls-files -z | xargs -0 stat -c %s 2>/dev/null | awk '{s += $1} END {print s + 0}')
+# the project's tree, as the GPU machine's upload carries it beside the
+# archive: tracked files and untracked ones git does not ignore
+tree=$(git ls-files -z --cached --others --exclude-standard | xargs -0 stat -c %s 2>/dev/null |
+  awk '{s += $1} END {print s + 0}')
 mib() { awk -v b="$1" 'BEGIN {printf "%.2f MiB", b / 1048576}'; }
 say "$out/$name: $(mib "$bytes"); with the tree ($(mib "$tree")): $(mib $((bytes + tree))) of $max_mb MiB;" \
   "built in $((t_built - t_start)) s, packed in $((SECONDS - t_built)) s"

@@ -143,7 +143,8 @@ gpu=0
 nvidia-smi -L >/dev/null 2>&1 && gpu=1
 missing="$(ldd "$build/qac" 2>&1 | awk '/not found/ {print $1}' | tr '\n' ' ')"
 san="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
-[ -x "$san" ] || san=""
+san_why=""
+[ -x "$san" ] || { san="" san_why="compute-sanitizer not found"; }
 
 # ---- the results file, appended as the run goes ----
 # A line goes out in one write (O_APPEND): parallel steps' lines never mix.
@@ -168,15 +169,26 @@ fi
 # (the first 300 of a step), prefixed with its name; the sweep's also into
 # the TSV. Its whole output goes to its log.
 FIG='^(RESULT|RATIO|NOTE|VARIANT|BEST|CHECK|PROFILE|SUMMARY|PASS|FAIL|TIMEOUT|wall|graderr)|passed, [0-9]+ failed|CHECK failed|FAILED|[Ee]rror|worst rel|nDCG|identical|DIFFER|min cosine|smoke:|ERROR SUMMARY|RACECHECK SUMMARY'
+# Both ends line by line: mawk (Debian's and Ubuntu's awk) reads a pipe in
+# blocks unless interactive, and C programs write a pipe in 4 KB blocks
+# unless stdbuf sets their stdout to lines (and a step killed at its limit
+# would lose what it had not flushed); Python's references are unbuffered.
+awk_lines=()
+awk -W version 2>&1 | grep -q mawk && awk_lines=(-W interactive)
+lines=()
+command -v stdbuf >/dev/null && lines=(stdbuf -oL -eL)
+export PYTHONUNBUFFERED=1
 live() { # live NAME PHASE
-  awk -v n="$1" -v ph="$2" -v res="$res" -v tsv="$tsv" -v lf="$logs/$1.log" -v re="$FIG" '
+  awk "${awk_lines[@]}" -v n="$1" -v ph="$2" -v res="$res" -v tsv="$tsv" -v lf="$logs/$1.log" -v re="$FIG" '
     $0 ~ re && k < 300 { # the results first: a line in the log is in the results
       k++
       print "[" n "] " $0 >> res; close(res)
-      if (ph == "sweep" && ($1 == "RESULT" || $1 == "VARIANT" || $1 == "CHECK")) {
-        line = n; for (i = 1; i <= NF; i++) line = line "\t" $i
-        print line >> tsv; close(tsv)
-      }
+    }
+    # every sweep figure in the TSV, past the 300 kept in the results: the
+    # defaults are chosen from all of them
+    ph == "sweep" && ($1 == "RESULT" || $1 == "VARIANT" || $1 == "CHECK") {
+      line = n; for (i = 1; i <= NF; i++) line = line "\t" $i
+      print line >> tsv; close(tsv)
     }
     { print > lf; fflush(lf) }'
 }
@@ -200,7 +212,7 @@ step() {
     set -- bash -c 'for i in $(seq "$1"); do echo "RESULT standin $0 $i"; sleep 1; done; echo "1 passed, 0 failed"' "$name" "$standin"
   fi
   local t0=$SECONDS rc
-  (cd "$S" && timeout -k 10 "$limit" "$@") 2>&1 | live "$name" "$phase"
+  (cd "$S" && timeout -k 10 "$limit" "${lines[@]}" "$@") 2>&1 | live "$name" "$phase"
   rc=${PIPESTATUS[0]}
   local st=FAIL
   case $rc in 0) st=PASS ;; 77) st=SKIP ;; 124 | 137) st=TIMEOUT ;; esac
@@ -238,16 +250,17 @@ bgstep() {
   while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
   gstep "$@" &
 }
-# a compute-sanitizer step: skipped without the tool
+# a compute-sanitizer step: skipped without the tool, or where it cannot
+# run (some GPU machines' sandboxes refuse it the device: san_why)
 sanstep() {
   local name="$1"; shift
-  if [ -z "$san" ] && [ -z "$standin" ] && [ $list = 0 ] && [ $gpu = 1 ]; then
+  if [ -n "$san_why" ] && [ -z "$standin" ] && [ $list = 0 ] && [ $gpu = 1 ]; then
     [[ "$name" =~ $only_re ]] || return 0
     [ -z "$only_list" ] || [[ ",$only_list," == *",$name,"* ]] || return 0
     echo "$name" >>"$logs/order"
     echo check >"$logs/$name.phase"
-    printf 'SKIP\t0\tcompute-sanitizer not found\n' >"$logs/$name.status"
-    emit "== $name: SKIP (compute-sanitizer not found)"
+    printf 'SKIP\t0\t%s\n' "$san_why" >"$logs/$name.status"
+    emit "== $name: SKIP ($san_why)"
     return 0
   fi
   bgstep check "$name" 240 env QAC_TEST_SMALL=1 "${san:-compute-sanitizer}" "$@"
@@ -271,7 +284,7 @@ finish() {
     echo "| step | phase | status | s | figures |"
     echo "| --- | --- | --- | --- | --- |"
     [ -f "$logs/order" ] && while read -r name; do
-      IFS=$'\t' read -r st secs why <"$logs/$name.status" 2>/dev/null || { st=UNFINISHED secs=? why="cut before its end"; }
+      IFS=$'\t' read -r st secs why <"$logs/$name.status" 2>/dev/null || { st=UNFINISHED secs="?" why="cut before its end"; }
       figs="$(grep -hE '^RATIO|^SUMMARY|^BEST|passed, [0-9]+ failed|^CHECK|ERROR SUMMARY|RACECHECK SUMMARY' "$logs/$name.log" 2>/dev/null |
         head -4 | sed 's/^RATIO //; s/|/\//g' | paste -sd ';' -)"
       [ "$st" = PASS ] || figs="$why${figs:+; $figs}"
@@ -338,6 +351,20 @@ fi
 # ---- check: sanitizers on small shapes, then the other tests ----
 if wants check; then
   deadline=$(phase_deadline check)
+  # Can compute-sanitizer run here? qac info (which opens the device) under
+  # memcheck: a failure that qac info alone does not have, or the tool's
+  # own "not supported", skips every sanitizer step with the reason.
+  if [ $list = 0 ] && [ $gpu = 1 ] && [ -n "$san" ] && [ -z "$standin" ]; then
+    (cd "$S" && timeout 60 "$build/qac" info) >/dev/null 2>&1
+    plain=$?
+    (cd "$S" && timeout 90 "$san" --tool memcheck --error-exitcode 3 "$build/qac" info) >"$logs/sanitizer-probe.log" 2>&1
+    probe=$?
+    if { [ $plain = 0 ] && [ $probe != 0 ]; } || grep -qi 'not supported' "$logs/sanitizer-probe.log"; then
+      why="$(grep -m1 -i 'not supported' "$logs/sanitizer-probe.log" || grep -m1 -i 'error' "$logs/sanitizer-probe.log")"
+      san_why="compute-sanitizer cannot run here (exit $probe): $(echo "$why" | tr -d '\r|' | cut -c1-160)"
+      emit "== sanitizer probe: $san_why"
+    fi
+  fi
   # the kernels new since the first run, forward and backward
   sanstep memcheck-attention --tool memcheck --leak-check full --error-exitcode 3 "$t/test_gpu_attention"
   sanstep racecheck-attention --tool racecheck --error-exitcode 3 "$t/test_gpu_attention"

@@ -4,7 +4,8 @@
 # scripts/gpu_run.sh runs the archive from another working directory.
 #  1. The archive holds what a GPU machine lacks (libraries that resolve on
 #     their own, the bf16 model, Cranfield, every gpu-labelled test and GPU
-#     benchmark, the defaults file the sweep rewrites).
+#     benchmark, the defaults file the sweep rewrites); an archive that
+#     takes archive + tree past the limit is refused.
 #  2. Without a GPU every step reports SKIP, never PASS, in every phase, and
 #     the results file opens with its summary table.
 #  3. A run cut by SIGKILL (the whole process group, as a time limit does)
@@ -20,7 +21,8 @@ src="${QAC_SOURCE_DIR:?}"
 build="${QAC_BUILD_DIR:?}"
 tmp="$(mktemp -d "${TMPDIR:-/tmp}/qac-harness.XXXXXX")"
 fail() { echo "FAIL: $*" >&2; echo "kept $tmp" >&2; exit 1; }
-grep -q libcudart <(ldd "$build/qac") || fail "the suite's build has no CUDA (nvcc not found?): the harness needs one"
+# the bundle needs a CUDA build (test_gpu_run_phases rehearses the harness without one)
+grep -q libcudart <(ldd "$build/qac") || { echo "SKIP: the suite's build has no CUDA" >&2; rm -rf "$tmp"; exit 77; }
 
 # ---- 1. the archive ----
 # the build named relative to the source tree, as the default one is
@@ -48,6 +50,18 @@ grep -q '^qac-gpu/src/build/tests/gpu/test_gpu_kernels$' "$tmp/list" ||
   fail "the tests' executables are not under src/build/tests/gpu"
 grep -q '^libc\.so\|^libcudart\|^libcublas\|^libstdc\|^libcudnn' <(sed -n 's|^qac-gpu/lib/||p' "$tmp/list") &&
   fail "the archive carries glibc, the C++ runtime, CUDA's or cuDNN's libraries"
+
+# the size guard: an archive that takes archive + tree past QAC_BUNDLE_MAX_MB
+# is refused, with what each part weighs, and not left behind (the real
+# bundle is held to 56 MiB of the GPU machine's 64 MiB upload this way)
+rc=0
+QAC_BUNDLE_BUILD="$(realpath --relative-to="$src" "$build")" QAC_BUNDLE_REBUILD=0 QAC_BUNDLE_XZ=0 QAC_BUNDLE_MAX_MB=1 \
+  QAC_DATA="$QAC_SHARED_DATA/cranfield" "$src/scripts/gpu_bundle.sh" "$tmp/small" >"$tmp/small.log" 2>&1 || rc=$?
+[ $rc = 1 ] || fail "an archive past QAC_BUNDLE_MAX_MB=1 was not refused (exit $rc)"
+grep -q 'archive and tree past 1 MiB: binaries .* kB, libraries .* kB, model .* kB, data .* kB' "$tmp/small.log" ||
+  fail "the refusal does not say what each part weighs: $(tail -2 "$tmp/small.log")"
+[ -z "$(ls "$tmp/small")" ] || fail "a refused archive was left: $(ls "$tmp/small")"
+grep -q '^max_mb="${QAC_BUNDLE_MAX_MB:-56}"$' "$src/scripts/gpu_bundle.sh" || fail "the bundle's default limit is not 56 MiB"
 
 mkdir -p "$tmp/elsewhere"
 gpu=0
