@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cudnn_att_kernels.cuh"
 #include "cudnn_attention.cuh"
 #include "dev_scratch.cuh"
 #include "qac_gpu_defaults.h"
@@ -35,47 +36,11 @@
 
 namespace {
 
-// ---- device helpers: the bias, the ragged offsets, the agreement check ----
+// ---- the device helpers (cudnn_att_kernels.cuh): their launches ----
 
-// qkv [N, 3C] += bias in place, rounded: the E(E(x) + bias) qac's kernels
-// form on load. Row blocks over column blocks of 256.
-template <typename E> __global__ void add_bias_kernel(E *qkv, const float *bias, int N, int C3) {
-    const int c = blockIdx.x * 256 + threadIdx.x;
-    if (c >= C3) return;
-    const float b = bias[c];
-    for (int r = blockIdx.y; r < N; r += gridDim.y) {
-        E *p = qkv + (size_t)r * C3 + c;
-        *p = qac_from_float<E>(qac_to_float<E>(*p) + b);
-    }
-}
-
-// idx (P = qac_cudnn_idx_stride(B) ints a part): [0, B) the lengths,
-// [P, P + B] the element offsets of each sequence's first QKV row,
-// [2P, 2P + B] those of its first output row.
-__global__ void ragged_kernel(int *idx, const int *offs, int B, int P, int C) {
-    const int b = blockIdx.x * blockDim.x + threadIdx.x;
-    if (b > B) return;
-    if (b < B) idx[b] = offs[b + 1] - offs[b];
-    idx[P + b] = offs[b] * 3 * C;
-    idx[2 * P + b] = offs[b] * C;
-}
-
-// out[0] = max |a - b|, out[1] = max |a|, out[2] = NaNs seen, over n values.
-template <typename E> __global__ void compare_kernel(unsigned *out, const E *a, const E *b, size_t n) {
-    unsigned d = 0, m = 0, nan = 0;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        const float x = qac_to_float<E>(a[i]), y = qac_to_float<E>(b[i]);
-        if (x != x || y != y) {
-            nan++;
-            continue;
-        }
-        d = max(d, __float_as_uint(fabsf(x - y))); // non-negative floats order as their bits
-        m = max(m, __float_as_uint(fabsf(x)));
-    }
-    atomicMax(out, d);
-    atomicMax(out + 1, m);
-    if (nan) atomicAdd(out + 2, nan);
-}
+using qac_cudnn_k::add_bias_kernel;
+using qac_cudnn_k::compare_kernel;
+using qac_cudnn_k::ragged_kernel;
 
 template <typename E> cudaError_t launch_bias(void *qkv, const float *bias, int N, int C3, cudaStream_t s) {
     add_bias_kernel<E><<<dim3(qac_div_up(C3, 256), N < 65535 ? N : 65535), 256, 0, s>>>((E *)qkv, bias, N, C3);
