@@ -660,7 +660,11 @@ qac_status qac_cudnn_att_create(qac_cudnn_att **out, cudaStream_t s) {
 
 extern "C" qac_status qac_cudnn_fa_forward(float *out, const float *qkv, const float *qkv_b, const int *offs, int B,
                                            int T, int C, int NH, qac_precision prec) {
-    if (!qac_cuda_available()) return qac_set_error(QAC_ERR_UNSUPPORTED, "no usable CUDA GPU");
+    int ndev = 0; // asked here, not of cuda_device.cu, which takes qac_cudnn_probe from this file
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev < 1) {
+        cudaGetLastError(); // the sticky "no driver" error
+        return qac_set_error(QAC_ERR_UNSUPPORTED, "no usable CUDA GPU");
+    }
     if (!qac_fa_supported(C, NH, prec) || B < 1 || T < 1)
         return qac_set_error(QAC_ERR_INVALID, "cuDNN attention: %d x %d, %d heads over %d in %s", B, T, NH, C,
                              qac_prec_name(prec));
