@@ -13,10 +13,9 @@ static const qac_opt info_opts[] = {
 };
 #define N_INFO_OPTS ((int)(sizeof info_opts / sizeof info_opts[0]))
 
-static const char *tokenizer_kind(const qac_model *m) {
-    if (!m->tok) return "none";
-    return qac_tokenizer_get_kind(m->tok) == QAC_TOKENIZER_SENTENCEPIECE ? "sentencepiece" : "wordpiece";
-}
+static const char *tokenizer_kind(const qac_model *m) { return m->tok ? qac_tokenizer_kind_name(m->tok) : "none"; }
+
+static const char *tokenizer_source(const qac_model *m) { return m->tok ? qac_tokenizer_describe(m->tok) : ""; }
 
 int qac_cmd_info(int argc, char **argv) {
     qac_opts o;
@@ -48,14 +47,14 @@ int qac_cmd_info(int argc, char **argv) {
     if (as_json) {
         json_t *j = json_pack(
             "{s:s, s:s, s:{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f}, s:I, s:s, s:b, s:i, "
-            "s:{s:s, s:i}, s:s, s:f}",
+            "s:{s:s, s:s, s:i}, s:s, s:f}",
             "name", m->name, "dir", m->dir, "config", "model_type", "bert", "vocab_size", c->vocab_size,
             "hidden_size", c->hidden_size, "num_hidden_layers", c->num_layers, "num_attention_heads", c->num_heads,
             "intermediate_size", c->intermediate_size, "max_position_embeddings", c->max_position,
             "type_vocab_size", c->type_vocab_size, "pad_token_id", c->pad_token_id, "layer_norm_eps",
             (double)c->layer_norm_eps, "parameters", (json_int_t)m->n_params, "pooling", qac_pooling_name(m->pooling),
             "normalize", m->normalize, "max_seq_len", m->max_seq_len, "tokenizer", "kind", tokenizer_kind(m),
-            "vocab_size", tok_vocab, "fingerprint", m->fingerprint, "load_seconds", load_s);
+            "source", tokenizer_source(m), "vocab_size", tok_vocab, "fingerprint", m->fingerprint, "load_seconds", load_s);
         if (j) json_object_set_new(j, "gpu", json_string(gpu));
         json_t *named = json_object();
         for (int i = 0; named && i < m->n_prompts; i++)
@@ -85,7 +84,7 @@ int qac_cmd_info(int argc, char **argv) {
         printf("pooling         %s\n", qac_pooling_name(m->pooling));
         printf("normalize       %s\n", m->normalize ? "yes" : "no");
         printf("max_seq_len     %d\n", m->max_seq_len);
-        printf("tokenizer       %s, %d tokens\n", tokenizer_kind(m), tok_vocab);
+        printf("tokenizer       %s, %d tokens (%s)\n", tokenizer_kind(m), tok_vocab, tokenizer_source(m));
         char qp[256], pp[256];
         printf("prompts         query %s, passage %s%s%s%s\n", qac_cli_quote_prompt(qp, sizeof qp, qac_model_query_prompt(m)),
                qac_cli_quote_prompt(pp, sizeof pp, qac_model_passage_prompt(m)),

@@ -12,8 +12,8 @@ static const qac_opt tokenize_opts[] = {
     {"max-len", QAC_OPT_INT, "0", 0, 1000000, NULL, NULL,
      "truncate to this many tokens, specials included; 0: no truncation", 0},
     {"special-tokens", QAC_OPT_BOOL, "true", 0, -1, NULL, NULL,
-     "add [CLS] ... [SEP] as the server's /tokenize does (add_special_tokens); --no-special-tokens: the text's "
-     "tokens alone", 0},
+     "add the model's special tokens ([CLS] ... [SEP], <s> ... </s>) as the server's /tokenize does "
+     "(add_special_tokens); --no-special-tokens: the text's tokens alone", 0},
     {"tokens", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL, "print token strings instead of ids", 0},
     {"pair", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "second segment: encode each text as the pair (text, TEXT_B)", 0},
     {"input", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "read one text per line from FILE ('-' for stdin)", 0},
@@ -45,7 +45,7 @@ static int print_one(tok_job *j, const char *text, size_t len) {
                 if ((st = qac_tokenizer_tokenize(j->t, text, len, NULL, 0, &na)) ||
                     (st = qac_tokenizer_tokenize(j->t, j->pair, strlen(j->pair), NULL, 0, &nb)))
                     return qac_cli_fail("tokenize");
-                ml = na + nb + 3;
+                ml = na + nb + qac_tokenizer_num_special(j->t, 1);
             }
             if (ml > j->cap) n = ml;
             else st = qac_tokenizer_encode_pair(j->t, text, len, j->pair, strlen(j->pair), ml, j->ids, NULL, &n);
@@ -53,7 +53,7 @@ static int print_one(tok_job *j, const char *text, size_t len) {
             int ml = j->max_len;
             if (!ml) { /* no limit: room for the whole text */
                 if ((st = qac_tokenizer_tokenize(j->t, text, len, NULL, 0, &ml))) return qac_cli_fail("tokenize");
-                ml += 2;
+                ml += qac_tokenizer_num_special(j->t, 0);
             }
             if (ml > j->cap) n = ml;
             else st = qac_tokenizer_encode(j->t, text, len, ml, j->ids, &n);

@@ -57,6 +57,29 @@ int32_t qac_sp_pad_id(const qac_sp *sp) {
     return id >= 0 && id < sp->proc.GetPieceSize() ? id : -1;
 }
 
+float qac_sp_score(const qac_sp *sp, int32_t id) {
+    if (id < 0 || id >= sp->proc.GetPieceSize()) return 0.0f;
+    return sp->proc.GetScore(id);
+}
+
+qac_status qac_sp_serialized(const qac_sp *sp, char **bytes, size_t *len) {
+    *bytes = nullptr;
+    *len = 0;
+    try {
+        std::string s = sp->proc.serialized_model_proto();
+        char *copy = static_cast<char *>(malloc(s.size() + 1));
+        if (!copy) return qac_set_error(QAC_ERR_NOMEM, "sentencepiece: out of memory");
+        memcpy(copy, s.data(), s.size());
+        *bytes = copy;
+        *len = s.size();
+        return QAC_OK;
+    } catch (const std::bad_alloc &) {
+        return qac_set_error(QAC_ERR_NOMEM, "sentencepiece: out of memory");
+    } catch (const std::exception &e) {
+        return qac_set_error(QAC_ERR_INTERNAL, "sentencepiece: %s", e.what());
+    }
+}
+
 qac_status qac_sp_encode(const qac_sp *sp, const char *text, size_t len, int32_t *ids, int cap, int *n) {
     try {
         std::vector<int> out;

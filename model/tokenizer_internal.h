@@ -19,6 +19,12 @@ int qac_utf8_decode(const unsigned char *s, size_t len, uint32_t *cp);
 /* Encode cp into out (4 bytes room); returns the byte count. */
 int qac_utf8_encode(uint32_t cp, char *out);
 
+/* HF tokenizers' view of code point c where its Unicode tables differ from
+ * libutf8proc's (wordpiece_unicode.h): returns 1 and whether BertNormalizer
+ * drops it, whether it is punctuation, and (out may be NULL) what it becomes
+ * with accents stripped and/or lower-cased; 0 when utf8proc agrees with HF. */
+int qac_wp_uni_override(uint32_t c, int strip, int lower, int *drop, int *punct, const uint32_t **out, int *n_out);
+
 /* ---- WordPiece (wordpiece.c) ---- */
 typedef struct qac_wordpiece qac_wordpiece;
 
@@ -53,6 +59,9 @@ const char *qac_sp_id_to_piece(const qac_sp *sp, int32_t id);
 int32_t qac_sp_piece_to_id(const qac_sp *sp, const char *piece);
 int32_t qac_sp_unk_id(const qac_sp *sp);
 int32_t qac_sp_pad_id(const qac_sp *sp);
+float qac_sp_score(const qac_sp *sp, int32_t id);
+/* The model file's protobuf bytes (malloc'd), for what the API does not expose. */
+qac_status qac_sp_serialized(const qac_sp *sp, char **bytes, size_t *len);
 /* Encode valid UTF-8 text; writes at most cap ids and sets *n to the count. */
 qac_status qac_sp_encode(const qac_sp *sp, const char *text, size_t len, int32_t *ids, int cap,
                          int *n);

@@ -149,6 +149,20 @@ static const wp_uni *uni_override(uint32_t c) {
     return lo < WP_UNI_COUNT && wp_uni_table[lo].cp == c ? &wp_uni_table[lo] : NULL;
 }
 
+int qac_wp_uni_override(uint32_t c, int strip, int lower, int *drop, int *punct, const uint32_t **out, int *n_out) {
+    const wp_uni *o = uni_override(c);
+    if (!o) return 0;
+    *drop = o->drop;
+    *punct = o->punct;
+    if (out) {
+        if (strip && lower) *out = o->both, *n_out = o->n_both;
+        else if (strip) *out = o->strip, *n_out = o->n_strip;
+        else if (lower) *out = o->lower, *n_out = o->n_lower;
+        else *out = NULL, *n_out = 0;
+    }
+    return 1;
+}
+
 /* ---------- vocabulary hash ---------- */
 
 #define FNV_BASIS 2166136261u

@@ -229,7 +229,7 @@ qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, c
     be->encode = r_encode;
     if (m->normalize) be->encode_raw = r_encode_raw;
     be->decode = r_decode;
-    if (qac_tokenizer_get_kind(m->tok) == QAC_TOKENIZER_WORDPIECE) be->tokenize_offsets = r_tokenize_offsets;
+    if (qac_tokenizer_has_offsets(m->tok)) be->tokenize_offsets = r_tokenize_offsets;
     be->vocab_size = m->cfg.vocab_size;
     be->cuda_gpu = qac_cuda_available();
     qac_special_ids sp = qac_tokenizer_specials(m->tok);

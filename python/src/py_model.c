@@ -83,8 +83,7 @@ static PyObject *model_info(ModelObject *self, PyObject *unused) {
                          m->max_seq_len, "pooling", qac_pooling_name(m->pooling), "normalize",
                          m->normalize ? Py_True : Py_False, "type_vocab_size", c->type_vocab_size, "parameters",
                          (Py_ssize_t)m->n_params, "tokenizer",
-                         m->tok && qac_tokenizer_get_kind(m->tok) == QAC_TOKENIZER_SENTENCEPIECE ? "sentencepiece"
-                                                                                               : "wordpiece",
+                         m->tok ? qac_tokenizer_kind_name(m->tok) : "none",
                          "vocab", m->tok ? qac_tokenizer_vocab_size(m->tok) : 0, "prompts", prompts);
 }
 
@@ -129,7 +128,8 @@ static PyObject *model_tokenize(ModelObject *self, PyObject *args) {
     int n = 0, ml = max_len, cap = 64;
     if (prompt || specials) {
         if (ml == 0 && !prompt) { /* no limit: room for the whole text */
-            if (!(st = qac_tokenizer_tokenize(m->tok, text.buf, (size_t)text.len, NULL, 0, &ml))) ml += 2;
+            if (!(st = qac_tokenizer_tokenize(m->tok, text.buf, (size_t)text.len, NULL, 0, &ml)))
+                ml += qac_tokenizer_num_special(m->tok, 0) > 2 ? qac_tokenizer_num_special(m->tok, 0) : 2;
         } else if (ml < 2) {
             st = qac_set_error(QAC_ERR_INVALID, "max_len must be %sat least 2 ([CLS] and [SEP])", prompt ? "" : "0 or ");
         }
