@@ -123,10 +123,10 @@ static qac_status parse_norm_list(jctx *c, json_t *arr, struct tk_norm ***kids, 
     for (size_t i = 0; i < k; i++) {
         size_t saved;
         path_push(c, &saved, NULL, NULL, (int)i);
+        (*n)++; /* counted first: a child that fails half-built is freed with the rest */
         qac_status st = parse_norm(c, json_array_get(arr, i), &(*kids)[i]);
         path_pop(c, saved);
         if (st) return st;
-        (*n)++;
     }
     return QAC_OK;
 }
@@ -256,10 +256,10 @@ static qac_status parse_pretok(jctx *c, json_t *o, tk_pretok **out) {
             size_t s1, s2;
             path_push(c, &s1, "%s%s", "pretokenizers", 0);
             path_push(c, &s2, NULL, NULL, (int)i);
+            p->n_kids++;
             qac_status st = parse_pretok(c, json_array_get(arr, i), &p->kids[i]);
             path_pop(c, s1);
             if (st) return st;
-            p->n_kids++;
         }
         return QAC_OK;
     }
@@ -606,9 +606,9 @@ static qac_status parse_dec(jctx *c, json_t *o, tk_dec **out) {
         d->kids = calloc(json_array_size(arr) + 1, sizeof *d->kids);
         if (!d->kids) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
         for (size_t i = 0; i < json_array_size(arr); i++) {
+            d->n_kids++;
             qac_status st = parse_dec(c, json_array_get(arr, i), &d->kids[i]);
             if (st) return st;
-            d->n_kids++;
         }
         return QAC_OK;
     }
