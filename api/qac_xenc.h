@@ -133,7 +133,7 @@ qac_status qac_reranker_logits(qac_reranker *r, const char *const *queries, cons
 /* One query against n passages: its tokens are computed once. */
 qac_status qac_reranker_logits_one(qac_reranker *r, const char *query, size_t qlen, const char *const *passages,
                                    const size_t *plens, int n, const qac_pair_opts *po, float *logits);
-/* Pairs already tokenized (qac_pair_assemble): ids[i], types[i] of lens[i]. */
+/* Pairs already tokenized (qac_pair_assemble_with): ids[i], types[i] of lens[i]. */
 qac_status qac_reranker_logits_ids(qac_reranker *r, const int32_t *const *ids, const int32_t *const *types,
                                    const int *lens, int n, float *logits);
 

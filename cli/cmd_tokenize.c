@@ -90,7 +90,7 @@ static int print_pairs(const qac_tokenizer *t, const qac_opts *o, const char *pa
     qac_cli_pairs p;
     if (qac_cli_pair_opts(o, &po) || qac_cli_read_pairs(path, &p)) return qac_cli_fail("tokenize");
     int types_too = qac_opts_bool(o, "type-ids"), rc = 0, cap = 0;
-    qac_special_ids sp = qac_tokenizer_specials(t);
+    int specials = qac_pair_specials_of(t);
     int32_t *ids = NULL, *types = NULL;
     for (int i = 0; i < p.n && !rc; i++) {
         int na = 0, nb = 0, n = 0;
@@ -100,7 +100,7 @@ static int print_pairs(const qac_tokenizer *t, const qac_opts *o, const char *pa
             break;
         }
         qac_pair_opts pi = po;
-        if (!pi.max_len) pi.max_len = na + nb + qac_pair_specials(&sp); /* no limit: room for both */
+        if (!pi.max_len) pi.max_len = na + nb + specials; /* no limit: room for both */
         if (pi.max_len > cap) {
             cap = pi.max_len;
             int32_t *a = realloc(ids, (size_t)cap * sizeof *a), *b = a ? realloc(types, (size_t)cap * sizeof *b) : NULL;

@@ -100,8 +100,7 @@ static qac_status tokens(const qac_tokenizer *t, const char *text, size_t len, i
 static qac_status check_opts(const qac_reranker *r, const qac_pair_opts *po, qac_pair_opts *o) {
     *o = po ? *po : qac_reranker_default_pair_opts(r);
     if (o->max_len <= 0 || o->max_len > r->x->max_len) o->max_len = r->x->max_len;
-    qac_special_ids sp = qac_tokenizer_specials(r->x->bert->tok);
-    if (o->max_len <= qac_pair_specials(&sp))
+    if (o->max_len <= qac_pair_specials_of(r->x->bert->tok))
         return qac_set_error(QAC_ERR_INVALID, "reranker: max_len %d leaves no room for a pair", o->max_len);
     return QAC_OK;
 }
@@ -109,10 +108,9 @@ static qac_status check_opts(const qac_reranker *r, const qac_pair_opts *po, qac
 /* assemble pair i from tokens a, b */
 static qac_status put_pair(qac_reranker *r, int i, const int32_t *a, int na, const int32_t *b, int nb,
                            const qac_pair_opts *o) {
-    qac_special_ids sp = qac_tokenizer_specials(r->x->bert->tok);
     int32_t *ids = r->ids + (size_t)i * o->max_len, *types = r->types + (size_t)i * o->max_len;
     int cut = 0;
-    qac_status st = qac_pair_assemble(&sp, a, na, b, nb, o, ids, types, &r->lens[i], &cut);
+    qac_status st = qac_pair_assemble_with(r->x->bert->tok, a, na, b, nb, o, ids, types, &r->lens[i], &cut);
     if (st) return qac_wrap_error(st, "pair %d", i);
     r->truncated += cut;
     r->pid[i] = ids, r->ptype[i] = types;

@@ -1,6 +1,6 @@
 /* Pair assembly for cross-encoders (api/qac_pair.h): Hugging Face's
- * truncation strategies over two token runs, then the tokenizer's specials
- * and the token types. Works on ids only, so any tokenizer family fits. */
+ * truncation strategies over two token runs, then the tokenizer's pair
+ * template (its specials and token types) around them. */
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -36,11 +36,12 @@ qac_status qac_trunc_side_parse(const char *name, qac_trunc_side *out) {
 
 int qac_pair_specials(const qac_special_ids *sp) { return (sp->cls >= 0) + 2 * (sp->sep >= 0); }
 
-qac_status qac_pair_fit(const qac_special_ids *sp, int na, int nb, const qac_pair_opts *o, int *ka, int *kb) {
-    int budget = o->max_len - qac_pair_specials(sp);
+/* qac_pair_fit for a template of `specials` special tokens */
+static qac_status fit(int specials, int na, int nb, const qac_pair_opts *o, int *ka, int *kb) {
+    int budget = o->max_len - specials;
     if (budget < 0 || na < 0 || nb < 0)
         return qac_set_error(QAC_ERR_INVALID, "pair: max_len %d leaves no room for the %d special tokens", o->max_len,
-                             qac_pair_specials(sp));
+                             specials);
     *ka = na, *kb = nb;
     if ((long)na + nb <= budget) return QAC_OK;
     int over = na + nb - budget;
@@ -70,16 +71,39 @@ qac_status qac_pair_fit(const qac_special_ids *sp, int na, int nb, const qac_pai
                                  "pair: the %s text has %d tokens, the other %d; %s truncation cannot fit %d tokens "
                                  "(%d of them specials): use longest_first",
                                  second ? "second" : "first", have, second ? na : nb, strategy_names[o->strategy],
-                                 o->max_len, qac_pair_specials(sp));
+                                 o->max_len, specials);
         if (second) *kb = nb - over;
         else *ka = na - over;
         return QAC_OK;
     }
     case QAC_TRUNC_NONE:
         return qac_set_error(QAC_ERR_INVALID, "pair: %d tokens with the specials, over the limit of %d (truncation none)",
-                             na + nb + qac_pair_specials(sp), o->max_len);
+                             na + nb + specials, o->max_len);
     }
     return qac_set_error(QAC_ERR_INVALID, "pair: unknown truncation %d", (int)o->strategy);
+}
+
+qac_status qac_pair_fit(const qac_special_ids *sp, int na, int nb, const qac_pair_opts *o, int *ka, int *kb) {
+    return fit(qac_pair_specials(sp), na, nb, o, ka, kb);
+}
+
+int qac_pair_specials_of(const qac_tokenizer *t) { return qac_tokenizer_num_special(t, 1); }
+
+qac_status qac_pair_assemble_with(const qac_tokenizer *t, const int32_t *a, int na, const int32_t *b, int nb,
+                                  const qac_pair_opts *o, int32_t *ids, int32_t *types, int *n, int *cut) {
+    if (!t || !ids || !n || !o || (na > 0 && !a) || (nb > 0 && !b))
+        return qac_set_error(QAC_ERR_INVALID, "pair: NULL argument");
+    int ka, kb;
+    qac_status st = fit(qac_tokenizer_num_special(t, 1), na, nb, o, &ka, &kb);
+    if (st) return st;
+    /* left truncation keeps each run's last tokens; the runs fit, so the
+     * template adds its specials and cuts nothing */
+    const int32_t *as = o->side == QAC_TRUNC_LEFT ? a + (na - ka) : a;
+    const int32_t *bs = o->side == QAC_TRUNC_LEFT ? b + (nb - kb) : b;
+    static const int32_t none[1] = {0};
+    st = qac_tokenizer_assemble(t, as, ka, kb ? bs : none, kb, o->max_len, ids, types, n);
+    if (!st && cut) *cut = ka < na || kb < nb;
+    return st;
 }
 
 qac_status qac_pair_assemble(const qac_special_ids *sp, const int32_t *a, int na, const int32_t *b, int nb,
@@ -124,10 +148,7 @@ qac_status qac_pair_encode(const qac_tokenizer *t, const char *a, size_t alen, c
     int na = 0, nb = 0;
     qac_status st = tokens_of(t, a, alen, &ta, 512, &na);
     if (!st) st = tokens_of(t, b, blen, &tb, 1024, &nb);
-    if (!st) {
-        qac_special_ids sp = qac_tokenizer_specials(t);
-        st = qac_pair_assemble(&sp, ta, na, tb, nb, o, ids, types, n, cut);
-    }
+    if (!st) st = qac_pair_assemble_with(t, ta, na, tb, nb, o, ids, types, n, cut);
     if (ta != sa) free(ta);
     if (tb != sb) free(tb);
     return st;

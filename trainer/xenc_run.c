@@ -198,10 +198,10 @@ static qac_status check_opts(const qac_ft_data *d, const qac_xenc_train_opts *o,
         return qac_set_error(QAC_ERR_INVALID,
                              "a reranker trains on groups of one positive and at least one negative: --n-passages %d "
                              "must be 2 to 1024 (and --batch at least 1)", f->n_passages);
-    qac_special_ids sp = qac_tokenizer_specials(x->bert->tok);
-    if (o->max_len <= qac_pair_specials(&sp) || o->max_len > x->bert->cfg.max_position)
+    int specials = qac_pair_specials_of(x->bert->tok);
+    if (o->max_len <= specials || o->max_len > x->bert->cfg.max_position)
         return qac_set_error(QAC_ERR_INVALID, "--max-len %d: a pair takes more than its %d specials and at most the "
-                                              "model's %d positions", o->max_len, qac_pair_specials(&sp),
+                                              "model's %d positions", o->max_len, specials,
                              x->bert->cfg.max_position);
     int ndev = !!f->dev_queries + !!f->dev_qrels + !!f->dev_corpus + !!o->dev_run;
     if (ndev != 0 && ndev != 4)

@@ -44,6 +44,9 @@ out when a list is short):
   O t n hash                   the byte offsets of those tokens (a b a b ...)
   E t L n hash [ids]           encode with specials, truncated to L
   P a b L n hash thash [ids]   pair (a, b) truncated to L; thash: type ids
+  Q a b L s d n hash thash [ids]  the same with truncation strategy s
+                               (0 longest_first, 1 only_second, 2 only_first)
+                               from side d (0 right, 1 left); n -1: HF refuses
   X t skip hex                 decode of F's ids (skip_special 0/1)
 """
 import base64
@@ -545,6 +548,23 @@ def reference(fam_dir, name, texts, strs, starts, out, subset):
                   return_token_type_ids=True)
         for (p, q), ids, ty in zip(pl, enc["input_ids"], enc["token_type_ids"]):
             w("P %d %d %d %d %d %d%s\n" % (p, q, L, len(ids), nhash(ids), nhash(ty), _ids(ids)))
+    # the cross-encoder's strategies and sides, one pair a call (a pair the
+    # strategy cannot fit fails alone); an empty second text keeps its pair
+    empty = strs.index("")
+    qpairs = pairs[::4] + [(docs + 1, empty), (empty, 3)]
+    strategies = ("longest_first", "only_second", "only_first")
+    for s, strategy in enumerate(strategies):
+        for d, side in enumerate(("right", "left")):
+            tok.truncation_side = side
+            for p, q in qpairs:
+                try:
+                    enc = tok([strs[p]], [strs[q]], truncation=strategy, max_length=40, return_token_type_ids=True)
+                except Exception:  # tokenizers: "sequence to truncate too short"
+                    w("Q %d %d 40 %d %d -1 0 0\n" % (p, q, s, d))
+                    continue
+                ids, ty = enc["input_ids"][0], enc["token_type_ids"][0]
+                w("Q %d %d 40 %d %d %d %d %d%s\n" % (p, q, s, d, len(ids), nhash(ids), nhash(ty), _ids(ids)))
+    tok.truncation_side = "right"
     for i in list(range(docs + 225 + 600, docs + 225 + 600 + 60)) + list(range(0, 40)):
         if i not in plain:
             continue

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "qac_model.h"
+#include "qac_pair.h"
 #include "qac_tokenizer.h"
 #include "qac_util.h"
 #include "testutil.h"
@@ -120,11 +121,14 @@ static int tail_numbers(const char *line, int32_t *out) {
 
 static int check_record(const qac_tokenizer *t, const char *line, fam_stats *fs, const char *name) {
     char kind = line[0];
-    int a = 0, b = 0, L = 0, n_want = 0, off = 0, ok = 0, skip = 0;
+    int a = 0, b = 0, L = 0, n_want = 0, off = 0, ok = 0, skip = 0, strat = 0, side = 0;
     unsigned long long h = 0, th = 0;
     if (kind == 'F' || kind == 'O') ok = sscanf(line + 1, "%d %d %llu%n", &a, &n_want, &h, &off) == 3;
     else if (kind == 'E') ok = sscanf(line + 1, "%d %d %d %llu%n", &a, &L, &n_want, &h, &off) == 4;
     else if (kind == 'P') ok = sscanf(line + 1, "%d %d %d %d %llu %llu%n", &a, &b, &L, &n_want, &h, &th, &off) == 6;
+    else if (kind == 'Q')
+        ok = sscanf(line + 1, "%d %d %d %d %d %d %llu %llu%n", &a, &b, &L, &strat, &side, &n_want, &h, &th, &off) == 8 &&
+             strat >= 0 && strat <= 2 && side >= 0 && side <= 1;
     else if (kind == 'X') ok = sscanf(line + 1, "%d %d %n", &a, &skip, &off) == 2;
     if (!ok || a < 0 || a >= n_texts || b < 0 || b >= n_texts || n_want > MAXN) {
         fprintf(stderr, "%s: bad record %.60s\n", name, line);
@@ -147,11 +151,29 @@ static int check_record(const qac_tokenizer *t, const char *line, fam_stats *fs,
         st = qac_tokenizer_encode(t, ta->s, ta->len, L, got, &n);
         same = !st && n == n_want && nhash(got, n) == h && (!n_listed || !memcmp(got, want, (size_t)n * sizeof *got));
         break;
-    case 'P':
+    case 'P': { /* the tokenizer's pair, and the cross-encoder's (api/qac_pair.h) */
         st = qac_tokenizer_encode_pair(t, ta->s, ta->len, tb->s, tb->len, L, got, types, &n);
         same = !st && n == n_want && nhash(got, n) == h && nhash(types, n) == th &&
                (!n_listed || !memcmp(got, want, (size_t)n * sizeof *got));
+        qac_pair_opts po = {L, QAC_TRUNC_LONGEST_FIRST, QAC_TRUNC_RIGHT};
+        if (same && tb->len) { /* an empty b: encode_pair is HF's single call, qac_pair its batch */
+            st = qac_pair_encode(t, ta->s, ta->len, tb->s, tb->len, &po, got, types, &n, NULL);
+            same = !st && n == n_want && nhash(got, n) == h && nhash(types, n) == th;
+        }
         break;
+    }
+    case 'Q': {
+        qac_pair_opts po = {L, (qac_truncation)strat, side ? QAC_TRUNC_LEFT : QAC_TRUNC_RIGHT};
+        st = qac_pair_encode(t, ta->s, ta->len, tb->s, tb->len, &po, got, types, &n, NULL);
+        if (n_want < 0) { /* HF refuses: so must qac */
+            same = st == QAC_ERR_INVALID;
+            st = QAC_OK;
+            break;
+        }
+        same = !st && n == n_want && nhash(got, n) == h && nhash(types, n) == th &&
+               (!n_listed || !memcmp(got, want, (size_t)n * sizeof *got));
+        break;
+    }
     default: { /* X: decode of the tokens */
         st = qac_tokenizer_tokenize(t, ta->s, ta->len, got, MAXN, &n);
         char *dec = NULL;
@@ -170,11 +192,11 @@ static int check_record(const qac_tokenizer *t, const char *line, fam_stats *fs,
     fs->records++;
     if (!same) {
         fs->bad++;
-        fs->kinds[kind == 'F' ? 0 : kind == 'O' ? 1 : kind == 'E' ? 2 : kind == 'P' ? 3 : 4]++;
+        fs->kinds[kind == 'F' ? 0 : kind == 'O' ? 1 : kind == 'E' ? 2 : kind == 'P' || kind == 'Q' ? 3 : 4]++;
         if (fs->bad <= 6 && kind != 'X') {
             fprintf(stderr, "%s: mismatch on %.70s%s\n", name, line, strlen(line) > 70 ? "..." : "");
             show_text(a);
-            if (kind == 'P') show_text(b);
+            if (kind == 'P' || kind == 'Q') show_text(b);
             if (st) fprintf(stderr, "    qac failed: %s\n", qac_last_error());
             if (n_listed) show_ids("HF ", want, n_listed);
             else fprintf(stderr, "    HF  (%d): hash %llu\n", n_want, h);
