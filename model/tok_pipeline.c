@@ -1,5 +1,5 @@
 /* The tokenizer.json pipeline's encode (tok_hf.h): added tokens, normalize,
- * pre-tokenize, model, offset trimming; and the pipeline's lookups.
+ * pre-tokenize, model, offset trimming.
  *
  * Added tokens follow tokenizers' AddedVocabulary: the tokens marked
  * normalized: false are matched on the raw text, the others (by their
@@ -98,18 +98,6 @@ int32_t tk_pipe_token_to_id(const tk_pipe *p, const char *s, size_t n) {
     for (int i = 0; i < p->n_added; i++)
         if (p->added[i].len == n && !memcmp(p->added[i].content, s, n)) return p->added[i].id;
     return tk_vocab_find(&p->model.vocab, s, n);
-}
-
-const char *tk_pipe_id_to_token(const tk_pipe *p, int32_t id) {
-    for (int i = 0; i < p->n_added; i++)
-        if (p->added[i].id == id) return p->added[i].content;
-    return tk_model_id_to_token(&p->model, id, NULL);
-}
-
-int tk_pipe_is_special(const tk_pipe *p, int32_t id) {
-    for (int i = 0; i < p->n_added; i++)
-        if (p->added[i].id == id && p->added[i].special) return 1;
-    return 0;
 }
 
 /* ---------- added tokens in a text ---------- */

@@ -793,3 +793,46 @@ int tk_regex_find(const tk_regex *re, const char *s, uint32_t n, uint32_t from, 
     if (istart != stack_start) free(istart);
     return found;
 }
+
+/* ---------- patterns: a literal or a regex, split into runs ---------- */
+
+int tk_pattern_runs(const tk_pattern *p, const char *s, uint32_t n, tk_runs *out) {
+    if (p->str && p->len == 0) { /* HF: an empty literal matches nothing (its range counts characters) */
+        uint32_t chars = 0;
+        for (uint32_t i = 0; i < n;) {
+            tk_utf8_next(s, n, &i);
+            chars++;
+        }
+        return tk_runs_push(out, 0, chars, 0);
+    }
+    if (n == 0) return tk_runs_push(out, 0, 0, 0);
+    uint32_t prev = 0, from = 0;
+    while (from <= n) {
+        uint32_t a, b;
+        if (p->str) {
+            const char *hit = NULL;
+            for (uint32_t i = from; i + p->len <= n; i++)
+                if (s[i] == p->str[0] && !memcmp(s + i, p->str, p->len)) {
+                    hit = s + i;
+                    break;
+                }
+            if (!hit) break;
+            a = (uint32_t)(hit - s);
+            b = a + p->len;
+        } else if (!tk_regex_find(p->re, s, n, from, &a, &b)) {
+            break;
+        }
+        if (prev != a && tk_runs_push(out, prev, a, 0)) return -1;
+        if (tk_runs_push(out, a, b, 1)) return -1;
+        prev = b;
+        if (b > a) from = b;
+        else if (b < n) { /* an empty match: the search resumes one character on */
+            from = b;
+            tk_utf8_next(s, n, &from);
+        } else {
+            break;
+        }
+    }
+    if (prev != n && tk_runs_push(out, prev, n, 0)) return -1;
+    return 0;
+}
