@@ -18,11 +18,13 @@ static const qac_opt tokenize_opts[] = {
     {"pair", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "second segment: encode each text as the pair (text, TEXT_B)", 0},
     {"input", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "read one text per line from FILE ('-' for stdin)", 0},
     {"pairs", QAC_OPT_STR, NULL, 0, -1, NULL, NULL,
-     "encode pairs as a cross-encoder reads them, [CLS] a [SEP] b [SEP]: query<TAB>passage or JSON "
+     "encode pairs as a cross-encoder reads them, in the tokenizer's pair template ([CLS] a [SEP] b [SEP]; "
+     "<s> a </s></s> b </s> for RoBERTa and XLM-R): query<TAB>passage or JSON "
      "{\"query\",\"passage\"} a line ('-' for stdin); cut by --truncation at --max-len", 0},
     QAC_CLI_PAIR_OPTS,
     {"type-ids", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL,
-     "with --pairs: after the ids a tab and the token type ids (0 over [CLS] a [SEP], 1 over b [SEP])", 0},
+     "with --pairs: after the ids a tab and the token type ids (BERT: 0 over [CLS] a [SEP], 1 over b [SEP]; "
+     "RoBERTa, XLM-R: all 0)", 0},
 };
 #define N_OPTS (int)(sizeof tokenize_opts / sizeof tokenize_opts[0])
 
