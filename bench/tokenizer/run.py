@@ -13,6 +13,7 @@ Debian descriptions and the multilingual lines.
 Environment: ROUNDS (3), QAC_SHARED_DATA, QAC_MODEL (the default model).
 """
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -37,6 +38,14 @@ def hf_round(tok, texts):
 
 
 def main():
+    work = tempfile.mkdtemp(prefix="qac-bench-tok-")
+    try:
+        run(work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run(work):
     build = sys.argv[1] if len(sys.argv) > 1 else os.path.join(ROOT, "build")
     bench = os.path.join(build, "bench", "tokenizer", "qac_bench_tokenize")
     if not os.access(bench, os.X_OK):
@@ -44,7 +53,6 @@ def main():
     rounds = int(os.environ.get("ROUNDS", "3"))
     model = os.environ.get("QAC_MODEL") or os.path.expanduser("~/.local/share/qac/models/all-MiniLM-L6-v2")
     from transformers import AutoTokenizer
-    work = tempfile.mkdtemp(prefix="qac-bench-tok-")
     docs, queries = hf_families.cranfield_texts()
     texts = docs + hf_families.debian_texts(3000) + hf_families.multilingual_texts() * 4
     path = os.path.join(work, "texts.hex")
