@@ -1,6 +1,9 @@
-/* BERT checkpoints: Hugging Face directories (config.json, model.safetensors,
- * vocab.txt, optional sentence-transformers modules.json / 1_Pooling /
- * Normalize) loaded into one flat fp32 parameter allocation with named views.
+/* Encoder checkpoints: Hugging Face directories (config.json,
+ * model.safetensors, the tokenizer's files, optional sentence-transformers
+ * modules.json / 1_Pooling / Normalize) loaded into one flat fp32 parameter
+ * allocation with named views. Families: BERT, RoBERTa, XLM-RoBERTa and
+ * ModernBERT, each a set of values of the config below that the one encoder
+ * reads (see "Families").
  *
  * Ownership: qac_model_load returns a model the caller frees with
  * qac_model_free (NULL accepted). The model owns its parameters and its
@@ -15,6 +18,38 @@
 extern "C" {
 #endif
 
+/* ---- Families ----
+ * A family is not a code path: it is what config.json names (model_type),
+ * the tensor names of its checkpoints, and these values of the config the
+ * encoder branches on:
+ *   BERT         positions learned from 0, post-LayerNorm, GELU, biases;
+ *   RoBERTa,     as BERT, but position ids start past the padding index:
+ *   XLM-RoBERTa  padding_idx + 1 + the count of non-pad tokens so far (a pad
+ *                token takes padding_idx), as transformers'
+ *                create_position_ids_from_input_ids; one token type;
+ *   ModernBERT   rotary positions (one theta for global layers, another for
+ *                local ones), pre-LayerNorm (layer 0's attention reads the
+ *                embeddings unnormalised) with a final LayerNorm, GeGLU
+ *                feed-forward, no token types and no position table, biases
+ *                per norm_bias / attention_bias / mlp_bias, every
+ *                global_attn_every_n_layers-th layer global and the others
+ *                attending within local_attention / 2 tokens on each side.
+ * Zero in every family field is BERT, so a config built in memory with
+ * only the BERT fields set is a BERT config. */
+typedef enum qac_family {
+    QAC_FAMILY_BERT = 0,
+    QAC_FAMILY_ROBERTA = 1,
+    QAC_FAMILY_XLM_ROBERTA = 2,
+    QAC_FAMILY_MODERNBERT = 3,
+} qac_family;
+#define QAC_FAMILY_COUNT 4
+
+typedef enum qac_positions {
+    QAC_POS_LEARNED = 0, /* pos_emb[t] */
+    QAC_POS_OFFSET = 1,  /* pos_emb[padding_idx + 1 + non-pad count] (RoBERTa) */
+    QAC_POS_ROTARY = 2,  /* rotary on queries and keys, no table */
+} qac_positions;
+
 typedef struct qac_bert_config {
     int vocab_size;
     int hidden_size;       /* C */
@@ -27,14 +62,45 @@ typedef struct qac_bert_config {
     float layer_norm_eps;
     float hidden_dropout;  /* hidden_dropout_prob (training only) */
     float attn_dropout;    /* attention_probs_dropout_prob (training only) */
+    /* the family (zero: BERT) */
+    qac_family family;
+    qac_positions positions;
+    int pre_norm;          /* LayerNorm before attention and FFN, and a final one */
+    int glu;               /* GeGLU: ffn_in holds 2I rows, GELU(input half) * gate half */
+    int no_norm_bias;      /* LayerNorms without a bias (ModernBERT's norm_bias false) */
+    int no_attn_bias;      /* Wqkv and Wo without biases (attention_bias false) */
+    int no_mlp_bias;       /* the FFN's two products without biases (mlp_bias false) */
+    float rope_theta;      /* rotary base of global layers (global_rope_theta) */
+    float rope_theta_local; /* and of local ones (local_rope_theta) */
+    int global_every;      /* > 0: layer l is global when l % global_every == 0, else local */
+    int local_window;      /* local_attention: a local layer's keys lie within local_window / 2 */
+    int bos_token_id, eos_token_id; /* written back to config.json (RoBERTa, ModernBERT; -1: none) */
+    int cls_token_id, sep_token_id; /* ModernBERT's, likewise */
 } qac_bert_config;
+
+/* "bert", "roberta", "xlm-roberta", "modernbert" (the model_type). */
+const char *qac_family_name(qac_family f);
+/* The most tokens a sequence may have: max_position, less padding_idx + 1
+ * with offset positions (514 positions hold 512 tokens). */
+int qac_bert_max_tokens(const qac_bert_config *c);
+/* Half-width of layer l's attention window: 0 for a global layer, else
+ * local_window / 2 (key j is seen from query t when |t - j| <= it). */
+int qac_bert_layer_window(const qac_bert_config *c, int l);
+/* FFN input rows: 2I with GeGLU, else I. */
+int qac_bert_ffn_rows(const qac_bert_config *c);
 
 typedef enum qac_pooling { QAC_POOL_CLS = 0, QAC_POOL_MEAN = 1 } qac_pooling;
 
 /* Views into one contiguous float array, in this order. Matrices use the
  * PyTorch nn.Linear layout [out, in], so y = x W^T + b. Per-layer tensors
  * are stacked along a leading L axis. The Q, K and V projections are fused:
- * rows [0,C) of qkv_w are Q, [C,2C) K, [2C,3C) V. */
+ * rows [0,C) of qkv_w are Q, [C,2C) K, [2C,3C) V (ModernBERT's Wqkv as it
+ * is). A tensor the family lacks has size 0 and a NULL view: the position
+ * and type tables of ModernBERT, the biases its flags turn off, the final
+ * norm of post-LN families, ModernBERT's pooler. With pre_norm, ln1 is the
+ * norm before attention (layer 0's slice unused: its attention reads the
+ * embeddings as they are) and ln2 the one before the FFN; ffn_in_w [L, 2I,
+ * C] with GeGLU (the input half's rows first, then the gate's). */
 typedef struct qac_bert_params {
     float *word_emb;   /* [V, C] */
     float *pos_emb;    /* [P, C] */
@@ -53,11 +119,13 @@ typedef struct qac_bert_params {
     float *ffn_out_b;  /* [L, C] */
     float *ln2_w;      /* [L, C]  output.LayerNorm */
     float *ln2_b;      /* [L, C] */
+    float *final_ln_w; /* [C] pre_norm: the final LayerNorm */
+    float *final_ln_b; /* [C] */
     float *pooler_w;   /* [C, C]  kept only so saved checkpoints round-trip */
     float *pooler_b;   /* [C] */
 } qac_bert_params;
 
-#define QAC_BERT_NUM_TENSORS 19
+#define QAC_BERT_NUM_TENSORS 21
 
 /* Number of floats in the flat parameter array for this config. */
 size_t qac_bert_param_count(const qac_bert_config *c);
@@ -96,12 +164,16 @@ typedef struct qac_model {
  * hashes the config.json that qac_model_save writes for it. Printed as 16
  * lowercase hex digits. */
 
-/* Parse and validate a BertConfig (config.json text). Unknown fields are
- * ignored; missing ones take BertConfig's defaults. Unsupported values
- * (model_type other than bert, hidden_act other than gelu,
+/* Parse and validate config.json text. model_type (else the
+ * architectures) picks the family: bert, roberta, xlm-roberta or
+ * modernbert, each read with its config class's keys and defaults. Unknown
+ * fields are ignored. Unsupported values are errors that name the field:
+ * another model_type (the message names the families qac loads and the
+ * closest one), hidden_act / hidden_activation other than gelu,
  * position_embedding_type other than absolute, is_decoder,
- * add_cross_attention, hidden_size not divisible by the heads, sizes out of
- * range) are errors that name the field. */
+ * add_cross_attention, rotary other than the default (rope_scaling), a
+ * layer_types list that is not an every-n-layers pattern, hidden_size not
+ * divisible by the heads, sizes out of range. */
 qac_status qac_bert_config_parse(qac_bert_config *cfg, const char *json, size_t len);
 /* Check a config built in memory the same way. */
 qac_status qac_bert_config_validate(const qac_bert_config *cfg);
@@ -118,18 +190,24 @@ qac_status qac_pooling_config_parse(const char *json, size_t len, int hidden_siz
                                     int *include_prompt);
 const char *qac_pooling_name(qac_pooling p); /* "cls" / "mean" */
 
-/* Load an HF BERT directory. Errors name the file and what is wrong:
- * missing files, unsupported config values, missing or mis-shaped tensors,
- * truncated or corrupt safetensors, a pytorch_model.bin-only directory.
- * Weights: model.safetensors in F32, F16 or BF16 (converted to fp32), with
- * or without a "bert." (or other) prefix; embeddings.position_ids and extra
- * heads (cls.*) are ignored; a missing pooler stays zero. The file is
+/* Load a Hugging Face model directory of any family above. Errors name
+ * the file and what is wrong: missing files, unsupported config values,
+ * missing or mis-shaped tensors, truncated or corrupt safetensors, a
+ * pytorch_model.bin-only directory. Weights: model.safetensors in F32, F16
+ * or BF16 (converted to fp32), with or without the family's task-head
+ * prefix ("bert.", "roberta.", "model.") or any other; position_ids buffers
+ * and extra heads are ignored; a missing pooler stays zero. The file is
  * mmapped and released tensor by tensor, so peak memory stays near 1x the
  * fp32 parameters. Pooling, normalize and max_seq_len follow modules.json,
- * 1_Pooling/config.json and sentence_bert_config.json; without them: CLS
- * pooling, no normalisation, max_position. The tokenizer is loaded from the
- * same directory with qac_tokenizer_load. */
+ * 1_Pooling/config.json and sentence_bert_config.json (without a
+ * max_seq_length there, tokenizer_config.json's model_max_length, as
+ * sentence-transformers bounds it); without them: CLS pooling, no
+ * normalisation, qac_bert_max_tokens. The tokenizer is loaded from the same
+ * directory with qac_tokenizer_load. */
 qac_status qac_model_load(qac_model **out, const char *dir);
+/* The same without the tokenizer (m->tok NULL), for callers that bring
+ * their own token ids. */
+qac_status qac_model_load_untokenized(qac_model **out, const char *dir);
 
 /* What a --model value names, as a directory for qac_model_load:
  *  - an existing path: a model directory as it is; a training run directory
@@ -149,9 +227,10 @@ void qac_model_free(qac_model *m);
  * trainer initialisation). The tokenizer is loaded from tok_dir if not NULL. */
 qac_status qac_model_create(qac_model **out, const qac_bert_config *cfg, const char *tok_dir);
 
-/* Write an HF-loadable directory: config.json, model.safetensors (F32, HF
- * tensor names without the "bert." prefix), the tokenizer files copied from
- * the source directory, and modules.json / 1_Pooling / 2_Normalize.
+/* Write an HF-loadable directory: config.json (the family's model_type and
+ * architecture), model.safetensors (F32, the family's tensor names without
+ * a task-head prefix), the tokenizer files copied from the source
+ * directory, and modules.json / 1_Pooling / 2_Normalize.
  * Crash-safe: every file is written to a temporary name and renamed. */
 qac_status qac_model_save(const qac_model *m, const char *dir);
 /* Same, storing the weights as QAC_ST_F32, QAC_ST_F16 or QAC_ST_BF16

@@ -17,6 +17,21 @@ static const char *tokenizer_kind(const qac_model *m) { return m->tok ? qac_toke
 
 static const char *tokenizer_source(const qac_model *m) { return m->tok ? qac_tokenizer_describe(m->tok) : ""; }
 
+/* What the family's config chose: positions, norms, feed-forward, windows. */
+static const char *family_line(const qac_bert_config *c) {
+    static char buf[256];
+    if (c->family == QAC_FAMILY_MODERNBERT)
+        snprintf(buf, sizeof buf,
+                 "rotary positions (theta %g global, %g local), pre-LayerNorm%s, GeGLU, global attention every "
+                 "%d layers and local within %d tokens each side",
+                 (double)c->rope_theta, (double)c->rope_theta_local, c->no_norm_bias ? " without biases" : "",
+                 c->global_every, c->local_window / 2);
+    else
+        snprintf(buf, sizeof buf, "learned positions%s, post-LayerNorm, GELU, global attention",
+                 c->positions == QAC_POS_OFFSET ? " offset past the padding index" : "");
+    return buf;
+}
+
 int qac_cmd_info(int argc, char **argv) {
     qac_opts o;
     int rc = qac_cli_parse(&o, "info", "[--model DIR] [--json]", info_opts, N_INFO_OPTS, argc, argv);
@@ -48,7 +63,8 @@ int qac_cmd_info(int argc, char **argv) {
         json_t *j = json_pack(
             "{s:s, s:s, s:{s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:f}, s:I, s:s, s:b, s:i, "
             "s:{s:s, s:s, s:i}, s:s, s:f}",
-            "name", m->name, "dir", m->dir, "config", "model_type", "bert", "vocab_size", c->vocab_size,
+            "name", m->name, "dir", m->dir, "config", "model_type", qac_family_name(c->family), "vocab_size",
+            c->vocab_size,
             "hidden_size", c->hidden_size, "num_hidden_layers", c->num_layers, "num_attention_heads", c->num_heads,
             "intermediate_size", c->intermediate_size, "max_position_embeddings", c->max_position,
             "type_vocab_size", c->type_vocab_size, "pad_token_id", c->pad_token_id, "layer_norm_eps",
@@ -56,6 +72,7 @@ int qac_cmd_info(int argc, char **argv) {
             "normalize", m->normalize, "max_seq_len", m->max_seq_len, "tokenizer", "kind", tokenizer_kind(m),
             "source", tokenizer_source(m), "vocab_size", tok_vocab, "fingerprint", m->fingerprint, "load_seconds", load_s);
         if (j) json_object_set_new(j, "gpu", json_string(gpu));
+        if (j) json_object_set_new(j, "family", json_string(family_line(c)));
         json_t *named = json_object();
         for (int i = 0; named && i < m->n_prompts; i++)
             json_object_set_new(named, m->prompt_names[i], json_string(m->prompt_texts[i]));
@@ -73,8 +90,9 @@ int qac_cmd_info(int argc, char **argv) {
     } else {
         printf("name            %s\n", m->name);
         printf("directory       %s\n", m->dir);
-        printf("architecture    bert: %d layers, hidden %d, %d heads, intermediate %d\n", c->num_layers,
-               c->hidden_size, c->num_heads, c->intermediate_size);
+        printf("architecture    %s: %d layers, hidden %d, %d heads, intermediate %d\n", qac_family_name(c->family),
+               c->num_layers, c->hidden_size, c->num_heads, c->intermediate_size);
+        printf("family          %s\n", family_line(c));
         printf("vocab_size      %d\n", c->vocab_size);
         printf("max_position    %d\n", c->max_position);
         printf("type_vocab_size %d\n", c->type_vocab_size);

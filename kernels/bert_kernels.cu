@@ -47,7 +47,7 @@ __device__ void ln_finish(float *x, T *xh, const float *row, const float *w, con
     }
     const float rstd = 1.0f / sqrtf(block_sum(sq, red) / C + eps);
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        const float y = (row[c] - mean) * rstd * w[c] + b[c];
+        const float y = (row[c] - mean) * rstd * w[c] + (b ? b[c] : 0.f); // b NULL: a norm without bias
         x[c] = y;
         if (xh) xh[c] = qac_from_float<T>(y);
     }
@@ -61,11 +61,12 @@ embed_ln_kernel(float *x, T *xh, const int32_t *ids, const int32_t *type_ids, co
     __shared__ float red[32];
     const size_t r = blockIdx.x;
     const float *we = word_emb + (size_t)ids[r] * C;
-    const float *pe = pos_emb + (size_t)(pos_ids ? pos_ids[r] : (int)(r % T_)) * C;
-    const float *te = type_emb + (size_t)(type_ids ? type_ids[r] : 0) * C;
+    // rotary families have neither table (NULL): the word vector alone
+    const float *pe = pos_emb ? pos_emb + (size_t)(pos_ids ? pos_ids[r] : (int)(r % T_)) * C : nullptr;
+    const float *te = type_emb ? type_emb + (size_t)(type_ids ? type_ids[r] : 0) * C : nullptr;
     float sum = 0.f;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        const float v = we[c] + pe[c] + te[c];
+        const float v = we[c] + (pe ? pe[c] : 0.f) + (te ? te[c] : 0.f);
         row[c] = v;
         sum += v;
     }
@@ -83,7 +84,7 @@ residual_ln_kernel(float *x, T *xh, const T *rin, const float *bias, const float
     const T *rr = rin + r * C;
     float sum = 0.f;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        const float v = xr[c] + (qac_to_float<T>(rr[c]) + bias[c]);
+        const float v = xr[c] + (qac_to_float<T>(rr[c]) + (bias ? bias[c] : 0.f));
         row[c] = v;
         sum += v;
     }
@@ -156,12 +157,15 @@ __global__ void pool_kernel(float *out, const float *x, const int *offs, const i
 
 // ---- attention ----
 
-// One warp per query row, online softmax over the real keys. Any head size
-// 32 * DPL; used for fp32 and for shapes the tensor-core kernel does not take.
+// One warp per query row, online softmax over the real keys (window > 0:
+// those within window of the row, ModernBERT's local layers; a row that
+// sees none gets zeros). Any head size 32 * DPL; used for fp32, for shapes
+// the tensor-core kernel does not take, and for local layers. qkv_b may be
+// NULL (added already, or none).
 template <typename T, int DPL>
 __global__ void __launch_bounds__(128)
 attention_simt_kernel(T *out, const T *qkv, const float *qkv_b, const int *lens, int T_, int C,
-                      float scale) {
+                      float scale, int window) {
     constexpr int D = DPL * 32;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int t = blockIdx.x * 4 + warp, h = blockIdx.y, b = blockIdx.z;
@@ -173,13 +177,15 @@ attention_simt_kernel(T *out, const T *qkv, const float *qkv_b, const int *lens,
 #pragma unroll
     for (int j = 0; j < DPL; j++) {
         const int d = lane + 32 * j;
-        q[j] = qac_to_float<T>(base[t * C3 + d]) + qkv_b[h * D + d];
-        kb[j] = qkv_b[C + h * D + d];
-        vb[j] = qkv_b[2 * C + h * D + d];
+        q[j] = qac_to_float<T>(base[t * C3 + d]) + (qkv_b ? qkv_b[h * D + d] : 0.f);
+        kb[j] = qkv_b ? qkv_b[C + h * D + d] : 0.f;
+        vb[j] = qkv_b ? qkv_b[2 * C + h * D + d] : 0.f;
         acc[j] = 0.f;
     }
     float m = -INFINITY, l = 0.f;
-    for (int s = 0; s < L; s++) {
+    const int s0 = window > 0 && t - window > 0 ? t - window : 0;
+    const int s1 = window > 0 && t + window + 1 < L ? t + window + 1 : L;
+    for (int s = s0; s < s1; s++) {
         const T *kr = base + s * C3 + C;
         const T *vr = kr + C;
         float p = 0.f;
@@ -196,7 +202,7 @@ attention_simt_kernel(T *out, const T *qkv, const float *qkv_b, const int *lens,
     }
     T *o = out + ((size_t)b * T_ + t) * C + (size_t)h * D;
 #pragma unroll
-    for (int j = 0; j < DPL; j++) o[lane + 32 * j] = qac_from_float<T>(acc[j] / l);
+    for (int j = 0; j < DPL; j++) o[lane + 32 * j] = qac_from_float<T>(l > 0.f ? acc[j] / l : 0.f);
 }
 
 // Tensor-core attention for T <= 512 and head size 32 or 64: one block of 4
@@ -360,19 +366,19 @@ cudaError_t launch_attention_wmma(T *out, const T *qkv, const float *qkv_b, cons
 
 template <typename T>
 cudaError_t launch_attention_simt(T *out, const T *qkv, const float *qkv_b, const int *lens, int B, int T_,
-                                  int C, int NH, cudaStream_t s) {
+                                  int C, int NH, cudaStream_t s, int window = 0) {
     const int D = C / NH;
     const float scale = 1.0f / sqrtf((float)D);
     dim3 grid(qac_div_up(T_, 4), NH, B);
     switch (D / 32) {
-    case 1: attention_simt_kernel<T, 1><<<grid, 128, 0, s>>>(out, qkv, qkv_b, lens, T_, C, scale); break;
-    case 2: attention_simt_kernel<T, 2><<<grid, 128, 0, s>>>(out, qkv, qkv_b, lens, T_, C, scale); break;
-    case 3: attention_simt_kernel<T, 3><<<grid, 128, 0, s>>>(out, qkv, qkv_b, lens, T_, C, scale); break;
-    case 4: attention_simt_kernel<T, 4><<<grid, 128, 0, s>>>(out, qkv, qkv_b, lens, T_, C, scale); break;
-    case 5: attention_simt_kernel<T, 5><<<grid, 128, 0, s>>>(out, qkv, qkv_b, lens, T_, C, scale); break;
-    case 6: attention_simt_kernel<T, 6><<<grid, 128, 0, s>>>(out, qkv, qkv_b, lens, T_, C, scale); break;
-    case 7: attention_simt_kernel<T, 7><<<grid, 128, 0, s>>>(out, qkv, qkv_b, lens, T_, C, scale); break;
-    case 8: attention_simt_kernel<T, 8><<<grid, 128, 0, s>>>(out, qkv, qkv_b, lens, T_, C, scale); break;
+    case 1: attention_simt_kernel<T, 1><<<grid, 128, 0, s>>>(out, qkv, qkv_b, lens, T_, C, scale, window); break;
+    case 2: attention_simt_kernel<T, 2><<<grid, 128, 0, s>>>(out, qkv, qkv_b, lens, T_, C, scale, window); break;
+    case 3: attention_simt_kernel<T, 3><<<grid, 128, 0, s>>>(out, qkv, qkv_b, lens, T_, C, scale, window); break;
+    case 4: attention_simt_kernel<T, 4><<<grid, 128, 0, s>>>(out, qkv, qkv_b, lens, T_, C, scale, window); break;
+    case 5: attention_simt_kernel<T, 5><<<grid, 128, 0, s>>>(out, qkv, qkv_b, lens, T_, C, scale, window); break;
+    case 6: attention_simt_kernel<T, 6><<<grid, 128, 0, s>>>(out, qkv, qkv_b, lens, T_, C, scale, window); break;
+    case 7: attention_simt_kernel<T, 7><<<grid, 128, 0, s>>>(out, qkv, qkv_b, lens, T_, C, scale, window); break;
+    case 8: attention_simt_kernel<T, 8><<<grid, 128, 0, s>>>(out, qkv, qkv_b, lens, T_, C, scale, window); break;
     default: return cudaErrorInvalidValue;
     }
     return cudaGetLastError();
@@ -457,6 +463,23 @@ cudaError_t qac_k_attention(void *out, const void *qkv, const float *qkv_b, cons
     case QAC_PREC_BF16:
         return launch_attention_half<__nv_bfloat16>((__nv_bfloat16 *)out, (const __nv_bfloat16 *)qkv, qkv_b,
                                                     lens, B, T, C, NH, s);
+    }
+    return cudaErrorInvalidValue;
+}
+
+cudaError_t qac_k_attention_window(void *out, const void *qkv, const float *qkv_b, const int *lens, int window, int B,
+                                   int T, int C, int NH, qac_precision prec, cudaStream_t s) {
+    if (!qac_k_attention_supported(T, C, NH)) return cudaErrorInvalidValue;
+    if (B <= 0) return cudaSuccess;
+    if (window <= 0 && qkv_b) return qac_k_attention(out, qkv, qkv_b, lens, B, T, C, NH, prec, s);
+    switch (prec) { // the one-warp-a-row kernel: it skips the keys outside the window
+    case QAC_PREC_FP32:
+        return launch_attention_simt<float>((float *)out, (const float *)qkv, qkv_b, lens, B, T, C, NH, s, window);
+    case QAC_PREC_FP16:
+        return launch_attention_simt<__half>((__half *)out, (const __half *)qkv, qkv_b, lens, B, T, C, NH, s, window);
+    case QAC_PREC_BF16:
+        return launch_attention_simt<__nv_bfloat16>((__nv_bfloat16 *)out, (const __nv_bfloat16 *)qkv, qkv_b, lens, B,
+                                                    T, C, NH, s, window);
     }
     return cudaErrorInvalidValue;
 }

@@ -35,6 +35,11 @@ cudaError_t qac_k_bias_gelu(void *h, const float *bias, int N, int I, qac_precis
 // out [B,T,C] act. Padded query rows are computed too, as in PyTorch.
 cudaError_t qac_k_attention(void *out, const void *qkv, const float *qkv_b, const int *lens, int B,
                             int T, int C, int NH, qac_precision prec, cudaStream_t s);
+// The same with a local window (window > 0: key j seen from query t when
+// |t - j| <= window; the keys outside are not read) and qkv_b NULL allowed
+// (the bias added already, or none); a row that sees no key gets zeros.
+cudaError_t qac_k_attention_window(void *out, const void *qkv, const float *qkv_b, const int *lens, int window, int B,
+                                   int T, int C, int NH, qac_precision prec, cudaStream_t s);
 // Whether qac_k_attention supports this shape (head size a multiple of 32
 // up to 256, T <= 4096).
 int qac_k_attention_supported(int T, int C, int NH);
@@ -82,6 +87,23 @@ cudaError_t qac_k_gather_rows(float *xg, void *ctxg, const float *x, const void 
 // chunk (its biases loaded once): the same arithmetic, the same bits.
 cudaError_t qac_k_bias_gelu_rows(void *h, const float *bias, int N, int I, qac_precision prec, int rows,
                                  cudaStream_t s);
+
+// ---- the families beyond BERT (family_kernels.cu) ----
+// Rotary positions on qkv [N,3C] act in place: with qkv_b [3C] (may be
+// NULL) added to Q, K and V first, row r's Q and K heads turned by position
+// pos[r]'s angles from cs [P, hs] (cos | sin, qac_rope_table). The
+// attention then runs without a bias. Twin: qac_rope_forward.
+cudaError_t qac_k_rope(void *qkv, const float *qkv_b, const int32_t *pos, const float *cs, int N, int C, int NH,
+                       qac_precision prec, cudaStream_t s);
+// act [N,I] = GELU(pre[:, :I] + b) * (pre[:, I:] + b') with bias [2I] (may
+// be NULL); act, pre in prec. Twin: qac_geglu_forward.
+cudaError_t qac_k_geglu(void *act, const void *pre, const float *bias, int N, int I, qac_precision prec,
+                        cudaStream_t s);
+// The pre-LayerNorm step: x [N,C] fp32 += r + bias (r NULL: x unchanged;
+// bias may be NULL), then xn [N,C] act = LayerNorm(x) (b may be NULL).
+// Twin: qac_add_layernorm_forward.
+cudaError_t qac_k_add_ln(float *x, void *xn, const void *r, const float *bias, const float *w, const float *b, int N,
+                         int C, float eps, qac_precision prec, cudaStream_t s);
 
 // dst = (act) src, and back. n elements.
 cudaError_t qac_k_from_f32(void *dst, const float *src, size_t n, qac_precision prec, cudaStream_t s);

@@ -11,12 +11,20 @@
 // kernel runs over the real tokens only. Otherwise it runs padded [B, T]
 // through the unfused attention.
 //
-// Passes per layer: the QKV product, attention (the QKV bias added on
-// load), the output product, bias + residual + LayerNorm in one pass, the
-// FFN input product, bias + GELU in one pass, the FFN output product, bias
-// + residual + LayerNorm. The last layer's second LayerNorm is fused with
-// the pooling and the normalisation; with CLS pooling the last layer after
-// its attention runs on the pooled rows only (QAC_CUDA_PRUNE). A
+// Passes per layer (post-LayerNorm: BERT, RoBERTa, XLM-RoBERTa): the QKV
+// product, attention (the QKV bias added on load), the output product, bias
+// + residual + LayerNorm in one pass, the FFN input product, bias + GELU in
+// one pass, the FFN output product, bias + residual + LayerNorm. The last
+// layer's second LayerNorm is fused with the pooling and the normalisation;
+// with CLS pooling the last layer after its attention runs on the pooled
+// rows only (QAC_CUDA_PRUNE). Pre-LayerNorm (ModernBERT): the QKV product
+// on the normed input (layer 0: the embeddings), its bias and the rotary
+// positions in one pass, attention (a local layer's within its window),
+// the output product, bias + residual with the next LayerNorm in one pass
+// (the residual stream stays fp32), the FFN input product, GeGLU, the FFN
+// output product, bias + residual with the next layer's first LayerNorm,
+// and for the last layer the final LayerNorm fused with the pooling. RoBERTa's
+// offset positions are computed on the host with the batch's layout. A
 // query-sized packed batch is padded to a bucket (kernels/qac_encoder_plan.h)
 // and replayed as one CUDA graph per bucket: its first batch runs the
 // launches one by one (which also warms cuBLAS and the kernels' attributes),
@@ -73,6 +81,9 @@ struct cuda_encoder {
     qac_enc_tunables tun;
     int ln_warp; // the one-warp-a-row LayerNorms and the fused pooling take this model
     int prune;   // CLS pooling: the last layer after attention on the pooled rows only
+    int host_pos; // positions from the host in every layout (offset or rotary families)
+    float *d_rope; // [2, rope_P, hs] rotary cos | sin, global theta then local (NULL: none)
+    int rope_P;
 
     cudaStream_t stream;
     cudaEvent_t ev_start, ev_end; // around each forward's work on stream
@@ -92,6 +103,8 @@ struct cuda_encoder {
     void *ctx;         // [N,C] attention output
     void *proj;        // [N,C] output projections
     void *ffn;         // [N,I]
+    void *ffn_pre;     // [N,2I] GeGLU's input (NULL without GeGLU)
+    void *xn;          // [N,C] pre-LN: the normed input of the next product (NULL post-LN)
     int32_t *d_ids;    // [N]
     int32_t *d_types;  // [N] token types of a typed batch (a cross-encoder's pairs)
     int32_t *d_pos;    // [N] position of each packed row
@@ -136,6 +149,8 @@ void free_buffers(cuda_encoder *e) {
     cudaFree(e->ctx);
     cudaFree(e->proj);
     cudaFree(e->ffn);
+    cudaFree(e->ffn_pre);
+    cudaFree(e->xn);
     cudaFree(e->d_ids);
     cudaFree(e->d_types);
     cudaFree(e->d_pos);
@@ -155,7 +170,7 @@ void free_buffers(cuda_encoder *e) {
     cudaFreeHost(e->h_offs);
     cudaFreeHost(e->h_out);
     e->x = NULL;
-    e->xh = e->qkv = e->ctx = e->proj = e->ffn = NULL;
+    e->xh = e->qkv = e->ctx = e->proj = e->ffn = e->ffn_pre = e->xn = NULL;
     e->d_ids = e->d_types = e->d_pos = NULL;
     e->d_lens = e->d_offs = e->d_from = e->d_cudnn_idx = NULL;
     e->d_out = e->xg = NULL;
@@ -177,6 +192,7 @@ void encoder_destroy(void *impl) {
     cudaFree(e->blas_ws);
     cudaFree(e->d_params);
     cudaFree(e->d_params_act);
+    cudaFree(e->d_rope);
     if (e->ev_start) cudaEventDestroy(e->ev_start);
     if (e->ev_end) cudaEventDestroy(e->ev_end);
     if (e->stream) cudaStreamDestroy(e->stream);
@@ -204,6 +220,8 @@ qac_status grow_buffers(cuda_encoder *e, size_t rows, int batch) {
                {&e->ctx, ntok * C * es},
                {&e->proj, ntok * C * es},
                {&e->ffn, ntok * I * es},
+               {&e->ffn_pre, e->cfg.glu ? ntok * 2 * I * es : 0},
+               {&e->xn, e->cfg.pre_norm ? ntok * C * es : 0},
                {(void **)&e->d_ids, ntok * sizeof(int32_t)},
                {(void **)&e->d_types, ntok * sizeof(int32_t)},
                {(void **)&e->d_pos, ntok * sizeof(int32_t)},
@@ -251,36 +269,53 @@ qac_status residual_ln(cuda_encoder *e, float *x, void *xh, const void *r, const
 // or packed) in L->batch sequences, the attention over keys up to
 // L->longest; skip_prompt: pool from d_from's rows; typed: token types from
 // d_types (else type 0). Leaves d_out [batch, C].
+// The family's fields choose the steps (the file's header lists both orders).
 qac_status run_layers(cuda_encoder *e, const qac_enc_layout *Lay, int skip_prompt, int typed) {
     const qac_bert_config *c = &e->cfg;
-    const int C = c->hidden_size, I = c->intermediate_size, NH = c->num_heads, NL = c->num_layers;
+    const int C = c->hidden_size, I = c->intermediate_size, F = qac_bert_ffn_rows(c), NH = c->num_heads,
+              NL = c->num_layers, pre = c->pre_norm, hs = C / NH;
     const int B = Lay->batch, T = Lay->longest, N = Lay->rows;
     const qac_precision p = e->prec;
     const qac_bert_params *w = &e->dp;
     const float eps = c->layer_norm_eps;
     const qac_fa_rows rows = {e->d_offs, NULL, B, T, N};
+    const qac_kt_drop none = {0.0f, 0, 0};
     const int *offs = e->fused ? e->d_offs : NULL; // the pooling's view of the rows
     const int *from = skip_prompt ? e->d_from : NULL;
     const int32_t *types = typed ? e->d_types : NULL;
+    const int32_t *pos = e->fused || e->host_pos ? e->d_pos : NULL;
+#define VEC(ptr, l, n) ((ptr) ? (ptr) + (size_t)(l) * (n) : NULL) /* a bias the family may lack */
 
     if (e->ln_warp)
-        QAC_CU(qac_k_embed_ln_warp(e->x, e->xh, e->d_ids, types, e->fused ? e->d_pos : NULL, w->word_emb, w->pos_emb,
-                                   w->type_emb, w->emb_ln_w, w->emb_ln_b, N, T, C, eps, p, e->tun.ln_warps, e->stream));
+        QAC_CU(qac_k_embed_ln_warp(e->x, e->xh, e->d_ids, types, pos, w->word_emb, w->pos_emb, w->type_emb,
+                                   w->emb_ln_w, w->emb_ln_b, N, T, C, eps, p, e->tun.ln_warps, e->stream));
     else
-        QAC_CU(qac_k_embed_ln(e->x, e->xh, e->d_ids, types, e->fused ? e->d_pos : NULL, w->word_emb, w->pos_emb,
-                              w->type_emb, w->emb_ln_w, w->emb_ln_b, N, T, C, eps, p, e->stream));
+        QAC_CU(qac_k_embed_ln(e->x, e->xh, e->d_ids, types, pos, w->word_emb, w->pos_emb, w->type_emb, w->emb_ln_w,
+                              w->emb_ln_b, N, T, C, eps, p, e->stream));
     for (int l = 0; l < NL; l++) {
         const size_t lc = (size_t)l * C;
-        const int last = l == NL - 1;
-        void *xin = p == QAC_PREC_FP32 ? (void *)e->x : e->xh; // matrix-product input
+        const int last = l == NL - 1, window = qac_bert_layer_window(c, l);
+        const float *qkv_b = VEC(w->qkv_b, l, 3 * C);
+        // the QKV product's input: the residual stream (post-LN, and pre-LN's
+        // layer 0), else its LayerNorm written by the step before
+        const void *xin = pre && l > 0 ? e->xn : p == QAC_PREC_FP32 ? (void *)e->x : e->xh;
         QAC_CUBLAS(qac_k_matmul(e->blas, e->qkv, xin, act_weight(e, w->qkv_w + lc * 3 * C), N, C, 3 * C, p));
-        if (e->fused) { // proj is free until the output product: cuDNN's scratch
-            const qac_status st = qac_cudnn_att_forward(e->cudnn, e->ctx, e->qkv, w->qkv_b + lc * 3, rows,
-                                                        Lay->real_rows, C, NH, p, &e->tiles, e->proj,
-                                                        e->d_cudnn_idx, e->stream);
+        if (c->positions == QAC_POS_ROTARY) { // the bias goes in before the rotation
+            QAC_CU(qac_k_rope(e->qkv, qkv_b, e->d_pos, e->d_rope + (window ? (size_t)e->rope_P * hs : 0), N, C, NH, p,
+                              e->stream));
+            qkv_b = NULL;
+        }
+        if (e->fused && !window) { // proj is free until the output product: cuDNN's scratch
+            const qac_status st = qac_cudnn_att_forward(e->cudnn, e->ctx, e->qkv, qkv_b, rows, Lay->real_rows, C, NH, p,
+                                                        &e->tiles, e->proj, e->d_cudnn_idx, e->stream);
             if (st != QAC_OK) return st;
+        } else if (e->fused) { // local windows: qac's fused kernel (cuDNN's is not asked for them)
+            QAC_CU(qac_fa_forward(e->ctx, NULL, e->qkv, qkv_b, rows, C, NH, 0, window, none, 0, p, &e->tiles,
+                                  e->stream));
+        } else if (window || !qkv_b) {
+            QAC_CU(qac_k_attention_window(e->ctx, e->qkv, qkv_b, e->d_lens, window, B, T, C, NH, p, e->stream));
         } else {
-            QAC_CU(qac_k_attention(e->ctx, e->qkv, w->qkv_b + lc * 3, e->d_lens, B, T, C, NH, p, e->stream));
+            QAC_CU(qac_k_attention(e->ctx, e->qkv, qkv_b, e->d_lens, B, T, C, NH, p, e->stream));
         }
         // the rest of the layer over n rows of xs (its act copy xsh) and att
         int n = N;
@@ -291,17 +326,33 @@ qac_status run_layers(cuda_encoder *e, const qac_enc_layout *Lay, int skip_promp
             QAC_CU(qac_k_gather_rows(e->xg, e->ctxg, e->x, e->ctx, offs, e->d_lens, from, B, T, C, p, e->stream));
             n = B, xs = e->xg, xsh = e->xgh, att = e->ctxg;
         }
-        void *xsin = p == QAC_PREC_FP32 ? (void *)xs : xsh;
         QAC_CUBLAS(qac_k_matmul(e->blas, e->proj, att, act_weight(e, w->attn_out_w + lc * C), n, C, C, p));
-        qac_status st = residual_ln(e, xs, xsh, e->proj, w->attn_out_b + lc, w->ln1_w + lc, w->ln1_b + lc, n);
-        if (st != QAC_OK) return st;
-        QAC_CUBLAS(qac_k_matmul(e->blas, e->ffn, xsin, act_weight(e, w->ffn_in_w + lc * I), n, C, I, p));
-        QAC_CU(qac_k_bias_gelu_rows(e->ffn, w->ffn_in_b + (size_t)l * I, n, I, p, e->tun.gelu_rows, e->stream));
+        qac_status st;
+        if (pre) // xs = xs + proj + bo; xn = LN2(xs)
+            QAC_CU(qac_k_add_ln(xs, e->xn, e->proj, VEC(w->attn_out_b, l, C), w->ln2_w + lc, VEC(w->ln2_b, l, C), n,
+                                C, eps, p, e->stream));
+        else if ((st = residual_ln(e, xs, xsh, e->proj, w->attn_out_b + lc, w->ln1_w + lc, w->ln1_b + lc, n)))
+            return st;
+        const void *fin = pre ? e->xn : p == QAC_PREC_FP32 ? (void *)xs : xsh; // the FFN's input
+        if (c->glu) {
+            QAC_CUBLAS(qac_k_matmul(e->blas, e->ffn_pre, fin, act_weight(e, w->ffn_in_w + (size_t)l * F * C), n, C, F,
+                                    p));
+            QAC_CU(qac_k_geglu(e->ffn, e->ffn_pre, VEC(w->ffn_in_b, l, F), n, I, p, e->stream));
+        } else {
+            QAC_CUBLAS(qac_k_matmul(e->blas, e->ffn, fin, act_weight(e, w->ffn_in_w + (size_t)l * I * C), n, C, I, p));
+            QAC_CU(qac_k_bias_gelu_rows(e->ffn, w->ffn_in_b + (size_t)l * I, n, I, p, e->tun.gelu_rows, e->stream));
+        }
         QAC_CUBLAS(qac_k_matmul(e->blas, e->proj, e->ffn, act_weight(e, w->ffn_out_w + lc * I), n, I, C, p));
-        const float *bo = w->ffn_out_b + lc, *g2 = w->ln2_w + lc, *b2 = w->ln2_b + lc;
+        // the norm after the FFN: post-LN the layer's second, pre-LN the
+        // next layer's first or, after the last, the final one
+        const float *bo = VEC(w->ffn_out_b, l, C);
+        const float *g2 = pre ? (last ? w->final_ln_w : w->ln1_w + lc + C) : w->ln2_w + lc;
+        const float *b2 = pre ? (last ? w->final_ln_b : VEC(w->ln1_b, l + 1, C)) : w->ln2_b + lc;
         if (!last) {
-            st = residual_ln(e, xs, xsh, e->proj, bo, g2, b2, n);
-            if (st != QAC_OK) return st;
+            if (pre)
+                QAC_CU(qac_k_add_ln(xs, e->xn, e->proj, bo, g2, b2, n, C, eps, p, e->stream));
+            else if ((st = residual_ln(e, xs, xsh, e->proj, bo, g2, b2, n)))
+                return st;
         } else if (e->prune) { // one gathered row per sequence
             QAC_CU(qac_k_ln_pool(e->d_out, xs, e->proj, bo, g2, b2, NULL, NULL, NULL, B, 1, C, eps, 0, e->normalize, p,
                                  1, e->stream));
@@ -309,8 +360,7 @@ qac_status run_layers(cuda_encoder *e, const qac_enc_layout *Lay, int skip_promp
             QAC_CU(qac_k_ln_pool(e->d_out, xs, e->proj, bo, g2, b2, offs, e->d_lens, from, B, T, C, eps,
                                  e->mean_pooling, e->normalize, p, e->mean_pooling ? e->tun.pool_warps : 1, e->stream));
         } else {
-            st = residual_ln(e, xs, xsh, e->proj, bo, g2, b2, n);
-            if (st != QAC_OK) return st;
+            QAC_CU(qac_k_residual_ln(xs, NULL, e->proj, bo, g2, b2, n, C, eps, p, e->stream));
             const int Br = Lay->real_batch; // the pooling kernel reads a row even of an empty sequence
             if (e->fused)
                 QAC_CU(qac_k_pool_packed(e->d_out, e->x, e->d_offs, e->d_lens, from, Br, C, e->mean_pooling,
@@ -320,6 +370,7 @@ qac_status run_layers(cuda_encoder *e, const qac_enc_layout *Lay, int skip_promp
                                        e->stream));
         }
     }
+#undef VEC
     return QAC_OK;
 }
 
@@ -331,10 +382,9 @@ qac_status enqueue_batch(cuda_encoder *e, const qac_enc_layout *L, int skip_prom
     const cudaMemcpyKind h2d = cudaMemcpyHostToDevice;
     QAC_CU(cudaMemcpyAsync(e->d_lens, e->h_lens, B * sizeof(int), h2d, e->stream));
     if (skip_prompt) QAC_CU(cudaMemcpyAsync(e->d_from, e->h_from, B * sizeof(int), h2d, e->stream));
-    if (e->fused) {
+    if (e->fused || e->host_pos)
         QAC_CU(cudaMemcpyAsync(e->d_pos, e->h_pos, rows * sizeof(int32_t), h2d, e->stream));
-        QAC_CU(cudaMemcpyAsync(e->d_offs, e->h_offs, (B + 1) * sizeof(int), h2d, e->stream));
-    }
+    if (e->fused) QAC_CU(cudaMemcpyAsync(e->d_offs, e->h_offs, (B + 1) * sizeof(int), h2d, e->stream));
     QAC_CU(cudaMemcpyAsync(e->d_ids, e->h_ids, rows * sizeof(int32_t), h2d, e->stream));
     if (typed) QAC_CU(cudaMemcpyAsync(e->d_types, e->h_types, rows * sizeof(int32_t), h2d, e->stream));
     qac_status st = run_layers(e, L, skip_prompt, typed);
@@ -406,9 +456,13 @@ qac_status encoder_forward(void *impl, const int32_t *ids, const int32_t *type_i
     cuda_encoder *e = (cuda_encoder *)impl;
     const qac_bert_config *c = &e->cfg;
     if (B < 1 || T < 1) return qac_set_error(QAC_ERR_INVALID, "CUDA encoder: empty batch (%d x %d)", B, T);
-    if (T > c->max_position)
+    if (T > qac_bert_max_tokens(c))
         return qac_set_error(QAC_ERR_INVALID, "CUDA encoder: %d tokens exceed the model's %d positions", T,
-                             c->max_position);
+                             qac_bert_max_tokens(c));
+    if (!e->fused && !qac_k_attention_supported(T, c->hidden_size, c->num_heads))
+        return qac_set_error(QAC_ERR_UNSUPPORTED,
+                             "CUDA encoder: %d tokens need the fused attention (bf16 or fp16, head size 32 or 64)",
+                             T);
     for (int b = 0; b < B; b++)
         if (lens[b] < 1 || lens[b] > T)
             return qac_set_error(QAC_ERR_INVALID, "CUDA encoder: sequence %d has length %d (padded length %d)",
@@ -440,11 +494,13 @@ qac_status encoder_forward(void *impl, const int32_t *ids, const int32_t *type_i
     if (e->fused) {
         qac_enc_pack(e->h_ids, e->h_pos, e->h_offs, e->h_lens, e->h_from, &L, ids, T, lens, pool_from, B);
         if (type_ids) qac_enc_pack_types(e->h_types, &L, type_ids, T, lens, B);
+        if (e->host_pos) qac_positions_fill(e->h_pos, e->h_ids, lens, e->h_offs, B, T, c);
     } else {
         memcpy(e->h_lens, lens, (size_t)B * sizeof(int));
         if (pool_from) memcpy(e->h_from, pool_from, (size_t)B * sizeof(int));
         memcpy(e->h_ids, ids, N * sizeof(int32_t));
         if (type_ids) memcpy(e->h_types, type_ids, N * sizeof(int32_t));
+        if (e->host_pos) qac_positions_fill(e->h_pos, ids, lens, NULL, B, T, c);
     }
     QAC_CU(cudaEventRecord(e->ev_start, e->stream));
     st = run_batch(e, &L, pool_from != NULL, type_ids != NULL);
@@ -469,6 +525,19 @@ qac_status upload_weights(cuda_encoder *e, const qac_model *m) {
         QAC_CU(cudaMalloc(&e->d_params_act, n * e->esize));
         QAC_CU(qac_k_from_f32(e->d_params_act, e->d_params, n, e->prec, e->stream));
     }
+    if (m->cfg.positions == QAC_POS_ROTARY) { // the CPU's tables, so both turn by the same angles
+        const int hs = m->cfg.hidden_size / m->cfg.num_heads;
+        e->rope_P = qac_bert_max_tokens(&m->cfg);
+        const size_t nr = (size_t)e->rope_P * hs;
+        float *h = (float *)malloc(2 * nr * sizeof(float));
+        if (!h) return qac_set_error(QAC_ERR_NOMEM, "CUDA encoder: out of host memory for the rotary tables");
+        qac_rope_table(h, e->rope_P, hs, m->cfg.rope_theta);
+        qac_rope_table(h + nr, e->rope_P, hs, m->cfg.rope_theta_local);
+        cudaError_t ce = cudaMalloc((void **)&e->d_rope, 2 * nr * sizeof(float));
+        if (ce == cudaSuccess) ce = cudaMemcpy(e->d_rope, h, 2 * nr * sizeof(float), cudaMemcpyHostToDevice);
+        free(h);
+        QAC_CU(ce);
+    }
     QAC_CU(cudaStreamSynchronize(e->stream));
     return QAC_OK;
 }
@@ -492,8 +561,8 @@ qac_status encoder_init(cuda_encoder *e, const qac_model *m) {
     if (st != QAC_OK) return st;
     // every layer's vectors lie C floats apart: the first layer's stand for all
     const qac_bert_params *w = &e->dp;
-    const void *vec[] = {w->word_emb, w->pos_emb,   w->type_emb, w->emb_ln_w, w->emb_ln_b, w->attn_out_b,
-                         w->ln1_w,    w->ln1_b,     w->ffn_out_b, w->ln2_w,    w->ln2_b};
+    const void *vec[] = {w->word_emb, w->pos_emb, w->type_emb,  w->emb_ln_w, w->emb_ln_b,   w->attn_out_b, w->ln1_w,
+                         w->ln1_b,    w->ffn_out_b, w->ln2_w, w->ln2_b,    w->final_ln_w, w->final_ln_b};
     e->ln_warp = e->tun.ln_warps > 0 && qac_k_ln_warp_ok(e->cfg.hidden_size, vec, (int)(sizeof vec / sizeof *vec));
     e->prune = e->tun.prune && !e->mean_pooling && e->ln_warp;
     return QAC_OK;
@@ -509,12 +578,13 @@ extern "C" qac_status qac_cuda_backend_create(qac_encoder_backend *be, const qac
     const qac_precision prec = o ? o->precision : QAC_PREC_BF16;
     if (prec != QAC_PREC_FP32 && prec != QAC_PREC_FP16 && prec != QAC_PREC_BF16)
         return qac_set_error(QAC_ERR_INVALID, "CUDA encoder: unknown precision %d", (int)prec);
-    if (!qac_k_attention_supported(c->max_position, c->hidden_size, c->num_heads))
+    if (!qac_k_attention_supported(1, c->hidden_size, c->num_heads))
         return qac_set_error(QAC_ERR_UNSUPPORTED,
                              "CUDA encoder: %d heads over %d hidden units (head size must be a multiple of 32 "
-                             "up to 256) with %d positions (at most 4096)",
-                             c->num_heads, c->hidden_size, c->max_position);
-    if (c->hidden_size > 16384 || c->type_vocab_size < 1)
+                             "up to 256)",
+                             c->num_heads, c->hidden_size);
+    if (c->hidden_size > 16384 || (c->type_vocab_size < 1 && c->positions != QAC_POS_ROTARY) ||
+        (c->pre_norm && c->hidden_size * sizeof(float) > 48 * 1024))
         return qac_set_error(QAC_ERR_UNSUPPORTED, "CUDA encoder: hidden size %d / %d token types",
                              c->hidden_size, c->type_vocab_size);
     cuda_encoder *e = (cuda_encoder *)calloc(1, sizeof *e);
@@ -525,6 +595,7 @@ extern "C" qac_status qac_cuda_backend_create(qac_encoder_backend *be, const qac
     e->prec = prec;
     e->esize = qac_prec_size(prec);
     e->fused = qac_cuda_attention_fused() && qac_fa_supported(c->hidden_size, c->num_heads, prec);
+    e->host_pos = c->positions != QAC_POS_LEARNED;
     e->tiles = qac_fa_tiles_default();
     e->tun = qac_enc_tunables_default();
     e->max_graphs = qac_enc_graph_slots(&e->tun);

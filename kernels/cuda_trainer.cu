@@ -318,6 +318,9 @@ extern "C" qac_status qac_cuda_trainer_create(qac_cuda_trainer **out, const qac_
         c->max_position >= (1 << 20))
         return qac_set_error(QAC_ERR_UNSUPPORTED, "CUDA trainer: %d heads over %d hidden units, %d positions",
                              c->num_heads, c->hidden_size, c->max_position);
+    if (c->family != QAC_FAMILY_BERT)
+        return qac_set_error(QAC_ERR_UNSUPPORTED, "CUDA trainer: %s models train on the CPU (--device cpu)",
+                             qac_family_name(c->family));
     qac_cuda_trainer *h = (qac_cuda_trainer *)calloc(1, sizeof *h);
     if (!h) return qac_set_error(QAC_ERR_NOMEM, "CUDA trainer: out of host memory");
     cuda_trainer *t = &h->t;

@@ -77,9 +77,9 @@ __device__ __forceinline__ void ln_registers(float (&v)[NCH][4], const float *w,
     for (int k = 0; k < NCH; k++) {
         const int c = col_of(k, lane);
         if (c >= C) continue;
-        float wv[4], bv[4];
+        float wv[4], bv[4] = {0.f, 0.f, 0.f, 0.f}; // b NULL: a norm without bias
         load4<float>(wv, w + c);
-        load4<float>(bv, b + c);
+        if (b) load4<float>(bv, b + c);
 #pragma unroll
         for (int j = 0; j < 4; j++) v[k][j] = (v[k][j] - mean) * rstd * wv[j] + bv[j];
     }
@@ -97,10 +97,10 @@ __device__ __forceinline__ void load_residual(float (&v)[NCH][4], const float *x
             v[k][0] = v[k][1] = v[k][2] = v[k][3] = 0.f;
             continue;
         }
-        float xv[4], rv[4], bv[4];
+        float xv[4], rv[4], bv[4] = {0.f, 0.f, 0.f, 0.f};
         load4<float>(xv, x + c);
         load4<E>(rv, r + c);
-        load4<float>(bv, bias + c);
+        if (bias) load4<float>(bv, bias + c);
 #pragma unroll
         for (int j = 0; j < 4; j++) v[k][j] = xv[j] + (rv[j] + bv[j]);
     }
@@ -130,8 +130,8 @@ template <typename E, int NCH, bool EMBED> __global__ void ln_warp_kernel(const 
     float v[NCH][4];
     if (EMBED) {
         const float *we = a.word + (size_t)a.ids[row] * a.C;
-        const float *pe = a.pos + (size_t)(a.pos_ids ? a.pos_ids[row] : row % a.T) * a.C;
-        const float *te = a.type + (size_t)(a.type_ids ? a.type_ids[row] : 0) * a.C;
+        const float *pe = a.pos ? a.pos + (size_t)(a.pos_ids ? a.pos_ids[row] : row % a.T) * a.C : nullptr;
+        const float *te = a.type ? a.type + (size_t)(a.type_ids ? a.type_ids[row] : 0) * a.C : nullptr;
 #pragma unroll
         for (int k = 0; k < NCH; k++) {
             const int c = col_of(k, lane);
@@ -139,10 +139,10 @@ template <typename E, int NCH, bool EMBED> __global__ void ln_warp_kernel(const 
                 v[k][0] = v[k][1] = v[k][2] = v[k][3] = 0.f;
                 continue;
             }
-            float wv[4], pv[4], tv[4];
+            float wv[4], pv[4] = {0.f, 0.f, 0.f, 0.f}, tv[4] = {0.f, 0.f, 0.f, 0.f};
             load4<float>(wv, we + c);
-            load4<float>(pv, pe + c);
-            load4<float>(tv, te + c);
+            if (pe) load4<float>(pv, pe + c);
+            if (te) load4<float>(tv, te + c);
 #pragma unroll
             for (int j = 0; j < 4; j++) v[k][j] = wv[j] + pv[j] + tv[j];
         }

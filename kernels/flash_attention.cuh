@@ -36,7 +36,8 @@ struct qac_fa_rows {
 int qac_fa_supported(int C, int NH, qac_precision prec);
 
 // out [N,C] = attention of qkv [N,3C] (+ qkv_b [3C], may be NULL); lse
-// [NH,N] fp32 (may be NULL: inference). causal, window: the decoder mask;
+// [NH,N] fp32 (may be NULL: inference). causal, window: the decoder mask
+// (causal 0 and window > 0: a bidirectional window, |t - j| <= window);
 // d.p > 0: dropout on the probabilities at (layer, QAC_DROP_ATT) with the
 // CPU's counters (sequence b draws with id d.seq_base + b). tiles NULL:
 // qac_fa_tiles_default().
@@ -143,11 +144,23 @@ template <typename L> inline cudaError_t qac_fa_chunks(params p, int B, L launch
     return cudaSuccess;
 }
 
-// Query t sees key j (j < len checked by the caller): qac_attention_causal_forward's rule.
+// Query t sees key j (j < len checked by the caller): qac_attention_causal_forward's rule;
+// bidirectional, all keys or (window > 0: ModernBERT's local layers) those within the window.
 __device__ __forceinline__ bool visible(const params &p, int j, int t) {
-    if (!p.causal || j == 0) return true;
+    if (!p.causal) return p.window <= 0 || (j - t <= p.window && t - j <= p.window);
+    if (j == 0) return true;
     if (j > t) return false;
     return p.window <= 0 || j > t - p.window;
+}
+
+// The tiles of `tile` rows a bidirectional window reaches from rows [r0,
+// r1): the first tile's start (from 0 otherwise) and one past the last row
+// of [0, n) it can see (n otherwise). The tiles outside are never loaded.
+__device__ __forceinline__ int window_first(const params &p, int r0, int tile) {
+    return !p.causal && p.window > 0 && r0 > p.window ? (r0 - p.window) / tile * tile : 0;
+}
+__device__ __forceinline__ int window_end(const params &p, int r1, int n) {
+    return !p.causal && p.window > 0 ? min(n, r1 + p.window) : n;
 }
 
 // The CPU's attention-dropout draw (model/layers.c, drop_att_row).

@@ -82,10 +82,12 @@ __global__ void __launch_bounds__(BKV * 2, MB > 1 ? MB : 0) fa_dkdv_kernel(const
     const float *bk = p.qkv_b ? p.qkv_b + p.C + hc : nullptr;
     const float *bv = p.qkv_b ? p.qkv_b + 2 * p.C + hc : nullptr;
     const float *lse = p.lse + (size_t)h * p.N + row0, *dvec = p.dvec + (size_t)h * p.N + row0;
-    // queries that can see these keys: all, or (causal) from the tile of k0 on;
-    // key 0 is in the block with k0 = 0, which starts at query 0
-    const int qfirst = p.causal ? k0 / BQ * BQ : 0;
-    const int ntiles = (nq - qfirst + BQ - 1) / BQ;
+    // queries that can see these keys: all, (causal) from the tile of k0 on
+    // (key 0 is in the block with k0 = 0, which starts at query 0), or
+    // (a local layer) those whose windows reach them
+    const int qfirst = p.causal ? k0 / BQ * BQ : window_first(p, k0, BQ);
+    const int qend = p.causal ? nq : window_end(p, k0 + BKV, nq);
+    const int ntiles = max(1, (qend - qfirst + BQ - 1) / BQ); // at least one tile: its loads are waited for
     const uint64_t stream = p.dropping ? qac_rng_key(p.key, p.seq_base + b, (uint64_t)p.layer, QAC_DROP_ATT) : 0;
 
     auto load_q = [&](int buf, int q0) {
@@ -225,14 +227,15 @@ __global__ void __launch_bounds__(BQ * 2, MB > 1 ? MB : 0) fa_dq_kernel(const pa
     const float *bq = p.qkv_b ? p.qkv_b + hc : nullptr;
     const float *bk = p.qkv_b ? p.qkv_b + p.C + hc : nullptr;
     const float *bv = p.qkv_b ? p.qkv_b + 2 * p.C + hc : nullptr;
-    const int kend = p.causal ? min(len, q0 + BQ) : len;
-    const int ntiles = max(1, (kend + BK - 1) / BK);
+    const int kfirst = window_first(p, q0, BK);
+    const int kend = p.causal ? min(len, q0 + BQ) : window_end(p, q0 + BQ, len);
+    const int ntiles = max(1, (kend - kfirst + BK - 1) / BK);
     const uint64_t stream = p.dropping ? qac_rng_key(p.key, p.seq_base + b, (uint64_t)p.layer, QAC_DROP_ATT) : 0;
 
     load_rows<E, D, NT>(sQ, seq, C3, hc, q0, BQ, nq, tid);
     load_rows<E, D, NT>(sdO, dseq, (size_t)p.C, hc, q0, BQ, nq, tid);
-    load_rows<E, D, NT>(sK, seq, C3, p.C + hc, 0, BK, len, tid);
-    load_rows<E, D, NT>(sV, seq, C3, 2 * p.C + hc, 0, BK, len, tid);
+    load_rows<E, D, NT>(sK, seq, C3, p.C + hc, kfirst, BK, len, tid);
+    load_rows<E, D, NT>(sV, seq, C3, 2 * p.C + hc, kfirst, BK, len, tid);
     cp_commit();
 
     const bool active = q0 + warp * 16 < nq;
@@ -248,7 +251,7 @@ __global__ void __launch_bounds__(BQ * 2, MB > 1 ? MB : 0) fa_dq_kernel(const pa
     for (int i = 0; i < D / 8; i++) dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
 
     for (int kt = 0; kt < ntiles; kt++) {
-        const int buf = ST == 2 ? (kt & 1) : 0, kb = kt * BK;
+        const int buf = ST == 2 ? (kt & 1) : 0, kb = kfirst + kt * BK;
         E *Kt = sK + buf * BK * LD, *Vt = sV + buf * BK * LD;
         cp_wait_all();
         if (kt == 0) bias_rows<E, D, NT>(sQ, bq, q0, BQ, nq, tid);

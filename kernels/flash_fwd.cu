@@ -40,14 +40,16 @@ __global__ void __launch_bounds__(BQ * 2, MB > 1 ? MB : 0) fa_fwd_kernel(const p
     const float *bq = p.qkv_b ? p.qkv_b + hc : nullptr;
     const float *bk = p.qkv_b ? p.qkv_b + p.C + hc : nullptr;
     const float *bv = p.qkv_b ? p.qkv_b + 2 * p.C + hc : nullptr;
-    // keys this block can see: all real ones, or up to its last query (causal)
-    const int kend = p.causal ? min(len, q0 + BQ) : len;
-    const int ntiles = max(1, (kend + BK - 1) / BK); // one (all masked) tile when there is no key
+    // keys this block can see: all real ones, up to its last query (causal),
+    // or those its rows' windows reach (a local layer)
+    const int kfirst = window_first(p, q0, BK);
+    const int kend = p.causal ? min(len, q0 + BQ) : window_end(p, q0 + BQ, len);
+    const int ntiles = max(1, (kend - kfirst + BK - 1) / BK); // one (all masked) tile when there is no key
     const uint64_t stream = p.dropping ? qac_rng_key(p.key, p.seq_base + b, (uint64_t)p.layer, QAC_DROP_ATT) : 0;
 
     load_rows<E, D, NT>(sQ, seq, C3, hc, q0, BQ, nq, tid);
-    load_rows<E, D, NT>(sK, seq, C3, p.C + hc, 0, BK, len, tid);
-    load_rows<E, D, NT>(sV, seq, C3, 2 * p.C + hc, 0, BK, len, tid);
+    load_rows<E, D, NT>(sK, seq, C3, p.C + hc, kfirst, BK, len, tid);
+    load_rows<E, D, NT>(sV, seq, C3, 2 * p.C + hc, kfirst, BK, len, tid);
     cp_commit();
 
     // this warp's rows; a warp past the sequence only helps load
@@ -60,7 +62,7 @@ __global__ void __launch_bounds__(BQ * 2, MB > 1 ? MB : 0) fa_fwd_kernel(const p
     float m_lo = -INFINITY, m_hi = -INFINITY, l_lo = 0.f, l_hi = 0.f;
 
     for (int kt = 0; kt < ntiles; kt++) {
-        const int buf = ST == 2 ? (kt & 1) : 0, kb = kt * BK;
+        const int buf = ST == 2 ? (kt & 1) : 0, kb = kfirst + kt * BK;
         E *Kt = sK + buf * BK * LD, *Vt = sV + buf * BK * LD;
         cp_wait_all();
         if (kt == 0) bias_rows<E, D, NT>(sQ, bq, q0, BQ, nq, tid);

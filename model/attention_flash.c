@@ -60,11 +60,27 @@ static void seq_rows(const flash_ctx *c, int b, size_t *row0, int *nq, int *len)
 }
 
 /* Query t sees key j (j < len is the caller's): the causal decoder's rule of
- * qac_attention_causal_forward, key 0 always. */
+ * qac_attention_causal_forward, key 0 always; bidirectional, every key, or
+ * with a window those within it on either side (ModernBERT's local layers,
+ * qac_attention_forward_window). */
 static inline int visible(int j, int t, int causal, int window) {
-    if (!causal || j == 0) return 1;
+    if (!causal) return window <= 0 || (j - t <= window && t - j <= window);
+    if (j == 0) return 1;
     if (j > t) return 0;
     return window <= 0 || j > t - window;
+}
+
+/* A bidirectional window's first tile of keys for the queries from t (or
+ * of queries for the keys from j): the tiles before it see nothing. */
+static inline int window_start(int t, int causal, int window, int tile) {
+    if (causal || window <= 0 || t - window <= 0) return 0;
+    return (t - window) / tile * tile;
+}
+
+/* ...and its end: one past the last key (query) of index up to u it reaches. */
+static inline int window_end(int u, int n, int causal, int window) {
+    if (causal || window <= 0) return n;
+    return u + window + 1 < n ? u + window + 1 : n;
 }
 
 /* The dropout factor of key j in row t of head h: 0 or 1/(1-p), from the
@@ -111,9 +127,12 @@ static inline float dot(const float *a, const float *b, int n) {
     return s;
 }
 
-/* keys a row block [q0, q1) can see: all real ones, or up to the last
- * query for a causal decoder */
-static inline int key_end(const flash_ctx *c, int len, int q1) { return c->causal && q1 < len ? q1 : len; }
+/* keys a row block [q0, q1) can see: all real ones, up to the last query
+ * for a causal decoder, up to the last one's window for a local layer */
+static inline int key_end(const flash_ctx *c, int len, int q1) {
+    if (c->causal) return q1 < len ? q1 : len;
+    return window_end(q1 - 1, len, 0, c->window);
+}
 
 static void fwd_task(void *vctx, int64_t begin, int64_t end, int tid) {
     const flash_ctx *c = vctx;
@@ -134,8 +153,9 @@ static void fwd_task(void *vctx, int64_t begin, int64_t end, int tid) {
             float m = -INFINITY, l = 0.0f, m_use = 0.0f;
             memset(acc, 0, (size_t)hs * sizeof *acc);
             /* one key tile at a time, as the kernel's inner loop */
-            int kend = key_end(c, len, t + 1);
-            for (int k0 = 0; k0 < (kend > 0 ? kend : 1); k0 += bk) {
+            int kend = key_end(c, len, t + 1), kbeg = window_start(t, c->causal, c->window, bk);
+            if (kbeg >= kend) kbeg = 0; /* no key: one all-masked tile from 0 */
+            for (int k0 = kbeg; k0 < (kend > 0 ? kend : 1); k0 += bk) {
                 int nk = kend - k0 < bk ? kend - k0 : bk;
                 float mt = -INFINITY;
                 for (int j = 0; j < nk; j++) {
@@ -227,8 +247,9 @@ static void bwd_task(void *vctx, int64_t begin, int64_t end, int tid) {
             float *dk = c->dqkv + (row0 + j) * (size_t)C3 + C + (size_t)h * hs, *dv = dk + C;
             memset(g1, 0, (size_t)hs * sizeof *g1); /* dV */
             memset(g2, 0, (size_t)hs * sizeof *g2); /* dK / scale */
-            int t0 = c->causal ? j / c->bq * c->bq : 0;
-            for (int q0 = j < len ? t0 : nq; q0 < nq; q0 += c->bq) {
+            int t0 = c->causal ? j / c->bq * c->bq : window_start(j, 0, c->window, c->bq);
+            int tend = c->causal ? nq : window_end(j, nq, 0, c->window);
+            for (int q0 = j < len ? t0 : nq; q0 < tend; q0 += c->bq) {
                 int q1 = q0 + c->bq < nq ? q0 + c->bq : nq;
                 for (int t = q0; t < q1; t++) {
                     if (!visible(j, t, c->causal, c->window)) continue;
@@ -252,7 +273,7 @@ static void bwd_task(void *vctx, int64_t begin, int64_t end, int tid) {
             float *dq = c->dqkv + (row0 + t) * (size_t)C3 + (size_t)h * hs;
             memset(g1, 0, (size_t)hs * sizeof *g1);
             int kend = key_end(c, len, t / c->bq * c->bq + c->bq);
-            for (int k0 = 0; k0 < kend; k0 += c->bk) {
+            for (int k0 = window_start(t / c->bq * c->bq, c->causal, c->window, c->bk); k0 < kend; k0 += c->bk) {
                 int k1 = k0 + c->bk < kend ? k0 + c->bk : kend;
                 for (int j = k0; j < k1; j++) {
                     if (!visible(j, t, c->causal, c->window)) continue;

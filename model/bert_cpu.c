@@ -11,8 +11,8 @@
 /* ---- activations ---- */
 
 typedef struct acts_layout {
-    size_t emb, emb_mean, emb_rstd, hidden, qkv, att, scratch, atty, res1, ln1_mean, ln1_rstd, ln1,
-        ffn_pre, ffn_act, res2, ln2_mean, ln2_rstd, total;
+    size_t emb, emb_mean, emb_rstd, hidden, qkv, att, scratch, atty, res1, ln1_mean, ln1_rstd, ln1, ffn_in,
+        ffn_pre, ffn_act, res2, ln2_mean, ln2_rstd, final_mean, final_rstd, last, pos, rope, total;
 } acts_layout;
 
 #define NONE ((size_t)-1)
@@ -20,7 +20,8 @@ typedef struct acts_layout {
 static acts_layout layout(const qac_bert_config *c, int B, int T, int keep, int nthreads) {
     acts_layout l;
     size_t N = (size_t)B * T, C = (size_t)c->hidden_size, I = (size_t)c->intermediate_size;
-    size_t L = (size_t)c->num_layers, NH = (size_t)c->num_heads;
+    size_t F = (size_t)qac_bert_ffn_rows(c), L = (size_t)c->num_layers, NH = (size_t)c->num_heads;
+    int pre = c->pre_norm;
     size_t off = 0;
     /* every region starts on a cache line (the block is 64-byte aligned):
      * rows of C floats then never straddle two lines */
@@ -40,28 +41,48 @@ static acts_layout layout(const qac_bert_config *c, int B, int T, int keep, int 
         TAKE(ln1_mean, Lk * N);
         TAKE(ln1_rstd, Lk * N);
         TAKE(ln1, Lk * N * C);
-        TAKE(ffn_pre, Lk * N * I);
+        if (pre) TAKE(ffn_in, Lk * N * C); /* LN2's output; post-LN: LN1's */
+        else l.ffn_in = l.ln1;
+        TAKE(ffn_pre, Lk * N * F);
         TAKE(ffn_act, Lk * N * I);
-        TAKE(res2, Lk * N * C);
+        if (pre) l.res2 = NONE; /* the layer's output is the residual sum */
+        else TAKE(res2, Lk * N * C);
         TAKE(ln2_mean, Lk * N);
         TAKE(ln2_rstd, Lk * N);
+        if (pre) {
+            TAKE(final_mean, N);
+            TAKE(final_rstd, N);
+            TAKE(last, N * C);
+        } else {
+            l.final_mean = l.final_rstd = NONE;
+            l.last = l.hidden + L * N * C;
+        }
     } else {
-        /* row A: layer input, residual 2, output; row B: residual 1 / LN1;
-         * "big": Q|K|V and the attention context, later the FFN activation */
+        /* row A: layer input, residual 2, output; row B: residual 1 / LN1
+         * (pre-LN: A holds the residual stream throughout, B the norms);
+         * "big": Q|K|V and the attention context, later the FFN's
+         * pre-activation (GeGLU) and activation */
         size_t A = off;
         off = UP(off + N * C);
         size_t Bq = off;
         off = UP(off + N * C);
-        size_t big = off;
-        off += N * (4 * C > I ? 4 * C : I);
-        l.emb = l.hidden = l.res2 = A;
-        l.res1 = l.ln1 = Bq;
-        l.qkv = l.ffn_act = big;
+        size_t big = off, ffn = c->glu ? F + I : I;
+        off += N * (4 * C > ffn ? 4 * C : ffn);
+        l.emb = l.hidden = l.res2 = l.last = A;
+        l.res1 = pre ? A : Bq;
+        l.ln1 = l.ffn_in = Bq;
+        l.qkv = big;
+        l.ffn_pre = c->glu ? big : NONE;
+        l.ffn_act = c->glu ? big + N * F : big;
         l.atty = big + N * 3 * C;
         l.emb_mean = l.emb_rstd = l.ln1_mean = l.ln1_rstd = l.ln2_mean = l.ln2_rstd = NONE;
-        l.att = l.ffn_pre = NONE;
+        l.final_mean = l.final_rstd = NONE;
+        l.att = NONE;
         TAKE(scratch, qac_bert_scratch_floats(c, T, nthreads));
     }
+    TAKE(pos, N); /* int32 position ids */
+    if (c->positions == QAC_POS_ROTARY) TAKE(rope, 2 * (size_t)T * (C / NH));
+    else l.rope = NONE;
 #undef TAKE
 #undef UP
     l.total = off;
@@ -125,7 +146,13 @@ qac_status qac_bert_acts_alloc(qac_bert_acts *a, const qac_bert_config *c, int B
     a->res2 = view(m, l.res2);
     a->ln2_mean = view(m, l.ln2_mean);
     a->ln2_rstd = view(m, l.ln2_rstd);
-    a->last = keep ? a->hidden + (size_t)c->num_layers * B * T * c->hidden_size : a->hidden;
+    a->ffn_in = view(m, l.ffn_in);
+    a->final_mean = view(m, l.final_mean);
+    a->final_rstd = view(m, l.final_rstd);
+    a->last = view(m, l.last);
+    a->pos = (int32_t *)view(m, l.pos);
+    a->rope = view(m, l.rope);
+    a->rope_T = 0; /* the rotary tables are filled by the next forward */
     return QAC_OK;
 }
 
@@ -154,7 +181,7 @@ void qac_bert_packed_free(qac_bert_packed *pk) {
 static qac_status pack_all(qac_bert_packed *pk, const qac_bert_config *c, const qac_bert_params *p,
                            qac_status (*pack)(qac_packed_w *, const float *, int, int)) {
     memset(pk, 0, sizeof *pk);
-    int C = c->hidden_size, I = c->intermediate_size, L = c->num_layers;
+    int C = c->hidden_size, I = c->intermediate_size, F = qac_bert_ffn_rows(c), L = c->num_layers;
     pk->qkv = calloc((size_t)L, sizeof *pk->qkv);
     pk->attn_out = calloc((size_t)L, sizeof *pk->attn_out);
     pk->ffn_in = calloc((size_t)L, sizeof *pk->ffn_in);
@@ -167,7 +194,7 @@ static qac_status pack_all(qac_bert_packed *pk, const qac_bert_config *c, const 
         size_t lc = (size_t)l * C;
         if ((st = pack(&pk->qkv[l], p->qkv_w + lc * 3 * C, 3 * C, C)) ||
             (st = pack(&pk->attn_out[l], p->attn_out_w + lc * C, C, C)) ||
-            (st = pack(&pk->ffn_in[l], p->ffn_in_w + (size_t)l * I * C, I, C)))
+            (st = pack(&pk->ffn_in[l], p->ffn_in_w + (size_t)l * F * C, F, C)))
             break;
         st = pack(&pk->ffn_out[l], p->ffn_out_w + (size_t)l * C * I, C, I);
     }
@@ -188,12 +215,12 @@ qac_status qac_bert_pack_int8(qac_bert_packed *pk, const qac_bert_config *c, con
 }
 
 void qac_bert_repack(qac_bert_packed *pk, const qac_bert_config *c, const qac_bert_params *p, qac_pool *pool) {
-    int C = c->hidden_size, I = c->intermediate_size;
+    int C = c->hidden_size, I = c->intermediate_size, F = qac_bert_ffn_rows(c);
     for (int l = 0; l < pk->L; l++) {
         size_t lc = (size_t)l * C;
         qac_gemm_pack_parallel(pk->qkv[l].p, p->qkv_w + lc * 3 * C, 3 * C, C, C, 0, pool);
         qac_gemm_pack_parallel(pk->attn_out[l].p, p->attn_out_w + lc * C, C, C, C, 0, pool);
-        qac_gemm_pack_parallel(pk->ffn_in[l].p, p->ffn_in_w + (size_t)l * I * C, I, C, C, 0, pool);
+        qac_gemm_pack_parallel(pk->ffn_in[l].p, p->ffn_in_w + (size_t)l * F * C, F, C, C, 0, pool);
         qac_gemm_pack_parallel(pk->ffn_out[l].p, p->ffn_out_w + (size_t)l * C * I, C, I, I, 0, pool);
     }
 }
@@ -207,65 +234,115 @@ static qac_status check_inputs(const qac_bert_acts *a, const qac_bert_config *c,
     if (a->nthreads < qac_pool_size(pool))
         return qac_set_error(QAC_ERR_INVALID, "bert forward: activations sized for %d threads, pool has %d",
                              a->nthreads, qac_pool_size(pool));
+    int most = qac_bert_max_tokens(c);
     for (int b = 0; b < B; b++)
-        if (lens[b] < 1 || lens[b] > T)
-            return qac_set_error(QAC_ERR_INVALID, "bert forward: sequence %d has length %d (T=%d)", b, lens[b], T);
+        if (lens[b] < 1 || lens[b] > T || lens[b] > most)
+            return qac_set_error(QAC_ERR_INVALID, "bert forward: sequence %d has length %d (T=%d, at most %d)", b,
+                                 lens[b], T, most);
     size_t N = (size_t)B * T;
+    int types = c->type_vocab_size > 0 ? c->type_vocab_size : 1; /* none: type 0 only, and unread */
     for (size_t i = 0; i < N; i++) {
         if (ids[i] < 0 || ids[i] >= c->vocab_size)
             return qac_set_error(QAC_ERR_INVALID, "bert forward: token id %d out of range [0, %d)", ids[i],
                                  c->vocab_size);
-        if (type_ids && (type_ids[i] < 0 || type_ids[i] >= c->type_vocab_size))
+        if (type_ids && (type_ids[i] < 0 || type_ids[i] >= types))
             return qac_set_error(QAC_ERR_INVALID, "bert forward: token type %d out of range [0, %d)", type_ids[i],
-                                 c->type_vocab_size);
+                                 types);
     }
     return QAC_OK;
 }
 
-/* Layer l from x [B,T,C] to y, its tensors in slot s of a (s = 0 unless
- * every layer is kept). Without dropout the output projections fuse their
- * residual into the matrix product. */
-/* N rows: B*T padded (offs NULL), or the packed rows of offs. Every step
+/* Optional per-layer bias views: NULL where the family has none. */
+#define BIAS(ptr, off) ((ptr) ? (ptr) + (off) : NULL)
+
+/* The rotary tables of a (global theta, then local) for positions [0, T),
+ * filled once per allocation. */
+static void rope_prepare(qac_bert_acts *a, const qac_bert_config *c, int T) {
+    if (!a->rope || a->rope_T >= T) return;
+    int hs = c->hidden_size / c->num_heads;
+    qac_rope_table(a->rope, T, hs, c->rope_theta);
+    qac_rope_table(a->rope + (size_t)T * hs, T, hs, c->rope_theta_local);
+    a->rope_T = T;
+}
+
+/* Layer l from x [N,C] to y, its tensors in slot s of a (s = 0 unless
+ * every layer is kept); N rows: B*T padded (offs NULL), or the packed rows
+ * of offs. The family's fields choose the steps:
+ *   post-LN (BERT, RoBERTa): y = LN2(h + FFN(h)), h = LN1(x + Attn(x));
+ *   pre-LN (ModernBERT):     y = r + FFN(LN2(r)),  r = x + Attn(LN1(x))
+ *                            (layer 0: Attn(x));
+ * Attn rotates Q and K first with rotary positions and sees a window of
+ * keys in local layers; FFN is GELU or GeGLU. Without dropout the output
+ * projections fuse their residual into the matrix product. Every step
  * takes its scratch from a (so none fails for memory; the status is
  * passed on all the same). */
 static qac_status layer_forward(qac_bert_acts *a, int l, int s, const float *x, float *y, const qac_bert_config *c,
                                 const qac_bert_params *p, const qac_bert_packed *pk, const int *lens, const int *offs,
                                 int B, int T, size_t N, const qac_dropout *drop, qac_pool *pool) {
-    int C = c->hidden_size, I = c->intermediate_size, NH = c->num_heads;
+    int C = c->hidden_size, I = c->intermediate_size, F = qac_bert_ffn_rows(c), NH = c->num_heads;
+    int pre = c->pre_norm, window = qac_bert_layer_window(c, l);
     size_t NC = N * C, lc = (size_t)l * C;
     float eps = c->layer_norm_eps;
-    float *qkv = AT(a->qkv, s, N * 3 * C), *atty = AT(a->atty, s, NC);
-    float *res1 = AT(a->res1, s, NC), *ln1 = AT(a->ln1, s, NC), *res2 = AT(a->res2, s, NC);
-    float *ffn_pre = AT(a->ffn_pre, s, N * I), *ffn_act = AT(a->ffn_act, s, N * I);
-    float *att = AT(a->att, s, (size_t)B * NH * T * T);
+    float *qkv = AT(a->qkv, s, N * 3 * C), *atty = AT(a->atty, s, NC), *res1 = AT(a->res1, s, NC);
+    float *ln1 = AT(a->ln1, s, NC), *ffn_in = AT(a->ffn_in, s, NC), *res2 = AT(a->res2, s, NC);
+    float *ffn_pre = AT(a->ffn_pre, s, N * F), *ffn_act = AT(a->ffn_act, s, N * I);
+    float *att = offs ? NULL : AT(a->att, s, (size_t)B * NH * T * T);
     int drop_out = qac_dropout_active(drop, QAC_DROP_ATT_OUT);
     qac_status st;
 
-    if ((st = qac_gemm(qkv, x, &pk->qkv[l], p->qkv_b + lc * 3, NULL, (int)N, a->scratch, pool))) return st;
-    st = offs ? qac_attention_forward_packed(atty, a->scratch, qkv, lens, offs, B, T, C, NH, pool)
-              : qac_attention_forward_drop(atty, att, a->scratch, qkv, lens, drop, l, B, T, C, NH, pool);
-    if (st) return st;
+    const float *ain = x; /* the attention's input */
+    if (pre && l > 0) {
+        qac_layernorm_forward(ln1, AT(a->ln1_mean, s, N), AT(a->ln1_rstd, s, N), x, p->ln1_w + lc,
+                              BIAS(p->ln1_b, lc), (int)N, C, eps, pool);
+        ain = ln1;
+    }
+    if ((st = qac_gemm(qkv, ain, &pk->qkv[l], BIAS(p->qkv_b, lc * 3), NULL, (int)N, a->scratch, pool))) return st;
+    if (c->positions == QAC_POS_ROTARY)
+        qac_rope_forward(qkv, a->pos, a->rope + (window ? (size_t)T * (C / NH) : 0), (int)N, C, NH, pool);
+    if ((st = qac_attention_forward_window(atty, att, a->scratch, qkv, lens, offs, window, offs ? NULL : drop, l, B, T,
+                                           C, NH, pool)))
+        return st;
+    /* res1 = x + dropout(atty Wo + bo) */
     if (drop_out) {
-        if ((st = qac_gemm(res1, atty, &pk->attn_out[l], p->attn_out_b + lc, NULL, (int)N, a->scratch, pool)))
+        if ((st = qac_gemm(res1, atty, &pk->attn_out[l], BIAS(p->attn_out_b, lc), NULL, (int)N, a->scratch, pool)))
             return st;
         qac_dropout_forward(res1, res1, x, drop, l, QAC_DROP_ATT_OUT, B, T, C, pool);
-    } else if ((st = qac_gemm(res1, atty, &pk->attn_out[l], p->attn_out_b + lc, x, (int)N, a->scratch, pool))) {
+    } else if ((st = qac_gemm(res1, atty, &pk->attn_out[l], BIAS(p->attn_out_b, lc), x, (int)N, a->scratch, pool))) {
         return st;
     }
-    qac_layernorm_forward(ln1, AT(a->ln1_mean, s, N), AT(a->ln1_rstd, s, N), res1, p->ln1_w + lc, p->ln1_b + lc,
-                          (int)N, C, eps, pool);
-    if ((st = qac_matmul_gelu_packed(ffn_act, ffn_pre, ln1, &pk->ffn_in[l], p->ffn_in_b + (size_t)l * I, (int)N,
-                                     a->scratch, pool)))
-        return st;
-    if (drop_out) {
-        if ((st = qac_gemm(res2, ffn_act, &pk->ffn_out[l], p->ffn_out_b + lc, NULL, (int)N, a->scratch, pool)))
+    /* the FFN's input, and what its output adds to */
+    const float *fres;
+    if (pre) {
+        qac_layernorm_forward(ffn_in, AT(a->ln2_mean, s, N), AT(a->ln2_rstd, s, N), res1, p->ln2_w + lc,
+                              BIAS(p->ln2_b, lc), (int)N, C, eps, pool);
+        fres = res1;
+    } else {
+        qac_layernorm_forward(ln1, AT(a->ln1_mean, s, N), AT(a->ln1_rstd, s, N), res1, p->ln1_w + lc,
+                              BIAS(p->ln1_b, lc), (int)N, C, eps, pool);
+        ffn_in = ln1;
+        fres = ln1;
+    }
+    if (c->glu) {
+        if ((st = qac_gemm(ffn_pre, ffn_in, &pk->ffn_in[l], BIAS(p->ffn_in_b, (size_t)l * F), NULL, (int)N, a->scratch,
+                           pool)))
             return st;
-        qac_dropout_forward(res2, res2, ln1, drop, l, QAC_DROP_FFN_OUT, B, T, C, pool);
-    } else if ((st = qac_gemm(res2, ffn_act, &pk->ffn_out[l], p->ffn_out_b + lc, ln1, (int)N, a->scratch, pool))) {
+        qac_geglu_forward(ffn_act, ffn_pre, (int)N, I, pool);
+    } else if ((st = qac_matmul_gelu_packed(ffn_act, ffn_pre, ffn_in, &pk->ffn_in[l], BIAS(p->ffn_in_b, (size_t)l * I),
+                                            (int)N, a->scratch, pool))) {
         return st;
     }
-    qac_layernorm_forward(y, AT(a->ln2_mean, s, N), AT(a->ln2_rstd, s, N), res2, p->ln2_w + lc, p->ln2_b + lc,
-                          (int)N, C, eps, pool);
+    float *sum = pre ? y : res2; /* pre-LN: the layer's output itself */
+    if (drop_out) {
+        if ((st = qac_gemm(sum, ffn_act, &pk->ffn_out[l], BIAS(p->ffn_out_b, lc), NULL, (int)N, a->scratch, pool)))
+            return st;
+        qac_dropout_forward(sum, sum, fres, drop, l, QAC_DROP_FFN_OUT, B, T, C, pool);
+    } else if ((st = qac_gemm(sum, ffn_act, &pk->ffn_out[l], BIAS(p->ffn_out_b, lc), fres, (int)N, a->scratch,
+                              pool))) {
+        return st;
+    }
+    if (!pre)
+        qac_layernorm_forward(y, AT(a->ln2_mean, s, N), AT(a->ln2_rstd, s, N), res2, p->ln2_w + lc,
+                              BIAS(p->ln2_b, lc), (int)N, C, eps, pool);
     return QAC_OK;
 }
 
@@ -278,6 +355,27 @@ qac_status qac_bert_layer_forward(qac_bert_acts *a, int l, int s, const float *x
     return layer_forward(a, l, s, x, y, c, p, pk, lens, NULL, B, T, (size_t)B * T, drop, pool);
 }
 
+/* hidden[0] = dropout(LN(embeddings)) over N rows whose positions a->pos
+ * already holds. */
+static void embed(qac_bert_acts *a, const qac_bert_config *c, const qac_bert_params *p, const int32_t *ids,
+                  const int32_t *type_ids, int B, int T, size_t N, const qac_dropout *drop, qac_pool *pool) {
+    int C = c->hidden_size;
+    qac_embeddings_forward_at(a->emb, ids, type_ids, a->pos, p->word_emb, p->pos_emb, p->type_emb, 1, (int)N, C,
+                              pool);
+    qac_layernorm_forward(a->hidden, a->emb_mean, a->emb_rstd, a->emb, p->emb_ln_w, p->emb_ln_b, (int)N, C,
+                          c->layer_norm_eps, pool);
+    if (qac_dropout_active(drop, QAC_DROP_EMB))
+        qac_dropout_forward(a->hidden, a->hidden, NULL, drop, 0, QAC_DROP_EMB, B, T, C, pool);
+}
+
+/* pre-LN: last = LN_final(x) (x may be a->last) */
+static void final_norm(qac_bert_acts *a, const qac_bert_config *c, const qac_bert_params *p, const float *x,
+                       size_t N, qac_pool *pool) {
+    if (c->pre_norm)
+        qac_layernorm_forward(a->last, a->final_mean, a->final_rstd, x, p->final_ln_w, p->final_ln_b, (int)N,
+                              c->hidden_size, c->layer_norm_eps, pool);
+}
+
 qac_status qac_bert_forward_packed(qac_bert_acts *a, const qac_bert_config *c, const qac_bert_params *p,
                                    const qac_bert_packed *pk, const int32_t *packed_ids, const int32_t *packed_types,
                                    const int *lens, const int *offs, int B, int T, qac_pool *pool) {
@@ -288,8 +386,9 @@ qac_status qac_bert_forward_packed(qac_bert_acts *a, const qac_bert_config *c, c
         return qac_set_error(QAC_ERR_INVALID, "bert forward: activations sized for %d threads, pool has %d",
                              a->nthreads, qac_pool_size(pool));
     size_t N = 0;
+    int most = qac_bert_max_tokens(c);
     for (int b = 0; b < B; b++) {
-        if (lens[b] < 1 || lens[b] > T || offs[b] != (int)N)
+        if (lens[b] < 1 || lens[b] > T || lens[b] > most || offs[b] != (int)N)
             return qac_set_error(QAC_ERR_INVALID, "bert forward: sequence %d has length %d at row %d (T=%d)", b,
                                  lens[b], offs[b], T);
         N += (size_t)lens[b];
@@ -302,20 +401,17 @@ qac_status qac_bert_forward_packed(qac_bert_acts *a, const qac_bert_config *c, c
             return qac_set_error(QAC_ERR_INVALID, "bert forward: token type %d out of range [0, %d)",
                                  packed_types[i], c->type_vocab_size);
     }
-    int C = c->hidden_size;
     /* positions restart with each sequence */
-    for (int b = 0; b < B; b++)
-        qac_embeddings_forward(a->emb + (size_t)offs[b] * C, packed_ids + offs[b],
-                               packed_types ? packed_types + offs[b] : NULL, p->word_emb, p->pos_emb, p->type_emb, 1,
-                               lens[b], C, NULL);
-    qac_layernorm_forward(a->hidden, a->emb_mean, a->emb_rstd, a->emb, p->emb_ln_w, p->emb_ln_b, (int)N, C,
-                          c->layer_norm_eps, pool);
+    qac_positions_fill(a->pos, packed_ids, lens, offs, B, T, c);
+    rope_prepare(a, c, T);
+    embed(a, c, p, packed_ids, packed_types, B, T, N, NULL, pool);
     for (int l = 0; l < c->num_layers; l++) {
         if (a->cancel && a->cancel(a->cancel_user))
             return qac_set_error(QAC_ERR_CANCELLED, "encode: cancelled before layer %d of %d", l, c->num_layers);
         qac_status st = layer_forward(a, l, 0, a->hidden, a->hidden, c, p, pk, lens, offs, B, T, N, NULL, pool);
         if (st) return st;
     }
+    final_norm(a, c, p, a->hidden, N, pool);
     return QAC_OK;
 }
 
@@ -328,11 +424,9 @@ static qac_status forward(qac_bert_acts *a, const qac_bert_config *c, const qac_
     size_t N = (size_t)B * T, NC = N * C;
     int hist = a->keep != QAC_ACTS_INFER;
 
-    qac_embeddings_forward(a->emb, ids, type_ids, p->word_emb, p->pos_emb, p->type_emb, B, T, C, pool);
-    qac_layernorm_forward(a->hidden, a->emb_mean, a->emb_rstd, a->emb, p->emb_ln_w, p->emb_ln_b, (int)N, C,
-                          c->layer_norm_eps, pool);
-    if (qac_dropout_active(drop, QAC_DROP_EMB))
-        qac_dropout_forward(a->hidden, a->hidden, NULL, drop, 0, QAC_DROP_EMB, B, T, C, pool);
+    qac_positions_fill(a->pos, ids, lens, NULL, B, T, c);
+    rope_prepare(a, c, T);
+    embed(a, c, p, ids, type_ids, B, T, N, drop, pool);
     if (hidden_out) memcpy(hidden_out, a->hidden, NC * sizeof(float));
 
     for (int l = 0; l < L; l++) {
@@ -342,6 +436,7 @@ static qac_status forward(qac_bert_acts *a, const qac_bert_config *c, const qac_
         if (st) return st;
         if (hidden_out) memcpy(hidden_out + (size_t)(l + 1) * NC, y, NC * sizeof(float));
     }
+    final_norm(a, c, p, hist ? a->hidden + (size_t)L * NC : a->hidden, N, pool);
     return QAC_OK;
 }
 
@@ -351,6 +446,8 @@ qac_status qac_bert_layers_forward(qac_bert_acts *a, const qac_bert_config *c, c
     if (!pk || pk->L != c->num_layers) return qac_set_error(QAC_ERR_INVALID, "layer stack: weights not packed");
     if (!a->mem || a->B != B || a->T != T || a->keep == QAC_ACTS_INFER)
         return qac_set_error(QAC_ERR_INVALID, "layer stack: activations not kept for B=%d T=%d", B, T);
+    if (c->pre_norm || c->positions == QAC_POS_ROTARY)
+        return qac_set_error(QAC_ERR_UNSUPPORTED, "layer stack: BERT layers only (the pre-training heads)");
     size_t NC = (size_t)B * T * c->hidden_size;
     memcpy(a->hidden, x, NC * sizeof(float));
     for (int l = 0; l < c->num_layers; l++) {

@@ -56,10 +56,51 @@ void qac_dropout_forward(float *out, const float *inp, const float *resid, const
 void qac_embeddings_forward(float *out, const int32_t *ids, const int32_t *type_ids,
                             const float *word_emb, const float *pos_emb, const float *type_emb,
                             int B, int T, int C, qac_pool *pool);
+/* The same with the position of row r from pos_ids[r] (NULL: r % T); a
+ * NULL pos_emb or type_emb adds nothing (the families without them). */
+void qac_embeddings_forward_at(float *out, const int32_t *ids, const int32_t *type_ids, const int32_t *pos_ids,
+                               const float *word_emb, const float *pos_emb, const float *type_emb, int B, int T, int C,
+                               qac_pool *pool);
 
 /* dword [V,C], dpos [P,C], dtype [Tt,C] += the rows of dout [B,T,C]. */
 void qac_embeddings_backward(float *dword, float *dpos, float *dtype, const float *dout, const int32_t *ids,
                              const int32_t *type_ids, int B, int T, int C);
+/* The same with pos_ids (NULL: r % T); dpos or dtype NULL: not accumulated.
+ * The rows of token pad_id and of position pad_pos get no gradient (-1:
+ * every row does), as torch's nn.Embedding(padding_idx=...) gives none. */
+void qac_embeddings_backward_at(float *dword, float *dpos, float *dtype, const float *dout, const int32_t *ids,
+                                const int32_t *type_ids, const int32_t *pos_ids, int32_t pad_id, int32_t pad_pos,
+                                int B, int T, int C);
+
+/* Position ids of rows [B,T] (offs NULL) or packed (sequence b in rows
+ * offs[b] .. offs[b] + lens[b]): learned and rotary, the row's index in its
+ * sequence; offset (RoBERTa), padding_idx + 1 + the non-pad tokens up to
+ * and including it, padding_idx for a pad token and for rows past lens[b]
+ * (transformers' create_position_ids_from_input_ids). pos [N]. */
+void qac_positions_fill(int32_t *pos, const int32_t *ids, const int *lens, const int *offs, int B, int T,
+                        const qac_bert_config *c);
+
+/* ---- the families' layer math (family_layers.c) ---- */
+
+/* The rotary angles' cosines and sines for positions [0, P), hs/2 each:
+ * inv_freq_i = 1 / theta^(2i / hs) and angle p * inv_freq_i, in float32 as
+ * transformers computes them. cs [P, hs]: cos in [.., 0, hs/2), sin after. */
+void qac_rope_table(float *cs, int P, int hs, float theta);
+/* Rotate the Q and K parts of qkv [N,3C] in place, row r by position
+ * pos[r] (rotate_half: x_i' = x_i cos - x_{i+hs/2} sin, x_{i+hs/2}' =
+ * x_{i+hs/2} cos + x_i sin, per head). Backward: the inverse rotation of
+ * dqkv's Q and K parts. */
+void qac_rope_forward(float *qkv, const int32_t *pos, const float *cs, int N, int C, int NH, qac_pool *pool);
+void qac_rope_backward(float *dqkv, const int32_t *pos, const float *cs, int N, int C, int NH, qac_pool *pool);
+/* GeGLU: act [N,I] = GELU(pre[:, :I]) * pre[:, I:], pre [N,2I]. Backward:
+ * dpre [N,2I] (written) from dact [N,I]. */
+void qac_geglu_forward(float *act, const float *pre, int N, int I, qac_pool *pool);
+void qac_geglu_backward(float *dpre, const float *dact, const float *pre, int N, int I, qac_pool *pool);
+/* The pre-LayerNorm step of the CUDA encoder (kernels/family_kernels.cu):
+ * x [N,C] += r + bias (r NULL: unchanged; bias may be NULL), then xn [N,C]
+ * = LayerNorm(x) with w, b (b may be NULL). */
+void qac_add_layernorm_forward(float *x, float *xn, const float *r, const float *bias, const float *w, const float *b,
+                               int N, int C, float eps, qac_pool *pool);
 
 /* out = (inp - mean) * rstd * w + b per row. mean, rstd [N] may be NULL.
  * out, inp [N,C] (out may alias inp); w, b [C]. */
@@ -145,6 +186,14 @@ qac_status qac_attention_forward_drop(float *out, float *att, float *scratch, co
  * same bits as qac_attention_forward gives it in any padded batch. */
 qac_status qac_attention_forward_packed(float *out, float *scratch, const float *qkv, const int *lens,
                                         const int *offs, int B, int T, int C, int NH, qac_pool *pool);
+/* Any of the above with a local window (window > 0: query t sees key j
+ * only when |t - j| <= window, ModernBERT's local layers). A local layer's
+ * query rows go in blocks whose scores cover only the keys their windows
+ * reach: the cost grows with the window, not with T. att (when kept) holds
+ * zero outside the window; offs NULL: padded rows. scratch as above. */
+qac_status qac_attention_forward_window(float *out, float *att, float *scratch, const float *qkv, const int *lens,
+                                        const int *offs, int window, const qac_dropout *drop, int layer, int B, int T,
+                                        int C, int NH, qac_pool *pool);
 /* dqkv [B,T,3C] (written) from datty [B,T,C], the kept probabilities att
  * [B,NH,T,T] and qkv; keys past lens[b] get zero gradient. */
 qac_status qac_attention_backward(float *dqkv, const float *datty, const float *qkv, const float *att,
@@ -250,13 +299,21 @@ typedef struct qac_bert_acts {
     float *res1;       /* [Lk,B,T,C] layer input + attention output (LN1 input) */
     float *ln1_mean;   /* [Lk,B,T] (NULL) */
     float *ln1_rstd;   /* [Lk,B,T] (NULL) */
-    float *ln1;        /* [Lk,B,T,C] */
-    float *ffn_pre;    /* [Lk,B,T,I] before GELU (NULL) */
-    float *ffn_act;    /* [Lk,B,T,I] after GELU */
-    float *res2;       /* [Lk,B,T,C] ln1 + FFN output (LN2 input) */
+    float *ln1;        /* [Lk,B,T,C] post-LN: LN1(res1); pre-LN: LN1(layer input), the
+                          attention's input (layer 0 reads its input itself) */
+    float *ffn_pre;    /* [Lk,B,T,F] before GELU (NULL but with GeGLU); F = 2I with GeGLU */
+    float *ffn_act;    /* [Lk,B,T,I] after GELU (GeGLU: times the gate) */
+    float *res2;       /* [Lk,B,T,C] ln1 + FFN output (LN2 input; NULL pre-LN) */
     float *ln2_mean;   /* [Lk,B,T] (NULL) */
     float *ln2_rstd;   /* [Lk,B,T] (NULL) */
-    float *last;       /* [B,T,C] the final hidden state after qac_bert_forward */
+    float *ffn_in;     /* [Lk,B,T,C] the FFN's input: post-LN ln1 itself, pre-LN LN2(res1) */
+    float *final_mean; /* [B,T] pre-LN: the final LayerNorm's statistics (NULL otherwise) */
+    float *final_rstd; /* [B,T] */
+    float *last;       /* [B,T,C] the final hidden state after qac_bert_forward (pre-LN:
+                          the final LayerNorm of hidden[L]) */
+    int32_t *pos;      /* [B,T] position ids (qac_positions_fill) */
+    float *rope;       /* [2,T,hs] rotary cos|sin: global theta, then local (NULL: no rotary) */
+    int rope_T;        /* positions rope holds (0: not yet filled) */
     /* qac_bert_forward_packed asks cancel(cancel_user) before each layer and
      * stops with QAC_ERR_CANCELLED on nonzero (NULL: never); kept by alloc */
     int (*cancel)(void *cancel_user);

@@ -1,5 +1,6 @@
-/* HF BERT checkpoints: config.json, model.safetensors, the
- * sentence-transformers extras, the flat parameter layout and save. */
+/* HF checkpoints of every family: model.safetensors by the family's tensor
+ * names (family.c has the tables and config.json), the
+ * sentence-transformers extras, load and save. */
 #include "qac_model.h"
 
 #include <dirent.h>
@@ -17,74 +18,6 @@
 #include "qac_safetensors.h"
 #include "qac_util.h"
 
-/* ---- flat parameter layout ---- */
-
-static const char *const tensor_names[QAC_BERT_NUM_TENSORS] = {
-    "word_emb", "pos_emb",  "type_emb", "emb_ln_w",  "emb_ln_b",  "qkv_w",     "qkv_b",
-    "attn_out_w", "attn_out_b", "ln1_w", "ln1_b", "ffn_in_w", "ffn_in_b", "ffn_out_w",
-    "ffn_out_b", "ln2_w", "ln2_b", "pooler_w", "pooler_b"};
-
-const char *qac_bert_tensor_name(int i) {
-    return i >= 0 && i < QAC_BERT_NUM_TENSORS ? tensor_names[i] : NULL;
-}
-
-size_t qac_bert_tensor_size(const qac_bert_config *c, int i) {
-    size_t V = (size_t)c->vocab_size, C = (size_t)c->hidden_size, L = (size_t)c->num_layers,
-           I = (size_t)c->intermediate_size, P = (size_t)c->max_position, T = (size_t)c->type_vocab_size;
-    switch (i) {
-    case 0: return V * C;
-    case 1: return P * C;
-    case 2: return T * C;
-    case 3: case 4: return C;
-    case 5: return L * 3 * C * C;
-    case 6: return L * 3 * C;
-    case 7: return L * C * C;
-    case 8: case 9: case 10: return L * C;
-    case 11: return L * I * C;
-    case 12: return L * I;
-    case 13: return L * C * I;
-    case 14: case 15: case 16: return L * C;
-    case 17: return C * C;
-    case 18: return C;
-    default: return 0;
-    }
-}
-
-size_t qac_bert_param_count(const qac_bert_config *c) {
-    size_t n = 0;
-    for (int i = 0; i < QAC_BERT_NUM_TENSORS; i++) n += qac_bert_tensor_size(c, i);
-    return n;
-}
-
-static float **view_slot(qac_bert_params *p, int i) {
-    float **slots[QAC_BERT_NUM_TENSORS] = {
-        &p->word_emb, &p->pos_emb, &p->type_emb, &p->emb_ln_w, &p->emb_ln_b, &p->qkv_w, &p->qkv_b,
-        &p->attn_out_w, &p->attn_out_b, &p->ln1_w, &p->ln1_b, &p->ffn_in_w, &p->ffn_in_b, &p->ffn_out_w,
-        &p->ffn_out_b, &p->ln2_w, &p->ln2_b, &p->pooler_w, &p->pooler_b};
-    return slots[i];
-}
-
-void qac_bert_params_bind(qac_bert_params *p, const qac_bert_config *c, float *base) {
-    for (int i = 0; i < QAC_BERT_NUM_TENSORS; i++) {
-        *view_slot(p, i) = base;
-        base += qac_bert_tensor_size(c, i);
-    }
-}
-
-size_t qac_bert_stack_param_count(const qac_bert_config *c) {
-    size_t n = 0;
-    for (int i = QAC_BERT_LAYER_FIRST; i < QAC_BERT_LAYER_END; i++) n += qac_bert_tensor_size(c, i);
-    return n;
-}
-
-void qac_bert_stack_bind(qac_bert_params *p, const qac_bert_config *c, float *base) {
-    for (int i = 0; i < QAC_BERT_NUM_TENSORS; i++) {
-        int in_stack = i >= QAC_BERT_LAYER_FIRST && i < QAC_BERT_LAYER_END;
-        *view_slot(p, i) = in_stack ? base : NULL;
-        if (in_stack) base += qac_bert_tensor_size(c, i);
-    }
-}
-
 const char *qac_pooling_name(qac_pooling p) { return p == QAC_POOL_MEAN ? "mean" : "cls"; }
 
 
@@ -101,169 +34,7 @@ static void compute_fingerprint(qac_model *m, const char *config_bytes, size_t c
     snprintf(m->fingerprint, sizeof m->fingerprint, "%016llx", (unsigned long long)qac_xxh64_digest(&s));
 }
 
-/* ---- config.json ---- */
-
-qac_status qac_bert_config_validate(const qac_bert_config *c) {
-    struct {
-        const char *name;
-        long long v, lo, hi;
-    } ints[] = {
-        {"vocab_size", c->vocab_size, 1, 1 << 24},
-        {"hidden_size", c->hidden_size, 1, 1 << 16},
-        {"num_hidden_layers", c->num_layers, 1, 1024},
-        {"num_attention_heads", c->num_heads, 1, 1 << 16},
-        {"intermediate_size", c->intermediate_size, 1, 1 << 20},
-        {"max_position_embeddings", c->max_position, 1, 1 << 20},
-        {"type_vocab_size", c->type_vocab_size, 1, 1 << 16},
-    };
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++)
-        if (ints[i].v < ints[i].lo || ints[i].v > ints[i].hi)
-            return qac_set_error(QAC_ERR_UNSUPPORTED, "%s = %lld is out of the supported range [%lld, %lld]",
-                                 ints[i].name, ints[i].v, ints[i].lo, ints[i].hi);
-    if (c->hidden_size % c->num_heads != 0)
-        return qac_set_error(QAC_ERR_UNSUPPORTED,
-                             "hidden_size %d is not a multiple of num_attention_heads %d", c->hidden_size,
-                             c->num_heads);
-    if (c->pad_token_id < 0 || c->pad_token_id >= c->vocab_size)
-        return qac_set_error(QAC_ERR_UNSUPPORTED, "pad_token_id %d is outside the vocabulary [0, %d)",
-                             c->pad_token_id, c->vocab_size);
-    if (!(c->layer_norm_eps > 0) || !isfinite(c->layer_norm_eps))
-        return qac_set_error(QAC_ERR_UNSUPPORTED, "layer_norm_eps must be a positive number");
-    return QAC_OK;
-}
-
-static qac_status cfg_int(json_t *root, const char *key, int *out) {
-    json_t *v = json_object_get(root, key);
-    if (!v) return QAC_OK; /* BertConfig default stays */
-    if (!json_is_integer(v))
-        return qac_set_error(QAC_ERR_FORMAT, "\"%s\" must be an integer", key);
-    json_int_t x = json_integer_value(v);
-    if (x < -1000000000LL || x > 1000000000LL)
-        return qac_set_error(QAC_ERR_UNSUPPORTED, "\"%s\" = %lld is out of range", key, (long long)x);
-    *out = (int)x;
-    return QAC_OK;
-}
-
-static qac_status cfg_string_must_be(json_t *root, const char *key, const char *want, const char *why) {
-    json_t *v = json_object_get(root, key);
-    if (!v || json_is_null(v)) return QAC_OK;
-    if (!json_is_string(v)) return qac_set_error(QAC_ERR_FORMAT, "\"%s\" must be a string", key);
-    if (strcmp(json_string_value(v), want) != 0)
-        return qac_set_error(QAC_ERR_UNSUPPORTED, "%s \"%s\" is not supported (%s)", key, json_string_value(v),
-                             why);
-    return QAC_OK;
-}
-
-qac_status qac_bert_config_parse(qac_bert_config *cfg, const char *json, size_t len) {
-    /* BertConfig's defaults (bert-base-uncased). */
-    qac_bert_config c = {30522, 768, 12, 12, 3072, 512, 2, 0, 1e-12f, 0.1f, 0.1f};
-    json_error_t jerr;
-    json_t *root = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
-    if (!root)
-        return qac_set_error(QAC_ERR_FORMAT, "invalid JSON at line %d column %d: %s", jerr.line, jerr.column,
-                             jerr.text);
-    qac_status s = QAC_OK;
-    if (!json_is_object(root)) {
-        s = qac_set_error(QAC_ERR_FORMAT, "not a JSON object");
-        goto done;
-    }
-    json_t *mt = json_object_get(root, "model_type"), *arch = json_object_get(root, "architectures");
-    if (mt) {
-        if ((s = cfg_string_must_be(root, "model_type", "bert", "qac loads BERT encoders only"))) goto done;
-    } else {
-        int bert = 0;
-        if (json_is_array(arch))
-            for (size_t i = 0; i < json_array_size(arch); i++) {
-                const char *a = json_string_value(json_array_get(arch, i));
-                if (a && strncmp(a, "Bert", 4) == 0) bert = 1;
-            }
-        if (!bert) {
-            s = qac_set_error(QAC_ERR_UNSUPPORTED,
-                              "no \"model_type\": \"bert\" (and no Bert* architecture); qac loads BERT encoders only");
-            goto done;
-        }
-    }
-    if (arch && !json_is_array(arch) && !json_is_null(arch)) {
-        s = qac_set_error(QAC_ERR_FORMAT, "\"architectures\" must be a list");
-        goto done;
-    }
-    if ((s = cfg_string_must_be(root, "hidden_act", "gelu", "only the exact erf \"gelu\" is implemented")) ||
-        (s = cfg_string_must_be(root, "position_embedding_type", "absolute",
-                                "only absolute position embeddings are implemented")))
-        goto done;
-    const char *flags[] = {"is_decoder", "add_cross_attention"};
-    for (int i = 0; i < 2; i++) {
-        json_t *v = json_object_get(root, flags[i]);
-        if (v && !json_is_boolean(v)) {
-            s = qac_set_error(QAC_ERR_FORMAT, "\"%s\" must be true or false", flags[i]);
-            goto done;
-        }
-        if (json_is_true(v)) {
-            s = qac_set_error(QAC_ERR_UNSUPPORTED, "\"%s\": true is not supported (qac runs BERT as an encoder)",
-                              flags[i]);
-            goto done;
-        }
-    }
-    if ((s = cfg_int(root, "vocab_size", &c.vocab_size)) || (s = cfg_int(root, "hidden_size", &c.hidden_size)) ||
-        (s = cfg_int(root, "num_hidden_layers", &c.num_layers)) ||
-        (s = cfg_int(root, "num_attention_heads", &c.num_heads)) ||
-        (s = cfg_int(root, "intermediate_size", &c.intermediate_size)) ||
-        (s = cfg_int(root, "max_position_embeddings", &c.max_position)) ||
-        (s = cfg_int(root, "type_vocab_size", &c.type_vocab_size)))
-        goto done;
-    json_t *pad = json_object_get(root, "pad_token_id");
-    if (pad && !json_is_null(pad) && (s = cfg_int(root, "pad_token_id", &c.pad_token_id))) goto done;
-    json_t *eps = json_object_get(root, "layer_norm_eps");
-    if (eps) {
-        if (!json_is_number(eps)) {
-            s = qac_set_error(QAC_ERR_FORMAT, "\"layer_norm_eps\" must be a number");
-            goto done;
-        }
-        c.layer_norm_eps = (float)json_number_value(eps);
-    }
-    const char *probs[] = {"hidden_dropout_prob", "attention_probs_dropout_prob"};
-    float *dst[] = {&c.hidden_dropout, &c.attn_dropout};
-    for (int i = 0; i < 2; i++) {
-        json_t *v = json_object_get(root, probs[i]);
-        if (!v || json_is_null(v)) continue;
-        double d = json_number_value(v);
-        if (!json_is_number(v) || !(d >= 0 && d < 1)) {
-            s = qac_set_error(QAC_ERR_FORMAT, "\"%s\" must be a number in [0, 1)", probs[i]);
-            goto done;
-        }
-        *dst[i] = (float)d;
-    }
-    if ((s = qac_bert_config_validate(&c))) goto done;
-    *cfg = c;
-done:
-    json_decref(root);
-    return s;
-}
-
-/* Shortest decimal that reads back as the same float, so 1e-12f is written
- * as 1e-12 rather than 9.9999999600419720e-13. */
-static double float_as_short_double(float f) {
-    char buf[32];
-    for (int prec = 1; prec <= 9; prec++) {
-        snprintf(buf, sizeof buf, "%.*g", prec, (double)f);
-        double d = strtod(buf, NULL);
-        if ((float)d == f) return d;
-    }
-    return (double)f;
-}
-
-qac_status qac_bert_config_to_json(const qac_bert_config *c, char **out) {
-    *out = NULL;
-    json_t *r = json_pack(
-        "{s:[s], s:f, s:n, s:s, s:f, s:i, s:f, s:i, s:f, s:i, s:s, s:i, s:i, s:i, s:s, s:i, s:b, s:i}",
-        "architectures", "BertModel", "attention_probs_dropout_prob", float_as_short_double(c->attn_dropout), "classifier_dropout", "hidden_act",
-        "gelu", "hidden_dropout_prob", float_as_short_double(c->hidden_dropout), "hidden_size", c->hidden_size, "initializer_range", 0.02,
-        "intermediate_size", c->intermediate_size, "layer_norm_eps", float_as_short_double(c->layer_norm_eps),
-        "max_position_embeddings", c->max_position, "model_type", "bert", "num_attention_heads", c->num_heads,
-        "num_hidden_layers", c->num_layers, "pad_token_id", c->pad_token_id, "position_embedding_type",
-        "absolute", "type_vocab_size", c->type_vocab_size, "use_cache", 1, "vocab_size", c->vocab_size);
-    return qac_model_json_text(r, JSON_REAL_PRECISION(9), out);
-}
+/* ---- config.json: family.c ---- */
 
 /* ---- sentence-transformers extras ---- */
 
@@ -368,8 +139,8 @@ static qac_status load_st_extras(qac_model *m, const char *dir, int flags) {
     m->pooling = QAC_POOL_CLS;
     m->normalize = 0;
     m->include_prompt = 1;
-    m->max_seq_len = m->cfg.max_position;
-    json_t *mods = NULL, *sb = NULL;
+    m->max_seq_len = qac_bert_max_tokens(&m->cfg);
+    json_t *mods = NULL, *sb = NULL, *tc = NULL;
     /* a cross-encoder's modules.json has no Pooling: its pooler is the head's */
     qac_status s = flags & QAC_LOAD_CROSS_ENCODER ? QAC_OK : load_json_file(dir, "modules.json", &mods);
     if (s) return s;
@@ -438,62 +209,36 @@ static qac_status load_st_extras(qac_model *m, const char *dir, int flags) {
                                   "integer >= 2", dir);
                 goto done;
             }
-            if (json_integer_value(msl) < m->cfg.max_position) m->max_seq_len = (int)json_integer_value(msl);
+            if (json_integer_value(msl) < qac_bert_max_tokens(&m->cfg)) m->max_seq_len = (int)json_integer_value(msl);
         }
+    }
+    /* No max_seq_length (sentence-transformers 5 and later keep it in the
+     * tokenizer's model_max_length): the tokenizer's limit, as
+     * sentence-transformers takes min(max_position_embeddings, it). */
+    if (!sb || !json_integer_value(json_object_get(sb, "max_seq_length"))) {
+        if ((s = load_json_file(dir, "tokenizer_config.json", &tc))) goto done;
+        json_t *mml = tc ? json_object_get(tc, "model_max_length") : NULL;
+        if (json_is_integer(mml) && json_integer_value(mml) >= 2 &&
+            json_integer_value(mml) < qac_bert_max_tokens(&m->cfg))
+            m->max_seq_len = (int)json_integer_value(mml);
     }
     s = qac_model_prompts_load(m, dir);
 done:
     json_decref(mods);
     json_decref(sb);
+    json_decref(tc);
     return s;
 }
 
 /* ---- weights ---- */
 
-typedef struct hf_tensor {
-    const char *suffix;  /* after the prefix; %d is the layer */
-    int view;            /* index into the flat layout */
-    int part, nparts;    /* q/k/v: slice `part` of `nparts` per layer */
-    int rows, cols;      /* expected shape; cols 0 for vectors */
-    int optional;
-} hf_tensor;
-
-static int hf_tensor_table(const qac_bert_config *c, hf_tensor *t) {
-    int C = c->hidden_size, I = c->intermediate_size, n = 0;
-    const hf_tensor tab[] = {
-        {"embeddings.word_embeddings.weight", 0, 0, 1, c->vocab_size, C, 0},
-        {"embeddings.position_embeddings.weight", 1, 0, 1, c->max_position, C, 0},
-        {"embeddings.token_type_embeddings.weight", 2, 0, 1, c->type_vocab_size, C, 0},
-        {"embeddings.LayerNorm.weight", 3, 0, 1, C, 0, 0},
-        {"embeddings.LayerNorm.bias", 4, 0, 1, C, 0, 0},
-        {"encoder.layer.%d.attention.self.query.weight", 5, 0, 3, C, C, 0},
-        {"encoder.layer.%d.attention.self.key.weight", 5, 1, 3, C, C, 0},
-        {"encoder.layer.%d.attention.self.value.weight", 5, 2, 3, C, C, 0},
-        {"encoder.layer.%d.attention.self.query.bias", 6, 0, 3, C, 0, 0},
-        {"encoder.layer.%d.attention.self.key.bias", 6, 1, 3, C, 0, 0},
-        {"encoder.layer.%d.attention.self.value.bias", 6, 2, 3, C, 0, 0},
-        {"encoder.layer.%d.attention.output.dense.weight", 7, 0, 1, C, C, 0},
-        {"encoder.layer.%d.attention.output.dense.bias", 8, 0, 1, C, 0, 0},
-        {"encoder.layer.%d.attention.output.LayerNorm.weight", 9, 0, 1, C, 0, 0},
-        {"encoder.layer.%d.attention.output.LayerNorm.bias", 10, 0, 1, C, 0, 0},
-        {"encoder.layer.%d.intermediate.dense.weight", 11, 0, 1, I, C, 0},
-        {"encoder.layer.%d.intermediate.dense.bias", 12, 0, 1, I, 0, 0},
-        {"encoder.layer.%d.output.dense.weight", 13, 0, 1, C, I, 0},
-        {"encoder.layer.%d.output.dense.bias", 14, 0, 1, C, 0, 0},
-        {"encoder.layer.%d.output.LayerNorm.weight", 15, 0, 1, C, 0, 0},
-        {"encoder.layer.%d.output.LayerNorm.bias", 16, 0, 1, C, 0, 0},
-        {"pooler.dense.weight", 17, 0, 1, C, C, 1},
-        {"pooler.dense.bias", 18, 0, 1, C, 0, 1},
-    };
-    for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++) t[n++] = tab[i];
-    return n;
-}
+typedef qac_hf_tensor hf_tensor;
 
 static int is_layered(const hf_tensor *h) { return strstr(h->suffix, "%d") != NULL; }
 
 /* Where view `h` of layer l starts in the flat array. */
 static float *dest_of(const qac_model *m, const hf_tensor *h, int l) {
-    float *base = *view_slot((qac_bert_params *)&m->p, h->view);
+    float *base = *qac_bert_view_slot((qac_bert_params *)&m->p, h->view);
     size_t per_layer = is_layered(h) ? qac_bert_tensor_size(&m->cfg, h->view) / (size_t)m->cfg.num_layers
                                      : qac_bert_tensor_size(&m->cfg, h->view);
     size_t part = per_layer / (size_t)h->nparts;
@@ -525,13 +270,16 @@ static qac_status load_weights(qac_model *m, const char *path) {
     qac_safetensors *st;
     qac_status s = qac_safetensors_open(&st, path);
     if (s) return s;
-    /* The encoder's prefix: none (BertModel), "bert." (BertFor*) or any other
+    /* The encoder's prefix: none (BertModel, XLMRobertaModel, ...), the
+     * family's task-head prefix ("bert.", "roberta.", "model.") or any other
      * wrapper, found from the word embeddings. */
-    static const char *const anchor = "embeddings.word_embeddings.weight";
+    const char *anchor = qac_hf_anchor(&m->cfg), *head = qac_hf_prefix(&m->cfg);
     char prefix[256] = "";
     if (!qac_safetensors_find(st, anchor)) {
         const qac_st_tensor *hit = NULL;
-        if ((hit = qac_safetensors_find(st, "bert.embeddings.word_embeddings.weight"))) strcpy(prefix, "bert.");
+        char headed[512];
+        snprintf(headed, sizeof headed, "%s%s", head, anchor);
+        if ((hit = qac_safetensors_find(st, headed))) snprintf(prefix, sizeof prefix, "%s", head);
         else
             for (int i = 0; i < qac_safetensors_count(st) && !hit; i++) {
                 const qac_st_tensor *t = qac_safetensors_get(st, i);
@@ -543,17 +291,17 @@ static qac_status load_weights(qac_model *m, const char *path) {
                 }
             }
         if (!hit) {
-            s = qac_set_error(QAC_ERR_NOT_FOUND, "%s: missing tensor \"%s\" (also looked for \"bert.%s\")", path,
-                              anchor, anchor);
+            s = qac_set_error(QAC_ERR_NOT_FOUND, "%s: missing tensor \"%s\" (also looked for \"%s\"; config.json "
+                              "says model_type %s)", path, anchor, headed, qac_family_name(m->cfg.family));
             goto done;
         }
     }
     hf_tensor tab[32];
-    int nt = hf_tensor_table(&m->cfg, tab);
+    int nt = qac_hf_tensor_table(&m->cfg, tab);
     for (int i = 0; i < nt; i++) {
         const hf_tensor *h = &tab[i];
         int layers = is_layered(h) ? m->cfg.num_layers : 1;
-        for (int l = 0; l < layers; l++) {
+        for (int l = h->first_layer; l < layers; l++) {
             char name[512], full[768];
             snprintf(name, sizeof name, h->suffix, l);
             snprintf(full, sizeof full, "%s%s", prefix, name);
@@ -647,7 +395,12 @@ static qac_status check_tokenizer(qac_model *m) {
 
 qac_status qac_model_load(qac_model **out, const char *dir) { return qac_model_load_flags(out, dir, 0); }
 
+qac_status qac_model_load_untokenized(qac_model **out, const char *dir) {
+    return qac_model_load_flags(out, dir, QAC_LOAD_NO_TOKENIZER);
+}
+
 qac_status qac_model_load_flags(qac_model **out, const char *dir, int flags) {
+    const int with_tokenizer = !(flags & QAC_LOAD_NO_TOKENIZER);
     *out = NULL;
     struct stat sb;
     if (!dir || stat(dir, &sb) != 0)
@@ -694,11 +447,11 @@ qac_status qac_model_load_flags(qac_model **out, const char *dir, int flags) {
         goto fail;
     }
     if ((s = alloc_params(m)) || (s = load_weights(m, path))) goto fail;
-    if ((s = qac_tokenizer_load(&m->tok, dir))) {
+    if (with_tokenizer && (s = qac_tokenizer_load(&m->tok, dir))) {
         s = qac_wrap_error(s, "%s: tokenizer", dir);
         goto fail;
     }
-    if ((s = check_tokenizer(m))) goto fail;
+    if (with_tokenizer && (s = check_tokenizer(m))) goto fail;
     compute_fingerprint(m, cfg_txt, cfg_len);
     free(cfg_txt);
     *out = m;
@@ -728,8 +481,8 @@ qac_status qac_model_create(qac_model **out, const qac_bert_config *cfg, const c
     m->cfg = *cfg;
     m->pooling = QAC_POOL_CLS;
     m->include_prompt = 1;
-    m->max_seq_len = cfg->max_position;
-    snprintf(m->name, sizeof m->name, "%s", "bert");
+    m->max_seq_len = qac_bert_max_tokens(cfg);
+    snprintf(m->name, sizeof m->name, "%s", qac_family_name(cfg->family));
     if (tok_dir && !(m->dir = strdup(tok_dir))) {
         free(m);
         return qac_set_error(QAC_ERR_NOMEM, "out of memory");
@@ -820,7 +573,7 @@ static int same_dir(const char *a, const char *b) {
 
 static qac_status copy_tokenizer_files(const char *src, const char *dst) {
     static const char *const names[] = {"vocab.txt", "tokenizer_config.json", "special_tokens_map.json",
-                                        "tokenizer.json", "added_tokens.json"};
+                                        "tokenizer.json", "added_tokens.json", "vocab.json", "merges.txt"};
     qac_status s;
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
         if ((s = copy_file(src, dst, names[i]))) return s;
@@ -838,10 +591,10 @@ static qac_status copy_tokenizer_files(const char *src, const char *dst) {
 
 static qac_status write_weights(const qac_model *m, const char *path, qac_st_dtype dt, const qac_save_spec *spec) {
     hf_tensor tab[32];
-    int nt = hf_tensor_table(&m->cfg, tab), L = m->cfg.num_layers, n = 0;
+    int nt = qac_hf_tensor_table(&m->cfg, tab), L = m->cfg.num_layers, n = 0;
     int total = spec->n_extra;
     const char *prefix = spec->prefix ? spec->prefix : "";
-    for (int i = 0; i < nt; i++) total += is_layered(&tab[i]) ? L : 1;
+    for (int i = 0; i < nt; i++) total += is_layered(&tab[i]) ? L - tab[i].first_layer : 1;
     qac_st_write_tensor *w = calloc((size_t)total, sizeof *w);
     char *names = calloc((size_t)total, 160);
     if (!w || !names) {
@@ -849,13 +602,14 @@ static qac_status write_weights(const qac_model *m, const char *path, qac_st_dty
         free(names);
         return qac_set_error(QAC_ERR_NOMEM, "out of memory");
     }
-    /* HF's order: embeddings, then each layer whole, then the pooler. */
+    /* HF's order: embeddings, then each layer whole, then the final norm
+     * and the pooler. */
     for (int pass = 0; pass < 3; pass++) {
         for (int l = 0; l < (pass == 1 ? L : 1); l++)
             for (int i = 0; i < nt; i++) {
                 const hf_tensor *h = &tab[i];
-                int want_pass = is_layered(h) ? 1 : (h->view >= 17 ? 2 : 0);
-                if (want_pass != pass) continue;
+                int want_pass = is_layered(h) ? 1 : (h->view >= QAC_BERT_LAYER_END ? 2 : 0);
+                if (want_pass != pass || (pass == 1 && l < h->first_layer)) continue;
                 char *nm = names + 160 * (size_t)n, suffix[128];
                 snprintf(suffix, sizeof suffix, h->suffix, l);
                 snprintf(nm, 160, "%s%s", prefix, suffix);

@@ -154,9 +154,9 @@ qac_status qac_encoder_encode_ids_typed(qac_encoder *e, const int32_t *const *id
     if (n == 0) return QAC_OK;
     const qac_bert_config *c = &e->m->cfg;
     for (int i = 0; i < n; i++) {
-        if (lens[i] < 1 || lens[i] > c->max_position)
+        if (lens[i] < 1 || lens[i] > qac_bert_max_tokens(c))
             return qac_set_error(QAC_ERR_INVALID, "encode: sequence %d has %d tokens (allowed 1..%d)", i, lens[i],
-                                 c->max_position);
+                                 qac_bert_max_tokens(c));
         for (int t = 0; t < lens[i]; t++) {
             if (ids[i][t] < 0 || ids[i][t] >= c->vocab_size)
                 return qac_set_error(QAC_ERR_INVALID, "encode: sequence %d token %d has id %d (vocabulary %d)",
@@ -224,8 +224,8 @@ qac_status qac_encoder_encode_texts_prompted(qac_encoder *e, const char *prompt,
     if (n == 0) return QAC_OK;
     const qac_model *m = e->m;
     if (!m->tok) return qac_set_error(QAC_ERR_INVALID, "encode: the model has no tokenizer");
-    int limit = m->max_seq_len > 0 ? m->max_seq_len : m->cfg.max_position;
-    if (limit > m->cfg.max_position) limit = m->cfg.max_position;
+    int limit = m->max_seq_len > 0 ? m->max_seq_len : qac_bert_max_tokens(&m->cfg);
+    if (limit > qac_bert_max_tokens(&m->cfg)) limit = qac_bert_max_tokens(&m->cfg);
     if (max_len <= 0 || max_len > limit) max_len = limit;
     if (max_len < 2) return qac_set_error(QAC_ERR_INVALID, "encode: max_len %d leaves no room for [CLS] [SEP]", max_len);
     qac_status st;
@@ -257,7 +257,7 @@ int64_t qac_encoder_truncated(const qac_encoder *e) { return e ? e->truncated : 
 
 int qac_encoder_max_len(const qac_encoder *e, int max_len) {
     const qac_model *m = e->m;
-    int limit = m->max_seq_len > 0 ? m->max_seq_len : m->cfg.max_position;
-    if (limit > m->cfg.max_position) limit = m->cfg.max_position;
+    int limit = m->max_seq_len > 0 ? m->max_seq_len : qac_bert_max_tokens(&m->cfg);
+    if (limit > qac_bert_max_tokens(&m->cfg)) limit = qac_bert_max_tokens(&m->cfg);
     return max_len <= 0 || max_len > limit ? limit : max_len;
 }

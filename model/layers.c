@@ -68,20 +68,25 @@ void qac_dropout_forward(float *out, const float *inp, const float *resid, const
     qac_pool_for(pool, (int64_t)B * T, 0, drop_task, &c);
 }
 
-/* attention probabilities of (b, h), row t: scale kept entries in place */
-static void drop_att_row(float *row, int len, const qac_dropout *d, int b, int layer, int h, int t) {
+/* attention probabilities of (b, h), row t, keys [from, to): scale kept
+ * entries in place */
+static void drop_att_span(float *row, int from, int to, const qac_dropout *d, int b, int layer, int h, int t) {
     uint32_t thresh = (uint32_t)(d->attn * 16777216.0f);
     float scale = 1.0f / (1.0f - d->attn);
     uint64_t s = drop_stream(d, b, layer, QAC_DROP_ATT);
     uint64_t base = ((uint64_t)h << 40) | ((uint64_t)t << 20);
-    for (int j = 0; j < len; j++) row[j] *= drop_scale(s, base | (uint64_t)j, thresh, scale);
+    for (int j = from; j < to; j++) row[j] *= drop_scale(s, base | (uint64_t)j, thresh, scale);
+}
+
+static void drop_att_row(float *row, int len, const qac_dropout *d, int b, int layer, int h, int t) {
+    drop_att_span(row, 0, len, d, b, layer, h, t);
 }
 
 /* ---- embeddings ---- */
 
 typedef struct emb_ctx {
     float *out;
-    const int32_t *ids, *type_ids;
+    const int32_t *ids, *type_ids, *pos_ids;
     const float *word, *pos, *type;
     int T, C;
 } emb_ctx;
@@ -91,32 +96,53 @@ static void emb_task(void *vctx, int64_t b, int64_t e, int tid) {
     int C = c->C;
     for (int64_t r = b; r < e; r++) {
         const float *w = c->word + (size_t)c->ids[r] * C;
-        const float *p = c->pos + (size_t)(r % c->T) * C;
-        const float *t = c->type + (size_t)(c->type_ids ? c->type_ids[r] : 0) * C;
+        const float *p = c->pos ? c->pos + (size_t)(c->pos_ids ? c->pos_ids[r] : r % c->T) * C : NULL;
+        const float *t = c->type ? c->type + (size_t)(c->type_ids ? c->type_ids[r] : 0) * C : NULL;
         float *o = c->out + (size_t)r * C;
-        for (int i = 0; i < C; i++) o[i] = w[i] + p[i] + t[i];
+        if (p && t)
+            for (int i = 0; i < C; i++) o[i] = w[i] + p[i] + t[i];
+        else if (p || t)
+            for (int i = 0; i < C; i++) o[i] = w[i] + (p ? p : t)[i];
+        else /* rotary families: the word vector alone */
+            memcpy(o, w, (size_t)C * sizeof *o);
     }
 }
 
 void qac_embeddings_forward(float *out, const int32_t *ids, const int32_t *type_ids, const float *word_emb,
                             const float *pos_emb, const float *type_emb, int B, int T, int C, qac_pool *pool) {
-    emb_ctx c = {out, ids, type_ids, word_emb, pos_emb, type_emb, T, C};
+    qac_embeddings_forward_at(out, ids, type_ids, NULL, word_emb, pos_emb, type_emb, B, T, C, pool);
+}
+
+void qac_embeddings_forward_at(float *out, const int32_t *ids, const int32_t *type_ids, const int32_t *pos_ids,
+                               const float *word_emb, const float *pos_emb, const float *type_emb, int B, int T, int C,
+                               qac_pool *pool) {
+    emb_ctx c = {out, ids, type_ids, pos_ids, word_emb, pos_emb, type_emb, T, C};
     qac_pool_for(pool, (int64_t)B * T, 0, emb_task, &c);
+}
+
+void qac_embeddings_backward(float *dword, float *dpos, float *dtype, const float *dout, const int32_t *ids,
+                             const int32_t *type_ids, int B, int T, int C) {
+    qac_embeddings_backward_at(dword, dpos, dtype, dout, ids, type_ids, NULL, -1, -1, B, T, C);
 }
 
 /* Rows in order, so a repeated token's contributions always add up in the
  * same order. */
-void qac_embeddings_backward(float *dword, float *dpos, float *dtype, const float *dout, const int32_t *ids,
-                             const int32_t *type_ids, int B, int T, int C) {
+void qac_embeddings_backward_at(float *dword, float *dpos, float *dtype, const float *dout, const int32_t *ids,
+                                const int32_t *type_ids, const int32_t *pos_ids, int32_t pad_id, int32_t pad_pos,
+                                int B, int T, int C) {
     for (int64_t r = 0; r < (int64_t)B * T; r++) {
         const float *g = dout + (size_t)r * C;
-        float *w = dword + (size_t)ids[r] * C;
-        float *p = dpos + (size_t)(r % T) * C;
-        float *t = dtype + (size_t)(type_ids ? type_ids[r] : 0) * C;
-        for (int i = 0; i < C; i++) {
-            w[i] += g[i];
-            p[i] += g[i];
-            t[i] += g[i];
+        if (ids[r] != pad_id) {
+            float *w = dword + (size_t)ids[r] * C;
+            for (int i = 0; i < C; i++) w[i] += g[i];
+        }
+        if (dpos && !(pos_ids && pos_ids[r] == pad_pos)) {
+            float *p = dpos + (size_t)(pos_ids ? pos_ids[r] : r % T) * C;
+            for (int i = 0; i < C; i++) p[i] += g[i];
+        }
+        if (dtype) {
+            float *t = dtype + (size_t)(type_ids ? type_ids[r] : 0) * C;
+            for (int i = 0; i < C; i++) t[i] += g[i];
         }
     }
 }
@@ -192,7 +218,7 @@ static void lnb_cols(void *vctx, int64_t begin, int64_t end, int tid) {
         }
         for (int i = 0; i < nc; i++) {
             c->dw[c0 + i] += sw[i];
-            c->db[c0 + i] += sb[i];
+            if (c->db) c->db[c0 + i] += sb[i];
         }
     }
 }
@@ -439,6 +465,7 @@ typedef struct att_ctx {
     const qac_dropout *drop;
     int layer, T, C, NH;
     size_t stride;
+    int window; /* > 0: key j seen from query t when |t - j| <= window */
 } att_ctx;
 
 /* A thread's scratch: the probabilities of one (sequence, head) [T, T],
@@ -450,6 +477,55 @@ size_t qac_attention_scratch_floats(int T, int C, int NH, int dropout) {
     size_t n = (size_t)T * T + qac_gemm_packed_floats(T, hs) + qac_gemm_packed_floats(hs, T) +
                (dropout ? (size_t)T * T : 0);
     return (n + 15) & ~(size_t)15; /* each thread's on cache lines of its own */
+}
+
+/* Query rows of a local layer per block: a block's scores cover only the
+ * keys its rows' windows reach. */
+#define LOCAL_QB 32
+
+/* One (sequence, head) of a local layer, query rows [0, M) in blocks of
+ * LOCAL_QB: block [t0, t1) packs and scores keys [t0 - w, t1 + w) within
+ * [0, len) alone, so the keys outside every window are never read (at 512
+ * tokens and a window of 64 each side a block reads 160 keys, not 512);
+ * inside the block, a row's entries outside its own window are zeroed after
+ * the scores. S holds row t at S + t * T, columns by key; kept (att not
+ * NULL) it is the full probability matrix, zero outside the window. */
+static void att_local(const att_ctx *c, float *S, float *pk, float *pv, float *pd, const float *q, float *out, int b,
+                      int h, int len, int M) {
+    int T = c->T, C = c->C, hs = C / c->NH, w = c->window;
+    int dropping = qac_dropout_active(c->drop, QAC_DROP_ATT);
+    float scale = 1.0f / sqrtf((float)hs);
+    const float *k = q + C, *v = q + 2 * C;
+    for (int t0 = 0; t0 < M; t0 += LOCAL_QB) {
+        int t1 = t0 + LOCAL_QB < M ? t0 + LOCAL_QB : M;
+        int k0 = t0 - w > 0 ? t0 - w : 0, k1 = t1 + w < len ? t1 + w : len, nk = k1 - k0;
+        if (nk > 0) {
+            qac_gemm_pack_into(pk, k + (size_t)k0 * 3 * C, nk, hs, 3 * C, 0);
+            qac_gemm_strided(S + (size_t)t0 * T + k0, T, q + (size_t)t0 * 3 * C, 3 * C, pk, hs, nk, scale, t1 - t0);
+        }
+        for (int t = t0; t < t1; t++) {
+            float *row = S + (size_t)t * T;
+            int j0 = t - w > k0 ? t - w : k0, j1 = t + w + 1 < k1 ? t + w + 1 : k1;
+            if (j1 > j0) qac_vm_softmax_row(row + j0, j1 - j0);
+            else j0 = j1 = k0 > 0 ? k0 : 0; /* a padded row past every key's window: all zero */
+            for (int j = k0; j < j0; j++) row[j] = 0.0f;
+            for (int j = j1 > k0 ? j1 : k0; j < k1; j++) row[j] = 0.0f;
+            if (c->att) {
+                for (int j = 0; j < k0 && j < T; j++) row[j] = 0.0f;
+                for (int j = k1 > 0 ? k1 : 0; j < T; j++) row[j] = 0.0f;
+            }
+            if (dropping && nk > 0) {
+                memcpy(pd + (size_t)t * T + k0, row + k0, (size_t)nk * sizeof *row);
+                drop_att_span(pd + (size_t)t * T, k0, k1, c->drop, b, c->layer, h, t);
+            }
+        }
+        float *o = out + (size_t)t0 * C;
+        if (nk > 0)
+            qac_gemm_strided_b(o, C, (dropping ? pd : S) + (size_t)t0 * T + k0, T, v + (size_t)k0 * 3 * C, 3 * C,
+                               nk, hs, 1.0f, t1 - t0, pv);
+        else
+            for (int t = t0; t < t1; t++) memset(o + (size_t)(t - t0) * C, 0, (size_t)hs * sizeof *o);
+    }
 }
 
 static void att_task(void *vctx, int64_t begin, int64_t end, int tid) {
@@ -469,6 +545,10 @@ static void att_task(void *vctx, int64_t begin, int64_t end, int tid) {
         const float *k = q + C;
         const float *v = q + 2 * C;
         float *att = c->att ? c->att + (size_t)bh * T * T : mine;
+        if (c->window > 0) {
+            att_local(c, att, pk, pv, pd, q, c->out + row0 * C + (size_t)h * hs, b, h, len, M);
+            continue;
+        }
         /* scores for the real keys only: masked keys get exactly zero weight */
         qac_gemm_pack_into(pk, k, len, hs, 3 * C, 0);
         qac_gemm_strided(att, T, q, 3 * C, pk, hs, len, scale, M);
@@ -509,13 +589,18 @@ qac_status qac_attention_forward(float *out, float *att, float *scratch, const f
 qac_status qac_attention_forward_drop(float *out, float *att, float *scratch, const float *qkv, const int *lens,
                                       const qac_dropout *drop, int layer, int B, int T, int C, int NH,
                                       qac_pool *pool) {
-    att_ctx c = {out, att, scratch, qkv, lens, NULL, drop, layer, T, C, NH, 0};
-    return att_run(&c, B, pool);
+    return qac_attention_forward_window(out, att, scratch, qkv, lens, NULL, 0, drop, layer, B, T, C, NH, pool);
 }
 
 qac_status qac_attention_forward_packed(float *out, float *scratch, const float *qkv, const int *lens,
                                         const int *offs, int B, int T, int C, int NH, qac_pool *pool) {
-    att_ctx c = {out, NULL, scratch, qkv, lens, offs, NULL, 0, T, C, NH, 0};
+    return qac_attention_forward_window(out, NULL, scratch, qkv, lens, offs, 0, NULL, 0, B, T, C, NH, pool);
+}
+
+qac_status qac_attention_forward_window(float *out, float *att, float *scratch, const float *qkv, const int *lens,
+                                        const int *offs, int window, const qac_dropout *drop, int layer, int B, int T,
+                                        int C, int NH, qac_pool *pool) {
+    att_ctx c = {out, att, scratch, qkv, lens, offs, drop, layer, T, C, NH, 0, window};
     return att_run(&c, B, pool);
 }
 

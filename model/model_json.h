@@ -1,7 +1,7 @@
 /* Internal to model/: the small JSON files of a model directory, read and
- * written the way Hugging Face writes them. checkpoint.c (config.json,
- * modules.json, the pooling config) and prompts.c
- * (config_sentence_transformers.json) both sit above this file. */
+ * written the way Hugging Face writes them. checkpoint.c (modules.json,
+ * the pooling config), family.c (config.json) and prompts.c
+ * (config_sentence_transformers.json) sit above this file. */
 #ifndef QAC_MODEL_JSON_H
 #define QAC_MODEL_JSON_H
 

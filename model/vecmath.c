@@ -203,12 +203,21 @@ BODY void qac_vm_layernorm_row_body(float *o, float *mean, float *rstd, const fl
     float rs = 1.0f / sqrtf(v / C + eps);
     /* o may alias x: a local block keeps the loop vectorisable (at -O2 the
      * compiler adds no run-time overlap checks) */
-    for (i = 0; i + VBLOCK <= C; i += VBLOCK) {
-        float y[VBLOCK];
-        for (int j = 0; j < VBLOCK; j++) y[j] = (x[i + j] - m) * rs * w[i + j] + bb[i + j];
-        memcpy(o + i, y, sizeof y);
+    if (bb) {
+        for (i = 0; i + VBLOCK <= C; i += VBLOCK) {
+            float y[VBLOCK];
+            for (int j = 0; j < VBLOCK; j++) y[j] = (x[i + j] - m) * rs * w[i + j] + bb[i + j];
+            memcpy(o + i, y, sizeof y);
+        }
+        for (; i < C; i++) o[i] = (x[i] - m) * rs * w[i] + bb[i];
+    } else { /* a LayerNorm without a bias (ModernBERT's) */
+        for (i = 0; i + VBLOCK <= C; i += VBLOCK) {
+            float y[VBLOCK];
+            for (int j = 0; j < VBLOCK; j++) y[j] = (x[i + j] - m) * rs * w[i + j];
+            memcpy(o + i, y, sizeof y);
+        }
+        for (; i < C; i++) o[i] = (x[i] - m) * rs * w[i];
     }
-    for (; i < C; i++) o[i] = (x[i] - m) * rs * w[i] + bb[i];
     if (mean) *mean = m;
     if (rstd) *rstd = rs;
 }

@@ -20,7 +20,8 @@ void qac_vm_bias_gelu(float *out, float *pre, const float *bias, int n, int keep
 void qac_vm_gelu_backward(float *dinp, const float *dout, const float *pre, size_t n);
 /* x = softmax(x), in place; n >= 1. [n] */
 void qac_vm_softmax_row(float *x, int n);
-/* One LayerNorm row: o = (x - mean) * rstd * w + b; mean, rstd may be NULL. */
+/* One LayerNorm row: o = (x - mean) * rstd * w + b (b NULL: no bias); mean,
+ * rstd may be NULL. */
 void qac_vm_layernorm_row(float *o, float *mean, float *rstd, const float *x, const float *w, const float *b, int C,
                           float eps);
 

@@ -214,8 +214,8 @@ qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, c
         goto fail;
     }
     const qac_model *m = r->model;
-    int limit = m->max_seq_len > 0 ? m->max_seq_len : m->cfg.max_position;
-    if (limit > m->cfg.max_position) limit = m->cfg.max_position;
+    int limit = m->max_seq_len > 0 ? m->max_seq_len : qac_bert_max_tokens(&m->cfg);
+    if (limit > qac_bert_max_tokens(&m->cfg)) limit = qac_bert_max_tokens(&m->cfg);
     be->enc = r;
     be->model_id = m->name;
     be->fingerprint = m->fingerprint;

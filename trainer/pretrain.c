@@ -81,7 +81,7 @@ qac_status qac_pt_objective_parse(qac_pt_objective *out, const char *name) {
 
 /* HF Trainer's rule, per qac_bert_params tensor: no decay on biases and
  * LayerNorm weights. */
-static const char enc_decays[QAC_BERT_NUM_TENSORS] = {1, 1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0};
+static const char enc_decays[QAC_BERT_NUM_TENSORS] = {1, 1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 1, 0};
 
 static float *view(qac_bert_params *p, int i) { return ((float **)p)[i]; }
 
@@ -110,6 +110,7 @@ static void init_stack(qac_bert_params *p, const qac_bert_config *c, uint64_t se
 }
 
 static void add_tensor(qac_pretrainer *t, float *p, float *g, size_t n, int decay) {
+    if (!n) return; /* a tensor the family lacks */
     size_t off = (size_t)(g - t->grad_mem);
     t->tensors[t->n_tensors++] = (qac_pt_tensor){p, g, t->adam_m + off, t->adam_v + off, n, decay};
 }
@@ -160,6 +161,11 @@ qac_status qac_pretrainer_create(qac_pretrainer **out, qac_model *m, const qac_t
     if (ob->objective != QAC_PT_COCONDENSER && ob->objective != QAC_PT_COTMAE && ob->objective != QAC_PT_QGEN)
         return qac_set_error(QAC_ERR_INVALID, "pretrain: unknown objective %d", (int)ob->objective);
     if (c->num_layers > QAC_MAX_LAYERS) return qac_set_error(QAC_ERR_UNSUPPORTED, "pretrain: more than %d layers", QAC_MAX_LAYERS);
+    if (c->family != QAC_FAMILY_BERT)
+        return qac_set_error(QAC_ERR_UNSUPPORTED,
+                             "pretrain: the model is %s; pre-training runs BERT encoders only (its heads are BERT "
+                             "layers and BERT's MLM head): fine-tune a %s model with qac finetune",
+                             qac_family_name(c->family), qac_family_name(c->family));
     qac_pretrainer *t = calloc(1, sizeof *t);
     if (!t) return qac_set_error(QAC_ERR_NOMEM, "pretrain: out of memory");
     t->m = m;

@@ -32,7 +32,7 @@ void qac_train_opts_default(qac_train_opts *o) {
 /* HF Trainer's rule: no decay on biases and LayerNorm weights. The pooler
  * gets no gradient and, as torch skips parameters without one, no update. */
 static int tensor_decays(int i) {
-    static const char decays[QAC_BERT_NUM_TENSORS] = {1, 1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0};
+    static const char decays[QAC_BERT_NUM_TENSORS] = {1, 1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 1, 0};
     return decays[i];
 }
 static int tensor_trains(int i) { return i < QAC_BERT_NUM_TENSORS - 2; }

@@ -88,7 +88,7 @@ int main(int argc, char **argv) {
     char def[4096];
     if (qac_default_model_dir(def, sizeof def)) return fail("default model");
     if (!strcmp(model, "bertbase")) {
-        qac_bert_config cfg = {30522, 768, 12, 12, 3072, 512, 2, 0, 1e-12f, 0.1f, 0.1f};
+        qac_bert_config cfg = {.vocab_size = 30522, .hidden_size = 768, .num_layers = 12, .num_heads = 12, .intermediate_size = 3072, .max_position = 512, .type_vocab_size = 2, .pad_token_id = 0, .layer_norm_eps = 1e-12f, .hidden_dropout = 0.1f, .attn_dropout = 0.1f};
         if (qac_model_create(&m, &cfg, def)) return fail("create model");
         uint32_t s = 12345;
         for (size_t i = 0; i < m->n_params; i++) {

@@ -21,7 +21,7 @@ static float frand(void) {
 }
 
 static qac_bert_config tiny_cfg(void) {
-    qac_bert_config c = {30522, 8, 2, 2, 16, 32, 2, 0, 1e-12f, 0.1f, 0.1f};
+    qac_bert_config c = {.vocab_size = 30522, .hidden_size = 8, .num_layers = 2, .num_heads = 2, .intermediate_size = 16, .max_position = 32, .type_vocab_size = 2, .pad_token_id = 0, .layer_norm_eps = 1e-12f, .hidden_dropout = 0.1f, .attn_dropout = 0.1f};
     return c;
 }
 
@@ -321,7 +321,15 @@ static void test_load_errors(const char *good) {
     check_config_error(good, "hidden_act", "\"gelu_new\"", QAC_ERR_UNSUPPORTED, "hidden_act \"gelu_new\"");
     check_config_error(good, "position_embedding_type", "\"relative_key\"", QAC_ERR_UNSUPPORTED,
                        "position_embedding_type");
-    check_config_error(good, "model_type", "\"roberta\"", QAC_ERR_UNSUPPORTED, "model_type \"roberta\"");
+    /* an encoder family qac does not run: named, with the loadable ones and the closest */
+    check_config_error(good, "model_type", "\"distilbert\"", QAC_ERR_UNSUPPORTED,
+                       "model_type \"distilbert\" is not supported: qac loads model_type bert, roberta, xlm-roberta "
+                       "and modernbert (the closest supported family is bert)");
+    check_config_error(good, "model_type", "\"nomic_bert\"", QAC_ERR_UNSUPPORTED,
+                       "closest supported family is modernbert");
+    check_config_error(good, "model_type", "\"camembert\"", QAC_ERR_UNSUPPORTED, "closest supported family is roberta");
+    check_config_error(good, "model_type", "\"xlm_roberta\"", QAC_ERR_UNSUPPORTED,
+                       "closest supported family is xlm-roberta");
     check_config_error(good, "num_attention_heads", "3", QAC_ERR_UNSUPPORTED, "not a multiple");
     check_config_error(good, "is_decoder", "true", QAC_ERR_UNSUPPORTED, "is_decoder");
     check_config_error(good, "add_cross_attention", "true", QAC_ERR_UNSUPPORTED, "add_cross_attention");
@@ -431,7 +439,7 @@ static void test_create_errors(void) {
         for (int i = 0; i < QAC_BERT_NUM_TENSORS; i++) sum += qac_bert_tensor_size(&c, i);
         CHECK(sum == m->n_params);
         CHECK(m->p.pooler_b + c.hidden_size == m->param_mem + m->n_params);
-        CHECK(strcmp(qac_bert_tensor_name(5), "qkv_w") == 0 && qac_bert_tensor_name(19) == NULL);
+        CHECK(strcmp(qac_bert_tensor_name(5), "qkv_w") == 0 && qac_bert_tensor_name(QAC_BERT_NUM_TENSORS) == NULL);
         CHECK_ERR(qac_model_save_as(m, qac_test_tmpdir("x"), QAC_ST_I32), QAC_ERR_INVALID, "F32, F16 or BF16");
         qac_model_free(m);
     }

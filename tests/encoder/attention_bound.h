@@ -61,7 +61,8 @@ static inline size_t att_rows(const att_shape *s) { return s->offs ? (size_t)s->
 
 static inline int att_visible(const att_shape *s, int j, int t, int len) {
     if (j >= len) return 0;
-    if (!s->causal || j == 0) return 1;
+    if (!s->causal) return s->window <= 0 || (j - t <= s->window && t - j <= s->window); /* a local layer */
+    if (j == 0) return 1;
     if (j > t) return 0;
     return s->window <= 0 || j > t - s->window;
 }
@@ -231,6 +232,7 @@ static double att_worst(const float *a, const float *b, const float *bound, size
             if (max_abs) *max_abs = INFINITY;
             return INFINITY;
         }
+        if (isinf(a[i]) && a[i] == b[i]) continue; /* a row that sees no key: lse +inf on both sides */
         double d = fabs((double)a[i] - b[i]), r = d / bound[i];
         if (d > mx) mx = d;
         if (r > w) w = r;

@@ -3,8 +3,9 @@
  * training parity tests hold to PyTorch: the forward output and its
  * log-sum-exp, and the backward's dQ, dK, dV, with and without attention
  * dropout (the same masks), for the encoder's bidirectional attention in
- * the padded and the packed layout and the query decoder's causal windowed
- * attention. Head sizes 32 and 64, lengths 1 to 512, ragged batches, key
+ * the padded and the packed layout, ModernBERT's local layers (a window on
+ * either side; the reference: qac_attention_forward_window) and the query
+ * decoder's causal windowed attention. Head sizes 32 and 64, lengths 1 to 512, ragged batches, key
  * tiles of 16 to 128.
  *
  * Bounds: every element's worst-case error budget, derived from the two
@@ -71,8 +72,9 @@ static void exact_lse(float *lse, const att_shape *s, const float *qkv) {
                     sc[j] = att_visible(s, j, i, len) ? d / sqrt((double)hs) : -INFINITY;
                     if (sc[j] > mx) mx = sc[j];
                 }
-                for (int j = 0; j < len; j++) z += exp(sc[j] - mx);
-                lse[(size_t)h * N + row0 + i] = (float)((mx + log(z)) * 1.4426950408889634);
+                for (int j = 0; j < len && mx > -INFINITY; j++) z += exp(sc[j] - mx);
+                /* a row that sees no key (padded, past every window): +inf, the contract's */
+                lse[(size_t)h * N + row0 + i] = mx > -INFINITY ? (float)((mx + log(z)) * 1.4426950408889634) : INFINITY;
                 free(sc);
             }
         }
@@ -109,13 +111,14 @@ static void run_case(int B, int T, int C, int NH, const int *lens, int causal, i
     char shape[96];
     snprintf(shape, sizeof shape, "%s B%d T%d hs%d%s%s p%.1f bq%d bk%d",
              round == QAC_PREC_BF16 ? "bf16" : round == QAC_PREC_FP16 ? "fp16" : "fp32", B, T, C / NH,
-             causal ? " causal" : "", causal && window ? "+win" : "", p_attn, bq, bk);
+             causal ? " causal" : "", window ? "+win" : "", p_attn, bq, bk);
 
     if (causal) {
         CHECK_OK(qac_attention_causal_forward(out_ref, att, qkvb, lens, window, dp, layer, B, T, C, NH, NULL));
         CHECK_OK(qac_attention_causal_backward(dq_ref, dout_r, qkvb, att, lens, window, dp, layer, B, T, C, NH, NULL));
     } else {
-        CHECK_OK(qac_attention_forward_drop(out_ref, att, NULL, qkvb, lens, dp, layer, B, T, C, NH, NULL));
+        CHECK_OK(qac_attention_forward_window(out_ref, att, NULL, qkvb, lens, NULL, window, dp, layer, B, T, C, NH,
+                                              NULL));
         CHECK_OK(qac_attention_backward(dq_ref, dout_r, qkvb, att, lens, dp, layer, B, T, C, NH, NULL));
     }
     CHECK_OK(qac_flash_attention_forward(out, lse, qkv, bias, NULL, lens, B, T, C, NH, causal, window, dp, layer, bk,
@@ -194,7 +197,13 @@ int main(void) {
     run_case(4, 33, 128, 2, l5, 1, 3, 0.1f, 16, 32, 2.0f, F);
     run_case(3, 128, 96, 3, l3, 1, 3, 0.0f, 64, 32, 1.0f, F);
     run_case(3, 128, 192, 3, l3, 1, 0, 0.1f, 32, 64, 1.0f, F);
+    /* ModernBERT's local layers: a window on either side, tiles the window
+     * starts and ends inside, rows padded past every key's window */
+    run_case(3, 128, 96, 3, l3, 0, 8, 0.0f, 64, 32, 2.0f, F);
+    run_case(2, 512, 128, 2, l4, 0, 64, 0.1f, 64, 64, 1.0f, F);
+    run_case(4, 33, 64, 2, l5, 0, 5, 0.1f, 16, 16, 1.0f, F);
     /* the GPU kernels' roundings, emulated */
+    run_case(3, 128, 96, 3, l3, 0, 8, 0.1f, 64, 32, 2.0f, BF);
     run_case(3, 128, 96, 3, l3, 0, 0, 0.1f, 64, 64, 2.0f, BF);
     run_case(2, 512, 128, 2, l4, 0, 0, 0.0f, 64, 64, 2.0f, BF);
     run_case(4, 33, 128, 2, l5, 1, 3, 0.1f, 64, 32, 2.0f, BF);

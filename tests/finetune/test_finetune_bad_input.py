@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Bad input to qac finetune: clear errors before any training starts
 (malformed lines name file and line; empty set; missing dev file; a
-checkpoint of another architecture; a non-BERT model), skips counted;
+checkpoint of another architecture; a model family qac does not load), skips counted;
 Tevatron and qidpidtriples files compressed with gzip read as the plain
 ones (the same batches; errors still name file and line; a truncated
 stream refused); and
@@ -118,12 +118,13 @@ log = open(p("o-arch/log.jsonl")).read()
 r = run(["finetune", *BASE[2:], "--model", other, "--train", train, "--steps", "4", "--resume", "--out", p("o-arch")])
 check(r.returncode == 1 and "another architecture" in r.stderr and "hidden_size 32" in r.stderr
       and open(p("o-arch/log.jsonl")).read() == log, "resume with another architecture: " + r.stderr.strip()[-200:])
-rob = tiny_model(p("roberta"))
+rob = tiny_model(p("distilbert"))
 cfg = json.load(open(os.path.join(rob, "config.json")))
-cfg["model_type"] = "roberta"
+cfg["model_type"] = "distilbert"
 json.dump(cfg, open(os.path.join(rob, "config.json"), "w"))
 r = run(["finetune", *BASE[2:], "--model", rob, "--train", train, "--out", p("o-rob")])
-check(r.returncode == 1 and "model_type" in r.stderr and untouched("o-rob"), "a non-BERT checkpoint: " + r.stderr.strip()[-160:])
+check(r.returncode == 1 and 'model_type "distilbert"' in r.stderr and "closest supported family is bert" in r.stderr
+      and untouched("o-rob"), "a model family qac does not load: " + r.stderr.strip()[-200:])
 r = ft("--train", train, "--device", "cuda", out="o-cuda")
 # without a usable GPU (or without CUDA in the build) --device cuda is refused;
 # with one it trains

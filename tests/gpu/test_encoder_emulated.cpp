@@ -7,7 +7,10 @@
 // (packed and padded rows, CLS and mean, prompt rows skipped, empty
 // sequences, one gathered row per sequence), the pooled-row gather and the
 // row-blocked bias + GELU exactly against the same arithmetic written
-// plainly. fp32, bf16 and fp16; hidden sizes whose rows end inside a lane's
+// plainly; the families' kernels (kernels/family_kernels.cu: rotary
+// positions, GeGLU, the pre-LayerNorm step, and the LayerNorms without
+// biases or tables) against their twins in model/family_layers.c. fp32,
+// bf16 and fp16; hidden sizes whose rows end inside a lane's
 // chunk and inside the last chunk; 1 to 16 rows per block. Outputs start as
 // NaN (every element must be written) and shared memory as NaN in every
 // block.
@@ -24,6 +27,7 @@ alignas(16) float enc_smem[1 << 16];
 }
 
 #include "../../kernels/encoder_fused.cu"
+#include "../../kernels/family_kernels.cu"
 
 #include <cmath>
 #include <cstdio>
@@ -139,15 +143,21 @@ template <typename E, int NCH> void run_ln_kernel(const ln_args &a, int warps, b
         emu_launch({grid, 1, 1}, (unsigned)warps * 32, [&] { ln_warp_kernel<E, NCH, false>(a); });
 }
 
-template <typename E, int NCH> void test_ln(int N, int C, int warps, bool embed) {
+// nobias: the families' NULL vectors (a LayerNorm and a projection without
+// bias, embeddings without position or type table), zeros on the CPU side.
+template <typename E, int NCH> void test_ln(int N, int C, int warps, bool embed, bool nobias = false) {
     ln_case<E> k(N, C);
+    if (nobias) {
+        std::fill(k.b.begin(), k.b.end(), 0.f);
+        std::fill(k.bias.begin(), k.bias.end(), 0.f);
+    }
     const int V = 13, T = 7;
     const int TT = 2; // token types (a cross-encoder's pairs)
     std::vector<float> word((size_t)V * C), pos((size_t)T * C), type((size_t)TT * C);
     std::vector<int32_t> ids(N), pos_ids(N), type_ids(N);
     for (auto &v : word) v = uni(-1, 1);
-    for (auto &v : pos) v = uni(-0.5f, 0.5f);
-    for (auto &v : type) v = uni(-0.2f, 0.2f);
+    for (auto &v : pos) v = nobias ? 0.f : uni(-0.5f, 0.5f);
+    for (auto &v : type) v = nobias ? 0.f : uni(-0.2f, 0.2f);
     for (int i = 0; i < N; i++) ids[i] = uint_in(0, V - 1), pos_ids[i] = uint_in(0, T - 1), type_ids[i] = uint_in(0, 1);
     const bool packed_pos = N % 2; // pos_ids, or row % T
     const bool typed = N % 3 != 0; // type_ids, or type 0 everywhere
@@ -179,12 +189,13 @@ template <typename E, int NCH> void test_ln(int N, int C, int warps, bool embed)
     a.ids = ids.data(), a.pos_ids = packed_pos ? pos_ids.data() : nullptr, a.word = word.data(), a.pos = pos.data();
     a.type_ids = typed ? type_ids.data() : nullptr;
     a.type = type.data(), a.w = k.w.data(), a.b = k.b.data(), a.N = N, a.C = C, a.T = T, a.eps = k.eps;
+    if (nobias) a.b = nullptr, a.bias = nullptr, a.pos = nullptr, a.type = nullptr;
     run_ln_kernel<E, NCH>(a, warps, embed);
     std::vector<float> got_act((size_t)N * C);
     for (size_t j = 0; j < got_act.size(); j++) got_act[j] = qac_to_float<E>(xh[j]);
     char shape[96];
-    snprintf(shape, sizeof shape, "%s N%d C%d nch%d w%d%s", name_of(prec_of<E>()), N, C, NCH, warps,
-             embed && typed ? " typed" : "");
+    snprintf(shape, sizeof shape, "%s N%d C%d nch%d w%d%s%s", name_of(prec_of<E>()), N, C, NCH, warps,
+             embed && typed ? " typed" : "", nobias ? " no bias" : "");
     check(embed ? "emulated embed+layernorm" : "emulated residual+layernorm", shape, x, want, bound);
     check("  (activation copy)", shape, got_act, want_act, abound);
 }
@@ -336,6 +347,116 @@ template <typename E, int V> void test_gelu_rows(int N, int I, int R) {
     CHECK_MSG(!bad, "bias+gelu N%d I%d rows%d: bits differ", N, I, R);
 }
 
+// ---- the families' kernels (kernels/family_kernels.cu) ----
+
+// Rotary positions with the QKV bias: the twin's arithmetic (the same
+// roundings, no fused multiply-add), so the same bits.
+template <typename E> void test_rope(int N, int C, int NH, bool bias_on) {
+    const int hs = C / NH, P = 300;
+    std::vector<float> cs((size_t)P * hs), bias(3 * C), ref((size_t)N * 3 * C);
+    qac_rope_table(cs.data(), P, hs, 10000.0f);
+    for (auto &v : bias) v = uni(-0.5f, 0.5f);
+    std::vector<E> qkv((size_t)N * 3 * C);
+    std::vector<int32_t> pos(N);
+    for (auto &v : qkv) v = qac_from_float<E>(uni(-2, 2));
+    for (auto &v : pos) v = uint_in(0, P - 1);
+    for (size_t i = 0; i < ref.size(); i++)
+        ref[i] = qac_to_float<E>(qkv[i]) + (bias_on ? bias[i % (3 * C)] : 0.f);
+    qac_rope_forward(ref.data(), pos.data(), cs.data(), N, C, NH, NULL);
+    const unsigned grid = (unsigned)(((size_t)N * C + 255) / 256);
+    emu_launch({grid, 1, 1}, 256, [&] {
+        qac_fam::rope_kernel<E>(qkv.data(), bias_on ? bias.data() : nullptr, pos.data(), cs.data(), N, C, hs);
+    });
+    int bad = 0;
+    for (size_t i = 0; i < ref.size(); i++) bad += qac_to_float<E>(qkv[i]) != round_to<E>(ref[i]);
+    printf("emulated rope %-5s N%d C%d hs%d%s: %d elements differ\n", name_of(prec_of<E>()), N, C, hs,
+           bias_on ? " bias" : "", bad);
+    CHECK_MSG(bad == 0, "rope N%d C%d: %d elements differ from the twin", N, C, bad);
+}
+
+// GeGLU: the kernel's arithmetic written plainly (the same bits), and the
+// twin (qac_geglu_forward, whose erf is within 1.5e-7 of the exact: vecmath.h)
+// within GELU's |x| / 2 * 2 * 1.5e-7 times the gate, plus each side's
+// float32 roundings (4 units) and the output's rounding to the type.
+template <typename E> void test_geglu(int N, int I, bool bias_on) {
+    std::vector<E> pre((size_t)N * 2 * I), act((size_t)N * I, qac_from_float<E>(NAN)), plain((size_t)N * I);
+    std::vector<float> bias(2 * I), pf((size_t)N * 2 * I), twin((size_t)N * I);
+    std::vector<double> bound((size_t)N * I);
+    for (auto &v : pre) v = qac_from_float<E>(uni(-4, 4));
+    for (auto &v : bias) v = uni(-1, 1);
+    for (int r = 0; r < N; r++)
+        for (int i = 0; i < 2 * I; i++) {
+            const size_t j = (size_t)r * 2 * I + i;
+            pf[j] = qac_to_float<E>(pre[j]) + (bias_on ? bias[i] : 0.f);
+        }
+    for (int r = 0; r < N; r++)
+        for (int i = 0; i < I; i++) {
+            const float a = pf[(size_t)r * 2 * I + i], g = pf[(size_t)r * 2 * I + I + i];
+            const float y = qac_fam::gelu_erf(a) * g;
+            plain[(size_t)r * I + i] = qac_from_float<E>(y);
+            bound[(size_t)r * I + i] = (fabs(a) * 1.5e-7 + 4 * U * fabs(qac_fam::gelu_erf(a))) * fabs(g) +
+                                       4 * U * fabs(y) + 2 * half_ulp<E>() * fabs(y) + 2 * abs_floor<E>();
+        }
+    qac_geglu_forward(twin.data(), pf.data(), N, I, NULL);
+    emu_launch({(unsigned)(((size_t)N * I + 255) / 256), 1, 1}, 256, [&] {
+        qac_fam::geglu_kernel<E>(act.data(), pre.data(), bias_on ? bias.data() : nullptr, N, I);
+    });
+    const int bad = memcmp(act.data(), plain.data(), act.size() * sizeof(E)) != 0;
+    std::vector<float> got((size_t)N * I);
+    for (size_t j = 0; j < got.size(); j++) got[j] = qac_to_float<E>(act[j]);
+    char shape[64];
+    snprintf(shape, sizeof shape, "%s N%d I%d%s", name_of(prec_of<E>()), N, I, bias_on ? " bias" : "");
+    printf("emulated geglu %-30s %s as written plainly\n", shape, bad ? "DIFFERS" : "same bits");
+    CHECK_MSG(!bad, "geglu %s: bits differ from its arithmetic", shape);
+    check("emulated geglu vs twin", shape, got, twin, bound);
+}
+
+// The pre-LayerNorm step: x += r + bias exactly (the same sums), xn =
+// LayerNorm(x) against qac_add_layernorm_forward within ln_bound (sums in
+// other orders) and the rounding to the type.
+template <typename E> void test_add_ln(int N, int C, bool with_r, bool bias_on) {
+    ln_case<E> k(N, C);
+    if (!bias_on) std::fill(k.b.begin(), k.b.end(), 0.f);
+    std::vector<float> x(k.x), tx(k.x), txn((size_t)N * C), rf(k.rf);
+    qac_add_layernorm_forward(tx.data(), txn.data(), with_r ? rf.data() : NULL, bias_on ? k.bias.data() : NULL,
+                              k.w.data(), bias_on ? k.b.data() : NULL, N, C, k.eps, NULL);
+    std::vector<E> xn((size_t)N * C, qac_from_float<E>(NAN));
+    static float row[4096], red[32];
+    emu_launch({(unsigned)N, 1, 1}, 256, [&] {
+        qac_fam::add_ln_kernel<E>(x.data(), xn.data(), with_r ? k.r.data() : nullptr, bias_on ? k.bias.data() : nullptr,
+                                  k.w.data(), bias_on ? k.b.data() : nullptr, C, k.eps, row, red);
+    });
+    std::vector<double> bound((size_t)N * C);
+    std::vector<float> got((size_t)N * C);
+    for (int i = 0; i < N; i++) {
+        ln_bound(bound.data() + (size_t)i * C, tx.data() + (size_t)i * C, k.w.data(), k.b.data(), C, k.eps);
+        for (int c = 0; c < C; c++) {
+            const size_t j = (size_t)i * C + c;
+            got[j] = qac_to_float<E>(xn[j]);
+            bound[j] = act_bound<E>(bound[j], txn[j]);
+        }
+    }
+    const int xbad = memcmp(x.data(), tx.data(), x.size() * sizeof(float)) != 0;
+    char shape[64];
+    snprintf(shape, sizeof shape, "%s N%d C%d%s%s", name_of(prec_of<E>()), N, C, with_r ? " +r" : "",
+             bias_on ? " bias" : "");
+    printf("emulated add+layernorm %-24s residual %s\n", shape, xbad ? "DIFFERS" : "same bits");
+    CHECK_MSG(!xbad, "add+layernorm %s: the residual sum differs", shape);
+    check("emulated add+layernorm", shape, got, txn, bound);
+}
+
+template <typename E> void test_families() {
+    test_rope<E>(7, 64, 2, true);
+    test_rope<E>(5, 96, 3, false);
+    test_geglu<E>(6, 40, true);
+    test_geglu<E>(3, 96, false);
+    test_add_ln<E>(5, 100, true, true);
+    test_add_ln<E>(4, 384, true, false);
+    test_add_ln<E>(3, 64, false, false);
+    test_ln<E, 1>(7, 100, 4, false, true); // the warp LayerNorms without biases or tables
+    test_ln<E, 3>(5, 384, 2, true, true);
+}
+
 template <typename E> void test_precision() {
     // C: 100 (a lane's chunk past the row), 384, 768, 1000 (the last chunk cut)
     test_ln<E, 1>(9, 100, 4, false);
@@ -369,6 +490,9 @@ int main() {
     test_precision<float>();
     test_precision<__nv_bfloat16>();
     test_precision<__half>();
+    test_families<float>();
+    test_families<__nv_bfloat16>();
+    test_families<__half>();
     test_gelu_rows<__nv_bfloat16, 8>(7, 64, 3);
     test_gelu_rows<__half, 8>(5, 24, 4);
     test_gelu_rows<float, 4>(9, 12, 1);

@@ -3,7 +3,8 @@
 // (model/attention_flash.c with the kernels' roundings), in the default
 // suite: forward output and log-sum-exp, backward dQ, dK, dV, every
 // compiled tile variant of the three kernels, bf16 and fp16, head sizes 32
-// and 64, padded and packed, causal windowed, dropout, lengths 1 to 200,
+// and 64, padded and packed, causal windowed, local windows on either side
+// (ModernBERT), dropout, lengths 1 to 200,
 // tiles that end inside a sequence and sequences shorter than a tile. Every
 // dQKV element must be written (the buffer starts as NaN), and shared
 // memory starts as NaN in every block. A batch of more sequences than
@@ -164,7 +165,7 @@ void run_case(int B, int T, int NH, const int *lens_in, int packed, int causal, 
     char shape[160];
     snprintf(shape, sizeof shape, "%s B%d T%d hs%d%s%s%s p%.1f %dx%dx%dx%d/%dx%dx%dx%d/%dx%dx%dx%d",
              pr == QAC_PREC_FP16 ? "fp16" : "bf16", B, T, D, packed ? " packed" : "", causal ? " causal" : "",
-             causal && window ? "+win" : "", pdrop, t.f[0], t.f[1], t.f[2], t.f[3], t.k[0], t.k[1], t.k[2], t.k[3],
+             window ? "+win" : "", pdrop, t.f[0], t.f[1], t.f[2], t.f[3], t.k[0], t.k[1], t.k[2], t.k[3],
              t.q[0], t.q[1], t.q[2], t.q[3]);
     check("emulated fwd out", shape, out, tout, bO);
     check("emulated fwd lse", shape, lse, tlse, bL);
@@ -272,13 +273,16 @@ int main() {
                     {kv[i % nk][0], kv[i % nk][1], kv[i % nk][2], kv[i % nk][3]},
                     {qv[i % nq][0], qv[i % nq][1], qv[i % nq][2], qv[i % nq][3]}};
         printf("%s copies:\n", emu_cp_deferred ? "deferred" : "immediate");
-        switch ((i + 3 * (i / n)) % 6) { /* each variant meets another case in each pass */
+        switch ((i + 3 * (i / n)) % 8) { /* each variant meets another case in each pass */
         case 0: run_case<__nv_bfloat16, 64>(3, 70, 2, l3, 0, 0, 0, 0.1f, t); break;
         case 1: run_case<__half, 32>(3, 70, 3, l3, 1, 0, 0, 0.0f, t); break;
         case 2: run_case<__nv_bfloat16, 32>(4, 33, 2, l4, 0, 1, 3, 0.1f, t); break;
         case 3: run_case<__half, 64>(2, 150, 2, l2, 1, 1, 0, 0.1f, t); break;
         case 4: run_case<__nv_bfloat16, 64>(1, 1, 2, l1, 0, 0, 0, 0.0f, t); break;
         case 5: run_case<__nv_bfloat16, 32>(2, 200, 2, l5, 1, 0, 0, 0.1f, t); break;
+        /* ModernBERT's local layers: a window on either side, padded and packed */
+        case 6: run_case<__nv_bfloat16, 64>(2, 200, 2, l5, 1, 0, 40, 0.0f, t); break;
+        case 7: run_case<__half, 32>(3, 70, 2, l3, 0, 0, 9, 0.1f, t); break;
         }
     }
     emu_cp_deferred = 1;

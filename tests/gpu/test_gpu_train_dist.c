@@ -17,7 +17,7 @@
 
 enum { V = 120, HID = 64, LAYERS = 2, HEADS = 2, INTER = 128, POS = 32, NQ_L = 2, NP = 3, QT = 7, PT = 13 };
 
-static const qac_bert_config CFG = {V, HID, LAYERS, HEADS, INTER, POS, 2, 0, 1e-12f, 0.1f, 0.1f};
+static const qac_bert_config CFG = {.vocab_size = V, .hidden_size = HID, .num_layers = LAYERS, .num_heads = HEADS, .intermediate_size = INTER, .max_position = POS, .type_vocab_size = 2, .pad_token_id = 0, .layer_norm_eps = 1e-12f, .hidden_dropout = 0.1f, .attn_dropout = 0.1f};
 static float *params;
 static int32_t *q_ids, *p_ids;
 static int *q_lens, *p_lens;

@@ -69,7 +69,7 @@ static void write_vocab(const char *dir) {
 static float *base_params;
 
 static qac_model *make_model(int mean_norm) {
-    qac_bert_config c = {V, HID, LAYERS, HEADS, INTER, POS, 2, 0, 1e-12f, 0.1f, 0.1f};
+    qac_bert_config c = {.vocab_size = V, .hidden_size = HID, .num_layers = LAYERS, .num_heads = HEADS, .intermediate_size = INTER, .max_position = POS, .type_vocab_size = 2, .pad_token_id = 0, .layer_norm_eps = 1e-12f, .hidden_dropout = 0.1f, .attn_dropout = 0.1f};
     qac_model *m = NULL;
     CHECK_OK(qac_model_create(&m, &c, tmp));
     if (!m) exit(1);
@@ -81,7 +81,7 @@ static qac_model *make_model(int mean_norm) {
 }
 
 static void init_params(void) {
-    qac_bert_config c = {V, HID, LAYERS, HEADS, INTER, POS, 2, 0, 1e-12f, 0.1f, 0.1f};
+    qac_bert_config c = {.vocab_size = V, .hidden_size = HID, .num_layers = LAYERS, .num_heads = HEADS, .intermediate_size = INTER, .max_position = POS, .type_vocab_size = 2, .pad_token_id = 0, .layer_norm_eps = 1e-12f, .hidden_dropout = 0.1f, .attn_dropout = 0.1f};
     qac_model *m = NULL;
     CHECK_OK(qac_model_create(&m, &c, tmp));
     if (!m) exit(1);

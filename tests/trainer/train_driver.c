@@ -88,7 +88,7 @@ int main(int argc, char **argv) {
     s.q_lens = qac_safetensors_find(fx, "q_lens")->data, s.p_lens = qac_safetensors_find(fx, "p_lens")->data;
     if (s.q_T > 64 || s.p_T > 256 || s.n > 16) return fprintf(stderr, "fixture batch too large\n"), 1;
 
-    qac_bert_config c = {30522, 64, 2, 4, 128, 128, 2, 0, 1e-12f, 0.1f, 0.1f};
+    qac_bert_config c = {.vocab_size = 30522, .hidden_size = 64, .num_layers = 2, .num_heads = 4, .intermediate_size = 128, .max_position = 128, .type_vocab_size = 2, .pad_token_id = 0, .layer_norm_eps = 1e-12f, .hidden_dropout = 0.1f, .attn_dropout = 0.1f};
     qac_model *m;
     const char *dir = getenv("QAC_DRIVER_MODEL");
     if (dir ? qac_model_load(&m, dir) : qac_model_create(&m, &c, qac_test_model_dir()))
