@@ -55,6 +55,10 @@ typedef enum qac_title_join { QAC_TITLE_SEP = 0, QAC_TITLE_SPACE = 1 } qac_title
 typedef struct qac_ft_data qac_ft_data;
 
 qac_status qac_ft_data_create(qac_ft_data **out, qac_title_join join);
+/* The separator QAC_TITLE_SEP puts between a title and its text (copied;
+ * NULL: "[SEP]", BERT's): the model's tokenizer's, so it reads as that
+ * special token. Before adding sources. */
+qac_status qac_ft_data_set_sep(qac_ft_data *d, const char *sep_token);
 void qac_ft_data_free(qac_ft_data *d);
 /* Tevatron jsonl: {"query_id","query","positive_passages":[{"docid","title","text"}],
  * "negative_passages":[...]}, plain or gzip-compressed (util/qac_lines.h).
@@ -80,6 +84,8 @@ typedef struct qac_ft_sources {
     const char *qrels;           /* qrels as positives only, or NULL */
     const char *queries, *corpus; /* for triples and qrels */
     qac_title_join title_join;
+    const char *sep_token;        /* QAC_TITLE_SEP joins with the model's separator
+                                     (RoBERTa's "</s>"); NULL: "[SEP]" */
 } qac_ft_sources;
 /* Create, add every source, and finish for groups of n passages. At least
  * one source; triples and qrels need queries and a corpus. On failure *out

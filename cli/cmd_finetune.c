@@ -41,8 +41,8 @@ static const qac_opt ft_opts[] = {
     {"dev-corpus", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "dev corpus (ranked exhaustively)", 0},
     {"dev-depth", QAC_OPT_INT, "100", 1, 100000, NULL, NULL, "passages ranked per dev query", 0},
     {"title-join", QAC_OPT_ENUM, NULL, 0, -1, "sep|space", NULL,
-     "passage text: 'title [SEP] text' or 'title text' (default: sep; space with --cross-encoder, as qac rerank "
-     "joins them)", 0},
+     "passage text: 'title [SEP] text' ([SEP]: the model's separator, </s> for RoBERTa) or 'title text' "
+     "(default: sep; space with --cross-encoder, as qac rerank joins them)", 0},
     {"cross-encoder", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL,
      "train a reranker instead: [CLS] query [SEP] passage [SEP] through the encoder, its pooler and a classifier "
      "(fresh unless --model is a cross-encoder), softmax cross-entropy over each group (the CPU only)", 0},
@@ -239,11 +239,14 @@ int qac_cmd_finetune(int argc, char **argv) {
     const char *files[256];
     const char *tj = qac_opts_str(&o, "title-join");
     qac_ft_sources src = {files, 0, triples, tq, queries, corpus,
-                          (tj ? !strcmp(tj, "space") : cross) ? QAC_TITLE_SPACE : QAC_TITLE_SEP};
+                          (tj ? !strcmp(tj, "space") : cross) ? QAC_TITLE_SPACE : QAC_TITLE_SEP, NULL};
     if (!st && train && !copy) st = qac_set_error(QAC_ERR_NOMEM, "out of memory");
     for (char *f = copy ? strtok_r(copy, ",", &save) : NULL; f && !st; f = strtok_r(NULL, ",", &save))
         if (src.n_tevatron < 256) files[src.n_tevatron++] = f;
         else st = qac_set_error(QAC_ERR_INVALID, "more than 256 --train files");
+    /* the bi-encoder first: a title joins its text with the model's separator */
+    if (!st && !cross) st = qac_model_load(&m, model_dir);
+    if (!st && m && m->tok) src.sep_token = qac_tokenizer_id_to_token(m->tok, qac_tokenizer_specials(m->tok).sep);
     if (!st) st = qac_ft_data_load(&d, &src, fo.n_passages);
     free(copy);
     if (d && !u.quiet && (qac_ft_data_skipped_no_positive(d) || qac_ft_data_skipped_no_negative(d)))
@@ -256,7 +259,6 @@ int qac_cmd_finetune(int argc, char **argv) {
         qac_opts_free(&o);
         return rc;
     }
-    if (!st) st = qac_model_load(&m, model_dir);
     /* the checkpoints keep the prompts (config_sentence_transformers.json) */
     if (!st) st = qac_cli_apply_prompts(&o, m);
     /* InfoNCE over unit vectors needs a low temperature to separate scores

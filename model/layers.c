@@ -484,25 +484,29 @@ size_t qac_attention_scratch_floats(int T, int C, int NH, int dropout) {
 #define LOCAL_QB 32
 
 /* One (sequence, head) of a local layer, query rows [0, M) in blocks of
- * LOCAL_QB: block [t0, t1) packs and scores keys [t0 - w, t1 + w) within
- * [0, len) alone, so the keys outside every window are never read (at 512
- * tokens and a window of 64 each side a block reads 160 keys, not 512);
- * inside the block, a row's entries outside its own window are zeroed after
- * the scores. S holds row t at S + t * T, columns by key; kept (att not
- * NULL) it is the full probability matrix, zero outside the window. */
+ * LOCAL_QB: block [t0, t1) scores only keys [t0 - w, t1 + w) within [0,
+ * len) (from the 16-key panel that holds the first), so the keys outside
+ * every window are never multiplied (at 512 tokens and a window of 64 each
+ * side a block scores 160 keys, not 512); inside the block, a row's entries
+ * outside its own window are zeroed after the scores. K is packed once
+ * (pk: every key, gemm.h's panels of QAC_GEMM_PANEL). S holds row t at S +
+ * t * T, columns by key; kept (att not NULL) it is the full probability
+ * matrix, zero outside the window. */
 static void att_local(const att_ctx *c, float *S, float *pk, float *pv, float *pd, const float *q, float *out, int b,
                       int h, int len, int M) {
     int T = c->T, C = c->C, hs = C / c->NH, w = c->window;
     int dropping = qac_dropout_active(c->drop, QAC_DROP_ATT);
     float scale = 1.0f / sqrtf((float)hs);
     const float *k = q + C, *v = q + 2 * C;
+    qac_gemm_pack_into(pk, k, len, hs, 3 * C, 0);
     for (int t0 = 0; t0 < M; t0 += LOCAL_QB) {
         int t1 = t0 + LOCAL_QB < M ? t0 + LOCAL_QB : M;
-        int k0 = t0 - w > 0 ? t0 - w : 0, k1 = t1 + w < len ? t1 + w : len, nk = k1 - k0;
-        if (nk > 0) {
-            qac_gemm_pack_into(pk, k + (size_t)k0 * 3 * C, nk, hs, 3 * C, 0);
-            qac_gemm_strided(S + (size_t)t0 * T + k0, T, q + (size_t)t0 * 3 * C, 3 * C, pk, hs, nk, scale, t1 - t0);
-        }
+        int k0 = t0 - w > 0 ? t0 - w : 0, k1 = t1 + w < len ? t1 + w : len;
+        k0 = k0 / QAC_GEMM_PANEL * QAC_GEMM_PANEL; /* a whole panel of the packed keys */
+        int nk = k1 - k0;
+        if (nk > 0)
+            qac_gemm_strided(S + (size_t)t0 * T + k0, T, q + (size_t)t0 * 3 * C, 3 * C,
+                             pk + (size_t)(k0 / QAC_GEMM_PANEL) * hs * QAC_GEMM_PANEL, hs, nk, scale, t1 - t0);
         for (int t = t0; t < t1; t++) {
             float *row = S + (size_t)t * T;
             int j0 = t - w > k0 ? t - w : k0, j1 = t + w + 1 < k1 ? t + w + 1 : k1;

@@ -61,6 +61,7 @@ typedef struct passage {
 
 struct qac_ft_data {
     qac_title_join join;
+    char sep[64]; /* " <sep token> " */
     char *arena;
     size_t len, cap;
     example *ex;
@@ -78,6 +79,14 @@ qac_status qac_ft_data_create(qac_ft_data **out, qac_title_join join) {
     return QAC_OK;
 }
 
+qac_status qac_ft_data_set_sep(qac_ft_data *d, const char *sep_token) {
+    const char *t = sep_token && *sep_token ? sep_token : "[SEP]";
+    if (strlen(t) + 3 > sizeof d->sep)
+        return qac_set_error(QAC_ERR_INVALID, "training data: separator token \"%.40s\" too long", t);
+    snprintf(d->sep, sizeof d->sep, " %s ", t);
+    return QAC_OK;
+}
+
 void qac_ft_data_free(qac_ft_data *d) {
     if (!d) return;
     free(d->arena), free(d->ex), free(d->ps), free(d);
@@ -87,7 +96,8 @@ static qac_status put_str(qac_ft_data *d, const char *s, size_t *off) {
     return qac_arena_put(&d->arena, &d->len, &d->cap, s, off);
 }
 
-/* append one passage; text is "title [SEP] body" (or joined by a space) */
+/* append one passage; text is "title [SEP] body", the model's separator
+ * token (or joined by a space) */
 static qac_status add_passage(qac_ft_data *d, const char *docid, const char *title, const char *body) {
     if (d->n_ps == d->ps_cap) {
         size_t nc = d->ps_cap ? d->ps_cap * 2 : 4096;
@@ -99,7 +109,7 @@ static qac_status add_passage(qac_ft_data *d, const char *docid, const char *tit
     qac_status st = put_str(d, docid, &p->docid);
     if (st) return st;
     if (title && *title) {
-        const char *sep = d->join == QAC_TITLE_SEP ? " [SEP] " : " ";
+        const char *sep = d->join == QAC_TITLE_SEP ? (d->sep[0] ? d->sep : " [SEP] ") : " ";
         size_t tl = strlen(title), sl = strlen(sep), bl = strlen(body);
         char *joined = malloc(tl + sl + bl + 1);
         if (!joined) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
@@ -420,6 +430,7 @@ qac_status qac_ft_data_load(qac_ft_data **out, const qac_ft_sources *s, int n) {
     if ((s->triples || s->qrels) && (!s->queries || !s->corpus))
         return qac_set_error(QAC_ERR_INVALID, "triples and qrels need a queries file and a corpus");
     qac_status st = qac_ft_data_create(out, s->title_join);
+    if (!st && s->sep_token) st = qac_ft_data_set_sep(*out, s->sep_token);
     for (int i = 0; !st && i < s->n_tevatron; i++) st = qac_ft_data_add_tevatron(*out, s->tevatron[i]);
     if (!st && s->triples) st = qac_ft_data_add_triples(*out, s->triples, s->queries, s->corpus);
     if (!st && s->qrels) st = qac_ft_data_add_qrels(*out, s->qrels, s->queries, s->corpus);

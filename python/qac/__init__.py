@@ -188,7 +188,7 @@ class Encoder:
 
     @property
     def info(self) -> Dict[str, Any]:
-        """The model's name, path, fingerprint, shape, pooling, normalisation and prompts,
+        """The model's name, path, fingerprint, family, shape, pooling, normalisation and prompts,
         and where it runs."""
         d = self._model.info()
         d.update(device=self._enc.device, dtype=self._enc.dtype)

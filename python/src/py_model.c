@@ -76,8 +76,9 @@ static PyObject *model_info(ModelObject *self, PyObject *unused) {
     const qac_bert_config *c = &m->cfg;
     PyObject *prompts = model_prompts(m);
     if (!prompts) return NULL;
-    return Py_BuildValue("{s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:O, s:i, s:n, s:s, s:i, s:N}", "name",
-                         m->name, "path", m->dir ? m->dir : "", "fingerprint", m->fingerprint, "dim", c->hidden_size,
+    return Py_BuildValue("{s:s, s:s, s:s, s:s, s:i, s:i, s:i, s:i, s:i, s:i, s:i, s:s, s:O, s:i, s:n, s:s, s:i, s:N}",
+                         "name", m->name, "path", m->dir ? m->dir : "", "fingerprint", m->fingerprint, "family",
+                         qac_family_name(c->family), "dim", c->hidden_size,
                          "layers", c->num_layers, "heads", c->num_heads, "intermediate_size", c->intermediate_size,
                          "vocab_size", c->vocab_size, "max_position", c->max_position, "max_seq_len",
                          m->max_seq_len, "pooling", qac_pooling_name(m->pooling), "normalize",

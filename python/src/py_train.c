@@ -190,14 +190,16 @@ PyObject *qpy_finetune(PyObject *mod, PyObject *args) {
     fo.on_step = ft_on_step;
     fo.on_dev = ft_on_dev;
     fo.user = &cb;
-    qac_ft_sources src = {tev.ptr, (int)tev.n, vals[0], vals[1], vals[2], vals[3], (qac_title_join)join};
+    qac_ft_sources src = {tev.ptr, (int)tev.n, vals[0], vals[1], vals[2], vals[3], (qac_title_join)join, NULL};
     qac_ft_data *d = NULL;
     qac_model *m = NULL;
     long total = 0, from = 0;
     qac_status st;
     Py_BEGIN_ALLOW_THREADS
-    st = qac_ft_data_load(&d, &src, fo.n_passages);
-    if (!st) st = qac_model_load(&m, model_dir);
+    /* the model first: a title joins its text with the model's separator */
+    st = qac_model_load(&m, model_dir);
+    if (!st && m->tok) src.sep_token = qac_tokenizer_id_to_token(m->tok, qac_tokenizer_specials(m->tok).sep);
+    if (!st) st = qac_ft_data_load(&d, &src, fo.n_passages);
     if (!st) st = qac_finetune_run(m, d, &fo, &total, &from);
     qac_model_free(m);
     qac_ft_data_free(d);

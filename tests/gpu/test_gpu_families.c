@@ -1,7 +1,7 @@
 /* The CUDA encoder on the encoder families beyond BERT (RoBERTa, XLM-R,
  * ModernBERT with its rotary positions, GeGLU, pre-LayerNorm without biases
  * and local windows) against sentence-transformers, on the checkpoints of
- * tests/reference/gen_family_fixtures.py. argv: FIXTURE_DIR NAME...
+ * tests/reference/gen_family_fixtures.py.
  *
  *  - fp32 (cuBLAS without TF32, the unfused attention): cosine >= 0.99999
  *    against sentence-transformers' float32 embeddings for every text, and
@@ -15,11 +15,16 @@
  *    a vector by up to 2^-9 relative, so a few layers leave 1 - cos about
  *    (10 * 2^-9)^2 / 2 = 2e-4 at worst; and in batches of one (other
  *    layouts, other products' shapes) within the same bound.
+ * argv: NAME... The checkpoints: the suite's (family_fixtures in the build
+ * directory, beside tests/), else made here by the generator with
+ * $QAC_PYTHON (python3 by default; it needs transformers and
+ * sentence-transformers), as on a GPU machine that got the build alone.
  * Exits 77 (skipped) without a usable GPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "qac_encoder.h"
 #include "qac_model.h"
@@ -103,16 +108,44 @@ static void check_family(const char *name, const qac_model *m) {
     free(ptr), free(e32), free(got), free(one);
 }
 
+/* The fixture directory: BUILD/family_fixtures, or made into a fresh one. */
+static const char *fixtures(void) {
+    static char dir[4200];
+    char exe[4000], path[4300];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n <= 0) return NULL;
+    exe[n] = '\0';
+    char *slash = strrchr(exe, '/');
+    if (!slash) return NULL;
+    *slash = '\0'; /* BUILD/tests/gpu */
+    snprintf(dir, sizeof dir, "%s/../../family_fixtures", exe);
+    snprintf(path, sizeof path, "%s/texts.txt", dir);
+    if (access(path, R_OK) == 0) return dir;
+    snprintf(dir, sizeof dir, "%s", qac_test_tmpdir("families"));
+    const char *py = getenv("QAC_PYTHON");
+    char cmd[16384];
+    snprintf(cmd, sizeof cmd, "'%s' '%s/../../../tests/reference/gen_family_fixtures.py' --out '%s' >/dev/null",
+             py && *py ? py : "python3", exe, dir);
+    printf("making the checkpoints: %s\n", cmd);
+    return system(cmd) == 0 ? dir : NULL;
+}
+
 int main(int argc, char **argv) {
-    if (argc < 3) {
-        fprintf(stderr, "usage: %s FIXTURE_DIR NAME...\n", argv[0]);
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s NAME...\n", argv[0]);
         return 2;
     }
     if (!qac_cuda_available()) qac_test_skip("no usable CUDA GPU");
-    for (int i = 2; i < argc; i++) {
-        char dir[4096], path[4096];
-        snprintf(dir, sizeof dir, "%s/%s", argv[1], argv[i]);
-        snprintf(path, sizeof path, "%s/%s.ref.safetensors", argv[1], argv[i]);
+    const char *fx = fixtures();
+    if (!fx) {
+        fprintf(stderr, "FAIL: no family checkpoints, and the generator failed (QAC_PYTHON needs transformers and "
+                        "sentence-transformers)\n");
+        return 1;
+    }
+    for (int i = 1; i < argc; i++) {
+        char dir[4500], path[4600];
+        snprintf(dir, sizeof dir, "%s/%s", fx, argv[i]);
+        snprintf(path, sizeof path, "%s/%s.ref.safetensors", fx, argv[i]);
         if (qac_safetensors_open(&ref, path) != QAC_OK) {
             fprintf(stderr, "FAIL: %s\n", qac_last_error());
             return 1;

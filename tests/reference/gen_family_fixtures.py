@@ -230,7 +230,11 @@ def randomize(model, seed):
 def build(name, spec, out, corpus, seed):
     """The checkpoint directory out/name, saved by sentence-transformers."""
     import torch
-    from sentence_transformers import SentenceTransformer, models
+    from sentence_transformers import SentenceTransformer
+    try:  # sentence-transformers 6's module path, else the older one
+        from sentence_transformers.sentence_transformer import modules as models
+    except ImportError:
+        from sentence_transformers import models
     from transformers import AutoModel
     work = os.path.join(out, name + ".hf")
     if spec["tok"] == "spm":

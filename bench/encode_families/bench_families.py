@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""CPU encoding throughput of the encoder families at their real shapes:
+qac against PyTorch (sentence-transformers' modules) on the same token ids
+in the same run, and the cost of ModernBERT's local attention against its
+global attention at 512 tokens.
+
+Models (random weights at the real shapes: speed does not depend on the
+values; tests/reference/gen_family_fixtures.py --real makes them, saved by
+sentence-transformers, with tokenizers trained on Cranfield, so the
+vocabularies are small but the layers are the real ones):
+  e5_small        multilingual-e5-small (XLM-R: 12 layers, 384 hidden, mean)
+  bge_m3_6l       bge-m3's layers (XLM-R large: 1024 hidden, 16 heads, 4096
+                  intermediate), 6 of its 24, CLS
+  gte_modernbert  gte-modernbert-base (22 layers, 768 hidden, GeGLU 1152,
+                  local window 128 every layer but each third, CLS)
+
+Texts: N Cranfield documents, tokenized once by the model's own tokenizer
+(cut at MAX_LEN); both sides get those ids, sorted by length in batches of
+32 (sentence-transformers' order), fp32, THREADS threads. Each side runs
+ROUNDS times, alternating, and keeps its best. The attention line times one
+layer's attention (12 heads of 64) over 512 random tokens, global and with
+gte-modernbert's window (64 on each side), alternating, best of 20.
+
+Run (under the bench lock, at normal priority):
+  .venv/bin/python3 bench/encode_families/bench_families.py --build build [--n 64] [--threads 2]
+      [--rounds 2] [--max-len 256] [--work ~/.cache/qac-bench-families]
+"""
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+MODELS = ["e5_small", "bge_m3_6l", "gte_modernbert"]
+
+
+def cranfield_docs(data):
+    sys.path.insert(0, os.path.join(ROOT, "tests", "reference"))
+    from gen_family_fixtures import cranfield
+    return cranfield(data)[0]
+
+
+def torch_side(st, ids, threads):
+    """sentence-transformers' modules on padded batches of 32, longest first."""
+    import torch
+    torch.set_num_threads(threads)
+    pad = st.tokenizer.pad_token_id
+    order = sorted(range(len(ids)), key=lambda i: -len(ids[i]))
+    batches = []
+    for s in range(0, len(order), 32):
+        chunk = [ids[i] for i in order[s:s + 32]]
+        T = max(len(x) for x in chunk)
+        t = torch.full((len(chunk), T), pad, dtype=torch.long)
+        m = torch.zeros((len(chunk), T), dtype=torch.long)
+        for i, x in enumerate(chunk):
+            t[i, :len(x)] = torch.tensor(x)
+            m[i, :len(x)] = 1
+        batches.append({"input_ids": t, "attention_mask": m})
+    with torch.inference_mode():
+        st.forward(dict(batches[-1]))  # warm-up
+        t0, c0 = time.perf_counter(), time.process_time()
+        for b in batches:
+            st.forward(dict(b))["sentence_embedding"]
+        return len(ids) / (time.perf_counter() - t0), len(ids) / (time.process_time() - c0)
+
+
+def qac_side(bench, model_dir, ids_file, threads):
+    out = subprocess.run([bench, "encode", model_dir, ids_file, str(threads)], capture_output=True, text=True,
+                         check=True).stdout
+    kv = dict(x.split("=") for x in out.split()[1:])
+    return float(kv["passages_per_s"]), float(kv["cpu_passages_per_s"])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--n", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--max-len", type=int, default=256)
+    ap.add_argument("--work", default=os.path.expanduser("~/.cache/qac-bench-families"))
+    ap.add_argument("--data", default=None, help="the folder holding cranfield/ (default: as the tests find it)")
+    ap.add_argument("--models", default=",".join(MODELS))
+    a = ap.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    bench = os.path.join(a.build, "bench", "encode_families", "qac_bench_family")
+    if a.data is None:
+        sys.path.insert(0, os.path.join(ROOT, "tests"))
+        import testdata
+        a.data = testdata.root()
+    cran = os.path.join(a.data, "cranfield")
+    names = a.models.split(",")
+    missing = [n for n in names if not os.path.exists(os.path.join(a.work, n, "config.json"))]
+    if missing:
+        subprocess.run([sys.executable, os.path.join(ROOT, "tests", "reference", "gen_family_fixtures.py"), "--real",
+                        "--out", a.work, "--data", cran, "--only", ",".join(missing)], check=True,
+                       stdout=subprocess.DEVNULL)
+    from sentence_transformers import SentenceTransformer
+    docs = cranfield_docs(cran)
+    cpu = open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].strip(": \t")
+    print(f"machine: {cpu}, {os.cpu_count()} cores; threads={a.threads} n={a.n} max_len={a.max_len} "
+          f"best of {a.rounds} alternating rounds")
+    print(f"{'model':<15} {'tokens':>7} {'qac_pass/s':>11} {'torch_pass/s':>12} {'ratio':>7} {'cpu_ratio':>9}")
+    for name in names:
+        d = os.path.join(a.work, name)
+        st = SentenceTransformer(d, device="cpu")
+        tok = st.tokenizer
+        ids = [tok(t, truncation=True, max_length=a.max_len)["input_ids"] for t in docs[:a.n]]
+        ids_file = os.path.join(a.work, name + ".ids")
+        with open(ids_file, "w") as f:
+            f.write("".join(" ".join(map(str, x)) + "\n" for x in ids))
+        q = t = (0.0, 0.0)
+        for _ in range(a.rounds):
+            q = max(q, qac_side(bench, d, ids_file, a.threads))
+            t = max(t, torch_side(st, ids, a.threads))
+        mean_len = sum(len(x) for x in ids) / len(ids)
+        print(f"{name:<15} {mean_len:>7.0f} {q[0]:>11.2f} {t[0]:>12.2f} {q[0] / t[0]:>6.2f}x {q[1] / t[1]:>8.2f}x",
+              flush=True)
+    out = subprocess.run([bench, "attention", "512", "768", "12", "64", "20", str(a.threads)], capture_output=True,
+                         text=True, check=True).stdout
+    print(out.strip())
+
+
+if __name__ == "__main__":
+    main()
