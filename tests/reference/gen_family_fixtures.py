@@ -19,7 +19,12 @@ tokenizer's files, modules.json, 1_Pooling, 2_Normalize):
   modernbert_bias  the same with norm_bias, attention_bias and mlp_bias
               true, global every 2nd layer, a window of 10, mean pooling
 
---real adds the real shapes (bench/encode_families/: multilingual-e5-small;
+--shapes makes the real shapes for the suite (embeddings only, no
+gradients): multilingual-e5-small's config, bge-m3's layers with 2 of its
+24, gte-modernbert-base's config whole (vocabularies: the tokenizers'
+trained here).
+
+--real makes the real shapes (bench/encode_families/: multilingual-e5-small;
 bge-m3's layers with 6 of its 24; gte-modernbert-base).
 
 Tokenizers are trained here on the Cranfield collection and a few lines in
@@ -45,7 +50,7 @@ Per checkpoint NAME, DIR/NAME/ and DIR/NAME.ref.safetensors with:
 and DIR/texts.txt: the texts, one per line (hex-escaped newlines none: the
 texts have none).
 
-Run: python3 tests/reference/gen_family_fixtures.py --out DIR [--data DIR] [--only NAME,...] [--real]
+Run: python3 tests/reference/gen_family_fixtures.py --out DIR [--data DIR] [--only NAME,...] [--real | --shapes]
 """
 import argparse
 import io
@@ -109,6 +114,18 @@ REAL = {
                                     intermediate_size=1152, max_position_embeddings=8192, local_attention=128,
                                     global_attn_every_n_layers=3, global_rope_theta=160000.0,
                                     local_rope_theta=10000.0, norm_eps=1e-5)),
+}
+
+# The real shapes in the test suite (--shapes; embeddings only: the
+# gradients are the small checkpoints'): multilingual-e5-small's config,
+# bge-m3's layers (1024 hidden, 16 heads, 4096 intermediate, 8194
+# positions) with 2 of its 24, and gte-modernbert-base's config whole.
+# Matrices drawn N(0, 1.2 / sqrt(fan-in)) (the small ones' 0.15 at a fan-in
+# of 64), so activations keep the small checkpoints' scale at any width.
+SHAPES = {
+    "e5_small": dict(REAL["e5_small"], scaled_init=True),
+    "bge_m3_2l": dict(REAL["bge_m3_6l"], scaled_init=True, cfg=dict(REAL["bge_m3_6l"]["cfg"], num_hidden_layers=2)),
+    "gte_modernbert": dict(REAL["gte_modernbert"], scaled_init=True),
 }
 
 NQ, NPASS, QLEN, PLEN, TAU = 3, 3, 24, 64, 0.05
@@ -211,7 +228,7 @@ def hf_config(spec, tok):
     return (XLMRobertaConfig if kind == "xlm-roberta" else RobertaConfig)(**c)
 
 
-def randomize(model, seed):
+def randomize(model, seed, scaled=False):
     import torch
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -224,7 +241,7 @@ def randomize(model, seed):
             elif name.endswith("bias"):
                 p.copy_(0.1 * n)
             else:
-                p.copy_(0.15 * n)
+                p.copy_((1.2 / p.shape[-1] ** 0.5 if scaled else 0.15) * n)
 
 
 def build(name, spec, out, corpus, seed):
@@ -244,7 +261,7 @@ def build(name, spec, out, corpus, seed):
     cfg = hf_config(spec, tok)
     torch.manual_seed(seed)
     model = AutoModel.from_config(cfg)
-    randomize(model, seed)
+    randomize(model, seed, spec.get("scaled_init", False))
     model.save_pretrained(work)
     tok.model_max_length = spec["max_seq"]
     tok.save_pretrained(work)
@@ -362,7 +379,7 @@ def grads(st, spec, batch, dtype):
     return loss.item(), out
 
 
-def reference(name, spec, out, st, texts, docs, queries, rel):
+def reference(name, spec, out, st, texts, docs, queries, rel, with_grads=True):
     import torch
     from safetensors.numpy import save_file
     tok = st.tokenizer
@@ -374,6 +391,9 @@ def reference(name, spec, out, st, texts, docs, queries, rel):
     with torch.no_grad():
         t["emb32"] = np.stack([st.encode(x, convert_to_numpy=True) for x in [texts]])[0].astype(np.float32)
         t["emb64"] = forward(st, ids_list, pad, torch.float64).numpy()
+    if not with_grads:
+        save_file(t, os.path.join(out, name + ".ref.safetensors"))
+        return
     # the fine-tuning batch: queries 1, 2 and 5 with a judged document first
     qs, ps = [], []
     for qn in (1, 2, 5):
@@ -397,6 +417,7 @@ def main():
     ap.add_argument("--data", default=None, help="the Cranfield directory")
     ap.add_argument("--only", default="", help="comma-separated checkpoint names")
     ap.add_argument("--real", action="store_true", help="the real shapes (no references: speed only)")
+    ap.add_argument("--shapes", action="store_true", help="the real shapes of the suite (embedding references only)")
     a = ap.parse_args()
     import torch
     torch.set_num_threads(2)
@@ -410,12 +431,12 @@ def main():
     texts = texts_for_tests(docs, queries)
     with open(os.path.join(a.out, "texts.txt"), "w", encoding="utf-8") as f:
         f.write("".join(t + "\n" for t in texts))
-    specs = REAL if a.real else SMALL
+    specs = REAL if a.real else SHAPES if a.shapes else SMALL
     names = [n for n in a.only.split(",") if n] or list(specs)
     for i, name in enumerate(names):
         st = build(name, specs[name], a.out, corpus, seed=1000 + i)
         if not a.real:
-            reference(name, specs[name], a.out, st, texts, docs, queries, rel)
+            reference(name, specs[name], a.out, st, texts, docs, queries, rel, with_grads=not a.shapes)
         print(f"{name}: {time.time() - t0:.1f} s", flush=True)
 
 
