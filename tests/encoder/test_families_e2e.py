@@ -66,6 +66,19 @@ def family(name, d, texts, ref, work):
     r = run(["info", "--model", d])
     check(r.returncode == 0 and f"architecture    {mt}:" in r.stdout and "family " in r.stdout,
           f"{name}: qac info's text names the family")
+    # the same directory as the Hugging Face cache holds it, by the repository's name
+    hub = os.path.join(work, "hub")
+    snap = os.path.join(hub, f"models--qac-test--{name}", "snapshots", "0123abcd")
+    os.makedirs(os.path.dirname(snap), exist_ok=True)
+    os.makedirs(os.path.join(hub, f"models--qac-test--{name}", "refs"), exist_ok=True)
+    if not os.path.exists(snap):
+        os.symlink(os.path.abspath(d), snap)
+    with open(os.path.join(hub, f"models--qac-test--{name}", "refs", "main"), "w") as f:
+        f.write("0123abcd")
+    r = run(["info", "--model", f"qac-test/{name}", "--json"], env={"HF_HUB_CACHE": hub})
+    cached = json.loads(r.stdout) if r.returncode == 0 else {}
+    check(r.returncode == 0 and cached.get("fingerprint") == info.get("fingerprint"),
+          f"{name}: --model qac-test/{name} finds it in the hub cache (HF_HUB_CACHE) " + r.stderr.strip()[-200:])
 
     tsv = write_tsv(os.path.join(work, name + ".tsv"), texts)
     npy = os.path.join(work, name + ".npy")
