@@ -14,7 +14,8 @@
 /* HF Trainer's rule, as the bi-encoder's (trainer.c): no decay on biases
  * and LayerNorm weights; here every encoder tensor trains, the pooler too. */
 static int enc_decays(int i) {
-    static const char decays[QAC_BERT_NUM_TENSORS] = {1, 1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0};
+    /* ..., ln2_w, ln2_b, final_ln_w, final_ln_b, pooler_w, pooler_b */
+    static const char decays[QAC_BERT_NUM_TENSORS] = {1, 1, 1, 0, 0, 1, 0, 1, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0, 1, 0};
     return decays[i];
 }
 

@@ -23,9 +23,12 @@ gte-modernbert's window (64 on each side), alternating, best of 20.
 
 Run (under the bench lock, at normal priority):
   .venv/bin/python3 bench/encode_families/bench_families.py --build build [--n 64] [--threads 2]
-      [--rounds 2] [--max-len 256] [--work ~/.cache/qac-bench-families]
+      [--rounds 2] [--max-len 256] [--work ~/.cache/qac-bench-families] [--results bench/RESULTS.md [--note TEXT]]
+--results adds the run (machine, date, the table) at the top of the
+encode_families section of that file, newest first.
 """
 import argparse
+import datetime
 import os
 import subprocess
 import sys
@@ -61,16 +64,27 @@ def torch_side(st, ids, threads):
     with torch.inference_mode():
         st.forward(dict(batches[-1]))  # warm-up
         t0, c0 = time.perf_counter(), time.process_time()
-        for b in batches:
-            st.forward(dict(b))["sentence_embedding"]
-        return len(ids) / (time.perf_counter() - t0), len(ids) / (time.process_time() - c0)
+        embs = [st.forward(dict(b))["sentence_embedding"] for b in batches]
+        rate = len(ids) / (time.perf_counter() - t0), len(ids) / (time.process_time() - c0)
+    emb = torch.cat(embs).float().numpy()
+    back = emb.copy()
+    back[order] = emb  # the input's order
+    return rate, back
 
 
-def qac_side(bench, model_dir, ids_file, threads):
-    out = subprocess.run([bench, "encode", model_dir, ids_file, str(threads)], capture_output=True, text=True,
-                         check=True).stdout
+def min_cosine(a, b):
+    import numpy as np
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    return float(((a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))).min())
+
+
+def qac_side(bench, model_dir, ids_file, threads, dim):
+    import numpy as np
+    emb_file = ids_file + ".qac.f32"
+    out = subprocess.run([bench, "encode", model_dir, ids_file, str(threads), emb_file], capture_output=True,
+                         text=True, check=True).stdout
     kv = dict(x.split("=") for x in out.split()[1:])
-    return float(kv["passages_per_s"]), float(kv["cpu_passages_per_s"])
+    return (float(kv["passages_per_s"]), float(kv["cpu_passages_per_s"])), np.fromfile(emb_file, np.float32).reshape(-1, dim)
 
 
 def main():
@@ -83,7 +97,15 @@ def main():
     ap.add_argument("--work", default=os.path.expanduser("~/.cache/qac-bench-families"))
     ap.add_argument("--data", default=None, help="the folder holding cranfield/ (default: as the tests find it)")
     ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--results", default=None, help="add the run to this RESULTS.md's encode_families section")
+    ap.add_argument("--note", default="", help="a line about the run (e.g. the machine's load)")
     a = ap.parse_args()
+    lines = []
+
+    def say(line):
+        print(line, flush=True)
+        lines.append(line)
+
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     bench = os.path.join(a.build, "bench", "encode_families", "qac_bench_family")
@@ -101,9 +123,10 @@ def main():
     from sentence_transformers import SentenceTransformer
     docs = cranfield_docs(cran)
     cpu = open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].strip(": \t")
-    print(f"machine: {cpu}, {os.cpu_count()} cores; threads={a.threads} n={a.n} max_len={a.max_len} "
-          f"best of {a.rounds} alternating rounds")
-    print(f"{'model':<15} {'tokens':>7} {'qac_pass/s':>11} {'torch_pass/s':>12} {'ratio':>7} {'cpu_ratio':>9}")
+    load = os.getloadavg()[0]
+    say(f"machine: {cpu}, {os.cpu_count()} cores, load {load:.1f} at the start; threads={a.threads} n={a.n} "
+        f"max_len={a.max_len} best of {a.rounds} alternating rounds")
+    say(f"{'model':<15} {'tokens':>7} {'qac_pass/s':>11} {'torch_pass/s':>12} {'ratio':>7} {'cpu_ratio':>9} {'min_cosine':>12}")
     for name in names:
         d = os.path.join(a.work, name)
         st = SentenceTransformer(d, device="cpu")
@@ -113,15 +136,48 @@ def main():
         with open(ids_file, "w") as f:
             f.write("".join(" ".join(map(str, x)) + "\n" for x in ids))
         q = t = (0.0, 0.0)
+        dim = st[0].auto_model.config.hidden_size
         for _ in range(a.rounds):
-            q = max(q, qac_side(bench, d, ids_file, a.threads))
-            t = max(t, torch_side(st, ids, a.threads))
+            rq, eq = qac_side(bench, d, ids_file, a.threads, dim)
+            rt, et = torch_side(st, ids, a.threads)
+            q, t = max(q, rq), max(t, rt)
         mean_len = sum(len(x) for x in ids) / len(ids)
-        print(f"{name:<15} {mean_len:>7.0f} {q[0]:>11.2f} {t[0]:>12.2f} {q[0] / t[0]:>6.2f}x {q[1] / t[1]:>8.2f}x",
-              flush=True)
+        say(f"{name:<15} {mean_len:>7.0f} {q[0]:>11.2f} {t[0]:>12.2f} {q[0] / t[0]:>6.2f}x {q[1] / t[1]:>8.2f}x "
+            f"{min_cosine(eq, et):>12.9f}")
     out = subprocess.run([bench, "attention", "512", "768", "12", "64", "20", str(a.threads)], capture_output=True,
                          text=True, check=True).stdout
-    print(out.strip())
+    say(out.strip())
+    if a.results:
+        add_results(a.results, lines, a.note, " ".join(sys.argv[1:]))
+
+
+SECTION = "## encode_families: the encoder families' CPU throughput against PyTorch"
+INTRO = """`bench/encode_families/bench_families.py`: qac's CPU encoder (fp32) against
+sentence-transformers' modules on the same token ids, alternating rounds,
+best of each, 2 threads each, at the real shapes of multilingual-e5-small,
+bge-m3's layers (6 of 24) and gte-modernbert-base (random weights; speed does
+not depend on them). ratio: wall-clock passages/s, qac over PyTorch;
+cpu_ratio: the same per CPU second (steadier on a loaded machine);
+min_cosine: the two sides' embeddings of the same ids, the lowest. The
+attention line: one ModernBERT layer's attention at 512 tokens, global
+against the local window of 64 on each side (CPU time, best of 20).
+Rerun: `.venv/bin/python3 bench/encode_families/bench_families.py --build build --results bench/RESULTS.md`
+"""
+
+
+def add_results(path, lines, note, args):
+    text = open(path, encoding="utf-8").read()
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    block = f"\n### {date}\n\n" + (note + "\n\n" if note else "") + f"`bench_families.py {args}`\n\n```\n" + \
+        "\n".join(lines) + "\n```\n"
+    if SECTION not in text:
+        at = text.index("\n## ") + 1
+        text = text[:at] + SECTION + "\n\n" + INTRO + "\n" + text[at:]
+    at = text.index(SECTION)
+    at = text.index(INTRO, at) + len(INTRO) if INTRO in text[at:] else text.index("\n", at) + 1
+    text = text[:at] + block + text[at:]
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
 
 
 if __name__ == "__main__":

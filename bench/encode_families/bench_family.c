@@ -1,11 +1,12 @@
 /* qac side of bench/encode_families (bench_families.py drives it):
  *
- *   qac_bench_family encode MODEL_DIR IDS_FILE THREADS
+ *   qac_bench_family encode MODEL_DIR IDS_FILE THREADS [EMBEDDINGS_OUT]
  *     encode the token ids of IDS_FILE (one sequence per line, ids separated
  *     by spaces, as the model's own Hugging Face tokenizer gave them) with
  *     the CPU encoder in fp32, batches of 32 sorted by length as
  *     sentence-transformers sorts them; prints "qac passages=<n>
- *     seconds=<s> passages_per_s=<r> cpu_passages_per_s=<c>";
+ *     seconds=<s> passages_per_s=<r> cpu_passages_per_s=<c>" (and writes the
+ *     embeddings, float32 in the file's order, to EMBEDDINGS_OUT);
  *
  *   qac_bench_family attention T C NH WINDOW REPS THREADS
  *     one layer's attention over a sequence of T tokens (random Q, K, V),
@@ -33,7 +34,7 @@ static int fail(const char *what) {
     return 1;
 }
 
-static int encode(const char *dir, const char *ids_file, int threads) {
+static int encode(const char *dir, const char *ids_file, int threads, const char *out_path) {
     FILE *f = fopen(ids_file, "r");
     if (!f) return fail("open ids");
     int cap = 1024, n = 0, *lens = malloc(cap * sizeof *lens);
@@ -67,6 +68,11 @@ static int encode(const char *dir, const char *ids_file, int threads) {
     if (qac_encoder_encode_ids(e, (const int32_t *const *)ids, lens, n, out)) return fail("encode");
     double dt = qac_now() - t0, cpu = cpu_seconds() - c0;
     printf("qac passages=%d seconds=%.3f passages_per_s=%.2f cpu_passages_per_s=%.2f\n", n, dt, n / dt, n / cpu);
+    if (out_path) { /* the embeddings, float32 in the input's order */
+        FILE *fo = fopen(out_path, "wb");
+        size_t k = (size_t)n * m->cfg.hidden_size;
+        if (!fo || fwrite(out, sizeof *out, k, fo) != k || fclose(fo)) return fail("write embeddings");
+    }
     qac_encoder_free(e);
     qac_model_free(m);
     for (int i = 0; i < n; i++) free(ids[i]);
@@ -102,10 +108,11 @@ static int attention(int T, int C, int NH, int window, int reps, int threads) {
 }
 
 int main(int argc, char **argv) {
-    if (argc == 5 && !strcmp(argv[1], "encode")) return encode(argv[2], argv[3], atoi(argv[4]));
+    if ((argc == 5 || argc == 6) && !strcmp(argv[1], "encode"))
+        return encode(argv[2], argv[3], atoi(argv[4]), argc == 6 ? argv[5] : NULL);
     if (argc == 8 && !strcmp(argv[1], "attention"))
         return attention(atoi(argv[2]), atoi(argv[3]), atoi(argv[4]), atoi(argv[5]), atoi(argv[6]), atoi(argv[7]));
-    fprintf(stderr, "usage: qac_bench_family encode MODEL_DIR IDS_FILE THREADS\n"
+    fprintf(stderr, "usage: qac_bench_family encode MODEL_DIR IDS_FILE THREADS [EMBEDDINGS_OUT]\n"
                     "       qac_bench_family attention T C NH WINDOW REPS THREADS\n");
     return 2;
 }

@@ -21,8 +21,8 @@ tokenizer's files, modules.json, 1_Pooling, 2_Normalize):
 
 --shapes makes the real shapes for the suite (embeddings only, no
 gradients): multilingual-e5-small's config, bge-m3's layers with 2 of its
-24, gte-modernbert-base's config whole (vocabularies: the tokenizers'
-trained here).
+24, gte-modernbert-base's layers with 4 of its 22 (vocabularies: the
+tokenizers' trained here).
 
 --real makes the real shapes (bench/encode_families/: multilingual-e5-small;
 bge-m3's layers with 6 of its 24; gte-modernbert-base).
@@ -119,13 +119,17 @@ REAL = {
 # The real shapes in the test suite (--shapes; embeddings only: the
 # gradients are the small checkpoints'): multilingual-e5-small's config,
 # bge-m3's layers (1024 hidden, 16 heads, 4096 intermediate, 8194
-# positions) with 2 of its 24, and gte-modernbert-base's config whole.
+# positions) with 2 of its 24, and gte-modernbert-base's layers (768
+# hidden, 12 heads, GeGLU 1152, a window of 128, thetas 160000 / 10000,
+# global every 3rd) with 4 of its 22 (global, local, local, global). The
+# whole 22 layers: bench/encode_families, which reports the cosine too.
 # Matrices drawn N(0, 1.2 / sqrt(fan-in)) (the small ones' 0.15 at a fan-in
 # of 64), so activations keep the small checkpoints' scale at any width.
 SHAPES = {
     "e5_small": dict(REAL["e5_small"], scaled_init=True),
     "bge_m3_2l": dict(REAL["bge_m3_6l"], scaled_init=True, cfg=dict(REAL["bge_m3_6l"]["cfg"], num_hidden_layers=2)),
-    "gte_modernbert": dict(REAL["gte_modernbert"], scaled_init=True),
+    "gte_modernbert_4l": dict(REAL["gte_modernbert"], scaled_init=True,
+                              cfg=dict(REAL["gte_modernbert"]["cfg"], num_hidden_layers=4)),
 }
 
 NQ, NPASS, QLEN, PLEN, TAU = 3, 3, 24, 64, 0.05
