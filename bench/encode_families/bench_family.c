@@ -84,7 +84,7 @@ static int attention(int T, int C, int NH, int window, int reps, int threads) {
     qac_pool *pool;
     if (qac_pool_create(&pool, threads)) return fail("pool");
     float *qkv = malloc((size_t)T * 3 * C * sizeof *qkv), *out = malloc((size_t)T * C * sizeof *out);
-    float *scratch = malloc((size_t)threads * T * T * sizeof *scratch);
+    float *scratch = malloc((size_t)threads * qac_attention_scratch_floats(T, C, NH, 0) * sizeof *scratch);
     uint32_t s = 12345;
     for (size_t i = 0; i < (size_t)T * 3 * C; i++) {
         s = s * 1664525u + 1013904223u;
@@ -95,8 +95,9 @@ static int attention(int T, int C, int NH, int window, int reps, int threads) {
     for (int r = 0; r < reps; r++)
         for (int w = 0; w < 2; w++) { /* global, local, alternating */
             double t0 = cpu_seconds();
-            qac_attention_forward_window(out, NULL, scratch, qkv, lens, offs, w ? window : 0, NULL, 0, 1, T, C, NH,
-                                         pool);
+            if (qac_attention_forward_window(out, NULL, scratch, qkv, lens, offs, w ? window : 0, NULL, 0, 1, T, C, NH,
+                                             pool))
+                return fail("attention");
             double dt = cpu_seconds() - t0;
             if (dt < best[w]) best[w] = dt;
         }
