@@ -96,7 +96,7 @@ def family(name, d, texts, ref, work):
     nq = 4
     qtsv = write_tsv(os.path.join(work, name + ".q.tsv"), texts[:nq], prefix="q")
     trec = os.path.join(work, name + ".trec")
-    r = run(["search", "--index", ix, "--queries", qtsv, "--out", trec, "-k", "5", "--device", "cpu"])
+    r = run(["search", "--index", ix, "--model", d, "--queries", qtsv, "--run", trec, "-k", "5", "--device", "cpu"])
     rows = {}
     for line in open(trec) if r.returncode == 0 else []:
         q, _, doc, rank, score, _ = line.split()
