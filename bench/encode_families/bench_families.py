@@ -148,7 +148,9 @@ def main():
                          text=True, check=True).stdout
     say(out.strip())
     if a.results:
-        add_results(a.results, lines, a.note, " ".join(sys.argv[1:]))
+        shown = [x for i, x in enumerate(sys.argv[1:]) if x not in ("--data", "--note", "--work") and
+                 (i == 0 or sys.argv[i] not in ("--data", "--note", "--work"))]  # no local paths, no note twice
+        add_results(a.results, lines, a.note, " ".join(shown))
 
 
 SECTION = "## encode_families: the encoder families' CPU throughput against PyTorch"
