@@ -12,6 +12,8 @@
 
 #include "qac_data.h"
 #include "qac_finetune.h"
+#include "qac_fusion.h"
+#include "qac_index.h"
 #include "qac_xenc.h"
 
 #ifdef __cplusplus
@@ -46,6 +48,28 @@ void qac_rerank_opts_default(qac_rerank_opts *o);
  * scores of a query do not depend on the other queries or the batch on
  * the CPU. A run passage missing from the corpus is an error naming it. */
 qac_status qac_rerank_run(qac_reranker *r, const qac_rerank_opts *o, qac_rerank_stats *stats);
+
+/* ---- reranking a search's hits (qac search --rerank) ----
+ * The passages' texts, looked up by docid (or by dense row): from a corpus
+ * read into memory (any qac_data.h format), or from the corpus a dense
+ * index was built from, read by offset (qac_index_text; a hit without a
+ * dense row, one only BM25 found, is found by its docid among the index's
+ * rows). Either gives the text the corpus readers give (the title, a
+ * space, the text), as qac_rerank_run does. Not thread-safe. */
+typedef struct qac_passage_texts qac_passage_texts;
+qac_status qac_passage_texts_corpus(qac_passage_texts **out, const char *corpus, qac_text_format fmt);
+/* ix is borrowed (free the texts first). */
+qac_status qac_passage_texts_index(qac_passage_texts **out, const qac_index *ix);
+void qac_passage_texts_free(qac_passage_texts *t);
+
+/* One query's hits (n of them, any order) scored by r with their passages'
+ * texts: each hit's score becomes the raw score rounded to float, and the
+ * hits are ordered by qac_hits_sort (score descending, then docid
+ * descending: trec_eval's and the rest of qac's order), as
+ * qac_rerank_run orders a query's top depth. A passage without a text is
+ * an error naming it. po: NULL for the reranker's defaults. */
+qac_status qac_rerank_hits(qac_reranker *r, qac_passage_texts *t, const char *query, size_t qlen, qac_hit *hits,
+                           int n, const qac_pair_opts *po);
 
 /* ---- PAIR's teacher: pseudo-labels ----
  * PAIR (following RocketQA): each query's first-stage candidates are

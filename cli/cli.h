@@ -34,9 +34,13 @@ int qac_cmd_label(int argc, char **argv);
  * server's default) and write a TREC run to `out`, identical to offline
  * `qac search` in that mode. api_key may be NULL. max_len > 0: the --max-len
  * the user gave, which the server does not take (a note says so when its
- * own length differs). Returns an exit code. */
+ * own length differs). rerank (NULL: none): the server's /search reranks
+ * each query's top rerank_depth with its --reranker, which must be the
+ * cross-encoder in that directory (fingerprints compared), and the run
+ * holds the top min(k, rerank_depth). Returns an exit code. */
 int qac_cli_search_remote(const char *url, const char *api_key, const char *queries_path, qac_text_format fmt,
-                          const char *mode, int k, const char *run_id, int max_len, FILE *out);
+                          const char *mode, int k, const char *run_id, int max_len, const char *rerank,
+                          int rerank_depth, FILE *out);
 /* Write one query's hits as TREC run lines the way trec_eval reads them:
  * scores rounded to float, ordered by that float descending, then docid
  * descending; ranks from 1. Local and remote searches write through it. */

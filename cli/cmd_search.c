@@ -9,6 +9,7 @@
 #include "qac_cpu.h"
 #include "qac_fusion.h"
 #include "qac_index.h"
+#include "qac_rerank.h"
 #include "qac_util.h"
 
 static const qac_opt search_opts[] = {
@@ -43,6 +44,15 @@ static const qac_opt search_opts[] = {
      "index was built for", 0},
     {"allow-prompt-mismatch", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL,
      "search even if the query prompt differs from the one the index was built for (a warning)", 0},
+    {"rerank", QAC_OPT_STR, NULL, 0, -1, NULL, NULL,
+     "cross-encoder directory: each query's top --rerank-depth of the first stage scored with it and ordered by "
+     "its raw score (qac rerank's order); the run holds the reranked top min(k, rerank-depth). With --server: the "
+     "server's --reranker, which must be this model", 0},
+    {"rerank-depth", QAC_OPT_INT, "100", 1, 1000, NULL, NULL, "first-stage passages reranked per query", 0},
+    {"corpus", QAC_OPT_STR, NULL, 0, -1, NULL, NULL,
+     "the passages' texts for --rerank (default: the corpus the dense index was built from; required in bm25 mode)",
+     0},
+    {"corpus-format", QAC_OPT_ENUM, "auto", 0, -1, "auto|tsv|beir|tevatron|cranfield", NULL, "--corpus format", 0},
     {"server", QAC_OPT_STR, NULL, 0, -1, NULL, "QAC_SERVER",
      "search a running qac server at URL instead (not with --index or --bm25)", 0},
     {"api-key", QAC_OPT_STR, NULL, 0, -1, NULL, "QAC_API_KEY", "API key for --server", 0},
@@ -68,7 +78,10 @@ static void qbatch_clear(qbatch *b) {
 
 typedef struct searcher {
     int mode, k, max_len;
+    int k_first;            /* hits the first stage collects: k, or the rerank depth */
     const char *run_id;
+    qac_reranker *rr;       /* --rerank */
+    qac_passage_texts *texts;
     qac_encoder *enc;
     qac_index *ix;
     qac_bm25 *bm25;
@@ -87,7 +100,7 @@ static const char *bm25_docid(void *bm25, int64_t row) { return qac_bm25_docid(b
 /* Encode, search and write one batch of queries: the dense list, the BM25
  * list, or their fusion, each query's hits written as the server's are. */
 static qac_status run_batch(searcher *S, qbatch *b, FILE *out) {
-    int depth = S->mode == MODE_HYBRID ? qac_hybrid_depth(S->k) : S->k;
+    int depth = S->mode == MODE_HYBRID ? qac_hybrid_depth(S->k_first) : S->k_first;
     qac_status st = QAC_OK;
     if (S->mode != MODE_BM25) {
         const char *prompt = qac_model_query_prompt(qac_encoder_model(S->enc));
@@ -111,7 +124,12 @@ static qac_status run_batch(searcher *S, qbatch *b, FILE *out) {
                                .bm25_docid = bm25_docid,
                                .bm25_index = S->bm25,
                                .names = S->names};
-        int nh = qac_hits_collect(&lists, S->k, S->hits);
+        int nh = qac_hits_collect(&lists, S->k_first, S->hits);
+        if (S->rr && (st = qac_rerank_hits(S->rr, S->texts, b->texts[q], b->lens[q], S->hits, nh, NULL))) {
+            qac_wrap_error(st, "rerank: query '%s'", b->qids[q]);
+            break;
+        }
+        if (nh > S->k) nh = S->k;
         st = qac_cli_write_hits(out, b->qids[q], S->hits, nh, S->run_id);
         S->written += (uint64_t)nh;
     }
@@ -127,9 +145,12 @@ static int search_local(const qac_opts *o, int mode, FILE *out) {
         fprintf(stderr, "qac search: --max-len must be 0 or at least 2 ([CLS] and [SEP])\n");
         return 2;
     }
-    int depth = mode == MODE_HYBRID ? qac_hybrid_depth(S.k) : S.k;
+    const char *rerank_dir = qac_opts_str(o, "rerank");
+    S.k_first = rerank_dir ? (int)qac_opts_int(o, "rerank-depth") : S.k;
+    int depth = mode == MODE_HYBRID ? qac_hybrid_depth(S.k_first) : S.k_first;
     qac_device dev = qac_cli_device(qac_opts_str(o, "device"));
     qac_model *m = NULL;
+    qac_xenc *x = NULL;
     qac_reader *r = NULL;
     qbatch b = {0};
     int rc = 1;
@@ -186,6 +207,27 @@ static int search_local(const qac_opts *o, int mode, FILE *out) {
             goto fail;
         }
     }
+    if (rerank_dir) {
+        const char *corpus = qac_opts_str(o, "corpus");
+        qac_encoder_opts eo = qac_encoder_default_opts();
+        eo.device = dev;
+        eo.threads = (int)qac_opts_int(o, "threads");
+        eo.cpu_precision = strcmp(qac_opts_str(o, "dtype"), "bf16") ? QAC_PREC_FP32 : QAC_PREC_BF16;
+        if (!corpus && !S.ix) {
+            qac_set_error(QAC_ERR_INVALID, "--rerank in bm25 mode needs the passages' texts: give --corpus");
+            goto fail;
+        }
+        if ((bst = corpus ? qac_passage_texts_corpus(&S.texts, corpus, qac_cli_format(qac_opts_str(o, "corpus-format")))
+                          : qac_passage_texts_index(&S.texts, S.ix))) {
+            if (corpus) qac_wrap_error(bst, "--corpus %s", corpus);
+            goto fail;
+        }
+        if ((bst = qac_xenc_load(&x, rerank_dir))) {
+            if (!strstr(qac_last_error(), rerank_dir)) qac_wrap_error(bst, "--rerank %s", rerank_dir);
+            goto fail;
+        }
+        if (qac_reranker_create(&S.rr, x, &eo)) goto fail;
+    }
     b.qids = calloc((size_t)batch, sizeof(char *));
     b.texts = calloc((size_t)batch, sizeof(char *));
     b.lens = calloc((size_t)batch, sizeof(size_t));
@@ -228,13 +270,18 @@ static int search_local(const qac_opts *o, int mode, FILE *out) {
         }
     }
     double dt = qac_now() - t0;
+    char rnote[640] = "";
+    if (S.rr)
+        snprintf(rnote, sizeof rnote, "; each query's top %d reranked by %s (%lld pairs cut to %d tokens)",
+                 S.k_first, rerank_dir, (long long)qac_reranker_truncated(S.rr), x->max_len);
     if (S.enc)
-        qac_summary("search", "%llu queries, %llu hits in %.1f s (%.1f queries/s); %lld cut at %d tokens -> %s",
+        qac_summary("search", "%llu queries, %llu hits in %.1f s (%.1f queries/s); %lld cut at %d tokens%s -> %s",
                     (unsigned long long)done, (unsigned long long)S.written, dt, dt > 0 ? (double)done / dt : 0.0,
-                    (long long)qac_encoder_truncated(S.enc), S.max_len, qac_opts_str(o, "run"));
+                    (long long)qac_encoder_truncated(S.enc), S.max_len, rnote, qac_opts_str(o, "run"));
     else
-        qac_summary("search", "%llu queries, %llu hits in %.1f s (%.1f queries/s) -> %s", (unsigned long long)done,
-                    (unsigned long long)S.written, dt, dt > 0 ? (double)done / dt : 0.0, qac_opts_str(o, "run"));
+        qac_summary("search", "%llu queries, %llu hits in %.1f s (%.1f queries/s)%s -> %s", (unsigned long long)done,
+                    (unsigned long long)S.written, dt, dt > 0 ? (double)done / dt : 0.0, rnote,
+                    qac_opts_str(o, "run"));
     rc = 0;
 fail:
     if (rc) rc = qac_cli_fail("search");
@@ -250,6 +297,9 @@ fail:
     free(S.names);
     free(S.hits);
     qac_reader_free(r);
+    qac_passage_texts_free(S.texts);
+    qac_reranker_free(S.rr);
+    qac_xenc_free(x);
     qac_encoder_free(S.enc);
     qac_model_free(m);
     qac_index_free(S.ix);
@@ -268,6 +318,14 @@ static const char *named(const qac_opts *o, const char *name, char *buf, size_t 
             return buf;
         }
     return name;
+}
+
+/* Whether the user gave the option (a flag, the environment or --config),
+ * not only its default. */
+static int given(const qac_opts *o, const char *name) {
+    for (int i = 0; i < o->n; i++)
+        if (!strcmp(o->table[i].name, name)) return o->source[i] > QAC_SRC_DEFAULT;
+    return 0;
 }
 
 /* The mode, from --mode and which of --index/--bm25/--server are set; -1
@@ -337,16 +395,25 @@ int qac_cmd_search(int argc, char **argv) {
         out = af.f;
     }
     const char *server = qac_opts_str(&o, "server");
-    if (server && qac_opts_isset(&o, "query-prompt")) {
+    if (!qac_opts_str(&o, "rerank") && (given(&o, "rerank-depth") || given(&o, "corpus"))) {
+        fprintf(stderr, "qac search: --%s applies only with --rerank MODEL\n",
+                given(&o, "corpus") ? "corpus" : "rerank-depth");
+        rc = 2;
+    } else if (server && qac_opts_isset(&o, "query-prompt")) {
         /* the text goes as typed; a prompt added here would be applied twice */
         fprintf(stderr, "qac search: --query-prompt does not apply to --server: the server puts its own query "
                         "prompt before the queries (see its /info)\n");
+        rc = 2;
+    } else if (server && given(&o, "corpus")) {
+        fprintf(stderr, "qac search: --corpus does not apply to --server: the server reranks with the texts of its "
+                        "own dense index\n");
         rc = 2;
     } else if (server)
         rc = qac_cli_search_remote(server, qac_opts_str(&o, "api-key"), qac_opts_str(&o, "queries"),
                                    qac_cli_format(qac_opts_str(&o, "format")), qac_opts_str(&o, "mode"),
                                    (int)qac_opts_int(&o, "k"), qac_opts_str(&o, "run-id"),
-                                   (int)qac_opts_int(&o, "max-len"), out);
+                                   (int)qac_opts_int(&o, "max-len"), qac_opts_str(&o, "rerank"),
+                                   (int)qac_opts_int(&o, "rerank-depth"), out);
     else
         rc = search_local(&o, mode, out);
     if (!to_stdout) {

@@ -16,6 +16,7 @@
 #include "cli.h"
 #include "qac_data.h"
 #include "qac_util.h"
+#include "qac_xenc.h"
 
 #define REMOTE_BATCH 128 /* like offline search's default batch */
 #define REMOTE_TIMEOUT_S 300
@@ -195,9 +196,13 @@ static qac_status call_json(const remote *r, const char *method, const char *pat
 }
 
 static qac_status run_batch(const remote *r, char **qids, json_t *queries, const char *mode, int k,
-                            const char *run_id, FILE *out, uint64_t *written) {
+                            int rerank_depth, const char *run_id, FILE *out, uint64_t *written) {
     json_t *req = json_pack("{s:O,s:i}", "queries", queries, "k", k);
     if (req && mode) json_object_set_new(req, "mode", json_string(mode));
+    if (req && rerank_depth > 0) {
+        json_object_set_new(req, "rerank", json_true());
+        json_object_set_new(req, "rerank_depth", json_integer(rerank_depth));
+    }
     char *body = req ? json_dumps(req, JSON_COMPACT) : NULL;
     json_decref(req);
     if (!body) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
@@ -233,8 +238,29 @@ static qac_status run_batch(const remote *r, char **qids, json_t *queries, const
     return st;
 }
 
+/* The server's reranker is the model in dir (by fingerprint), or an error
+ * naming both. */
+static qac_status check_reranker(json_t *info, const char *url, const char *dir) {
+    json_t *rr = json_object_get(info, "reranker");
+    const char *fp = json_string_value(json_object_get(rr, "fingerprint"));
+    const char *id = json_string_value(json_object_get(rr, "id"));
+    if (!fp)
+        return qac_set_error(QAC_ERR_INVALID, "--rerank: the server at %s has no reranker (start it with --reranker "
+                                              "DIR)", url);
+    qac_xenc *x = NULL;
+    qac_status st = qac_xenc_load(&x, dir);
+    if (st) return strstr(qac_last_error(), dir) ? st : qac_wrap_error(st, "--rerank %s", dir);
+    if (strcmp(x->fingerprint, fp))
+        st = qac_set_error(QAC_ERR_MISMATCH, "--rerank %s (fingerprint %s) is not the server's reranker %s "
+                                             "(fingerprint %s): give the directory the server was started with",
+                           dir, x->fingerprint, id ? id : "", fp);
+    qac_xenc_free(x);
+    return st;
+}
+
 int qac_cli_search_remote(const char *url, const char *api_key, const char *queries_path, qac_text_format fmt,
-                          const char *mode, int k, const char *run_id, int max_len, FILE *out) {
+                          const char *mode, int k, const char *run_id, int max_len, const char *rerank,
+                          int rerank_depth, FILE *out) {
     remote r;
     memset(&r, 0, sizeof r);
     r.api_key = api_key && *api_key ? api_key : NULL;
@@ -261,10 +287,14 @@ int qac_cli_search_remote(const char *url, const char *api_key, const char *quer
                 "--query-max-len)\n",
                 max_len, server_len);
     int per_call = max_texts > 0 && max_texts < REMOTE_BATCH ? max_texts : REMOTE_BATCH;
-    if (max_k > 0 && k > max_k) {
-        qac_set_error(QAC_ERR_INVALID, "k %d is larger than the server's max_k %d (start it with --max-k)", k, max_k);
+    if (!rerank) rerank_depth = 0;
+    else if (k > rerank_depth) k = rerank_depth; /* the reranked top min(k, depth), as offline */
+    if (max_k > 0 && (k > max_k || rerank_depth > max_k)) {
+        qac_set_error(QAC_ERR_INVALID, "%s %d is larger than the server's max_k %d (start it with --max-k)",
+                      k > max_k ? "k" : "--rerank-depth", k > max_k ? k : rerank_depth, max_k);
         goto fail;
     }
+    if (rerank && check_reranker(info, url, rerank)) goto fail;
     batch = json_array();
     if (!batch) goto fail;
     for (int eof = 0; !eof;) {
@@ -282,7 +312,7 @@ int qac_cli_search_remote(const char *url, const char *api_key, const char *quer
             nb++;
         } else eof = 1;
         if (nb == per_call || (eof && nb)) {
-            if (run_batch(&r, qids, batch, mode, k, run_id, out, &hits)) goto fail;
+            if (run_batch(&r, qids, batch, mode, k, rerank_depth, run_id, out, &hits)) goto fail;
             done += (uint64_t)nb;
             qac_progress_stderr(&ps, "search", done, 0);
             for (int i = 0; i < nb; i++) {

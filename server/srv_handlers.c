@@ -721,6 +721,10 @@ void qac_handle_info(qac_server *s, qac_http_response *r) {
         json_object_set_new(o, "index", ix);
     }
     if (o && s->be.bm25_search) json_object_set_new(o, "bm25", json_pack("{s:I}", "size", (json_int_t)s->be.bm25_count));
+    if (o && s->be.rerank_scores)
+        json_object_set_new(o, "reranker", json_pack("{s:s,s:s,s:i}", "id", s->be.reranker_id, "fingerprint",
+                                                     or_empty(s->be.reranker_fingerprint), "max_seq_len",
+                                                     s->be.reranker_max_len));
     qac_srv_json(r, QAC_REPLY_HOUSE, o);
 }
 

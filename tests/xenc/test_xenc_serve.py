@@ -14,7 +14,9 @@ same model (the CPU gives a pair the same bits in any batch, so equal):
     and return_documents) and as raw JSON (documents as objects);
   - /search with rerank in the dense, BM25 and hybrid modes: the top k of
     the first stage's top rerank_depth reranked equal `qac search` (or
-    `qac bm25 search`) then `qac rerank --depth` offline.
+    `qac bm25 search`) then `qac rerank --depth` offline; so does
+    `qac search --rerank --rerank-depth`, offline and with --server (which
+    refuses a model other than the server's reranker).
 Requests sent at once give the scores sent alone."""
 import concurrent.futures
 import json
@@ -75,14 +77,23 @@ def start(*extra):
     return proc, line.split("listening on ")[1].strip()
 
 
+sys.path.insert(0, os.path.join(HERE, "..", "server"))
+from srvlib import Contract  # noqa: E402
+
+contract = Contract()
+
+
 def post(url, path, body):
+    """POST a JSON body; every answer is checked against api/openapi.yaml."""
     req = urllib.request.Request(url + path, data=json.dumps(body).encode(), method="POST",
                                  headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=120) as resp:
-            return resp.status, json.loads(resp.read())
+            st, got = resp.status, json.loads(resp.read())
     except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+        st, got = e.code, json.loads(e.read())
+    check(contract.validate("POST", path, st, got), f"POST {path} {st}: the answer keeps to api/openapi.yaml")
+    return st, got
 
 
 def offline(query, texts, *extra):
@@ -126,6 +137,11 @@ try:
     with urllib.request.urlopen(url + "/", timeout=60) as resp:
         page = resp.read().decode()
     check('id="rerank"' in page and "rerank: true" in page, "the search page has the rerank box")
+    with urllib.request.urlopen(url + "/info", timeout=60) as resp:
+        info = json.loads(resp.read())
+    fp = subprocess.run([TOOL, "fingerprint", p("teacher")], capture_output=True, text=True).stdout.strip()
+    check(contract.validate("GET", "/info", 200, info) and info.get("reranker") == {
+        "id": "teacher", "fingerprint": fp, "max_seq_len": 128}, f"/info names the reranker: {info.get('reranker')}")
 
     # cohere's client on /v1/rerank
     import cohere
@@ -174,6 +190,35 @@ try:
             [(h["docid"], f32(h["score"])) for h in got["results"][i]] == [(d, f32(s)) for d, s in off[f"q{i}"][:5]]
             for i in range(len(qtexts)))
         check(same, f"/search {mode} with rerank: the top 5 of the reranked top 20 equal qac {mode} search + qac rerank")
+        # qac search --rerank, offline and through this server, writes the same lines as qac rerank's top 5
+        want_run = {q: [(d, s) for d, s in v[:5]] for q, v in off.items()}
+        first = {"dense": ["--index", p("idx"), "--model", model],
+                 "bm25": ["--bm25", p("bm25"), "--corpus", p("corpus.tsv")],
+                 "hybrid": ["--index", p("idx"), "--bm25", p("bm25"), "--mode", "hybrid", "--model", model]}[mode]
+        for where, args in (("offline", first), ("--server", ["--server", url, "--mode", mode])):
+            rr = run(["search", *args, "--queries", p("queries.tsv"), "--k", "5", "--rerank", p("teacher"),
+                      "--rerank-depth", "20", "--run", p("cli.run"), "--run-id", "qac-rerank"])
+            got_run = {}
+            for l in open(p("cli.run")) if rr.returncode == 0 else []:
+                q, _, d, rank, sc, rid = l.split()
+                got_run.setdefault(q, []).append((d, float(sc)))
+            check(rr.returncode == 0 and got_run == want_run,
+                  f"qac search --rerank {mode} ({where}): the reranked top 5 of the first stage's top 20 equal qac "
+                  f"rerank's on the same first-stage run {rr.stderr[-300:]}")
+    # what --rerank refuses: another model than the server's, the texts missing, options without --rerank
+    other = p("other-teacher")
+    r2 = subprocess.run([TOOL, "fresh", model, other, "1", "6"], capture_output=True, text=True)
+    assert r2.returncode == 0, r2.stderr
+    rr = run(["search", "--server", url, "--queries", p("queries.tsv"), "--k", "5", "--rerank", other,
+              "--run", p("cli.run")])
+    check(rr.returncode != 0 and "not the server's reranker" in rr.stderr,
+          f"qac search --server --rerank with another model is refused by fingerprint: {rr.stderr[-300:]}")
+    rr = run(["search", "--bm25", p("bm25"), "--queries", p("queries.tsv"), "--rerank", p("teacher"),
+              "--run", p("cli.run")])
+    check(rr.returncode != 0 and "--corpus" in rr.stderr, f"bm25 --rerank without --corpus: {rr.stderr[-300:]}")
+    rr = run(["search", "--index", p("idx"), "--model", model, "--queries", p("queries.tsv"), "--rerank-depth", "5",
+              "--run", p("cli.run")])
+    check(rr.returncode == 2, f"--rerank-depth without --rerank is refused: {rr.stderr[-300:]}")
 finally:
     server.terminate()
     server.wait(timeout=60)

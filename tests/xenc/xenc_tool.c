@@ -2,6 +2,7 @@
  *   xenc_tool fresh SRC OUT LABELS SEED   a reranker started from SRC
  *                                         (qac_xenc_open), written to OUT
  *   xenc_tool roundtrip SRC OUT           load a cross-encoder and save it
+ *   xenc_tool fingerprint DIR             print a cross-encoder's fingerprint
  * Prints what qac_xenc_open reported ("fresh N"). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +32,13 @@ int main(int argc, char **argv) {
         qac_xenc_free(x);
         return rc;
     }
-    fprintf(stderr, "usage: xenc_tool fresh SRC OUT LABELS SEED | roundtrip SRC OUT\n");
+    if (argc == 3 && !strcmp(argv[1], "fingerprint")) {
+        qac_xenc *x = NULL;
+        if (qac_xenc_load(&x, argv[2])) return fail("load");
+        printf("%s\n", x->fingerprint);
+        qac_xenc_free(x);
+        return 0;
+    }
+    fprintf(stderr, "usage: xenc_tool fresh SRC OUT LABELS SEED | roundtrip SRC OUT | fingerprint DIR\n");
     return 2;
 }
