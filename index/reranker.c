@@ -57,6 +57,9 @@ const qac_xenc *qac_reranker_model(const qac_reranker *r) { return r->x; }
 qac_device qac_reranker_device(const qac_reranker *r) { return qac_encoder_device(r->enc); }
 const qac_encoder *qac_reranker_encoder(const qac_reranker *r) { return r->enc; }
 int64_t qac_reranker_truncated(const qac_reranker *r) { return r ? r->truncated : 0; }
+void qac_reranker_set_cancel(qac_reranker *r, qac_encoder_cancel_fn fn, void *user) {
+    qac_encoder_set_cancel(r->enc, fn, user);
+}
 
 qac_pair_opts qac_reranker_default_pair_opts(const qac_reranker *r) {
     qac_pair_opts o = {r->x->max_len, QAC_TRUNC_LONGEST_FIRST, QAC_TRUNC_RIGHT};
