@@ -28,7 +28,7 @@ from ._qac import (BusyError, CancelledError, FormatError, InvalidError, Mismatc
 
 __version__ = _qac.version
 __all__ = [
-    "Encoder", "Index", "IndexParts", "BM25", "Record", "evaluate", "read_corpus", "read_queries", "read_qrels",
+    "Encoder", "Reranker", "Index", "IndexParts", "BM25", "Record", "evaluate", "read_corpus", "read_queries", "read_qrels",
     "read_run", "write_run", "finetune", "pretrain", "default_model_dir", "cuda_available", "cpu_isa",
     "QacError", "InvalidError", "QacIOError", "QacMemoryError", "FormatError", "UnsupportedError",
     "NotFoundError", "BusyError", "CancelledError", "MismatchError",
@@ -255,6 +255,148 @@ class Encoder:
             ids = self._model.tokenize(t, int(max_len or 0), bool(special_tokens), prompt)
             out.append([self._model.id_to_token(i) for i in ids] if tokens else ids)
         return out[0] if one else out
+
+
+class Reranker:
+    """A cross-encoder: (query, passage) pairs in, relevance scores out.
+
+    ``model`` is a reranker directory: one ``qac finetune --cross-encoder`` (or
+    :func:`finetune` with ``cross_encoder=True``) wrote, a Hugging Face
+    ``BertForSequenceClassification`` or a sentence-transformers ``CrossEncoder``.
+    Each pair is ``[CLS] query [SEP] passage [SEP]`` with token types, cut to
+    ``max_len`` tokens by ``truncation`` (``"longest_first"``, Hugging Face's default,
+    ``"only_second"``, ``"only_first"``) as the Hugging Face tokenizer cuts it.
+    ``device``, ``dtype`` and ``threads`` are :class:`Encoder`'s; ``batch_size`` is
+    pairs per forward pass (0: the backend's). On the CPU a pair gets the same score bit
+    for bit in any call, and the same as ``qac rerank`` and the server's ``/rerank``.
+
+    Scores: :meth:`predict` gives what sentence-transformers' ``CrossEncoder.predict``
+    gives (the model's activation on every logit: sigmoid for one label unless the
+    checkpoint names another); :meth:`score` and :meth:`rerank` give the ranking
+    score, the probability TEI's ``/rerank`` returns (sigmoid of the logit, or with two
+    labels the softmax's second entry) or with ``raw=True`` the logit (with two labels
+    their difference).
+
+    Threads may share a Reranker: their calls run one after another, each getting what
+    it would get alone. Ctrl-C raises KeyboardInterrupt within a layer's time and the
+    reranker stays usable. :meth:`close` (or ``with``) frees the model at once.
+    """
+
+    _CHUNK = 1024  # pairs per library call: bounds the reranker's buffers
+
+    def __init__(self, model: PathLike, device: str = "auto", dtype: str = "fp32", threads: int = 0,
+                 batch_size: int = 0) -> None:
+        if batch_size != 0:
+            batch_size = _batch_size(batch_size)
+        self._r = _qac.Reranker(_path(model), device, dtype, threads, batch_size)
+
+    def close(self) -> None:
+        """Free the model and buffers now (after the calls in flight); later calls raise
+        ValueError. Closing twice is harmless."""
+        self._r.close()
+
+    def __enter__(self) -> "Reranker":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @property
+    def num_labels(self) -> int:
+        """Logits per pair: 1, or 2 (whose difference ranks)."""
+        return self._r.num_labels
+
+    @property
+    def max_len(self) -> int:
+        """Tokens per pair when ``max_len`` is not given, specials included: the model's
+        ``max_seq_length`` (what ``CrossEncoder`` truncates at)."""
+        return self._r.max_len
+
+    @property
+    def info(self) -> Dict[str, Any]:
+        """The model's name, path, fingerprint, labels, activation and where it runs."""
+        return self._r.info()
+
+    @property
+    def fingerprint(self) -> str:
+        """What the reranker computes (16 hex digits), as ``qac serve`` reports it."""
+        return self._r.info()["fingerprint"]
+
+    @property
+    def truncated(self) -> int:
+        """Pairs cut at their maximum length by this reranker so far."""
+        return self._r.truncated
+
+    def _logits(self, queries: List[Union[str, bytes]], passages: Sequence[Union[str, bytes]],
+                max_len: Optional[int], truncation: str) -> np.ndarray:
+        n, nl = len(passages), self._r.num_labels
+        out = np.empty((n, nl), dtype=np.float32)
+        ml = _max_len(max_len)
+        for i in range(0, n, self._CHUNK):  # the same bits whatever the chunks (batch-invariant scores)
+            j = min(n, i + self._CHUNK)
+            q = queries if len(queries) == 1 else queries[i:j]
+            self._r.logits(q, passages[i:j], out[i:j], ml, truncation)
+        return out
+
+    def _convert(self, logits: np.ndarray, kind: str) -> np.ndarray:
+        n = logits.shape[0]
+        out = np.empty(logits.shape if kind == "activated" else (n,), dtype=np.float32)
+        self._r.convert(logits, kind, out, n)
+        return out
+
+    def predict(self, pairs: Sequence[Sequence[Union[str, bytes]]], activation: bool = True,
+                max_len: Optional[int] = None, truncation: str = "longest_first") -> np.ndarray:
+        """Scores of ``pairs`` (a sequence of ``(query, passage)``) as ``CrossEncoder.predict``
+        gives them: float32 ``[n]`` with one label, ``[n, 2]`` with two; ``activation=False``
+        gives the logits."""
+        if isinstance(pairs, (str, bytes)) or (len(pairs) == 2 and all(isinstance(t, (str, bytes)) for t in pairs)):
+            pairs = [pairs]  # one pair, as CrossEncoder.predict takes it
+        qs, ps = [], []
+        for i, p in enumerate(pairs):
+            if isinstance(p, (str, bytes)) or len(p) != 2:
+                raise ValueError(f"predict: pair {i} is not a (query, passage) pair")
+            qs.append(p[0])
+            ps.append(p[1])
+        if not ps:
+            return np.empty((0,) if self.num_labels == 1 else (0, self.num_labels), dtype=np.float32)
+        logits = self._logits(qs, ps, max_len, truncation)
+        out = self._convert(logits, "activated") if activation else logits
+        return out[:, 0].copy() if self.num_labels == 1 else out
+
+    def score(self, query: Union[str, bytes], passages: Texts, raw: bool = False, max_len: Optional[int] = None,
+              truncation: str = "longest_first") -> np.ndarray:
+        """The ranking score of ``query`` with each passage, float32 ``[len(passages)]``:
+        the probability (TEI's ``/rerank`` score), or with ``raw=True`` the raw score.
+        The query is tokenized once."""
+        if isinstance(passages, (str, bytes)):
+            passages = [passages]
+        if not isinstance(query, (str, bytes)):
+            raise TypeError("score: query must be one str or bytes (predict takes pairs)")
+        if len(passages) == 0:
+            return np.empty((0,), dtype=np.float32)
+        return self._convert(self._logits([query], passages, max_len, truncation), "raw" if raw else "probability")
+
+    def rerank(self, query: Union[str, bytes], documents: Texts, top_k: Optional[int] = None,
+               return_documents: bool = False, raw: bool = False, max_len: Optional[int] = None,
+               truncation: str = "longest_first") -> List[Dict[str, Any]]:
+        """``documents`` ordered by their score with ``query``, as the server's ``/rerank``
+        orders them: a list of ``{"index", "score"}`` (``"text"`` too with
+        ``return_documents``), score descending, ties by the higher index first (TEI's
+        order), the first ``top_k`` (None: all)."""
+        if isinstance(documents, (str, bytes)):
+            documents = [documents]
+        scores = self.score(query, documents, raw=raw, max_len=max_len, truncation=truncation)
+        order = sorted(range(len(documents)), key=lambda i: (-float(scores[i]), -i))
+        if top_k is not None:
+            order = order[:_k(top_k, len(order))]
+        out = []
+        for i in order:
+            e: Dict[str, Any] = {"index": i, "score": float(scores[i])}
+            if return_documents:
+                d = documents[i]
+                e["text"] = d.decode("utf-8", "replace") if isinstance(d, bytes) else d
+            out.append(e)
+        return out
 
 
 # ---------------------------------------------------------------- readers
@@ -685,9 +827,9 @@ class BM25:
 def finetune(train: Union[PathLike, Sequence[PathLike], None] = None, out: Optional[PathLike] = None, *,
              model: Optional[PathLike] = None, train_triples: Optional[PathLike] = None,
              train_qrels: Optional[PathLike] = None, train_queries: Optional[PathLike] = None,
-             train_corpus: Optional[PathLike] = None, title_join: str = "sep", progress: Progress = None,
-             **options: Any) -> Tuple[int, int]:
-    """Fine-tune a retriever in this process, as ``qac finetune`` (same defaults).
+             train_corpus: Optional[PathLike] = None, title_join: Optional[str] = None, progress: Progress = None,
+             cross_encoder: bool = False, **options: Any) -> Tuple[int, int]:
+    """Fine-tune a retriever (or a reranker) in this process, as ``qac finetune`` (same defaults).
 
     ``train`` is one or more Tevatron jsonl files (or ``train_triples`` /
     ``train_qrels`` with ``train_queries`` and ``train_corpus``); the run goes to
@@ -696,6 +838,18 @@ def finetune(train: Union[PathLike, Sequence[PathLike], None] = None, out: Optio
     tau, sim, alpha, chunk, dropout, recompute, seed, threads, device, train_precision,
     schedule, warmup_ratio, warmup_steps, weight_decay, max_grad_norm, save_every, keep,
     resume, dev_queries, dev_qrels, dev_corpus, dev_depth, dump_batches, dry_run.
+    ``title_join`` is how a passage's title meets its text: ``"sep"`` (the default) or
+    ``"space"`` (the default with ``cross_encoder``, as ``qac rerank`` joins them).
+
+    ``cross_encoder=True`` trains a reranker, as ``qac finetune --cross-encoder``:
+    ``[CLS] query [SEP] passage [SEP]`` through the encoder, its pooler and a classifier
+    (fresh unless ``model`` is a cross-encoder), softmax cross-entropy over each group of
+    one positive and ``n_passages - 1`` negatives, on the CPU. Its own options:
+    ``max_len`` (pair length with specials; 0 = q_max_len + p_max_len), ``num_labels``
+    (1 or 2, of a fresh classifier), ``truncation`` (longest_first, only_second,
+    only_first) and ``dev_run`` (the dev queries' first-stage run, its top ``dev_depth``
+    reranked at every save); tau, sim, alpha, dump_batches and dry_run are the
+    bi-encoder's. The reranker is written to ``out``; open it with :class:`Reranker`.
 
     ``progress`` gets a dict after every step (``event="step"``: step, total, epoch,
     loss, lr, grad_norm, seconds, ...) and at every dev evaluation (``event="dev"``).
@@ -705,9 +859,16 @@ def finetune(train: Union[PathLike, Sequence[PathLike], None] = None, out: Optio
         raise ValueError("finetune: out is required")
     files = [] if train is None else [_path(train)] if isinstance(train, (str, os.PathLike)) else \
         [_path(t) for t in train]
+    if title_join is None:
+        title_join = "space" if cross_encoder else "sep"
     sources = dict(tevatron=files, triples=_opt_path(train_triples), qrels=_opt_path(train_qrels),
                    queries=_opt_path(train_queries), corpus=_opt_path(train_corpus), title_join=title_join)
-    opts = _train_options(options, _FT_OPTIONS)
+    opts = _train_options(options, _FT_OPTIONS | _XE_OPTIONS if cross_encoder else _FT_OPTIONS)
+    if cross_encoder:
+        bi = sorted(set(opts) & {"tau", "sim", "alpha", "dump_batches", "dry_run"})
+        if bi:
+            raise TypeError(f"finetune: {', '.join(bi)} are bi-encoder options; cross_encoder=True does not take them")
+        opts["cross_encoder"] = True
     opts["out"] = _path(out)
     return _qac.finetune(_opt_path(model), sources, opts, progress)
 
@@ -738,6 +899,7 @@ _COMMON = {"lr", "weight_decay", "max_grad_norm", "warmup_steps", "warmup_ratio"
            "tau", "alpha"}
 _FT_OPTIONS = _COMMON | {"epochs", "n_passages", "q_max_len", "p_max_len", "chunk", "sim", "dev_queries",
                          "dev_qrels", "dev_corpus", "dev_depth", "dump_batches", "dry_run"}
+_XE_OPTIONS = {"max_len", "num_labels", "truncation", "dev_run"}
 _PT_OPTIONS = _COMMON | {"mask_rate", "enc_mask_rate", "dec_mask_rate", "skip_from", "head_layers", "qgen_window",
                          "pooling", "normalize", "max_len", "query_max_len", "docs"}
 

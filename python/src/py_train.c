@@ -8,6 +8,8 @@
 #include "qac_finetune.h"
 #include "qac_pretrain.h"
 #include "qac_python.h"
+#include "qac_rerank.h"
+#include "qac_xenc.h"
 
 /* ---- training ---- */
 
@@ -145,6 +147,62 @@ static void ft_on_dev(void *user, const qac_ft_dev *r) {
                  "map", r->map, "recall_100", r->recall100, "recip_rank_10", r->mrr10, "seconds", r->seconds);
 }
 
+/* cross_encoder=True: a reranker (api/qac_rerank.h) with max_len,
+ * num_labels, truncation and dev_run, as qac finetune --cross-encoder. */
+typedef struct cross_opts {
+    int on, num_labels, labels_given;
+    qac_xenc_train_opts xo;
+} cross_opts;
+
+static int cross_get(cross_opts *c, PyObject *d, const qac_finetune_opts *fo) {
+    memset(c, 0, sizeof *c);
+    PyObject *v = PyDict_GetItemString(d, "cross_encoder");
+    if (v && (c->on = PyObject_IsTrue(v)) < 0) return -1;
+    qac_xenc_train_opts_default(&c->xo);
+    c->xo.ft = *fo;
+    c->num_labels = 1;
+    long ml = 0, nl = 1;
+    PyObject *mlo = PyDict_GetItemString(d, "max_len"), *nlo = PyDict_GetItemString(d, "num_labels"),
+             *tro = PyDict_GetItemString(d, "truncation"), *dro = PyDict_GetItemString(d, "dev_run");
+    if (!c->on) {
+        if (mlo || nlo || tro || dro)
+            return PyErr_Format(PyExc_TypeError, "finetune: max_len, num_labels, truncation and dev_run are "
+                                                 "cross_encoder=True options"), -1;
+        return 0;
+    }
+    if (fo->dry_run || fo->dump_batches || fo->train.device == QAC_DEVICE_CUDA)
+        return PyErr_Format(PyExc_ValueError, "finetune: cross_encoder=True trains on the CPU and has no dry_run "
+                                              "or dump_batches"), -1;
+    if ((mlo && qpy_int_in(mlo, 0, 8192, "max_len (0: q_max_len + p_max_len)", &ml) < 0) ||
+        (nlo && qpy_int_in(nlo, 1, 2, "num_labels", &nl) < 0))
+        return -1;
+    c->xo.max_len = ml ? (int)ml : fo->q_max + fo->p_max;
+    c->num_labels = (int)nl;
+    c->labels_given = nlo != NULL;
+    if (tro) {
+        const char *t = PyUnicode_AsUTF8(tro);
+        qac_status st = t ? qac_truncation_parse(t, &c->xo.truncation) : QAC_OK;
+        if (!t) return -1;
+        if (st) return qpy_raise(st), -1;
+    }
+    if (dro && dro != Py_None && !(c->xo.dev_run = PyUnicode_AsUTF8(dro))) return -1; /* the dict keeps it */
+    return 0;
+}
+
+/* without the GIL */
+static qac_status cross_run(const cross_opts *c, const qac_ft_data *d, const char *model_dir, long *total,
+                            long *from) {
+    qac_xenc *x = NULL;
+    int fresh = 0;
+    qac_status st = qac_xenc_open(&x, model_dir, c->num_labels, c->xo.ft.train.seed, &fresh);
+    if (!st && !fresh && c->labels_given && c->num_labels != x->num_labels)
+        st = qac_set_error(QAC_ERR_INVALID, "%s is a cross-encoder with %d labels, not num_labels %d", model_dir,
+                           x->num_labels, c->num_labels);
+    if (!st) st = qac_xenc_train_run(x, d, &c->xo, total, from);
+    qac_xenc_free(x);
+    return st;
+}
+
 /* finetune(model_dir or None, sources dict, options dict, callback) -> (total, resumed_at) */
 PyObject *qpy_finetune(PyObject *mod, PyObject *args) {
     PyObject *model_o, *src_d, *opt_d, *callback;
@@ -195,12 +253,21 @@ PyObject *qpy_finetune(PyObject *mod, PyObject *args) {
     qac_model *m = NULL;
     long total = 0, from = 0;
     qac_status st;
+    cross_opts xc;
+    if (cross_get(&xc, opt_d, &fo) < 0) {
+        qpy_texts_free(&tev);
+        Py_DECREF(keep);
+        return NULL;
+    }
     Py_BEGIN_ALLOW_THREADS
     /* the model first: a title joins its text with the model's separator */
     st = qac_model_load(&m, model_dir);
     if (!st && m->tok) src.sep_token = qac_tokenizer_id_to_token(m->tok, qac_tokenizer_specials(m->tok).sep);
     if (!st) st = qac_ft_data_load(&d, &src, fo.n_passages);
-    if (!st) st = qac_finetune_run(m, d, &fo, &total, &from);
+    if (!st && xc.on)
+        st = cross_run(&xc, d, model_dir, &total, &from); /* the reranker reads the checkpoint itself */
+    else if (!st)
+        st = qac_finetune_run(m, d, &fo, &total, &from);
     qac_model_free(m);
     qac_ft_data_free(d);
     Py_END_ALLOW_THREADS

@@ -69,8 +69,8 @@ PyMODINIT_FUNC PyInit__qac(void) {
     if (qpy_args_init() < 0) return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (!m) return NULL;
-    PyTypeObject *types[] = {&qpy_ModelType, &qpy_EncoderType, &qpy_PartsType,
-                             &qpy_IndexType, &qpy_BM25Type,    &qpy_ReaderType};
+    PyTypeObject *types[] = {&qpy_ModelType, &qpy_EncoderType, &qpy_PartsType,   &qpy_IndexType,
+                             &qpy_BM25Type,  &qpy_ReaderType,  &qpy_RerankerType};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
         if (PyType_Ready(types[i]) < 0 || PyModule_AddObjectRef(m, strrchr(types[i]->tp_name, '.') + 1,
                                                                  (PyObject *)types[i]) < 0)

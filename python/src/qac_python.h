@@ -5,7 +5,7 @@
  * py_args.c (errors, callbacks into Python, argument conversion),
  * py_model.c (Model, Encoder), py_index.c (Index, IndexParts, builds),
  * py_bm25.c (BM25), py_data.c (Reader, qrels, runs, evaluation),
- * py_train.c (finetune, pretrain).
+ * py_train.c (finetune, pretrain), py_rerank.c (Reranker).
  *
  * Threads. Every call that runs library code releases the GIL, so Python
  * threads can share an object. Each object therefore carries a
@@ -156,7 +156,8 @@ PyObject *qpy_docids_of(PyObject *rows, const char *(*docid)(const void *owner, 
 
 /* ---- the types and module functions of each file ---- */
 
-extern PyTypeObject qpy_ModelType, qpy_EncoderType, qpy_PartsType, qpy_IndexType, qpy_BM25Type, qpy_ReaderType;
+extern PyTypeObject qpy_ModelType, qpy_EncoderType, qpy_PartsType, qpy_IndexType, qpy_BM25Type, qpy_ReaderType,
+    qpy_RerankerType;
 
 /* py_model.c: the open Model / Encoder behind an argument, or NULL with
  * TypeError / ValueError. */
