@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Cross-encoders against sentence-transformers and transformers.
 
-Checkpoints, each from the default model (MiniLM-L6) with a fresh head:
+Checkpoints with a fresh head, from a small random BERT with the default
+model's vocabulary, pooler and 512 positions (2 layers of 64: the same
+code paths as the default model at a fraction of the time, so every pair
+is scored on both sides for the two checkpoints the issue names):
   st1      CrossEncoder(num_labels=1) saved by sentence-transformers (its
            current layout: modules.json, config_sentence_transformers.json
            with the activation);
@@ -9,10 +12,12 @@ Checkpoints, each from the default model (MiniLM-L6) with a fresh head:
   st2old   st2tanh rewritten in the layout of sentence-transformers 4 and 5
            (no modules.json; config.json "sentence_transformers":
            {"activation_fn": Identity});
-  qac1     a reranker qac started (qac_xenc_open) and wrote, loaded by
+  trained  a reranker qac trained from the small BERT (qac finetune
+           --cross-encoder, 3 steps on Cranfield BM25 negatives), loaded by
            CrossEncoder and by transformers' BertForSequenceClassification;
-  trained  a reranker qac trained from the default model (qac finetune
-           --cross-encoder, 3 steps on Cranfield BM25 negatives).
+and from the default model itself (MiniLM-L6, its trained weights):
+  qac1     a reranker qac started (qac_xenc_open: the model's pooler, a
+           fresh classifier) and wrote, loaded by CrossEncoder.
 Then a save and reload by qac keeps every logit bit for bit.
 
 Pairs (>= 300): Cranfield queries with judged and unjudged documents, long
@@ -27,7 +32,8 @@ both sides.
 
 Scores: `qac rerank --pairs` (logits and the model's activation) against
 CrossEncoder.predict, on every pair for st1 and trained and on a sample of
-35 (15 long pairs among them) for the others. The bound is the reference's own deviation: torch
+35 (15 long pairs among them) for the others (qac1 on the default model:
+a sample, its 6 layers of 384 being the test's cost). The bound is the reference's own deviation: torch
 runs the same checkpoint in float64 too, and qac's fp32 logits must lie
 within 4 x E of the float64 logits, E the largest error torch's own fp32
 run makes on these pairs (both sides are fp32 with sums of the same
@@ -50,7 +56,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
 import scratch  # noqa: E402
 import testdata  # noqa: E402
-from testlib import check, default_model_dir, finish, run  # noqa: E402
+from testlib import check, default_model_dir, finish, run, tiny_model  # noqa: E402
 
 TOOL = sys.argv[1]
 tmp = scratch.mkdtemp(prefix="qac-xenc-")
@@ -162,8 +168,8 @@ def ensure_vocab(d):
         shutil.copy(os.path.join(default_model_dir(), "vocab.txt"), d)
 
 
-def train_one():
-    """A few steps of qac finetune --cross-encoder from the default model."""
+def train_one(base):
+    """A few steps of qac finetune --cross-encoder from base."""
     docs, queries, qrels = (testdata.path("cranfield", f) for f in ("cran.all.1400", "cran.qry", "cranqrel"))
     assert run(["bm25", "build", "--corpus", docs, "--out", p("bm25")]).returncode == 0
     assert run(["bm25", "search", "--index", p("bm25"), "--queries", queries, "--k", "30",
@@ -171,17 +177,17 @@ def train_one():
     r = run(["mine", "--run", p("bm25.run"), "--queries", queries, "--qrels", qrels, "--corpus", docs, "--n", "8",
              "--depth", "30", "--out", p("neg.jsonl")])
     assert r.returncode == 0, r.stderr
-    r = run(["finetune", "--cross-encoder", "--model", default_model_dir(), "--train", p("neg.jsonl"), "--steps", "3",
+    r = run(["finetune", "--cross-encoder", "--model", base, "--train", p("neg.jsonl"), "--steps", "3",
              "--batch", "2", "--n-passages", "4", "--max-len", "96", "--lr", "5e-5", "--threads", "2",
              "--out", p("trained")], env={**os.environ, "QAC_QUIET": "0"})
     check(r.returncode == 0 and "its pooler, a fresh classifier" in r.stderr,
-          "qac finetune --cross-encoder trains the default model 3 steps: " + r.stderr[-300:])
+          "qac finetune --cross-encoder trains the small BERT 3 steps: " + r.stderr[-300:])
     return p("trained")
 
 
 def make_checkpoints():
     from sentence_transformers import CrossEncoder
-    base = default_model_dir()
+    base = tiny_model(p("tiny"), hidden=64, layers=2, heads=2, seed=35, max_position=512)
     out = {}
     torch.manual_seed(11)
     ce = CrossEncoder(base, num_labels=1, device="cpu")
@@ -198,11 +204,11 @@ def make_checkpoints():
     cfg["sentence_transformers"] = {"activation_fn": "torch.nn.modules.linear.Identity", "version": "4.0.1"}
     json.dump(cfg, open(os.path.join(p("st2old"), "config.json"), "w"), indent=2)
     out["st2old"] = p("st2old")
-    r = subprocess.run([TOOL, "fresh", base, p("qac1"), "1", "7"], capture_output=True, text=True)
+    r = subprocess.run([TOOL, "fresh", default_model_dir(), p("qac1"), "1", "7"], capture_output=True, text=True)
     check(r.returncode == 0 and r.stdout.strip() == "fresh 1",
           f"qac starts a reranker from the default model, its pooler read, a fresh classifier: {r.stdout} {r.stderr}")
     out["qac1"] = p("qac1")
-    out["trained"] = train_one()
+    out["trained"] = train_one(base)
     for d in out.values():
         ensure_vocab(d)
     return out
