@@ -15,16 +15,19 @@ OMP_NUM_THREADS=2 and torch's 2 threads), and the services run one after
 another, never side by side.
 
 infinity-emb lives in an environment of its own outside the repository. It
-can share the project environment's torch, transformers and
-sentence-transformers through a .pth file, so that only infinity and its
-server's small dependencies are installed (versions that were run):
+can share the project environment's torch through a .pth file, so that
+only infinity, its server's small dependencies and the transformers stack
+it was written for are installed in it (infinity 0.0.78 calls the
+tokenizer's batch_encode_plus, gone in transformers 5). Versions that were
+run:
   python3 -m venv ~/venv-infinity-rr
   .venv/bin/python3 -c 'import site; print(site.getsitepackages()[0])' \\
       > "$(~/venv-infinity-rr/bin/python -c 'import site; print(site.getsitepackages()[0])')/shared.pth"
-  ~/venv-infinity-rr/bin/pip install "infinity-emb[server]==0.0.78"
+  ~/venv-infinity-rr/bin/pip install "infinity-emb[server]==0.0.78" transformers==4.57.6 \\
+      sentence-transformers==3.4.1 numpy==1.26.4
 (or the separate stack of docs/development.md's ~/venv-infinity). Then:
   .venv/bin/python3 bench/rerank_cpu/bench_rerank_serve.py build \\
-      --infinity-python ~/venv-infinity-rr/bin/python [--duration 20 --docs 16 --results bench/RESULTS.md]
+      --infinity-python ~/venv-infinity-rr/bin/python [--duration 30 --docs 8 --results bench/RESULTS.md]
 Without --infinity-python only qac is measured.
 """
 import argparse
@@ -48,8 +51,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("build")
     ap.add_argument("--infinity-python")
-    ap.add_argument("--duration", type=int, default=20, help="seconds per wrk run")
-    ap.add_argument("--docs", type=int, default=16, help="documents per request")
+    ap.add_argument("--duration", type=int, default=30, help="seconds per wrk run")
+    ap.add_argument("--docs", type=int, default=8, help="documents per request")
     ap.add_argument("--concurrency", default="1,32")
     ap.add_argument("--results", help="replace this benchmark's block in RESULTS.md")
     a = ap.parse_args()
