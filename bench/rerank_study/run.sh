@@ -1,0 +1,227 @@
+#!/usr/bin/env bash
+# The reranking study (issue: cross-encoders), on Cranfield's five query
+# folds (bench/finetune_cranfield/folds.py: the fine-tuning study's folds,
+# train on 180 queries, test on 45) and on the Debian known-item set
+# (bench/rerank_study/debian.py).
+#   bench/rerank_study/run.sh [OUT]     (from the repository root; needs build/ and .venv)
+# Environment: PARTS ("cranfield debian denoise"), FOLDS ("0 1 2 3 4"),
+# JOBS (6: the folds and Debian side by side, below; 1: one after another
+# with THREADS, 2). A finished step is skipped: re-running
+# continues. Results: OUT/summary.md; each step's wall and CPU seconds and
+# the load average in OUT/times.tsv.
+#
+# Sized for 2 shared CPU cores (about 30 CPU-minutes in all; every budget
+# below was fixed before any test fold was scored, and nothing is tuned on
+# a test fold):
+# cranfield, per fold:
+#   - a reranker: qac finetune --cross-encoder from the default model
+#     (all-MiniLM-L6-v2: its pooler, a fresh classifier) on the fold's BM25
+#     negatives (CE below);
+#   - BM25 and the zero-shot dense model alone, and each one's top
+#     RERANK_DEPTH (100) reranked by the fold's reranker (qac rerank).
+# debian (one training; test queries in five folds of 30):
+#   - a reranker trained on 300 labelled queries (BM25 negatives);
+#   - BM25 and the zero-shot dense model alone and reranked (top DEB_DEPTH);
+#   - PAIR's pseudo-labels: the reranker labels 300 unlabelled queries'
+#     zero-shot top LABEL_DEPTH (qac label, 0.9 / 0.1); bi-encoders trained
+#     on the labelled queries, on the pseudo-labels, and on both.
+# denoise (cranfield, per fold): the second fine-tuning stage with and
+#   without RocketQA's denoising: hard negatives mined from a dense run of
+#   the training queries (depth 200; the zero-shot model is the first-stage
+#   retriever here, not a retriever trained on the fold: the budget), kept
+#   as they are or passed through qac mine --denoise with the fold's
+#   reranker; each set with the BM25 negatives trains a bi-encoder from the
+#   default model (bench/finetune_cranfield's budget).
+set -euo pipefail
+SELF=$(readlink -f "$0")
+cd "$(dirname "$SELF")/../.."
+OUT=${1:-bench/rerank_study/out}
+DATA=${QAC_DATA:-../shared/data}
+PY=${PY:-.venv/bin/python3}
+export QAC=${QAC:-$PWD/build/qac}
+THREADS=${THREADS:-2}
+FOLDS=${FOLDS:-"0 1 2 3 4"}
+PARTS=${PARTS:-"cranfield debian denoise"}
+SEED=42
+# Bi-encoders: bench/finetune_cranfield's budget.
+FT=(--lr 2e-5 --epochs 1 --batch 8 --n-passages 2 --q-max-len 32 --p-max-len 96 --tau 0.05 --warmup-ratio 0.1
+    --weight-decay 0.01 --threads "$THREADS" --seed "$SEED")
+# Rerankers: Tevatron's reranker recipe at a CPU scale: groups of 1
+# positive + 3 negatives, 2 groups a step (many small steps: a fresh
+# classifier has far to move), 1 epoch, lr 1e-4, warmup 10%, pairs of 128
+# tokens. (A first try with 8 groups a step, 2 epochs and lr 5e-5 left the
+# training loss at ln 4 = 1.386 -> 1.37 after 45 steps: nothing learnt. It
+# was stopped on that training loss, before any test fold was scored.)
+CE=(--cross-encoder --epochs 1 --batch 2 --n-passages 4 --max-len 128 --lr 1e-4 --warmup-ratio 0.1
+    --weight-decay 0.01 --threads "$THREADS" --seed "$SEED")
+# Scoring (qac rerank, qac label): the rerankers in bf16 (--dtype bf16: the
+# linear layers in bf16 with fp32 sums, about 2.7x faster on a CPU with
+# AVX512-BF16; they were trained in fp32).
+CE_LEN=128 CE_DTYPE=bf16 RERANK_DEPTH=100 DEB_DEPTH=30 LABEL_DEPTH=10
+# mined negatives kept per query (one epoch of 1 positive + 1 negative uses one)
+N_MINED=10
+DEB_SPLIT=(--docs 2000 --test 150 --train 300 --unlab 300)
+export INDEX_ARGS="--max-len 128 --threads $THREADS"
+M=(-m ndcg_cut.10 -m map -m recall.100 -m recip_rank)
+INIT=$($QAC info 2>/dev/null | awk '/^directory/ {print $2; exit}')
+INIT=${INIT:-${QAC_MODEL:-$HOME/.local/share/qac/models/all-MiniLM-L6-v2}}
+mkdir -p "$OUT"
+log() { echo "rerank_study: $*" >&2; }
+# JOBS > 1 (the default, 6): the shared first steps here, then one worker a
+# Cranfield fold (1 thread each: cranfield, then denoise) and one for Debian
+# (2 threads), side by side; then the summary.
+JOBS=${JOBS:-6}
+if [ -z "${WORKER:-}" ] && [ "$JOBS" -gt 1 ]; then
+  C=$OUT/cranfield
+  mkdir -p "$C"
+  [ -f "$C/fold4/test.tsv" ] || $PY bench/finetune_cranfield/folds.py "$DATA/cranfield" "$C" "$SEED" >/dev/null
+  WORKER=1 PARTS=prepare bash "$SELF" "$OUT"
+  pids=()
+  for k in $FOLDS; do
+    [[ " $PARTS " == *" cranfield "* || " $PARTS " == *" denoise "* ]] || break
+    WORKER=1 FOLDS=$k THREADS=1 PARTS="$PARTS" bash "$SELF" "$OUT" > "$OUT/worker-fold$k.log" 2>&1 &
+    pids+=($!)
+  done
+  if [[ " $PARTS " == *" debian "* ]]; then
+    WORKER=1 PARTS=debian bash "$SELF" "$OUT" > "$OUT/worker-debian.log" 2>&1 &
+    pids+=($!)
+  fi
+  rc=0
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  $PY bench/rerank_study/summarize.py "$OUT" > "$OUT/summary.md"
+  cat "$OUT/summary.md"
+  exit $rc
+fi
+# run a step unless its output exists; its wall and CPU seconds to OUT/times.tsv
+step() {
+  local name=$1 out=$2; shift 2
+  [ -e "$out" ] && return 0
+  log "$name"
+  local t0 c0 t1 c1
+  t0=$(date +%s.%N); c0=$(cpu_s)
+  "$@"
+  t1=$(date +%s.%N); c1=$(cpu_s)
+  printf '%s\t%.1f\t%.1f\t%s\n' "$name" "$(echo "$t1 - $t0" | bc)" "$(echo "$c1 - $c0" | bc -l)" \
+    "$(cut -d' ' -f1-3 /proc/loadavg)" >> "$OUT/times.tsv"
+}
+cpu_s() { # CPU seconds of this shell's finished children
+  awk -v t="$(getconf CLK_TCK)" '{print ($16 + $17) / t}' /proc/$$/stat
+}
+ev() { # eval SYSTEM QRELS RUN -> SYSTEM<TAB>measure<TAB>all<TAB>value lines
+  $QAC eval -c "${M[@]}" --qrels "$2" --run "$3" | sed "s/^/$1\t/"
+}
+train_ce() { # OUT TRAIN [more finetune options]
+  local out=$1 train=$2 resume=(); shift 2
+  [ -f "$out/latest" ] && resume=(--resume)
+  QAC_QUIET=1 $QAC finetune --model "$INIT" --train "$train" --out "$out" "${CE[@]}" "$@" "${resume[@]}"
+}
+train_bi() { # OUT TRAIN... (done marks a finished run)
+  local out=$1 resume=() args=(); shift
+  for t in "$@"; do args+=(--train "$t"); done
+  [ -f "$out/latest" ] && resume=(--resume)
+  QAC_QUIET=1 $QAC finetune --model "$INIT" "${args[@]}" --out "$out" "${FT[@]}" "${resume[@]}"
+  touch "$out/done"
+}
+ckpt() { echo "$1/$(cat "$1/latest")"; }
+rerank() { # RERANKER RUN QUERIES CORPUS DEPTH OUT
+  $QAC rerank --model "$1" --run "$2" --queries "$3" --corpus "$4" --depth "$5" --max-len $CE_LEN \
+    --dtype $CE_DTYPE --threads "$THREADS" --out "$6" 2>> "$OUT/rerank.log"
+}
+
+C=$OUT/cranfield
+CORPUS=$DATA/cranfield/cran.all.1400
+if [[ " $PARTS " == *" prepare "* || (-z "${WORKER:-}" && (" $PARTS " == *" cranfield "* || " $PARTS " == *" denoise "*)) ]]; then
+  mkdir -p "$C"
+  [ -f "$C/fold4/test.tsv" ] || $PY bench/finetune_cranfield/folds.py "$DATA/cranfield" "$C" "$SEED" >/dev/null
+  step "cran bm25" "$C/bm25/bm25.idx" $QAC bm25 build --corpus "$CORPUS" --out "$C/bm25"
+  step "cran zs index" "$C/zeroshot/index.faiss" $QAC index build --corpus "$CORPUS" --out "$C/zeroshot" $INDEX_ARGS
+fi
+
+if [[ " $PARTS " == *" cranfield "* ]]; then
+  for k in $FOLDS; do
+    F=$C/fold$k
+    step "f$k bm25 train" "$F/bm25-train.run" $QAC bm25 search --index "$C/bm25" --queries "$F/train.tsv" --k 100 \
+      --run "$F/bm25-train.run"
+    step "f$k negatives" "$F/bm25-negatives.jsonl" $QAC mine --run "$F/bm25-train.run" --queries "$F/train.tsv" \
+      --qrels "$F/train.qrels" --corpus "$CORPUS" --n 30 --depth 100 --seed "$SEED" --out "$F/bm25-negatives.jsonl"
+    step "f$k reranker" "$F/reranker/config.json" train_ce "$F/reranker" "$F/bm25-negatives.jsonl"
+    step "f$k bm25 test" "$F/test-bm25.run" $QAC bm25 search --index "$C/bm25" --queries "$F/test.tsv" --k 1000 \
+      --run "$F/test-bm25.run"
+    step "f$k zs test" "$F/test-zs.run" $QAC search --index "$C/zeroshot" --queries "$F/test.tsv" --k 1000 \
+      --run "$F/test-zs.run" --threads "$THREADS"
+    for s in bm25 zs; do
+      step "f$k rerank $s" "$F/test-$s-ce.run" rerank "$F/reranker" "$F/test-$s.run" "$F/test.tsv" "$CORPUS" \
+        $RERANK_DEPTH "$F/test-$s-ce.run"
+    done
+    for s in bm25 zs bm25-ce zs-ce; do ev "$s" "$F/test.qrels" "$F/test-$s.run"; done > "$F/results-rerank.tsv"
+  done
+fi
+
+if [[ " $PARTS " == *" debian "* ]]; then
+  D=$OUT/debian
+  mkdir -p "$D"
+  [ -f "$D/split.json" ] || $PY bench/rerank_study/debian.py "$DATA/debian-packages/packages.jsonl.gz" "$D" \
+    --seed "$SEED" "${DEB_SPLIT[@]}" >/dev/null
+  step "deb bm25" "$D/bm25/bm25.idx" $QAC bm25 build --corpus "$D/corpus.tsv" --out "$D/bm25"
+  step "deb zs index" "$D/zeroshot/index.faiss" $QAC index build --corpus "$D/corpus.tsv" --out "$D/zeroshot" $INDEX_ARGS
+  step "deb bm25 train" "$D/bm25-train.run" $QAC bm25 search --index "$D/bm25" --queries "$D/train.tsv" --k 100 \
+    --run "$D/bm25-train.run"
+  step "deb negatives" "$D/bm25-negatives.jsonl" $QAC mine --run "$D/bm25-train.run" --queries "$D/train.tsv" \
+    --qrels "$D/train.qrels" --corpus "$D/corpus.tsv" --n 30 --depth 100 --seed "$SEED" --out "$D/bm25-negatives.jsonl"
+  step "deb reranker" "$D/reranker/config.json" train_ce "$D/reranker" "$D/bm25-negatives.jsonl"
+  step "deb bm25 test" "$D/test-bm25.run" $QAC bm25 search --index "$D/bm25" --queries "$D/test.tsv" --k 1000 \
+    --run "$D/test-bm25.run"
+  step "deb zs test" "$D/test-zs.run" $QAC search --index "$D/zeroshot" --queries "$D/test.tsv" --k 1000 \
+    --run "$D/test-zs.run" --threads "$THREADS"
+  for s in bm25 zs; do
+    step "deb rerank $s" "$D/test-$s-ce.run" rerank "$D/reranker" "$D/test-$s.run" "$D/test.tsv" "$D/corpus.tsv" \
+      $DEB_DEPTH "$D/test-$s-ce.run"
+  done
+  # PAIR's pseudo-labels on the unlabelled queries, from their zero-shot candidates
+  step "deb zs unlab" "$D/zs-unlab.run" $QAC search --index "$D/zeroshot" --queries "$D/unlab.tsv" --k $LABEL_DEPTH \
+    --run "$D/zs-unlab.run" --threads "$THREADS"
+  step "deb label" "$D/pseudo.jsonl" $QAC label --model "$D/reranker" --run "$D/zs-unlab.run" --queries "$D/unlab.tsv" \
+    --corpus "$D/corpus.tsv" --depth $LABEL_DEPTH --max-len $CE_LEN --dtype $CE_DTYPE --threads "$THREADS" --out "$D/pseudo.jsonl" 2> "$D/label.log"
+  for arm in gold pseudo gold+pseudo; do
+    train=("$D/bm25-negatives.jsonl")
+    [ "$arm" = pseudo ] && train=("$D/pseudo.jsonl")
+    [ "$arm" = gold+pseudo ] && train=("$D/bm25-negatives.jsonl" "$D/pseudo.jsonl")
+    step "deb bi $arm" "$D/bi-$arm/done" train_bi "$D/bi-$arm" "${train[@]}"
+    step "deb index $arm" "$D/index-$arm/index.faiss" $QAC index build --model "$(ckpt "$D/bi-$arm")" \
+      --corpus "$D/corpus.tsv" --out "$D/index-$arm" $INDEX_ARGS
+    step "deb $arm test" "$D/test-$arm.run" $QAC search --index "$D/index-$arm" --model "$(ckpt "$D/bi-$arm")" \
+      --queries "$D/test.tsv" --k 1000 --run "$D/test-$arm.run" --threads "$THREADS"
+  done
+  for k in 0 1 2 3 4; do
+    for s in bm25 zs bm25-ce zs-ce gold pseudo gold+pseudo; do ev "$s" "$D/test$k.qrels" "$D/test-$s.run"; done \
+      > "$D/results-test$k.tsv"
+  done
+fi
+
+if [[ " $PARTS " == *" denoise "* ]]; then
+  for k in $FOLDS; do
+    F=$C/fold$k
+    [ -f "$F/reranker/config.json" ] || { log "fold $k: no reranker yet (PARTS=cranfield first)"; continue; }
+    step "f$k zs train" "$F/zs-train.run" $QAC search --index "$C/zeroshot" --queries "$F/train.tsv" --k 200 \
+      --run "$F/zs-train.run" --threads "$THREADS"
+    step "f$k mined" "$F/mined.jsonl" $QAC mine --run "$F/zs-train.run" --queries "$F/train.tsv" \
+      --qrels "$F/train.qrels" --corpus "$CORPUS" --n $N_MINED --depth 200 --seed "$SEED" --out "$F/mined.jsonl"
+    step "f$k mined denoised" "$F/mined-dn.jsonl" $QAC mine --run "$F/zs-train.run" --queries "$F/train.tsv" \
+      --qrels "$F/train.qrels" --corpus "$CORPUS" --n $N_MINED --depth 200 --seed "$SEED" --denoise "$F/reranker" \
+      --threads "$THREADS" --out "$F/mined-dn.jsonl" 2> "$F/denoise.log"
+    for arm in r2 r2dn; do
+      mined=$F/mined.jsonl
+      [ "$arm" = r2dn ] && mined=$F/mined-dn.jsonl
+      step "f$k $arm" "$F/$arm/done" train_bi "$F/$arm" "$mined" "$F/bm25-negatives.jsonl"
+      step "f$k $arm index" "$F/index-$arm/index.faiss" $QAC index build --model "$(ckpt "$F/$arm")" \
+        --corpus "$CORPUS" --out "$F/index-$arm" $INDEX_ARGS
+      step "f$k $arm test" "$F/test-$arm.run" $QAC search --index "$F/index-$arm" --model "$(ckpt "$F/$arm")" \
+        --queries "$F/test.tsv" --k 1000 --run "$F/test-$arm.run" --threads "$THREADS"
+    done
+    for s in zs r2 r2dn; do ev "$s" "$F/test.qrels" "$F/test-$s.run"; done > "$F/results-denoise.tsv"
+  done
+fi
+if [ -z "${WORKER:-}" ]; then
+  $PY bench/rerank_study/summarize.py "$OUT" > "$OUT/summary.md"
+  cat "$OUT/summary.md"
+fi
