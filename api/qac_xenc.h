@@ -122,9 +122,10 @@ qac_pair_opts qac_reranker_default_pair_opts(const qac_reranker *r);
 /* Pairs cut since the reranker was made (for summaries: truncation is
  * never silent). */
 int64_t qac_reranker_truncated(const qac_reranker *r);
-/* A cancel hook asked between the encoder's batches and layers (as
- * qac_encoder_set_cancel): a call it stops returns QAC_ERR_CANCELLED and
- * the reranker stays usable. fn NULL: none. */
+/* A cancel hook asked while pairs are assembled (every 256) and between
+ * the encoder's batches and layers (as qac_encoder_set_cancel): a call it
+ * stops returns QAC_ERR_CANCELLED and the reranker stays usable. fn NULL:
+ * none. */
 void qac_reranker_set_cancel(qac_reranker *r, qac_encoder_cancel_fn fn, void *user);
 
 /* Logits [n, NL] of the pairs (queries[i], passages[i]) (lens may be NULL:

@@ -25,6 +25,8 @@ struct qac_reranker {
     int32_t *ta, *tb;            /* one text's tokens each */
     int cap_ta, cap_tb;
     int64_t truncated;
+    qac_encoder_cancel_fn cancel; /* also asked while pairs are assembled */
+    void *cancel_user;
 };
 
 qac_status qac_reranker_create(qac_reranker **out, const qac_xenc *x, const qac_encoder_opts *o) {
@@ -58,7 +60,15 @@ qac_device qac_reranker_device(const qac_reranker *r) { return qac_encoder_devic
 const qac_encoder *qac_reranker_encoder(const qac_reranker *r) { return r->enc; }
 int64_t qac_reranker_truncated(const qac_reranker *r) { return r ? r->truncated : 0; }
 void qac_reranker_set_cancel(qac_reranker *r, qac_encoder_cancel_fn fn, void *user) {
+    r->cancel = fn, r->cancel_user = user;
     qac_encoder_set_cancel(r->enc, fn, user);
+}
+
+/* every 256 pairs assembled: whether the caller cancelled */
+static qac_status check_cancel(const qac_reranker *r, int i, int n) {
+    if ((i & 255) == 255 && r->cancel && r->cancel(r->cancel_user))
+        return qac_set_error(QAC_ERR_CANCELLED, "rerank: cancelled after %d of %d pairs assembled", i + 1, n);
+    return QAC_OK;
 }
 
 qac_pair_opts qac_reranker_default_pair_opts(const qac_reranker *r) {
@@ -146,8 +156,9 @@ qac_status qac_reranker_logits(qac_reranker *r, const char *const *queries, cons
         int na, nb;
         size_t ql = qlens ? qlens[i] : strlen(queries[i]), pl = plens ? plens[i] : strlen(passages[i]);
         if (!(st = tokens(t, queries[i], ql, &r->ta, &r->cap_ta, &na)) &&
-            !(st = tokens(t, passages[i], pl, &r->tb, &r->cap_tb, &nb)))
-            st = put_pair(r, i, r->ta, na, r->tb, nb, &o);
+            !(st = tokens(t, passages[i], pl, &r->tb, &r->cap_tb, &nb)) &&
+            !(st = put_pair(r, i, r->ta, na, r->tb, nb, &o)))
+            st = check_cancel(r, i, n);
     }
     return st ? st : run(r, n, logits);
 }
@@ -162,8 +173,9 @@ qac_status qac_reranker_logits_one(qac_reranker *r, const char *query, size_t ql
     if (!st && n > 0) st = tokens(t, query, qlen, &r->ta, &r->cap_ta, &na);
     for (int i = 0; i < n && !st; i++) {
         int nb;
-        if (!(st = tokens(t, passages[i], plens ? plens[i] : strlen(passages[i]), &r->tb, &r->cap_tb, &nb)))
-            st = put_pair(r, i, r->ta, na, r->tb, nb, &o);
+        if (!(st = tokens(t, passages[i], plens ? plens[i] : strlen(passages[i]), &r->tb, &r->cap_tb, &nb)) &&
+            !(st = put_pair(r, i, r->ta, na, r->tb, nb, &o)))
+            st = check_cancel(r, i, n);
     }
     return st ? st : run(r, n, logits);
 }
