@@ -79,7 +79,7 @@ if [ -z "${WORKER:-}" ] && [ "$JOBS" -gt 1 ]; then
   pids=()
   for k in $FOLDS; do
     [[ " $PARTS " == *" cranfield "* || " $PARTS " == *" denoise "* ]] || break
-    WORKER=1 FOLDS=$k THREADS=1 PARTS="$PARTS" bash "$SELF" "$OUT" > "$OUT/worker-fold$k.log" 2>&1 &
+    WORKER=1 FOLDS=$k THREADS=1 PARTS="${PARTS//debian/}" bash "$SELF" "$OUT" > "$OUT/worker-fold$k.log" 2>&1 &
     pids+=($!)
   done
   if [[ " $PARTS " == *" debian "* ]]; then
