@@ -93,12 +93,14 @@ qac_status qac_encoder_encode_ids(qac_encoder *e, const int32_t *const *ids, con
                                   float *out);
 
 /* Tokenize then encode. lens may be NULL (NUL-terminated texts). max_len
- * counts the special tokens and is clamped to the model's max_seq_len. */
+ * counts the special tokens; qac_encoder_max_len says the length used. */
 /* Texts qac_encoder_encode_texts cut at max_len since the encoder was made
  * (for a command's summary: truncation is never silent). */
 int64_t qac_encoder_truncated(const qac_encoder *e);
-/* The length encode_texts uses for a max_len: the model's limit when
- * max_len <= 0 or larger (max_seq_len, within max_position). */
+/* The length encode_texts uses for a max_len: the model's max_seq_len
+ * (sentence-transformers' max_seq_length, within max_position) when
+ * max_len <= 0; otherwise max_len, up to max_position (as
+ * sentence-transformers with its max_seq_length set that high). */
 int qac_encoder_max_len(const qac_encoder *e, int max_len);
 qac_status qac_encoder_encode_texts(qac_encoder *e, const char *const *texts, const size_t *lens,
                                     int n, int max_len, float *out);

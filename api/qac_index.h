@@ -136,6 +136,10 @@ typedef struct qac_index qac_index;
 qac_status qac_index_describe(const char *dir, int64_t *count, int *dim, char *factory, size_t factory_cap,
                               int64_t *truncated, int *max_len);
 
+/* The model directory the build recorded ("" when none), from the
+ * manifest alone: which model to load before opening the index. */
+qac_status qac_index_recorded_model(const char *dir, char *model_dir, size_t cap);
+
 /* How much of index.faiss and the corpus to check against the manifest at
  * open: FULL reads every byte against the recorded checksum (about 1 s per
  * GB); SIZE only compares sizes, for very large indexes; NONE compares

@@ -81,6 +81,13 @@ qac_precision qac_cli_dtype(const char *name);
 void qac_cli_encoder_note(const char *cmd, const qac_encoder *e);
 /* Resolve --model: the flag's value, or the default model directory. */
 const char *qac_cli_model_dir(const qac_opts *o, char *buf, size_t cap);
+/* The model to use with an index: the one named (--model, $QAC_MODEL or a
+ * config file); else the one the index was built with (recorded: its
+ * directory as the index records it, "" or NULL when none), when that
+ * directory still holds a model, said on stderr (as "qac CMD: ..."); else
+ * the default model. */
+const char *qac_cli_model_for_index(const qac_opts *o, const char *cmd, const char *recorded, char *buf,
+                                    size_t cap);
 /* A training run's --out, checked before the work: a directory (or one to
  * create) that is not some other model's: the run ends by writing its
  * final model there. */
@@ -128,5 +135,9 @@ const char *qac_cli_quote_prompt(char *buf, size_t cap, const char *prompt);
         {"save-every", QAC_OPT_INT, "0", 0, 1e12, NULL, NULL, "steps between checkpoints (0 = only at the end)", 0}, \
         {"keep", QAC_OPT_INT, "2", 1, 1e6, NULL, NULL, "checkpoints kept", 0},                                        \
         {"resume", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL, "continue the run in --out from its latest checkpoint", 0}
+
+/* "PREFIX: unknown WHAT 'word' (did you mean 'name'?)" on stderr, then a
+ * blank line (the caller prints its usage next). */
+void qac_cli_unknown(const char *prefix, const char *what, const char *word, const char *const *names, int n);
 
 #endif

@@ -317,7 +317,8 @@ int qac_cmd_bm25(int argc, char **argv) {
     if (!strcmp(sub, "build")) return cmd_build(argc - 1, argv + 1);
     if (!strcmp(sub, "search")) return cmd_search(argc - 1, argv + 1);
     if (!strcmp(sub, "analyze")) return cmd_analyze(argc - 1, argv + 1);
-    fprintf(stderr, "qac bm25: unknown subcommand '%s'\n", sub);
+    static const char *const subs[] = {"build", "search", "analyze"};
+    qac_cli_unknown("qac bm25", "subcommand", sub, subs, 3);
     usage(stderr);
     return 2;
 }

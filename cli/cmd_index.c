@@ -215,6 +215,10 @@ int qac_cmd_index(int argc, char **argv) {
     if (argc >= 1 && !strcmp(argv[0], "build")) return cmd_build(argc - 1, argv + 1);
     if (argc >= 1 && !strcmp(argv[0], "merge")) return cmd_merge(argc - 1, argv + 1);
     FILE *f = argc >= 1 && (!strcmp(argv[0], "--help") || !strcmp(argv[0], "-h")) ? stdout : stderr;
+    if (f == stderr && argc >= 1) { /* a word that is no subcommand is said to be one, before the usage */
+        static const char *const subs[] = {"build", "merge"};
+        qac_cli_unknown("qac index", "subcommand", argv[0], subs, 2);
+    }
     fprintf(f, "usage: qac index build --corpus FILE [--model DIR] --out DIR [options]\n"
                "       qac index build --vectors FILE.npy (--ids FILE|sequential | --corpus FILE) [--model DIR]\n"
                "                       --out DIR [options]\n"

@@ -17,7 +17,7 @@ static const qac_opt search_opts[] = {
     {"bm25", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "BM25 index directory from qac bm25 build", 0},
     {"mode", QAC_OPT_ENUM, NULL, 0, -1, "dense|bm25|hybrid", NULL,
      "dense (--index), bm25 (--bm25) or hybrid (both, reciprocal-rank fusion as the server's /search); "
-     "default: dense, or bm25 when only --bm25 is given",
+     "default: the one the indexes given make (hybrid when both are)",
      0},
     {"queries", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "queries: qid<TAB>text TSV, BEIR queries.jsonl, cran.qry", 1},
     {"format", QAC_OPT_ENUM, "auto", 0, -1, "auto|tsv|beir|tevatron|cranfield", NULL, "queries format", 0},
@@ -94,6 +94,13 @@ typedef struct searcher {
     uint64_t written;       /* hits written */
 } searcher;
 
+/* Appends to the error a directory given under the wrong flag: "(give it as --bm25)". */
+static void swap_hint(const char *given, const char *want) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", qac_last_error());
+    qac_set_error(QAC_ERR_INVALID, "%s (given as %s: give it as %s)", msg, given, want);
+}
+
 static const char *index_docid(void *ix, int64_t row) { return qac_index_docid(ix, row); }
 static const char *bm25_docid(void *bm25, int64_t row) { return qac_bm25_docid(bm25, row); }
 
@@ -160,16 +167,21 @@ static int search_local(const qac_opts *o, int mode, FILE *out) {
     if (qac_reader_open(&r, qac_opts_str(o, "queries"), QAC_READ_QUERIES, qac_cli_format(qac_opts_str(o, "format"))))
         goto fail;
     if (mode != MODE_DENSE && (bst = qac_bm25_open(&S.bm25, bm25_dir))) {
-        qac_wrap_error(bst, "bm25 index %s", bm25_dir);
+        if (!strstr(qac_last_error(), bm25_dir)) qac_wrap_error(bst, "bm25 index %s", bm25_dir); /* named once */
+        if (strstr(qac_last_error(), "holds a dense index")) swap_hint("--bm25", "--index");
         goto fail;
     }
     if (mode != MODE_BM25) {
         qac_index_verify verify;
-        const char *model_dir = qac_cli_model_dir(o, buf, sizeof buf);
-        if (!model_dir || qac_index_verify_parse(qac_opts_str(o, "verify"), &verify) ||
+        if (qac_index_verify_parse(qac_opts_str(o, "verify"), &verify) ||
             qac_index_open_verified(&S.ix, index_dir, dev, verify) ||
-            qac_index_set_threads(S.ix, (int)qac_opts_int(o, "threads")))
+            qac_index_set_threads(S.ix, (int)qac_opts_int(o, "threads"))) {
+            if (strstr(qac_last_error(), "holds a BM25 index")) swap_hint("--index", "--bm25");
             goto fail;
+        }
+        /* the model the index was built with, unless one is named */
+        const char *model_dir = qac_cli_model_for_index(o, "search", qac_index_model_dir(S.ix), buf, sizeof buf);
+        if (!model_dir) goto fail;
         if (qac_opts_isset(o, "nprobe") && qac_index_set_param(S.ix, "nprobe", (double)qac_opts_int(o, "nprobe")))
             goto fail;
         if (qac_opts_isset(o, "ef-search") &&
@@ -347,7 +359,7 @@ static int pick_mode(const qac_opts *o) {
         }
         return mode < 0 ? MODE_DENSE : mode;
     }
-    if (mode < 0) mode = has_ix || !has_bm ? MODE_DENSE : MODE_BM25;
+    if (mode < 0) mode = has_ix && has_bm ? MODE_HYBRID : has_ix || !has_bm ? MODE_DENSE : MODE_BM25;
     if (mode != MODE_BM25 && !has_ix) {
         fprintf(stderr, "qac search: mode %s needs --index DIR%s (or --server URL)\n", modes[mode],
                 mode == MODE_HYBRID ? " and --bm25 DIR" : "");

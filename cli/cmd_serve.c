@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "cli.h"
+#include "qac_index.h"
 #include "qac_server.h"
 
 static const char *level_names[] = {"debug", "info", "warn", "error"};
@@ -153,7 +154,11 @@ int qac_cmd_serve(int argc, char **argv) {
     qac_server *srv = NULL;
     rc = 1;
     char buf[4096];
-    const char *model_dir = qac_cli_model_dir(&o, buf, sizeof buf);
+    /* the model the index was built with, unless one is named */
+    char recorded[4096] = "";
+    if (qac_opts_str(&o, "index") && qac_index_recorded_model(qac_opts_str(&o, "index"), recorded, sizeof recorded))
+        qac_clear_error(); /* no readable manifest: opening the index says why */
+    const char *model_dir = qac_cli_model_for_index(&o, "serve", recorded, buf, sizeof buf);
     if (!model_dir) goto fail;
     if (qac_server_config_from_opts(&cfg, &o)) goto fail;
     if (qac_server_real_open(&real, &be, model_dir, qac_opts_str(&o, "index"), qac_opts_str(&o, "bm25"),

@@ -1,3 +1,4 @@
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +44,22 @@ const char *qac_cli_model_dir(const qac_opts *o, char *buf, size_t cap) {
     if (qac_model_resolve(m, buf, cap, note, sizeof note)) return NULL;
     /* which model runs is never left to guess, quiet or not */
     if (note[0]) fprintf(stderr, "qac: %s\n", note);
+    return buf;
+}
+
+const char *qac_cli_model_for_index(const qac_opts *o, const char *cmd, const char *recorded, char *buf,
+                                    size_t cap) {
+    if (qac_opts_isset(o, "model") || !recorded || !*recorded) return qac_cli_model_dir(o, buf, cap);
+    char cfg[4096], a[PATH_MAX], b[PATH_MAX];
+    /* moved or deleted since the build: the default, which the model check then names */
+    if (qac_path_join(cfg, sizeof cfg, recorded, "config.json") || access(cfg, R_OK) != 0)
+        return qac_cli_model_dir(o, buf, cap);
+    if (qac_default_model_dir(buf, cap) == QAC_OK && realpath(buf, a) && realpath(recorded, b) && !strcmp(a, b))
+        return buf; /* the default model itself: nothing to say */
+    qac_clear_error();
+    snprintf(buf, cap, "%s", recorded);
+    /* which model runs is never left to guess, quiet or not */
+    fprintf(stderr, "qac %s: the model the index was built with: %s (--model to choose another)\n", cmd, recorded);
     return buf;
 }
 
@@ -119,4 +136,10 @@ qac_status qac_cli_write_hits(FILE *out, const char *qid, qac_hit *hits, int n, 
     free(docids);
     free(scores);
     return st;
+}
+
+void qac_cli_unknown(const char *prefix, const char *what, const char *word, const char *const *names, int n) {
+    const char *guess = qac_closest(word, strlen(word), names, n);
+    if (guess) fprintf(stderr, "%s: unknown %s '%s' (did you mean '%s'?)\n\n", prefix, what, word, guess);
+    else fprintf(stderr, "%s: unknown %s '%s'\n\n", prefix, what, word);
 }

@@ -62,7 +62,9 @@ int main(int argc, char **argv) {
     }
     for (int i = 0; i < N_COMMANDS; i++)
         if (!strcmp(cmd, commands[i].name)) return commands[i].run(argc - 2, argv + 2);
-    fprintf(stderr, "qac: unknown command '%s'\n\n", cmd);
+    const char *names[N_COMMANDS];
+    for (int i = 0; i < N_COMMANDS; i++) names[i] = commands[i].name;
+    qac_cli_unknown("qac", "command", cmd, names, N_COMMANDS);
     usage(stderr);
     return 2;
 }

@@ -185,8 +185,16 @@ static qac_status call_json(const remote *r, const char *method, const char *pat
              strchr(r->host, ':') ? "]" : "", r->port, r->prefix, path);
     if (status / 100 != 2) {
         const char *msg = json_string_value(json_object_get(json_object_get(o, "error"), "message"));
-        st = qac_set_error(QAC_ERR_IO, "%s: HTTP %d%s%s", where, status, msg ? ": " : "",
-                           msg ? msg : status == 404 ? " (is this a qac server, at this path?)" : "");
+        /* a 404 under a path: most likely the path does not belong in --server */
+        char hint[1400] = "";
+        if (status == 404 && r->prefix[0])
+            snprintf(hint, sizeof hint,
+                     " (--server takes the server's root URL, http://%s%s%s:%s: drop '%s' unless a proxy serves "
+                     "qac under it)", strchr(r->host, ':') ? "[" : "", r->host, strchr(r->host, ':') ? "]" : "",
+                     r->port, r->prefix);
+        else if (status == 404 && !msg)
+            snprintf(hint, sizeof hint, " (is this a qac server?)");
+        st = qac_set_error(QAC_ERR_IO, "%s: HTTP %d%s%s%s", where, status, msg ? ": " : "", msg ? msg : "", hint);
         json_decref(o);
         return st;
     }

@@ -160,9 +160,15 @@ qac_status qac_bm25_open(qac_bm25 **out, const char *dir) {
     qac_status st = qac_path_join(path, sizeof path, dir, QAC_BM25_FILE);
     if (st != QAC_OK) return st;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return qac_set_error(errno == ENOENT ? QAC_ERR_NOT_FOUND : QAC_ERR_IO, "bm25 index %s: %s", path,
-                             strerror(errno));
+    if (fd < 0) {
+        int err = errno;
+        /* the other kind of index, given where a BM25 one goes: say so */
+        char dense[4096];
+        int is_dense = err == ENOENT && !qac_path_join(dense, sizeof dense, dir, "manifest.json") &&
+                       access(dense, F_OK) == 0;
+        return qac_set_error(err == ENOENT ? QAC_ERR_NOT_FOUND : QAC_ERR_IO, "bm25 index %s: %s%s", path,
+                             strerror(err), is_dense ? ": the directory holds a dense index (qac index build), not a BM25 one" : "");
+    }
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
         st = qac_set_error(QAC_ERR_IO, "bm25 index %s: %s", path, strerror(errno));

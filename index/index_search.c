@@ -230,7 +230,13 @@ static qac_status open_index(qac_index **out, const char *dir, qac_device device
     json_error_t err;
     json_t *man = json_load_file(path, 0, &err);
     if (!man) {
-        if (access(path, F_OK) != 0) return qac_set_error(QAC_ERR_NOT_FOUND, "%s: no index here (no manifest.json)", dir);
+        if (access(path, F_OK) != 0) {
+            /* the other kind of index, given where a dense one goes: say so */
+            char bm25[4096];
+            int is_bm25 = !qac_path_join(bm25, sizeof bm25, dir, "bm25.idx") && access(bm25, F_OK) == 0;
+            return qac_set_error(QAC_ERR_NOT_FOUND, "%s: no index here (no manifest.json)%s", dir,
+                                 is_bm25 ? ": it holds a BM25 index (qac bm25 build), not a dense one" : "");
+        }
         return qac_set_error(QAC_ERR_FORMAT, "%s: %s (line %d)", path, err.text, err.line);
     }
     json_t *build = json_object_get(man, "build"), *fa = json_object_get(man, "faiss");
@@ -657,6 +663,20 @@ qac_status qac_index_describe(const char *dir, int64_t *count, int *dim, char *f
     *max_len = (int)json_integer_value(json_object_get(json_object_get(man, "build"), "max_len"));
     const char *f = json_string_value(json_object_get(json_object_get(man, "faiss"), "factory"));
     snprintf(factory, factory_cap, "%s", f ? f : "?");
+    json_decref(man);
+    return QAC_OK;
+}
+
+qac_status qac_index_recorded_model(const char *dir, char *model_dir, size_t cap) {
+    char path[4096];
+    model_dir[0] = '\0';
+    qac_status st = qac_path_join(path, sizeof path, dir, "manifest.json");
+    if (st) return st;
+    json_error_t err;
+    json_t *man = json_load_file(path, 0, &err);
+    if (!man) return qac_set_error(QAC_ERR_FORMAT, "%s: %s", path, err.text);
+    const char *d = json_string_value(json_object_get(man, "model_dir"));
+    snprintf(model_dir, cap, "%s", d ? d : "");
     json_decref(man);
     return QAC_OK;
 }

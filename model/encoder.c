@@ -224,9 +224,7 @@ qac_status qac_encoder_encode_texts_prompted(qac_encoder *e, const char *prompt,
     if (n == 0) return QAC_OK;
     const qac_model *m = e->m;
     if (!m->tok) return qac_set_error(QAC_ERR_INVALID, "encode: the model has no tokenizer");
-    int limit = m->max_seq_len > 0 ? m->max_seq_len : qac_bert_max_tokens(&m->cfg);
-    if (limit > qac_bert_max_tokens(&m->cfg)) limit = qac_bert_max_tokens(&m->cfg);
-    if (max_len <= 0 || max_len > limit) max_len = limit;
+    max_len = qac_encoder_max_len(e, max_len);
     if (max_len < 2) return qac_set_error(QAC_ERR_INVALID, "encode: max_len %d leaves no room for [CLS] [SEP]", max_len);
     qac_status st;
     if ((st = grow(&e->tok, &e->tok_cap, (size_t)n * max_len, sizeof(int32_t))) != QAC_OK) return st;
@@ -255,9 +253,15 @@ qac_status qac_encoder_encode_texts_prompted(qac_encoder *e, const char *prompt,
 
 int64_t qac_encoder_truncated(const qac_encoder *e) { return e ? e->truncated : 0; }
 
+/* The default is the model's max_seq_len (sentence-transformers'
+ * max_seq_length); a length asked for is honoured up to the position
+ * table, as sentence-transformers honours a max_seq_length set above its
+ * default (issue 38: it was cut to max_seq_len, so every --max-len past 256
+ * gave the 256-token vector). */
 int qac_encoder_max_len(const qac_encoder *e, int max_len) {
     const qac_model *m = e->m;
-    int limit = m->max_seq_len > 0 ? m->max_seq_len : qac_bert_max_tokens(&m->cfg);
-    if (limit > qac_bert_max_tokens(&m->cfg)) limit = qac_bert_max_tokens(&m->cfg);
-    return max_len <= 0 || max_len > limit ? limit : max_len;
+    int positions = qac_bert_max_tokens(&m->cfg), def = m->max_seq_len > 0 ? m->max_seq_len : positions;
+    if (def > positions) def = positions;
+    if (max_len <= 0) return def;
+    return max_len > positions ? positions : max_len;
 }

@@ -96,6 +96,7 @@ typedef struct qac_server_backend {
     int dim;
     int normalize;            /* the model L2-normalises its output */
     int model_max_len;
+    int max_position;         /* the position table's size: the longest --*-max-len honoured (0: model_max_len) */
     /* [CLS] text [SEP], cut to max_len; *n is the sequence length. */
     qac_status (*encode_text)(void *enc, const char *text, size_t len, int max_len, int32_t *ids, int *n);
     /* Token ids without specials; writes at most cap, *n is the full count. */

@@ -12,6 +12,59 @@ static int find_opt(const qac_opt *t, int n, const char *name, size_t len) {
     return -1;
 }
 
+/* Edit distance with adjacent transpositions counted as one edit ("biuld"
+ * is one from "build"), over at most 64 bytes of each. */
+static int edit_distance(const char *a, size_t la, const char *b, size_t lb) {
+    enum { MAXLEN = 64 };
+    if (la > MAXLEN || lb > MAXLEN) return MAXLEN;
+    int d[MAXLEN + 1][MAXLEN + 1];
+    for (size_t i = 0; i <= la; i++) d[i][0] = (int)i;
+    for (size_t j = 0; j <= lb; j++) d[0][j] = (int)j;
+    for (size_t i = 1; i <= la; i++)
+        for (size_t j = 1; j <= lb; j++) {
+            int sub = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]), del = d[i - 1][j] + 1, ins = d[i][j - 1] + 1;
+            int best = sub < del ? sub : del;
+            if (ins < best) best = ins;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < best)
+                best = d[i - 2][j - 2] + 1;
+            d[i][j] = best;
+        }
+    return d[la][lb];
+}
+
+/* Edits a typo of a word of n letters may hold: 1 up to 4 letters, 2 up to
+ * 8, 3 beyond. A word that begins with a candidate of 3 letters or more
+ * ("batchsize") means that candidate, the longest such. */
+static int typo_edits(size_t n) { return n <= 4 ? 1 : n <= 8 ? 2 : 3; }
+
+const char *qac_closest(const char *word, size_t len, const char *const *cands, int n) {
+    const char *best = NULL;
+    int best_d = typo_edits(len) + 1;
+    for (int i = 0; i < n; i++) {
+        int dist = edit_distance(word, len, cands[i], strlen(cands[i]));
+        if (dist < best_d) best_d = dist, best = cands[i];
+    }
+    if (best) return best;
+    /* else the longest the word begins with ("batchsize": batch) */
+    size_t longest = 2;
+    for (int i = 0; i < n; i++) {
+        size_t cl = strlen(cands[i]);
+        if (cl > longest && cl < len && !strncmp(word, cands[i], cl)) longest = cl, best = cands[i];
+    }
+    return best;
+}
+
+/* " (did you mean --NAME?)" for a mistyped option, or "". */
+static const char *option_hint(const qac_opt *t, int n, const char *name, size_t len, char *buf, size_t cap) {
+    const char *names[256];
+    int k = 0;
+    for (int i = 0; i < n && k < 256; i++) names[k++] = t[i].name;
+    const char *c = qac_closest(name, len, names, k);
+    if (!c) return "";
+    snprintf(buf, cap, " (did you mean --%s?)", c);
+    return buf;
+}
+
 static int parse_bool(const char *v, int *out) {
     static const char *yes[] = {"1", "true", "yes", "on"}, *no[] = {"0", "false", "no", "off"};
     for (int i = 0; i < 4; i++) {
@@ -86,7 +139,11 @@ static qac_status validate(const qac_opt *d, const char *v, qac_opt_source src) 
 
 qac_status qac_opts_set(qac_opts *o, const char *name, const char *value, qac_opt_source src) {
     int i = find_opt(o->table, o->n, name, strlen(name));
-    if (i < 0) return qac_set_error(QAC_ERR_INVALID, "unknown option '%s'", name);
+    if (i < 0) {
+        char hint[96];
+        return qac_set_error(QAC_ERR_INVALID, "unknown option '%s'%s", name,
+                             option_hint(o->table, o->n, name, strlen(name), hint, sizeof hint));
+    }
     const qac_opt *d = &o->table[i];
     qac_status st = validate(d, value, src);
     if (st) return st;
@@ -137,7 +194,9 @@ static qac_status load_file(qac_opts *o, const char *path) {
         *eq = '\0';
         char *k = trim(s), *v = trim(eq + 1);
         if (find_opt(o->table, o->n, k, strlen(k)) < 0) {
-            st = qac_set_error(QAC_ERR_INVALID, "%s:%d: unknown option '%s'", path, lineno, k);
+            char hint[96];
+            st = qac_set_error(QAC_ERR_INVALID, "%s:%d: unknown option '%s'%s", path, lineno, k,
+                               option_hint(o->table, o->n, k, strlen(k), hint, sizeof hint));
             break;
         }
         if ((st = qac_opts_set(o, k, v, QAC_SRC_FILE))) {
@@ -188,7 +247,11 @@ qac_status qac_opts_parse(qac_opts *o, const qac_opt *table, int n, int argc, ch
                 continue;
             }
         }
-        if (i < 0) return qac_set_error(QAC_ERR_INVALID, "unknown option '%.*s'", (int)(name - arg + len), arg);
+        if (i < 0) {
+            char hint[96];
+            return qac_set_error(QAC_ERR_INVALID, "unknown option '%.*s'%s", (int)(name - arg + len), arg,
+                                 option_hint(table, n, name, len, hint, sizeof hint));
+        }
         const char *val;
         if (eq) val = eq + 1;
         else if (table[i].type == QAC_OPT_BOOL) {

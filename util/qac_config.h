@@ -67,6 +67,13 @@ double qac_opts_float(const qac_opts *o, const char *name);
 int qac_opts_bool(const qac_opts *o, const char *name);
 int qac_opts_isset(const qac_opts *o, const char *name);
 
+/* The candidate a mistyped word most likely meant: the closest by edit
+ * distance (an adjacent transposition counts one edit), if within 1 edit
+ * for words of up to 4 letters, 2 up to 8, 3 beyond; else the longest
+ * candidate of 3 letters or more the word begins with; else NULL. Unknown
+ * options get it in their message ("did you mean --batch?"). */
+const char *qac_closest(const char *word, size_t len, const char *const *cands, int n);
+
 /* Print a usage block: "usage: qac <cmd> <synopsis>" then one line per row
  * with type, default, bounds and env variable. */
 void qac_opts_usage(FILE *f, const char *cmd, const char *synopsis, const qac_opt *table, int n);

@@ -183,6 +183,57 @@ check(r.returncode == 0 and os.path.realpath(info["dir"]) == os.path.realpath(re
 r = run(["info", "--json", "--model", "nobody/nothing"], env={"HF_HUB_CACHE": hub})
 check(r.returncode == 1 and hub in r.stderr, "an unknown repository says where it looked: " + r.stderr.strip()[-120:])
 
+# ---- what a new user trips over (issue 38) ----
+# both indexes and no --mode: hybrid (it was an error asking for --mode)
+r = run(["search", "--index", p("ix"), "--bm25", p("bm"), "--queries", p("q.tsv"), "--run", p("h1.run")])
+run(["search", "--index", p("ix"), "--bm25", p("bm"), "--queries", p("q.tsv"), "--run", p("h2.run"), "--mode", "hybrid"])
+check(r.returncode == 0 and open(p("h1.run")).read() == open(p("h2.run")).read() != "",
+      "search --index --bm25 without --mode: the hybrid run: " + r.stderr.strip()[-200:])
+# a mistyped command, subcommand or option: said, with the likely one
+for args, want in ((["serach"], "unknown command 'serach' (did you mean 'search'?)"),
+                   (["index", "biuld", "--corpus", docs], "unknown subcommand 'biuld' (did you mean 'build'?)"),
+                   (["bm25", "serch"], "unknown subcommand 'serch' (did you mean 'search'?)"),
+                   (["search", "--queris", p("q.tsv")], "unknown option '--queris' (did you mean --queries?)"),
+                   (["search", "--index", p("ix"), "--queries", p("q.tsv"), "--run", "-", "--batchsize", "8"],
+                    "unknown option '--batchsize' (did you mean --batch?)")):
+    r = run(args)
+    check(r.returncode == 2 and want in r.stderr, f"qac {' '.join(args[:2])}: {want!r} in {r.stderr.strip()[:200]!r}")
+r = run(["search", "--queries", p("q.tsv"), "--run", "-", "--index", p("ix"), "--frobnicate"])
+check(r.returncode == 2 and "unknown option '--frobnicate'" in r.stderr and "did you mean" not in r.stderr,
+      "an option like none: no guess: " + r.stderr.strip()[:120])
+# a directory under the other index's flag: named once, and the flag to use
+r = run(["search", "--bm25", p("ix"), "--queries", p("q.tsv"), "--run", "-"])
+check(r.returncode == 1 and r.stderr.count("bm25 index") == 1 and "give it as --index" in r.stderr,
+      "a dense index given as --bm25: named once, and --index said: " + r.stderr.strip())
+r = run(["search", "--index", p("bm"), "--queries", p("q.tsv"), "--run", "-"])
+check(r.returncode == 1 and r.stderr.count(p("bm")) == 1 and "give it as --bm25" in r.stderr,
+      "a BM25 index given as --index: named once, and --bm25 said: " + r.stderr.strip())
+# an index built with another model than the default: searched (and served) with it when no --model is
+# given (it was refused as a model mismatch), and said so
+import numpy as np  # noqa: E402
+import safetensors.numpy  # noqa: E402
+other = p("other-model")
+shutil.copytree(default_model_dir(), other)
+w = safetensors.numpy.load_file(os.path.join(other, "model.safetensors"))
+key = next(k for k in w if "word_embeddings" in k)
+w[key] = (w[key] * np.float32(1.01)).astype(w[key].dtype)
+safetensors.numpy.save_file(w, os.path.join(other, "model.safetensors"))
+assert run(["index", "build", "--corpus", docs, "--out", p("ix-other"), "--model", other, "--max-len", "64",
+            *FAST]).returncode == 0
+r = run(["search", "--index", p("ix-other"), "--queries", p("q.tsv"), "--run", p("o1.run")], quiet=False)
+r2 = run(["search", "--index", p("ix-other"), "--queries", p("q.tsv"), "--run", p("o2.run"), "--model", other])
+check(r.returncode == 0 and r2.returncode == 0 and open(p("o1.run")).read() == open(p("o2.run")).read()
+      and f"the model the index was built with: {os.path.realpath(other)}" in r.stderr,
+      "search without --model uses the index's model, and says so: " + r.stderr.strip()[-300:])
+want_fp = json.loads(run(["info", "--json", "--model", other]).stdout)["fingerprint"]
+try:
+    srv2 = srvlib.Server("--index", p("ix-other"))
+    _, _, info2 = srvlib.http(srv2.base, "GET", "/info")
+    check(srv2.stop() == 0 and info2["model"]["fingerprint"] == want_fp,
+          f"serve without --model serves the index's model: {info2['model']['fingerprint']} vs {want_fp}")
+except RuntimeError as e:
+    check(False, f"serve without --model starts on an index built with another model: {str(e)[-300:]}")
+
 # ---- a server: /tokenize and the CLI agree; a URL with a path is named whole ----
 srv = srvlib.Server()
 try:
@@ -201,6 +252,8 @@ try:
     r = run(["search", "--server", url, "--queries", p("q.tsv"), "--run", p("r.run")])
     check(r.returncode == 1 and f"GET {url}/info: HTTP 404" in r.stderr and "POST/GET" not in r.stderr,
           "a server URL with a path is named whole: " + r.stderr.strip())
+    check(f"root URL, {srv.base}: drop '/prefix'" in r.stderr,
+          "... with a hint that --server takes the root URL: " + r.stderr.strip())
 finally:
     check(srv.stop() == 0, "the server stops cleanly")
 finish()

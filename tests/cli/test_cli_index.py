@@ -153,7 +153,8 @@ pool.update(pooling_mode_cls_token=True, pooling_mode_mean_tokens=False)
 json.dump(pool, open(os.path.join(other, "1_Pooling", "config.json"), "w"))
 shutil.copy(os.path.join(model, "modules.json"), other)
 r = run(["index", "build", "--model", other, "--corpus", docs, "--out", p("ix-other"), *FAST])
-r = run(["search", "--index", p("ix-other"), "--queries", p("q.tsv"), "--run", p("x.run")])
+# (named: without --model the search takes the index's own model)
+r = run(["search", "--index", p("ix-other"), "--queries", p("q.tsv"), "--run", p("x.run"), "--model", model])
 check(r.returncode == 1 and "built with the model minilm-cls" in r.stderr and f"--model {other}" in r.stderr
       and not os.path.exists(p("x.run")), "a mismatch names the index's model and --model to pass: " +
       r.stderr.strip()[-300:])
