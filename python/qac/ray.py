@@ -2,10 +2,19 @@
 
     import ray, qac, qac.ray
     ray.init()                                   # or ray.init(address="auto") on a cluster
+    plan = qac.ray.plan()                        # actors sized from ray.cluster_resources()
     ds = qac.ray.read_corpus("collection.tsv")   # ray.data.read_datasource(qac.ray.Corpus(...))
     ds.map_batches(qac.ray.Embed, fn_constructor_kwargs=dict(out="parts", corpus="collection.tsv"),
-                   batch_size=1024, compute=ray.data.ActorPoolStrategy(size=4), num_cpus=1).materialize()
+                   batch_size=1024, compute=ray.data.ActorPoolStrategy(size=plan.workers),
+                   num_cpus=plan.num_cpus).materialize()
     qac.Index.merge("parts", "idx")              # or: qac index merge --parts parts --out idx
+
+Sizing: the encoder actors hold their CPUs for the whole run, and the read
+tasks that feed them need a share too (READ_CPUS each); actors that take
+every CPU leave the read waiting forever. :func:`plan` sizes the actors from
+``ray.cluster_resources()`` with that share kept, and refuses a plan the
+cluster cannot run with a message naming what to change;
+:func:`build_index` plans the same way.
 
 Each ``Embed`` actor holds one encoder and writes index parts (see
 :class:`qac.IndexParts`): files named by the corpus rows they hold, written
@@ -22,7 +31,7 @@ shared file system).
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, NamedTuple, Optional, Tuple
 
 import numpy as np
 import pyarrow as pa
@@ -34,7 +43,11 @@ from ray.data.datasource import Datasource, ReadTask
 import qac
 from qac import _qac
 
-__all__ = ["Corpus", "read_corpus", "Embed", "build_index"]
+__all__ = ["Corpus", "read_corpus", "Embed", "Plan", "plan", "build_index", "READ_CPUS"]
+
+# What a read task asks for: it only parses text, and must never wait behind
+# the encoders, so plans keep this much free.
+READ_CPUS = 0.25
 
 
 class Corpus(Datasource):
@@ -103,11 +116,12 @@ def _reader(path: str, fmt: str, blocks: List[Tuple[int, int, int, int]]):
     return read
 
 
-def read_corpus(path: str, format: str = "auto", *, rows_per_block: int = 1024, num_cpus: float = 0.25,
+def read_corpus(path: str, format: str = "auto", *, rows_per_block: int = 1024, num_cpus: float = READ_CPUS,
                 **read_args: Any) -> "ray.data.Dataset":
     """``ray.data.read_datasource(Corpus(path, ...))``: a dataset of the corpus's records
     with their rows, ready for ``map_batches(Embed, ...)``. Read tasks ask for
-    ``num_cpus`` (they only parse text, and must not wait behind the encoders)."""
+    ``num_cpus`` (they only parse text, and must not wait behind the encoders:
+    :func:`plan` keeps that much free)."""
     return ray.data.read_datasource(Corpus(path, format, rows_per_block), num_cpus=num_cpus, **read_args)
 
 
@@ -147,8 +161,69 @@ def _assigned_cpus() -> int:
     return max(1, int(cpus)) if cpus else 0
 
 
+class Plan(NamedTuple):
+    """Encoder actors for ``map_batches``: ``ActorPoolStrategy(size=workers)`` with
+    ``num_cpus`` (and ``num_gpus``) each; ``read_cpus`` is kept for the read tasks."""
+    workers: int
+    num_cpus: float
+    num_gpus: float
+    read_cpus: float
+
+
+def plan(workers: Optional[int] = None, num_cpus: Optional[float] = None, num_gpus: float = 0,
+         read_cpus: float = READ_CPUS) -> Plan:
+    """Size the encoder actors from ``ray.cluster_resources()`` (starting a local Ray,
+    as Ray Data does, when none is running), keeping ``read_cpus`` free for the
+    read tasks.
+
+    Left out, ``num_cpus`` is 1 a worker (or what the CPUs left allow, split among
+    ``workers`` when those are given) and ``workers`` as many as then fit (GPU actors:
+    one a ``num_gpus`` of the cluster's GPUs). A plan the cluster cannot run (more
+    CPUs or GPUs than it has, with the read's share) raises ``ValueError`` naming
+    what to change, rather than leaving Ray to wait for resources that never come."""
+    if not ray.is_initialized():  # as Ray Data does: a local cluster when none is running
+        ray.init()
+    res = ray.cluster_resources()
+    cpus, gpus = float(res.get("CPU", 0)), float(res.get("GPU", 0))
+    free = cpus - read_cpus
+    where = (f"the cluster has {cpus:g} CPUs{f' and {gpus:g} GPUs' if gpus or num_gpus else ''} "
+             f"(ray.cluster_resources()), "
+             f"and {read_cpus:g} CPU is kept for the read tasks that feed the encoders")
+    if free <= 0:
+        raise ValueError(f"qac.ray: no CPU left for an encoder: {where}; start Ray with more CPUs "
+                         f"(ray.init(num_cpus=...)) or add nodes")
+    if num_gpus and num_gpus > 0:
+        if workers is None:
+            workers = int(gpus // num_gpus)
+            if workers < 1:
+                raise ValueError(f"qac.ray: num_gpus={num_gpus:g} a worker, but {where}: lower num_gpus, or leave "
+                                 f"it out (num_gpus=0: CPU encoders)")
+        if num_cpus is None:
+            num_cpus = min(1.0, free / workers)
+    elif workers is None:
+        if num_cpus is None:
+            num_cpus = 1.0 if free >= 1 else free
+        workers = max(1, int(free // num_cpus)) if num_cpus <= free else 0
+    elif num_cpus is None:
+        num_cpus = free / workers
+        if num_cpus >= 1:
+            num_cpus = float(int(num_cpus))
+    if workers < 1 or num_cpus <= 0:
+        raise ValueError(f"qac.ray: workers={workers} with num_cpus={num_cpus:g}: {where}; lower num_cpus, or leave "
+                         f"workers and num_cpus out to size them from the cluster")
+    need_cpu, need_gpu = workers * num_cpus + read_cpus, workers * (num_gpus or 0)
+    if need_cpu > cpus + 1e-9 or need_gpu > gpus + 1e-9:
+        what = (f"{workers} workers x {num_cpus:g} CPU{f' and {num_gpus:g} GPU' if num_gpus else ''} "
+                f"need {workers * num_cpus:g} CPUs{f' and {need_gpu:g} GPUs' if num_gpus else ''}")
+        raise ValueError(f"qac.ray: {what}, but {where}: Ray would wait for them forever. Lower workers or "
+                         f"num_cpus{' or num_gpus' if num_gpus else ''}, leave them out to size them from the "
+                         f"cluster, or start Ray with more (ray.init(num_cpus=...), more nodes)")
+    return Plan(int(workers), float(num_cpus), float(num_gpus or 0), float(read_cpus))
+
+
 def build_index(corpus: str, out: str, parts: Optional[str] = None, *, model: Optional[str] = None,
-                workers: int = 2, num_cpus: float = 1, num_gpus: float = 0, device: str = "auto",
+                workers: Optional[int] = None, num_cpus: Optional[float] = None, num_gpus: float = 0,
+                device: str = "auto",
                 dtype: str = "fp32", threads: int = 0, batch_size: int = 1024, rows_per_block: int = 1024,
                 max_len: int = 0, format: str = "auto", query_prompt: Optional[str] = None,
                 passage_prompt: Optional[str] = None, factory: Optional[str] = None,
@@ -156,16 +231,19 @@ def build_index(corpus: str, out: str, parts: Optional[str] = None, *, model: Op
                 train_size: Optional[int] = None) -> "qac.Index":
     """Encode ``corpus`` on ``workers`` Ray actors into ``parts`` (default ``out + ".parts"``),
     then merge them into the index ``out`` and open it (the merge's options, None:
-    ``qac index merge``'s defaults). Needs ``ray.init()`` first."""
+    ``qac index merge``'s defaults). Needs ``ray.init()`` first. ``workers``,
+    ``num_cpus`` and ``num_gpus`` go through :func:`plan`: left out, they are sized
+    from the cluster; a plan it cannot run raises ``ValueError`` before any work."""
+    p = plan(workers, num_cpus, num_gpus)
     corpus = os.path.abspath(corpus)
     parts = parts or os.fspath(out) + ".parts"
-    ds = read_corpus(corpus, format, rows_per_block=rows_per_block)
+    ds = read_corpus(corpus, format, rows_per_block=rows_per_block, num_cpus=p.read_cpus)
     ds = ds.map_batches(Embed, fn_constructor_kwargs=dict(out=parts, corpus=corpus, model=model, device=device,
                                                           dtype=dtype, threads=threads, max_len=max_len,
                                                           format=format, query_prompt=query_prompt,
                                                           passage_prompt=passage_prompt),
-                        batch_size=batch_size, compute=ray.data.ActorPoolStrategy(size=int(workers)),
-                        num_cpus=num_cpus, num_gpus=num_gpus)
+                        batch_size=batch_size, compute=ray.data.ActorPoolStrategy(size=p.workers),
+                        num_cpus=p.num_cpus, num_gpus=p.num_gpus)
     for _ in ds.iter_batches(batch_size=None):
         pass
     return qac.Index.merge(parts, out, factory=factory, shard_size=shard_size, dtype=index_dtype,
