@@ -382,5 +382,23 @@ with pglib.Server(tmp) as pg:
           "--metric cosine (normalised model): exact top-10 equals qac's for %d/225" % sum(same))
     conn.close()
 
+# ---- the one command docs/postgresql.md gives to try it (issue 38: starting
+# PostgreSQL as root was written down only in this suite's helper) ----
+pg_dir = os.path.join(tmp, "pg-local")
+one = subprocess.Popen([sys.executable, os.path.join(SOURCE, "scripts", "pg_local.py"), pg_dir],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+try:
+    first = one.stdout.readline().split()
+    local_url = first[0] if first and first[0].startswith("postgresql://") else None
+    check(local_url is not None, "scripts/pg_local.py DIR prints the server's URL: %r %s" %
+          (first, "" if first else one.stderr.read()[-500:]))
+    if local_url:
+        p = subprocess.run([QAC, "export", "--index", ix, "--to", local_url], capture_output=True, text=True)
+        check(p.returncode == 0 and "1400 rows" in p.stderr, "qac export into it: %s" % p.stderr.strip()[-300:])
+finally:
+    one.terminate()
+    one.wait(60)
+check(one.returncode == 0, "scripts/pg_local.py stops cleanly on SIGTERM (%s)" % one.returncode)
+
 print("checks: %d passed, %d failed" % (passes, failures))
 sys.exit(1 if failures else 0)
