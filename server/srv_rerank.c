@@ -14,8 +14,9 @@
  * probability: sigmoid of the logit, or softmax(l)[1]) highest first, ties
  * by index descending (as TEI orders them), cut at top_n. Cohere's and
  * Jina's clients read it. Errors are the house's: 422 for a bad field or
- * a server without a reranker, 413 past --max-texts, a pair past the
- * length with --no-truncate 422. */
+ * a server without a reranker, 413 past --max-texts or when the answer
+ * could pass --max-response-bytes (decided before scoring), a pair past
+ * the length with --no-truncate 422. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,6 +126,34 @@ static int get_documents(qac_server *s, json_t *o, const char ***texts, size_t *
     return 1;
 }
 
+static int by_size_desc(const void *a, const void *b) {
+    size_t x = *(const size_t *)a, y = *(const size_t *)b;
+    return (x < y) - (x > y);
+}
+
+/* The most bytes the answer can take, before any scoring: the envelope,
+ * keep results of the longest index and score, and with return_documents
+ * the keep longest documents as written (which ones are kept is known only
+ * after scoring). 0 when out of memory. */
+static size_t v1_bound(const char *rid, const char *model, const char *const *texts, const size_t *lens, int n,
+                       int keep, int ret_docs) {
+    static const char envelope[] = "{\"id\":,\"model\":,\"results\":[],\"usage\":{\"total_tokens\":},"
+                                   "\"meta\":{\"api_version\":{\"version\":\"1\"},\"billed_units\":"
+                                   "{\"search_units\":1}}}";
+    static const char result[] = "{\"index\":,\"relevance_score\":},", document[] = ",\"document\":{\"text\":}";
+    size_t bound = sizeof envelope - 1 + qac_jw_str_size(rid, strlen(rid)) +
+                   (model ? qac_jw_str_size(model, strlen(model)) : 4 /* null */) +
+                   QAC_JW_INT_MAX + (size_t)keep * (sizeof result - 1 + QAC_JW_INT_MAX + QAC_JW_REAL_MAX);
+    if (!ret_docs) return bound;
+    size_t *size = malloc((size_t)n * sizeof *size);
+    if (!size) return 0;
+    for (int i = 0; i < n; i++) size[i] = sizeof document - 1 + qac_jw_str_size(texts[i], lens[i]);
+    if (keep < n) qsort(size, (size_t)n, sizeof *size, by_size_desc);
+    for (int i = 0; i < keep; i++) bound += size[i];
+    free(size);
+    return bound;
+}
+
 void qac_handle_rerank_v1(qac_server *s, const char *body, size_t len, qac_http_response *r) {
     json_t *o = qac_srv_parse_body(body, len, r);
     if (!o) return;
@@ -150,6 +179,17 @@ void qac_handle_rerank_v1(qac_server *s, const char *body, size_t len, qac_http_
     if (!get_documents(s, o, &texts, &lens, &n, r) || !qac_srv_get_int(o, "top_n", 1, 1LL << 30, &top_n, r) ||
         !qac_srv_get_bool(o, "return_documents", &ret_docs, r))
         goto done;
+    int keep = top_n > 0 && top_n < n ? (int)top_n : n;
+    char rid[QAC_REQUEST_ID_CAP];
+    qac_request_id(s, NULL, rid, sizeof rid);
+    size_t bound = v1_bound(rid, s->be.reranker_id, texts, lens, n, keep, ret_docs);
+    if (!bound) {
+        qac_srv_fail(r, QAC_REPLY_HOUSE, QAC_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    if (!qac_srv_response_fits(s, bound, QAC_REPLY_HOUSE, "send fewer documents, set top_n or drop return_documents",
+                               r))
+        goto done;
     raw = malloc((size_t)n * sizeof *raw), prob = malloc((size_t)n * sizeof *prob), rk = malloc((size_t)n * sizeof *rk);
     if (!raw || !prob || !rk) {
         qac_srv_fail(r, QAC_REPLY_HOUSE, QAC_ERR_NOMEM, "out of memory");
@@ -161,7 +201,6 @@ void qac_handle_rerank_v1(qac_server *s, const char *body, size_t len, qac_http_
         goto done;
     for (int i = 0; i < n; i++) rk[i] = (ranked){i, prob[i]};
     qsort(rk, (size_t)n, sizeof *rk, by_score);
-    int keep = top_n > 0 && top_n < n ? (int)top_n : n;
     json_t *results = json_array();
     for (int i = 0; i < keep && results; i++) {
         json_t *e = json_pack("{s:i,s:f}", "index", rk[i].index, "relevance_score", (double)rk[i].score);
@@ -169,8 +208,6 @@ void qac_handle_rerank_v1(qac_server *s, const char *body, size_t len, qac_http_
             json_object_set_new(e, "document", json_pack("{s:s%}", "text", texts[rk[i].index], lens[rk[i].index]));
         json_array_append_new(results, e);
     }
-    char rid[QAC_REQUEST_ID_CAP];
-    qac_request_id(s, NULL, rid, sizeof rid);
     qac_srv_json(r, QAC_REPLY_HOUSE,
                  json_pack("{s:s,s:s,s:o,s:{s:I},s:{s:{s:s},s:{s:i}}}", "id", rid, "model", s->be.reranker_id,
                            "results", results, "usage", "total_tokens", (json_int_t)tokens, "meta", "api_version",

@@ -21,6 +21,7 @@ Requests sent at once give the scores sent alone."""
 import concurrent.futures
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -222,6 +223,60 @@ try:
 finally:
     server.terminate()
     server.wait(timeout=60)
+
+# Bounded answers: with return_text / return_documents an answer grows with
+# its texts; each rerank route decides from a bound before scoring anything
+# (the batcher's token count stands still), refuses in JSON naming it, and
+# the bound holds against the real answer of a server with room for it (no
+# smaller, at most half again larger: a bound that loose would refuse
+# answers that fit).
+def tokens_scored(url):
+    with urllib.request.urlopen(url + "/metrics", timeout=60) as resp:
+        m = re.search(r"^qac_batch_tokens_sum (\S+)$", resp.read().decode(), re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def raw_size(url, path, body):
+    req = urllib.request.Request(url + path, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as resp:
+        return len(resp.read())
+
+
+texts = [t for _, t in docs[:300]]
+small, small_url = start("--reranker", p("teacher"), "--max-texts", "300", "--max-response-bytes", "65536")
+big, big_url = start("--reranker", p("teacher"), "--max-texts", "300")
+try:
+    # the last: which 150 are kept is known only after scoring, so the bound takes the
+    # 150 longest, and may be more than half again the real answer
+    cases = (("TEI /rerank return_text", "/rerank", {"query": "flow", "texts": texts, "return_text": True}, 1.5),
+             ("/v1/rerank return_documents", "/v1/rerank",
+              {"query": "flow", "documents": texts, "return_documents": True}, 1.5),
+             ("/v1/rerank top_n 150 return_documents", "/v1/rerank",
+              {"query": "flow", "documents": texts, "top_n": 150, "return_documents": True}, None))
+    for what, path, body, slack in cases:
+        t0 = tokens_scored(small_url)
+        st, got = post(small_url, path, body)
+        scored = tokens_scored(small_url) - t0
+        m = re.search(r"up to (\d+) bytes", json.dumps(got))
+        bound = int(m.group(1)) if m else None
+        real = raw_size(big_url, path, body)
+        print(f"{what}: {st} naming {bound} bytes, {scored:.0f} tokens scored; the answer is {real} bytes")
+        check(st == 413 and isinstance(got, dict) and "error" in got and scored == 0,
+              f"{what}: refused in JSON before scoring ({st}, {scored:.0f} tokens): {str(got)[:200]}")
+        check(bound is not None and real <= bound and (slack is None or bound <= slack * real),
+              f"{what}: the bound {bound} holds against the real answer of {real} bytes")
+    # what fits is answered (and scored: the count above does move)
+    for what, path, body in (("TEI /rerank", "/rerank", {"query": "flow", "texts": texts}),
+                             ("/v1/rerank top_n 5 return_documents", "/v1/rerank",
+                              {"query": "flow", "documents": texts, "top_n": 5, "return_documents": True})):
+        t0 = tokens_scored(small_url)
+        st, got = post(small_url, path, body)
+        check(st == 200 and tokens_scored(small_url) > t0, f"{what} fits the limit: {st}, scored")
+finally:
+    for proc in (small, big):
+        proc.terminate()
+        proc.wait(timeout=60)
 
 server, url = start("--index", p("idx"))
 try:
