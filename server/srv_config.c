@@ -32,7 +32,7 @@ static const qac_opt serve_opts[] = {
     {"timeout-ms", QAC_OPT_INT, "30000", 0, 3600000, NULL, "QAC_TIMEOUT_MS", "longest queue wait before 503 (0: none)", 0},
     {"queue-size", QAC_OPT_INT, "1024", 1, 1000000, NULL, "QAC_QUEUE_SIZE", "requests waiting for the encoder before 503", 0},
     {"query-max-len", QAC_OPT_INT, "0", 0, 8192, NULL, "QAC_QUERY_MAX_LEN", "query length in tokens, specials included (0 = the model's limit)", 0},
-    {"passage-max-len", QAC_OPT_INT, "256", 2, 8192, NULL, "QAC_PASSAGE_MAX_LEN", "passage length in tokens, specials included", 0},
+    {"passage-max-len", QAC_OPT_INT, "0", 0, 8192, NULL, "QAC_PASSAGE_MAX_LEN", "passage length in tokens, specials included (0 = the model's limit)", 0},
     {"idle-timeout-s", QAC_OPT_INT, "30", 1, 86400, NULL, "QAC_IDLE_TIMEOUT_S", "close idle connections after this", 0},
     {"drain-timeout-ms", QAC_OPT_INT, "30000", 0, 3600000, NULL, "QAC_DRAIN_TIMEOUT_MS", "on SIGTERM, wait this long for in-flight requests", 0},
     {"slice-tokens", QAC_OPT_INT, "256", 16, 1 << 24, NULL, "QAC_SLICE_TOKENS", "a request with more tokens is encoded in slices of this many (at least one text), between other requests' batches: a short request waits for one slice at most", 0},

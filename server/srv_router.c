@@ -202,10 +202,12 @@ qac_status qac_server_create(qac_server **out, const qac_server_config *cfg, con
     /* ids need only differ between requests and restarts, not be secret */
     if (getrandom(&s->rid_seed, sizeof s->rid_seed, GRND_NONBLOCK) != (ssize_t)sizeof s->rid_seed)
         s->rid_seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-    /* lengths asked for are honoured up to the position table, as the CLI's --max-len */
+    /* unset (0): the model's limit (its sentence-transformers max_seq_length);
+     * lengths asked for are honoured up to the position table, as the CLI's --max-len */
     int positions = be->max_position > 0 ? be->max_position : be->model_max_len;
     if (s->cfg.query_max_len < 2) s->cfg.query_max_len = be->model_max_len;
     if (s->cfg.query_max_len > positions) s->cfg.query_max_len = positions;
+    if (s->cfg.passage_max_len < 2) s->cfg.passage_max_len = be->model_max_len;
     if (s->cfg.passage_max_len > positions) s->cfg.passage_max_len = positions;
     qac_status st = s->cfg.host ? QAC_OK : qac_set_error(QAC_ERR_NOMEM, "out of memory");
     if (!st) st = qac_metrics_create(&s->metrics);

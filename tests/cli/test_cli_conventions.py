@@ -9,7 +9,9 @@
 - errors name things once (no "eval: eval:", no "index X: X:") and a server
   URL with a path is named whole ("GET http://host:port/prefix/info");
 - queries are not cut at 32 tokens: the default is the model's limit, and
-  the summary counts the texts cut;
+  the summary counts the texts cut; a server's query and passage lengths
+  default to the model's max_seq_length, and one given is honoured up to
+  the position table;
 - progress and summaries: no rate of 0.0, no line twice, one summary line
   last;
 - -k and --k, -b and --b alike; booleans turn off with --no-NAME or
@@ -233,6 +235,25 @@ try:
           f"serve without --model serves the index's model: {info2['model']['fingerprint']} vs {want_fp}")
 except RuntimeError as e:
     check(False, f"serve without --model starts on an index built with another model: {str(e)[-300:]}")
+
+# ---- a server's lengths: unset, the model's max_seq_length; given, honoured up to the positions ----
+# (a model whose max_seq_length, 128, is under the server's old fixed passage default of 256: that
+# default silently encoded passages past the model's own limit once lengths above it were honoured)
+short = p("short-model")
+shutil.copytree(default_model_dir(), short)
+with open(os.path.join(short, "sentence_bert_config.json"), "w") as f:
+    json.dump({"max_seq_length": 128, "do_lower_case": False}, f)
+positions = json.load(open(os.path.join(short, "config.json")))["max_position_embeddings"]
+for args, want in (([], (128, 128)), (["--passage-max-len", "300", "--query-max-len", "200"], (200, 300)),
+                   (["--passage-max-len", "4000", "--query-max-len", "4000"], (positions, positions))):
+    try:
+        s3 = srvlib.Server("--model", short, *args)
+        _, _, info3 = srvlib.http(s3.base, "GET", "/info")
+        got = (info3["limits"]["query_max_len"], info3["limits"]["passage_max_len"])
+        check(s3.stop() == 0 and got == want, f"serve {' '.join(args) or '(no lengths)'}: query and passage "
+              f"lengths {got}, want {want} (max_seq_length 128, {positions} positions)")
+    except RuntimeError as e:
+        check(False, f"serve {' '.join(args)}: {str(e)[-300:]}")
 
 # ---- a server: /tokenize and the CLI agree; a URL with a path is named whole ----
 srv = srvlib.Server()
