@@ -223,7 +223,7 @@ qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, c
     be->dim = dim;
     be->normalize = m->normalize;
     be->model_max_len = limit;
-    be->max_position = m->cfg.max_position;
+    be->max_position = qac_bert_max_tokens(&m->cfg); /* the position table, less a RoBERTa offset */
     be->encode_text = r_encode_text;
     be->tokenize = r_tokenize;
     be->id_to_token = r_id_to_token;
