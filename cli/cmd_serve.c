@@ -187,7 +187,7 @@ int qac_cmd_serve(int argc, char **argv) {
     if (be.prompt_warning) log_stderr(&lg, QAC_LOG_WARN, be.prompt_warning);
     if (be.encoder_note) log_stderr(&lg, QAC_LOG_WARN, be.encoder_note);
     if (!qac_opts_str(&o, "index"))
-        log_stderr(&lg, QAC_LOG_WARN, "no --index: encode-only server (/search answers 503)");
+        log_stderr(&lg, QAC_LOG_WARN, "no --index: encode-only server (/search answers 422)");
     /* The port line is the start-up handshake scripts wait for, and the
      * one place the address is announced. */
     printf("qac serve: listening on http://%s:%d\n", cfg.host, qac_server_port(srv));
