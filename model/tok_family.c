@@ -281,18 +281,22 @@ static qac_status rebuild_xlmr(tk_pipe *p, const tk_dir *d) {
     return QAC_OK;
 }
 
-static void xlmr_templates(tk_pipe *p, const tk_dir *d) {
-    int32_t bos = special_id(p, d, "bos_token", "<s>"), eos = special_id(p, d, "eos_token", "</s>");
+/* RoBERTa's layout, XLM-R's too: first A last, and first A last last B last. */
+static void roberta_layout(tk_pipe *p, int32_t first, int32_t last) {
     p->single.n = p->pair.n = 0;
-    tmpl_special(&p->single, bos, 0);
+    tmpl_special(&p->single, first, 0);
     tmpl_seq(&p->single, 0, 0);
-    tmpl_special(&p->single, eos, 0);
-    tmpl_special(&p->pair, bos, 0);
+    tmpl_special(&p->single, last, 0);
+    tmpl_special(&p->pair, first, 0);
     tmpl_seq(&p->pair, 0, 0);
-    tmpl_special(&p->pair, eos, 0);
-    tmpl_special(&p->pair, eos, 0);
+    tmpl_special(&p->pair, last, 0);
+    tmpl_special(&p->pair, last, 0);
     tmpl_seq(&p->pair, 1, 0);
-    tmpl_special(&p->pair, eos, 0);
+    tmpl_special(&p->pair, last, 0);
+}
+
+static void xlmr_templates(tk_pipe *p, const tk_dir *d) {
+    roberta_layout(p, special_id(p, d, "bos_token", "<s>"), special_id(p, d, "eos_token", "</s>"));
 }
 
 static qac_status rebuild_roberta(tk_pipe *p, const tk_dir *d) {
@@ -320,17 +324,7 @@ static qac_status rebuild_roberta(tk_pipe *p, const tk_dir *d) {
 }
 
 static void roberta_templates(tk_pipe *p, const tk_dir *d) {
-    int32_t cls = special_id(p, d, "cls_token", "<s>"), sep = special_id(p, d, "sep_token", "</s>");
-    p->single.n = p->pair.n = 0;
-    tmpl_special(&p->single, cls, 0);
-    tmpl_seq(&p->single, 0, 0);
-    tmpl_special(&p->single, sep, 0);
-    tmpl_special(&p->pair, cls, 0);
-    tmpl_seq(&p->pair, 0, 0);
-    tmpl_special(&p->pair, sep, 0);
-    tmpl_special(&p->pair, sep, 0);
-    tmpl_seq(&p->pair, 1, 0);
-    tmpl_special(&p->pair, sep, 0);
+    roberta_layout(p, special_id(p, d, "cls_token", "<s>"), special_id(p, d, "sep_token", "</s>"));
 }
 
 static qac_status rebuild_bert(tk_pipe *p, const tk_dir *d) {

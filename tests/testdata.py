@@ -27,3 +27,31 @@ def path(*parts):
               "(then set QAC_SHARED_DATA to the directory it prints)", file=sys.stderr, flush=True)
         sys.exit(1)
     return p
+
+
+def _cran_blocks(file):
+    """Cranfield's SMART format: {id: text of the .W field}, in file order."""
+    out, cur, field = {}, None, None
+    for line in open(file, encoding="utf-8", errors="replace"):
+        if line.startswith(".I"):
+            cur = line.split()[1]
+            out[cur] = {}
+            field = None
+        elif line.startswith("."):
+            field = line[1]
+            out[cur][field] = []
+        elif field:
+            out[cur][field].append(line.strip())
+    return {k: " ".join(v.get("W", [])) for k, v in out.items()}
+
+
+def cranfield():
+    """(docs {docid: text}, queries [text] in file order, qrels {query number: [docid]})."""
+    cran = path("cranfield")
+    docs = _cran_blocks(os.path.join(cran, "cran.all.1400"))
+    queries = list(_cran_blocks(os.path.join(cran, "cran.qry")).values())
+    qrels = {}
+    for line in open(os.path.join(cran, "cranqrel")):
+        q, d = line.split()[:2]
+        qrels.setdefault(int(q), []).append(d)
+    return docs, queries, qrels

@@ -39,31 +39,8 @@ p = lambda name: os.path.join(tmp, name)  # noqa: E731
 torch.set_num_threads(2)
 
 
-def cranfield():
-    def blocks(path):
-        out, cur, field = {}, None, None
-        for line in open(path, encoding="utf-8", errors="replace"):
-            if line.startswith(".I"):
-                cur = line.split()[1]
-                out[cur] = {}
-                field = None
-            elif line.startswith("."):
-                field = line[1]
-                out[cur][field] = []
-            elif field:
-                out[cur][field].append(line.strip())
-        return {k: " ".join(v.get("W", [])) for k, v in out.items()}
-    cran = testdata.path("cranfield")
-    docs = blocks(os.path.join(cran, "cran.all.1400"))
-    queries = list(blocks(os.path.join(cran, "cran.qry")).values())
-    qrels = {}
-    for line in open(os.path.join(cran, "cranqrel")):
-        q, d = line.split()[:2]
-        qrels.setdefault(int(q), []).append(d)
-    return docs, queries, qrels
 
-
-docs, queries, qrels = cranfield()
+docs, queries, qrels = testdata.cranfield()
 ids = sorted(docs, key=int)
 rs = np.random.RandomState(36)
 pairs = []
