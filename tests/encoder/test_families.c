@@ -22,7 +22,10 @@
  *    plus 4 sqrt(R) 2^-24 for the R token rows of the batch: qac sums bias
  *    and LayerNorm gradients row by row in order (so that they depend on
  *    nothing but the rows), a sum whose rounding grows like sqrt(R) units
- *    of float32 where torch's blocked sums grow less; 4 deviations;
+ *    of float32 where torch's blocked sums grow less; 4 deviations. The
+ *    batch holds a pad token inside a passage, so the rows that
+ *    nn.Embedding(padding_idx=...) leaves without a gradient (the pad's
+ *    word row; RoBERTa's position row padding_idx) are compared too;
  *  - save and load back: the same parameters, config and fingerprint. */
 #include <math.h>
 #include <stdio.h>

@@ -41,7 +41,8 @@ Per checkpoint NAME, DIR/NAME/ and DIR/NAME.ref.safetensors with:
                    same forward in float64 (the reference's own error)
   q_ids, q_lens, p_ids, p_lens   a fine-tuning batch (3 Cranfield queries,
                    3 passages each: a judged one first), padded with the
-                   tokenizer's pad id
+                   tokenizer's pad id; the first passage's fourth token is
+                   the pad id too (inside its length)
   loss32, loss64   InfoNCE over it (tau 0.05, cosine; F64 scalars)
   grad32.<t>, grad64.<t>  every parameter's gradient in qac's layout
                    (api/qac_model.h, tensors the family lacks left out;
@@ -405,6 +406,12 @@ def reference(name, spec, out, st, texts, docs, queries, rel, with_grads=True):
         ps += [docs[rel[qn][0] - 1], docs[(rel[qn][0] + 40) % len(docs)], docs[(rel[qn][0] + 400) % len(docs)]]
     enc = lambda xs, n: [tok(x, truncation=True, max_length=n)["input_ids"] for x in xs]
     batch = (pad_batch(enc(qs, QLEN), pad), pad_batch(enc(ps, PLEN), pad))
+    # a pad token inside the first passage (as a text holding the pad token's
+    # string encodes): a row that counts, whose word row (and, where
+    # positions are offset past the padding index, whose position row
+    # padding_idx) torch's nn.Embedding(padding_idx=...) leaves without a
+    # gradient; in padding alone those rows get none from the loss anyway
+    batch[1][0][0, 3] = pad
     t["q_ids"], t["q_lens"] = batch[0]
     t["p_ids"], t["p_lens"] = batch[1]
     for tag, dt in (("32", torch.float32), ("64", torch.float64)):
