@@ -125,13 +125,13 @@ qac_status qac_kl_work_ensure(const qac_kl_ctx *t, qac_kl_work *w, size_t N, siz
 }
 
 qac_status qac_kl_embed_fwd_into(const qac_kl_ctx *t, float *out, float *emb, float *mean, float *rstd,
-                                 const int32_t *ids, const qac_bert_params *w, int B, int T, uint64_t key,
-                                 uint64_t seq_base, int drop_layer) {
+                                 const int32_t *ids, const int32_t *pos_ids, const qac_bert_params *w, int B, int T,
+                                 uint64_t key, uint64_t seq_base, int drop_layer) {
     const qac_bert_config *c = &t->cfg;
     const int N = B * T, C = c->hidden_size;
     const qac_kt_drop dh = qac_kl_drop(t->p_hidden, key, seq_base);
     cudaStream_t st = t->stream;
-    QAC_CU(qac_kt_embed_fwd(emb, ids, NULL, w->word_emb, w->pos_emb, w->type_emb, N, T, C, st));
+    QAC_CU(qac_kt_embed_fwd(emb, ids, NULL, pos_ids, w->word_emb, w->pos_emb, w->type_emb, N, T, C, st));
     QAC_CU(qac_kt_layernorm_fwd(out, NULL, mean, rstd, emb, w->emb_ln_w, w->emb_ln_b, N, C, c->layer_norm_eps,
                                 t->prec, st));
     if (t->p_hidden > 0)
@@ -141,8 +141,8 @@ qac_status qac_kl_embed_fwd_into(const qac_kl_ctx *t, float *out, float *emb, fl
 
 qac_status qac_kl_embed_fwd(const qac_kl_ctx *t, qac_kl_acts *s, const int32_t *ids, const qac_bert_params *w,
                             uint64_t key, uint64_t seq_base) {
-    return qac_kl_embed_fwd_into(t, s->hidden, s->emb, s->emb_mean, s->emb_rstd, ids, w, s->B, s->T, key, seq_base,
-                                 0);
+    return qac_kl_embed_fwd_into(t, s->hidden, s->emb, s->emb_mean, s->emb_rstd, ids, s->pos_ids, w, s->B, s->T, key,
+                                 seq_base, 0);
 }
 
 // The attention's backward into k->big = dL/d(QKV product) from k->datty,
@@ -296,7 +296,8 @@ qac_status qac_kl_layers_bwd(const qac_kl_ctx *t, qac_kl_acts *s, qac_kl_work *k
 qac_status qac_kl_embed_bwd_from(const qac_kl_ctx *t, qac_kl_work *k, const float *emb, const float *mean,
                                  const float *rstd, int B, int T, const qac_bert_params *g, const qac_bert_params *w,
                                  qac_scatter_plan pw, const int32_t *plan_w, qac_scatter_plan pt,
-                                 const int32_t *plan_t, uint64_t key, uint64_t seq_base, int drop_layer) {
+                                 const int32_t *plan_t, qac_scatter_plan pp, const int32_t *plan_p, uint64_t key,
+                                 uint64_t seq_base, int drop_layer) {
     const int N = B * T, C = t->cfg.hidden_size;
     const qac_kt_drop dh = qac_kl_drop(t->p_hidden, key, seq_base);
     cudaStream_t st = t->stream;
@@ -305,8 +306,11 @@ qac_status qac_kl_embed_bwd_from(const qac_kl_ctx *t, qac_kl_work *k, const floa
         QAC_CU(qac_kt_dropout(k->dy, k->dy, dh, drop_layer, QAC_DROP_EMB, B, T, C, QAC_PREC_FP32, st));
     QAC_CU(qac_kt_layernorm_bwd(k->dres, g->emb_ln_w, g->emb_ln_b, k->dy, emb, mean, rstd, w->emb_ln_w, k->partial, N,
                                 C, st));
-    QAC_CU(qac_kt_pos_bwd(g->pos_emb, k->dres, B, T, C, st));
     // dln1 (N*C floats) holds the scatter partials: at most one segment per row
+    if (plan_p)
+        QAC_CU(qac_kt_scatter_add(g->pos_emb, k->dres, pp, plan_p, k->dln1, C, st));
+    else
+        QAC_CU(qac_kt_pos_bwd(g->pos_emb, k->dres, B, T, C, st));
     QAC_CU(qac_kt_scatter_add(g->word_emb, k->dres, pw, plan_w, k->dln1, C, st));
     QAC_CU(qac_kt_scatter_add(g->type_emb, k->dres, pt, plan_t, k->dln1, C, st));
     return QAC_OK;
@@ -315,8 +319,8 @@ qac_status qac_kl_embed_bwd_from(const qac_kl_ctx *t, qac_kl_work *k, const floa
 qac_status qac_kl_embed_bwd(const qac_kl_ctx *t, qac_kl_acts *s, qac_kl_work *k, const qac_bert_params *g,
                             const qac_bert_params *w, qac_scatter_plan pw, const int32_t *plan_w,
                             qac_scatter_plan pt, const int32_t *plan_t, uint64_t key, uint64_t seq_base) {
-    return qac_kl_embed_bwd_from(t, k, s->emb, s->emb_mean, s->emb_rstd, s->B, s->T, g, w, pw, plan_w, pt, plan_t, key,
-                                 seq_base, 0);
+    return qac_kl_embed_bwd_from(t, k, s->emb, s->emb_mean, s->emb_rstd, s->B, s->T, g, w, pw, plan_w, pt, plan_t,
+                                 s->pp, s->plan_p, key, seq_base, 0);
 }
 
 void qac_kl_gpt_acts_bind(const qac_kl_ctx *t, qac_kl_gpt_acts *s, qac_kl_bump *b, int B, int T, int L_, int I_) {

@@ -119,6 +119,12 @@ struct qac_kl_acts {
     void *ln1_act;            // [L, N*C] (== ln1 in fp32)
     float *ln1_mean, *ln1_rstd, *ln2_mean, *ln2_rstd; // [L, N]
     void *ffn_pre, *ffn_act;                          // [L, N*I]
+    // positions offset past the padding index (RoBERTa, XLM-R): each row's
+    // position id and the plan of their gradient's scatter (the padding
+    // index's row left out), on the device; NULL: the row's index in its
+    // sequence (BERT), the gradient summed over the sequences
+    const int32_t *pos_ids, *plan_p;
+    qac_scatter_plan pp;
 };
 
 // Work buffers of a backward (sized for the largest N = B*T and B*NH*T*T).
@@ -161,11 +167,13 @@ qac_status qac_kl_work_ensure(const qac_kl_ctx *t, qac_kl_work *w, size_t N, siz
 qac_kt_drop qac_kl_drop(float p, uint64_t key, uint64_t seq_base);
 
 // hidden[0] (and hidden_act[0]) = dropout(LN(word[ids] + pos + type[0])),
-// the embedding statistics kept. ids, [B*T] on the device.
+// the embedding statistics kept. ids, [B*T] on the device; positions as
+// a->pos_ids says.
 qac_status qac_kl_embed_fwd(const qac_kl_ctx *t, qac_kl_acts *a, const int32_t *ids, const qac_bert_params *w,
                             uint64_t key, uint64_t seq_base);
 // From w->dy = dL/d hidden[0]: the embedding LayerNorm's and the
-// embeddings' gradients (the scatter plans of the ids, built on the host).
+// embeddings' gradients (the scatter plans of the ids, built on the host;
+// the positions' as a->plan_p says).
 qac_status qac_kl_embed_bwd(const qac_kl_ctx *t, qac_kl_acts *a, qac_kl_work *k, const qac_bert_params *g,
                             const qac_bert_params *w, qac_scatter_plan pw, const int32_t *plan_w,
                             qac_scatter_plan pt, const int32_t *plan_t, uint64_t key, uint64_t seq_base);
@@ -193,14 +201,16 @@ qac_status qac_kl_layers_bwd(const qac_kl_ctx *t, qac_kl_acts *a, qac_kl_work *k
 // QAC_DROP_EMB), emb, mean, rstd kept; and its backward from k->dy = dL/d
 // out (k->dy overwritten). The encoder's pass is drop_layer 0; the
 // query-generation decoder's input draws the backbone's embedding dropout
-// at layer 1 (trainer/qgen.c).
+// at layer 1 (trainer/qgen.c). pos_ids / plan_p: as qac_kl_acts's (NULL:
+// the row's index in its sequence).
 qac_status qac_kl_embed_fwd_into(const qac_kl_ctx *t, float *out, float *emb, float *mean, float *rstd,
-                                 const int32_t *ids, const qac_bert_params *w, int B, int T, uint64_t key,
-                                 uint64_t seq_base, int drop_layer);
+                                 const int32_t *ids, const int32_t *pos_ids, const qac_bert_params *w, int B, int T,
+                                 uint64_t key, uint64_t seq_base, int drop_layer);
 qac_status qac_kl_embed_bwd_from(const qac_kl_ctx *t, qac_kl_work *k, const float *emb, const float *mean,
                                  const float *rstd, int B, int T, const qac_bert_params *g, const qac_bert_params *w,
                                  qac_scatter_plan pw, const int32_t *plan_w, qac_scatter_plan pt,
-                                 const int32_t *plan_t, uint64_t key, uint64_t seq_base, int drop_layer);
+                                 const int32_t *plan_t, qac_scatter_plan pp, const int32_t *plan_p, uint64_t key,
+                                 uint64_t seq_base, int drop_layer);
 
 // The query-generation decoder (model/head_nets.c, qac_qgen_forward and
 // qac_qgen_backward): L pre-LN GPT-2 blocks of MLP width I with the causal

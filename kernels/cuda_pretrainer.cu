@@ -510,7 +510,7 @@ qac_status qgen_step(pretrainer *t, uint64_t enc_key) {
     cudaStream_t st = t->stream;
     qac_status e;
     if ((e = encoder_fwd(t, 0, enc_key)) ||
-        (e = qac_kl_embed_fwd_into(t, ga->hidden, ga->emb, ga->emb_mean, ga->emb_rstd, sd->din.ids, &t->w, B, hT,
+        (e = qac_kl_embed_fwd_into(t, ga->hidden, ga->emb, ga->emb_mean, ga->emb_rstd, sd->din.ids, NULL, &t->w, B, hT,
                                    dkey, 0, 1)))
         return e;
     QAC_CU(cudaMemcpy2DAsync(ga->hidden, (size_t)hT * rowb, sd->pooled, rowb, rowb, B, cudaMemcpyDeviceToDevice, st));
@@ -532,7 +532,8 @@ qac_status qgen_step(pretrainer *t, uint64_t enc_key) {
     QAC_CU(cudaMemcpy2DAsync(sd->drep, rowb, t->wk.dy, (size_t)hT * rowb, rowb, B, cudaMemcpyDeviceToDevice, st));
     QAC_CU(cudaMemset2DAsync(t->wk.dy, (size_t)hT * rowb, 0, rowb, B, st));
     if ((e = qac_kl_embed_bwd_from(t, &t->wk, ga->emb, ga->emb_mean, ga->emb_rstd, B, hT, &t->g, &t->w, sd->din.pw,
-                                   sd->din.plan_w, sd->din.pt, sd->din.plan_t, dkey, 0, 1)))
+                                   sd->din.plan_w, sd->din.pt, sd->din.plan_t, qac_scatter_plan{0, 0, 0}, NULL, dkey, 0,
+                                   1)))
         return e;
     return encoder_bwd(t, 0, enc_key, NULL);
 }

@@ -30,6 +30,7 @@ struct side : qac_kl_acts {
     void *mem;
     size_t cap; // bytes of mem
     int32_t *ids, *plan_w, *plan_t;
+    int32_t *pos, *plan_pos; // offset positions (RoBERTa, XLM-R) and their plan; NULL otherwise
     int *lens;
     float *reps, *dreps; // [B, C]: set by the caller into the whole batch's arrays
     // host side: pinned staging of ids, lens and the two scatter plans
@@ -82,6 +83,11 @@ size_t bind_side(const cuda_trainer *t, side *s, char *base, int B, int T) {
     b.take(&s->ids, N * sizeof(int32_t));
     b.take(&s->plan_w, nplan * sizeof(int32_t));
     b.take(&s->plan_t, nplan * sizeof(int32_t));
+    s->pos = s->plan_pos = NULL;
+    if (t->cfg.positions == QAC_POS_OFFSET) {
+        b.take(&s->pos, N * sizeof(int32_t));
+        b.take(&s->plan_pos, nplan * sizeof(int32_t));
+    }
     b.take(&s->lens, (size_t)B * sizeof(int));
     qac_kl_acts_bind(t, s, &b, B, T, t->cfg.num_layers, 1, t->recompute);
     return b.off;
@@ -102,7 +108,7 @@ qac_status ensure_side(cuda_trainer *t, side *s, int B, int T) {
         s->cap = need;
     }
     bind_side(t, s, (char *)s->mem, B, T);
-    const size_t ints = 2 + (size_t)B * T + (size_t)B + 2 * qac_scatter_plan_ints(B * T);
+    const size_t ints = 2 + 3 * (size_t)B * T + (size_t)B + 3 * qac_scatter_plan_ints(B * T);
     if (ints > s->h_cap) {
         QAC_CU(cudaStreamSynchronize(t->stream));
         cudaFreeHost(s->h_stage);
@@ -126,17 +132,35 @@ template <typename P> qac_status grow(P **p, size_t *cap, size_t n) {
     return QAC_OK;
 }
 
-// Copy ids and lens to the device and build both scatter plans there.
+// Copy ids and lens to the device and build the scatter plans there: the
+// padding index's rows are left out of the word plan (and, where positions
+// are offset past it, of the positions' plan), as the CPU's backward
+// (model/bert_backward.c) and torch's nn.Embedding(padding_idx=...) give
+// them no gradient.
 qac_status upload_side(cuda_trainer *t, side *s, const int32_t *ids, const int *lens) {
-    const int N = s->B * s->T;
+    const qac_bert_config *c = &t->cfg;
+    const int N = s->B * s->T, pad = c->pad_token_id;
     // the staging buffer may still feed the previous chunk's copies
     QAC_CU(cudaStreamSynchronize(t->stream));
     const size_t nplan = qac_scatter_plan_ints(N);
     int32_t *h_ids = s->h_stage, *h_lens = h_ids + N, *h_pw = h_lens + s->B, *h_pt = h_pw + nplan;
+    int32_t *h_pp = h_pt + nplan, *h_pos = h_pp + nplan, *h_keys = h_pos + N;
     memcpy(h_ids, ids, (size_t)N * sizeof(int32_t));
     memcpy(h_lens, lens, (size_t)s->B * sizeof(int));
-    s->pw = qac_scatter_plan_build(h_pw, ids, N, t->cfg.vocab_size, t->counts);
-    s->pt = qac_scatter_plan_build(h_pt, NULL, N, t->cfg.type_vocab_size, t->counts);
+    qac_scatter_keys_unpadded(h_keys, ids, N, pad);
+    s->pw = qac_scatter_plan_build(h_pw, h_keys, N, c->vocab_size, t->counts);
+    s->pt = qac_scatter_plan_build(h_pt, NULL, N, c->type_vocab_size, t->counts);
+    s->pos_ids = s->plan_p = NULL;
+    s->pp = qac_scatter_plan{0, 0, 0};
+    if (s->pos) {
+        qac_positions_fill(h_pos, ids, lens, NULL, s->B, s->T, c);
+        qac_scatter_keys_unpadded(h_keys, h_pos, N, pad);
+        s->pp = qac_scatter_plan_build(h_pp, h_keys, N, c->max_position, t->counts);
+        QAC_CU(cudaMemcpyAsync(s->pos, h_pos, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, t->stream));
+        QAC_CU(cudaMemcpyAsync(s->plan_pos, h_pp, nplan * sizeof(int32_t), cudaMemcpyHostToDevice, t->stream));
+        s->pos_ids = s->pos;
+        s->plan_p = s->plan_pos;
+    }
     QAC_CU(cudaMemcpyAsync(s->ids, h_ids, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, t->stream));
     QAC_CU(cudaMemcpyAsync(s->lens, h_lens, (size_t)s->B * sizeof(int), cudaMemcpyHostToDevice, t->stream));
     QAC_CU(cudaMemcpyAsync(s->plan_w, h_pw, nplan * sizeof(int32_t), cudaMemcpyHostToDevice, t->stream));
@@ -318,8 +342,14 @@ extern "C" qac_status qac_cuda_trainer_create(qac_cuda_trainer **out, const qac_
         c->max_position >= (1 << 20))
         return qac_set_error(QAC_ERR_UNSUPPORTED, "CUDA trainer: %d heads over %d hidden units, %d positions",
                              c->num_heads, c->hidden_size, c->max_position);
-    if (c->family != QAC_FAMILY_BERT)
-        return qac_set_error(QAC_ERR_UNSUPPORTED, "CUDA trainer: %s models train on the CPU (--device cpu)",
+    // BERT, RoBERTa and XLM-R are one post-LayerNorm stack (positions offset
+    // past the padding index in the last two); ModernBERT's layers (rotary,
+    // GeGLU, pre-LayerNorm without biases, local windows, the final norm)
+    // have CPU backwards only
+    if (c->family == QAC_FAMILY_MODERNBERT || c->pre_norm || c->positions == QAC_POS_ROTARY)
+        return qac_set_error(QAC_ERR_UNSUPPORTED,
+                             "CUDA trainer: %s models fine-tune on the CPU only (qac finetune --device cpu); "
+                             "BERT, RoBERTa and XLM-RoBERTa train on CUDA",
                              qac_family_name(c->family));
     qac_cuda_trainer *h = (qac_cuda_trainer *)calloc(1, sizeof *h);
     if (!h) return qac_set_error(QAC_ERR_NOMEM, "CUDA trainer: out of host memory");
@@ -350,6 +380,7 @@ extern "C" qac_status qac_cuda_trainer_create(qac_cuda_trainer **out, const qac_
         t->tensors.decays[i] = decays[i];
     }
     t->counts_cap = (c->vocab_size > c->type_vocab_size ? c->vocab_size : c->type_vocab_size) + 1;
+    if (c->max_position + 1 > t->counts_cap) t->counts_cap = c->max_position + 1;
     t->counts = (int32_t *)malloc((size_t)t->counts_cap * sizeof(int32_t));
     qac_status st = t->counts ? trainer_init(t, m) : qac_set_error(QAC_ERR_NOMEM, "CUDA trainer: out of host memory");
     if (st != QAC_OK) {
@@ -366,9 +397,10 @@ extern "C" void qac_cuda_trainer_free(qac_cuda_trainer *h) {
 
 static qac_status check_side(const qac_bert_config *c, const int32_t *ids, const int *lens, int B, int T,
                              const char *what) {
-    if (B < 1 || T < 1 || T > c->max_position)
+    const int limit = qac_bert_max_tokens(c); // RoBERTa's table less its padding offset
+    if (B < 1 || T < 1 || T > limit)
         return qac_set_error(QAC_ERR_INVALID, "CUDA trainer: %s batch %d x %d (at most %d positions)", what, B, T,
-                             c->max_position);
+                             limit);
     for (int b = 0; b < B; b++)
         if (lens[b] < 1 || lens[b] > T)
             return qac_set_error(QAC_ERR_INVALID, "CUDA trainer: %s %d has length %d (T=%d)", what, b, lens[b], T);

@@ -1,7 +1,9 @@
 // Internal to kernels/: what the training kernels' files share (the warp
 // and block sums, the CPU's dropout draw, GELU, the column-sum chunking and
 // the launch helpers). The kernels themselves, each beside its launcher:
-//   train_layers.cu     embeddings, column sums, LayerNorm, bias + dropout +
+//   train_embed.cu      embeddings (learned or offset positions), forward
+//                       and backward;
+//   train_layers.cu     column sums, LayerNorm, bias + dropout +
 //                       residual, dropout, the GEMM wrapper and linear layers;
 //   train_fused.cu      GELU and the fused passes (bias + dropout + residual
 //                       + LayerNorm, bias + GELU), forward and backward;

@@ -31,15 +31,18 @@ struct qac_kt_drop {
 };
 
 // ---- embeddings ----
-// emb [N,C] = word[ids] + pos[row % T] + type[type_ids or 0]
-cudaError_t qac_kt_embed_fwd(float *emb, const int32_t *ids, const int32_t *type_ids, const float *word,
-                             const float *pos, const float *type, int N, int T, int C, cudaStream_t s);
+// (kernels/train_embed.cu)
+// emb [N,C] = word[ids] + pos[pos_ids, or row % T when NULL] + type[type_ids or 0]
+cudaError_t qac_kt_embed_fwd(float *emb, const int32_t *ids, const int32_t *type_ids, const int32_t *pos_ids,
+                             const float *word, const float *pos, const float *type, int N, int T, int C,
+                             cudaStream_t s);
 // dpos [T,C] += sum over b of dout[b,t,:], b in order (the CPU's order).
 cudaError_t qac_kt_pos_bwd(float *dpos, const float *dout, int B, int T, int C, cudaStream_t s);
 
 // Rows of dout gathered by key and added into dst[key]: the scatter of the
 // word and token-type embedding gradients without atomics, from a plan
-// built on the host (qac_scatter_plan.h).
+// built on the host (qac_scatter_plan.h; rows whose key is negative are
+// left out of the plan: the frozen padding rows).
 // dst[key] += the key's rows of dout [N,C], each key's rows summed in row
 // order; d_plan is the plan's int block on the device; partial holds
 // n_segs * C floats.

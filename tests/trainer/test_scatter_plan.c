@@ -3,7 +3,9 @@
  * stable grouping by key, the segments cover every key's rows in order in
  * runs of at most QAC_SCATTER_SEG, and summing by the plan as the kernels do
  * equals qac_embeddings_backward's word gradient (bit for bit where a key
- * fits one segment and the gradient starts at zero, as in a training step). */
+ * fits one segment and the gradient starts at zero, as in a training step);
+ * rows of a negative key are left out, as the CPU leaves the padding
+ * index's rows without a gradient (qac_embeddings_backward_at). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,15 +26,18 @@ static void check_plan(const int32_t *keys_of_rows, int N, int K) {
     const int32_t *rows = mem, *seg = mem + N, *key_seg = mem + 2 * (size_t)N + 1, *keys = mem + 3 * (size_t)N + 2;
 #define KEY(r) (keys_of_rows ? keys_of_rows[r] : 0)
     char *seen = calloc((size_t)N, 1);
+    int kept = 0;
+    for (int r = 0; r < N; r++) kept += KEY(r) >= 0;
     int ok = p.n_rows == N && p.n_segs <= N && p.n_keys <= K;
-    for (int i = 0; ok && i < N; i++) {
+    for (int i = 0; ok && i < kept; i++) {
         ok = rows[i] >= 0 && rows[i] < N && !seen[rows[i]];
         if (ok) seen[rows[i]] = 1;
         if (ok && i > 0) /* grouped by ascending key, stable within a key */
             ok = KEY(rows[i - 1]) < KEY(rows[i]) || (KEY(rows[i - 1]) == KEY(rows[i]) && rows[i - 1] < rows[i]);
+        if (ok) ok = KEY(rows[i]) >= 0; /* a negative key's row is left out */
     }
-    CHECK_MSG(ok, "rows: not a stable grouping by key (N %d)", N);
-    ok = seg[0] == 0 && seg[p.n_segs] == N && key_seg[0] == 0 && key_seg[p.n_keys] == p.n_segs;
+    CHECK_MSG(ok, "rows: not a stable grouping of the kept rows by key (N %d, %d kept)", N, kept);
+    ok = seg[0] == 0 && seg[p.n_segs] == kept && key_seg[0] == 0 && key_seg[p.n_keys] == p.n_segs;
     for (int k = 0; ok && k < p.n_keys; k++) {
         ok = (k == 0 || keys[k - 1] < keys[k]) && key_seg[k] < key_seg[k + 1];
         for (int s = key_seg[k]; ok && s < key_seg[k + 1]; s++) {
@@ -51,8 +56,10 @@ static void check_plan(const int32_t *keys_of_rows, int N, int K) {
     float *dpos = calloc((size_t)N * C, 4), *dtype = calloc((size_t)C, 4);
     for (int i = 0; i < N * C; i++) dout[i] = (float)(next() % 2001) / 1000.0f - 1.0f;
     int32_t *ids = malloc(sizeof(int32_t) * N);
-    for (int r = 0; r < N; r++) ids[r] = KEY(r);
-    qac_embeddings_backward(want, dpos, dtype, dout, ids, NULL, 1, N, C);
+    const int any_frozen = kept < N;
+    /* a negative key is the padding id 0, whose row the CPU freezes */
+    for (int r = 0; r < N; r++) ids[r] = KEY(r) < 0 ? 0 : KEY(r);
+    qac_embeddings_backward_at(want, NULL, NULL, dout, ids, NULL, NULL, any_frozen ? 0 : -1, -1, 1, N, C);
     int exact_keys = 0, bad_exact = 0;
     double maxd = 0;
     for (int k = 0; k < p.n_keys; k++)
@@ -93,5 +100,15 @@ int main(void) {
         free(keys);
     }
     check_plan(NULL, 1000, 2); /* token types absent: every row key 0 */
+    /* the frozen padding rows (key -1), a heavy key past several segments,
+     * and every row frozen */
+    for (int trial = 0; trial < 2; trial++) {
+        const int N = 5000, K = 300;
+        int32_t *keys = malloc(sizeof(int32_t) * N);
+        for (int r = 0; r < N; r++)
+            keys[r] = trial ? -1 : next() % 4 == 0 ? -1 : next() % 8 == 0 ? 1 : 1 + (int32_t)(next() % (uint32_t)(K - 1));
+        check_plan(keys, N, K);
+        free(keys);
+    }
     return qac_test_summary();
 }
