@@ -31,6 +31,21 @@
  * qac writes config.json with both of the first two and
  * config_sentence_transformers.json with the activation: transformers,
  * and every CrossEncoder version from 4 on, load it.
+ *   - the other families' sequence-classification heads, read for
+ *     scoring (qac_xenc_load) only:
+ *       RobertaForSequenceClassification / XLMRobertaForSequenceClassification:
+ *       the tensors "roberta.*" and "classifier.dense.*" (C x C, tanh) then
+ *       "classifier.out_proj.*" [NL, C], on the <s> state: the same math
+ *       as BERT's pooler and classifier, read into them;
+ *       ModernBertForSequenceClassification: "model.*", the last layer
+ *       (after its final norm) pooled as config.json "classifier_pooling"
+ *       says ("cls": the first token, "mean": every token of the pair),
+ *       then "head.dense" (C x C, a bias when "classifier_bias"),
+ *       "classifier_activation" (gelu, or gelu_new / gelu_pytorch_tanh),
+ *       "head.norm" (LayerNorm of "norm_eps", a bias when "norm_bias"),
+ *       then "classifier.*" [NL, C].
+ *     Training (qac_xenc_open with a head to start, qac_xenc_save) is
+ *     BERT's head only: the others are QAC_ERR_UNSUPPORTED naming it.
  * Pair length: sentence_bert_config.json "max_seq_length", else
  * tokenizer_config.json "model_max_length", within max_position_embeddings
  * (what CrossEncoder truncates at).
@@ -57,6 +72,13 @@ typedef enum qac_xenc_act {
     QAC_XACT_TANH = 2      /* torch.nn.modules.activation.Tanh */
 } qac_xenc_act;
 
+/* The sequence-classification head's layout (above). */
+typedef enum qac_xenc_head {
+    QAC_XHEAD_BERT = 0,      /* pooler (dense + tanh) + classifier: BertForSequenceClassification */
+    QAC_XHEAD_ROBERTA = 1,   /* classifier.dense (+ tanh) + classifier.out_proj: the same math */
+    QAC_XHEAD_MODERNBERT = 2 /* pooling, head.dense + activation + head.norm, classifier */
+} qac_xenc_head;
+
 typedef struct qac_xenc {
     qac_model *bert;      /* owned: pooling CLS, not normalised; its pooler_w, pooler_b are the head's pooler */
     int num_labels;       /* 1 or 2 */
@@ -66,6 +88,13 @@ typedef struct qac_xenc {
     int max_len;          /* pair length, specials included */
     float classifier_dropout; /* config.json "classifier_dropout"; -1 when null (training then uses the hidden dropout) */
     char *labels[2];      /* id2label (NULL: LABEL_i) */
+    qac_xenc_head head;   /* the head's layout */
+    /* QAC_XHEAD_MODERNBERT's head (NULL otherwise): dense [C, C] and bias
+     * [C] (zeros without classifier_bias), norm weight and bias [C] (zeros
+     * without norm_bias), in one allocation (mhead_mem) */
+    float *mhead_mem, *mhead_w, *mhead_b, *mnorm_w, *mnorm_b;
+    float mnorm_eps;
+    int mgelu_tanh;       /* classifier_activation gelu_new / gelu_pytorch_tanh (else gelu, erf) */
     char fingerprint[17]; /* XXH64 of the encoder's fingerprint, the head and the activation (16 hex digits) */
 } qac_xenc;
 

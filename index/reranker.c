@@ -1,6 +1,7 @@
 /* Scoring pairs with a cross-encoder (api/qac_xenc.h): pairs assembled
  * (api/qac_pair.h), the encoder (either backend, with token types) giving
- * each pair's last-layer [CLS] state, then the head (model/cls_head.c) on
+ * each pair's last-layer [CLS] state (or the mean a ModernBERT head asks
+ * for), then the head (model/cls_head.c) on
  * the CPU. The encoder sorts and batches; the head is per pair.
  *
  * In index/, beside search and fusion, not in model/: it makes its encoder
@@ -41,8 +42,14 @@ qac_status qac_reranker_create(qac_reranker **out, const qac_xenc *x, const qac_
         return qac_wrap_error(st, "reranker");
     }
     const qac_bert_params *p = &x->bert->p;
-    r->head = (qac_cls_head){p->pooler_w, p->pooler_b, x->cls_w, x->cls_b, x->bert->cfg.hidden_size, x->num_labels,
-                             x->bert->cfg.num_layers};
+    r->head = (qac_cls_head){.pool_w = p->pooler_w, .pool_b = p->pooler_b, .w = x->cls_w, .b = x->cls_b,
+                             .C = x->bert->cfg.hidden_size, .NL = x->num_labels, .drop_layer = x->bert->cfg.num_layers};
+    if (x->head == QAC_XHEAD_MODERNBERT) {
+        r->head.pool_w = x->mhead_w, r->head.pool_b = x->mhead_b;
+        r->head.mode = QAC_CLS_HEAD_MODERNBERT;
+        r->head.norm_w = x->mnorm_w, r->head.norm_b = x->mnorm_b;
+        r->head.norm_eps = x->mnorm_eps, r->head.gelu_tanh = x->mgelu_tanh;
+    }
     *out = r;
     return QAC_OK;
 }
@@ -136,6 +143,8 @@ qac_status qac_reranker_logits_ids(qac_reranker *r, const int32_t *const *ids, c
     if (n == 0) return QAC_OK;
     qac_status st = reserve(r, n, 1);
     if (st) return st;
+    /* a model without token types (ModernBERT) reads none, as transformers' does */
+    if (r->x->bert->cfg.type_vocab_size <= 0) types = NULL;
     if ((st = qac_encoder_encode_ids_typed(r->enc, ids, types, lens, NULL, n, r->cls))) return st;
     qac_cls_head_forward(logits, r->pooled, r->pooled, r->cls, &r->head, NULL, n);
     return QAC_OK;

@@ -5,9 +5,28 @@
 #include <math.h>
 #include <string.h>
 
+/* gelu of a float, as torch's GELU (erf) or its tanh approximation */
+static float gelu(float v, int tanh_form) {
+    double x = v;
+    if (tanh_form) return (float)(0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))));
+    return (float)(0.5 * x * (1.0 + erf(x * 0.7071067811865476)));
+}
+
+/* ModernBERT's prediction head on row y (its dense output, [C]): act, then
+ * LayerNorm with mean and variance summed in double */
+static void modernbert_norm(float *y, const qac_cls_head *h) {
+    const int C = h->C;
+    double mean = 0, var = 0;
+    for (int o = 0; o < C; o++) mean += (y[o] = gelu(y[o], h->gelu_tanh));
+    mean /= C;
+    for (int o = 0; o < C; o++) var += (y[o] - mean) * (y[o] - mean);
+    double inv = 1.0 / sqrt(var / C + h->norm_eps);
+    for (int o = 0; o < C; o++) y[o] = (float)((y[o] - mean) * inv * h->norm_w[o] + h->norm_b[o]);
+}
+
 void qac_cls_head_forward(float *logits, float *pooled, float *kept, const float *cls, const qac_cls_head *h,
                           const qac_dropout *drop, int B) {
-    const int C = h->C, NL = h->NL;
+    const int C = h->C, NL = h->NL, modern = h->mode == QAC_CLS_HEAD_MODERNBERT;
     for (int b = 0; b < B; b++) {
         const float *x = cls + (size_t)b * C;
         float *y = pooled + (size_t)b * C;
@@ -15,8 +34,9 @@ void qac_cls_head_forward(float *logits, float *pooled, float *kept, const float
             const float *w = h->pool_w + (size_t)o * C;
             double s = 0;
             for (int i = 0; i < C; i++) s += (double)x[i] * w[i];
-            y[o] = tanhf((float)(s + h->pool_b[o]));
+            y[o] = modern ? (float)(s + h->pool_b[o]) : tanhf((float)(s + h->pool_b[o]));
         }
+        if (modern) modernbert_norm(y, h);
     }
     if (qac_dropout_active(drop, QAC_DROP_EMB))
         qac_dropout_forward(kept, pooled, NULL, drop, h->drop_layer, QAC_DROP_EMB, B, 1, C, NULL);

@@ -1,6 +1,6 @@
 /* Cross-encoder checkpoints (api/qac_xenc.h): reading Hugging Face
  * BertForSequenceClassification and sentence-transformers CrossEncoder
- * directories, starting a reranker from any BERT checkpoint, writing them
+ * directories (and the RoBERTa, XLM-R and ModernBERT heads, for scoring), starting a reranker from any BERT checkpoint, writing them
  * back, and the scores made of the logits. The scoring itself is
  * index/reranker.c; the head's math model/cls_head.c. */
 #include <errno.h>
@@ -160,29 +160,112 @@ static const qac_st_tensor *find_any_prefix(const qac_safetensors *st, const cha
     return t;
 }
 
-/* the classifier from model.safetensors (*found 0 without one), and whether
- * the file has a pooler */
+/* tensor name of shape [rows] (cols 0) or [rows, cols] into dst; absent:
+ * an error when required, else *present 0 and dst untouched */
+static qac_status read_t(const qac_safetensors *st, const char *path, const char *name, int rows, int cols,
+                         float *dst, int required, int *present) {
+    const qac_st_tensor *t = qac_safetensors_find(st, name);
+    if (present) *present = t != NULL;
+    if (!t)
+        return required ? qac_set_error(QAC_ERR_FORMAT, "%s: no %s (the sequence-classification head needs it)", path,
+                                        name)
+                        : QAC_OK;
+    if (t->ndim != (cols ? 2 : 1) || t->shape[0] != rows || (cols && t->shape[1] != cols)) {
+        if (cols) return qac_set_error(QAC_ERR_FORMAT, "%s: %s must be [%d, %d]", path, name, rows, cols);
+        return qac_set_error(QAC_ERR_FORMAT, "%s: %s must be [%d]", path, name, rows);
+    }
+    return qac_safetensors_read_f32(t, dst);
+}
+
+/* the classifier's name in each head layout */
+static const char *classifier_name(qac_family f) {
+    return f == QAC_FAMILY_ROBERTA || f == QAC_FAMILY_XLM_ROBERTA ? "classifier.out_proj" : "classifier";
+}
+
+/* ModernBERT's head settings from config.json: the pooling, activation, norm */
+static qac_status modernbert_config(qac_xenc *x, json_t *cfg, const char *dir, qac_pooling *pool) {
+    const char *cp = json_string_value(json_object_get(cfg, "classifier_pooling"));
+    const char *act = json_string_value(json_object_get(cfg, "classifier_activation"));
+    json_t *eps = json_object_get(cfg, "norm_eps");
+    if (!cp || !strcmp(cp, "cls")) *pool = QAC_POOL_CLS;
+    else if (!strcmp(cp, "mean")) *pool = QAC_POOL_MEAN;
+    else
+        return qac_set_error(QAC_ERR_UNSUPPORTED,
+                             "%s/config.json: classifier_pooling \"%s\": qac pools a ModernBERT reranker by cls or "
+                             "mean", dir, cp);
+    if (!act || !strcmp(act, "gelu")) x->mgelu_tanh = 0;
+    else if (!strcmp(act, "gelu_new") || !strcmp(act, "gelu_pytorch_tanh")) x->mgelu_tanh = 1;
+    else
+        return qac_set_error(QAC_ERR_UNSUPPORTED,
+                             "%s/config.json: classifier_activation \"%s\": qac applies gelu, gelu_new and "
+                             "gelu_pytorch_tanh", dir, act);
+    x->mnorm_eps = json_is_number(eps) ? (float)json_number_value(eps) : 1e-5f;
+    return QAC_OK;
+}
+
+/* the head before the classifier: BERT's pooler (*has_pooler whether the
+ * file has one), RoBERTa's classifier.dense into the pooler's place,
+ * ModernBERT's head.dense and head.norm */
+static qac_status read_pre_head(qac_xenc *x, const qac_safetensors *st, const char *path, int *has_pooler) {
+    qac_bert_params *p = &x->bert->p;
+    int C = x->bert->cfg.hidden_size, have = 0;
+    qac_status s = QAC_OK;
+    switch (x->bert->cfg.family) {
+    case QAC_FAMILY_ROBERTA:
+    case QAC_FAMILY_XLM_ROBERTA:
+        x->head = QAC_XHEAD_ROBERTA;
+        if (!(s = read_t(st, path, "classifier.dense.weight", C, C, p->pooler_w, 1, NULL)))
+            s = read_t(st, path, "classifier.dense.bias", C, 0, p->pooler_b, 1, NULL);
+        *has_pooler = 1;
+        return s;
+    case QAC_FAMILY_MODERNBERT:
+        x->head = QAC_XHEAD_MODERNBERT;
+        if (!(x->mhead_mem = calloc((size_t)C * (C + 3), sizeof(float))))
+            return qac_set_error(QAC_ERR_NOMEM, "out of memory");
+        x->mhead_w = x->mhead_mem;
+        x->mhead_b = x->mhead_w + (size_t)C * C;
+        x->mnorm_w = x->mhead_b + C;
+        x->mnorm_b = x->mnorm_w + C;
+        if (!(s = read_t(st, path, "head.dense.weight", C, C, x->mhead_w, 1, NULL)) &&
+            !(s = read_t(st, path, "head.dense.bias", C, 0, x->mhead_b, 0, &have)) &&
+            !(s = read_t(st, path, "head.norm.weight", C, 0, x->mnorm_w, 1, NULL)))
+            s = read_t(st, path, "head.norm.bias", C, 0, x->mnorm_b, 0, &have);
+        *has_pooler = 1;
+        return s;
+    default:
+        x->head = QAC_XHEAD_BERT;
+        *has_pooler = find_any_prefix(st, "pooler.dense.weight") != NULL;
+        return QAC_OK;
+    }
+}
+
+/* the classifier from model.safetensors (*found 0 without one) and the
+ * head before it (read_pre_head) */
 static qac_status read_head(qac_xenc *x, const char *dir, int *found, int *has_pooler) {
-    char path[4096];
+    char path[4096], wn[64], bn[64];
     qac_safetensors *st = NULL;
     qac_status s = qac_path_join(path, sizeof path, dir, "model.safetensors");
     if (s || (s = qac_safetensors_open(&st, path))) return s;
     *found = 0;
-    *has_pooler = find_any_prefix(st, "pooler.dense.weight") != NULL;
-    const qac_st_tensor *w = qac_safetensors_find(st, "classifier.weight"), *b = qac_safetensors_find(st, "classifier.bias");
+    const char *cn = classifier_name(x->bert->cfg.family);
+    snprintf(wn, sizeof wn, "%s.weight", cn);
+    snprintf(bn, sizeof bn, "%s.bias", cn);
+    const qac_st_tensor *w = qac_safetensors_find(st, wn), *b = qac_safetensors_find(st, bn);
     int C = x->bert->cfg.hidden_size;
     if (w) {
         int NL = (int)w->shape[0];
         if (w->ndim != 2 || w->shape[1] != C || (NL != 1 && NL != 2) || !b || b->ndim != 1 || b->shape[0] != NL)
-            s = qac_set_error(QAC_ERR_FORMAT,
-                              "%s: classifier.weight must be [num_labels, %d] and classifier.bias [num_labels], "
-                              "num_labels 1 or 2", path, C);
+            s = qac_set_error(QAC_ERR_FORMAT, "%s: %s must be [num_labels, %d] and %s [num_labels], num_labels 1 or 2",
+                              path, wn, C, bn);
         if (!s) {
             x->num_labels = NL;
             if (!(s = alloc_head(x)) && !(s = qac_safetensors_read_f32(w, x->cls_w)))
                 s = qac_safetensors_read_f32(b, x->cls_b);
-            *found = !s;
         }
+        if (!s) s = read_pre_head(x, st, path, has_pooler);
+        *found = !s;
+    } else {
+        *has_pooler = find_any_prefix(st, "pooler.dense.weight") != NULL;
     }
     qac_safetensors_close(st);
     return s;
@@ -206,6 +289,13 @@ void qac_xenc_update_fingerprint(qac_xenc *x) {
                      x->num_labels, qac_xenc_act_name(x->activation), x->max_len);
     qac_xxh64_update(&h, extra, (size_t)n);
     qac_xxh64_update(&h, x->cls_mem, (size_t)x->num_labels * (x->bert->cfg.hidden_size + 1) * sizeof(float));
+    if (x->mhead_mem) { /* ModernBERT's head and its settings */
+        size_t C = (size_t)x->bert->cfg.hidden_size;
+        qac_xxh64_update(&h, x->mhead_mem, C * (C + 3) * sizeof(float));
+        n = snprintf(extra, sizeof extra, "pool=%d gelu_tanh=%d eps=%.9g\n", (int)x->bert->pooling, x->mgelu_tanh,
+                     (double)x->mnorm_eps);
+        qac_xxh64_update(&h, extra, (size_t)n);
+    }
     snprintf(x->fingerprint, sizeof x->fingerprint, "%016llx", (unsigned long long)qac_xxh64_digest(&h));
 }
 
@@ -213,6 +303,7 @@ void qac_xenc_free(qac_xenc *x) {
     if (!x) return;
     qac_model_free(x->bert);
     free(x->cls_mem);
+    free(x->mhead_mem);
     free(x->labels[0]), free(x->labels[1]);
     free(x);
 }
@@ -226,10 +317,18 @@ static qac_status open_dir(qac_xenc **out, const char *dir, int want_head, int n
     if (!x) return qac_set_error(QAC_ERR_NOMEM, "out of memory");
     json_t *cfg = NULL;
     int found = 0, has_pooler = 0;
+    qac_pooling pool = QAC_POOL_CLS;
     qac_status st = read_json(dir, "config.json", &cfg);
     if (!st && !cfg) st = qac_set_error(QAC_ERR_NOT_FOUND, "%s: no config.json (not a Hugging Face model directory)", dir);
     if (!st) st = qac_model_load_flags(&x->bert, dir, QAC_LOAD_CROSS_ENCODER);
+    qac_family fam = st ? QAC_FAMILY_BERT : x->bert->cfg.family;
+    if (!st && !want_head && fam != QAC_FAMILY_BERT)
+        st = qac_set_error(QAC_ERR_UNSUPPORTED,
+                           "%s is a %s checkpoint: qac trains rerankers from BERT checkpoints only; RoBERTa, XLM-R and "
+                           "ModernBERT cross-encoders (their ...ForSequenceClassification) load for scoring (qac "
+                           "rerank, qac serve --reranker, qac.Reranker)", dir, qac_family_name(fam));
     if (!st) st = read_head(x, dir, &found, &has_pooler);
+    if (!st && found && fam == QAC_FAMILY_MODERNBERT) st = modernbert_config(x, cfg, dir, &pool);
     if (!st && found) {
         int rows = x->num_labels; /* classifier.weight's */
         st = read_labels(x, cfg, dir);
@@ -242,9 +341,17 @@ static qac_status open_dir(qac_xenc **out, const char *dir, int want_head, int n
                                "checkpoint", dir);
         if (!st) st = read_activation(x, cfg, dir);
     } else if (!st && want_head) {
-        st = qac_set_error(QAC_ERR_NOT_FOUND,
-                           "%s has no classifier.weight: not a cross-encoder. Train one from it with qac finetune "
-                           "--cross-encoder", dir);
+        st = fam == QAC_FAMILY_BERT
+                 ? qac_set_error(QAC_ERR_NOT_FOUND,
+                                 "%s has no classifier.weight: not a cross-encoder. Train one from it with qac "
+                                 "finetune --cross-encoder", dir)
+                 : qac_set_error(QAC_ERR_NOT_FOUND,
+                                 "%s has no %s.weight: not a %s cross-encoder (a %sForSequenceClassification "
+                                 "checkpoint); qac trains rerankers from BERT checkpoints only", dir,
+                                 classifier_name(fam), qac_family_name(fam),
+                                 fam == QAC_FAMILY_MODERNBERT ? "ModernBert"
+                                 : fam == QAC_FAMILY_ROBERTA  ? "Roberta"
+                                                              : "XLMRoberta");
     } else if (!st) {
         if (num_labels != 1 && num_labels != 2)
             st = qac_set_error(QAC_ERR_INVALID, "a reranker has 1 or 2 labels, not %d", num_labels);
@@ -271,7 +378,7 @@ static qac_status open_dir(qac_xenc **out, const char *dir, int want_head, int n
         qac_xenc_free(x);
         return st;
     }
-    x->bert->pooling = QAC_POOL_CLS;
+    x->bert->pooling = pool;
     x->bert->normalize = 0;
     qac_xenc_update_fingerprint(x);
     *out = x;
@@ -287,6 +394,10 @@ qac_status qac_xenc_open(qac_xenc **out, const char *dir, int num_labels, uint64
 /* ---- writing ---- */
 
 qac_status qac_xenc_save(const qac_xenc *x, const char *dir) {
+    if (x->head != QAC_XHEAD_BERT)
+        return qac_set_error(QAC_ERR_UNSUPPORTED,
+                             "%s: qac writes BertForSequenceClassification rerankers only; this %s one is read for "
+                             "scoring", dir, qac_family_name(x->bert->cfg.family));
     int C = x->bert->cfg.hidden_size, NL = x->num_labels;
     qac_st_write_tensor head[2] = {{"classifier.weight", QAC_ST_F32, 2, {NL, C}, x->cls_w, NULL},
                                    {"classifier.bias", QAC_ST_F32, 1, {NL}, x->cls_b, NULL}};

@@ -107,8 +107,8 @@ static qac_status reserve(qac_xtrainer *t, int pairs) {
 static qac_cls_head head_of(const qac_xtrainer *t) {
     const qac_xenc *x = t->x;
     const qac_bert_params *p = &x->bert->p;
-    return (qac_cls_head){p->pooler_w, p->pooler_b, x->cls_w, x->cls_b, x->bert->cfg.hidden_size, x->num_labels,
-                          x->bert->cfg.num_layers};
+    return (qac_cls_head){.pool_w = p->pooler_w, .pool_b = p->pooler_b, .w = x->cls_w, .b = x->cls_b,
+                             .C = x->bert->cfg.hidden_size, .NL = x->num_labels, .drop_layer = x->bert->cfg.num_layers};
 }
 
 /* pairs [b0, b0+nb) through the encoder (mode) into t->acts; their [CLS]
