@@ -5,7 +5,9 @@ sentencepiece.bpe.model + tokenizer.json, XLMRobertaTokenizer), built by
 hf_families.py. /tokenize must give the ids, specials and byte offsets of
 the `tokenizers` backend AutoTokenizer builds (TEI's form: the text of each
 token is its bytes in the input; specials have null offsets), /decode its
-decode, on multilingual and Cranfield texts."""
+decode, on multilingual and Cranfield texts. argv: [FIXTURE_DIR]: with it,
+/tokenize on the family checkpoints there too (XLM-R, RoBERTa, ModernBERT:
+each tokenizer's own template and offsets)."""
 import os
 import sys
 
@@ -15,6 +17,52 @@ sys.path.insert(0, HERE)
 from srvlib import CRAN_QUERIES, Server, check, finish, http, workdir  # noqa: E402
 
 import hf_families  # noqa: E402
+
+
+def compare_tokenize(srv, back, inputs, tag):
+    """/tokenize with and without the specials against tokenizers' encode
+    (the tokenizer's own post-processor: its template and its offsets)."""
+    for add in (True, False):
+        s, _, body = http(srv.base, "POST", "/tokenize", {"inputs": inputs, "add_special_tokens": add})
+        ok = s == 200 and isinstance(body, list) and len(body) == len(inputs)
+        bad = 0
+        for text, got in zip(inputs, body if ok else []):
+            e = back.encode(text, add_special_tokens=add)
+            b = text.encode()
+            want = []
+            for i, (tid, (a, z), sp) in enumerate(zip(e.ids, e.offsets, e.special_tokens_mask)):
+                if sp and (a, z) == (0, 0):
+                    want.append({"id": tid, "text": e.tokens[i], "special": True, "start": None, "stop": None})
+                else:  # tokenizers' Python offsets are characters: TEI's are bytes
+                    ba, bz = len(text[:a].encode()), len(text[:z].encode())
+                    want.append({"id": tid, "text": b[ba:bz].decode("utf-8", "replace"), "special": False,
+                                 "start": ba, "stop": bz})
+            if got != want:
+                bad += 1
+                if bad <= 3:
+                    print(f"{tag} /tokenize {text[:50]!r}:\n  got  {str(got)[:300]}\n  want {str(want)[:300]}")
+        print(f"{tag} /tokenize (add_special_tokens={add}): {len(inputs) - bad} of {len(inputs)} texts equal "
+              "tokenizers'")
+        check(ok and bad == 0, f"{tag} /tokenize (add_special_tokens={add}): {bad} texts differ ({s})")
+
+
+def families(fixture_dir, inputs):
+    """The family checkpoints of tests/reference/gen_family_fixtures.py
+    (XLM-R's <s> ... </s> with SentencePiece, RoBERTa's with byte-level BPE
+    and its trimmed offsets, ModernBERT's [CLS] ... [SEP]): /tokenize against
+    the tokenizer AutoTokenizer builds from each directory, as TEI's router
+    tokenizes with it."""
+    from transformers import AutoTokenizer
+    for name in ("xlmr", "roberta", "modernbert"):
+        mdir = os.path.join(fixture_dir, name)
+        back = AutoTokenizer.from_pretrained(mdir).backend_tokenizer
+        back.no_truncation()
+        srv = Server("--model", mdir, "--passage-max-len", "128")
+        try:
+            compare_tokenize(srv, back, inputs, name)
+        finally:
+            rc = srv.stop()
+        check(rc == 0, f"{name}: exit code {rc}")
 
 
 def main():
@@ -34,27 +82,7 @@ def main():
     inputs = [t for t in hf_families.multilingual_texts() if t.strip()][:120] + queries + ["x <mask> y", "<s>hi</s>"]
     srv = Server("--model", mdir, "--passage-max-len", "128")
     try:
-        for add in (True, False):
-            s, _, body = http(srv.base, "POST", "/tokenize", {"inputs": inputs, "add_special_tokens": add})
-            ok = s == 200 and isinstance(body, list) and len(body) == len(inputs)
-            bad = 0
-            for text, got in zip(inputs, body if ok else []):
-                e = back.encode(text, add_special_tokens=add)
-                b = text.encode()
-                want = []
-                for i, (tid, (a, z), sp) in enumerate(zip(e.ids, e.offsets, e.special_tokens_mask)):
-                    if sp and (a, z) == (0, 0):
-                        want.append({"id": tid, "text": e.tokens[i], "special": True, "start": None, "stop": None})
-                    else:  # tokenizers' Python offsets are characters: TEI's are bytes
-                        ba, bz = len(text[:a].encode()), len(text[:z].encode())
-                        want.append({"id": tid, "text": b[ba:bz].decode("utf-8", "replace"), "special": False,
-                                     "start": ba, "stop": bz})
-                if got != want:
-                    bad += 1
-                    if bad <= 3:
-                        print(f"/tokenize {text[:50]!r}:\n  got  {str(got)[:300]}\n  want {str(want)[:300]}")
-            print(f"/tokenize (add_special_tokens={add}): {len(inputs) - bad} of {len(inputs)} texts equal tokenizers'")
-            check(ok and bad == 0, f"/tokenize (add_special_tokens={add}): {bad} texts differ ({s})")
+        compare_tokenize(srv, back, inputs, "bert_xlmr")
         ids = [back.encode(t).ids for t in inputs[:60]]
         for skip in (True, False):
             s, _, body = http(srv.base, "POST", "/decode", {"ids": ids, "skip_special_tokens": skip})
@@ -67,6 +95,8 @@ def main():
     finally:
         rc = srv.stop()
     check(rc == 0, f"exit code {rc}")
+    if len(sys.argv) > 1:
+        families(sys.argv[1], inputs)
     finish()
 
 
