@@ -53,7 +53,7 @@ static const qac_opt ft_opts[] = {
     QAC_CLI_PAIR_OPTS,
     {"dev-run", QAC_OPT_STR, NULL, 0, -1, NULL, NULL,
      "--cross-encoder: the dev queries' first-stage run, its top --dev-depth reranked at every save", 0},
-    {"dump-batches", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "write every step's query and passage texts as jsonl", 0},
+    {"dump-batches", QAC_OPT_STR, NULL, 0, -1, NULL, NULL, "write every step's query and passage texts as jsonl (with --cross-encoder: the groups' query ids and docids too)", 0},
     {"dry-run", QAC_OPT_BOOL, "false", 0, -1, NULL, NULL, "sample (and --dump-batches) without training", 0},
     QAC_CLI_PROMPT_OPTS,
     QAC_CPU_ISA_OPT,
@@ -162,7 +162,7 @@ int qac_cmd_finetune(int argc, char **argv) {
     int cross = qac_opts_bool(&o, "cross-encoder");
     ui u = {getenv("QAC_QUIET") && strcmp(getenv("QAC_QUIET"), "0") != 0, cross, 0};
     if (cross) {
-        static const char *const bi_only[] = {"tau", "sim", "alpha", "dump-batches", "query-prompt", "passage-prompt"};
+        static const char *const bi_only[] = {"tau", "sim", "alpha", "query-prompt", "passage-prompt"};
         for (size_t i = 0; i < sizeof bi_only / sizeof *bi_only; i++)
             if (given(&o, bi_only[i])) {
                 fprintf(stderr, "qac finetune: --%s is a bi-encoder option; a --cross-encoder run does not take it\n",

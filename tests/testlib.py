@@ -53,14 +53,15 @@ def default_model_dir():
     return json.loads(r.stdout)["dir"]
 
 
-def tiny_model(out, hidden=32, layers=2, heads=2, seed=0, normalize=False, max_position=128):
+def tiny_model(out, hidden=32, layers=2, heads=2, seed=0, normalize=False, max_position=128, init_range=0.02):
     """A random BERT with the default model's vocabulary (and its pooler); with
-    normalize, the sentence-transformers files of a mean-pooled, normalising model."""
+    normalize, the sentence-transformers files of a mean-pooled, normalising model.
+    init_range: the weights' standard deviation (BertConfig.initializer_range)."""
     import torch
     from transformers import BertConfig, BertModel
     torch.manual_seed(seed)
     cfg = BertConfig(vocab_size=30522, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-                     intermediate_size=2 * hidden, max_position_embeddings=max_position)
+                     intermediate_size=2 * hidden, max_position_embeddings=max_position, initializer_range=init_range)
     BertModel(cfg).save_pretrained(out, safe_serialization=True)
     src = default_model_dir()
     for f in ("vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):

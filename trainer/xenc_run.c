@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "qac_eval.h"
 #include "qac_rerank.h"
 #include "qac_util.h"
@@ -44,29 +46,71 @@ typedef struct pair_src {
     int32_t *ids, *types; /* [groups*n, T] padded */
     long tokens;
     qac_xenc_batch b;
+    FILE *dump;       /* --dump-batches: every step's groups as jsonl, or NULL */
+    const char **did; /* [n] one group's docids */
 } pair_src;
+
+/* One step's groups as the bi-encoder's dump writes them (queries, and
+ * each group's passages, the positive first), with the query ids and the
+ * passages' docids: what a reference trainer needs to take the same
+ * groups in the same order. */
+static qac_status dump_group(json_t *o, const pair_src *s, size_t ex, const char *q) {
+    json_t *ps = json_array(), *ds = json_array();
+    for (int j = 0; j < s->n; j++) {
+        json_array_append_new(ps, json_string(s->pt[j]));
+        json_array_append_new(ds, json_string(s->did[j]));
+    }
+    int bad = json_array_append_new(json_object_get(o, "queries"), json_string(q)) ||
+              json_array_append_new(json_object_get(o, "qids"), json_string(qac_ft_data_qid(s->d, ex))) ||
+              json_array_append_new(json_object_get(o, "passages"), ps) ||
+              json_array_append_new(json_object_get(o, "docids"), ds);
+    return bad ? qac_set_error(QAC_ERR_NOMEM, "batch dump: out of memory") : QAC_OK;
+}
+
+static qac_status dump_write(pair_src *s, json_t *o) {
+    json_object_set_new(o, "step", json_integer(s->pos / s->groups + 1));
+    char *line = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
+    int bad = !line || fprintf(s->dump, "%s\n", line) < 0 || fflush(s->dump) != 0;
+    free(line);
+    return bad ? qac_set_error(QAC_ERR_IO, "writing the batch dump failed") : QAC_OK;
+}
 
 static qac_status src_next(pair_src *s) {
     int P = s->groups * s->n, L = s->po.max_len, T = 1;
     s->tokens = 0;
+    json_t *dump = NULL;
+    if (s->dump && !(dump = json_pack("{s:[], s:[], s:[], s:[]}", "queries", "qids", "passages", "docids")))
+        return qac_set_error(QAC_ERR_NOMEM, "batch dump: out of memory");
     for (int k = 0; k < s->groups; k++) {
         int64_t p = s->pos + k, ep = p / (int64_t)s->N;
         if (ep != s->perm_epoch) {
             qac_status st = qac_ft_order(s->seed, (uint64_t)ep, s->N, s->perm);
-            if (st) return st;
+            if (st) {
+                json_decref(dump);
+                return st;
+            }
             s->perm_epoch = ep;
         }
         size_t ex = s->perm[p % (int64_t)s->N];
         const char *q = qac_ft_data_query(s->d, ex);
-        qac_ft_data_group(s->d, s->seed, ex, (uint64_t)ep, s->n, s->pt, NULL);
-        for (int j = 0; j < s->n; j++) {
+        qac_ft_data_group(s->d, s->seed, ex, (uint64_t)ep, s->n, s->pt, s->did);
+        qac_status st = dump ? dump_group(dump, s, ex, q) : QAC_OK;
+        for (int j = 0; j < s->n && !st; j++) {
             int r = k * s->n + j;
-            qac_status st = qac_pair_encode(s->tok, q, strlen(q), s->pt[j], strlen(s->pt[j]), &s->po,
-                                            s->rows + (size_t)r * L, s->rtypes + (size_t)r * L, &s->lens[r], NULL);
-            if (st) return qac_wrap_error(st, "training example %zu (query '%s')", ex, qac_ft_data_qid(s->d, ex));
-            T = s->lens[r] > T ? s->lens[r] : T;
-            s->tokens += s->lens[r];
+            st = qac_pair_encode(s->tok, q, strlen(q), s->pt[j], strlen(s->pt[j]), &s->po, s->rows + (size_t)r * L,
+                                 s->rtypes + (size_t)r * L, &s->lens[r], NULL);
+            if (st) st = qac_wrap_error(st, "training example %zu (query '%s')", ex, qac_ft_data_qid(s->d, ex));
+            else T = s->lens[r] > T ? s->lens[r] : T, s->tokens += s->lens[r];
         }
+        if (st) {
+            json_decref(dump);
+            return st;
+        }
+    }
+    if (dump) {
+        qac_status st = dump_write(s, dump);
+        json_decref(dump);
+        if (st) return st;
     }
     s->pos += s->groups;
     int32_t pad = qac_tokenizer_specials(s->tok).pad;
@@ -114,7 +158,7 @@ static qac_status set_cursor(pair_src *s, const void *bytes, size_t len) {
 }
 
 static void src_free(pair_src *s) {
-    free(s->perm), free(s->pt), free(s->rows), free(s->rtypes), free(s->lens), free(s->ids), free(s->types);
+    free(s->perm), free(s->pt), free(s->did), free(s->rows), free(s->rtypes), free(s->lens), free(s->ids), free(s->types);
 }
 
 static qac_status src_init(pair_src *s, const qac_xenc *x, const qac_ft_data *d, const qac_xenc_train_opts *o) {
@@ -126,10 +170,11 @@ static qac_status src_init(pair_src *s, const qac_xenc *x, const qac_ft_data *d,
     size_t P = (size_t)s->groups * s->n, L = (size_t)o->max_len;
     s->perm = malloc(s->N * sizeof *s->perm);
     s->pt = malloc((size_t)s->n * sizeof *s->pt);
+    s->did = malloc((size_t)s->n * sizeof *s->did);
     s->rows = malloc(P * L * sizeof *s->rows), s->rtypes = malloc(P * L * sizeof *s->rtypes);
     s->ids = malloc(P * L * sizeof *s->ids), s->types = malloc(P * L * sizeof *s->types);
     s->lens = malloc(P * sizeof *s->lens);
-    if (!s->perm || !s->pt || !s->rows || !s->rtypes || !s->ids || !s->types || !s->lens)
+    if (!s->perm || !s->pt || !s->did || !s->rows || !s->rtypes || !s->ids || !s->types || !s->lens)
         return qac_set_error(QAC_ERR_NOMEM, "out of memory");
     return QAC_OK;
 }
@@ -208,8 +253,8 @@ static qac_status check_opts(const qac_ft_data *d, const qac_xenc_train_opts *o,
         return qac_set_error(QAC_ERR_INVALID,
                              "a reranker's dev set needs all of --dev-queries, --dev-qrels, --dev-corpus and --dev-run "
                              "(the first-stage run it reranks)");
-    if (f->dry_run || f->dump_batches)
-        return qac_set_error(QAC_ERR_UNSUPPORTED, "--dry-run and --dump-batches are for bi-encoders");
+    if (f->dry_run)
+        return qac_set_error(QAC_ERR_UNSUPPORTED, "--dry-run is for bi-encoders");
     return QAC_OK;
 }
 
@@ -276,6 +321,8 @@ qac_status qac_xenc_train_run(qac_xenc *x, const qac_ft_data *d, const qac_xenc_
     if (!st) st = src_init(&rs.s, x, d, o);
     if (!st) st = qac_xtrainer_create(&rs.t, x, &to, head_drop);
     if (!st) st = start(&rs, o, resumed_at);
+    qac_atomic_file dump = {0};
+    if (!st && f->dump_batches && !(st = qac_atomic_open(&dump, f->dump_batches))) rs.s.dump = dump.f;
     FILE *log = NULL;
     if (!st && !(log = fopen(rs.log_path, "a"))) st = qac_set_error(QAC_ERR_IO, "%s: %s", rs.log_path, strerror(errno));
     double t0 = qac_now();
@@ -305,6 +352,10 @@ qac_status qac_xenc_train_run(qac_xenc *x, const qac_ft_data *d, const qac_xenc_
             st = qac_set_error(QAC_ERR_CANCELLED, "training stopped by the caller after step %ld", ss.step);
     }
     if (log && fclose(log) != 0 && !st) st = qac_set_error(QAC_ERR_IO, "%s: %s", rs.log_path, strerror(errno));
+    if (dump.f) {
+        if (st) qac_atomic_abort(&dump);
+        else st = qac_atomic_commit(&dump);
+    }
     /* the reranker itself in OUT: its files appear together (config.json
      * last), the checkpoints beside it untouched */
     if (!st) {

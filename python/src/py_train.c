@@ -170,9 +170,8 @@ static int cross_get(cross_opts *c, PyObject *d, const qac_finetune_opts *fo) {
                                                  "cross_encoder=True options"), -1;
         return 0;
     }
-    if (fo->dry_run || fo->dump_batches || fo->train.device == QAC_DEVICE_CUDA)
-        return PyErr_Format(PyExc_ValueError, "finetune: cross_encoder=True trains on the CPU and has no dry_run "
-                                              "or dump_batches"), -1;
+    if (fo->dry_run || fo->train.device == QAC_DEVICE_CUDA)
+        return PyErr_Format(PyExc_ValueError, "finetune: cross_encoder=True trains on the CPU and has no dry_run"), -1;
     if ((mlo && qpy_int_in(mlo, 0, 8192, "max_len (0: q_max_len + p_max_len)", &ml) < 0) ||
         (nlo && qpy_int_in(nlo, 1, 2, "num_labels", &nl) < 0))
         return -1;
