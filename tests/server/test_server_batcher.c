@@ -4,7 +4,9 @@
  * refused and a queue wait past the timeout is cancelled. Searches of
  * concurrent requests are merged into fewer search calls (only the rows
  * that asked for hits, as deep as the deepest k), each request gets its
- * own k first hits, and a failing search fails only the searching jobs. */
+ * own k first hits, and a failing search fails only the searching jobs.
+ * A pair batcher (the reranker's) serves a short request between the
+ * slices of a large one. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -384,11 +386,111 @@ static void test_wait_policy(void) {
     qac_batcher_free(b);
 }
 
+/* ---- a pair batcher (the reranker's): a small request is not starved ---- */
+
+#define BIG_PAIRS 48
+#define BIG_LEN 200
+#define SMALL_MARK 7777
+#define MAX_CALLS 256
+
+static pthread_mutex_t pair_mu = PTHREAD_MUTEX_INITIALIZER;
+static int pair_calls, big_in_call[MAX_CALLS], small_call = -1, pair_bad;
+
+/* scores each pair by its first id and length, 4 ms a pair (a slow encoder) */
+static qac_status pair_fn(void *user, const int32_t *const *ids, const int32_t *const *types, const int *lens, int n,
+                          float *out) {
+    (void)user;
+    pthread_mutex_lock(&pair_mu);
+    int c = pair_calls++;
+    for (int i = 0; i < n; i++) {
+        if (ids[i][0] == SMALL_MARK) small_call = c;
+        else if (c < MAX_CALLS) big_in_call[c]++;
+        if (!types || types[i][0] != ids[i][0] % 2) pair_bad++;
+    }
+    pthread_mutex_unlock(&pair_mu);
+    sleep_ms(4 * n);
+    for (int i = 0; i < n; i++) out[2 * i] = (float)ids[i][0], out[2 * i + 1] = (float)lens[i];
+    return QAC_OK;
+}
+
+typedef struct pair_job {
+    qac_batcher *b;
+    int first, n, len;
+    int32_t *ids, *types;
+    const int32_t **pid, **pty;
+    int *lens;
+    float *out;
+    qac_status st;
+    double done_at;
+} pair_job;
+
+static void pair_job_init(pair_job *j, qac_batcher *b, int first, int n, int len) {
+    *j = (pair_job){b, first, n, len, calloc((size_t)n * len, 4), calloc((size_t)n * len, 4), calloc((size_t)n, sizeof(void *)),
+                    calloc((size_t)n, sizeof(void *)), calloc((size_t)n, sizeof(int)), calloc((size_t)n * 2, 4), QAC_OK, 0};
+    for (int i = 0; i < n; i++) {
+        j->ids[(size_t)i * len] = first + i;
+        j->types[(size_t)i * len] = (first + i) % 2;
+        j->pid[i] = j->ids + (size_t)i * len, j->pty[i] = j->types + (size_t)i * len, j->lens[i] = len;
+    }
+}
+
+static void *pair_job_main(void *arg) {
+    pair_job *j = arg;
+    j->st = qac_batcher_run_pairs(j->b, j->pid, j->pty, j->lens, j->n, j->out, 0, NULL);
+    j->done_at = qac_now();
+    return NULL;
+}
+
+static int pair_job_check(const pair_job *j) {
+    int ok = j->st == QAC_OK;
+    for (int i = 0; i < j->n; i++) ok &= j->out[2 * i] == (float)(j->first + i) && j->out[2 * i + 1] == (float)j->len;
+    free(j->ids), free(j->types), free(j->pid), free(j->pty), free(j->lens), free(j->out);
+    return ok;
+}
+
+/* The server's defaults (a budget of 8192 tokens, slices of 256): a rerank
+ * request of 48 pairs of 200 tokens is encoded a slice at a time, so one of
+ * a single short pair sent while it runs waits for the slice being
+ * encoded (and at most one more), not for the large request's remaining
+ * pairs; both get their own scores. */
+static void test_pair_fairness(void) {
+    qac_batcher *b = NULL;
+    qac_batcher_opts o = {2, 8192, 2, 64, 256};
+    CHECK_OK(qac_batcher_create_pairs(&b, pair_fn, NULL, &o, NULL));
+    pair_job big, small;
+    pair_job_init(&big, b, 1, BIG_PAIRS, BIG_LEN);
+    pair_job_init(&small, b, SMALL_MARK, 1, 20);
+    pthread_t tb, ts;
+    pthread_create(&tb, NULL, pair_job_main, &big);
+    sleep_ms(30); /* the large request's first slices are being encoded */
+    pthread_mutex_lock(&pair_mu);
+    int at_submit = pair_calls; /* call at_submit - 1 is running (or just done) */
+    pthread_mutex_unlock(&pair_mu);
+    pthread_create(&ts, NULL, pair_job_main, &small);
+    pthread_join(ts, NULL);
+    pthread_join(tb, NULL);
+    qac_batcher_free(b);
+    int waited = 0; /* the large request's pairs encoded from its submission to its call */
+    for (int c = at_submit > 0 ? at_submit - 1 : 0; c < small_call && c < MAX_CALLS; c++) waited += big_in_call[c];
+    printf("pair fairness: %d calls, the short request in call %d (submitted during call %d), after %d of the "
+           "large request's %d pairs; done %.0f ms before it\n", pair_calls, small_call, at_submit - 1, waited,
+           BIG_PAIRS, (big.done_at - small.done_at) * 1e3);
+    CHECK_MSG(at_submit >= 1 && at_submit < BIG_PAIRS / 2, "the short request came while the large one ran (call %d)",
+              at_submit);
+    CHECK_MSG(small_call >= 0 && waited <= 2,
+              "the short request waited for %d of the large request's pairs (at most the slice running and one more)",
+              waited);
+    CHECK(small.done_at < big.done_at);
+    CHECK(pair_bad == 0);
+    CHECK_MSG(pair_job_check(&big) && pair_job_check(&small), "each request gets its own pairs' scores");
+}
+
 int main(void) {
     test_raw_jobs();
     test_wait_policy();
     test_concurrent_batching();
     test_queue_full_and_timeout();
     test_batched_search();
+    test_pair_fairness();
     return qac_test_summary();
 }
