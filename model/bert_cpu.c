@@ -159,7 +159,21 @@ qac_status qac_bert_acts_alloc(qac_bert_acts *a, const qac_bert_config *c, int B
 void qac_bert_acts_free(qac_bert_acts *a) {
     if (!a) return;
     free(a->mem);
+    free(a->q8);
     memset(a, 0, sizeof *a);
+}
+
+qac_status qac_bert_acts_q8(qac_bert_acts *a, const qac_bert_config *c) {
+    size_t need = qac_gemm_q8_bytes(a->B * a->T, c->intermediate_size);
+    if (need <= a->q8_bytes) return QAC_OK;
+    void *m = qac_malloc_lines(need);
+    if (!m)
+        return qac_set_error(QAC_ERR_NOMEM, "activations: cannot allocate %.1f MiB for the int8 FFN's rows (B=%d T=%d)",
+                             (double)need / (1 << 20), a->B, a->T);
+    free(a->q8);
+    a->q8 = m;
+    a->q8_bytes = need;
+    return QAC_OK;
 }
 
 /* ---- forward ---- */
@@ -288,6 +302,10 @@ static qac_status layer_forward(qac_bert_acts *a, int l, int s, const float *x, 
     float *ffn_pre = AT(a->ffn_pre, s, N * F), *ffn_act = AT(a->ffn_act, s, N * I);
     float *att = offs ? NULL : AT(a->att, s, (size_t)B * NH * T * T);
     int drop_out = qac_dropout_active(drop, QAC_DROP_ATT_OUT);
+    /* the int8 FFN's activation quantised once, by the GELU step: inference
+     * (no pre-activation kept, no dropout), plain GELU, room for all N rows */
+    int q8 = a->q8 && !c->glu && !ffn_pre && !drop_out && pk->ffn_in[l].pq && pk->ffn_out[l].pq &&
+             qac_gemm_q8_bytes((int)N, I) <= a->q8_bytes;
     qac_status st;
 
     const float *ain = x; /* the attention's input */
@@ -327,12 +345,18 @@ static qac_status layer_forward(qac_bert_acts *a, int l, int s, const float *x, 
                            pool)))
             return st;
         qac_geglu_forward(ffn_act, ffn_pre, (int)N, I, pool);
+    } else if (q8) { /* int8: GELU's rows quantised while in cache, for the output product */
+        if ((st = qac_matmul_gelu_q8(ffn_act, ffn_in, &pk->ffn_in[l], BIAS(p->ffn_in_b, (size_t)l * I), (int)N,
+                                     a->scratch, a->q8, pool)))
+            return st;
     } else if ((st = qac_matmul_gelu_packed(ffn_act, ffn_pre, ffn_in, &pk->ffn_in[l], BIAS(p->ffn_in_b, (size_t)l * I),
                                             (int)N, a->scratch, pool))) {
         return st;
     }
     float *sum = pre ? y : res2; /* pre-LN: the layer's output itself */
-    if (drop_out) {
+    if (q8) {
+        if ((st = qac_gemm_q8(sum, a->q8, &pk->ffn_out[l], BIAS(p->ffn_out_b, lc), fres, (int)N, pool))) return st;
+    } else if (drop_out) {
         if ((st = qac_gemm(sum, ffn_act, &pk->ffn_out[l], BIAS(p->ffn_out_b, lc), NULL, (int)N, a->scratch, pool)))
             return st;
         qac_dropout_forward(sum, sum, fres, drop, l, QAC_DROP_FFN_OUT, B, T, C, pool);

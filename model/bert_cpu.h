@@ -155,6 +155,11 @@ qac_status qac_matmul_gelu_forward(float *out, float *pre, const float *inp, con
                                    int IC, int OC, qac_pool *pool);
 qac_status qac_matmul_gelu_packed(float *out, float *pre, const float *inp, const qac_packed_w *pw,
                                   const float *bias, int N, void *scratch, qac_pool *pool);
+/* The same (pre NULL), and each block of finished rows of out also
+ * quantised into q8 (qac_gemm_q8_bytes(N, OC) bytes, gemm.h) while it is
+ * in cache, for the next product's qac_gemm_q8. */
+qac_status qac_matmul_gelu_q8(float *out, const float *inp, const qac_packed_w *pw, const float *bias, int N,
+                              void *scratch, void *q8, qac_pool *pool);
 
 /* Backward of out = inp W^T + bias, each part skipped when its output is NULL:
  * dinp [N,IC] = dout [N,OC] W [OC,IC] (+ dresid [N,IC]; written, dresid may
@@ -318,6 +323,12 @@ typedef struct qac_bert_acts {
      * stops with QAC_ERR_CANCELLED on nonzero (NULL: never); kept by alloc */
     int (*cancel)(void *cancel_user);
     void *cancel_user;
+    /* int8 FFN: the activation [B,T,I] quantised by the GELU step for the
+     * output product (qac_gemm_q8), q8_bytes long; NULL: that product
+     * quantises it itself (the same bits, the float rows read back from
+     * memory). Made by qac_bert_acts_q8, kept by alloc. */
+    void *q8;
+    size_t q8_bytes;
 } qac_bert_acts;
 
 /* Floats of scratch a forward over (B, T) rows of config c takes from its
@@ -331,6 +342,10 @@ size_t qac_bert_acts_size(const qac_bert_config *c, int B, int T, int keep, int 
 qac_status qac_bert_acts_alloc(qac_bert_acts *a, const qac_bert_config *c, int B, int T, int keep,
                                int nthreads);
 void qac_bert_acts_free(qac_bert_acts *a);
+/* For int8 weights, after alloc: room in a->q8 for the FFN's activation of
+ * the B*T rows, quantised (grown when short). Optional: it only saves the
+ * FFN output product a pass over its input. */
+qac_status qac_bert_acts_q8(qac_bert_acts *a, const qac_bert_config *c);
 
 /* The linear layers' weights packed for qac_gemm, once per model (and again
  * after every optimiser step): [L] each of qkv, attention output, FFN in

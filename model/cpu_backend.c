@@ -31,6 +31,8 @@ static qac_status cpu_forward(void *impl, const int32_t *ids, const int32_t *typ
     cpu_backend *cb = impl;
     const qac_model *m = cb->m;
     qac_status st = qac_bert_acts_alloc(&cb->acts, &m->cfg, B, T, 0, qac_pool_size(cb->pool));
+    if (st == QAC_OK && cb->packed.L > 0 && cb->packed.ffn_out[0].pq && !m->cfg.glu)
+        st = qac_bert_acts_q8(&cb->acts, &m->cfg); /* int8: the FFN's activation quantised by its GELU */
     if (st != QAC_OK) return st;
     cb->acts.cancel = cb->cancel;
     cb->acts.cancel_user = cb->cancel_user;

@@ -518,6 +518,7 @@ typedef struct gemm_ctx {
     size_t qbuf_stride;
     qac_gemm_post_fn post;
     void *post_ctx;
+    const void *q8; /* int8 mode, rows quantised ahead (qac_gemm_q8) */
 } gemm_ctx;
 
 static void gemm_task(void *vctx, int64_t begin, int64_t end, int tid) {
@@ -527,7 +528,10 @@ static void gemm_task(void *vctx, int64_t begin, int64_t end, int tid) {
         /* block blk: tiles [blk tiles / nb, (blk + 1) tiles / nb) */
         int r0 = (int)(blk * g->tiles / g->nb) * MBLK, r1 = (int)((blk + 1) * g->tiles / g->nb) * MBLK;
         if (r1 > g->N) r1 = g->N;
-        if (g->qbuf) {
+        if (g->q8) {
+            qac_gemm_int8_rows_q8(g->out + (size_t)r0 * OC, g->q8, g->N, r0, r1 - r0, g->pw, g->bias,
+                                  g->resid ? g->resid + (size_t)r0 * OC : NULL);
+        } else if (g->qbuf) {
             qac_gemm_int8_rows(g->out + (size_t)r0 * OC, g->inp + (size_t)r0 * IC, g->pw, g->bias,
                                g->resid ? g->resid + (size_t)r0 * OC : NULL, r1 - r0, g->qbuf + (size_t)tid * g->qbuf_stride);
         } else if (g->abuf) {
@@ -576,11 +580,9 @@ size_t qac_gemm_scratch_bytes(int IC, int nthreads) {
     return (b > q ? b : q) * (size_t)(nthreads > 0 ? nthreads : 1);
 }
 
-qac_status qac_gemm_then(float *out, const float *inp, const qac_packed_w *pw, const float *bias, const float *resid,
-                         int N, void *scratch, qac_pool *pool, qac_gemm_post_fn post, void *post_ctx) {
-    if (N <= 0) return QAC_OK;
-    int mc = block_rows(pw->IC, pw->pq != NULL);
-    int nt = qac_pool_size(pool);
+/* the blocks of a call over N rows: see qac_gemm_then */
+static void split_blocks(gemm_ctx *g, int IC, int int8, int N, int nt) {
+    int mc = block_rows(IC, int8);
     /* blocks: a multiple of the threads, each a whole number of tiles, their
      * sizes within one tile of each other, so a short batch (a few queries)
      * keeps every thread busy for the same time. The split never changes a
@@ -590,9 +592,18 @@ qac_status qac_gemm_then(float *out, const float *inp, const qac_packed_w *pw, c
     int64_t tiles = (N + MBLK - 1) / MBLK, nb = (N + mc - 1) / mc;
     nb = (nb + nt - 1) / nt * nt;
     if (nb > tiles) nb = tiles;
-    mc = (int)((tiles + nb - 1) / nb) * MBLK;
-    gemm_ctx g = {out, inp, bias, resid, pw, N, mc, tiles, nb, pick_rows(), pick_rows_bf16(), pick_round_row(), NULL,
-                  bf16_rows_stride(pw->IC), NULL, int8_rows_stride(pw->IC), post, post_ctx};
+    g->mc = (int)((tiles + nb - 1) / nb) * MBLK;
+    g->tiles = tiles;
+    g->nb = nb;
+}
+
+qac_status qac_gemm_then(float *out, const float *inp, const qac_packed_w *pw, const float *bias, const float *resid,
+                         int N, void *scratch, qac_pool *pool, qac_gemm_post_fn post, void *post_ctx) {
+    if (N <= 0) return QAC_OK;
+    int nt = qac_pool_size(pool);
+    gemm_ctx g = {out, inp, bias, resid, pw, N, 0, 0, 0, pick_rows(), pick_rows_bf16(), pick_round_row(), NULL,
+                  bf16_rows_stride(pw->IC), NULL, int8_rows_stride(pw->IC), post, post_ctx, NULL};
+    split_blocks(&g, pw->IC, pw->pq != NULL, N, nt);
     void *own = NULL; /* scratch of this call, when the caller's plan has none */
     if (pw->pb || pw->pq) { /* the rows in bf16, or quantised to int8 */
         if (!scratch && !(scratch = own = qac_malloc_lines(qac_gemm_scratch_bytes(pw->IC, nt))))
@@ -601,8 +612,18 @@ qac_status qac_gemm_then(float *out, const float *inp, const qac_packed_w *pw, c
         if (pw->pq) g.qbuf = scratch;
         else g.abuf = scratch;
     }
-    qac_pool_for(pool, nb, 1, gemm_task, &g);
+    qac_pool_for(pool, g.nb, 1, gemm_task, &g);
     free(own);
+    return QAC_OK;
+}
+
+qac_status qac_gemm_q8(float *out, const void *q8, const qac_packed_w *pw, const float *bias, const float *resid,
+                       int N, qac_pool *pool) {
+    if (N <= 0) return QAC_OK;
+    if (!pw->pq) return qac_set_error(QAC_ERR_INVALID, "matrix product: quantised rows need int8 weights");
+    gemm_ctx g = {out, NULL, bias, resid, pw, N, 0, 0, 0, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, NULL, q8};
+    split_blocks(&g, pw->IC, 1, N, qac_pool_size(pool));
+    qac_pool_for(pool, g.nb, 1, gemm_task, &g);
     return QAC_OK;
 }
 

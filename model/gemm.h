@@ -55,6 +55,19 @@ uint16_t qac_bf16_round(float x);
  * bias and residual. gemm_int8.c has the arithmetic, step by step. */
 qac_status qac_gemm_pack_int8(qac_packed_w *pw, const float *w, int OC, int IC);
 
+/* int8 mode with the input rows quantised ahead, by the step that made
+ * them while they are still in its cache (the FFN's GELU), instead of
+ * inside the product, which reads each float row back from memory:
+ * q8 holds qac_gemm_q8_bytes(N, IC) bytes; qac_gemm_q8_quantize writes
+ * rows [r0, r1) of x [N, IC] into it (any rows, from any thread, each
+ * row's bytes its own); qac_gemm_q8 then gives out exactly the bits
+ * qac_gemm gives for x (the same quantiser, kernels and epilogue). No
+ * scratch. */
+size_t qac_gemm_q8_bytes(int N, int IC);
+void qac_gemm_q8_quantize(void *q8, int N, int IC, const float *x, int r0, int r1);
+qac_status qac_gemm_q8(float *out, const void *q8, const qac_packed_w *pw, const float *bias, const float *resid,
+                       int N, qac_pool *pool);
+
 /* Scratch of qac_gemm for weights of IC inputs, on a pool of nthreads
  * threads: bytes, in whatever mode the weights are packed (fp32 weights
  * use none; bf16 ones round each thread's block of input rows into it,

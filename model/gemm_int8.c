@@ -129,26 +129,42 @@ static void quant_row_portable(uint8_t *u, size_t stride, float *scale, int32_t 
 #ifdef I8_X86
 VNNI512 static void quant_row_avx512(uint8_t *u, size_t stride, float *scale, int32_t *zp, const float *x, int IC) {
     __m512 lo = _mm512_setzero_ps(), hi = lo;
-    for (int k = 0; k < IC; k += 16) { /* the masked tail reads zeros: within [lo, hi] already */
-        __mmask16 m = IC - k >= 16 ? 0xffff : (__mmask16)((1u << (IC - k)) - 1);
-        __m512 v = _mm512_maskz_loadu_ps(m, x + k);
+    int full = IC / 16 * 16, k = 0;
+    for (; k < full; k += 16) {
+        __m512 v = _mm512_loadu_ps(x + k);
         lo = _mm512_min_ps(v, lo); /* a NaN in v keeps lo, as the portable loop does */
+        hi = _mm512_max_ps(v, hi);
+    }
+    if (k < IC) { /* the masked tail reads zeros: within [lo, hi] already */
+        __m512 v = _mm512_maskz_loadu_ps((__mmask16)((1u << (IC - k)) - 1), x + k);
+        lo = _mm512_min_ps(v, lo);
         hi = _mm512_max_ps(v, hi);
     }
     float inv;
     quant_params(_mm512_reduce_min_ps(lo), _mm512_reduce_max_ps(hi), scale, &inv, zp);
     __m512 vi = _mm512_set1_ps(inv);
-    __m512i vz = _mm512_set1_epi32(*zp), z0 = _mm512_setzero_si512(), z255 = _mm512_set1_epi32(255);
-    int n4 = ic4_of(IC) * 4;
-    for (int k = 0; k < n4; k += 16) { /* past IC: x read as 0 (inv 0 * 0), u written as 0 */
-        __mmask16 mx = IC - k >= 16 ? 0xffff : IC > k ? (__mmask16)((1u << (IC - k)) - 1) : 0;
-        __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(mx, x + k), vi)); /* rint: MXCSR's nearest-even */
-        q = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(q, vz), z0), z255);
-        __m128i b = _mm512_cvtepi32_epi8(_mm512_maskz_mov_epi32(mx, q)); /* four groups of 4 */
+    __m512i vz = _mm512_set1_epi32(*zp), z0 = _mm512_setzero_si512();
+    /* rint (MXCSR's nearest-even) + zp, clamped below at 0 here and above at
+     * 255 by the unsigned saturation of vpmovusdb: the portable clamp */
+    for (k = 0; k < full; k += 16) { /* four whole groups of 4, each to its own place */
+        __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x + k), vi)), vz);
+        __m128i b = _mm512_cvtusepi32_epi8(_mm512_max_epi32(q, z0));
         uint8_t *d = u + (size_t)(k / 4) * stride;
-        int groups = (n4 - k) / 4 < 4 ? (n4 - k) / 4 : 4;
+        int32_t g0 = _mm_cvtsi128_si32(b), g1 = _mm_extract_epi32(b, 1), g2 = _mm_extract_epi32(b, 2),
+                g3 = _mm_extract_epi32(b, 3);
+        memcpy(d, &g0, 4);
+        memcpy(d + stride, &g1, 4);
+        memcpy(d + 2 * stride, &g2, 4);
+        memcpy(d + 3 * stride, &g3, 4);
+    }
+    int n4 = ic4_of(IC) * 4;
+    if (k < n4) { /* the tail: past IC, x read as 0 (inv 0 * 0) and u written as 0 */
+        __mmask16 mx = (__mmask16)((1u << (IC - k)) - 1);
+        __m512i q = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(mx, x + k), vi)), vz);
+        __m128i b = _mm512_cvtusepi32_epi8(_mm512_maskz_mov_epi32(mx, _mm512_max_epi32(q, z0)));
+        uint8_t *d = u + (size_t)(k / 4) * stride;
         int32_t g4[4] = {_mm_cvtsi128_si32(b), _mm_extract_epi32(b, 1), _mm_extract_epi32(b, 2), _mm_extract_epi32(b, 3)};
-        for (int j = 0; j < groups; j++) memcpy(d + (size_t)j * stride, &g4[j], 4);
+        for (int j = 0; j < (n4 - k) / 4; j++) memcpy(d + (size_t)j * stride, &g4[j], 4);
     }
 }
 
@@ -401,13 +417,10 @@ static rows_i8_fn pick_rows(void) {
     }
 }
 
-void qac_gemm_int8_rows(float *out, const float *inp, const qac_packed_w *pw, const float *bias, const float *resid,
-                        int n, void *scratch) {
-    int IC = pw->IC, IC4 = ic4_of(IC);
-    uint8_t *a = scratch;
-    size_t groups = (size_t)(n + MR_A - 1) / MR_A;
-    float *sa = (float *)(void *)(a + (groups * MR_A * IC4 * 4 + 63) / 64 * 64);
-    int32_t *zp = (int32_t *)(void *)(sa + n);
+/* rows [0, n) of inp quantised into a (the kernels' groups of MR_A rows,
+ * from row 0 of a), their scales into sa and zero points into zp */
+static void quantize_into(uint8_t *a, float *sa, int32_t *zp, const float *inp, int IC, int n) {
+    int IC4 = ic4_of(IC);
     quant_row_fn quant = pick_quant_row();
     for (int r = 0; r < n; r++) {
         if (r + 1 < n) /* the next row's lines, on their way while this one is read */
@@ -415,6 +428,51 @@ void qac_gemm_int8_rows(float *out, const float *inp, const qac_packed_w *pw, co
         quant(a + ((size_t)(r / MR_A) * IC4 * MR_A + (size_t)(r % MR_A)) * 4, MR_A * 4, sa + r, zp + r,
               inp + (size_t)r * IC, IC);
     }
+}
+
+void qac_gemm_int8_rows(float *out, const float *inp, const qac_packed_w *pw, const float *bias, const float *resid,
+                        int n, void *scratch) {
+    int IC = pw->IC, IC4 = ic4_of(IC);
+    uint8_t *a = scratch;
+    size_t groups = (size_t)(n + MR_A - 1) / MR_A;
+    float *sa = (float *)(void *)(a + (groups * MR_A * IC4 * 4 + 63) / 64 * 64);
+    int32_t *zp = (int32_t *)(void *)(sa + n);
+    quantize_into(a, sa, zp, inp, IC, n);
     i8_args g = {out, pw->OC, a, IC4, sa, zp, pw, bias, resid, n};
+    pick_rows()(&g);
+}
+
+/* ---- rows quantised ahead of the product (gemm.h: qac_gemm_q8) ----
+ * One buffer for N rows: the groups of MR_A rows of the kernels (as the
+ * scratch of qac_gemm_int8_rows, from row 0), padded to a cache line, then
+ * the N row scales, then the N zero points. */
+static size_t q8_rows_bytes(int N, int IC) {
+    return ((size_t)(N + MR_A - 1) / MR_A * MR_A * ic4_of(IC) * 4 + 63) / 64 * 64;
+}
+
+size_t qac_gemm_q8_bytes(int N, int IC) {
+    return q8_rows_bytes(N, IC) + (size_t)N * (sizeof(float) + sizeof(int32_t));
+}
+
+void qac_gemm_q8_quantize(void *q8, int N, int IC, const float *x, int r0, int r1) {
+    uint8_t *a = q8;
+    float *sa = (float *)(void *)(a + q8_rows_bytes(N, IC));
+    int32_t *zp = (int32_t *)(void *)(sa + N);
+    int IC4 = ic4_of(IC);
+    quant_row_fn quant = pick_quant_row();
+    for (int r = r0; r < r1; r++)
+        quant(a + ((size_t)(r / MR_A) * IC4 * MR_A + (size_t)(r % MR_A)) * 4, MR_A * 4, sa + r, zp + r,
+              x + (size_t)r * IC, IC);
+}
+
+int qac_gemm_int8_group_rows(void) { return MR_A; }
+
+void qac_gemm_int8_rows_q8(float *out, const void *q8, int N, int r0, int n, const qac_packed_w *pw,
+                           const float *bias, const float *resid) {
+    int IC = pw->IC, IC4 = ic4_of(IC);
+    const uint8_t *a = q8;
+    const float *sa = (const float *)(const void *)(a + q8_rows_bytes(N, IC));
+    const int32_t *zp = (const int32_t *)(const void *)(sa + N);
+    i8_args g = {out, pw->OC, a + (size_t)(r0 / MR_A) * IC4 * MR_A * 4, IC4, sa + r0, zp + r0, pw, bias, resid, n};
     pick_rows()(&g);
 }

@@ -18,6 +18,14 @@ size_t qac_gemm_int8_scratch(int mc, int IC);
 void qac_gemm_int8_rows(float *out, const float *inp, const qac_packed_w *pw, const float *bias, const float *resid,
                         int n, void *scratch);
 
+/* Rows [r0, r0 + n) of a qac_gemm_q8 buffer of N rows (r0 a multiple of
+ * qac_gemm_int8_group_rows()) times pw, as qac_gemm_int8_rows would give
+ * them from the float rows, on the calling thread. */
+void qac_gemm_int8_rows_q8(float *out, const void *q8, int N, int r0, int n, const qac_packed_w *pw,
+                           const float *bias, const float *resid);
+/* the rows of a group of the kernels' quantised layout (12) */
+int qac_gemm_int8_group_rows(void);
+
 /* One row quantised as qac_gemm does it: u [ceil(IC / 4) * 4] (zero past
  * IC), its scale and zero point (gemm_int8.c). For tests. */
 void qac_gemm_int8_quantize_row(uint8_t *u, float *scale, int32_t *zp, const float *x, int IC);

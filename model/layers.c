@@ -236,6 +236,8 @@ typedef struct bgelu_ctx {
     float *out, *pre;
     const float *bias;
     int OC;
+    void *q8; /* or NULL: the rows are not quantised here */
+    int N;
 } bgelu_ctx;
 
 static void bias_gelu_rows(void *vctx, int b, int e) {
@@ -248,13 +250,20 @@ static void bias_gelu_rows(void *vctx, int b, int e) {
         else
             qac_vm_gelu(c->out + o, dst + o, (size_t)c->OC);
     }
+    if (c->q8) qac_gemm_q8_quantize(c->q8, c->N, c->OC, c->out, b, e);
 }
 
 qac_status qac_matmul_gelu_packed(float *out, float *pre, const float *inp, const qac_packed_w *pw,
                                   const float *bias, int N, void *scratch, qac_pool *pool) {
-    bgelu_ctx c = {out, pre, bias, pw->OC};
+    bgelu_ctx c = {out, pre, bias, pw->OC, NULL, N};
     /* GELU while the rows are in cache */
     return qac_gemm_then(pre ? pre : out, inp, pw, NULL, NULL, N, scratch, pool, bias_gelu_rows, &c);
+}
+
+qac_status qac_matmul_gelu_q8(float *out, const float *inp, const qac_packed_w *pw, const float *bias, int N,
+                              void *scratch, void *q8, qac_pool *pool) {
+    bgelu_ctx c = {out, NULL, bias, pw->OC, q8, N};
+    return qac_gemm_then(out, inp, pw, NULL, NULL, N, scratch, pool, bias_gelu_rows, &c);
 }
 
 qac_status qac_matmul_gelu_forward(float *out, float *pre, const float *inp, const float *w, const float *bias, int N,

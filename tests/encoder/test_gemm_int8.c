@@ -13,13 +13,17 @@
  *    float multiplies, bias, residual), the same on every path, and
  *    independent of the rows beside it, the row count and the threads;
  *  - the dequantised output against the exact product in double, within
- *    the bound the quantisation steps give (derived at check_bound). */
+ *    the bound the quantisation steps give (derived at check_bound);
+ *  - rows quantised ahead (qac_gemm_q8: by the FFN's GELU step in the
+ *    encoder, or in any order of row ranges): the same bits as qac_gemm
+ *    on the float rows, on every path and thread count. */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "bert_cpu.h"
 #include "gemm.h"
 #include "gemm_int8.h"
 #include "qac_cpu.h"
@@ -236,6 +240,66 @@ static void check_random(int N, int IC, int OC) {
     free(w), free(x), free(bias), free(res), free(out), free(out2), free(q), free(sw), free(u), free(u2);
 }
 
+/* ---- 3. rows quantised ahead ---- */
+static void check_q8(int N, int IC, int I, int OC) {
+    float *x = malloc(sizeof(float) * (size_t)N * IC), *w1 = malloc(sizeof(float) * (size_t)I * IC);
+    float *b1 = malloc(sizeof(float) * I), *w2 = malloc(sizeof(float) * (size_t)OC * I), *b2 = malloc(sizeof(float) * OC);
+    float *res = malloc(sizeof(float) * (size_t)N * OC), *act = malloc(sizeof(float) * (size_t)N * I);
+    float *act2 = malloc(sizeof(float) * (size_t)N * I), *out = malloc(sizeof(float) * (size_t)N * OC);
+    float *out2 = malloc(sizeof(float) * (size_t)N * OC);
+    void *q8 = malloc(qac_gemm_q8_bytes(N, I));
+    for (size_t i = 0; i < (size_t)N * IC; i++) x[i] = 2 * frand();
+    for (size_t i = 0; i < (size_t)I * IC; i++) w1[i] = frand();
+    for (size_t i = 0; i < (size_t)OC * I; i++) w2[i] = frand();
+    for (int i = 0; i < I; i++) b1[i] = frand();
+    for (int i = 0; i < OC; i++) b2[i] = frand();
+    for (size_t i = 0; i < (size_t)N * OC; i++) res[i] = frand();
+    qac_packed_w p1, p2;
+    CHECK_OK(qac_gemm_pack_int8(&p1, w1, I, IC));
+    CHECK_OK(qac_gemm_pack_int8(&p2, w2, OC, I));
+    for (int isa = 0; isa < n_isas(); isa++) {
+        qac_cpu_set_isa((qac_isa)isa);
+        int differ = 0;
+        /* the encoder's FFN unfused: GELU's float rows, quantised inside the product */
+        CHECK_OK(qac_matmul_gelu_packed(act, NULL, x, &p1, b1, N, NULL, NULL));
+        CHECK_OK(qac_gemm(out, act, &p2, b2, res, N, NULL, NULL));
+        for (int t = 1; t <= 3; t++) {
+            qac_pool *p = NULL;
+            if (t > 1) CHECK_OK(qac_pool_create(&p, t));
+            memset(q8, 0xa5, qac_gemm_q8_bytes(N, I)); /* nothing left from the last round */
+            CHECK_OK(qac_matmul_gelu_q8(act2, x, &p1, b1, N, NULL, q8, p));
+            CHECK_OK(qac_gemm_q8(out2, q8, &p2, b2, res, N, p));
+            differ += memcmp(act2, act, sizeof(float) * (size_t)N * I) != 0;
+            differ += memcmp(out2, out, sizeof(float) * (size_t)N * OC) != 0;
+            /* the float rows quantised in odd ranges, last first */
+            memset(q8, 0x5a, qac_gemm_q8_bytes(N, I));
+            for (int e = N; e > 0;) {
+                int b = e - 1 - (e * 5) % 7;
+                b = b < 0 ? 0 : b;
+                qac_gemm_q8_quantize(q8, N, I, act, b, e);
+                e = b;
+            }
+            CHECK_OK(qac_gemm_q8(out2, q8, &p2, b2, NULL, N, p));
+            CHECK_OK(qac_gemm(act2, act, &p2, b2, NULL, N, NULL, p)); /* act2 reused: out without the residual */
+            differ += memcmp(out2, act2, sizeof(float) * (size_t)N * OC) != 0;
+            qac_pool_free(p);
+        }
+        CHECK_MSG(differ == 0, "%s %d x %d x %d x %d: %d results of the rows quantised ahead differ from qac_gemm's",
+                  path_name(), N, IC, I, OC, differ);
+        printf("int8 gemm %-11s %4d x %4d x %4d x %4d: rows quantised ahead (by GELU, or in any ranges) give "
+               "qac_gemm's bits, 1-3 threads\n",
+               path_name(), N, IC, I, OC);
+    }
+    qac_cpu_set_isa(qac_cpu_isa_best());
+    /* float weights have no quantised product */
+    qac_packed_w pf;
+    CHECK_OK(qac_gemm_pack(&pf, w2, OC, I));
+    CHECK_ERR(qac_gemm_q8(out2, q8, &pf, NULL, NULL, N, NULL), QAC_ERR_INVALID, "int8 weights");
+    qac_gemm_packed_free(&pf);
+    qac_gemm_packed_free(&p1), qac_gemm_packed_free(&p2);
+    free(x), free(w1), free(b1), free(w2), free(b2), free(res), free(act), free(act2), free(out), free(out2), free(q8);
+}
+
 int main(void) {
     printf("CPU: best path %s, VNNI %d bits there\n", qac_cpu_isa_name(qac_cpu_isa_best()), qac_cpu_vnni());
     static const int shapes[][3] = {{1, 4, 16}, {5, 7, 3}, {13, 64, 33}, {25, 130, 48}, {37, 384, 100}, {12, 500, 64}};
@@ -243,6 +307,10 @@ int main(void) {
     static const int rshapes[][3] = {{1, 3, 5}, {7, 33, 17}, {29, 384, 70}, {40, 1536, 40}};
     for (size_t i = 0; i < sizeof rshapes / sizeof rshapes[0]; i++)
         check_random(rshapes[i][0], rshapes[i][1], rshapes[i][2]);
+    /* a few rows; more than one block of rows on 3 threads, with a short last tile; k past 16 with a tail */
+    check_q8(5, 24, 70, 20);
+    check_q8(410, 64, 1536, 40);
+    check_q8(37, 48, 100, 33);
     /* a packed weight frees cleanly, and a bad shape is refused */
     qac_packed_w pw;
     float w1 = 1.0f;

@@ -410,6 +410,13 @@ static void test_encoder(qac_pool *pool) {
         printf("encoder forward from its plan (%s): %ld allocations\n", modes[k], made);
         CHECK_MSG(made == 0, "the %s forward allocated %ld times", modes[k], made);
     }
+    { /* int8 with the FFN's rows quantised by its GELU step (qac_bert_acts_q8) */
+        CHECK_OK(qac_bert_acts_q8(&a, &m->cfg));
+        fwd_ctx f = {m, &a, &pk[2], ids, lens, offs, 2, 6, pool};
+        long made = allocations(run_forward, &f);
+        printf("encoder forward from its plan (int8, the FFN's rows quantised ahead): %ld allocations\n", made);
+        CHECK_MSG(made == 0, "the int8 forward with q8 allocated %ld times", made);
+    }
     qac_bert_acts_free(&a);
     test_train_step(m, pool);
     for (int k = 0; k < 3; k++) qac_bert_packed_free(&pk[k]);
