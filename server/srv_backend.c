@@ -136,6 +136,26 @@ qac_status qac_server_real_add_reranker(qac_server_real *r, qac_server_backend *
     return QAC_OK;
 }
 
+/* What encode_text puts around a text: the tokenizer's own single template
+ * (its post-processor, as Hugging Face's tokenizers and so TEI apply it),
+ * laid out around one stand-in token: <s> and </s> for RoBERTa and XLM-R,
+ * [CLS] and [SEP] for BERT and ModernBERT, nothing for a tokenizer.json
+ * without a post-processor, whatever special tokens the vocabulary names.
+ * A template of more than one token on a side (none of the families qac
+ * loads) keeps the vocabulary's [CLS] and [SEP]. */
+static void template_ends(const qac_tokenizer *t, const qac_special_ids *sp, int32_t *head, int32_t *tail) {
+    int32_t ids[16], x = -2; /* no token has a negative id */
+    int n = 0, at = -1;
+    *head = sp->cls;
+    *tail = sp->sep;
+    if (qac_tokenizer_assemble(t, &x, 1, NULL, 0, 16, ids, NULL, &n)) return;
+    for (int i = 0; i < n; i++)
+        if (ids[i] == x) at = i;
+    if (at < 0 || at > 1 || n - at - 1 > 1) return;
+    *head = at == 1 ? ids[0] : -1;
+    *tail = n - at - 1 == 1 ? ids[n - 1] : -1;
+}
+
 qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, const char *model_dir,
                                 const char *index_dir, const char *bm25_dir, const char *device, const char *dtype,
                                 int threads, const char *verify, int allow_model_mismatch, const char *query_prompt,
@@ -234,8 +254,7 @@ qac_status qac_server_real_open(qac_server_real **out, qac_server_backend *be, c
     be->vocab_size = m->cfg.vocab_size;
     be->cuda_gpu = qac_cuda_available();
     qac_special_ids sp = qac_tokenizer_specials(m->tok);
-    be->cls_id = sp.cls;
-    be->sep_id = sp.sep;
+    template_ends(m->tok, &sp, &be->cls_id, &be->sep_id);
     int32_t specials[] = {sp.cls, sp.sep, sp.pad, sp.unk, sp.mask, -1, -1, -1};
     memcpy(be->special_ids, specials, sizeof specials);
     be->encode_prompted = r_encode_prompted;

@@ -7,7 +7,8 @@ the `tokenizers` backend AutoTokenizer builds (TEI's form: the text of each
 token is its bytes in the input; specials have null offsets), /decode its
 decode, on multilingual and Cranfield texts. argv: [FIXTURE_DIR]: with it,
 /tokenize on the family checkpoints there too (XLM-R, RoBERTa, ModernBERT:
-each tokenizer's own template and offsets)."""
+each tokenizer's own template and offsets, and a ModernBERT tokenizer.json
+without a post-processor, which adds no specials)."""
 import os
 import sys
 
@@ -52,9 +53,23 @@ def families(fixture_dir, inputs):
     and its trimmed offsets, ModernBERT's [CLS] ... [SEP]): /tokenize against
     the tokenizer AutoTokenizer builds from each directory, as TEI's router
     tokenizes with it."""
+    import json
+    import shutil
     from transformers import AutoTokenizer
-    for name in ("xlmr", "roberta", "modernbert"):
-        mdir = os.path.join(fixture_dir, name)
+    # and ModernBERT's with its tokenizer.json's post-processor removed: the
+    # tokenizer then adds nothing, though its vocabulary still names [CLS]
+    # and [SEP] (the server once put those around every text regardless)
+    bare = os.path.join(workdir("tei-families"), "modernbert_no_post")
+    shutil.rmtree(bare, ignore_errors=True)
+    shutil.copytree(os.path.join(fixture_dir, "modernbert"), bare)
+    with open(os.path.join(bare, "tokenizer.json"), encoding="utf-8") as f:
+        tj = json.load(f)
+    tj["post_processor"] = None
+    with open(os.path.join(bare, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump(tj, f, ensure_ascii=False)
+    for name in ("xlmr", "roberta", "modernbert", bare):
+        mdir = name if os.path.isabs(name) else os.path.join(fixture_dir, name)
+        name = os.path.basename(name)
         back = AutoTokenizer.from_pretrained(mdir).backend_tokenizer
         back.no_truncation()
         srv = Server("--model", mdir, "--passage-max-len", "128")
