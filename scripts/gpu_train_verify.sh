@@ -12,7 +12,9 @@
 #      pre-trainer's step against the CPU pre-trainer (test_gpu_pretrain_step:
 #      coCondenser, CoT-MAE, qgen and PAIR gradient parity per tensor fp32 and bf16,
 #      cls and mean(+l2), a 10-step fp32 and a 50-step bf16 trajectory,
-#      checkpoints resumed across devices);
+#      checkpoints resumed across devices), and the families the CUDA trainer
+#      takes beyond BERT (test_gpu_train_families: RoBERTa and XLM-R
+#      gradients against autograd, ModernBERT refused);
 #   3. compute-sanitizer: memcheck on the training kernels (small shapes),
 #      on one parity step of the trainer and of the pre-trainer, racecheck
 #      on attention backward, the reductions and the pre-training losses;
@@ -92,7 +94,8 @@ fi
 { nvidia-smi; nvcc --version; "$py" -c 'import torch, transformers; print(torch.__version__, transformers.__version__)'; } \
   >"$out/machine.log" 2>&1 || true
 
-targets=(qac test_gpu_train_kernels test_gpu_train_step test_gpu_train_dist test_gpu_pretrain_step bench_train_gpu)
+targets=(qac test_gpu_train_kernels test_gpu_train_step test_gpu_train_dist test_gpu_pretrain_step test_gpu_train_families
+         bench_train_gpu)
 # NCCL (the several-GPU path) when the CUDA installation has it
 nccl=OFF
 nvcc_dir="$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")"
@@ -110,8 +113,12 @@ if has test; then
   step test-train-kernels "$bin/test_gpu_train_kernels"
   step test-train-step "$bin/test_gpu_train_step"
   step test-pretrain-step "$bin/test_gpu_pretrain_step"
+  # RoBERTa and XLM-R against autograd, ModernBERT's refusal (the checkpoints
+  # made with $py when the build has none)
+  QAC_PYTHON="$py" step test-train-families "$bin/test_gpu_train_families" xlmr roberta bert_xlmr modernbert
   # a skip (exit 77) on a GPU machine is a failure of this run
-  grep -q "^SKIP" "$out/test-train-kernels.log" "$out/test-train-step.log" "$out/test-pretrain-step.log" &&
+  grep -q "^SKIP" "$out/test-train-kernels.log" "$out/test-train-step.log" "$out/test-pretrain-step.log" \
+    "$out/test-train-families.log" &&
     summary+=("FAIL a training test skipped on a GPU machine")
   # NCCL: one rank per GPU (a single GPU still runs the collectives); skips without NCCL
   t0=$SECONDS
