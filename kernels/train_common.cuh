@@ -7,6 +7,7 @@
 //                       residual, dropout, the GEMM wrapper and linear layers;
 //   train_fused.cu      GELU and the fused passes (bias + dropout + residual
 //                       + LayerNorm, bias + GELU), forward and backward;
+//   train_family.cu     ModernBERT's rotary and GeGLU backward;
 //   train_attention.cu  the unfused (materialised) attention and pooling;
 //   train_loss.cu       InfoNCE, the pre-training heads' losses, the gradient
 //                       norm and AdamW.

@@ -122,6 +122,20 @@ cudaError_t qac_kt_bias_gelu(void *act, const void *pre, const float *bias, int 
 cudaError_t qac_kt_bias_gelu_bwd(void *dpre, float *dbias, const void *dout, const void *pre, const float *bias,
                                  float *partial, int N, int I, qac_precision prec, cudaStream_t s);
 
+// ---- the encoder families' layers (ModernBERT) ----
+// (kernels/train_family.cu; the forwards are the encoder's qac_k_rope and
+// qac_k_geglu, kernels/bert_kernels.cuh)
+// dqkv [N,3C] act: the Q and K parts turned back by the transpose of the
+// rotation at pos[r] (cs: the qac_rope_table of the layer's theta, global
+// or local); the V part untouched. C % NH == 0, C / NH even.
+cudaError_t qac_kt_rope_bwd(void *dqkv, const int32_t *pos, const float *cs, int N, int C, int NH, qac_precision prec,
+                            cudaStream_t s);
+// dpre [N,2I] act (input half, gate half) from dact [N,I] act and pre
+// [N,2I] act: d input = dact gate GELU'(input), d gate = dact GELU(input).
+// dpre may alias pre, not dact.
+cudaError_t qac_kt_geglu_bwd(void *dpre, const void *dact, const void *pre, int N, int I, qac_precision prec,
+                             cudaStream_t s);
+
 // ---- attention ----
 // q, k, v [B,NH,T,hs] act = the heads of qkv [B,T,3C] (act) plus qkv_b.
 cudaError_t qac_kt_qkv_split(void *q, void *k, void *v, const void *qkv, const float *qkv_b, int B, int T, int C,

@@ -1,0 +1,140 @@
+// The CUDA trainer's ModernBERT kernels (kernels/train_family.cu) run on the
+// CPU (tests/gpu/cuda_emu.h: the kernels' own source, blocks one at a time)
+// against their CPU twins in model/family_layers.c:
+//  - the rotary embeddings' backward (qac_rope_backward) with both of
+//    ModernBERT's tables (global theta 160,000, local 10,000, from
+//    qac_rope_table), positions past the first row's, head sizes from 4 to
+//    64: the same rounded products and sums on both sides, so exact in fp32;
+//    in bf16 the twin runs on the stored (rounded) gradient and its result is
+//    rounded once, as the kernel's is: exact too. The V part must be left
+//    as it is (bit for bit).
+//  - GeGLU's backward (qac_geglu_backward), out of place and in place over
+//    pre: bound 1e-5 on the relative norm of the difference in fp32 (GELU's
+//    erf and exp written differently on the two sides; the one
+//    test_train_emulated and test_gpu_train_kernels hold GELU's backward
+//    to), 4e-3 in bf16 (a value stored rounded: bf16 keeps 8 significant
+//    bits, 2^-8).
+// Grids smaller than the work (the launchers cap grid_1d): the grid-stride
+// loops must cover every element. Outputs of the GeGLU pass start as NaN.
+//
+// What this cannot show, and test_gpu_train_families does on a GPU: the
+// device's erff and expf, the layers composed in a training step.
+#include "cuda_emu.h"
+
+#undef __shared__
+#define __shared__ static
+
+#include "../../kernels/train_family.cu"
+
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+extern "C" {
+#include "bert_cpu.h"
+#include "testutil.h"
+}
+
+namespace {
+
+uint64_t rng = 0x3C6EF372A54FF53Aull;
+float uni(float lo, float hi) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return lo + (hi - lo) * (float)((rng >> 40) * (1.0 / 16777216.0));
+}
+std::vector<float> rnd(size_t n, float lo, float hi) {
+    std::vector<float> v(n);
+    for (auto &x : v) x = uni(lo, hi);
+    return v;
+}
+
+template <typename E> constexpr bool is_bf16() { return std::is_same<E, __nv_bfloat16>::value; }
+template <typename E> const char *pname() { return is_bf16<E>() ? "bf16" : "fp32"; }
+template <typename E> std::vector<E> to_e(const std::vector<float> &x) {
+    std::vector<E> r(x.size());
+    for (size_t i = 0; i < x.size(); i++) r[i] = qac_from_float<E>(x[i]);
+    return r;
+}
+template <typename E> std::vector<float> to_f(const std::vector<E> &x) {
+    std::vector<float> r(x.size());
+    for (size_t i = 0; i < x.size(); i++) r[i] = qac_to_float<E>(x[i]);
+    return r;
+}
+template <typename E> std::vector<float> rounded(const std::vector<float> &x) { return to_f<E>(to_e<E>(x)); }
+
+void report_exact(const char *what, const char *prec, const char *shape, const std::vector<float> &got,
+                  const std::vector<float> &want) {
+    size_t bad = 0;
+    for (size_t i = 0; i < got.size(); i++) bad += memcmp(&got[i], &want[i], sizeof(float)) != 0;
+    printf("%-22s %-5s %-36s %zu of %zu differ (must be 0)\n", what, prec, shape, bad, got.size());
+    CHECK_MSG(bad == 0, "%s %s %s: %zu elements differ from the CPU twin", what, prec, shape, bad);
+}
+
+// ||got - want|| / ||want|| within tol; NaN fails.
+void report(const char *what, const char *prec, const char *shape, const std::vector<float> &got,
+            const std::vector<float> &want, double t) {
+    double num = 0, den = 0;
+    bool nan = false;
+    for (size_t i = 0; i < got.size(); i++) {
+        if (std::isnan(got[i]) || std::isnan(want[i])) nan = true;
+        const double d = (double)got[i] - want[i];
+        num += d * d, den += (double)want[i] * want[i];
+    }
+    const double rel = nan ? INFINITY : den > 0 ? sqrt(num / den) : sqrt(num);
+    printf("%-22s %-5s %-36s rel %.3g (tol %.1g)\n", what, prec, shape, rel, t);
+    CHECK_MSG(rel <= t, "%s %s %s: relative error %g > %g", what, prec, shape, rel, t);
+}
+
+// grid: the blocks launched (fewer than the work's: the stride loop covers the rest)
+template <typename E> void test_rope(int N, int C, int NH, int P, float theta, unsigned grid) {
+    const int hs = C / NH;
+    std::vector<float> cs((size_t)P * hs);
+    qac_rope_table(cs.data(), P, hs, theta);
+    std::vector<int32_t> pos(N);
+    for (int r = 0; r < N; r++) pos[r] = (int32_t)((r * 7 + 3) % P);
+    const std::vector<float> dy = rounded<E>(rnd((size_t)N * 3 * C, -2.f, 2.f));
+    std::vector<E> k = to_e<E>(dy);
+    emu_launch({grid, 1, 1}, 256, [&] { rope_bwd_kernel<E>(k.data(), pos.data(), cs.data(), N, C, hs); });
+    std::vector<float> want = dy;
+    qac_rope_backward(want.data(), pos.data(), cs.data(), N, C, NH, NULL);
+    char shape[96];
+    snprintf(shape, sizeof shape, "N%d C%d NH%d theta %.0f grid %u", N, C, NH, theta, grid);
+    report_exact("rope bwd", pname<E>(), shape, to_f<E>(k), rounded<E>(want));
+}
+
+template <typename E> void test_geglu(int N, int I, unsigned grid) {
+    const std::vector<float> pre = rounded<E>(rnd((size_t)N * 2 * I, -4.f, 4.f));
+    const std::vector<float> dact = rounded<E>(rnd((size_t)N * I, -1.f, 1.f));
+    std::vector<float> want((size_t)N * 2 * I);
+    qac_geglu_backward(want.data(), dact.data(), pre.data(), N, I, NULL);
+    char shape[96];
+    snprintf(shape, sizeof shape, "N%d I%d grid %u", N, I, grid);
+    const double tol = is_bf16<E>() ? 4e-3 : 1e-5;
+
+    const std::vector<E> pe = to_e<E>(pre), de = to_e<E>(dact);
+    std::vector<E> out((size_t)N * 2 * I, qac_from_float<E>(NAN));
+    emu_launch({grid, 1, 1}, 256, [&] { geglu_bwd_kernel<E>(out.data(), de.data(), pe.data(), N, I); });
+    report("geglu bwd", pname<E>(), shape, to_f<E>(out), want, tol);
+
+    std::vector<E> inplace = pe; // dpre over pre
+    emu_launch({grid, 1, 1}, 256, [&] { geglu_bwd_kernel<E>(inplace.data(), de.data(), inplace.data(), N, I); });
+    report("geglu bwd (in place)", pname<E>(), shape, to_f<E>(inplace), want, tol);
+}
+
+} // namespace
+
+int main() {
+    // ModernBERT's two tables (gte-modernbert-base: global 160,000, local 10,000)
+    for (float theta : {160000.f, 10000.f}) {
+        test_rope<float>(37, 96, 3, 64, theta, 14);      // hs 32, every element one thread
+        test_rope<float>(50, 128, 2, 80, theta, 3);      // hs 64, the stride loop
+        test_rope<float>(9, 8, 2, 16, theta, 1);         // hs 4
+        test_rope<__nv_bfloat16>(21, 96, 3, 40, theta, 2);
+    }
+    test_geglu<float>(33, 300, 40);
+    test_geglu<float>(7, 37, 1); // the stride loop
+    test_geglu<__nv_bfloat16>(19, 130, 3);
+    return qac_test_summary();
+}
