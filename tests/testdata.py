@@ -5,6 +5,10 @@ find them (tests/testutil.h: qac_test_data):
     import testdata
     cran = testdata.path("cranfield")                          # the directory
     deb = testdata.path("debian-packages", "packages.jsonl.gz")
+    docs, queries, qrels = testdata.cranfield()                # .W texts, queries, qrels
+    testdata.cranfield_texts()          # [(docid, title + abstract)], as qac's reader joins them
+    testdata.cranfield_texts("cran.qry", "W")                  # [(number, query)]
+    testdata.cranfield_subset(out, n)   # the first n documents as a file of the same format
 
 The root is $QAC_SHARED_DATA (CTest sets it to what scripts/test.sh found
 with scripts/data.sh), else ../shared/data beside the clone. A missing file
@@ -55,3 +59,43 @@ def cranfield():
         q, d = line.split()[:2]
         qrels.setdefault(int(q), []).append(d)
     return docs, queries, qrels
+
+
+def cranfield_records(name="cran.all.1400"):
+    """The records of a Cranfield SMART file, in file order: [(id, {field: [lines]})]
+    with the .I line's id, each field's lines stripped and blank ones left out.
+    A field starts at a line that is ".X" alone (X a capital letter); a field
+    that comes twice in a record (documents 576 and 578 have two .W) keeps
+    the lines of both, as qac's reader does."""
+    recs, cur, field = [], None, None
+    for line in open(path("cranfield", name), encoding="utf-8"):
+        s = line.strip()
+        if line.startswith(".I ") or s == ".I":
+            cur, field = {}, None
+            recs.append((line[3:].strip(), cur))
+        elif len(s) == 2 and s[0] == "." and s[1].isupper() and line.startswith("."):
+            field = s[1]
+            cur.setdefault(field, [])
+        elif s and cur is not None and field:
+            cur[field].append(s)
+    return recs
+
+
+def cranfield_texts(name="cran.all.1400", fields="TW"):
+    """[(id, text)] in file order: the lines of the fields, in that order,
+    joined by spaces (for documents "TW" is what qac's reader indexes:
+    title then abstract; for cran.qry "W" is the query)."""
+    return [(rid, " ".join(x for f in fields for x in rec.get(f, []))) for rid, rec in cranfield_records(name)]
+
+
+def cranfield_subset(out_path, n, name="cran.all.1400"):
+    """The first n records of a Cranfield file, written to out_path in its own format."""
+    count = 0
+    with open(path("cranfield", name), encoding="utf-8") as f, open(out_path, "w", encoding="utf-8") as g:
+        for line in f:
+            if line.startswith(".I "):
+                count += 1
+                if count > n:
+                    break
+            g.write(line)
+    return out_path

@@ -56,20 +56,7 @@ def java_home():
 
 def smart(path):
     """The records of a SMART file as qac reads them: .T and .W joined."""
-    recs, cur, field = [], None, None
-    with open(path) as f:
-        for line in f:
-            if line.startswith(".I "):
-                cur = {"T": [], "W": []}
-                recs.append((line[3:].strip(), cur))
-                field = None
-                continue
-            s = line.strip()
-            if len(s) == 2 and s[0] == "." and s[1].isupper() and line[0] == ".":
-                field = s[1]
-            elif s and field in cur:
-                cur[field].append(s)
-    return [(rid, " ".join(c["T"] + c["W"])) for rid, c in recs]
+    return testdata.cranfield_texts(os.path.basename(path))
 
 
 def qac(*args):

@@ -104,24 +104,9 @@ assert xxh64(b"") == 0xEF46DB3751D8E999 and xxh64(b"abc") == 0x44BC2CF5AD770999
 
 
 # ---- data helpers ----
-def cranfield_docs(path):
+def cranfield_docs():
     """id -> (title, body) as qac's reader: lines of .T and .W joined by spaces."""
-    docs, cur, field = {}, None, None
-    for line in open(path):
-        s = line.strip()
-        if line.startswith(".I "):
-            cur = [line[3:].strip(), [], []]
-            docs[cur[0]] = cur
-            field = None
-        elif len(s) == 2 and s[0] == "." and s[1].isupper() and line.startswith("."):
-            field = s[1]
-        elif s and field in ("T", "W"):
-            cur[1 if field == "T" else 2].append(s)
-    out = {}
-    for d, t, w in docs.values():
-        title, body = " ".join(t), " ".join(w)
-        out[d] = (title, body)
-    return out
+    return {i: (" ".join(r.get("T", [])), " ".join(r.get("W", []))) for i, r in testdata.cranfield_records()}
 
 
 def read_jsonl(path):

@@ -42,15 +42,9 @@ with open(p("all.jsonl")) as f, open(p("train.jsonl"), "w") as g:
     g.writelines(f.readlines()[:16])
 # dev set: 12 queries over the first 100 documents
 with open(p("dev.tsv"), "w") as f:
-    qs, cur = [], None
-    for line in open(queries):
-        if line.startswith(".I"):
-            cur = []
-            qs.append(cur)
-        elif line.strip() not in (".W", ""):
-            cur.append(line.strip())
+    qs = [t for _, t in testdata.cranfield_texts("cran.qry", "W")]
     for i in range(200, 212):
-        f.write(f"{i + 1}\t{' '.join(qs[i])}\n")
+        f.write(f"{i + 1}\t{qs[i]}\n")
 with open(p("dev.qrels"), "w") as f:
     f.writelines(l for l in open(qrels) if 201 <= int(l.split()[0]) <= 212)
 

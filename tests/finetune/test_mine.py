@@ -70,7 +70,7 @@ check(run(["bm25", "search", "--index", p("bm25"), "--queries", cran_q, "--k", "
 r = run(["mine", "--run", p("bm25.run"), "--queries", cran_q, "--qrels", cran_r, "--corpus", cran_docs, "--n", "30",
          "--depth", "200", "--seed", "7", "--out", p("cran.jsonl")])
 check(r.returncode == 0, "mine the BM25 run: " + r.stderr[-300:])
-docs = cranfield_docs(cran_docs)
+docs = cranfield_docs()
 ranked, judged = {}, {}
 for line in open(p("bm25.run")):
     q, _, d, _, s, _ = line.split()
@@ -78,13 +78,7 @@ for line in open(p("bm25.run")):
 for line in open(cran_r):
     q, d, rel = line.split()
     judged.setdefault(q, {})[d] = int(rel)
-qtexts, cur = [], None
-for line in open(cran_q):
-    if line.startswith(".I"):
-        cur = []
-        qtexts.append(cur)
-    elif line.strip() != ".W" and line.strip():
-        cur.append(line.strip())
+qtexts = [t for _, t in testdata.cranfield_texts("cran.qry", "W")]
 want = []
 for i, words in enumerate(qtexts):
     qid = str(i + 1)
@@ -93,7 +87,7 @@ for i, words in enumerate(qtexts):
         continue
     negs = reference(qid, ranked.get(qid, []), set(pos), 200, 30, 7)
     P = lambda d: {"docid": d, "title": docs[d][0], "text": docs[d][1]}  # noqa: E731
-    want.append({"query_id": qid, "query": " ".join(words), "positive_passages": [P(d) for d in pos],
+    want.append({"query_id": qid, "query": words, "positive_passages": [P(d) for d in pos],
                  "negative_passages": [P(d) for d in negs]})
 got = read_jsonl(p("cran.jsonl")) if r.returncode == 0 else []
 check(len(got) == len(want) == 225, f"one example per judged Cranfield query ({len(got)})")
@@ -101,15 +95,7 @@ bad = [g["query_id"] for g, w in zip(got, want) if g != w]
 check(got == want, f"every Cranfield example equals the reference (differ: {bad[:5]})")
 
 # 3. mining with a model and index = mining that model's search run
-sub = p("cran100")
-with open(sub, "w") as f:
-    count = 0
-    for line in open(cran_docs):
-        if line.startswith(".I "):
-            count += 1
-        if count > 100:
-            break
-        f.write(line)
+sub = testdata.cranfield_subset(p("cran100"), 100)
 sub_qrels = write("qrels100", "".join(l for l in open(cran_r) if 1 <= int(l.split()[1]) <= 100))
 check(run(["index", "build", "--corpus", sub, "--out", p("idx"), "--max-len", "64"]).returncode == 0, "index 100 docs")
 check(run(["search", "--index", p("idx"), "--queries", cran_q, "--k", "50", "--run", p("dense.run")]).returncode == 0,

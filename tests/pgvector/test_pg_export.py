@@ -36,6 +36,7 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "index"))
 import pglib  # noqa: E402
 import scratch  # noqa: E402
+import testdata  # noqa: E402
 import idxutil  # noqa: E402
 
 QAC = os.environ.get("QAC_BIN", "qac")
@@ -89,20 +90,8 @@ def refused(args, what, needle, secret=None):
 
 
 def cranfield_texts():
-    """docid -> text, parsed independently: .T then .W, lines trimmed, joined by spaces."""
-    out, cur, field, parts = {}, None, None, {}
-    for line in open(DOCS, encoding="utf-8"):
-        s = line.strip()
-        if line.startswith(".I "):
-            if cur is not None:
-                out[cur] = " ".join(parts.get("T", []) + parts.get("W", []))
-            cur, field, parts = line[3:].strip(), None, {}
-        elif len(s) == 2 and s[0] == "." and s[1].isupper() and line.startswith("."):
-            field = s[1]
-        elif s and field in ("T", "W"):
-            parts.setdefault(field, []).append(s)
-    out[cur] = " ".join(parts.get("T", []) + parts.get("W", []))
-    return out
+    """docid -> text: .T then .W, lines trimmed, joined by spaces (testdata's reader, not qac's)."""
+    return dict(testdata.cranfield_texts())
 
 
 def read_run(path):
@@ -244,15 +233,7 @@ with pglib.Server(tmp) as pg:
     check(conn.execute("SHOW enable_indexscan").fetchone()[0] == "on", "search(exact) leaves the session's settings")
 
     # ---- query vectors from qac serve: OpenAI and TEI endpoints ----
-    qtexts = []
-    cur = None
-    for line in open(QUERIES, encoding="utf-8"):
-        if line.startswith(".I "):
-            cur = []
-            qtexts.append(cur)
-        elif line.strip() and not re.match(r"^\.[A-Z]\s*$", line):
-            cur.append(line.strip())
-    qtexts = [" ".join(t) for t in qtexts]
+    qtexts = [t for _, t in testdata.cranfield_texts("cran.qry", "W")]
     check(len(qtexts) == 225, "225 query texts")
     # /v1/embeddings with qac's input_type "query" embeds as qac encode --kind
     # query does (the query prompt and the query length)

@@ -31,6 +31,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "server"))
 from srvlib import QAC, Contract, Server, check, cranfield_subset, finish, http, workdir  # noqa: E402
+import testdata  # noqa: E402  (srvlib puts tests/ on the path)
 
 try:
     import openai
@@ -203,25 +204,14 @@ def same_ranking(run, qids, qv, docids, pv, k, label):
     return check(bad == 0, f"{label}: {bad} hits differ from sentence-transformers' ranking")
 
 
-def cranfield_texts(path):
-    """id -> "title text" as qac's Cranfield reader joins them."""
-    docs, cur, field = [], None, None
-    for line in open(path):
-        s = line.strip()
-        if line.startswith(".I "):
-            cur = [line[3:].strip(), [], []]
-            docs.append(cur)
-            field = None
-        elif len(s) == 2 and s[0] == "." and s[1].isupper():
-            field = s[1]
-        elif s and field in ("T", "W"):
-            cur[1 if field == "T" else 2].append(s)
-    return [(i, " ".join(t + w)) for i, t, w in docs]
+def cranfield_texts(n):
+    """The first n documents' (id, "title text") as qac's Cranfield reader joins them."""
+    return testdata.cranfield_texts()[:n]
 
 
 def test_index(d, model, st, tag, checks):
     corpus = cranfield_subset(os.path.join(d, f"corpus-{tag}.all"), 60)
-    docs = cranfield_texts(corpus)
+    docs = cranfield_texts(60)
     queries = [("q1", "what similarity laws must be obeyed by aeroelastic models"),
                ("q2", "boundary layer transition at high mach numbers"),
                ("q3", "heat transfer to a flat plate"), ("q4", "buckling of cylindrical shells")]

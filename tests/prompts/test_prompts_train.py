@@ -33,6 +33,7 @@ from ptlib import check, debian_pairs, file_bytes, finish, read_jsonl, run, tiny
 from ftlib import CRAN  # noqa: E402
 sys.path.insert(0, os.path.join(HERE, ".."))
 import scratch  # noqa: E402
+import testdata  # noqa: E402
 
 tmp = scratch.mkdtemp(prefix="qac-prompts-train-")
 p = lambda name: os.path.join(tmp, name)  # noqa: E731
@@ -160,15 +161,7 @@ r = run(["pretrain", "--model", tinyp, "--data", p("pt.jsonl"), *PT, "--resume",
 check(r.returncode == 2 and "prompt" in r.stderr, "pretrain --resume with other prompts is refused: " + r.stderr[-200:])
 
 # ---- mining with a prompted query encoder ----
-docs = os.path.join(CRAN, "cran.all.1400")
-keep, n = [], 0
-for line in open(docs):
-    n += line.startswith(".I ")
-    if n > 200:
-        break
-    keep.append(line)
-with open(p("corpus.all"), "w") as f:
-    f.writelines(keep)
+testdata.cranfield_subset(p("corpus.all"), 200)
 queries, qrels = os.path.join(CRAN, "cran.qry"), p("qrels")
 with open(qrels, "w") as f:  # the judgements of the 200 documents kept
     f.writelines(l for l in open(os.path.join(CRAN, "cranqrel")) if int(l.split()[1]) <= 200)

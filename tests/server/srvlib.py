@@ -48,17 +48,7 @@ def workdir(tag):
 
 def cranfield_subset(out_path, n_docs):
     """The first n_docs Cranfield documents, as a Cranfield file."""
-    keep, count = [], 0
-    with open(testdata.path("cranfield", "cran.all.1400"), encoding="utf-8") as f:
-        for line in f:
-            if line.startswith(".I "):
-                count += 1
-                if count > n_docs:
-                    break
-            keep.append(line)
-    with open(out_path, "w", encoding="utf-8") as f:
-        f.writelines(keep)
-    return out_path
+    return testdata.cranfield_subset(out_path, n_docs)
 
 
 def build_indexes(d, n_docs=60, bm25=True):

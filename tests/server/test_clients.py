@@ -25,6 +25,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from srvlib import CRAN_DOCS, CRAN_QUERIES, QAC, Server, check, finish, http, metric, workdir  # noqa: E402
+import testdata  # noqa: E402  (srvlib puts tests/ on the path)
 
 try:
     import openai
@@ -84,21 +85,8 @@ def model_dir():
 
 
 def cranfield_titles(n):
-    """The first n Cranfield titles (short texts, as a chunked corpus sends)."""
-    out, take = [], False
-    with open(CRAN_DOCS, encoding="utf-8") as f:
-        for line in f:
-            if line.startswith(".T"):
-                take, title = True, []
-            elif line.startswith("."):
-                if take and " ".join(title).strip():  # a few documents have no title
-                    out.append(" ".join(title).strip())
-                    if len(out) == n:
-                        break
-                take = False
-            elif take:
-                title.append(line.strip())
-    return out
+    """The first n Cranfield titles (short texts, as a chunked corpus sends; a few documents have none)."""
+    return [t for _, t in testdata.cranfield_texts(fields="T") if t][:n]
 
 
 def check_openai(srv, d, ref, tok):

@@ -17,23 +17,14 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from srvlib import CRAN_QUERIES, QAC, Server, build_indexes, check, finish, http, workdir  # noqa: E402
+from srvlib import QAC, Server, build_indexes, check, finish, http, workdir  # noqa: E402
+import testdata  # noqa: E402  (srvlib puts tests/ on the path)
 
 d = workdir("modes")
 corpus, ix, bm = build_indexes(d, n_docs=150, bm25=True)
 
-# the first 12 Cranfield queries, as TSV
-queries, qid, text = [], None, []
-with open(CRAN_QUERIES) as f:
-    for line in f:
-        if line.startswith(".I "):
-            if qid is not None:
-                queries.append((qid, " ".join(text)))
-            qid, text = str(len(queries) + 1), []
-        elif not line.startswith(".W"):
-            text.append(line.strip())
-queries.append((qid, " ".join(text)))
-queries = queries[:12]
+# the first 12 Cranfield queries, as TSV (numbered 1.. in file order)
+queries = [(str(i + 1), t) for i, (_, t) in enumerate(testdata.cranfield_texts("cran.qry", "W")[:12])]
 qpath = os.path.join(d, "q.tsv")
 with open(qpath, "w") as f:
     f.writelines(f"{q}\t{t}\n" for q, t in queries)

@@ -46,17 +46,7 @@ assert r.returncode == 0, r.stderr
 
 
 def cranfield_docs(n):
-    out, cur, field = [], None, None
-    for line in open(os.path.join(cran, "cran.all.1400"), encoding="utf-8", errors="replace"):
-        if line.startswith(".I"):
-            cur = {"id": line.split()[1], "T": [], "W": []}
-            out.append(cur)
-            field = None
-        elif line.startswith("."):
-            field = line[1]
-        elif field in ("T", "W"):
-            cur[field].append(line.strip())
-    return [(d["id"], (" ".join(d["T"]) + " " + " ".join(d["W"])).strip()) for d in out[:n]]
+    return testdata.cranfield_texts()[:n]
 
 
 docs = cranfield_docs(300)
