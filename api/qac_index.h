@@ -47,6 +47,13 @@ typedef struct qac_index_build_opts {
     int tokenize_threads;  /* threads tokenising the next chunks while the encoders work; 0 = auto
                               (one per core up to 8 when an encoder runs on CUDA, else 1) */
     struct qac_index_build_stats *stats; /* filled by qac_index_build when not NULL */
+    /* build_vectors and merge: asked before each shard they load (and
+     * every 1,024 rows merge walks) and between the pieces FAISS trains on
+     * and adds; nonzero stops the call with QAC_ERR_CANCELLED, what is
+     * written staying for the next call to resume from (NULL: none; a
+     * build stops through its encoder's hook, qac_encoder_set_cancel). */
+    qac_encoder_cancel_fn cancel;
+    void *cancel_user;
 } qac_index_build_opts;
 
 /* How the encoding phase of a qac_index_build run went. */

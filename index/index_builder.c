@@ -60,6 +60,13 @@ void qac_builder_progress(const qac_builder *b, const char *phase, uint64_t done
     if (b->o->progress) b->o->progress(b->o->progress_user, phase, done, total);
 }
 
+qac_status qac_builder_check_cancel(const qac_builder *b, const char *phase, uint64_t done) {
+    if (b->o->cancel && b->o->cancel(b->o->cancel_user))
+        return qac_set_error(QAC_ERR_CANCELLED, "index %s: cancelled after %llu rows (what is written stays: run it "
+                             "again to resume)", phase, (unsigned long long)done);
+    return QAC_OK;
+}
+
 qac_status qac_builder_write_manifest(const qac_builder *b) {
     char path[4096];
     qac_status st = qac_path_join(path, sizeof path, b->dir, "manifest.json");
@@ -483,8 +490,8 @@ static qac_status faiss_sample(const faiss_stage *fs, float *train) {
         if (j >= train_n || (j * n) / train_n >= first + cnt) continue;
         char path[4096];
         qac_shard s;
-        qac_status st = faiss_read_shard(fs, sh, path, sizeof path, &s);
-        if (st) return st;
+        qac_status st = qac_builder_check_cancel(b, "train-sample", j);
+        if (st || (st = faiss_read_shard(fs, sh, path, sizeof path, &s))) return st;
         for (; j < train_n; j++) {
             uint64_t row = (j * n) / train_n;
             if (row >= first + cnt) break;
@@ -533,6 +540,8 @@ static qac_status faiss_add_shard(faiss_stage *fs, const qac_shard *s, uint64_t 
     for (uint64_t p = 0; p < s->count; p += QAC_ADD_PIECE) {
         uint64_t m = s->count - p < QAC_ADD_PIECE ? s->count - p : QAC_ADD_PIECE;
         const float *rows = s->vectors + p * (size_t)b->dim;
+        qac_status cst = qac_builder_check_cancel(b, "add", *added);
+        if (cst) return cst;
         if (fs->bf16) {
             qac_status st = qac_sqbf16_write_rows(fs->af.f, rows, m, b->dim);
             if (st) return st;

@@ -85,6 +85,9 @@ qac_status qac_builder_write_manifest(const qac_builder *b);
 void qac_builder_set_model_dir(qac_builder *b, const qac_model *m);
 /* Report progress to the options' callback, if any. */
 void qac_builder_progress(const qac_builder *b, const char *phase, uint64_t done, uint64_t total);
+/* QAC_ERR_CANCELLED when the options' cancel hook says stop (phase and
+ * done name where), else QAC_OK. */
+qac_status qac_builder_check_cancel(const qac_builder *b, const char *phase, uint64_t done);
 /* A resumed build continues after the last listed passage: seek the reader
  * there and check that the passage is still the one listed. */
 qac_status qac_builder_resume_reader(qac_builder *b, qac_reader *r, const char *corpus_abs);

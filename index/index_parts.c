@@ -468,6 +468,7 @@ static qac_status merge_rows(merge *m, uint64_t *rows) {
         row++;
         if (m->b.fill == (uint64_t)m->o->shard_size && (st = qac_builder_flush_shard(&m->b))) break;
         if (row % 65536 == 0) qac_builder_progress(&m->b, "merge", row, 0);
+        if (row % 1024 == 0 && (st = qac_builder_check_cancel(&m->b, "merge", row))) break;
     }
     *rows = row;
     return st;

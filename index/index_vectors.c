@@ -260,7 +260,7 @@ static qac_status vectors_load(vectors_build *v, qac_builder *b) {
     qac_builder_progress(b, "load", row, rows); /* the phase's clock starts here */
     while (row < rows) {
         uint64_t n = rows - row < shard ? rows - row : shard;
-        if ((st = vectors_load_shard(v, b, row, n))) return st;
+        if ((st = qac_builder_check_cancel(b, "load", row)) || (st = vectors_load_shard(v, b, row, n))) return st;
         row += n;
         qac_builder_progress(b, "load", row, rows);
     }

@@ -272,9 +272,13 @@ PyObject *qpy_index_build_vectors(PyObject *mod, PyObject *args) {
     qac_index_build_opts o;
     if (build_opts_get(&o, opts) < 0) return NULL;
     if (model != Py_None && !(o.vectors_model = qpy_model_arg(model))) return NULL;
-    qpy_cb cb = qpy_cb_of(progress, 0);
+    /* Ctrl-C (or progress's exception) stops it between shards and FAISS's
+     * pieces; what is written stays for the next call to resume */
+    qpy_cb cb = qpy_cb_of(progress, qpy_on_main_thread());
     o.progress = qpy_progress;
     o.progress_user = &cb;
+    o.cancel = qpy_cancel;
+    o.cancel_user = &cb;
     if (model != Py_None) qpy_borrow((qpy_obj *)model); /* a close() meanwhile leaves the handle to this call */
     qac_status st;
     Py_BEGIN_ALLOW_THREADS
@@ -291,9 +295,11 @@ PyObject *qpy_index_merge(PyObject *mod, PyObject *args) {
     if (!PyArg_ParseTuple(args, "ssOO", &out, &parts, &opts, &progress)) return NULL;
     qac_index_build_opts o;
     if (build_opts_get(&o, opts) < 0) return NULL;
-    qpy_cb cb = qpy_cb_of(progress, 0);
+    qpy_cb cb = qpy_cb_of(progress, qpy_on_main_thread()); /* Ctrl-C: as build_vectors */
     o.progress = qpy_progress;
     o.progress_user = &cb;
+    o.cancel = qpy_cancel;
+    o.cancel_user = &cb;
     qac_status st;
     Py_BEGIN_ALLOW_THREADS
     st = qac_index_merge(out, parts, &o);

@@ -1,9 +1,12 @@
 """Ctrl-C in Python: a SIGINT sent to a process in the middle of a long
-Encoder.encode, a text Index.search, a BM25.search, an Index.build or a
+Encoder.encode, a text Index.search, a BM25.search, an Index.build (from a
+corpus or from vectors), an Index.merge or a
 wait for another thread's encode raises KeyboardInterrupt within 1 s, measured from the kill
 to the except clause (CLOCK_MONOTONIC, shared by the two processes). The
-object then still gives the reference answer, and the interrupted build,
-run again, resumes to the bytes `qac index build` writes in one go.
+object then still gives the reference answer, and the interrupted build
+(or merge), run again, resumes to the bytes one uninterrupted run writes.
+Builds from vectors and merges are asked to stop before each shard they
+write (many small shards here, so that the call lasts seconds).
 
 The bound: the library is asked to stop before each batch and each layer;
 one layer of the default batch (32 passages of up to 256 tokens) takes
@@ -26,6 +29,8 @@ BOUND_S = 1.0
 DOCS = 600      # passages of the build: the first of Cranfield
 SHARD = 64      # rows per shard: the interrupted build has written some
 BUILD_OPTS = dict(shard_size=SHARD, max_len=128)
+VROWS, VSHARD = 50000, 32     # Index.build from vectors: 1,563 shards
+MROWS, MSHARD = 20000, 16     # Index.merge: 1,250 shards
 
 
 def cranfield_dir():
@@ -78,6 +83,19 @@ def child(what, arg):
                 say(done=p["done"])
         work = lambda: qac.Index.build(corpus, out, encoder=enc, progress=progress, **BUILD_OPTS)  # noqa: E731
         check = lambda: len(qac.Index.build(corpus, out, encoder=enc, **BUILD_OPTS)) == DOCS  # noqa: E731
+    elif what == "vectors":
+        npy, out = arg.split(",")
+
+        def progress(p):
+            if p["phase"] == "load":
+                say(done=p["done"])
+        opts = dict(ids="sequential", shard_size=VSHARD)
+        work = lambda: qac.Index.build(npy, out, progress=progress, **opts)  # noqa: E731
+        check = lambda: len(qac.Index.build(npy, out, **opts)) == VROWS  # noqa: E731
+    elif what == "merge":
+        parts, out = arg.split(",")
+        work = lambda: qac.Index.merge(parts, out, shard_size=MSHARD)  # noqa: E731
+        check = lambda: len(qac.Index.merge(parts, out, shard_size=MSHARD)) == MROWS  # noqa: E731
     say(ready=True)
     try:
         work()
@@ -88,7 +106,7 @@ def child(what, arg):
         say(interrupted=False)
 
 
-def interrupt(what, arg, *, after_rows=None):
+def interrupt(what, arg, *, after_rows=None, delay=1.0):
     """Run the child, SIGINT it mid-call; (seconds to KeyboardInterrupt, its last report)."""
     env = dict(os.environ, PYTHONFAULTHANDLER="1")
     p = subprocess.Popen([sys.executable, os.path.abspath(__file__), what, arg], stdout=subprocess.PIPE,
@@ -100,7 +118,7 @@ def interrupt(what, arg, *, after_rows=None):
             reports.append(r)
             if t0 is None and (r.get("ready") and after_rows is None or r.get("done", 0) >= (after_rows or 1)):
                 if after_rows is None:
-                    time.sleep(1.0)  # well into the call
+                    time.sleep(delay)  # well into the call
                 t0 = time.monotonic()
                 p.send_signal(signal.SIGINT)
         p.wait(timeout=600)
@@ -178,6 +196,48 @@ def test_progress_exception_stops_build(tmp, corpus):
     with open(os.path.join(out, "manifest.json")) as f:
         count = json.load(f)["count"]
     assert SHARD <= count <= 3 * SHARD, f"{count} rows written after the callback raised at {SHARD}"
+
+
+def same_dirs(a, b):
+    names = sorted(os.listdir(a))
+    assert sorted(os.listdir(b)) == names, (names, sorted(os.listdir(b)))
+    for name in names:
+        assert files_equal(a, b, name), f"{name} differs from an uninterrupted run's"
+
+
+def test_ctrl_c_stops_build_vectors_and_it_resumes(tmp):
+    npy = os.path.join(tmp, "interrupt-vectors.npy")
+    np.save(npy, np.random.RandomState(4).randn(VROWS, 8).astype(np.float32))
+    out = os.path.join(tmp, "interrupt-vectors")
+    s, last = interrupt("vectors", f"{npy},{out}", after_rows=3 * VSHARD)
+    print(f"build from vectors: KeyboardInterrupt {s:.3f} s after SIGINT")
+    assert s < BOUND_S, f"build from vectors: KeyboardInterrupt {s:.3f} s after SIGINT"
+    assert last["usable"], "the resumed build from vectors has another size"
+    whole = os.path.join(tmp, "interrupt-vectors-whole")
+    qac.Index.build(npy, whole, ids="sequential", shard_size=VSHARD)
+    same_dirs(whole, out)
+
+
+def test_ctrl_c_stops_merge_and_it_resumes(tmp):
+    from testlib import tiny_model
+    corpus = os.path.join(tmp, "interrupt-merge.tsv")
+    with open(corpus, "w", encoding="utf-8") as f:
+        for i in range(MROWS):
+            f.write(f"m{i}\tpassage {i % 97} of {i % 13}\n")
+    enc = qac.Encoder(tiny_model(os.path.join(tmp, "interrupt-tiny")), device="cpu")
+    parts = os.path.join(tmp, "interrupt-parts")
+    recs = list(qac.read_corpus(corpus))
+    with qac.IndexParts(parts, corpus, encoder=enc, max_len=16) as w:
+        w.encode(list(range(MROWS)), [r.id for r in recs], [r.text for r in recs], [r.offset for r in recs],
+                 [r.line for r in recs])
+    out = os.path.join(tmp, "interrupt-merged")
+    s, last = interrupt("merge", f"{parts},{out}", delay=0.3)
+    print(f"merge: KeyboardInterrupt {s:.3f} s after SIGINT")
+    assert s < BOUND_S, f"merge: KeyboardInterrupt {s:.3f} s after SIGINT"
+    assert last["usable"], "the resumed merge has another size"
+    whole = os.path.join(tmp, "interrupt-merged-whole")
+    qac.Index.merge(parts, whole, shard_size=MSHARD)
+    same_dirs(whole, out)
 
 
 if __name__ == "__main__":
