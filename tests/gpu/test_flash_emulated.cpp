@@ -153,10 +153,11 @@ void run_case(int B, int T, int NH, const int *lens_in, int packed, int causal, 
     const qac_dropout *dp = pdrop > 0 ? &drop : NULL;
     const int *toffs = packed ? offs.data() : NULL, *tlens = packed ? NULL : lens.data();
     std::vector<float> tout(nc), tlse((size_t)N * NH), tdq(n3), bO(nc), bL((size_t)N * NH), bd(n3);
-    qac_flash_attention_forward(tout.data(), tlse.data(), qkv.data(), bias.data(), toffs, tlens, B, T, C, NH, causal,
-                                window, dp, layer, t.f[1], pr, NULL);
-    qac_flash_attention_backward(tdq.data(), dout_r.data(), out.data(), lse.data(), qkv.data(), bias.data(), toffs,
-                                 tlens, B, T, C, NH, causal, window, dp, layer, t.k[1], t.q[1], pr, NULL);
+    CHECK_OK(qac_flash_attention_forward(tout.data(), tlse.data(), qkv.data(), bias.data(), toffs, tlens, B, T, C, NH,
+                                         causal, window, dp, layer, t.f[1], pr, NULL));
+    CHECK_OK(qac_flash_attention_backward(tdq.data(), dout_r.data(), out.data(), lse.data(), qkv.data(), bias.data(),
+                                          toffs, tlens, B, T, C, NH, causal, window, dp, layer, t.k[1], t.q[1], pr,
+                                          NULL));
     att_shape s = {B, T, C, NH, causal, window, toffs, tlens, dp, layer, (T + 15) / 16 + 1};
     const double us = 2 * 0x1p-24, ue = 2 * (pr == QAC_PREC_FP16 ? 0x1p-11 : 0x1p-8);
     const double ae = pr == QAC_PREC_FP16 ? 2 * 0x1p-25 : 0;
@@ -233,10 +234,11 @@ template <typename E, int D> void big_batch(const tiles3 &t) {
     }
     std::vector<float> tout((size_t)M * C), tlse((size_t)M * NH), tdq((size_t)M * 3 * C), bO((size_t)M * C),
         bL((size_t)M * NH), bd((size_t)M * 3 * C);
-    qac_flash_attention_forward(tout.data(), tlse.data(), qkv.data(), bias.data(), toffs.data(), NULL, Bt, T, C, NH, 0,
-                                0, NULL, layer, t.f[1], pr, NULL);
-    qac_flash_attention_backward(tdq.data(), dout.data(), out.data(), olse.data(), qkv.data(), bias.data(),
-                                 toffs.data(), NULL, Bt, T, C, NH, 0, 0, NULL, layer, t.k[1], t.q[1], pr, NULL);
+    CHECK_OK(qac_flash_attention_forward(tout.data(), tlse.data(), qkv.data(), bias.data(), toffs.data(), NULL, Bt, T,
+                                         C, NH, 0, 0, NULL, layer, t.f[1], pr, NULL));
+    CHECK_OK(qac_flash_attention_backward(tdq.data(), dout.data(), out.data(), olse.data(), qkv.data(), bias.data(),
+                                          toffs.data(), NULL, Bt, T, C, NH, 0, 0, NULL, layer, t.k[1], t.q[1], pr,
+                                          NULL));
     att_shape s = {Bt, T, C, NH, 0, 0, toffs.data(), NULL, NULL, layer, (T + 15) / 16 + 1};
     const double us = 2 * 0x1p-24, ue = 2 * (pr == QAC_PREC_FP16 ? 0x1p-11 : 0x1p-8);
     const double ae = pr == QAC_PREC_FP16 ? 2 * 0x1p-25 : 0;

@@ -128,10 +128,10 @@ static void run(const gcase *g) {
     check_same("re-run: backward", shape, dq, dq2, n3);
 
     /* against the twin on the same inputs */
-    qac_flash_attention_forward(tout, tlse, qkv, bias, offs, lens, B, T, C, NH, g->causal, g->window, dp, layer, t.bk,
-                                pr, pool);
-    qac_flash_attention_backward(tdq, dout, out, lse, qkv, bias, offs, lens, B, T, C, NH, g->causal, g->window, dp,
-                                 layer, t.kv_bq, t.dq_bk, pr, pool);
+    CHECK_OK(qac_flash_attention_forward(tout, tlse, qkv, bias, offs, lens, B, T, C, NH, g->causal, g->window, dp,
+                                         layer, t.bk, pr, pool));
+    CHECK_OK(qac_flash_attention_backward(tdq, dout, out, lse, qkv, bias, offs, lens, B, T, C, NH, g->causal, g->window,
+                                          dp, layer, t.kv_bq, t.dq_bk, pr, pool));
     att_bound_forward(bO, bL, &s, qb, tout, tlse, us, ue, ae);
     check("fused fwd out vs twin", shape, out, tout, bO, nc);
     check("fused fwd lse vs twin", shape, lse, tlse, bL, N * NH);

@@ -75,7 +75,8 @@ static void kernels_case(int B, const int *lens, int hs, qac_precision pr) {
     const qac_status st = qac_cudnn_fa_forward(cud, qkv, bias, offs, B, T, C, NH, pr);
     CHECK_MSG(st == QAC_OK, "cuDNN %s: %s", shape, qac_last_error());
     if (st == QAC_OK) {
-        qac_flash_attention_forward(tout, tlse, qkv, bias, offs, NULL, B, T, C, NH, 0, 0, NULL, 0, 64, pr, NULL);
+        CHECK_OK(qac_flash_attention_forward(tout, tlse, qkv, bias, offs, NULL, B, T, C, NH, 0, 0, NULL, 0, 64, pr,
+                                             NULL));
         att_shape s = {B, T, C, NH, 0, 0, offs, NULL, NULL, 0, (T + 15) / 16 + 1};
         att_bound_forward(bq, NULL, &s, qb, tout, tlse, U32 + U22, 2 * unit_of(pr), 2 * abs_of(pr));
         att_bound_forward(bc, NULL, &s, qb, tout, tlse, U32 + U22, 3 * unit_of(pr), 3 * abs_of(pr));

@@ -191,7 +191,7 @@ static void test_default_model(void) {
                gpu_test_prec_name(p), att, identical, queries.n, bad);
         CHECK_MSG(bad == 0, "%s %s: %d queries' top-10 differ beyond ties", gpu_test_prec_name(p), att, bad);
     }
-    qac_cuda_attention_select(NULL);
+    CHECK_OK(qac_cuda_attention_select(NULL));
     free(dref), free(qref), free(dgot), free(qgot);
 out:
     texts_free(&docs);
@@ -261,7 +261,7 @@ static void test_random_base_model(void) {
         CHECK_MSG(c >= min_cos_for(p), "random BERT-base %s %s %s: min cosine %.8f < %.8f", gpu_test_prec_name(p),
                   path, how, c, min_cos_for(p));
     }
-    qac_cuda_attention_select(NULL);
+    CHECK_OK(qac_cuda_attention_select(NULL));
     for (int i = 0; i < NSEQ; i++) free(ids[i]);
     free(ref), free(got);
     qac_model_free(m);
@@ -300,7 +300,7 @@ static void test_query_graphs(qac_model *m, const char *name, qac_precision p) {
     setenv("QAC_CUDA_GRAPHS", "0", 1);
     CHECK_OK(qac_encoder_create(&without, m, &o));
     unsetenv("QAC_CUDA_GRAPHS");
-    qac_cuda_attention_select(NULL);
+    CHECK_OK(qac_cuda_attention_select(NULL));
     if (!with || !without) goto out;
     static const int SIZES[] = {1, 2, 3, 5, 8, 13, 16};
     int differ = 0, calls = 0;

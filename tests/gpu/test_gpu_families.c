@@ -64,7 +64,7 @@ static void check_family(const char *name, const qac_model *m) {
     for (int i = 0; i < n; i++) ptr[i] = (const int32_t *)ti->data + off, off += (size_t)lens[i];
     float *e32 = malloc((size_t)n * C * sizeof *e32), *got = malloc((size_t)n * C * sizeof *got);
     float *one = malloc((size_t)n * C * sizeof *one);
-    qac_safetensors_read_f32(need("emb32"), e32);
+    CHECK_OK(qac_safetensors_read_f32(need("emb32"), e32));
     const double *e64 = (const double *)need("emb64")->data;
     for (int pass = 0; pass < 2; pass++) {
         qac_precision prec = pass ? QAC_PREC_BF16 : QAC_PREC_FP32;

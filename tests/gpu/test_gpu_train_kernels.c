@@ -238,7 +238,7 @@ static void test_matmul_backward(int N, int IC, int OC) {
     float *dw0 = rnd((size_t)OC * IC, -0.5f, 0.5f), *db0 = rnd(OC, -0.5f, 0.5f);
     float *dinp = malloc(sizeof(float) * N * IC), *dw = copy_of(dw0, (size_t)OC * IC), *db = copy_of(db0, OC);
     float *scratch = malloc(sizeof(float) * qac_matmul_backward_scratch(N, IC, OC));
-    qac_matmul_backward(dinp, dw, db, dout, inp, w, NULL, N, IC, OC, scratch, NULL);
+    CHECK_OK(qac_matmul_backward(dinp, dw, db, dout, inp, w, NULL, N, IC, OC, scratch, NULL));
     float *gdinp = malloc(sizeof(float) * N * IC);
     char shape[64];
     snprintf(shape, sizeof shape, "N%d IC%d OC%d", N, IC, OC);

@@ -214,7 +214,7 @@ static void ln2_terms(double *abs_w, double *abs_b, double *reorder_w, double *r
                 reorder_w[(size_t)l * C + k] += fabs((double)gw - cw);
                 reorder_b[(size_t)l * C + k] += fabs((double)gb - cb);
             }
-            qac_bert_layer_backward(&g, &w, &x->a, l, c, &m->p, &pk, x->lens, x->B, x->T, &d, pool);
+            CHECK_OK(qac_bert_layer_backward(&g, &w, &x->a, l, c, &m->p, &pk, x->lens, x->B, x->T, &d, pool));
         }
         qac_bert_bwd_free(&w);
     }
