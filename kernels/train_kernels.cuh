@@ -50,12 +50,13 @@ cudaError_t qac_kt_scatter_add(float *dst, const float *dout, qac_scatter_plan p
                                float *partial, int C, cudaStream_t s);
 
 // ---- LayerNorm ----
-// out = (inp - mean) rstd w + b; out_act (may be NULL) the same in prec;
-// mean, rstd [N].
+// out = (inp - mean) rstd w + b (b NULL: none, ModernBERT's norms);
+// out_act (may be NULL) the same in prec; mean, rstd [N].
 cudaError_t qac_kt_layernorm_fwd(float *out, void *out_act, float *mean, float *rstd, const float *inp,
                                  const float *w, const float *b, int N, int C, float eps, qac_precision prec,
                                  cudaStream_t s);
-// dinp [N,C] (written; may alias dout) and dw, db [C] (+=).
+// dinp [N,C] (written; may alias dout) and dw, db [C] (+=; db NULL: a
+// LayerNorm without a bias).
 // partial holds qac_kt_colsum_floats(N, C, 2) floats.
 cudaError_t qac_kt_layernorm_bwd(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                                  const float *mean, const float *rstd, const float *w, float *partial, int N,

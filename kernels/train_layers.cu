@@ -3,7 +3,9 @@
 // its statistics and backward, bias + dropout + residual and dropout (the
 // CPU's counter-based masks), the cuBLAS GEMM wrapper and the linear layer
 // forward and backward. Contracts: train_kernels.cuh; shared helpers:
-// train_common.cuh; CPU twins: model/layers.c.
+// train_common.cuh; CPU twins: model/layers.c. The kernels alone compile
+// for the CPU (QAC_FA_EMULATE): tests/gpu/test_train_family_emulated.cpp
+// runs the LayerNorm's there.
 #include "train_common.cuh"
 
 namespace {
@@ -67,7 +69,7 @@ ln_fwd_kernel(float *out, T *out_act, float *mean, float *rstd, const float *inp
     }
     const float rs = 1.0f / sqrtf(block_sum(sq, red) / C + eps);
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
-        const float y = (x[c] - m) * rs * w[c] + b[c];
+        const float y = b ? (x[c] - m) * rs * w[c] + b[c] : (x[c] - m) * rs * w[c]; // b NULL: no bias (ModernBERT)
         out[r * C + c] = y;
         if (out_act) out_act[r * C + c] = qac_from_float<T>(y);
     }
@@ -135,6 +137,7 @@ __global__ void dropout_kernel(T *out, const float *inp, uint64_t key, uint64_t 
 
 } // namespace
 
+#ifndef QAC_FA_EMULATE
 // ---- launchers ----
 
 size_t qac_kt_colsum_floats(int N, int C, int ways) { return (size_t)ways * col_chunks(N) * (size_t)C; }
@@ -160,8 +163,10 @@ cudaError_t qac_kt_layernorm_bwd(float *dinp, float *dw, float *db, const float 
     if (e != cudaSuccess) return e;
     colsum_finish_kernel<<<qac_div_up(C, COL_THREADS), COL_THREADS, 0, s>>>(dw, partial, nch, C);
     if ((e = cudaGetLastError()) != cudaSuccess) return e;
-    colsum_finish_kernel<<<qac_div_up(C, COL_THREADS), COL_THREADS, 0, s>>>(db, partial + (size_t)nch * C, nch, C);
-    if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    if (db) { // NULL: a LayerNorm without a bias
+        colsum_finish_kernel<<<qac_div_up(C, COL_THREADS), COL_THREADS, 0, s>>>(db, partial + (size_t)nch * C, nch, C);
+        if ((e = cudaGetLastError()) != cudaSuccess) return e;
+    }
     ln_bwd_kernel<<<N, LN_THREADS, 0, s>>>(dinp, dout, inp, mean, rstd, w, C);
     return cudaGetLastError();
 }
@@ -244,3 +249,4 @@ qac_status qac_kt_linear_bwd(cublasHandle_t h, void *dinp, qac_precision dinp_pr
                                dinp_prec));
     return QAC_OK;
 }
+#endif

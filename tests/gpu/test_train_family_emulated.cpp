@@ -14,6 +14,14 @@
 //    test_train_emulated and test_gpu_train_kernels hold GELU's backward
 //    to), 4e-3 in bf16 (a value stored rounded: bf16 keeps 8 significant
 //    bits, 2^-8).
+//  - the LayerNorm's forward (with its statistics) and backward
+//    (qac_layernorm_forward, qac_layernorm_backward) without a bias, as
+//    ModernBERT's norms are (b NULL, db NULL), and with one: the launch
+//    sequence of qac_kt_layernorm_bwd (column partials of 64 rows, their
+//    sums, the rows); bound 1e-5 on the relative norm of the difference in
+//    fp32 (the mean, variance and column sums added in other orders; the
+//    bound test_gpu_train_kernels derives for the LayerNorm), 4e-3 for the
+//    bf16 copy of the output (stored rounded, 2^-8).
 // Grids smaller than the work (the launchers cap grid_1d): the grid-stride
 // loops must cover every element. Outputs of the GeGLU pass start as NaN.
 //
@@ -25,6 +33,7 @@
 #define __shared__ static
 
 #include "../../kernels/train_family.cu"
+#include "../../kernels/train_layers.cu"
 
 #include <cmath>
 #include <cstdio>
@@ -123,9 +132,57 @@ template <typename E> void test_geglu(int N, int I, unsigned grid) {
     report("geglu bwd (in place)", pname<E>(), shape, to_f<E>(inplace), want, tol);
 }
 
+// The LayerNorm, bias or none (ModernBERT's), fp32 with a bf16 or fp32 copy of the output.
+template <typename E> void test_layernorm(int N, int C, bool bias) {
+    const float eps = 1e-5f;
+    const std::vector<float> inp = rnd((size_t)N * C, -3.f, 3.f), w = rnd(C, 0.5f, 1.5f), bv = rnd(C, -1.f, 1.f);
+    const float *b = bias ? bv.data() : NULL;
+    char shape[96];
+    snprintf(shape, sizeof shape, "N%d C%d %s", N, C, bias ? "bias" : "no bias");
+    std::vector<float> out((size_t)N * C, NAN), mean(N, NAN), rstd(N, NAN);
+    std::vector<E> out_e((size_t)N * C, qac_from_float<E>(NAN));
+    emu_launch({(unsigned)N, 1, 1}, LN_THREADS, [&] {
+        ln_fwd_kernel<E>(out.data(), out_e.data(), mean.data(), rstd.data(), inp.data(), w.data(), b, C, eps);
+    });
+    std::vector<float> tout((size_t)N * C), tmean(N), trstd(N);
+    qac_layernorm_forward(tout.data(), tmean.data(), trstd.data(), inp.data(), w.data(), b, N, C, eps, NULL);
+    report("layernorm fwd", "fp32", shape, out, tout, 1e-5);
+    report("layernorm fwd (copy)", pname<E>(), shape, to_f<E>(out_e), tout, is_bf16<E>() ? 4e-3 : 1e-5);
+    report("layernorm mean", "fp32", shape, mean, tmean, 1e-5);
+    report("layernorm rstd", "fp32", shape, rstd, trstd, 1e-5);
+
+    // backward, as qac_kt_layernorm_bwd launches it, on the twin's statistics
+    const std::vector<float> dout = rnd((size_t)N * C, -1.f, 1.f), dw0 = rnd(C, -1.f, 1.f), db0 = rnd(C, -1.f, 1.f);
+    std::vector<float> dinp((size_t)N * C, NAN), dw = dw0, db = db0;
+    const int nch = col_chunks(N);
+    std::vector<float> partial((size_t)2 * nch * C, NAN);
+    const unsigned gc = (unsigned)((C + COL_THREADS - 1) / COL_THREADS);
+    emu_launch({gc, (unsigned)nch, 1}, COL_THREADS, [&] {
+        ln_partial_kernel(partial.data(), dout.data(), inp.data(), tmean.data(), trstd.data(), N, C, nch);
+    });
+    emu_launch({gc, 1, 1}, COL_THREADS, [&] { colsum_finish_kernel(dw.data(), partial.data(), nch, C); });
+    if (bias)
+        emu_launch({gc, 1, 1}, COL_THREADS,
+                   [&] { colsum_finish_kernel(db.data(), partial.data() + (size_t)nch * C, nch, C); });
+    emu_launch({(unsigned)N, 1, 1}, LN_THREADS, [&] {
+        ln_bwd_kernel(dinp.data(), dout.data(), inp.data(), tmean.data(), trstd.data(), w.data(), C);
+    });
+    std::vector<float> tdinp((size_t)N * C), tdw = dw0, tdb = db0;
+    qac_layernorm_backward(tdinp.data(), tdw.data(), bias ? tdb.data() : NULL, dout.data(), inp.data(), tmean.data(),
+                           trstd.data(), w.data(), N, C, NULL);
+    report("layernorm bwd (dinp)", "fp32", shape, dinp, tdinp, 1e-5);
+    report("layernorm bwd (dw)", "fp32", shape, dw, tdw, 1e-5);
+    report("layernorm bwd (db)", "fp32", shape, db, tdb, 1e-5);
+}
+
 } // namespace
 
 int main() {
+    // ModernBERT's norms have no bias; BERT's do
+    for (bool bias : {false, true}) {
+        test_layernorm<float>(70, 300, bias); // two column chunks, C past a block's threads
+        test_layernorm<__nv_bfloat16>(5, 37, bias);
+    }
     // ModernBERT's two tables (gte-modernbert-base: global 160,000, local 10,000)
     for (float theta : {160000.f, 10000.f}) {
         test_rope<float>(37, 96, 3, 64, theta, 14);      // hs 32, every element one thread
