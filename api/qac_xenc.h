@@ -47,7 +47,8 @@
  *     Training (qac_xenc_open with a head to start, qac_xenc_save) is
  *     BERT's head only: the others are QAC_ERR_UNSUPPORTED naming it.
  * Pair length: sentence_bert_config.json "max_seq_length", else
- * tokenizer_config.json "model_max_length", within max_position_embeddings
+ * tokenizer_config.json "model_max_length", within the positions
+ * (max_position_embeddings, less RoBERTa's padding offset: 512 of 514)
  * (what CrossEncoder truncates at).
  *
  * Ownership: a qac_xenc owns its encoder model (x->bert) and head; a

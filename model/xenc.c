@@ -125,7 +125,7 @@ static qac_status read_activation(qac_xenc *x, json_t *cfg, const char *dir) {
  * max_seq_length (only_st: a cross-encoder's own, not a bi-encoder's),
  * else tokenizer_config.json's model_max_length, within the positions */
 static qac_status read_max_len(qac_xenc *x, const char *dir, int own_st) {
-    int limit = x->bert->cfg.max_position, len = limit;
+    int limit = qac_bert_max_tokens(&x->bert->cfg), len = limit; /* RoBERTa's: its positions less the padding offset */
     json_t *sb = NULL, *tc = NULL;
     qac_status st = own_st ? read_json(dir, "sentence_bert_config.json", &sb) : QAC_OK;
     if (!st) st = read_json(dir, "tokenizer_config.json", &tc);

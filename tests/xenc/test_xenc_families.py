@@ -169,6 +169,28 @@ for name in MODELS:
     check(r.returncode != 0 and "BertForSequenceClassification rerankers only" in r.stderr,
           f"{name}: writing it is refused: {r.stderr.strip()[-200:]}")
 
+# a RoBERTa tokenizer without model_max_length: pairs are cut at the 512 positions past the padding offset (of
+# max_position_embeddings 514), as CrossEncoder(max_length=512) cuts them
+nolimit = p("roberta_nolimit")
+shutil.copytree(p("roberta"), nolimit)
+tc_path = os.path.join(nolimit, "tokenizer_config.json")
+tc = json.load(open(tc_path))
+tc.pop("model_max_length", None)
+json.dump(tc, open(tc_path, "w"))
+long_pairs = [(q, t) for q, t in pairs if len(t) > 3000][:6]
+from sentence_transformers import CrossEncoder  # noqa: E402
+ce = CrossEncoder(nolimit, device="cpu", max_length=512)
+n_tok = [len(ce.tokenizer([a], [b], truncation="longest_first", max_length=512)["input_ids"][0]) for a, b in long_pairs]
+check(len(long_pairs) >= 4 and min(n_tok) == 512, f"long pairs are cut at 512 ({n_tok})")
+ref32 = np.asarray(ce.predict(long_pairs, activation_fn=torch.nn.Identity()), np.float64).reshape(len(long_pairs), -1)
+ce.to(torch.float64)
+ref64 = np.asarray(ce.predict(long_pairs, activation_fn=torch.nn.Identity()), np.float64).reshape(len(long_pairs), -1)
+got = qac_scores(nolimit, write_pairs(p("long.jsonl"), long_pairs))
+E = float(np.max(np.abs(ref32 - ref64)))
+e_qac = float(np.max(np.abs(got - ref64))) if got.shape == ref64.shape else float("inf")
+print(f"roberta without model_max_length: {len(long_pairs)} pairs of 512 tokens; E = {E:.3e}, qac vs fp64 {e_qac:.3e}")
+check(e_qac <= 4 * E, "the pairs cut at 512, not 514: logits within 4 E of the float64 reference")
+
 # the encoder alone (the family fixture, no head) is not a cross-encoder, said in the family's terms
 r = run(["rerank", "--model", os.path.join(FIX, "roberta"), "--pairs", pairs_file])
 check(r.returncode == 1 and "classifier.out_proj.weight" in r.stderr and "RobertaForSequenceClassification" in r.stderr,
