@@ -47,7 +47,7 @@ typedef struct qac_index_build_opts {
     int tokenize_threads;  /* threads tokenising the next chunks while the encoders work; 0 = auto
                               (one per core up to 8 when an encoder runs on CUDA, else 1) */
     struct qac_index_build_stats *stats; /* filled by qac_index_build when not NULL */
-    /* build_vectors and merge: asked before each shard they load (and
+    /* build_vectors and merge: asked before each shard they write (and
      * every 1,024 rows merge walks) and between the pieces FAISS trains on
      * and adds; nonzero stops the call with QAC_ERR_CANCELLED, what is
      * written staying for the next call to resume from (NULL: none; a

@@ -466,7 +466,10 @@ static qac_status merge_rows(merge *m, uint64_t *rows) {
         if ((st = qac_reader_next(m->r, &rec, &got)) || !got) break;
         if ((st = merge_part_for(m, row, &rec)) || (st = merge_take_row(m, row, &rec))) break;
         row++;
-        if (m->b.fill == (uint64_t)m->o->shard_size && (st = qac_builder_flush_shard(&m->b))) break;
+        /* the cancel hook: before each shard written, and every 1,024 rows of a large one */
+        if (m->b.fill == (uint64_t)m->o->shard_size &&
+            ((st = qac_builder_check_cancel(&m->b, "merge", row)) || (st = qac_builder_flush_shard(&m->b))))
+            break;
         if (row % 65536 == 0) qac_builder_progress(&m->b, "merge", row, 0);
         if (row % 1024 == 0 && (st = qac_builder_check_cancel(&m->b, "merge", row))) break;
     }
