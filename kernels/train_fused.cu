@@ -70,7 +70,8 @@ template <int NV> __device__ __forceinline__ void block_sums(float (&v)[NV], flo
 // One block per row: res = resid + dropout(proj + bias) as
 // bias_dropout_residual_kernel, out = LayerNorm(res) as ln_fwd_kernel,
 // with the same columns per thread and the same block sums: the bits of
-// those two kernels in sequence, in one read of the row.
+// those two kernels in sequence, in one read of the row. bias and b may be
+// NULL (none: ModernBERT's pre-norm step, x += proj, then LN2(x)).
 template <typename T, int K>
 __global__ void __launch_bounds__(LN_THREADS)
 residual_ln_fwd_kernel(float *res, float *out, T *out_act, float *mean, float *rstd, const T *proj, const float *bias,
@@ -88,7 +89,7 @@ residual_ln_fwd_kernel(float *res, float *out, T *out_act, float *mean, float *r
         x[k] = 0.f;
         if (c < C) {
             const size_t i = r * C + c;
-            float v = qac_to_float<T>(proj[i]) + bias[c];
+            float v = bias ? qac_to_float<T>(proj[i]) + bias[c] : qac_to_float<T>(proj[i]);
             if (dropping) v = __fmul_rn(v, drop_factor(stream, (uint64_t)t * C + c, thresh, scale));
             v = __fadd_rn(v, resid[i]); // the CPU rounds the product first: no fused multiply-add
             res[i] = v;
@@ -109,7 +110,7 @@ residual_ln_fwd_kernel(float *res, float *out, T *out_act, float *mean, float *r
     for (int k = 0; k < K; k++) {
         const int c = threadIdx.x + k * LN_THREADS;
         if (c < C) {
-            const float y = (x[k] - m) * rs * w[c] + b[c];
+            const float y = b ? (x[k] - m) * rs * w[c] + b[c] : (x[k] - m) * rs * w[c];
             out[r * C + c] = y;
             if (out_act) out_act[r * C + c] = qac_from_float<T>(y);
         }

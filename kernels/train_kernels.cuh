@@ -90,7 +90,9 @@ cudaError_t qac_kt_dropout(void *out, const float *inp, qac_kt_drop d, int layer
 // The tail of a post-LN sublayer in one pass over each row: res [N,C] fp32
 // = resid + dropout(proj + bias) at (layer, site), proj act; out = LN(res)
 // (fp32, and in prec into out_act when not NULL), mean, rstd [N]. The bits
-// of qac_kt_bias_dropout_residual then qac_kt_layernorm_fwd.
+// of qac_kt_bias_dropout_residual then qac_kt_layernorm_fwd. bias and b
+// may be NULL (none): the same pass is a pre-LN block's residual step
+// (ModernBERT's x += proj, then LN2(x) for the FFN).
 cudaError_t qac_kt_residual_ln_fwd(float *res, float *out, void *out_act, float *mean, float *rstd, const void *proj,
                                    const float *bias, const float *resid, const float *w, const float *b,
                                    qac_kt_drop d, int layer, int site, int B, int T, int C, float eps,

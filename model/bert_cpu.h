@@ -120,7 +120,8 @@ void qac_gelu_backward(float *dinp, const float *dout, const float *pre, size_t 
  * the functions above: their twins.
  * The tail of a post-LN sublayer: res [B*T,C] = resid + dropout(proj +
  * bias) at (layer, site) (d may be NULL: none), out = LN(res) with w, b;
- * mean, rstd [B*T] kept. res may alias proj. */
+ * mean, rstd [B*T] kept. res may alias proj. bias and b may be NULL (none:
+ * also a pre-LN step without biases, ModernBERT's x += proj, LN2(x)). */
 void qac_residual_layernorm_forward(float *res, float *out, float *mean, float *rstd, const float *proj,
                                     const float *bias, const float *resid, const float *w, const float *b,
                                     const qac_dropout *d, int layer, int site, int B, int T, int C, float eps,

@@ -411,7 +411,7 @@ void qac_residual_layernorm_forward(float *res, float *out, float *mean, float *
                                     qac_pool *pool) {
     const size_t N = (size_t)B * T;
     for (size_t r = 0; r < N; r++)
-        for (int c = 0; c < C; c++) res[r * C + c] = proj[r * C + c] + bias[c];
+        for (int c = 0; c < C; c++) res[r * C + c] = bias ? proj[r * C + c] + bias[c] : proj[r * C + c];
     if (qac_dropout_active(d, site))
         qac_dropout_forward(res, res, resid, d, layer, site, B, T, C, pool);
     else

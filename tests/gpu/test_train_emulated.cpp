@@ -3,7 +3,8 @@
 // barriers emulated, blocks one at a time) against their CPU twins in
 // model/layers.c, in the default suite: bias + GELU and GELU's backward,
 // bias + dropout + residual + LayerNorm forward and backward (with the
-// LayerNorm parameters' and the bias's column sums), the FFN's bias + GELU
+// LayerNorm parameters' and the bias's column sums; also without either
+// bias, as ModernBERT's pre-norm step runs it), the FFN's bias + GELU
 // forward and backward with its bias gradient; fp32 and bf16; hidden sizes
 // that end inside a thread's columns, 1 to 16 columns a thread, several
 // 64-row chunks of the column sums; more rows than gridDim.y takes (the
@@ -170,7 +171,9 @@ template <typename E> void test_gelu(int N, int I, const std::vector<int> &rows)
 
 // bias + dropout + residual + LayerNorm and its backward, as
 // qac_kt_residual_ln_fwd / _bwd launch them.
-template <typename E, int K> void test_residual_ln(int B, int T, int C, float p, int with_dadd) {
+// nobias: the projection's bias and the LayerNorm's bias NULL (ModernBERT's
+// pre-norm step), their gradients NULL too.
+template <typename E, int K> void test_residual_ln(int B, int T, int C, float p, int with_dadd, bool nobias = false) {
     const int N = B * T, nch = col_chunks(N), layer = 5;
     const size_t n = (size_t)N * C;
     const float eps = 1e-12f;
@@ -187,7 +190,8 @@ template <typename E, int K> void test_residual_ln(int B, int T, int C, float p,
     std::vector<E> act_e(n, qac_from_float<E>(NAN)), dproj_e(n, qac_from_float<E>(NAN));
     emu_launch({(unsigned)N, 1, 1}, LN_THREADS, [&] {
         residual_ln_fwd_kernel<E, K>(res.data(), out.data(), act_e.data(), mean.data(), rstd.data(), proj_e.data(),
-                                     bias.data(), resid.data(), w.data(), b.data(), key, 0, dc.thresh, dc.scale,
+                                     nobias ? nullptr : bias.data(), resid.data(), w.data(),
+                                     nobias ? nullptr : b.data(), key, 0, dc.thresh, dc.scale,
                                      dropping, layer, site, T, C, eps);
     });
     constexpr int RB = K <= 4 ? 4 : K <= 8 ? 2 : 1;
@@ -197,19 +201,22 @@ template <typename E, int K> void test_residual_ln(int B, int T, int C, float p,
                                          with_dadd ? dadd.data() : nullptr, res.data(), mean.data(), rstd.data(),
                                          w.data(), key, 0, dc.thresh, dc.scale, dropping, layer, site, T, C, N, nch);
     });
-    const colsum_dsts dst = {{gdw.data(), gdb.data(), gdbias.data()}};
+    const colsum_dsts dst = {{gdw.data(), nobias ? nullptr : gdb.data(), nobias ? nullptr : gdbias.data()}};
     emu_launch({(unsigned)((C + COL_THREADS - 1) / COL_THREADS), 3, 1}, COL_THREADS,
                [&] { colsum_finish_ways_kernel(dst, partial.data(), nch, C); });
 
     qac_dropout d = {p, p, key, NULL};
     std::vector<float> tres(n), tout(n), tmean(N), trstd(N), tdres(n), tdproj(n), dw = dw0, db = db0, dbias = dbias0;
-    qac_residual_layernorm_forward(tres.data(), tout.data(), tmean.data(), trstd.data(), proj.data(), bias.data(),
-                                   resid.data(), w.data(), b.data(), &d, layer, site, B, T, C, eps, NULL);
-    qac_residual_layernorm_backward(tdres.data(), tdproj.data(), dw.data(), db.data(), dbias.data(), dout.data(),
+    qac_residual_layernorm_forward(tres.data(), tout.data(), tmean.data(), trstd.data(), proj.data(),
+                                   nobias ? NULL : bias.data(), resid.data(), w.data(), nobias ? NULL : b.data(), &d,
+                                   layer, site, B, T, C, eps, NULL);
+    qac_residual_layernorm_backward(tdres.data(), tdproj.data(), dw.data(), nobias ? NULL : db.data(),
+                                    nobias ? NULL : dbias.data(), dout.data(),
                                     with_dadd ? dadd.data() : NULL, tres.data(), tmean.data(), trstd.data(), w.data(),
                                     &d, layer, site, B, T, C, NULL);
     char shape[64];
-    snprintf(shape, sizeof shape, "B%d T%d C%d p%.1f%s", B, T, C, (double)p, with_dadd ? " +dadd" : "");
+    snprintf(shape, sizeof shape, "B%d T%d C%d p%.1f%s%s", B, T, C, (double)p, with_dadd ? " +dadd" : "",
+             nobias ? " nobias" : "");
     const char *pn = pname<E>();
     report_exact("residual+ln fwd (res)", pn, shape, res.data(), tres.data(), n);
     report("residual+ln fwd (out)", pn, shape, out, tout, 1e-5);
@@ -238,5 +245,10 @@ int main() {
     test_residual_ln<__nv_bfloat16, 3>(3, 37, 768, 0.1f, 1);
     test_residual_ln<float, 4>(5, 7, 1000, 0.3f, 1);
     test_residual_ln<__nv_bfloat16, 16>(1, 9, 4096, 0.1f, 0);
+    // ModernBERT's pre-norm step: no projection bias, no LayerNorm bias (the
+    // untouched db and dbias must stay as they were: checked against the
+    // twin's, which are left alone too)
+    test_residual_ln<float, 1>(3, 37, 100, 0.1f, 1, true);
+    test_residual_ln<__nv_bfloat16, 3>(2, 21, 768, 0.0f, 1, true);
     return qac_test_summary();
 }
