@@ -49,9 +49,10 @@ def _cran_blocks(file):
     return {k: " ".join(v.get("W", [])) for k, v in out.items()}
 
 
-def cranfield():
-    """(docs {docid: text}, queries [text] in file order, qrels {query number: [docid]})."""
-    cran = path("cranfield")
+def cranfield(cran_dir=None):
+    """(docs {docid: text}, queries [text] in file order, qrels {query number: [docid]});
+    cran_dir: a Cranfield directory given on a command line instead of the shared data's."""
+    cran = cran_dir or path("cranfield")
     docs = _cran_blocks(os.path.join(cran, "cran.all.1400"))
     queries = list(_cran_blocks(os.path.join(cran, "cran.qry")).values())
     qrels = {}
@@ -61,14 +62,17 @@ def cranfield():
     return docs, queries, qrels
 
 
-def cranfield_records(name="cran.all.1400"):
+def cranfield_records(name="cran.all.1400", cran_dir=None):
     """The records of a Cranfield SMART file, in file order: [(id, {field: [lines]})]
     with the .I line's id, each field's lines stripped and blank ones left out.
     A field starts at a line that is ".X" alone (X a capital letter); a field
     that comes twice in a record (documents 576 and 578 have two .W) keeps
-    the lines of both, as qac's reader does."""
+    the lines of both, as qac's reader does. cran_dir: a Cranfield
+    directory given on a command line (the fixture generators' --data)
+    instead of the shared data's."""
     recs, cur, field = [], None, None
-    for line in open(path("cranfield", name), encoding="utf-8"):
+    file = os.path.join(cran_dir, name) if cran_dir else path("cranfield", name)
+    for line in open(file, encoding="utf-8"):
         s = line.strip()
         if line.startswith(".I ") or s == ".I":
             cur, field = {}, None
@@ -81,11 +85,11 @@ def cranfield_records(name="cran.all.1400"):
     return recs
 
 
-def cranfield_texts(name="cran.all.1400", fields="TW"):
+def cranfield_texts(name="cran.all.1400", fields="TW", cran_dir=None):
     """[(id, text)] in file order: the lines of the fields, in that order,
     joined by spaces (for documents "TW" is what qac's reader indexes:
     title then abstract; for cran.qry "W" is the query)."""
-    return [(rid, " ".join(x for f in fields for x in rec.get(f, []))) for rid, rec in cranfield_records(name)]
+    return [(rid, " ".join(x for f in fields for x in rec.get(f, []))) for rid, rec in cranfield_records(name, cran_dir)]
 
 
 def cranfield_subset(out_path, n, name="cran.all.1400"):

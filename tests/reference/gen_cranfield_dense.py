@@ -24,29 +24,20 @@ import collections
 import hashlib
 import json
 import os
+import sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import testdata  # noqa: E402
 
 DOC_MAX_LEN, QUERY_MAX_LEN, K = 128, 32, 100
 MEASURES = ("map", "ndcg_cut_10", "recall_100")
 
 
 def smart(path):
-    """(id, text) of each record: .T and .W joined, as qac's reader does."""
-    recs, cur, field = [], None, None
-    with open(path) as f:
-        for line in f:
-            if line.startswith(".I "):
-                cur = {"T": [], "W": []}
-                recs.append((line[3:].strip(), cur))
-                field = None
-                continue
-            s = line.strip()
-            if len(s) == 2 and s[0] == "." and s[1].isupper() and line[0] == ".":
-                field = s[1]
-            elif s and field in cur:
-                cur[field].append(s)
-    return [(rid, " ".join(c["T"] + c["W"])) for rid, c in recs]
+    """(id, text) of each record: .T and .W joined, as qac's reader does (tests/testdata.py's reader)."""
+    return testdata.cranfield_texts(os.path.basename(path), cran_dir=os.path.dirname(path))
 
 
 def cran_qrels(path):

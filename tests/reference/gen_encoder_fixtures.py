@@ -38,6 +38,9 @@ import sys
 import numpy as np
 import torch
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import testdata  # noqa: E402
+
 SEED = 0x5141430001
 GAMMA = 0x9E3779B97F4A7C15
 MAGIC = b"QACENCF1"
@@ -119,29 +122,8 @@ def hf_state_dict(p, c):
 
 def read_cranfield(path):
     """Title and body of each record, lines trimmed and joined by spaces
-    (the same text index/readers.c produces)."""
-    docs, title, body, field = [], [], [], None
-    def flush():
-        if field is not None:
-            docs.append(" ".join(x for x in (" ".join(title), " ".join(body)) if x))
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for raw in f:
-            line = raw.strip()
-            if raw.startswith(".I ") or raw.rstrip("\n") == ".I":
-                flush()
-                title, body, field = [], [], ""
-                continue
-            if len(line) == 2 and line[0] == "." and line[1].isupper() and raw.startswith("."):
-                field = line[1]
-                continue
-            if not line:
-                continue
-            if field == "T":
-                title.append(line)
-            elif field == "W":
-                body.append(line)
-    flush()
-    return docs
+    (the same text index/readers.c produces): tests/testdata.py's reader."""
+    return [t for _, t in testdata.cranfield_texts(os.path.basename(path), cran_dir=os.path.dirname(path))]
 
 
 def pooled(model, pooling, normalize, ids_list, batch=16):

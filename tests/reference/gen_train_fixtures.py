@@ -54,7 +54,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gen_encoder_fixtures import SEED, hf_state_dict, random_params, read_cranfield  # noqa: E402
+from gen_encoder_fixtures import SEED, hf_state_dict, random_params, read_cranfield, testdata  # noqa: E402
 
 TINY = dict(vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
             max_position_embeddings=128, type_vocab_size=2, layer_norm_eps=1e-12, hidden_act="gelu", pad_token_id=0,
@@ -67,20 +67,7 @@ TRAJ = dict(steps=10, warmup=3, lr=1e-3, wd=0.01, clip=1.0, tau=0.05, sim="cos")
 
 
 def read_queries(path):
-    out, cur = [], None
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for raw in f:
-            if raw.startswith(".I"):
-                if cur is not None:
-                    out.append(" ".join(cur))
-                cur = None
-            elif raw.startswith(".W"):
-                cur = []
-            elif cur is not None and raw.strip():
-                cur.append(raw.strip())
-    if cur is not None:
-        out.append(" ".join(cur))
-    return out
+    return [t for _, t in testdata.cranfield_texts(os.path.basename(path), "W", cran_dir=os.path.dirname(path))]
 
 
 def build_batch(data, tok):

@@ -41,6 +41,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gen_train_fixtures import InjectedDropout, keep_scale, qac_dropout_masks, qac_layout, rng_key  # noqa: E402
+import testdata  # noqa: E402  (gen_encoder_fixtures puts tests/ on the path)
 
 CFG = dict(vocab_size=30522, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
            max_position_embeddings=128, type_vocab_size=2, layer_norm_eps=1e-12, hidden_act="gelu", pad_token_id=0)
@@ -50,26 +51,9 @@ STEP_STREAM = 0x64726F70  # "drop": the trainer's dropout key stream
 
 
 def cranfield(data):
-    def blocks(path):
-        out, cur, field = [], None, None
-        for line in open(path, encoding="utf-8", errors="replace"):
-            if line.startswith(".I"):
-                cur = {}
-                out.append(cur)
-                field = None
-            elif line.startswith("."):
-                field = line[1]
-                cur[field] = []
-            elif field:
-                cur[field].append(line.strip())
-        return [" ".join(b.get("W", [])) for b in out]
-    docs = blocks(os.path.join(data, "cran.all.1400"))
-    queries = blocks(os.path.join(data, "cran.qry"))
-    rel = {}
-    for line in open(os.path.join(data, "cranqrel")):
-        q, d = line.split()[:2]
-        rel.setdefault(int(q), []).append(int(d))
-    return docs, queries, rel
+    """(documents' .W texts, queries, relevant doc numbers by query number): tests/testdata.py's reader."""
+    docs, queries, rel = testdata.cranfield(data)
+    return list(docs.values()), queries, {q: [int(d) for d in ds] for q, ds in rel.items()}
 
 
 def make_batch(data, tok):
