@@ -12,14 +12,17 @@
 
 namespace {
 
-// emb[r] = word[ids[r]] + pos[pos_ids ? pos_ids[r] : r % T] + type[types ? types[r] : 0]
+// emb[r] = word[ids[r]] + pos[pos_ids ? pos_ids[r] : r % T] + type[types ? types[r] : 0];
+// a NULL pos or type table adds nothing (the rotary families, ModernBERT:
+// the word vector alone), as the twin's branches.
 __global__ void embed_fwd_kernel(float *emb, const int32_t *ids, const int32_t *types, const int32_t *pos_ids,
                                  const float *word, const float *pos, const float *type, int T_, int C) {
     const size_t r = blockIdx.x;
     const float *w = word + (size_t)ids[r] * C;
-    const float *p = pos + (size_t)(pos_ids ? pos_ids[r] : (int32_t)(r % T_)) * C;
-    const float *t = type + (size_t)(types ? types[r] : 0) * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) emb[r * C + c] = w[c] + p[c] + t[c];
+    const float *p = pos ? pos + (size_t)(pos_ids ? pos_ids[r] : (int32_t)(r % T_)) * C : nullptr;
+    const float *t = type ? type + (size_t)(types ? types[r] : 0) * C : nullptr;
+    for (int c = threadIdx.x; c < C; c += blockDim.x)
+        emb[r * C + c] = p && t ? w[c] + p[c] + t[c] : p || t ? w[c] + (p ? p : t)[c] : w[c];
 }
 
 // one thread per (t, c): the sequences' rows in order, as the CPU adds them

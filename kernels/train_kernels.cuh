@@ -33,6 +33,7 @@ struct qac_kt_drop {
 // ---- embeddings ----
 // (kernels/train_embed.cu)
 // emb [N,C] = word[ids] + pos[pos_ids, or row % T when NULL] + type[type_ids or 0]
+// (pos or type NULL: that table not added; ModernBERT has neither)
 cudaError_t qac_kt_embed_fwd(float *emb, const int32_t *ids, const int32_t *type_ids, const int32_t *pos_ids,
                              const float *word, const float *pos, const float *type, int N, int T, int C,
                              cudaStream_t s);

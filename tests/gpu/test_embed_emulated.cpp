@@ -10,6 +10,8 @@
 //    qac_positions_fill, in batches with padding and a pad token inside a
 //    sequence (a row that counts, whose word and position rows torch's
 //    nn.Embedding(padding_idx=...) leaves without a gradient);
+//  - ModernBERT's embeddings (no position nor token-type table: the word
+//    vector alone) and either table alone, forward and backward;
 //  - forward: the same three float additions in the same order on both
 //    sides: exact;
 //  - backward from a zero gradient (as a training step's): a key whose rows
@@ -173,9 +175,45 @@ void test(int B, int T, int C, int offset, int V, int P, int Tt) {
     CHECK_MSG(frozen, "%s: the padding rows got a gradient", shape);
 }
 
+// Tables left out (NULL): ModernBERT's word vector alone (rotary positions,
+// no token types), and one of the two tables: forward exact against the
+// twin's branches; the backward, the word rows alone, exact (one segment
+// per key here).
+void test_tables(int B, int T, int C, int V, bool with_pos, bool with_type) {
+    // pad: id 0 here, drawn among the ids: its word row gets no gradient (the
+    // padding_idx of ModernBERT's nn.Embedding, as every family's)
+    const int N = B * T, pad = 0;
+    std::vector<int32_t> ids(N), types(N);
+    for (int r = 0; r < N; r++) ids[r] = (int32_t)(nexti() % (uint32_t)V), types[r] = (int32_t)(nexti() % 2u);
+    const std::vector<float> word = rnd((size_t)V * C), pe = rnd((size_t)T * C), te = rnd((size_t)2 * C);
+    const float *pos = with_pos ? pe.data() : NULL, *type = with_type ? te.data() : NULL;
+    char shape[96];
+    snprintf(shape, sizeof shape, "B%d T%d C%d V%d %s", B, T, C, V,
+             with_pos ? (with_type ? "both tables" : "no type table") : with_type ? "no position table" : "word alone");
+    std::vector<float> emb((size_t)N * C, NAN), want((size_t)N * C);
+    emu_launch({(unsigned)N, 1, 1}, 256,
+               [&] { embed_fwd_kernel(emb.data(), ids.data(), types.data(), NULL, word.data(), pos, type, T, C); });
+    qac_embeddings_forward_at(want.data(), ids.data(), types.data(), NULL, word.data(), pos, type, B, T, C, NULL);
+    compare("embeddings fwd", shape, emb, want, std::vector<int>(N, 1), std::vector<double>(), C);
+    if (with_pos || with_type) return;
+    const std::vector<float> dout = rnd((size_t)N * C);
+    std::vector<float> dw((size_t)V * C, 0.f), tw = dw;
+    std::vector<int32_t> keys(N);
+    qac_scatter_keys_unpadded(keys.data(), ids.data(), N, pad);
+    scatter(dw, dout, keys.data(), N, V, C);
+    qac_embeddings_backward_at(tw.data(), NULL, NULL, dout.data(), ids.data(), NULL, NULL, pad, -1, B, T, C);
+    std::vector<int> nw(V);
+    for (int r = 0; r < N; r++) nw[ids[r]] += ids[r] != pad;
+    compare("embeddings bwd word", shape, dw, tw, nw, std::vector<double>((size_t)V * C), C);
+}
+
 } // namespace
 
 int main() {
+    // ModernBERT: the word vector alone; and either table alone
+    test_tables(3, 20, 64, 300, false, false);
+    test_tables(2, 9, 300, 50, true, false);
+    test_tables(2, 9, 300, 50, false, true);
     // RoBERTa / XLM-R: positions offset past the padding index; one token type
     test(3, 40, 64, 1, 50, 44, 1);
     test(4, 17, 300, 1, 1000, 40, 1); // C past two column blocks
