@@ -5,7 +5,8 @@
 // (qac_kt_attention_fwd / _bwd), and the pooling's backward. The fused
 // attention that replaces them where it can is flash_fwd.cu / flash_bwd.cu.
 // Contracts: train_kernels.cuh; shared helpers: train_common.cuh; CPU twins:
-// model/layers.c.
+// model/layers.c. The kernels alone compile for the CPU (QAC_FA_EMULATE):
+// tests/gpu/test_train_family_emulated.cpp runs the softmax there.
 #include "train_common.cuh"
 
 namespace {
@@ -67,13 +68,17 @@ __device__ __forceinline__ uint64_t att_counter(int h, int t, int j) {
 
 constexpr int SM_WARPS = 4;
 
-// Whether query row t sees key j: the real keys (j < len), and for a causal
-// decoder (model/layers.c, causal attention) only j <= t, and with a window
-// only key 0 and the last `window` keys up to t. Key 0 is always visible,
-// so no row is empty.
+// Whether query row t sees key j: the real keys (j < len); bidirectional
+// with a window (ModernBERT's local layers, qac_attention_forward_window)
+// only |t - j| <= window; for a causal decoder (model/layers.c, causal
+// attention) only j <= t, and with a window only key 0 and the last
+// `window` keys up to t. A real row sees at least itself (bidirectional)
+// or key 0 (causal), so no real row is empty; a padding row past a
+// bidirectional window's reach sees nothing and gets P = 0.
 __device__ __forceinline__ bool key_visible(int j, int t, int len, int causal, int window) {
     if (j >= len) return false;
-    if (!causal || j == 0) return true;
+    if (!causal) return window <= 0 || (j - t <= window && t - j <= window);
+    if (j == 0) return true;
     if (j > t) return false;
     const int first = window > 0 && t - window + 1 > 1 ? t - window + 1 : 1;
     return j >= first;
@@ -164,6 +169,7 @@ softmax_bwd_kernel(T *dS, const T *P, const float *dPd, const int *lens, uint64_
 constexpr int POOL_THREADS = 256;
 constexpr int POOL_MAX_C = 4096; // two rows of C floats (32 KiB) plus the reduction buffer, under 48 KiB
 
+#ifndef QAC_FA_EMULATE // dynamic shared memory: not built for the emulator
 // Each thread touches only its own columns of the shared rows: no barrier
 // is needed around them beyond those inside block_sum_d.
 __global__ void __launch_bounds__(POOL_THREADS)
@@ -209,9 +215,11 @@ pool_bwd_kernel(float *dhidden, const float *dout, const float *hidden, const in
             dh[(size_t)t * C + c] = v;
         }
 }
+#endif
 
 } // namespace
 
+#ifndef QAC_FA_EMULATE
 // ---- launchers ----
 
 cudaError_t qac_kt_qkv_split(void *q, void *k, void *v, const void *qkv, const float *qkv_b, int B, int T, int C,
@@ -339,4 +347,4 @@ qac_status qac_kt_attention_bwd(cublasHandle_t h, void *dqkv, const void *datty,
     QAC_CU(qac_kt_qkv_merge(dqkv, dq, dk, dv, B, T, C, NH, prec, s));
     return QAC_OK;
 }
-
+#endif

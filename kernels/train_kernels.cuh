@@ -156,7 +156,8 @@ cudaError_t qac_kt_heads_merge(void *dst, const void *src, int B, int T, int C, 
 // >= lens[b] exactly 0; Pd (act, may be NULL) = dropout(P) at (layer,
 // QAC_DROP_ATT) with the CPU's counters. causal: also the decoder's mask of
 // qac_attention_causal_forward (key j <= row t, and with window > 0 only key
-// 0 and keys > t - window).
+// 0 and keys > t - window); not causal with window > 0: only keys with
+// |t - j| <= window (ModernBERT's local layers, qac_attention_forward_window).
 cudaError_t qac_kt_softmax_fwd(void *P, void *Pd, const float *S, const int *lens, qac_kt_drop d, int layer, int B,
                                int NH, int T, int causal, int window, qac_precision prec, cudaStream_t s);
 // Pd = dropout(P) alone (backward re-draws the mask instead of keeping it).
@@ -287,7 +288,7 @@ qac_status qac_kt_linear_bwd(cublasHandle_t h, void *dinp, qac_precision dinp_pr
 // backward; atty [B,T,C] act is the context. Scratch: S [B*NH*T*T] fp32,
 // Pd [B*NH*T*T] act (read only with attention dropout), O [B*T*C] act.
 // causal, window: the decoder's mask (see qac_kt_softmax_fwd); 0, 0 for
-// the encoder. Backward (below) is the same for both.
+// the encoder (0, window for a local layer). Backward (below) is the same for both.
 qac_status qac_kt_attention_fwd(cublasHandle_t h, void *atty, void *q, void *k, void *v, void *P, float *S,
                                 void *Pd, void *O, const void *qkv, const float *qkv_b, const int *lens,
                                 qac_kt_drop d, int layer, int B, int T, int C, int NH, int causal, int window,

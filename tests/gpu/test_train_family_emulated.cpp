@@ -22,6 +22,17 @@
 //    fp32 (the mean, variance and column sums added in other orders; the
 //    bound test_gpu_train_kernels derives for the LayerNorm), 4e-3 for the
 //    bf16 copy of the output (stored rounded, 2^-8).
+//  - the unfused attention's masked softmax (the trainer's fallback where
+//    the fused kernels do not take the shape) with a local window on either
+//    side, against the probabilities qac_attention_forward_window keeps:
+//    the scores S are formed here in float (q.k in order, times 1/sqrt(hs),
+//    as the GEMM's alpha), the twin forms its own in another order. Each
+//    score then differs by at most 2 hs u sum|q_i k_i| / sqrt(hs) (u =
+//    2^-24; two dot products, each within hs u sum|q_i k_i|), so exp(S - m)
+//    / sum by a factor within 1 +- 2 dS (the maximum and the sum move too)
+//    and a few roundings: each real row's P within P (4 dS + 8u) of the
+//    twin's; outside the window (and past the length) both exactly 0.
+//    Padding rows are not compared (their context is never read).
 // Grids smaller than the work (the launchers cap grid_1d): the grid-stride
 // loops must cover every element. Outputs of the GeGLU pass start as NaN.
 //
@@ -34,6 +45,7 @@
 
 #include "../../kernels/train_family.cu"
 #include "../../kernels/train_layers.cu"
+#include "../../kernels/train_attention.cu"
 
 #include <cmath>
 #include <cstdio>
@@ -175,9 +187,65 @@ template <typename E> void test_layernorm(int N, int C, bool bias) {
     report("layernorm bwd (db)", "fp32", shape, db, tdb, 1e-5);
 }
 
+// The masked softmax with a bidirectional window, fp32.
+void test_softmax_window(int B, int T, int NH, int hs, int window, const std::vector<int> &lens) {
+    const int C = NH * hs, N = B * T;
+    const float sc = 1.0f / sqrtf((float)hs);
+    const std::vector<float> qkv = rnd((size_t)N * 3 * C, -1.f, 1.f);
+    const size_t rows = (size_t)B * NH * T;
+    std::vector<float> S(rows * T), bound(rows, 0.f);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++) {
+                const size_t row = ((size_t)b * NH + h) * T + t;
+                const float *q = &qkv[((size_t)b * T + t) * 3 * C + (size_t)h * hs];
+                for (int j = 0; j < T; j++) {
+                    const float *k = &qkv[((size_t)b * T + j) * 3 * C + C + (size_t)h * hs];
+                    float d = 0.f, a = 0.f;
+                    for (int i = 0; i < hs; i++) d += q[i] * k[i], a += fabsf(q[i] * k[i]);
+                    S[row * T + j] = d * sc;
+                    const float ds = 2.f * hs * 0x1p-24f * a * sc;
+                    bound[row] = ds > bound[row] ? ds : bound[row];
+                }
+            }
+    std::vector<float> P(rows * T, NAN);
+    emu_launch({(unsigned)((rows + SM_WARPS - 1) / SM_WARPS), 1, 1}, SM_WARPS * 32, [&] {
+        softmax_fwd_kernel<float>(P.data(), nullptr, S.data(), lens.data(), 0, 0, 0, 1.f, 3, NH, T, 0, window, rows);
+    });
+    std::vector<float> out((size_t)N * C), att(rows * T);
+    std::vector<float> scratch(qac_attention_scratch_floats(T, C, NH, 0));
+    CHECK_OK(qac_attention_forward_window(out.data(), att.data(), scratch.data(), qkv.data(), lens.data(), NULL,
+                                          window, NULL, 3, B, T, C, NH, NULL));
+    size_t bad = 0, n = 0;
+    double worst = 0;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < lens[b]; t++) {
+                const size_t row = ((size_t)b * NH + h) * T + t;
+                for (int j = 0; j < T; j++, n++) {
+                    const float g = P[row * T + j], w = att[row * T + j];
+                    const bool inside = j < lens[b] && abs(j - t) <= window;
+                    if (!inside) {
+                        bad += g != 0.f || w != 0.f;
+                        continue;
+                    }
+                    const double lim = w * (4.0 * bound[row] + 8 * 0x1p-24);
+                    const double d = fabs((double)g - w);
+                    bad += !(d <= lim) || w == 0.f;
+                    worst = lim > 0 && d / lim > worst ? d / lim : worst;
+                }
+            }
+    printf("softmax window %-3d   fp32  B%d T%d NH%d hs%d %28s %zu of %zu outside the bound (worst %.2f of it)\n",
+           window, B, T, NH, hs, "", bad, n, worst);
+    CHECK_MSG(bad == 0, "softmax window %d: %zu probabilities differ from the twin's", window, bad);
+}
+
 } // namespace
 
 int main() {
+    // ModernBERT's local layers (the unfused path): windows of 4 and 9 on either side, padded rows
+    test_softmax_window(3, 40, 2, 16, 4, {40, 23, 1});
+    test_softmax_window(2, 70, 1, 32, 9, {70, 50});
     // ModernBERT's norms have no bias; BERT's do
     for (bool bias : {false, true}) {
         test_layernorm<float>(70, 300, bias); // two column chunks, C past a block's threads
