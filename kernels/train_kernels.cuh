@@ -77,7 +77,8 @@ cudaError_t qac_kt_bias_gelu_fwd(void *pre, void *act, const float *bias, int N,
 // dinp = dout * GELU'(pre), all act; dinp may alias dout. [n]
 cudaError_t qac_kt_gelu_bwd(void *dinp, const void *dout, const void *pre, size_t n, qac_precision prec,
                             cudaStream_t s);
-// out [N,C] fp32 = resid + dropout(proj + bias) at (layer, site); proj act.
+// out [N,C] fp32 = resid + dropout(proj + bias) at (layer, site); proj act;
+// bias NULL: none (ModernBERT's FFN output onto the residual stream).
 cudaError_t qac_kt_bias_dropout_residual(float *out, const void *proj, const float *bias, const float *resid,
                                          qac_kt_drop d, int layer, int site, int B, int T, int C,
                                          qac_precision prec, cudaStream_t s);

@@ -111,7 +111,7 @@ __global__ void bias_dropout_residual_kernel(float *out, const T *proj, const fl
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         const size_t r = i / C;
         const int c = (int)(i % C);
-        float v = qac_to_float<T>(proj[i]) + bias[c];
+        float v = bias ? qac_to_float<T>(proj[i]) + bias[c] : qac_to_float<T>(proj[i]); // NULL: no bias
         if (dropping) {
             const int b = (int)(r / T_), t = (int)(r % T_);
             v = __fmul_rn(v, drop_factor(drop_stream(key, seq_base + b, layer, site), (uint64_t)t * C + c, thresh,

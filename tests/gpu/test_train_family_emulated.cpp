@@ -22,6 +22,9 @@
 //    fp32 (the mean, variance and column sums added in other orders; the
 //    bound test_gpu_train_kernels derives for the LayerNorm), 4e-3 for the
 //    bf16 copy of the output (stored rounded, 2^-8).
+//  - bias + dropout + residual (the pre-norm FFN's output onto the residual
+//    stream) without a bias and with one, against the residual sum of
+//    qac_residual_layernorm_forward (the same rounded operations: exact);
 //  - the unfused attention's masked softmax (the trainer's fallback where
 //    the fused kernels do not take the shape) with a local window on either
 //    side, against the probabilities qac_attention_forward_window keeps:
@@ -187,6 +190,30 @@ template <typename E> void test_layernorm(int N, int C, bool bias) {
     report("layernorm bwd (db)", "fp32", shape, db, tdb, 1e-5);
 }
 
+// bias + dropout + residual, bias or none, with dropout at (layer 2, the FFN's site).
+template <typename E> void test_bias_dropout_residual(int B, int T, int C, float p, bool bias_on) {
+    const int N = B * T, layer = 2, site = QAC_DROP_FFN_OUT;
+    const size_t n = (size_t)N * C;
+    const uint64_t key = 0xB1A5D0ull + (uint64_t)C;
+    const std::vector<float> proj = rounded<E>(rnd(n, -2.f, 2.f)), resid = rnd(n, -2.f, 2.f),
+                             bias = rnd(C, -0.5f, 0.5f), w(C, 1.f);
+    const float *bp = bias_on ? bias.data() : nullptr;
+    const std::vector<E> proj_e = to_e<E>(proj);
+    const drop_consts dc = drop_consts_for(p);
+    std::vector<float> out(n, NAN);
+    emu_launch({(unsigned)((n + 255) / 256), 1, 1}, 256, [&] {
+        bias_dropout_residual_kernel<E>(out.data(), proj_e.data(), bp, resid.data(), key, 0, dc.thresh, dc.scale,
+                                        p > 0.f, layer, site, T, C, n);
+    });
+    qac_dropout d = {p, p, key, NULL};
+    std::vector<float> res(n), lnout(n), mean(N), rstd(N);
+    qac_residual_layernorm_forward(res.data(), lnout.data(), mean.data(), rstd.data(), proj.data(), bp, resid.data(),
+                                   w.data(), NULL, &d, layer, site, B, T, C, 1e-5f, NULL);
+    char shape[96];
+    snprintf(shape, sizeof shape, "B%d T%d C%d p%.1f %s", B, T, C, (double)p, bias_on ? "bias" : "no bias");
+    report_exact("bias+dropout+residual", pname<E>(), shape, out, res);
+}
+
 // The masked softmax with a bidirectional window, fp32.
 void test_softmax_window(int B, int T, int NH, int hs, int window, const std::vector<int> &lens) {
     const int C = NH * hs, N = B * T;
@@ -243,6 +270,10 @@ void test_softmax_window(int B, int T, int NH, int hs, int window, const std::ve
 } // namespace
 
 int main() {
+    for (bool bias_on : {false, true}) {
+        test_bias_dropout_residual<float>(3, 17, 100, 0.1f, bias_on);
+        test_bias_dropout_residual<__nv_bfloat16>(2, 9, 64, 0.0f, bias_on);
+    }
     // ModernBERT's local layers (the unfused path): windows of 4 and 9 on either side, padded rows
     test_softmax_window(3, 40, 2, 16, 4, {40, 23, 1});
     test_softmax_window(2, 70, 1, 32, 9, {70, 50});
