@@ -36,17 +36,22 @@ __global__ void rope_bwd_kernel(E *dqkv, const int32_t *pos, const float *cs, in
     }
 }
 
-// dpre [N,2I] from dact [N,I] and pre [N,2I] (input half, then gate half):
-// d input = (dact gate) GELU'(input), d gate = GELU(input) dact. One
-// thread per (row, i), grid-stride; a thread reads its two elements of pre
-// before writing the same two of dpre, so dpre may alias pre.
+// dpre [N,2I] from dact [N,I] and pre [N,2I] (input half, then gate half)
+// plus bias [2I] (NULL: none, or pre holds it; the encoder's forward adds it
+// on the fly): d input = (dact gate) GELU'(input), d gate = GELU(input)
+// dact. One thread per (row, i), grid-stride; a thread reads its two
+// elements of pre before writing the same two of dpre, so dpre may alias pre.
 template <typename E>
-__global__ void geglu_bwd_kernel(E *dpre, const E *dact, const E *pre, int N, int I) {
+__global__ void geglu_bwd_kernel(E *dpre, const E *dact, const E *pre, const float *bias, int N, int I) {
     const size_t n = (size_t)N * I;
     for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < n; idx += (size_t)gridDim.x * blockDim.x) {
         const size_t r = idx / I;
         const int i = (int)(idx % I);
-        const float a = qac_to_float<E>(pre[r * 2 * I + i]), g = qac_to_float<E>(pre[r * 2 * I + I + i]);
+        float a = qac_to_float<E>(pre[r * 2 * I + i]), g = qac_to_float<E>(pre[r * 2 * I + I + i]);
+        if (bias) {
+            a = __fadd_rn(a, bias[i]);
+            g = __fadd_rn(g, bias[I + i]);
+        }
         const float d = qac_to_float<E>(dact[idx]);
         dpre[r * 2 * I + i] = qac_from_float<E>(__fmul_rn(__fmul_rn(d, g), gelu_grad(a)));
         dpre[r * 2 * I + I + i] = qac_from_float<E>(__fmul_rn(gelu_erf(a), d));
@@ -65,11 +70,11 @@ cudaError_t qac_kt_rope_bwd(void *dqkv, const int32_t *pos, const float *cs, int
     return cudaGetLastError();
 }
 
-cudaError_t qac_kt_geglu_bwd(void *dpre, const void *dact, const void *pre, int N, int I, qac_precision prec,
-                             cudaStream_t s) {
+cudaError_t qac_kt_geglu_bwd(void *dpre, const void *dact, const void *pre, const float *bias, int N, int I,
+                             qac_precision prec, cudaStream_t s) {
     if (N <= 0) return cudaSuccess;
     const unsigned grid = grid_1d((size_t)N * I, 256);
-    KT_DISPATCH(prec, geglu_bwd_kernel<E><<<grid, 256, 0, s>>>((E *)dpre, (const E *)dact, (const E *)pre, N, I));
+    KT_DISPATCH(prec, geglu_bwd_kernel<E><<<grid, 256, 0, s>>>((E *)dpre, (const E *)dact, (const E *)pre, bias, N, I));
     return cudaGetLastError();
 }
 #endif

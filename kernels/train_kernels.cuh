@@ -136,10 +136,12 @@ cudaError_t qac_kt_bias_gelu_bwd(void *dpre, float *dbias, const void *dout, con
 cudaError_t qac_kt_rope_bwd(void *dqkv, const int32_t *pos, const float *cs, int N, int C, int NH, qac_precision prec,
                             cudaStream_t s);
 // dpre [N,2I] act (input half, gate half) from dact [N,I] act and pre
-// [N,2I] act: d input = dact gate GELU'(input), d gate = dact GELU(input).
-// dpre may alias pre, not dact.
-cudaError_t qac_kt_geglu_bwd(void *dpre, const void *dact, const void *pre, int N, int I, qac_precision prec,
-                             cudaStream_t s);
+// [N,2I] act plus bias [2I] (NULL: none, or pre holds it; as qac_k_geglu
+// adds it): d input = dact gate GELU'(input), d gate = dact GELU(input).
+// dpre may alias pre, not dact. The bias's gradient: the column sums of
+// dpre (qac_kt_bias_bwd).
+cudaError_t qac_kt_geglu_bwd(void *dpre, const void *dact, const void *pre, const float *bias, int N, int I,
+                             qac_precision prec, cudaStream_t s);
 
 // ---- attention ----
 // q, k, v [B,NH,T,hs] act = the heads of qkv [B,T,3C] (act) plus qkv_b.

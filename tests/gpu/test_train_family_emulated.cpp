@@ -9,7 +9,7 @@
 //    rounded once, as the kernel's is: exact too. The V part must be left
 //    as it is (bit for bit).
 //  - GeGLU's backward (qac_geglu_backward), out of place and in place over
-//    pre: bound 1e-5 on the relative norm of the difference in fp32 (GELU's
+//    pre, without and with the FFN's bias (added as pre is read): bound 1e-5 on the relative norm of the difference in fp32 (GELU's
 //    erf and exp written differently on the two sides; the one
 //    test_train_emulated and test_gpu_train_kernels hold GELU's backward
 //    to), 4e-3 in bf16 (a value stored rounded: bf16 keeps 8 significant
@@ -128,22 +128,30 @@ template <typename E> void test_rope(int N, int C, int NH, int P, float theta, u
     report_exact("rope bwd", pname<E>(), shape, to_f<E>(k), rounded<E>(want));
 }
 
-template <typename E> void test_geglu(int N, int I, unsigned grid) {
+// bias_on: the kernel adds the bias to pre as it reads it (the encoder's
+// forward keeps pre without it); the twin gets pre + bias, summed here in
+// the same float addition.
+template <typename E> void test_geglu(int N, int I, unsigned grid, bool bias_on = false) {
     const std::vector<float> pre = rounded<E>(rnd((size_t)N * 2 * I, -4.f, 4.f));
     const std::vector<float> dact = rounded<E>(rnd((size_t)N * I, -1.f, 1.f));
+    const std::vector<float> bias = rnd((size_t)2 * I, -0.5f, 0.5f);
+    const float *bp = bias_on ? bias.data() : nullptr;
+    std::vector<float> biased = pre;
+    if (bias_on)
+        for (size_t i = 0; i < biased.size(); i++) biased[i] = pre[i] + bias[i % (2 * (size_t)I)];
     std::vector<float> want((size_t)N * 2 * I);
-    qac_geglu_backward(want.data(), dact.data(), pre.data(), N, I, NULL);
+    qac_geglu_backward(want.data(), dact.data(), biased.data(), N, I, NULL);
     char shape[96];
-    snprintf(shape, sizeof shape, "N%d I%d grid %u", N, I, grid);
+    snprintf(shape, sizeof shape, "N%d I%d grid %u%s", N, I, grid, bias_on ? " bias" : "");
     const double tol = is_bf16<E>() ? 4e-3 : 1e-5;
 
     const std::vector<E> pe = to_e<E>(pre), de = to_e<E>(dact);
     std::vector<E> out((size_t)N * 2 * I, qac_from_float<E>(NAN));
-    emu_launch({grid, 1, 1}, 256, [&] { geglu_bwd_kernel<E>(out.data(), de.data(), pe.data(), N, I); });
+    emu_launch({grid, 1, 1}, 256, [&] { geglu_bwd_kernel<E>(out.data(), de.data(), pe.data(), bp, N, I); });
     report("geglu bwd", pname<E>(), shape, to_f<E>(out), want, tol);
 
     std::vector<E> inplace = pe; // dpre over pre
-    emu_launch({grid, 1, 1}, 256, [&] { geglu_bwd_kernel<E>(inplace.data(), de.data(), inplace.data(), N, I); });
+    emu_launch({grid, 1, 1}, 256, [&] { geglu_bwd_kernel<E>(inplace.data(), de.data(), inplace.data(), bp, N, I); });
     report("geglu bwd (in place)", pname<E>(), shape, to_f<E>(inplace), want, tol);
 }
 
@@ -292,5 +300,7 @@ int main() {
     test_geglu<float>(33, 300, 40);
     test_geglu<float>(7, 37, 1); // the stride loop
     test_geglu<__nv_bfloat16>(19, 130, 3);
+    test_geglu<float>(33, 300, 40, true); // with the FFN's bias (mlp_bias)
+    test_geglu<__nv_bfloat16>(19, 130, 3, true);
     return qac_test_summary();
 }
