@@ -6,7 +6,7 @@
 // qac_add_layernorm_forward). Products and sums are rounded one by one
 // (no fused multiply-add), as the CPU twins compute them, so in fp32 they
 // agree bit for bit but for GELU's erf. Under QAC_FA_EMULATE only the kernels
-// are compiled, for tests/gpu/test_family_emulated.cpp.
+// are compiled, for tests/gpu/test_encoder_emulated.cpp.
 #include <math.h>
 
 #include "bert_kernels.cuh"
