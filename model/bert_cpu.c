@@ -400,9 +400,45 @@ static void final_norm(qac_bert_acts *a, const qac_bert_config *c, const qac_ber
                               c->hidden_size, c->layer_norm_eps, pool);
 }
 
-qac_status qac_bert_forward_packed(qac_bert_acts *a, const qac_bert_config *c, const qac_bert_params *p,
-                                   const qac_bert_packed *pk, const int32_t *packed_ids, const int32_t *packed_types,
-                                   const int *lens, const int *offs, int B, int T, qac_pool *pool) {
+/* The last layer for row rows[b] of each sequence alone (the infer
+ * layout: x is a->hidden, row A; qkv in "big"): attention of the chosen
+ * rows over all keys into the context's first B rows, the chosen rows of x
+ * gathered to the front of row A (row b comes from offs[b] + rows[b] >= b,
+ * so in order nothing is overwritten before it is read), then the rest of
+ * the layer on B rows; the output is row A's first B rows. BERT's post-LN
+ * layer only (qac_bert_prunes_last). */
+static qac_status last_layer_rows(qac_bert_acts *a, const qac_bert_config *c, const qac_bert_params *p,
+                                  const qac_bert_packed *pk, const int *lens, const int *offs, const int *rows, int B,
+                                  int T, size_t N, qac_pool *pool) {
+    int C = c->hidden_size, I = c->intermediate_size, NH = c->num_heads, l = c->num_layers - 1;
+    size_t lc = (size_t)l * C;
+    float eps = c->layer_norm_eps, *x = a->hidden, *sc = a->scratch;
+    qac_status st;
+    if ((st = qac_gemm(a->qkv, x, &pk->qkv[l], BIAS(p->qkv_b, lc * 3), NULL, (int)N, sc, pool)) ||
+        (st = qac_attention_forward_packed_rows(a->atty, sc, a->qkv, lens, offs, rows, B, T, C, NH, pool)))
+        return st;
+    for (int b = 0; b < B; b++) {
+        size_t from = (size_t)offs[b] + (size_t)rows[b];
+        if (from != (size_t)b) memmove(x + (size_t)b * C, x + from * C, (size_t)C * sizeof *x);
+    }
+    if ((st = qac_gemm(a->res1, a->atty, &pk->attn_out[l], BIAS(p->attn_out_b, lc), x, B, sc, pool))) return st;
+    qac_layernorm_forward(a->ln1, NULL, NULL, a->res1, p->ln1_w + lc, BIAS(p->ln1_b, lc), B, C, eps, pool);
+    if ((st = qac_matmul_gelu_packed(a->ffn_act, NULL, a->ln1, &pk->ffn_in[l], BIAS(p->ffn_in_b, (size_t)l * I), B, sc,
+                                     pool)) ||
+        (st = qac_gemm(a->res2, a->ffn_act, &pk->ffn_out[l], BIAS(p->ffn_out_b, lc), a->ln1, B, sc, pool)))
+        return st;
+    qac_layernorm_forward(x, NULL, NULL, a->res2, p->ln2_w + lc, BIAS(p->ln2_b, lc), B, C, eps, pool);
+    return QAC_OK;
+}
+
+int qac_bert_prunes_last(const qac_bert_config *c) {
+    return c->num_layers > 0 && !c->pre_norm && !c->glu && c->positions != QAC_POS_ROTARY &&
+           qac_bert_layer_window(c, c->num_layers - 1) == 0;
+}
+
+static qac_status forward_packed(qac_bert_acts *a, const qac_bert_config *c, const qac_bert_params *p,
+                                 const qac_bert_packed *pk, const int32_t *packed_ids, const int32_t *packed_types,
+                                 const int *lens, const int *offs, const int *rows, int B, int T, qac_pool *pool) {
     if (!pk || pk->L != c->num_layers) return qac_set_error(QAC_ERR_INVALID, "bert forward: weights not packed");
     if (!a->mem || a->B != B || a->T != T || a->keep != QAC_ACTS_INFER)
         return qac_set_error(QAC_ERR_INVALID, "bert forward: activations not allocated for B=%d T=%d", B, T);
@@ -425,18 +461,44 @@ qac_status qac_bert_forward_packed(qac_bert_acts *a, const qac_bert_config *c, c
             return qac_set_error(QAC_ERR_INVALID, "bert forward: token type %d out of range [0, %d)",
                                  packed_types[i], c->type_vocab_size);
     }
+    for (int b = 0; rows && b < B; b++)
+        if (rows[b] < 0 || rows[b] >= lens[b])
+            return qac_set_error(QAC_ERR_INVALID, "bert forward: row %d of sequence %d is outside its %d tokens",
+                                 rows[b], b, lens[b]);
     /* positions restart with each sequence */
     qac_positions_fill(a->pos, packed_ids, lens, offs, B, T, c);
     rope_prepare(a, c, T);
     embed(a, c, p, packed_ids, packed_types, B, T, N, NULL, pool);
-    for (int l = 0; l < c->num_layers; l++) {
+    int L = c->num_layers;
+    for (int l = 0; l < (rows ? L - 1 : L); l++) {
         if (a->cancel && a->cancel(a->cancel_user))
-            return qac_set_error(QAC_ERR_CANCELLED, "encode: cancelled before layer %d of %d", l, c->num_layers);
+            return qac_set_error(QAC_ERR_CANCELLED, "encode: cancelled before layer %d of %d", l, L);
         qac_status st = layer_forward(a, l, 0, a->hidden, a->hidden, c, p, pk, lens, offs, B, T, N, NULL, pool);
         if (st) return st;
     }
+    if (rows) {
+        if (a->cancel && a->cancel(a->cancel_user))
+            return qac_set_error(QAC_ERR_CANCELLED, "encode: cancelled before layer %d of %d", L - 1, L);
+        return last_layer_rows(a, c, p, pk, lens, offs, rows, B, T, N, pool);
+    }
     final_norm(a, c, p, a->hidden, N, pool);
     return QAC_OK;
+}
+
+qac_status qac_bert_forward_packed(qac_bert_acts *a, const qac_bert_config *c, const qac_bert_params *p,
+                                   const qac_bert_packed *pk, const int32_t *packed_ids, const int32_t *packed_types,
+                                   const int *lens, const int *offs, int B, int T, qac_pool *pool) {
+    return forward_packed(a, c, p, pk, packed_ids, packed_types, lens, offs, NULL, B, T, pool);
+}
+
+qac_status qac_bert_forward_packed_rows(qac_bert_acts *a, const qac_bert_config *c, const qac_bert_params *p,
+                                        const qac_bert_packed *pk, const int32_t *packed_ids,
+                                        const int32_t *packed_types, const int *lens, const int *offs,
+                                        const int *rows, int B, int T, qac_pool *pool) {
+    if (!rows || !qac_bert_prunes_last(c))
+        return qac_set_error(QAC_ERR_UNSUPPORTED, "bert forward: no rows, or a last layer that is not BERT's post-LN "
+                                                  "one with global attention (qac_bert_prunes_last)");
+    return forward_packed(a, c, p, pk, packed_ids, packed_types, lens, offs, rows, B, T, pool);
 }
 
 static qac_status forward(qac_bert_acts *a, const qac_bert_config *c, const qac_bert_params *p,

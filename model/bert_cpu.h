@@ -200,6 +200,13 @@ qac_status qac_attention_forward_packed(float *out, float *scratch, const float 
 qac_status qac_attention_forward_window(float *out, float *att, float *scratch, const float *qkv, const int *lens,
                                         const int *offs, int window, const qac_dropout *drop, int layer, int B, int T,
                                         int C, int NH, qac_pool *pool);
+/* The same for one query row of each sequence, row rows[b] of sequence b
+ * (0 <= rows[b] < lens[b]), over all its keys: out [B,C], row b the same
+ * bits as that row of qac_attention_forward_packed's out. Global attention
+ * only (no window). */
+qac_status qac_attention_forward_packed_rows(float *out, float *scratch, const float *qkv, const int *lens,
+                                             const int *offs, const int *rows, int B, int T, int C, int NH,
+                                             qac_pool *pool);
 /* dqkv [B,T,3C] (written) from datty [B,T,C], the kept probabilities att
  * [B,NH,T,T] and qkv; keys past lens[b] get zero gradient. */
 qac_status qac_attention_backward(float *dqkv, const float *datty, const float *qkv, const float *att,
@@ -381,6 +388,21 @@ qac_status qac_bert_forward(qac_bert_acts *a, const qac_bert_config *c, const qa
 qac_status qac_bert_forward_packed(qac_bert_acts *a, const qac_bert_config *c, const qac_bert_params *p,
                                    const qac_bert_packed *pk, const int32_t *packed_ids, const int32_t *packed_types,
                                    const int *lens, const int *offs, int B, int T, qac_pool *pool);
+/* The same with the last layer pruned to one row per sequence, as CLS
+ * pooling reads it (the CUDA encoder prunes the same way): every layer
+ * before the last and the last one's Q, K and V over all rows, then its
+ * attention, output projection, FFN and LayerNorms for row rows[b] of each
+ * sequence b alone (0 <= rows[b] < lens[b]). The result: a->last [B,C],
+ * row b the same bits as row offs[b] + rows[b] of qac_bert_forward_packed's
+ * a->last (every step after the keys and values is per row). */
+qac_status qac_bert_forward_packed_rows(qac_bert_acts *a, const qac_bert_config *c, const qac_bert_params *p,
+                                        const qac_bert_packed *pk, const int32_t *packed_ids,
+                                        const int32_t *packed_types, const int *lens, const int *offs,
+                                        const int *rows, int B, int T, qac_pool *pool);
+/* Whether qac_bert_forward_packed_rows takes c: its last layer is BERT's
+ * (post-LN, GELU FFN, absolute positions, global attention: BERT, RoBERTa,
+ * XLM-R); ModernBERT's pre-LN, GeGLU, rotary layers run whole. */
+int qac_bert_prunes_last(const qac_bert_config *c);
 /* The training forward: token types (NULL: 0) and dropout (NULL: none).
  * With drop NULL it computes exactly what qac_bert_forward does. */
 qac_status qac_bert_forward_train(qac_bert_acts *a, const qac_bert_config *c, const qac_bert_params *p,

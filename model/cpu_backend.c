@@ -1,7 +1,9 @@
 /* The CPU encoder backend: one batch through bert_cpu.c, with a
  * persistent thread pool and activations reused across calls. The batch
  * arrives padded; its sequences are run back to back without the padding
- * (qac_bert_forward_packed: the same bits, fewer rows). */
+ * (qac_bert_forward_packed: the same bits, fewer rows), and with CLS
+ * pooling the last layer runs past its keys and values for the pooled rows
+ * alone (qac_bert_forward_packed_rows: the same bits again). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,6 +21,7 @@ typedef struct cpu_backend {
     int32_t *rows_ids; /* the batch's tokens back to back */
     int32_t *rows_types; /* and their token types */
     int *offs;
+    int *pick;         /* CLS pooling: the row each sequence is pooled at */
     size_t rows_cap;
     int offs_cap;
     int raw;           /* skip the model's normalisation (qac_encoder_set_raw) */
@@ -49,6 +52,9 @@ static qac_status cpu_forward(void *impl, const int32_t *ids, const int32_t *typ
         int *o = realloc(cb->offs, (size_t)B * sizeof *o);
         if (!o) return qac_set_error(QAC_ERR_NOMEM, "cpu encoder: out of memory");
         cb->offs = o;
+        int *pk = realloc(cb->pick, (size_t)B * sizeof *pk);
+        if (!pk) return qac_set_error(QAC_ERR_NOMEM, "cpu encoder: out of memory");
+        cb->pick = pk;
         cb->offs_cap = B;
     }
     int rows = 0;
@@ -60,10 +66,27 @@ static qac_status cpu_forward(void *impl, const int32_t *ids, const int32_t *typ
         if (type_ids) memcpy(cb->rows_types + rows, type_ids + (size_t)b * T, (size_t)lens[b] * sizeof *ids);
         rows += lens[b];
     }
+    int C = m->cfg.hidden_size;
+    if (m->pooling == QAC_POOL_CLS && qac_bert_prunes_last(&m->cfg)) {
+        /* CLS pooling reads one row a sequence (row pool_from[b], or 0 when
+         * nothing follows it, as qac_pooling_forward_from): the last layer
+         * past its keys and values runs for those rows alone, same bits */
+        for (int b = 0; b < B; b++) {
+            int s = pool_from && pool_from[b] > 0 ? pool_from[b] : 0;
+            cb->pick[b] = s < lens[b] ? s : 0;
+        }
+        st = qac_bert_forward_packed_rows(&cb->acts, &m->cfg, &m->p, &cb->packed, cb->rows_ids,
+                                          type_ids ? cb->rows_types : NULL, lens, cb->offs, cb->pick, B, T, cb->pool);
+        if (st != QAC_OK) return st;
+        static const int one = 1;
+        for (int b = 0; b < B; b++)
+            qac_pooling_forward_from(out + (size_t)b * C, cb->acts.last + (size_t)b * C, &one, NULL, 1, 1, C,
+                                     m->pooling, m->normalize && !cb->raw);
+        return QAC_OK;
+    }
     st = qac_bert_forward_packed(&cb->acts, &m->cfg, &m->p, &cb->packed, cb->rows_ids,
                                  type_ids ? cb->rows_types : NULL, lens, cb->offs, B, T, cb->pool);
     if (st != QAC_OK) return st;
-    int C = m->cfg.hidden_size;
     for (int b = 0; b < B; b++)
         qac_pooling_forward_from(out + (size_t)b * C, cb->acts.last + (size_t)cb->offs[b] * C, lens + b,
                                  pool_from ? pool_from + b : NULL, 1, lens[b], C, m->pooling, m->normalize && !cb->raw);
@@ -87,6 +110,7 @@ static void cpu_free(void *impl) {
     free(cb->rows_ids);
     free(cb->rows_types);
     free(cb->offs);
+    free(cb->pick);
     free(cb);
 }
 

@@ -471,6 +471,7 @@ typedef struct att_ctx {
     const float *qkv;
     const int *lens;
     const int *offs; /* packed rows: sequence b starts at row offs[b] and has lens[b] rows */
+    const int *qrows; /* packed, one query row per sequence: row qrows[b] of sequence b, its output row b */
     const qac_dropout *drop;
     int layer, T, C, NH;
     size_t stride;
@@ -553,10 +554,13 @@ static void att_task(void *vctx, int64_t begin, int64_t end, int tid) {
         int len = c->lens[b];
         /* packed: only the real rows exist; padded: all T rows are computed */
         size_t row0 = c->offs ? (size_t)c->offs[b] : (size_t)b * T;
-        int M = c->offs ? len : T;
-        const float *q = c->qkv + row0 * 3 * C + (size_t)h * hs;
-        const float *k = q + C;
-        const float *v = q + 2 * C;
+        int M = c->qrows ? 1 : c->offs ? len : T;
+        const float *kq = c->qkv + row0 * 3 * C + (size_t)h * hs;
+        const float *k = kq + C;
+        const float *v = kq + 2 * C;
+        /* one query row: the same per-row arithmetic as all of them (gemm.h) */
+        const float *q = c->qrows ? kq + (size_t)c->qrows[b] * 3 * C : kq;
+        float *o = c->out + (c->qrows ? (size_t)b : row0) * C + (size_t)h * hs;
         float *att = c->att ? c->att + (size_t)bh * T * T : mine;
         if (c->window > 0) {
             att_local(c, att, pk, pv, pd, q, c->out + row0 * C + (size_t)h * hs, b, h, len, M);
@@ -575,8 +579,7 @@ static void att_task(void *vctx, int64_t begin, int64_t end, int tid) {
                 drop_att_row(pd + (size_t)t * T, len, c->drop, b, c->layer, h, t);
             }
         }
-        qac_gemm_strided_b(c->out + row0 * C + (size_t)h * hs, C, dropping ? pd : att, T, v, 3 * C, len, hs, 1.0f, M,
-                           pv);
+        qac_gemm_strided_b(o, C, dropping ? pd : att, T, v, 3 * C, len, hs, 1.0f, M, pv);
     }
 }
 
@@ -613,7 +616,14 @@ qac_status qac_attention_forward_packed(float *out, float *scratch, const float 
 qac_status qac_attention_forward_window(float *out, float *att, float *scratch, const float *qkv, const int *lens,
                                         const int *offs, int window, const qac_dropout *drop, int layer, int B, int T,
                                         int C, int NH, qac_pool *pool) {
-    att_ctx c = {out, att, scratch, qkv, lens, offs, drop, layer, T, C, NH, 0, window};
+    att_ctx c = {out, att, scratch, qkv, lens, offs, NULL, drop, layer, T, C, NH, 0, window};
+    return att_run(&c, B, pool);
+}
+
+qac_status qac_attention_forward_packed_rows(float *out, float *scratch, const float *qkv, const int *lens,
+                                             const int *offs, const int *rows, int B, int T, int C, int NH,
+                                             qac_pool *pool) {
+    att_ctx c = {out, NULL, scratch, qkv, lens, offs, rows, NULL, 0, T, C, NH, 0, 0};
     return att_run(&c, B, pool);
 }
 

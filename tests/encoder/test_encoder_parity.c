@@ -147,6 +147,29 @@ static void check_hidden(const qac_model *m, const enc_fixture *fx, qac_pool *po
                tdiffer, nh, same_as_untyped);
         CHECK_MSG(tdiffer == 0, "the packed forward with token types changes %d sequences", tdiffer);
         CHECK_MSG(same_as_untyped == 0, "token types were ignored in %d sequences", same_as_untyped);
+        /* the last layer pruned to one row a sequence (CLS pooling): the
+         * chosen row, [CLS] or another, the same bits as in the full pass */
+        {
+            qac_bert_acts ar = {0};
+            int *pick = malloc((size_t)nh * sizeof *pick), rdiffer = 0;
+            CHECK_OK(qac_bert_acts_alloc(&ar, &m->cfg, nh, T, 0, qac_pool_size(pool)));
+            for (int round = 0; round < 2; round++) {
+                for (int k = 0; k < nh; k++) pick[k] = round ? (lens[k] - 1) * (k % 3) / 2 : 0;
+                CHECK_OK(qac_bert_forward_packed_rows(&ar, &m->cfg, &m->p, &pk, pids, ptypes, lens, offs, pick, nh, T,
+                                                      pool));
+                for (int k = 0; k < nh; k++)
+                    rdiffer += memcmp(ar.last + (size_t)k * C, ap.last + ((size_t)offs[k] + pick[k]) * C,
+                                      (size_t)C * sizeof(float)) != 0;
+            }
+            printf("last layer pruned to one row a sequence vs the full packed forward: %d of %d rows differ\n",
+                   rdiffer, 2 * nh);
+            CHECK_MSG(rdiffer == 0, "the pruned last layer changes %d rows", rdiffer);
+            pick[0] = lens[0]; /* outside the sequence */
+            CHECK(qac_bert_forward_packed_rows(&ar, &m->cfg, &m->p, &pk, pids, ptypes, lens, offs, pick, nh, T,
+                                               pool) == QAC_ERR_INVALID);
+            qac_bert_acts_free(&ar);
+            free(pick);
+        }
         ptypes[0] = m->cfg.type_vocab_size; /* out of range */
         CHECK(qac_bert_forward_packed(&ap, &m->cfg, &m->p, &pk, pids, ptypes, lens, offs, nh, T, pool) == QAC_ERR_INVALID);
         qac_bert_acts_free(&at);
