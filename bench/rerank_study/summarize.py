@@ -67,6 +67,21 @@ cran = read([(os.path.basename(d), os.path.join(d, "results-rerank.tsv")) for d 
 if cran:
     print("## Cranfield: retrieve, then rerank (5 query folds: train on 180, test on 45)\n")
     table(cran, ["bm25", "bm25-ce", "zs", "zs-ce"], [("bm25", "bm25-ce"), ("zs", "zs-ce"), ("bm25", "zs")])
+tr = read([(os.path.basename(d), os.path.join(d, "results-train.tsv")) for d in folds])
+if tr:
+    print("## Cranfield: the same rerankers on 45 of their own training queries (BM25's top 30 reranked)\n")
+    table(tr, ["bm25", "bm25-ce"], [("bm25", "bm25-ce")])
+curves = []
+for d in folds:
+    log = os.path.join(d, "reranker", "log.jsonl")
+    if os.path.exists(log):
+        ls = [json.loads(l)["loss"] for l in open(log) if l.strip()]
+        k = min(10, len(ls) // 2)
+        if k:
+            curves.append(f"{os.path.basename(d)} {statistics.mean(ls[:k]):.3f} -> {statistics.mean(ls[-k:]):.3f}")
+if curves:
+    print(f"Training loss of each fold's reranker, mean of the first and of the last {k} steps: " + ", ".join(curves)
+          + "\n")
 dn = read([(os.path.basename(d), os.path.join(d, "results-denoise.tsv")) for d in folds])
 if dn:
     print("## Cranfield: the second fine-tuning stage with and without denoised negatives\n")
