@@ -14,7 +14,7 @@ All sides use THREADS threads (2). qac runs through qac_bench_encode (the
 library's encode call); the references through ref_backends.py, in their
 own environment (its docstring has the install line).
 
-    flock /tmp/qac-bench.lock bench/encode_int8/run.py --build build \\
+    bench/encode_int8/run.py --build build \\
         --ref-python ~/venv-cpubench/bin/python --cache ~/.cache/qac-bench-int8
 
 The cache holds the ONNX and OpenVINO exports and the BERT-base model (made
