@@ -425,6 +425,14 @@ int main(int argc, char **argv) {
                "cycle\n",
                w == PEAK_VNNI512 ? "vnni512" : "vnni256", threads, pt.wall, pt.cpu, p1.cpu,
                p1.cpu / (ghz * (w == PEAK_VNNI512 ? 128 : 64)));
+        /* each thread alone on a core retires what one thread does: a
+         * per-core figure well below the 1-thread one means another
+         * program held a core during these rounds, and every %peak below
+         * (against it) would read high */
+        if (threads > 1 && pt.cpu < 0.9 * p1.cpu)
+            printf("warning: %d threads reached %.0f%% of one thread's per-core peak: a core was busy; this run's "
+                   "%%peak figures are void, rerun on a quiet machine\n",
+                   threads, 100 * pt.cpu / p1.cpu);
     }
     if (!do_int8) printf("peak read bandwidth, %d threads: %.1f GB/s\n", threads, read_gbps(pool, rounds));
     /* the encoder's products at 2,048 rows, and BERT-base's at a batch of
