@@ -10,14 +10,14 @@
  *    seven scripts and emoji, the longest cut at max_seq_length) through
  *    the encoder (CPU, fp32): cosine >= 0.99999 against
  *    sentence-transformers' float32 embeddings, and the distance from the
- *    float64 forward within COS_FACTOR times torch's own float32 distance
+ *    float64 forward within FAM_EMB_FACTOR times torch's own float32 distance
  *    (the two float32 computations differ only in summation order, so each
  *    lands about as far from the exact value as the other; 4x is room for
  *    the order, a wrong term moves it by orders of magnitude);
  *  - the padded training forward gives the packed inference forward's
  *    pooled vectors bit for bit;
  *  - fine-tuning gradients (InfoNCE, tau 0.05, cosine) of every tensor
- *    against autograd in float64, within GRAD_FACTOR times torch's own
+ *    against autograd in float64, within FAM_GRAD_FACTOR times torch's own
  *    float32 distance from it (relative to the tensor's largest gradient),
  *    plus 4 sqrt(R) 2^-24 for the R token rows of the batch: qac sums bias
  *    and LayerNorm gradients row by row in order (so that they depend on
@@ -33,48 +33,25 @@
 #include <string.h>
 
 #include "bert_cpu.h"
+#include "family_check.h"
 #include "qac_encoder.h"
 #include "qac_model.h"
 #include "qac_pool.h"
-#include "qac_safetensors.h"
-#include "qac_train.h"
 #include "qac_util.h"
 #include "testutil.h"
 
 #define COS_MIN 0.99999
-#define EMB_FACTOR 4.0
-#define GRAD_FACTOR 4.0
 #define REL_FLOOR 0x1p-20 /* embeddings: where torch's float32 lands nearly on float64 */
 
-static qac_safetensors *ref;
-
-static const qac_st_tensor *need(const char *name) {
-    const qac_st_tensor *t = qac_safetensors_find(ref, name);
-    if (!t) {
-        fprintf(stderr, "FAIL: the fixture has no tensor %s\n", name);
-        exit(1);
-    }
-    return t;
-}
-
-static void *read_all(const char *name, size_t elem) {
-    const qac_st_tensor *t = need(name);
-    void *out = malloc(t->numel * elem);
-    if (elem == 4 && t->dtype == QAC_ST_I32) memcpy(out, t->data, t->numel * 4);
-    else if (elem == 4) qac_safetensors_read_f32(t, out);
-    else memcpy(out, t->data, t->numel * 8); /* F64 as stored */
-    return out;
-}
-
-static size_t numel(const char *name) { return (size_t)need(name)->numel; }
+static int emb_only; /* --embeddings-only */
 
 /* Embeddings of the fixture's texts from their ids. */
 static void check_embeddings(const char *name, const qac_model *m) {
-    int n = (int)numel("lens"), C = m->cfg.hidden_size;
-    int32_t *ids = read_all("ids", 4);
-    int *lens = read_all("lens", 4);
-    float *e32 = read_all("emb32", 4);
-    double *e64 = read_all("emb64", 8);
+    int n = (int)fam_numel("lens"), C = m->cfg.hidden_size;
+    int32_t *ids = fam_read_all("ids", 4);
+    int *lens = fam_read_all("lens", 4);
+    float *e32 = fam_read_all("emb32", 4);
+    double *e64 = fam_read_all("emb64", 8);
     const int32_t **ptr = malloc((size_t)n * sizeof *ptr);
     size_t off = 0;
     for (int i = 0; i < n; i++) ptr[i] = ids + off, off += (size_t)lens[i];
@@ -88,29 +65,14 @@ static void check_embeddings(const char *name, const qac_model *m) {
     CHECK_OK(qac_encoder_create(&e, m, &o));
     if (!e) exit(1);
     CHECK_OK(qac_encoder_encode_ids(e, ptr, lens, n, got));
-    double dq = 0, dt = 0, scale = 0, mincos = 1;
-    int worst = 0;
-    for (int i = 0; i < n; i++) {
-        double dot = 0, ng = 0, nr = 0;
-        for (int k = 0; k < C; k++) {
-            size_t j = (size_t)i * C + k;
-            double a = fabs(got[j] - e64[j]), b = fabs(e32[j] - e64[j]);
-            if (!(a <= dq)) dq = isnan(a) ? INFINITY : a, worst = i;
-            dt = b > dt ? b : dt;
-            scale = fabs(e64[j]) > scale ? fabs(e64[j]) : scale;
-            dot += got[j] * (double)e32[j];
-            ng += (double)got[j] * got[j];
-            nr += (double)e32[j] * e32[j];
-        }
-        double cs = dot / (sqrt(ng * nr) + 1e-300);
-        if (!(cs >= mincos)) mincos = isnan(cs) ? -1 : cs;
-    }
-    double bound = EMB_FACTOR * dt + REL_FLOOR * scale;
+    fam_emb_diff d = fam_emb_compare(got, e32, e64, n, C);
+    double bound = FAM_EMB_FACTOR * d.d_torch + REL_FLOOR * d.scale;
     printf("%-16s %2d texts (longest %3d tokens): min cosine %.9f, max|qac-f64| %.2e, max|torch32-f64| %.2e "
            "(bound %.2e, worst text %d)\n",
-           name, n, qac_encoder_max_len(e, 0), mincos, dq, dt, bound, worst);
-    CHECK_MSG(mincos >= COS_MIN, "%s: cosine %.9f < %.5f", name, mincos, COS_MIN);
-    CHECK_MSG(dq <= bound, "%s: embeddings %.3e from float64, torch's float32 %.3e (bound %.3e)", name, dq, dt, bound);
+           name, n, qac_encoder_max_len(e, 0), d.min_cos, d.d_qac, d.d_torch, bound, d.worst);
+    CHECK_MSG(d.min_cos >= COS_MIN, "%s: cosine %.9f < %.5f", name, d.min_cos, COS_MIN);
+    CHECK_MSG(d.d_qac <= bound, "%s: embeddings %.3e from float64, torch's float32 %.3e (bound %.3e)", name, d.d_qac,
+              d.d_torch, bound);
 
     /* the padded training forward pools to the same bits */
     int B = n < 6 ? n : 6, T = 0;
@@ -139,64 +101,10 @@ static void check_embeddings(const char *name, const qac_model *m) {
 }
 
 static void check_grads(const char *name, qac_model *m) {
-    int qr, pr;
-    int32_t *q_ids = read_all("q_ids", 4), *p_ids = read_all("p_ids", 4);
-    int *q_lens = read_all("q_lens", 4), *p_lens = read_all("p_lens", 4);
-    qr = (int)need("q_ids")->shape[0];
-    pr = (int)need("p_ids")->shape[0];
-    qac_train_batch b = {qr, pr / qr, (int)need("q_ids")->shape[1], (int)need("p_ids")->shape[1],
-                         q_ids, q_lens, p_ids, p_lens};
     qac_train_opts o;
-    qac_train_opts_default(&o);
-    o.tau = 0.05f;
-    o.sim = QAC_SIM_COS;
-    o.hidden_dropout = o.attn_dropout = 0.0f;
+    fam_train_opts(&o);
     o.threads = 2;
-    o.total_steps = 1;
-    qac_trainer *t = NULL;
-    CHECK_OK(qac_trainer_create(&t, m, &o));
-    if (!t) exit(1);
-    double loss = 0, *l32 = read_all("loss32", 8), *l64 = read_all("loss64", 8);
-    CHECK_OK(qac_trainer_grads(t, &b, &loss));
-    double lq = fabs(loss - *l64), lt = fabs(*l32 - *l64);
-    printf("%-16s loss %.9f (float64 %.9f, torch32 off by %.1e, qac %.1e)\n", name, loss, *l64, lt, lq);
-    CHECK_MSG(lq <= EMB_FACTOR * lt + 1e-6 * fabs(*l64), "%s: loss %.9f, float64 %.9f", name, loss, *l64);
-    const float *g = qac_trainer_grad_mem(t);
-    double rows = (double)b.nq * b.q_T + (double)b.nq * b.n * b.p_T, row_floor = 4 * sqrt(rows) * 0x1p-24;
-    size_t off = 0;
-    int compared = 0;
-    for (int i = 0; i < QAC_BERT_NUM_TENSORS; i++) {
-        size_t n = qac_bert_tensor_size(&m->cfg, i);
-        const char *tn = qac_bert_tensor_name(i);
-        if (!n || !strncmp(tn, "pooler", 6)) { /* absent, or never trained */
-            off += n;
-            continue;
-        }
-        char k32[64], k64[64];
-        snprintf(k32, sizeof k32, "grad32.%s", tn);
-        snprintf(k64, sizeof k64, "grad64.%s", tn);
-        if (numel(k64) != n) {
-            fprintf(stderr, "FAIL: %s: %s has %zu values, qac %zu\n", name, k64, numel(k64), n);
-            exit(1);
-        }
-        float *r32 = read_all(k32, 4);
-        double *r64 = read_all(k64, 8), mq = 0, mt = 0, mr = 0;
-        for (size_t j = 0; j < n; j++) {
-            double a = fabs(g[off + j] - r64[j]), c = fabs(r32[j] - r64[j]);
-            if (!(a <= mq)) mq = isnan(a) ? INFINITY : a;
-            mt = c > mt ? c : mt;
-            mr = fabs(r64[j]) > mr ? fabs(r64[j]) : mr;
-        }
-        double rq = mr > 0 ? mq / mr : mq, rt = mr > 0 ? mt / mr : mt, bound = GRAD_FACTOR * rt + row_floor;
-        printf("  grad %-10s qac %.2e  torch32 %.2e  (relative to max %.2e; bound %.2e)\n", tn, rq, rt, mr, bound);
-        CHECK_MSG(rq <= bound, "%s: gradient of %s off by %.3e relative (torch's float32 %.3e)", name, tn, rq, rt);
-        compared++;
-        off += n;
-        free(r32), free(r64);
-    }
-    CHECK(compared >= 8);
-    qac_trainer_free(t);
-    free(q_ids), free(p_ids), free(q_lens), free(p_lens), free(l32), free(l64);
+    fam_check_grads(name, m, &o, "");
 }
 
 /* Saved in the family's layout and loaded back: the same model. (That
@@ -215,32 +123,20 @@ static void check_save(const char *name, const qac_model *m) {
     qac_model_free(back);
 }
 
+static void check_all(const char *name, qac_model *m) {
+    printf("%s: %s, %d layers, hidden %d, %s pooling%s\n", name, qac_family_name(m->cfg.family), m->cfg.num_layers,
+           m->cfg.hidden_size, qac_pooling_name(m->pooling), m->normalize ? ", normalised" : "");
+    check_embeddings(name, m);
+    if (!emb_only) check_grads(name, m);
+    check_save(name, m);
+}
+
 int main(int argc, char **argv) {
-    int emb_only = argc > 1 && !strcmp(argv[1], "--embeddings-only");
+    emb_only = argc > 1 && !strcmp(argv[1], "--embeddings-only");
     argv += emb_only, argc -= emb_only;
     if (argc < 3) {
         fprintf(stderr, "usage: %s [--embeddings-only] FIXTURE_DIR NAME...\n", argv[0]);
         return 2;
     }
-    for (int i = 2; i < argc; i++) {
-        char dir[4096], path[4096];
-        snprintf(dir, sizeof dir, "%s/%s", argv[1], argv[i]);
-        snprintf(path, sizeof path, "%s/%s.ref.safetensors", argv[1], argv[i]);
-        if (qac_safetensors_open(&ref, path) != QAC_OK) {
-            fprintf(stderr, "FAIL: %s\n", qac_last_error());
-            return 1;
-        }
-        qac_model *m = NULL;
-        CHECK_OK(qac_model_load_untokenized(&m, dir));
-        if (!m) return qac_test_summary();
-        printf("%s: %s, %d layers, hidden %d, %s pooling%s\n", argv[i], qac_family_name(m->cfg.family),
-               m->cfg.num_layers, m->cfg.hidden_size, qac_pooling_name(m->pooling),
-               m->normalize ? ", normalised" : "");
-        check_embeddings(argv[i], m);
-        if (!emb_only) check_grads(argv[i], m);
-        check_save(argv[i], m);
-        qac_model_free(m);
-        qac_safetensors_close(ref);
-    }
-    return qac_test_summary();
+    return fam_run(argv[1], argv + 2, argc - 2, check_all);
 }
