@@ -21,18 +21,23 @@ static inline void gpu_test_seed(void) {
     printf("seed %llu (replay with QAC_TEST_SEED)\n", (unsigned long long)gpu_test_rng_state);
 }
 
-static inline uint64_t gpu_test_next(void) {
-    uint64_t x = gpu_test_rng_state;
+/* xorshift64 on the state *s (the emulated tests keep their own). */
+static inline uint64_t gpu_test_xorshift(uint64_t *s) {
+    uint64_t x = *s;
     x ^= x << 13;
     x ^= x >> 7;
     x ^= x << 17;
-    return gpu_test_rng_state = x;
+    return *s = x;
 }
 
-/* Uniform in [lo, hi). */
-static inline float gpu_test_uniform(float lo, float hi) {
-    return lo + (hi - lo) * (float)((gpu_test_next() >> 40) * (1.0 / 16777216.0));
+static inline uint64_t gpu_test_next(void) { return gpu_test_xorshift(&gpu_test_rng_state); }
+
+/* Uniform in [lo, hi) from the top 24 bits of x. */
+static inline float gpu_test_uniform_of(uint64_t x, float lo, float hi) {
+    return lo + (hi - lo) * (float)((x >> 40) * (1.0 / 16777216.0));
 }
+
+static inline float gpu_test_uniform(float lo, float hi) { return gpu_test_uniform_of(gpu_test_next(), lo, hi); }
 
 static inline int gpu_test_int(int lo, int hi) { /* [lo, hi] */
     return lo + (int)(gpu_test_next() % (uint64_t)(hi - lo + 1));

@@ -32,26 +32,16 @@ inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
 
 #include "../../kernels/cudnn_att_kernels.cuh"
 
-#include <cmath>
-#include <cstdio>
-#include <vector>
+#define EMU_TEST_SEED 0x9E3779B97F4A7C15ull
+#include "emu_testutil.h"
 
 extern "C" {
 #include "qac_bf16.h"
-#include "testutil.h"
 }
 
 using namespace qac_cudnn_k;
 
 namespace {
-
-uint64_t rng = 0x9E3779B97F4A7C15ull;
-float uni(float lo, float hi) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return lo + (hi - lo) * (float)((rng >> 40) * (1.0 / 16777216.0));
-}
 
 // E's bits of a float, rounded to nearest even, without qac's device code
 template <typename E> uint16_t bits_of(float x);
@@ -74,7 +64,6 @@ template <> float value_of<__half>(uint16_t b) {
     memcpy(&h, &b, 2);
     return (float)h;
 }
-template <typename E> const char *pname() { return std::is_same<E, __half>::value ? "fp16" : "bf16"; }
 
 // qkv [N, C3] += bias, rounded once, over grid rows gy (< N: each block row strides)
 template <typename E> void test_add_bias(int N, int C3, unsigned gy) {

@@ -31,31 +31,17 @@
 
 #include "../../kernels/train_embed.cu"
 
-#include <cmath>
-#include <cstdio>
-#include <vector>
+#define EMU_TEST_SEED 0x5D1C3B2A19E8F7A1ull
+#include "emu_testutil.h"
 
 extern "C" {
 #include "bert_cpu.h"
 #include "qac_scatter_plan.h"
-#include "testutil.h"
 }
 
 namespace {
 
-uint64_t rng = 0x5D1C3B2A19E8F7A1ull;
-uint32_t nexti() {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 32);
-}
-float uni() { return (float)(nexti() >> 8) * (2.0f / 16777216.0f) - 1.0f; }
-std::vector<float> rnd(size_t n) {
-    std::vector<float> v(n);
-    for (auto &x : v) x = uni();
-    return v;
-}
+uint32_t nexti() { return (uint32_t)(emu_next() >> 32); }
 
 // The plan's scatter on the emulator, as qac_kt_scatter_add launches it.
 void scatter(std::vector<float> &dst, const std::vector<float> &dout, const int32_t *keys, int N, int K, int C) {
@@ -122,7 +108,8 @@ void test(int B, int T, int C, int offset, int V, int P, int Tt) {
     }
     qac_positions_fill(pos.data(), ids.data(), lens.data(), NULL, B, T, &cfg);
     const int32_t *pos_ids = offset ? pos.data() : NULL;
-    std::vector<float> word = rnd((size_t)V * C), pe = rnd((size_t)P * C), te = rnd((size_t)Tt * C);
+    std::vector<float> word = rnd((size_t)V * C, -1, 1), pe = rnd((size_t)P * C, -1, 1),
+                       te = rnd((size_t)Tt * C, -1, 1);
     char shape[96];
     snprintf(shape, sizeof shape, "B%d T%d C%d V%d %s", B, T, C, V, offset ? "offset positions" : "learned positions");
 
@@ -136,7 +123,7 @@ void test(int B, int T, int C, int offset, int V, int P, int Tt) {
     compare("embeddings fwd", shape, emb, want, std::vector<int>(N, 1), std::vector<double>(), C);
 
     // backward, as the trainer plans it
-    const std::vector<float> dout = rnd((size_t)N * C);
+    const std::vector<float> dout = rnd((size_t)N * C, -1, 1);
     std::vector<float> dw((size_t)V * C, 0.f), dp((size_t)P * C, 0.f), dt((size_t)Tt * C, 0.f);
     std::vector<float> tw = dw, tp = dp, tt = dt;
     std::vector<int32_t> keys(N);
@@ -185,7 +172,8 @@ void test_tables(int B, int T, int C, int V, bool with_pos, bool with_type) {
     const int N = B * T, pad = 0;
     std::vector<int32_t> ids(N), types(N);
     for (int r = 0; r < N; r++) ids[r] = (int32_t)(nexti() % (uint32_t)V), types[r] = (int32_t)(nexti() % 2u);
-    const std::vector<float> word = rnd((size_t)V * C), pe = rnd((size_t)T * C), te = rnd((size_t)2 * C);
+    const std::vector<float> word = rnd((size_t)V * C, -1, 1), pe = rnd((size_t)T * C, -1, 1),
+                             te = rnd((size_t)2 * C, -1, 1);
     const float *pos = with_pos ? pe.data() : NULL, *type = with_type ? te.data() : NULL;
     char shape[96];
     snprintf(shape, sizeof shape, "B%d T%d C%d V%d %s", B, T, C, V,
@@ -196,7 +184,7 @@ void test_tables(int B, int T, int C, int V, bool with_pos, bool with_type) {
     qac_embeddings_forward_at(want.data(), ids.data(), types.data(), NULL, word.data(), pos, type, B, T, C, NULL);
     compare("embeddings fwd", shape, emb, want, std::vector<int>(N, 1), std::vector<double>(), C);
     if (with_pos || with_type) return;
-    const std::vector<float> dout = rnd((size_t)N * C);
+    const std::vector<float> dout = rnd((size_t)N * C, -1, 1);
     std::vector<float> dw((size_t)V * C, 0.f), tw = dw;
     std::vector<int32_t> keys(N);
     qac_scatter_keys_unpadded(keys.data(), ids.data(), N, pad);

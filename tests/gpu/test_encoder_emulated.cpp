@@ -29,13 +29,11 @@ alignas(16) float enc_smem[1 << 16];
 #include "../../kernels/encoder_fused.cu"
 #include "../../kernels/family_kernels.cu"
 
-#include <cmath>
-#include <cstdio>
-#include <vector>
+#define EMU_TEST_SEED 0x2545F4914F6CDD1Dull
+#include "emu_testutil.h"
 
 extern "C" {
 #include "bert_cpu.h"
-#include "testutil.h"
 }
 
 using namespace qac_enc;
@@ -44,20 +42,8 @@ namespace {
 
 constexpr double U = 0x1p-24;
 
-uint64_t rng = 0x2545F4914F6CDD1Dull;
-float uni(float lo, float hi) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return lo + (hi - lo) * (float)((rng >> 40) * (1.0 / 16777216.0));
-}
 int uint_in(int lo, int hi) { return lo + (int)(uni(0, 1) * (float)(hi - lo + 1) * 0.999999f); }
 
-template <typename E> constexpr qac_precision prec_of() {
-    return std::is_same<E, float>::value    ? QAC_PREC_FP32
-           : std::is_same<E, __half>::value ? QAC_PREC_FP16
-                                            : QAC_PREC_BF16;
-}
 template <typename E> constexpr double half_ulp() { // relative rounding of one conversion to E
     return std::is_same<E, float>::value ? 0 : std::is_same<E, __half>::value ? 0x1p-11 : 0x1p-8;
 }
@@ -65,7 +51,6 @@ template <typename E> constexpr double abs_floor() { // fp16's subnormal spacing
     return std::is_same<E, __half>::value ? 0x1p-25 : 0;
 }
 template <typename E> float round_to(float v) { return qac_to_float<E>(qac_from_float<E>(v)); }
-const char *name_of(qac_precision p) { return p == QAC_PREC_FP16 ? "fp16" : p == QAC_PREC_BF16 ? "bf16" : "fp32"; }
 
 // The largest difference over its bound (<= 1 passes); NaN fails.
 double worst(const float *got, const float *want, const double *bound, size_t n, double *max_abs) {
@@ -194,7 +179,7 @@ template <typename E, int NCH> void test_ln(int N, int C, int warps, bool embed,
     std::vector<float> got_act((size_t)N * C);
     for (size_t j = 0; j < got_act.size(); j++) got_act[j] = qac_to_float<E>(xh[j]);
     char shape[96];
-    snprintf(shape, sizeof shape, "%s N%d C%d nch%d w%d%s%s", name_of(prec_of<E>()), N, C, NCH, warps,
+    snprintf(shape, sizeof shape, "%s N%d C%d nch%d w%d%s%s", pname<E>(), N, C, NCH, warps,
              embed && typed ? " typed" : "", nobias ? " no bias" : "");
     check(embed ? "emulated embed+layernorm" : "emulated residual+layernorm", shape, x, want, bound);
     check("  (activation copy)", shape, got_act, want_act, abound);
@@ -278,7 +263,7 @@ template <typename E, int NCH> void test_ln_pool(const pool_setup &ps, int mean,
     emu_smem_bytes = ((size_t)warps * C + 32) * sizeof(float);
     emu_launch({(unsigned)B, 1, 1}, (unsigned)warps * 32, [&] { ln_pool_kernel<E, NCH>(a); });
     char shape[120];
-    snprintf(shape, sizeof shape, "%s B%d C%d %s%s%s%s w%d", name_of(prec_of<E>()), B, C, mean ? "mean" : "cls",
+    snprintf(shape, sizeof shape, "%s B%d C%d %s%s%s%s w%d", pname<E>(), B, C, mean ? "mean" : "cls",
              normalize ? "+l2" : "", use_from ? " from" : "",
              one_row ? " one row" : ps.packed ? " packed" : " padded", warps);
     check("emulated layernorm+pool", shape, out, want, bound);
@@ -320,7 +305,7 @@ template <typename E> void test_gather(int B, int T, int C, bool packed) {
             bad += memcmp(&xg[(size_t)s * C + c], &wx, 4) != 0 || qac_to_float<E>(cg[(size_t)s * C + c]) != wc;
         }
     }
-    printf("emulated gather %-5s B%d T%d C%d %s: %d wrong\n", name_of(prec_of<E>()), B, T, C,
+    printf("emulated gather %-5s B%d T%d C%d %s: %d wrong\n", pname<E>(), B, T, C,
            packed ? "packed" : "padded", bad);
     CHECK_MSG(bad == 0, "gather: %d elements differ from the pooled rows", bad);
 }
@@ -342,7 +327,7 @@ template <typename E, int V> void test_gelu_rows(int N, int I, int R) {
     emu_launch({(threads + 63) / 64, 1, 1}, 64,
                [&] { gelu_rows_kernel<E, V>(h.data(), bias.data(), N, I, R, threads); });
     const int bad = memcmp(h.data(), ref.data(), h.size() * sizeof(E)) != 0;
-    printf("emulated bias+gelu %-5s N%d I%d rows%d: %s\n", name_of(prec_of<E>()), N, I, R,
+    printf("emulated bias+gelu %-5s N%d I%d rows%d: %s\n", pname<E>(), N, I, R,
            bad ? "DIFFERS" : "same bits");
     CHECK_MSG(!bad, "bias+gelu N%d I%d rows%d: bits differ", N, I, R);
 }
@@ -369,7 +354,7 @@ template <typename E> void test_rope(int N, int C, int NH, bool bias_on) {
     });
     int bad = 0;
     for (size_t i = 0; i < ref.size(); i++) bad += qac_to_float<E>(qkv[i]) != round_to<E>(ref[i]);
-    printf("emulated rope %-5s N%d C%d hs%d%s: %d elements differ\n", name_of(prec_of<E>()), N, C, hs,
+    printf("emulated rope %-5s N%d C%d hs%d%s: %d elements differ\n", pname<E>(), N, C, hs,
            bias_on ? " bias" : "", bad);
     CHECK_MSG(bad == 0, "rope N%d C%d: %d elements differ from the twin", N, C, bad);
 }
@@ -405,7 +390,7 @@ template <typename E> void test_geglu(int N, int I, bool bias_on) {
     std::vector<float> got((size_t)N * I);
     for (size_t j = 0; j < got.size(); j++) got[j] = qac_to_float<E>(act[j]);
     char shape[64];
-    snprintf(shape, sizeof shape, "%s N%d I%d%s", name_of(prec_of<E>()), N, I, bias_on ? " bias" : "");
+    snprintf(shape, sizeof shape, "%s N%d I%d%s", pname<E>(), N, I, bias_on ? " bias" : "");
     printf("emulated geglu %-30s %s as written plainly\n", shape, bad ? "DIFFERS" : "same bits");
     CHECK_MSG(!bad, "geglu %s: bits differ from its arithmetic", shape);
     check("emulated geglu vs twin", shape, got, twin, bound);
@@ -438,7 +423,7 @@ template <typename E> void test_add_ln(int N, int C, bool with_r, bool bias_on) 
     }
     const int xbad = memcmp(x.data(), tx.data(), x.size() * sizeof(float)) != 0;
     char shape[64];
-    snprintf(shape, sizeof shape, "%s N%d C%d%s%s", name_of(prec_of<E>()), N, C, with_r ? " +r" : "",
+    snprintf(shape, sizeof shape, "%s N%d C%d%s%s", pname<E>(), N, C, with_r ? " +r" : "",
              bias_on ? " bias" : "");
     printf("emulated add+layernorm %-24s residual %s\n", shape, xbad ? "DIFFERS" : "same bits");
     CHECK_MSG(!xbad, "add+layernorm %s: the residual sum differs", shape);

@@ -27,38 +27,19 @@ alignas(16) unsigned char fa_smem[1 << 18];
 #include "../../kernels/flash_bwd.cu"
 #include "../../kernels/flash_fwd.cu"
 
-#include <cmath>
-#include <cstdio>
 #include <cstdlib>
+
+#define EMU_TEST_SEED 0x9E3779B97F4A7C15ull
+#include "emu_testutil.h"
 
 extern "C" {
 #include "../encoder/attention_bound.h"
 #include "bert_cpu.h"
-#include "testutil.h"
 }
 
 using namespace qac_fa;
 
 namespace {
-
-uint64_t rng = 0x9E3779B97F4A7C15ull;
-float uni(float lo, float hi) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return lo + (hi - lo) * (float)((rng >> 40) * (1.0 / 16777216.0));
-}
-
-template <typename E> std::vector<E> to_e(const std::vector<float> &x) {
-    std::vector<E> r(x.size());
-    for (size_t i = 0; i < x.size(); i++) r[i] = qac_from_float<E>(x[i]);
-    return r;
-}
-template <typename E> std::vector<float> to_f(const std::vector<E> &x) {
-    std::vector<float> r(x.size());
-    for (size_t i = 0; i < x.size(); i++) r[i] = qac_to_float<E>(x[i]);
-    return r;
-}
 
 void check(const char *what, const char *shape, const std::vector<float> &got, const std::vector<float> &want,
            const std::vector<float> &bound) {

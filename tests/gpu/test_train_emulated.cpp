@@ -29,72 +29,16 @@
 
 #include "../../kernels/train_fused.cu"
 
-#include <cmath>
-#include <cstdio>
-#include <vector>
+#define EMU_TEST_SEED 0x7A3B9C1D2E4F5061ull
+#include "emu_testutil.h"
 
 extern "C" {
 #include "bert_cpu.h"
-#include "testutil.h"
 }
 
 namespace {
 
-uint64_t rng = 0x7A3B9C1D2E4F5061ull;
-float uni(float lo, float hi) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return lo + (hi - lo) * (float)((rng >> 40) * (1.0 / 16777216.0));
-}
-std::vector<float> rnd(size_t n, float lo, float hi) {
-    std::vector<float> v(n);
-    for (auto &x : v) x = uni(lo, hi);
-    return v;
-}
-
-template <typename E> constexpr bool is_bf16() { return std::is_same<E, __nv_bfloat16>::value; }
-template <typename E> const char *pname() { return is_bf16<E>() ? "bf16" : "fp32"; }
 template <typename E> double tol(double fp32, double bf16) { return is_bf16<E>() ? bf16 : fp32; }
-
-template <typename E> std::vector<E> to_e(const std::vector<float> &x) {
-    std::vector<E> r(x.size());
-    for (size_t i = 0; i < x.size(); i++) r[i] = qac_from_float<E>(x[i]);
-    return r;
-}
-template <typename E> std::vector<float> to_f(const std::vector<E> &x) {
-    std::vector<float> r(x.size());
-    for (size_t i = 0; i < x.size(); i++) r[i] = qac_to_float<E>(x[i]);
-    return r;
-}
-template <typename E> std::vector<float> rounded(const std::vector<float> &x) { return to_f<E>(to_e<E>(x)); }
-
-// ||got - want|| / ||want|| within tol; NaN fails (gpu_testutil.h's measure).
-void report(const char *what, const char *prec, const char *shape, const float *got, const float *want, size_t n,
-            double t) {
-    double num = 0, den = 0, mx = 0;
-    bool nan = false;
-    for (size_t i = 0; i < n; i++) {
-        if (std::isnan(got[i]) || std::isnan(want[i])) nan = true;
-        const double d = (double)got[i] - want[i];
-        num += d * d, den += (double)want[i] * want[i];
-        mx = fabs(d) > mx ? fabs(d) : mx;
-    }
-    const double rel = nan ? INFINITY : den > 0 ? sqrt(num / den) : sqrt(num);
-    printf("%-26s %-5s %-28s rel %.3g max|d| %.3g (tol %.1g)\n", what, prec, shape, rel, mx, t);
-    CHECK_MSG(rel <= t, "%s %s %s: relative error %g > %g", what, prec, shape, rel, t);
-}
-void report(const char *what, const char *prec, const char *shape, const std::vector<float> &got,
-            const std::vector<float> &want, double t) {
-    report(what, prec, shape, got.data(), want.data(), got.size(), t);
-}
-void report_exact(const char *what, const char *prec, const char *shape, const float *got, const float *want,
-                  size_t n) {
-    size_t bad = 0;
-    for (size_t i = 0; i < n; i++) bad += memcmp(&got[i], &want[i], sizeof(float)) != 0;
-    printf("%-26s %-5s %-28s %zu of %zu differ (must be 0)\n", what, prec, shape, bad, n);
-    CHECK_MSG(bad == 0, "%s %s %s: %zu elements differ", what, prec, shape, bad);
-}
 
 // The row-blocked GELU passes' launch (gelu_grid, GELU_THREADS), on the emulator.
 template <typename K> void gelu_launch(int N, int I, K kernel) {

@@ -50,66 +50,14 @@
 #include "../../kernels/train_layers.cu"
 #include "../../kernels/train_attention.cu"
 
-#include <cmath>
-#include <cstdio>
-#include <vector>
+#define EMU_TEST_SEED 0x3C6EF372A54FF53Aull
+#include "emu_testutil.h"
 
 extern "C" {
 #include "bert_cpu.h"
-#include "testutil.h"
 }
 
 namespace {
-
-uint64_t rng = 0x3C6EF372A54FF53Aull;
-float uni(float lo, float hi) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return lo + (hi - lo) * (float)((rng >> 40) * (1.0 / 16777216.0));
-}
-std::vector<float> rnd(size_t n, float lo, float hi) {
-    std::vector<float> v(n);
-    for (auto &x : v) x = uni(lo, hi);
-    return v;
-}
-
-template <typename E> constexpr bool is_bf16() { return std::is_same<E, __nv_bfloat16>::value; }
-template <typename E> const char *pname() { return is_bf16<E>() ? "bf16" : "fp32"; }
-template <typename E> std::vector<E> to_e(const std::vector<float> &x) {
-    std::vector<E> r(x.size());
-    for (size_t i = 0; i < x.size(); i++) r[i] = qac_from_float<E>(x[i]);
-    return r;
-}
-template <typename E> std::vector<float> to_f(const std::vector<E> &x) {
-    std::vector<float> r(x.size());
-    for (size_t i = 0; i < x.size(); i++) r[i] = qac_to_float<E>(x[i]);
-    return r;
-}
-template <typename E> std::vector<float> rounded(const std::vector<float> &x) { return to_f<E>(to_e<E>(x)); }
-
-void report_exact(const char *what, const char *prec, const char *shape, const std::vector<float> &got,
-                  const std::vector<float> &want) {
-    size_t bad = 0;
-    for (size_t i = 0; i < got.size(); i++) bad += memcmp(&got[i], &want[i], sizeof(float)) != 0;
-    printf("%-22s %-5s %-36s %zu of %zu differ (must be 0)\n", what, prec, shape, bad, got.size());
-    CHECK_MSG(bad == 0, "%s %s %s: %zu elements differ from the CPU twin", what, prec, shape, bad);
-}
-
-// ||got - want|| / ||want|| within tol; NaN fails.
-void report(const char *what, const char *prec, const char *shape, const std::vector<float> &got,
-            const std::vector<float> &want, double t) {
-    double num = 0, den = 0;
-    bool nan = false;
-    for (size_t i = 0; i < got.size(); i++) {
-        if (std::isnan(got[i]) || std::isnan(want[i])) nan = true;
-        const double d = (double)got[i] - want[i];
-        num += d * d, den += (double)want[i] * want[i];
-    }
-    const double rel = nan ? INFINITY : den > 0 ? sqrt(num / den) : sqrt(num);
-    printf("%-22s %-5s %-36s rel %.3g (tol %.1g)\n", what, prec, shape, rel, t);
-    CHECK_MSG(rel <= t, "%s %s %s: relative error %g > %g", what, prec, shape, rel, t);
-}
 
 // grid: the blocks launched (fewer than the work's: the stride loop covers the rest)
 template <typename E> void test_rope(int N, int C, int NH, int P, float theta, unsigned grid) {
