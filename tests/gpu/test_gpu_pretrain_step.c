@@ -46,7 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gpu_testutil.h"
+#include "gpu_tiny_model.h"
 #include "pretrainer.h"
 #include "testutil.h"
 
@@ -54,41 +54,16 @@ static const char *tmp;
 static int selfcheck;
 static float pair_alpha; /* > 0: coCondenser runs with PAIR at this alpha */
 
-enum { V = 200, HID = 128, LAYERS = 2, HEADS = 4, INTER = 256, POS = 64, MASK_ID = 4 };
-
-static void write_vocab(const char *dir) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/vocab.txt", dir);
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        perror(path);
-        exit(1);
-    }
-    fprintf(f, "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n");
-    for (int i = 5; i < V; i++) fprintf(f, "w%d\n", i);
-    fclose(f);
-}
+enum { V = GPU_TINY_V, HID = GPU_TINY_HID, MASK_ID = 4 };
 
 static float *base_params;
 
 static qac_model *make_model(void) {
-    qac_bert_config c = {.vocab_size = V, .hidden_size = HID, .num_layers = LAYERS, .num_heads = HEADS, .intermediate_size = INTER, .max_position = POS, .type_vocab_size = 2, .pad_token_id = 0, .layer_norm_eps = 1e-12f, .hidden_dropout = 0.1f, .attn_dropout = 0.1f};
-    qac_model *m = NULL;
-    CHECK_OK(qac_model_create(&m, &c, tmp));
-    if (!m) exit(1);
+    qac_model *m = gpu_tiny_model(tmp, base_params);
     if (!base_params) {
-        base_params = malloc(m->n_params * sizeof(float));
-        size_t off = 0;
-        for (int i = 0; i < QAC_BERT_NUM_TENSORS; i++) {
-            size_t n = qac_bert_tensor_size(&m->cfg, i);
-            const char *nm = qac_bert_tensor_name(i);
-            int ln_w = !strcmp(nm, "emb_ln_w") || !strcmp(nm, "ln1_w") || !strcmp(nm, "ln2_w");
-            for (size_t j = 0; j < n; j++)
-                base_params[off + j] = ln_w ? gpu_test_uniform(0.9f, 1.1f) : gpu_test_uniform(-0.06f, 0.06f);
-            off += n;
-        }
+        base_params = gpu_tiny_params(m);
+        memcpy(m->param_mem, base_params, m->n_params * sizeof(float));
     }
-    memcpy(m->param_mem, base_params, m->n_params * sizeof(float));
     qac_model_update_fingerprint(m);
     return m;
 }
@@ -368,7 +343,7 @@ int main(int argc, char **argv) {
     if (!selfcheck && !qac_cuda_available()) qac_test_skip("no usable CUDA GPU");
     gpu_test_seed();
     tmp = qac_test_tmpdir("gpupretrain");
-    write_vocab(tmp);
+    gpu_tiny_write_vocab(tmp);
 
     static const qac_pt_objective objs[3] = {QAC_PT_COCONDENSER, QAC_PT_COTMAE, QAC_PT_QGEN};
     for (int k = 0; k < 3; k++) {

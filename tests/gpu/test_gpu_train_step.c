@@ -42,7 +42,7 @@
 #include <string.h>
 
 #include "bert_cpu.h"
-#include "gpu_testutil.h"
+#include "gpu_tiny_model.h"
 #include "qac_pool.h"
 #include "qac_rng.h"
 #include "qac_train.h"
@@ -51,29 +51,12 @@
 static const char *tmp;
 static int selfcheck; /* both sides on the CPU */
 
-enum { V = 200, HID = 128, LAYERS = 2, HEADS = 4, INTER = 256, POS = 64 };
-
-static void write_vocab(const char *dir) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/vocab.txt", dir);
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        perror(path);
-        exit(1);
-    }
-    fprintf(f, "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n");
-    for (int i = 5; i < V; i++) fprintf(f, "w%d\n", i);
-    fclose(f);
-}
+enum { V = GPU_TINY_V, HID = GPU_TINY_HID, LAYERS = GPU_TINY_LAYERS };
 
 static float *base_params;
 
 static qac_model *make_model(int mean_norm) {
-    qac_bert_config c = {.vocab_size = V, .hidden_size = HID, .num_layers = LAYERS, .num_heads = HEADS, .intermediate_size = INTER, .max_position = POS, .type_vocab_size = 2, .pad_token_id = 0, .layer_norm_eps = 1e-12f, .hidden_dropout = 0.1f, .attn_dropout = 0.1f};
-    qac_model *m = NULL;
-    CHECK_OK(qac_model_create(&m, &c, tmp));
-    if (!m) exit(1);
-    memcpy(m->param_mem, base_params, m->n_params * sizeof(float));
+    qac_model *m = gpu_tiny_model(tmp, base_params);
     m->pooling = mean_norm ? QAC_POOL_MEAN : QAC_POOL_CLS;
     m->normalize = mean_norm;
     qac_model_update_fingerprint(m);
@@ -81,20 +64,8 @@ static qac_model *make_model(int mean_norm) {
 }
 
 static void init_params(void) {
-    qac_bert_config c = {.vocab_size = V, .hidden_size = HID, .num_layers = LAYERS, .num_heads = HEADS, .intermediate_size = INTER, .max_position = POS, .type_vocab_size = 2, .pad_token_id = 0, .layer_norm_eps = 1e-12f, .hidden_dropout = 0.1f, .attn_dropout = 0.1f};
-    qac_model *m = NULL;
-    CHECK_OK(qac_model_create(&m, &c, tmp));
-    if (!m) exit(1);
-    base_params = malloc(m->n_params * sizeof(float));
-    size_t off = 0;
-    for (int i = 0; i < QAC_BERT_NUM_TENSORS; i++) {
-        size_t n = qac_bert_tensor_size(&m->cfg, i);
-        const char *nm = qac_bert_tensor_name(i);
-        int ln_w = !strcmp(nm, "emb_ln_w") || !strcmp(nm, "ln1_w") || !strcmp(nm, "ln2_w");
-        for (size_t j = 0; j < n; j++)
-            base_params[off + j] = ln_w ? gpu_test_uniform(0.9f, 1.1f) : gpu_test_uniform(-0.06f, 0.06f);
-        off += n;
-    }
+    qac_model *m = gpu_tiny_model(tmp, NULL);
+    base_params = gpu_tiny_params(m);
     qac_model_free(m);
 }
 
@@ -426,7 +397,7 @@ int main(int argc, char **argv) {
     if (!selfcheck && !qac_cuda_available()) qac_test_skip("no usable CUDA GPU");
     gpu_test_seed();
     tmp = qac_test_tmpdir("gputrain");
-    write_vocab(tmp);
+    gpu_tiny_write_vocab(tmp);
     init_params();
 
     if (!only || !strcmp(only, "parity")) {
