@@ -108,8 +108,10 @@ int main(int argc, char **argv) {
     qac_encoder *e;
     if (qac_encoder_create(&e, m, &o)) return fail("create encoder");
     float *out = malloc((size_t)n * m->cfg.hidden_size * sizeof *out);
-    /* warm-up: first-touch of buffers and weights */
-    if (qac_encoder_encode_texts(e, (const char *const *)texts, NULL, n < 32 ? n : 32, max_len, out))
+    /* warm-up: first-touch of buffers and weights, with a whole batch (the
+     * activations are sized for the largest batch seen) */
+    int warm = batch > 32 ? batch : 32;
+    if (qac_encoder_encode_texts(e, (const char *const *)texts, NULL, n < warm ? n : warm, max_len, out))
         return fail("encode");
     double t0 = qac_now(), c0 = cpu_seconds();
     if (qac_encoder_encode_texts(e, (const char *const *)texts, NULL, n, max_len, out)) return fail("encode");
