@@ -30,13 +30,13 @@ size_t qac_gemm_packed_floats(int OC, int IC) { return (size_t)((OC + NP - 1) / 
 
 #ifdef QAC_GEMM_X86
 /* r[k] = column k of the 16 x 16 block whose rows are r[0..15] */
-AVX512 static void transpose16(__m512 r[16]) {
+AVX512 static inline __attribute__((always_inline)) void transpose16(__m512 r[16]) {
     __m512 t[16];
-    for (int i = 0; i < 8; i++) { /* pairs of rows, interleaved in each 128-bit lane */
+    _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) { /* pairs of rows, interleaved in each 128-bit lane */
         t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
         t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
     }
-    for (int i = 0; i < 4; i++) { /* r[4 i + m]: rows 4 i .. 4 i + 3 at column 4 l + m of lane l */
+    _Pragma("GCC unroll 8") for (int i = 0; i < 4; i++) { /* r[4 i + m]: rows 4 i .. 4 i + 3 at column 4 l + m of lane l */
         __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
         __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
         r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
@@ -44,13 +44,13 @@ AVX512 static void transpose16(__m512 r[16]) {
         r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
         r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
     }
-    for (int i = 0; i < 4; i++) { /* then whole 128-bit lanes between groups of rows */
+    _Pragma("GCC unroll 8") for (int i = 0; i < 4; i++) { /* then whole 128-bit lanes between groups of rows */
         t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
         t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
         t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
         t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
     }
-    for (int i = 0; i < 8; i++) {
+    _Pragma("GCC unroll 8") for (int i = 0; i < 8; i++) {
         r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
         r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
     }
@@ -64,10 +64,10 @@ AVX512 static void pack_panel_avx512(float *dst, const float *w, int n, int IC, 
         int kn = IC - k0 < NP ? IC - k0 : NP;
         __mmask16 km = (__mmask16)((1u << kn) - 1);
         __m512 r[NP];
-        for (int c = 0; c < NP; c++)
+        _Pragma("GCC unroll 16") for (int c = 0; c < NP; c++)
             r[c] = c < n ? _mm512_maskz_loadu_ps(km, w + (size_t)c * ldw + k0) : _mm512_setzero_ps();
         transpose16(r);
-        for (int k = 0; k < kn; k++) _mm512_storeu_ps(dst + (size_t)(k0 + k) * NP, r[k]);
+        _Pragma("GCC unroll 16") for (int k = 0; k < kn; k++) _mm512_storeu_ps(dst + (size_t)(k0 + k) * NP, r[k]);
     }
 }
 #endif

@@ -542,6 +542,23 @@ static void att_local(const att_ctx *c, float *S, float *pk, float *pv, float *p
     }
 }
 
+/* Prefetch (into L2) the hs floats at column col of each of rows rows of
+ * qkv from kq on (a head's part of Q, K or V): its rows lie 3 C floats
+ * apart, a stride the hardware prefetchers do not follow, so without this
+ * the packing of K and the reads of V wait on every row's lines. */
+static void att_prefetch(const float *kq, int rows, int col, int C, int hs) {
+    for (int r = 0; r < rows; r++)
+        for (int d = 0; d < hs; d += 16) {
+            const float *at = kq + (size_t)r * 3 * C + col + d;
+#if defined(__x86_64__) && defined(__GNUC__)
+            /* GCC 12 deletes a loop of __builtin_prefetch alone as dead code */
+            __asm__ volatile("prefetcht1 %0" : : "m"(*at));
+#else
+            __builtin_prefetch(at, 0, 2);
+#endif
+        }
+}
+
 static void att_task(void *vctx, int64_t begin, int64_t end, int tid) {
     const att_ctx *c = vctx;
     int T = c->T, C = c->C, NH = c->NH, hs = C / NH;
@@ -562,6 +579,13 @@ static void att_task(void *vctx, int64_t begin, int64_t end, int tid) {
         const float *q = c->qrows ? kq + (size_t)c->qrows[b] * 3 * C : kq;
         float *o = c->out + (c->qrows ? (size_t)b : row0) * C + (size_t)h * hs;
         float *att = c->att ? c->att + (size_t)bh * T * T : mine;
+        /* this head's V, read after its scores, and the next head's Q and K
+         * (a chunk is a sequence's heads, att_run), read first */
+        att_prefetch(kq, len, 2 * C, C, hs);
+        if (bh + 1 < end && h + 1 < NH) {
+            att_prefetch(kq + hs, c->qrows ? 0 : M, 0, C, hs);
+            att_prefetch(kq + hs, len, C, C, hs);
+        }
         if (c->window > 0) {
             att_local(c, att, pk, pv, pd, q, c->out + row0 * C + (size_t)h * hs, b, h, len, M);
             continue;
@@ -592,7 +616,9 @@ static qac_status att_run(att_ctx *c, int B, qac_pool *pool) {
     if (!c->scratch && !(c->scratch = own = qac_malloc_lines((size_t)nt * c->stride * sizeof(float))))
         return qac_set_error(QAC_ERR_NOMEM, "attention: cannot allocate %.1f MiB of scratch for %d threads (T=%d)",
                              (double)nt * c->stride * 4 / (1 << 20), nt, c->T);
-    qac_pool_for(pool, (int64_t)B * c->NH, 1, att_task, c);
+    /* a sequence's heads a chunk (att_task prefetches the next head's rows),
+     * but single heads where there are too few sequences to share */
+    qac_pool_for(pool, (int64_t)B * c->NH, B >= 4 * nt ? c->NH : 1, att_task, c);
     free(own);
     return QAC_OK;
 }

@@ -10,6 +10,7 @@
 #include <libgen.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -344,7 +345,22 @@ void qac_crash_point(const char *name) {
     if (atomic_fetch_add(&passes, 1) + 1 == atoi(colon + 1)) raise(SIGKILL);
 }
 
+/* Blocks this large are aligned to 2 MiB and offered to the kernel as huge
+ * pages (where transparent huge pages are enabled only on request): the
+ * encoder's activations and packed weights are read along strides of a
+ * row (attention reads a head's keys and values 3 C floats apart), one 4 KiB
+ * page a row, and with 4 KiB pages those reads wait on page walks. */
+#define HUGE_FROM ((size_t)4 << 20)
+#define HUGE_ALIGN ((size_t)2 << 20)
+
 void *qac_malloc_lines(size_t bytes) {
     void *p = NULL;
+#ifdef MADV_HUGEPAGE
+    if (bytes >= HUGE_FROM) {
+        if (posix_memalign(&p, HUGE_ALIGN, bytes) != 0) return NULL;
+        (void)madvise(p, bytes, MADV_HUGEPAGE); /* a hint: failing is harmless */
+        return p;
+    }
+#endif
     return posix_memalign(&p, 64, bytes ? bytes : 1) == 0 ? p : NULL;
 }
