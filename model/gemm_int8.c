@@ -11,7 +11,10 @@
  *  - row n of inp, in the product: lo = min(0, min_k x), hi = max(0, max_k x);
  *    inv = 255 / (hi - lo), scale = (hi - lo) / 255, zp = clamp(rint(-lo inv),
  *    0, 255); u_k = clamp(rint(x_k inv) + zp, 0, 255) (a zero row: u = 0,
- *    scale 0, zp 0). Asymmetric, per row: the 256 levels span the row's own
+ *    scale 0, zp 0). The clamp at 255 takes the one finite overflow, a
+ *    row's top when both hi inv and -lo inv are ties rounded up (hi = -lo:
+ *    128 + 128); nothing finite falls below 0, and a NaN element is 0 (x86
+ *    converts it to INT_MIN, which the clamp at 0 takes; range ignores it). Asymmetric, per row: the 256 levels span the row's own
  *    range (a GELU output, nearly all >= -0.17, gets twice the levels of a
  *    symmetric scale), and no row's scale depends on another row.
  *  - acc = sum_k u_k q[o][k] in int32, exact (|u q| <= 255 * 127, so any

@@ -11,7 +11,8 @@
  *  - random rows: every element bit-equal to a plain C model of the
  *    documented arithmetic (per-row asymmetric quantisation, int32 sum, two
  *    float multiplies, bias, residual), the same on every path, and
- *    independent of the rows beside it, the row count and the threads;
+ *    independent of the rows beside it, the row count and the threads,
+ *    with rows that need the quantiser's clamp to [0, 255] (clamp_row);
  *  - the dequantised output against the exact product in double, within
  *    the bound the quantisation steps give (derived at check_bound);
  *  - rows quantised ahead (qac_gemm_q8: by the FFN's GELU step in the
@@ -105,6 +106,8 @@ static void ref_quant_weights(int8_t *q, float *scale, const float *w, int OC, i
     }
 }
 
+static int ref_clamped; /* elements ref_quant_row took to 0 or 255 by its clamp */
+
 static void ref_quant_row(uint8_t *u, float *scale, int32_t *zp, const float *x, int IC) {
     float lo = 0, hi = 0;
     for (int k = 0; k < IC; k++) lo = fminf(lo, x[k]), hi = fmaxf(hi, x[k]);
@@ -117,9 +120,50 @@ static void ref_quant_row(uint8_t *u, float *scale, int32_t *zp, const float *x,
         *zp = (int32_t)(z < 0 ? 0 : z > 255 ? 255 : z);
     }
     for (int k = 0; k < IC; k++) {
+        if (isnan(x[k])) { /* documented (gemm_int8.c): level 0 */
+            u[k] = 0;
+            ref_clamped++;
+            continue;
+        }
         long v = lrintf(x[k] * inv) + *zp;
+        ref_clamped += v < 0 || v > 255;
         u[k] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
     }
+}
+
+/* Rows that need the quantiser's clamp to [0, 255] (the other rows never
+ * leave it):
+ *  - above: a row whose ends are -a and a has inv = 255 / 2a, so a inv =
+ *    -lo inv = 127.5 (a power of two a: exactly) and both round half to
+ *    even, up to 128: the zero point is 128 and the element a gives 128 +
+ *    128 = 256, kept at 255 only by the clamp. For finite rows this tie is
+ *    the only way past 255 (x inv + zp <= hi inv + zp, and hi inv + -lo inv
+ *    = 255 up to the products' roundings).
+ *  - below: for finite x >= lo, rint(x inv) >= rint(lo inv) = -zp, so
+ *    nothing finite goes under 0; a NaN element does (x86 converts it to
+ *    INT_MIN, and the unsigned saturation of the AVX-512 path would make it
+ *    255 without the clamp at 0). NaN rows on x86 only: elsewhere lrintf
+ *    of a NaN, which the portable path uses, is unspecified.
+ * Returns 1 where row is made one of them. */
+static int clamp_row(float *row, int n, int IC) {
+    if (IC < 2) return 0;
+    int a = irand(0, IC - 1), b = (a + 1 + irand(0, IC - 2)) % IC;
+    if (n % 6 == 5) { /* symmetric ends, some interior ties as well */
+        float e = n % 12 == 5 ? 1.0f : 0.25f;
+        for (int k = 0; k < IC; k++) row[k] = e * 2.0f * frand();
+        row[a] = e, row[b] = -e;
+        for (int k = 0; k < IC; k += 5) row[k] = k % 2 ? e : -e;
+        return 1;
+    }
+#if defined(__x86_64__)
+    if (n % 6 == 4) { /* a NaN or two in a row with negatives (zero point > 0) */
+        for (int k = 0; k < IC; k++) row[k] = frand();
+        row[a] = NAN;
+        if (IC > 8) row[b] = NAN;
+        return 1;
+    }
+#endif
+    return 0;
 }
 
 static float ref_out(const uint8_t *u, float sa, int32_t zp, const int8_t *q, float sw, int IC, const float *bias,
@@ -162,6 +206,7 @@ static void check_random(int N, int IC, int OC) {
         float shift = n % 4 == 1 ? 0.4f : 0.0f, *row = x + (size_t)n * IC;
         for (int k = 0; k < IC; k++) row[k] = n % 4 == 3 && n % 8 == 7 ? 0.0f : frand() + shift;
         if (n % 4 == 2) row[irand(0, IC - 1)] = 20.0f * (frand() > 0 ? 1 : -1);
+        clamp_row(row, n, IC);
     }
     for (size_t i = 0; i < (size_t)N * OC; i++) res[i] = frand();
     for (int o = 0; o < OC; o += 7) /* an all-zero weight row: scale 0 */
@@ -182,6 +227,7 @@ static void check_random(int N, int IC, int OC) {
         qac_cpu_set_isa((qac_isa)isa);
         int bad_q = 0, bad = 0, differ = 0, over = 0;
         double worst = 0;
+        ref_clamped = 0;
         for (int n = 0; n < N; n++) { /* the quantiser itself */
             float s1, s2;
             int32_t z1, z2;
@@ -190,6 +236,8 @@ static void check_random(int N, int IC, int OC) {
             bad_q += s1 != s2 || z1 != z2 || memcmp(u, u2, (size_t)IC) != 0;
             for (int k = IC; k < (IC + 3) / 4 * 4; k++) bad_q += u2[k] != 0;
         }
+        int clamped = ref_clamped; /* this round's rows, counted once */
+        ref_clamped = 0;
         memcpy(out, res, sizeof(float) * (size_t)N * OC);
         CHECK_OK(qac_gemm(out, x, &pw, bias, out, N, NULL, NULL));
         for (int n = 0; n < N; n++) {
@@ -205,6 +253,7 @@ static void check_random(int N, int IC, int OC) {
                 exact += (double)bias[o] + res[(size_t)n * OC + o];
                 double err = fabs(got - exact),
                        b = bound(x + (size_t)n * IC, w + (size_t)o * IC, IC, sa, sw[o], exact, bias[o] + res[(size_t)n * OC + o]);
+                if (isnan(exact)) continue; /* a NaN row: bit-equality above is its check */
                 over += err > b;
                 worst = err / b > worst ? err / b : worst;
             }
@@ -226,14 +275,16 @@ static void check_random(int N, int IC, int OC) {
             qac_pool_free(p);
         }
         CHECK_MSG(bad_q == 0, "%s IC %d: %d rows quantised unlike the plain C model", path_name(), IC, bad_q);
+        /* every shape with the clamp's rows (clamp_row: from row 4) reaches it */
+        CHECK_MSG(N < 6 || clamped > 0, "%s %d x %d: no element needed the clamp to [0, 255]", path_name(), N, IC);
         CHECK_MSG(bad == 0, "%s %d x %d x %d: %d elements differ from the plain C model", path_name(), N, IC, OC, bad);
         CHECK_MSG(differ == 0, "%s %d x %d x %d: %d results depend on batching or threads", path_name(), N, IC, OC,
                   differ);
         CHECK_MSG(over == 0, "%s %d x %d x %d: %d elements past the quantisation bound (worst %.3f of it)",
                   path_name(), N, IC, OC, over, worst);
-        printf("int8 gemm %-11s %4d x %4d x %4d: bit-equal to the C model, batch/thread-invariant, error <= %.3f of "
-               "the bound\n",
-               path_name(), N, IC, OC, worst);
+        printf("int8 gemm %-11s %4d x %4d x %4d: bit-equal to the C model (%d elements clamped to [0, 255]), "
+               "batch/thread-invariant, error <= %.3f of the bound\n",
+               path_name(), N, IC, OC, clamped, worst);
     }
     qac_cpu_set_isa(qac_cpu_isa_best());
     qac_gemm_packed_free(&pw);
