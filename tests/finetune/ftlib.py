@@ -118,6 +118,42 @@ def file_bytes(path):
         return f.read()
 
 
+def mined_groups(p, docs, queries, qrels, n=16):
+    """Training groups for the small runs: BM25's top 50 of every Cranfield
+    query (p("bm25.run")), 5 negatives a query mined from them (qac mine),
+    the first n groups in p("train.jsonl"), whose path it returns."""
+    assert run(["bm25", "build", "--corpus", docs, "--out", p("bm25")]).returncode == 0
+    assert run(["bm25", "search", "--index", p("bm25"), "--queries", queries, "--k", "50", "--run",
+                p("bm25.run")]).returncode == 0
+    r = run(["mine", "--run", p("bm25.run"), "--queries", queries, "--qrels", qrels, "--corpus", docs, "--n", "5",
+             "--depth", "50", "--out", p("all.jsonl")])
+    assert r.returncode == 0, r.stderr
+    with open(p("all.jsonl")) as f, open(p("train.jsonl"), "w") as g:
+        g.writelines(f.readlines()[:n])
+    return p("train.jsonl")
+
+
+def dev_set(p, qrels):
+    """The dev set of the small runs: Cranfield queries 201-212 in
+    p("dev.tsv") (id, tab, text), their judgements in p("dev.qrels")."""
+    with open(p("dev.tsv"), "w") as f:
+        qs = [t for _, t in testdata.cranfield_texts("cran.qry", "W")]
+        for i in range(200, 212):
+            f.write(f"{i + 1}\t{qs[i]}\n")
+    with open(p("dev.qrels"), "w") as f:
+        f.writelines(l for l in open(qrels) if 201 <= int(l.split()[0]) <= 212)
+
+
+def latest(out):
+    """The checkpoint a run directory's `latest` names."""
+    return open(os.path.join(out, "latest")).read().strip()
+
+
+def traj(out):
+    """Every step's loss, rate and norm in log.jsonl, as the exact printed digits."""
+    return [(l["step"], repr(l["loss"]), repr(l["lr"]), repr(l["grad_norm"])) for l in read_jsonl(os.path.join(out, "log.jsonl"))]
+
+
 def run_files(out):
     """every file under a run directory, by relative path"""
     files = {}

@@ -22,7 +22,8 @@ import sys
 import zlib
 
 sys.path.insert(0, os.path.dirname(__file__))
-from ftlib import check, file_bytes, finish, read_jsonl, run, run_files, tiny_model, xxh64  # noqa: E402
+from ftlib import (check, dev_set, file_bytes, finish, latest, mined_groups, read_jsonl, run, run_files,  # noqa: E402
+                   tiny_model, traj, xxh64)
 import testdata  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import scratch  # noqa: E402
@@ -32,21 +33,9 @@ p = lambda name: os.path.join(tmp, name)  # noqa: E731
 docs, queries, qrels = (testdata.path("cranfield", f) for f in ("cran.all.1400", "cran.qry", "cranqrel"))
 model = tiny_model(p("tiny"))
 
-# training data: BM25 negatives of the Cranfield queries
-assert run(["bm25", "build", "--corpus", docs, "--out", p("bm25")]).returncode == 0
-assert run(["bm25", "search", "--index", p("bm25"), "--queries", queries, "--k", "50", "--run", p("bm25.run")]).returncode == 0
-r = run(["mine", "--run", p("bm25.run"), "--queries", queries, "--qrels", qrels, "--corpus", docs, "--n", "5",
-         "--depth", "50", "--out", p("all.jsonl")])
-assert r.returncode == 0, r.stderr
-with open(p("all.jsonl")) as f, open(p("train.jsonl"), "w") as g:
-    g.writelines(f.readlines()[:16])
-# dev set: 12 queries over the first 100 documents
-with open(p("dev.tsv"), "w") as f:
-    qs = [t for _, t in testdata.cranfield_texts("cran.qry", "W")]
-    for i in range(200, 212):
-        f.write(f"{i + 1}\t{qs[i]}\n")
-with open(p("dev.qrels"), "w") as f:
-    f.writelines(l for l in open(qrels) if 201 <= int(l.split()[0]) <= 212)
+# training data: BM25 negatives of the Cranfield queries; dev set: 12 queries
+mined_groups(p, docs, queries, qrels)
+dev_set(p, qrels)
 
 ARGS = ["--model", model, "--train", p("train.jsonl"), "--steps", "10", "--save-every", "3", "--batch", "2",
         "--n-passages", "3", "--q-max-len", "16", "--p-max-len", "48", "--lr", "1e-3", "--seed", "5", "--threads", "2",
@@ -55,14 +44,6 @@ ARGS = ["--model", model, "--train", p("train.jsonl"), "--steps", "10", "--save-
 
 def finetune(out, *extra, env=None):
     return run(["finetune", *ARGS, "--out", out, *extra], env={**os.environ, "QAC_QUIET": "0", **(env or {})})
-
-
-def latest(out):
-    return open(os.path.join(out, "latest")).read().strip()
-
-
-def traj(out):
-    return [(l["step"], repr(l["loss"]), repr(l["lr"]), repr(l["grad_norm"])) for l in read_jsonl(os.path.join(out, "log.jsonl"))]
 
 
 ref = p("ref")

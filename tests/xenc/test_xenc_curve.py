@@ -38,9 +38,11 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(HERE, "..", "finetune"))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "bench", "rerank_study"))
 import scratch  # noqa: E402
 import testdata  # noqa: E402
+from ftlib import mined_groups  # noqa: E402
 from testlib import check, finish, run, tiny_model  # noqa: E402
 
 import torch  # noqa: E402
@@ -56,13 +58,7 @@ docs, queries, qrels = (testdata.path("cranfield", f) for f in ("cran.all.1400",
 model = tiny_model(p("tiny"), init_range=0.3)
 SEED, STEPS, LR, WARMUP, WD, MAX_LEN = 5, 12, 1e-3, 3, 0.01, 64
 
-assert run(["bm25", "build", "--corpus", docs, "--out", p("bm25")]).returncode == 0
-assert run(["bm25", "search", "--index", p("bm25"), "--queries", queries, "--k", "50", "--run", p("bm25.run")]).returncode == 0
-r = run(["mine", "--run", p("bm25.run"), "--queries", queries, "--qrels", qrels, "--corpus", docs, "--n", "5",
-         "--depth", "50", "--out", p("all.jsonl")])
-assert r.returncode == 0, r.stderr
-with open(p("all.jsonl")) as f, open(p("train.jsonl"), "w") as g:
-    g.writelines(f.readlines()[:16])
+mined_groups(p, docs, queries, qrels)
 
 # qac's initial reranker, as finetune --seed SEED draws it, for torch
 r = subprocess.run([tool, "fresh", model, p("init"), "1", str(SEED)], capture_output=True, text=True)

@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "finetune"))
 import scratch  # noqa: E402
 import testdata  # noqa: E402
-from ftlib import file_bytes, read_jsonl, run_files  # noqa: E402
+from ftlib import dev_set, file_bytes, latest, mined_groups, read_jsonl, run_files, traj  # noqa: E402
 from testlib import check, finish, run, tiny_model  # noqa: E402
 
 tmp = scratch.mkdtemp(prefix="qac-xenc-train-")
@@ -34,20 +34,9 @@ p = lambda name: os.path.join(tmp, name)  # noqa: E731
 docs, queries, qrels = (testdata.path("cranfield", f) for f in ("cran.all.1400", "cran.qry", "cranqrel"))
 model = tiny_model(p("tiny"))
 
-assert run(["bm25", "build", "--corpus", docs, "--out", p("bm25")]).returncode == 0
-assert run(["bm25", "search", "--index", p("bm25"), "--queries", queries, "--k", "50", "--run", p("bm25.run")]).returncode == 0
-r = run(["mine", "--run", p("bm25.run"), "--queries", queries, "--qrels", qrels, "--corpus", docs, "--n", "5",
-         "--depth", "50", "--out", p("all.jsonl")])
-assert r.returncode == 0, r.stderr
-with open(p("all.jsonl")) as f, open(p("train.jsonl"), "w") as g:
-    g.writelines(f.readlines()[:16])
+mined_groups(p, docs, queries, qrels)
 # dev: queries 201-212 with their BM25 run
-with open(p("dev.tsv"), "w") as f:
-    qs = [t for _, t in testdata.cranfield_texts("cran.qry", "W")]
-    for i in range(200, 212):
-        f.write(f"{i + 1}\t{qs[i]}\n")
-with open(p("dev.qrels"), "w") as f:
-    f.writelines(l for l in open(qrels) if 201 <= int(l.split()[0]) <= 212)
+dev_set(p, qrels)
 dev_qids = {str(i + 1) for i in range(200, 212)}
 with open(p("dev.run"), "w") as f:
     f.writelines(l for l in open(p("bm25.run")) if l.split()[0] in dev_qids)
@@ -60,14 +49,6 @@ ARGS = ["--cross-encoder", "--model", model, "--train", p("train.jsonl"), "--ste
 
 def finetune(out, *extra, env=None):
     return run(["finetune", *ARGS, "--out", out, *extra], env={**os.environ, "QAC_QUIET": "0", **(env or {})})
-
-
-def latest(out):
-    return open(os.path.join(out, "latest")).read().strip()
-
-
-def traj(out):
-    return [(l["step"], repr(l["loss"]), repr(l["lr"]), repr(l["grad_norm"])) for l in read_jsonl(os.path.join(out, "log.jsonl"))]
 
 
 ref = p("ref")
