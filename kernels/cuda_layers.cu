@@ -24,8 +24,11 @@ qac_kt_drop qac_kl_drop(float p, uint64_t key, uint64_t seq_base) {
     return d;
 }
 
+// GeGLU (ModernBERT, kernels/prenorm_layers.cu): its two gradients, [N,2I]
+// and [N,I], side by side
 static size_t big_cols(const qac_bert_config *c) {
-    return (size_t)(c->intermediate_size > 3 * c->hidden_size ? c->intermediate_size : 3 * c->hidden_size);
+    const size_t f = (size_t)(c->glu ? 3 : 1) * c->intermediate_size, q = (size_t)3 * c->hidden_size;
+    return f > q ? f : q;
 }
 
 void qac_kl_acts_bind(const qac_kl_ctx *t, qac_kl_acts *s, qac_kl_bump *b, int B, int T, int L_, int with_emb,
@@ -81,7 +84,7 @@ void qac_kl_acts_bind(const qac_kl_ctx *t, qac_kl_acts *s, qac_kl_bump *b, int B
 
 size_t qac_kl_work_bind(const qac_kl_ctx *t, qac_kl_work *w, char *base, size_t N, size_t nP) {
     const qac_bert_config *c = &t->cfg;
-    const size_t C = c->hidden_size, I = c->intermediate_size, es = t->esize;
+    const size_t C = c->hidden_size, es = t->esize;
     // the fused attention needs none of the unfused one's buffers
     const size_t nPu = t->fused ? 0 : nP, NCu = t->fused ? 0 : N * C;
     qac_kl_bump b = {base, 0};
@@ -100,7 +103,7 @@ size_t qac_kl_work_bind(const qac_kl_ctx *t, qac_kl_work *w, char *base, size_t 
     b.take(&w->dres, N * C * 4);
     b.take(&w->dln1, N * C * 4);
     size_t np = qac_kt_colsum_floats((int)N, (int)C, 3); // the fused LayerNorm backward's three sums
-    const size_t n2 = qac_kt_colsum_floats((int)N, (int)I, 1), n3 = qac_kt_colsum_floats((int)N, (int)(3 * C), 1);
+    const size_t n2 = qac_kt_colsum_floats((int)N, qac_bert_ffn_rows(c), 1), n3 = qac_kt_colsum_floats((int)N, (int)(3 * C), 1);
     np = np > n2 ? np : n2;
     np = np > n3 ? np : n3;
     b.take(&w->partial, np * 4);

@@ -12,6 +12,7 @@
 
 #include "bert_kernels.cuh"
 #include "cuda_layers.cuh"
+#include "prenorm_layers.cuh"
 
 #ifdef QAC_HAVE_NCCL
 #include <nccl.h>
@@ -25,12 +26,15 @@ extern "C" {
 namespace {
 
 // One side of a batch (the queries or the passages): its inputs and the
-// layer stack's activations, bound into one device allocation per (B, T).
+// layer stack's activations, bound into one device allocation per (B, T):
+// BERT's post-LN stack (the base) or ModernBERT's pre-LN one (pn).
 struct side : qac_kl_acts {
     void *mem;
     size_t cap; // bytes of mem
     int32_t *ids, *plan_w, *plan_t;
-    int32_t *pos, *plan_pos; // offset positions (RoBERTa, XLM-R) and their plan; NULL otherwise
+    int32_t *pos, *plan_pos; // offset positions (RoBERTa, XLM-R) and their plan, or the
+                             // rotary ones (ModernBERT, no plan); NULL otherwise
+    qac_kl_pn_acts pn;
     int *lens;
     float *reps, *dreps; // [B, C]: set by the caller into the whole batch's arrays
     // host side: pinned staging of ids, lens and the two scatter plans
@@ -75,6 +79,10 @@ struct cuda_trainer : qac_kl_dev {
 #endif
     int32_t *counts; // host scratch of the scatter plans
     int counts_cap;
+    // ModernBERT: the rotary tables [2, rope_P, hs] (global theta, then local)
+    int prenorm;
+    float *rope;
+    int rope_P;
 };
 
 size_t bind_side(const cuda_trainer *t, side *s, char *base, int B, int T) {
@@ -87,9 +95,19 @@ size_t bind_side(const cuda_trainer *t, side *s, char *base, int B, int T) {
     if (t->cfg.positions == QAC_POS_OFFSET) {
         b.take(&s->pos, N * sizeof(int32_t));
         b.take(&s->plan_pos, nplan * sizeof(int32_t));
+    } else if (t->prenorm) {
+        b.take(&s->pos, N * sizeof(int32_t));
     }
     b.take(&s->lens, (size_t)B * sizeof(int));
-    qac_kl_acts_bind(t, s, &b, B, T, t->cfg.num_layers, 1, t->recompute);
+    if (t->prenorm) {
+        qac_kl_pn_bind(t, &s->pn, &b, B, T, t->recompute);
+        s->pn.pos = s->pos;
+        s->pn.rope = t->rope;
+        s->pn.rope_P = t->rope_P;
+        s->B = B, s->T = T; // the base's shapes: the uploads read them
+    } else {
+        qac_kl_acts_bind(t, s, &b, B, T, t->cfg.num_layers, 1, t->recompute);
+    }
     return b.off;
 }
 
@@ -149,10 +167,14 @@ qac_status upload_side(cuda_trainer *t, side *s, const int32_t *ids, const int *
     memcpy(h_lens, lens, (size_t)s->B * sizeof(int));
     qac_scatter_keys_unpadded(h_keys, ids, N, pad);
     s->pw = qac_scatter_plan_build(h_pw, h_keys, N, c->vocab_size, t->counts);
-    s->pt = qac_scatter_plan_build(h_pt, NULL, N, c->type_vocab_size, t->counts);
+    s->pt = qac_scatter_plan{0, 0, 0};
+    if (c->type_vocab_size > 0) s->pt = qac_scatter_plan_build(h_pt, NULL, N, c->type_vocab_size, t->counts);
     s->pos_ids = s->plan_p = NULL;
     s->pp = qac_scatter_plan{0, 0, 0};
-    if (s->pos) {
+    if (s->pos && t->prenorm) { // rotary: each row's position in its sequence, no table
+        qac_positions_fill(h_pos, ids, lens, NULL, s->B, s->T, c);
+        QAC_CU(cudaMemcpyAsync(s->pos, h_pos, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, t->stream));
+    } else if (s->pos) {
         qac_positions_fill(h_pos, ids, lens, NULL, s->B, s->T, c);
         qac_scatter_keys_unpadded(h_keys, h_pos, N, pad);
         s->pp = qac_scatter_plan_build(h_pp, h_keys, N, c->max_position, t->counts);
@@ -164,7 +186,8 @@ qac_status upload_side(cuda_trainer *t, side *s, const int32_t *ids, const int *
     QAC_CU(cudaMemcpyAsync(s->ids, h_ids, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, t->stream));
     QAC_CU(cudaMemcpyAsync(s->lens, h_lens, (size_t)s->B * sizeof(int), cudaMemcpyHostToDevice, t->stream));
     QAC_CU(cudaMemcpyAsync(s->plan_w, h_pw, nplan * sizeof(int32_t), cudaMemcpyHostToDevice, t->stream));
-    QAC_CU(cudaMemcpyAsync(s->plan_t, h_pt, nplan * sizeof(int32_t), cudaMemcpyHostToDevice, t->stream));
+    if (c->type_vocab_size > 0)
+        QAC_CU(cudaMemcpyAsync(s->plan_t, h_pt, nplan * sizeof(int32_t), cudaMemcpyHostToDevice, t->stream));
     return QAC_OK;
 }
 
@@ -172,6 +195,12 @@ qac_status forward_side(cuda_trainer *t, side *s, uint64_t key, uint64_t seq_bas
     const qac_bert_config *c = &t->cfg;
     const size_t NC = (size_t)s->B * s->T * c->hidden_size;
     qac_status e;
+    if (t->prenorm) { // ModernBERT: pooled after the final LayerNorm
+        if ((e = qac_kl_pn_fwd(t, &s->pn, &t->wk, &t->w, s->ids, s->lens, key, seq_base))) return e;
+        QAC_CU(qac_k_pool(s->reps, s->pn.last, s->lens, s->B, s->T, c->hidden_size, t->mean_pooling, t->normalize,
+                          t->stream));
+        return QAC_OK;
+    }
     if ((e = qac_kl_embed_fwd(t, s, s->ids, &t->w, key, seq_base)) ||
         (e = qac_kl_layers_fwd(t, s, &t->wk, &t->w, s->lens, key, seq_base)))
         return e;
@@ -183,6 +212,11 @@ qac_status forward_side(cuda_trainer *t, side *s, uint64_t key, uint64_t seq_bas
 qac_status backward_side(cuda_trainer *t, side *s, uint64_t key, uint64_t seq_base) {
     const qac_bert_config *c = &t->cfg;
     const size_t NC = (size_t)s->B * s->T * c->hidden_size;
+    if (t->prenorm) {
+        QAC_CU(qac_kt_pool_bwd(t->wk.dln1, s->dreps, s->pn.last, s->lens, s->B, s->T, c->hidden_size,
+                               t->mean_pooling, t->normalize, t->stream));
+        return qac_kl_pn_bwd(t, &s->pn, &t->wk, &t->w, &t->g, s->lens, t->wk.dln1, s->pw, s->plan_w, key, seq_base);
+    }
     QAC_CU(qac_kt_pool_bwd(t->wk.dy, s->dreps, QAC_KL_AT(s->hidden, c->num_layers, NC), s->lens, s->B, s->T,
                            c->hidden_size, t->mean_pooling, t->normalize, t->stream));
     qac_status e = qac_kl_layers_bwd(t, s, &t->wk, &t->w, &t->g, s->lens, key, seq_base, NULL, 0);
@@ -295,6 +329,7 @@ void trainer_destroy(cuda_trainer *t) {
     cudaFree(t->loss_work);
     cudaFree(t->reps_q), cudaFree(t->reps_p), cudaFree(t->dreps_q), cudaFree(t->dreps_p);
     cudaFree(t->pair), cudaFree(t->d_pair);
+    cudaFree(t->rope);
     qac_kl_dev_release(t);
     free(t->counts);
     free(t);
@@ -309,6 +344,20 @@ qac_status trainer_init(cuda_trainer *t, const qac_model *m) {
     const float *parts[1] = {m->param_mem};
     const size_t ends[1] = {t->n_params};
     if ((e = qac_kl_dev_upload(t, parts, ends, 1, NULL, NULL))) return e;
+    if (t->prenorm) { // the rotary tables for every position the batches may hold
+        const qac_bert_config *c = &t->cfg;
+        const int hs = c->hidden_size / c->num_heads, P = qac_bert_max_tokens(c);
+        const size_t n = (size_t)P * hs;
+        float *h = (float *)malloc(2 * n * sizeof(float));
+        if (!h) return qac_set_error(QAC_ERR_NOMEM, "CUDA trainer: out of host memory for the rotary tables");
+        qac_rope_table(h, P, hs, c->rope_theta);
+        qac_rope_table(h + n, P, hs, c->rope_theta_local);
+        cudaError_t ce = cudaMalloc((void **)&t->rope, 2 * n * sizeof(float));
+        if (ce == cudaSuccess) ce = cudaMemcpy(t->rope, h, 2 * n * sizeof(float), cudaMemcpyHostToDevice);
+        free(h);
+        QAC_CU(ce);
+        t->rope_P = P;
+    }
     if (t->world > 0) {
 #ifdef QAC_HAVE_NCCL
         ncclUniqueId id;
@@ -343,18 +392,28 @@ extern "C" qac_status qac_cuda_trainer_create(qac_cuda_trainer **out, const qac_
         return qac_set_error(QAC_ERR_UNSUPPORTED, "CUDA trainer: %d heads over %d hidden units, %d positions",
                              c->num_heads, c->hidden_size, c->max_position);
     // BERT, RoBERTa and XLM-R are one post-LayerNorm stack (positions offset
-    // past the padding index in the last two); ModernBERT's layers (rotary,
-    // GeGLU, pre-LayerNorm without biases, local windows, the final norm)
-    // have CPU backwards only
-    if (c->family == QAC_FAMILY_MODERNBERT || c->pre_norm || c->positions == QAC_POS_ROTARY)
+    // past the padding index in the last two); ModernBERT's is the pre-LN
+    // one of kernels/prenorm_layers.cu: rotary positions, GeGLU, the final
+    // norm, no position or type table. Any other mix of those is refused.
+    const int prenorm = c->pre_norm || c->glu || c->positions == QAC_POS_ROTARY;
+    if (prenorm && !(c->family == QAC_FAMILY_MODERNBERT && c->pre_norm && c->glu &&
+                     c->positions == QAC_POS_ROTARY && c->type_vocab_size == 0))
         return qac_set_error(QAC_ERR_UNSUPPORTED,
-                             "CUDA trainer: %s models fine-tune on the CPU only (qac finetune --device cpu); "
-                             "BERT, RoBERTa and XLM-RoBERTa train on CUDA",
-                             qac_family_name(c->family));
+                             "CUDA trainer: a %s model with pre_norm %d, GeGLU %d, rotary %d and %d token types "
+                             "trains on the CPU only (qac finetune --device cpu); on CUDA: BERT, RoBERTa, "
+                             "XLM-RoBERTa and ModernBERT",
+                             qac_family_name(c->family), c->pre_norm, c->glu, c->positions == QAC_POS_ROTARY,
+                             c->type_vocab_size);
+    if (!qac_kt_fused_ln_supported(c->hidden_size))
+        return qac_set_error(QAC_ERR_UNSUPPORTED,
+                             "CUDA trainer: hidden size %d is wider than its fused LayerNorm passes take "
+                             "(qac finetune --device cpu trains it)",
+                             c->hidden_size);
     qac_cuda_trainer *h = (qac_cuda_trainer *)calloc(1, sizeof *h);
     if (!h) return qac_set_error(QAC_ERR_NOMEM, "CUDA trainer: out of host memory");
     cuda_trainer *t = &h->t;
     t->cfg = *c;
+    t->prenorm = prenorm;
     t->mean_pooling = m->pooling == QAC_POOL_MEAN;
     t->normalize = m->normalize;
     t->prec = prec;

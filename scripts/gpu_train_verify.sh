@@ -13,10 +13,13 @@
 #      coCondenser, CoT-MAE, qgen and PAIR gradient parity per tensor fp32 and bf16,
 #      cls and mean(+l2), a 10-step fp32 and a 50-step bf16 trajectory,
 #      checkpoints resumed across devices), and the families the CUDA trainer
-#      takes beyond BERT (test_gpu_train_families: RoBERTa and XLM-R
-#      gradients against autograd, ModernBERT refused);
+#      takes beyond BERT (test_gpu_train_families: RoBERTa, XLM-R and
+#      ModernBERT gradients against autograd, ModernBERT's also with
+#      --recompute bit for bit and in bf16, and a config its kernels do
+#      not take refused);
 #   3. compute-sanitizer: memcheck on the training kernels (small shapes),
-#      on one parity step of the trainer and of the pre-trainer, racecheck
+#      on one parity step of the trainer and of the pre-trainer, on
+#      ModernBERT's steps (test_gpu_train_families modernbert), racecheck
 #      on attention backward, the reductions and the pre-training losses;
 #   4. bench/train_gpu against PyTorch on the same GPU;
 #   4b. (stage pretrain) qac pretrain --device cuda on a tiny generated
@@ -113,9 +116,10 @@ if has test; then
   step test-train-kernels "$bin/test_gpu_train_kernels"
   step test-train-step "$bin/test_gpu_train_step"
   step test-pretrain-step "$bin/test_gpu_pretrain_step"
-  # RoBERTa and XLM-R against autograd, ModernBERT's refusal (the checkpoints
-  # made with $py when the build has none)
-  QAC_PYTHON="$py" step test-train-families "$bin/test_gpu_train_families" xlmr roberta bert_xlmr modernbert
+  # RoBERTa, XLM-R and ModernBERT (with and without biases) against autograd
+  # (the checkpoints made with $py when the build has none)
+  QAC_PYTHON="$py" step test-train-families "$bin/test_gpu_train_families" xlmr roberta bert_xlmr modernbert \
+    modernbert_bias
   # a skip (exit 77) on a GPU machine is a failure of this run
   grep -q "^SKIP" "$out/test-train-kernels.log" "$out/test-train-step.log" "$out/test-pretrain-step.log" \
     "$out/test-train-families.log" &&
@@ -138,6 +142,9 @@ if has sanitize; then
     step memcheck-train-step "$san" --tool memcheck --error-exitcode 3 "$bin/test_gpu_train_step" parity
     step memcheck-pretrain-step "$san" --tool memcheck --leak-check full --error-exitcode 3 \
       "$bin/test_gpu_pretrain_step" parity
+    # ModernBERT's pre-LN step (fp32, --recompute, bf16) on its small checkpoint
+    QAC_PYTHON="$py" step memcheck-train-modernbert "$san" --tool memcheck --error-exitcode 3 \
+      "$bin/test_gpu_train_families" modernbert
     step racecheck-attention "$san" --tool racecheck --error-exitcode 3 "$bin/test_gpu_train_kernels" attention
     for g in layernorm pooling infonce pretrain adamw; do
       step "racecheck-$g" "$san" --tool racecheck --error-exitcode 3 "$bin/test_gpu_train_kernels" "$g"

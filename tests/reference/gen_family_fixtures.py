@@ -48,6 +48,11 @@ Per checkpoint NAME, DIR/NAME/ and DIR/NAME.ref.safetensors with:
                    (api/qac_model.h, tensors the family lacks left out;
                    ModernBERT's layer-0 attention norm, which it has not, as
                    zeros)
+  hid32.<s>, hid64.<s>, dhid32.<s>, dhid64.<s>  ModernBERT only, for the
+                   side s (q, p): the hidden states [L+1, n, T, C] (index l:
+                   layer l's input; L: the last layer's output, before the
+                   final norm) and the loss's gradient with respect to each
+                   (retain_grad on the layers' inputs and outputs)
 and DIR/texts.txt: the texts, one per line (hex-escaped newlines none: the
 texts have none).
 
@@ -369,6 +374,17 @@ def grads(st, spec, batch, dtype):
     st.train()
     model = st[0].auto_model
     model.zero_grad(set_to_none=True)
+    # ModernBERT: every layer's input and output kept with its gradient
+    seen, hooks = [], []
+    if spec["kind"] == "modernbert":
+        def keep(mod, args, kwargs, out):
+            x = args[0] if args else kwargs["hidden_states"]
+            y = out[0] if isinstance(out, tuple) else out
+            x.retain_grad()
+            y.retain_grad()
+            seen.append((mod.layer_idx, x, y))
+        for layer in model.layers:
+            hooks.append(layer.register_forward_hook(keep, with_kwargs=True))
     def enc(ids, lens):
         mask = (np.arange(ids.shape[1])[None, :] < lens[:, None]).astype(np.int64)
         feats = {"input_ids": torch.from_numpy(ids.astype(np.int64)), "attention_mask": torch.from_numpy(mask)}
@@ -378,7 +394,17 @@ def grads(st, spec, batch, dtype):
     scores = q @ p.T / TAU
     loss = torch.nn.functional.cross_entropy(scores, torch.arange(NQ) * NPASS)
     loss.backward()
+    for h in hooks:
+        h.remove()
     out = qac_layout(model, spec["kind"], model.config.num_hidden_layers, "grad")
+    L = model.config.num_hidden_layers
+    if seen:  # q's layers, then p's
+        assert len(seen) == 2 * L and [l for l, _, _ in seen] == list(range(L)) * 2
+        for k, side in enumerate(("q", "p")):
+            calls = seen[k * L:(k + 1) * L]
+            xs = [x for _, x, _ in calls] + [calls[-1][2]]
+            out["@hid." + side] = torch.stack([x.detach() for x in xs])
+            out["@dhid." + side] = torch.stack([x.grad.detach() for x in xs])
     st.eval()
     st.to(torch.float32)
     return loss.item(), out
@@ -418,7 +444,8 @@ def reference(name, spec, out, st, texts, docs, queries, rel, with_grads=True):
         loss, g = grads(st, spec, batch, dt)
         t["loss" + tag] = np.array([loss], dtype=np.float64)
         for k, v in g.items():
-            t[f"grad{tag}.{k}"] = v.numpy().astype(np.float32 if tag == "32" else np.float64)
+            key = f"{k[1:].split('.')[0]}{tag}.{k.split('.')[1]}" if k.startswith("@") else f"grad{tag}.{k}"
+            t[key] = v.numpy().astype(np.float32 if tag == "32" else np.float64)
     save_file(t, os.path.join(out, name + ".ref.safetensors"))
 
 
