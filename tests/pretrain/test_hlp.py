@@ -16,34 +16,11 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import scratch  # noqa: E402
 import testdata  # noqa: E402
 from testlib import QAC, check, finish  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "finetune"))
+from ftlib import key, shuffle  # noqa: E402  util/qac_rng.h's keys and shuffle
 
 DEB = testdata.path("debian-packages", "packages.jsonl.gz")
-M = (1 << 64) - 1
 STREAM = 0x484C5001
-
-
-# ---- util/qac_rng.h ----
-def mix(z):
-    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M
-    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M
-    return z ^ (z >> 31)
-
-
-def key(seed, a, b, c):
-    k = mix((seed + 0x9E3779B97F4A7C15) & M)
-    k = mix(k ^ ((a + 0x9E3779B97F4A7C15) & M))
-    k = mix(k ^ ((b + 0x632BE59BD9B4E019) & M))
-    return mix(k ^ ((c + 0x85157AF5) & M))
-
-
-def below(k, ctr, n):
-    return mix((k + (ctr + 1) * 0x9E3779B97F4A7C15) & M) % n
-
-
-def shuffle(v, k):
-    for i in range(len(v) - 1, 0, -1):
-        j = below(k, i, i + 1)
-        v[i], v[j] = v[j], v[i]
 
 
 # ---- the rule ----
@@ -117,8 +94,8 @@ def reference(records, tsv=None, pairs="both", max_per_doc=5, hub_top=0.1, hub_d
             dl = []
         if pairs == "dual-link":
             cm = []
-        shuffle(dl, key(seed, p, STREAM, 0))
-        shuffle(cm, key(seed, p, STREAM, 1))
+        dl = shuffle(key(seed, p, STREAM, 0), dl)
+        cm = shuffle(key(seed, p, STREAM, 1), cm)
         qs, ps, ks = [], [], []
         for kind, v in (("dual-link", dl), ("co-mention", cm)):
             for q in v:
