@@ -29,9 +29,14 @@
 // (torch's distance there carries every layer above and below it), and a
 // broken backward still misses it by orders of magnitude.
 //
+// And the whole encoder of modernbert in bf16 (the trainer's default):
+// within 6.5e-2 of float64 in ||diff|| / ||ref|| per tensor (the bound
+// test_gpu_train_families derives; see test_bf16).
+//
 // What this cannot show, and test_gpu_train_families does on a GPU: the
-// real launchers and cuBLAS, the fused attention, bf16, the trainer's
-// wiring around the composition (uploads, pooling kernels, the loss).
+// real launchers and cuBLAS, the fused attention (bf16 takes it on a GPU
+// where the shape allows; here the unfused one), the trainer's wiring
+// around the composition (uploads, pooling kernels, the loss).
 //
 // Also: --recompute's path (one layer's slot, each layer re-run before its
 // backward) must give the kept activations' gradients bit for bit.
@@ -97,6 +102,7 @@ struct harness {
     std::vector<float> grads;
     qac_kl_work k{};
     std::vector<float> work;
+    std::vector<__nv_bfloat16> params_act; // bf16: the weights' copy the products read
     std::vector<float> rope;
     int rope_P = 0;
 };
@@ -303,6 +309,46 @@ void test_model(const char *name, harness &h, side &q, side &p) {
 
 // whole_only: the whole encoder against autograd alone (no layer by layer,
 // no recompute: the suite's time goes to one checkpoint's full set)
+// bf16, as the trainer runs it by default: activations and products in
+// bf16 (the products' fp32 sums rounded once), the residual stream,
+// statistics and gradients in fp32. Bound 6.5e-2 on ||diff|| / ||ref|| per
+// tensor against float64: test_gpu_train_families derives it (about 62
+// bf16 roundings between the loss and a gradient over 4 layers, sqrt(62)
+// 2^-9 = 1.5e-2, times 4 for cancellation in the reductions).
+void test_bf16(const char *name, harness &h, const side &q0, const side &p0) {
+    const qac_bert_config *c = &h.t.cfg;
+    h.t.prec = QAC_PREC_BF16;
+    h.t.esize = 2;
+    h.params_act.resize(h.m->n_params);
+    for (size_t j = 0; j < h.m->n_params; j++) h.params_act[j] = __float2bfloat16_rn(h.m->param_mem[j]);
+    h.t.params_act = h.params_act.data();
+    side q, p;
+    bind_side(h, q, q0.ids, i32("q_lens"), q0.B, q0.T);
+    bind_side(h, p, p0.ids, i32("p_lens"), p0.B, p0.T);
+    const double loss = step(h, q, p), l64 = f64("loss64")[0];
+    printf("%s bf16 whole encoder: loss %.6f (float64 %.6f)\n", name, loss, l64);
+    size_t off = 0;
+    for (int i = 0; i < QAC_BERT_NUM_TENSORS; i++) {
+        const size_t n = qac_bert_tensor_size(c, i);
+        if (!n) continue;
+        char k64[64];
+        snprintf(k64, sizeof k64, "grad64.%s", qac_bert_tensor_name(i));
+        const std::vector<double> r64 = f64(k64);
+        double num = 0, den = 0;
+        for (size_t j = 0; j < n; j++) {
+            const double d = h.grads[off + j] - r64[j];
+            num += d * d, den += r64[j] * r64[j];
+        }
+        const double rel = std::isnan(num) ? INFINITY : den > 0 ? sqrt(num / den) : sqrt(num);
+        printf("  bf16 grad %-16s ||diff|| / ||ref|| %.2e (bound 6.5e-2)\n", qac_bert_tensor_name(i), rel);
+        CHECK_MSG(rel <= 6.5e-2, "%s: bf16 gradient of %s off by %.3e", name, qac_bert_tensor_name(i), rel);
+        off += n;
+    }
+    h.t.prec = QAC_PREC_FP32;
+    h.t.esize = 4;
+    h.t.params_act = nullptr;
+}
+
 void run(const char *fx, const char *name, bool whole_only) {
     char dir[4200], path[4300];
     snprintf(dir, sizeof dir, "%s/%s", fx, name);
@@ -349,6 +395,7 @@ void run(const char *fx, const char *name, bool whole_only) {
     printf("%s recompute: %zu of %zu gradients differ from the kept activations' (must be 0)\n", name, differ,
            kept.size());
     CHECK_MSG(differ == 0, "%s: recomputing the layers changes %zu gradients", name, differ);
+    test_bf16(name, h, q, p);
     qac_model_free(h.m);
     qac_safetensors_close(fam_ref);
 }
