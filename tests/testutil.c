@@ -125,6 +125,15 @@ void qac_test_skip(const char *why) {
     exit(77);
 }
 
+const qac_st_tensor *qac_test_tensor(const qac_safetensors *st, const char *name) {
+    const qac_st_tensor *t = qac_safetensors_find(st, name);
+    if (!t) {
+        fprintf(stderr, "FAIL: the fixture has no tensor %s\n", name);
+        exit(1);
+    }
+    return t;
+}
+
 int qac_test_same_file(const char *a, const char *b) {
     char *x = NULL, *y = NULL;
     size_t nx = 0, ny = 0;

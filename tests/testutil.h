@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "qac_common.h"
+#include "qac_safetensors.h"
 
 extern int qac_test_passed, qac_test_failed;
 
@@ -68,6 +69,9 @@ const char *qac_test_model_dir(void);
 const char *qac_test_tmpdir(const char *tag);
 /* Exit 77 (ctest: skipped) with a reason. */
 void qac_test_skip(const char *why);
+/* The tensor NAME of a reference file (tests/reference's fixtures); a
+ * missing one fails the test: it exits 1 naming the tensor. */
+const qac_st_tensor *qac_test_tensor(const qac_safetensors *st, const char *name);
 /* Whether two files hold the same bytes (0 when either cannot be read). */
 int qac_test_same_file(const char *a, const char *b);
 

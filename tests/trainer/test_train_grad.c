@@ -29,14 +29,7 @@ static int NQ, NP;
 static int32_t *q_ids, *p_ids;
 static int *q_lens, *p_lens, q_T, p_T;
 
-static const qac_st_tensor *need(const char *name) {
-    const qac_st_tensor *t = qac_safetensors_find(fx, name);
-    if (!t) {
-        fprintf(stderr, "fixture has no tensor %s\n", name);
-        exit(1);
-    }
-    return t;
-}
+static const qac_st_tensor *need(const char *name) { return qac_test_tensor(fx, name); }
 
 static double f64_at(const char *name, int i) {
     double v;

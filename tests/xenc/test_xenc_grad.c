@@ -34,14 +34,7 @@
 
 static qac_safetensors *fx;
 
-static const qac_st_tensor *need(const char *name) {
-    const qac_st_tensor *t = qac_safetensors_find(fx, name);
-    if (!t) {
-        fprintf(stderr, "fixture has no tensor %s\n", name);
-        exit(1);
-    }
-    return t;
-}
+static const qac_st_tensor *need(const char *name) { return qac_test_tensor(fx, name); }
 
 static double *f64s(const char *name, size_t n) {
     const qac_st_tensor *t = need(name);
