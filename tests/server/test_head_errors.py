@@ -29,6 +29,12 @@ def exchange(port, data, timeout=5.0):
         s.sendall(data)
     except (BrokenPipeError, ConnectionResetError):
         pass
+    return read_until_close(s, timeout)
+
+
+def read_until_close(s, timeout):
+    """Everything s receives within timeout, and whether the peer closed
+    the connection (s is closed after)."""
     out, closed = b"", False
     end = time.time() + timeout
     while time.time() < end:
@@ -339,21 +345,7 @@ def late_body(port, head, body, before=b""):
             s.sendall(body[i:i + 65536])
     except (BrokenPipeError, ConnectionResetError):
         pass
-    out, closed, end = b"", False, time.time() + 10
-    while time.time() < end:
-        try:
-            chunk = s.recv(65536)
-        except socket.timeout:
-            break
-        except ConnectionResetError:
-            closed = True
-            break
-        if not chunk:
-            closed = True
-            break
-        out += chunk
-    s.close()
-    return prior, out, closed
+    return (prior, *read_until_close(s, 10))
 
 
 tok_body = b'{"texts":["a b c"]}'
