@@ -156,9 +156,11 @@ qac_status qac_matmul_gelu_forward(float *out, float *pre, const float *inp, con
                                    int IC, int OC, qac_pool *pool);
 qac_status qac_matmul_gelu_packed(float *out, float *pre, const float *inp, const qac_packed_w *pw,
                                   const float *bias, int N, void *scratch, qac_pool *pool);
-/* The same (pre NULL), and each block of finished rows of out also
- * quantised into q8 (qac_gemm_q8_bytes(N, OC) bytes, gemm.h) while it is
- * in cache, for the next product's qac_gemm_q8. */
+/* The same (pre NULL) for the int8 FFN, whose activation only feeds the
+ * next product: each block of finished rows quantised into q8
+ * (qac_gemm_q8_bytes(N, OC) bytes, gemm.h) while it is in cache, for that
+ * product's qac_gemm_q8. out [N, OC] is the blocks' scratch
+ * (qac_gemm_then_local): it is left without the activation. */
 qac_status qac_matmul_gelu_q8(float *out, const float *inp, const qac_packed_w *pw, const float *bias, int N,
                               void *scratch, void *q8, qac_pool *pool);
 

@@ -519,6 +519,8 @@ typedef struct gemm_ctx {
     qac_gemm_post_fn post;
     void *post_ctx;
     const void *q8; /* int8 mode, rows quantised ahead (qac_gemm_q8) */
+    qac_gemm_post_at_fn post_at; /* qac_gemm_then_local */
+    size_t local_stride; /* > 0: each block's rows at out + tid local_stride */
 } gemm_ctx;
 
 static void gemm_task(void *vctx, int64_t begin, int64_t end, int tid) {
@@ -528,11 +530,12 @@ static void gemm_task(void *vctx, int64_t begin, int64_t end, int tid) {
         /* block blk: tiles [blk tiles / nb, (blk + 1) tiles / nb) */
         int r0 = (int)(blk * g->tiles / g->nb) * MBLK, r1 = (int)((blk + 1) * g->tiles / g->nb) * MBLK;
         if (r1 > g->N) r1 = g->N;
+        float *out = g->local_stride ? g->out + (size_t)tid * g->local_stride : g->out + (size_t)r0 * OC;
         if (g->q8) {
-            qac_gemm_int8_rows_q8(g->out + (size_t)r0 * OC, g->q8, g->N, r0, r1 - r0, g->pw, g->bias,
+            qac_gemm_int8_rows_q8(out, g->q8, g->N, r0, r1 - r0, g->pw, g->bias,
                                   g->resid ? g->resid + (size_t)r0 * OC : NULL);
         } else if (g->qbuf) {
-            qac_gemm_int8_rows(g->out + (size_t)r0 * OC, g->inp + (size_t)r0 * IC, g->pw, g->bias,
+            qac_gemm_int8_rows(out, g->inp + (size_t)r0 * IC, g->pw, g->bias,
                                g->resid ? g->resid + (size_t)r0 * OC : NULL, r1 - r0, g->qbuf + (size_t)tid * g->qbuf_stride);
         } else if (g->abuf) {
             int IC2 = (IC + 1) / 2;
@@ -543,12 +546,13 @@ static void gemm_task(void *vctx, int64_t begin, int64_t end, int tid) {
                 g->round_row(d, x, IC);
                 if (IC & 1) d[IC] = 0;
             }
-            g->rows_bf16(g->out + (size_t)r0 * OC, OC, ab, IC2 * 2, g->pw->pb, IC2, OC, r1 - r0, g->bias,
+            g->rows_bf16(out, OC, ab, IC2 * 2, g->pw->pb, IC2, OC, r1 - r0, g->bias,
                          g->resid ? g->resid + (size_t)r0 * OC : NULL);
         } else
-            g->rows(g->out + (size_t)r0 * OC, OC, g->inp + (size_t)r0 * IC, IC, g->pw->p, IC, OC, r1 - r0, 1.0f,
+            g->rows(out, OC, g->inp + (size_t)r0 * IC, IC, g->pw->p, IC, OC, r1 - r0, 1.0f,
                     g->bias, g->resid ? g->resid + (size_t)r0 * OC : NULL);
         if (g->post) g->post(g->post_ctx, r0, r1);
+        if (g->post_at) g->post_at(g->post_ctx, r0, r1, out);
     }
 }
 
@@ -597,13 +601,33 @@ static void split_blocks(gemm_ctx *g, int IC, int int8, int N, int nt) {
     g->nb = nb;
 }
 
+static qac_status gemm_run(gemm_ctx *gp, void *scratch, qac_pool *pool);
+
 qac_status qac_gemm_then(float *out, const float *inp, const qac_packed_w *pw, const float *bias, const float *resid,
                          int N, void *scratch, qac_pool *pool, qac_gemm_post_fn post, void *post_ctx) {
     if (N <= 0) return QAC_OK;
-    int nt = qac_pool_size(pool);
     gemm_ctx g = {out, inp, bias, resid, pw, N, 0, 0, 0, pick_rows(), pick_rows_bf16(), pick_round_row(), NULL,
-                  bf16_rows_stride(pw->IC), NULL, int8_rows_stride(pw->IC), post, post_ctx, NULL};
+                  bf16_rows_stride(pw->IC), NULL, int8_rows_stride(pw->IC), post, post_ctx, NULL, NULL, 0};
+    split_blocks(&g, pw->IC, pw->pq != NULL, N, qac_pool_size(pool));
+    return gemm_run(&g, scratch, pool);
+}
+
+qac_status qac_gemm_then_local(float *out, const float *inp, const qac_packed_w *pw, const float *bias, int N,
+                               void *scratch, qac_pool *pool, qac_gemm_post_at_fn post_at, void *post_ctx) {
+    if (N <= 0) return QAC_OK;
+    int nt = qac_pool_size(pool), OC = pw->OC;
+    gemm_ctx g = {out, inp, bias, NULL, pw, N, 0, 0, 0, pick_rows(), pick_rows_bf16(), pick_round_row(), NULL,
+                  bf16_rows_stride(pw->IC), NULL, int8_rows_stride(pw->IC), NULL, post_ctx, NULL, post_at, 0};
     split_blocks(&g, pw->IC, pw->pq != NULL, N, nt);
+    size_t part = (size_t)(N / nt) * OC / 16 * 16; /* a thread's part of out, whole cache lines */
+    if (part >= (size_t)g.mc * OC) g.local_stride = part;
+    return gemm_run(&g, scratch, pool);
+}
+
+static qac_status gemm_run(gemm_ctx *gp, void *scratch, qac_pool *pool) {
+    gemm_ctx g = *gp;
+    const qac_packed_w *pw = g.pw;
+    int nt = qac_pool_size(pool);
     void *own = NULL; /* scratch of this call, when the caller's plan has none */
     if (pw->pb || pw->pq) { /* the rows in bf16, or quantised to int8 */
         if (!scratch && !(scratch = own = qac_malloc_lines(qac_gemm_scratch_bytes(pw->IC, nt))))
@@ -621,7 +645,7 @@ qac_status qac_gemm_q8(float *out, const void *q8, const qac_packed_w *pw, const
                        int N, qac_pool *pool) {
     if (N <= 0) return QAC_OK;
     if (!pw->pq) return qac_set_error(QAC_ERR_INVALID, "matrix product: quantised rows need int8 weights");
-    gemm_ctx g = {out, NULL, bias, resid, pw, N, 0, 0, 0, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, NULL, q8};
+    gemm_ctx g = {out, NULL, bias, resid, pw, N, 0, 0, 0, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, NULL, q8, NULL, 0};
     split_blocks(&g, pw->IC, 1, N, qac_pool_size(pool));
     qac_pool_for(pool, g.nb, 1, gemm_task, &g);
     return QAC_OK;

@@ -65,6 +65,8 @@ qac_status qac_gemm_pack_int8(qac_packed_w *pw, const float *w, int OC, int IC);
  * scratch. */
 size_t qac_gemm_q8_bytes(int N, int IC);
 void qac_gemm_q8_quantize(void *q8, int N, int IC, const float *x, int r0, int r1);
+/* the same with rows [r0, r1) of x given from row r0 on: rows holds row r0 */
+void qac_gemm_q8_quantize_rows(void *q8, int N, int IC, const float *rows, int r0, int r1);
 qac_status qac_gemm_q8(float *out, const void *q8, const qac_packed_w *pw, const float *bias, const float *resid,
                        int N, qac_pool *pool);
 
@@ -91,6 +93,19 @@ qac_status qac_gemm(float *out, const float *inp, const qac_packed_w *pw, const 
 typedef void (*qac_gemm_post_fn)(void *post_ctx, int r0, int r1);
 qac_status qac_gemm_then(float *out, const float *inp, const qac_packed_w *pw, const float *bias, const float *resid,
                          int N, void *scratch, qac_pool *pool, qac_gemm_post_fn post, void *post_ctx);
+
+/* The same for a product whose rows only feed post (the int8 FFN's
+ * activation, quantised by its GELU step): each block's rows [r0, r1) are
+ * written at rows, the start of the calling thread's own part of out
+ * (thread t's at out + t (N / threads) OC, rounded down to a cache line),
+ * not at out + r0 OC, so that every block reuses the same lines instead of
+ * sending N x OC floats to memory; post_at(post_ctx, r0, r1, rows) then
+ * reads them there. out [N, OC] is scratch: afterwards it holds no row in
+ * its place. Where a thread's part is smaller than a block (a few rows on
+ * many threads) the rows go to out + r0 OC as in qac_gemm_then. */
+typedef void (*qac_gemm_post_at_fn)(void *post_ctx, int r0, int r1, float *rows);
+qac_status qac_gemm_then_local(float *out, const float *inp, const qac_packed_w *pw, const float *bias, int N,
+                               void *scratch, qac_pool *pool, qac_gemm_post_at_fn post_at, void *post_ctx);
 
 /* The general form, for strided operands (attention heads):
  * packed holds qac_gemm_packed_floats(OC, IC) floats, filled by

@@ -458,6 +458,10 @@ size_t qac_gemm_q8_bytes(int N, int IC) {
 }
 
 void qac_gemm_q8_quantize(void *q8, int N, int IC, const float *x, int r0, int r1) {
+    qac_gemm_q8_quantize_rows(q8, N, IC, x + (size_t)r0 * IC, r0, r1);
+}
+
+void qac_gemm_q8_quantize_rows(void *q8, int N, int IC, const float *rows, int r0, int r1) {
     uint8_t *a = q8;
     float *sa = (float *)(void *)(a + q8_rows_bytes(N, IC));
     int32_t *zp = (int32_t *)(void *)(sa + N);
@@ -465,7 +469,7 @@ void qac_gemm_q8_quantize(void *q8, int N, int IC, const float *x, int r0, int r
     quant_row_fn quant = pick_quant_row();
     for (int r = r0; r < r1; r++)
         quant(a + ((size_t)(r / MR_A) * IC4 * MR_A + (size_t)(r % MR_A)) * 4, MR_A * 4, sa + r, zp + r,
-              x + (size_t)r * IC, IC);
+              rows + (size_t)(r - r0) * IC, IC);
 }
 
 int qac_gemm_int8_group_rows(void) { return MR_A; }

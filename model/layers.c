@@ -236,7 +236,7 @@ typedef struct bgelu_ctx {
     float *out, *pre;
     const float *bias;
     int OC;
-    void *q8; /* or NULL: the rows are not quantised here */
+    void *q8; /* qac_matmul_gelu_q8: the rows quantised here */
     int N;
 } bgelu_ctx;
 
@@ -250,7 +250,6 @@ static void bias_gelu_rows(void *vctx, int b, int e) {
         else
             qac_vm_gelu(c->out + o, dst + o, (size_t)c->OC);
     }
-    if (c->q8) qac_gemm_q8_quantize(c->q8, c->N, c->OC, c->out, b, e);
 }
 
 qac_status qac_matmul_gelu_packed(float *out, float *pre, const float *inp, const qac_packed_w *pw,
@@ -260,10 +259,23 @@ qac_status qac_matmul_gelu_packed(float *out, float *pre, const float *inp, cons
     return qac_gemm_then(pre ? pre : out, inp, pw, NULL, NULL, N, scratch, pool, bias_gelu_rows, &c);
 }
 
+/* a block's rows at rows (its thread's lines): bias + GELU there, then quantised */
+static void bias_gelu_q8_at(void *vctx, int r0, int r1, float *rows) {
+    const bgelu_ctx *c = vctx;
+    for (int r = 0; r < r1 - r0; r++) {
+        float *x = rows + (size_t)r * c->OC;
+        if (c->bias)
+            qac_vm_bias_gelu(x, x, c->bias, c->OC, 0);
+        else
+            qac_vm_gelu(x, x, (size_t)c->OC);
+    }
+    qac_gemm_q8_quantize_rows(c->q8, c->N, c->OC, rows, r0, r1);
+}
+
 qac_status qac_matmul_gelu_q8(float *out, const float *inp, const qac_packed_w *pw, const float *bias, int N,
                               void *scratch, void *q8, qac_pool *pool) {
     bgelu_ctx c = {out, NULL, bias, pw->OC, q8, N};
-    return qac_gemm_then(out, inp, pw, NULL, NULL, N, scratch, pool, bias_gelu_rows, &c);
+    return qac_gemm_then_local(out, inp, pw, NULL, N, scratch, pool, bias_gelu_q8_at, &c);
 }
 
 qac_status qac_matmul_gelu_forward(float *out, float *pre, const float *inp, const float *w, const float *bias, int N,
