@@ -13,35 +13,19 @@ under the environment of bench/encode_int8/ref_backends.py, plus fastapi,
 uvicorn and faiss-cpu).
 
 usage: python reference_batched.py --model DIR --index DIR --docids FILE --port N"""
-import argparse
-import contextlib
 import asyncio
 from contextlib import asynccontextmanager
 
-import faiss
 import numpy as np
-import torch
-import uvicorn
 from fastapi import FastAPI
-from pydantic import BaseModel
+from reference_common import SearchRequest, add_dtype, arguments, autocast, load_index, response, serve
 from sentence_transformers import SentenceTransformer
 
 
-class SearchRequest(BaseModel):
-    query: str
-    k: int = 10
-
-
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--index", required=True)
-    ap.add_argument("--docids", required=True, help="one docid per line, in index row order")
-    ap.add_argument("--port", type=int, required=True)
+    ap = arguments()
     ap.add_argument("--max-len", type=int, default=32)
-    ap.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32",
-                    help="bf16: encode under torch.autocast(\"cpu\", dtype=torch.bfloat16), as a user asks PyTorch "
-                         "for bf16 on a CPU")
+    add_dtype(ap)
     ap.add_argument("--wait-ms", type=float, default=2.0, help="how long a batch waits for more requests")
     ap.add_argument("--max-batch", type=int, default=64)
     ap.add_argument("--backend", choices=("torch", "onnx", "openvino"), default="torch")
@@ -60,19 +44,12 @@ def main():
     if a.file_name:
         kw["file_name"] = a.file_name
     model = SentenceTransformer(a.model, device="cpu", backend=a.backend, model_kwargs=kw or None)
-
-    def amp():
-        if a.dtype == "bf16":
-            return torch.autocast("cpu", dtype=torch.bfloat16)
-        return contextlib.nullcontext()
     model.max_seq_length = a.max_len
-    index = faiss.read_index(f"{a.index}/index.faiss")
-    with open(a.docids, encoding="utf-8") as f:
-        docids = [line.rstrip("\n") for line in f]
+    index, docids = load_index(a)
     pending: asyncio.Queue = asyncio.Queue()
 
     def run_batch(texts, k):
-        with amp():
+        with autocast(a.dtype):
             v = model.encode(texts, batch_size=len(texts), convert_to_numpy=True,
                              normalize_embeddings=False).astype(np.float32)
         return index.search(v, k)
@@ -98,9 +75,7 @@ def main():
                     fut.set_exception(e)
                 continue
             for i, (req, fut) in enumerate(batch):
-                hits = [{"docid": docids[r], "score": float(s), "rank": j + 1}
-                        for j, (s, r) in enumerate(zip(scores[i][:req.k], rows[i][:req.k])) if r >= 0]
-                fut.set_result({"results": [hits], "mode": "dense"})
+                fut.set_result(response(scores[i], rows[i], docids, req.k))
 
     @asynccontextmanager
     async def lifespan(_app):
@@ -116,11 +91,7 @@ def main():
         await pending.put((req, fut))
         return await fut
 
-    @app.get("/health")
-    def health():
-        return {"status": "ok"}
-
-    uvicorn.run(app, host="127.0.0.1", port=a.port, log_level="warning")
+    serve(app, a.port)
 
 
 if __name__ == "__main__":

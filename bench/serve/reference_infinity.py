@@ -31,7 +31,6 @@ sentence_bert_config.json instead).
 Runs in its own environment (infinity-emb pins numpy<2, sentence-transformers<4
 and its own uvicorn), offline on a local model directory:
   HF_HUB_OFFLINE=1 python reference_infinity.py --model DIR --index DIR --docids FILE --port N"""
-import argparse
 import asyncio
 import os
 from contextlib import asynccontextmanager
@@ -41,31 +40,18 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("INFINITY_ANONYMOUS_USAGE_STATS", "0")
 os.environ.setdefault("DO_NOT_TRACK", "1")
 
-import faiss  # noqa: E402
 import numpy as np  # noqa: E402
-import uvicorn  # noqa: E402
 from fastapi import FastAPI  # noqa: E402
 from infinity_emb import AsyncEngineArray, EngineArgs  # noqa: E402
-from pydantic import BaseModel  # noqa: E402
-
-
-class SearchRequest(BaseModel):
-    query: str
-    k: int = 10
+from reference_common import SearchRequest, arguments, load_index, response, serve  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", required=True)
-    ap.add_argument("--index", required=True)
-    ap.add_argument("--docids", required=True, help="one docid per line, in index row order")
-    ap.add_argument("--port", type=int, required=True)
+    ap = arguments()
     ap.add_argument("--max-len", type=int, default=32, help="query length in tokens (0: the model's own)")
     ap.add_argument("--batch-size", type=int, default=32, help="infinity's largest batch (its default: 32)")
     a = ap.parse_args()
-    index = faiss.read_index(f"{a.index}/index.faiss")
-    with open(a.docids, encoding="utf-8") as f:
-        docids = [line.rstrip("\n") for line in f]
+    index, docids = load_index(a)
     array = AsyncEngineArray.from_args([EngineArgs(model_name_or_path=a.model, engine="torch", device="cpu",
                                                    batch_size=a.batch_size, model_warmup=True)])
     engine = array[0]
@@ -89,9 +75,7 @@ def main():
                     fut.set_exception(e)
                 continue
             for i, (req, _, fut) in enumerate(batch):
-                hits = [{"docid": docids[r], "score": float(s), "rank": j + 1}
-                        for j, (s, r) in enumerate(zip(scores[i][:req.k], rows[i][:req.k])) if r >= 0]
-                fut.set_result({"results": [hits], "mode": "dense"})
+                fut.set_result(response(scores[i], rows[i], docids, req.k))
 
     @asynccontextmanager
     async def lifespan(_app):
@@ -110,11 +94,7 @@ def main():
         await pending.put((req, np.asarray(emb[0]), fut))
         return await fut
 
-    @app.get("/health")
-    def health():
-        return {"status": "ok"}
-
-    uvicorn.run(app, host="127.0.0.1", port=a.port, log_level="warning")
+    serve(app, a.port)
 
 
 if __name__ == "__main__":
