@@ -31,7 +31,9 @@
 //
 // And the whole encoder of modernbert in bf16 (the trainer's default):
 // within 6.5e-2 of float64 in ||diff|| / ||ref|| per tensor (the bound
-// test_gpu_train_families derives; see test_bf16).
+// test_gpu_train_families derives; see test_bf16); with dropout on its
+// four sites against the CPU trainer's ModernBERT (the same masks from the
+// same counters; see test_dropout).
 //
 // What this cannot show, and test_gpu_train_families does on a GPU: the
 // real launchers and cuBLAS, the fused attention (bf16 takes it on a GPU
@@ -349,6 +351,79 @@ void test_bf16(const char *name, harness &h, const side &q0, const side &p0) {
     h.t.params_act = nullptr;
 }
 
+// Dropout (hidden 0.1, attention 0.1) against the CPU trainer's ModernBERT
+// forward and backward (model/bert_cpu.c, model/bert_backward.c) with the
+// same key: autograd cannot draw qac's masks, the CPU twin draws the same
+// ones from the same counters, so a site, layer or key wired wrongly
+// changes about a tenth of a tensor's terms by their own size. The queries'
+// side, dL/d last a fixed draw in [-1, 1]. Bound 1e-4 of each tensor's
+// largest value: both sides are float32 with sums in other orders, which
+// without dropout land within 5e-6 of float64 on every tensor here (the
+// checks above, qac and torch alike), so within 1e-5 of each other; 10
+// times that for room, and a wrong mask moves them by 1e-2 and more.
+void test_dropout(const char *name, harness &h, const side &q0) {
+    const qac_bert_config *c = &h.t.cfg;
+    const int B = q0.B, T = q0.T, N = B * T, C = c->hidden_size, L = c->num_layers;
+    const uint64_t key = qac_rng_key(7, 3, 0, 0);
+    printf("%s dropout 0.1 (queries' side) against the CPU trainer's\n", name);
+    std::vector<float> dlast((size_t)N * C);
+    uint64_t r = 0x9E3779B97F4A7C15ull;
+    for (float &x : dlast) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        x = (float)((double)(r >> 11) * 0x1p-53 * 2 - 1);
+    }
+    // the emulated composition
+    h.t.p_hidden = h.t.p_attn = 0.1f;
+    side q;
+    bind_side(h, q, q0.ids, i32("q_lens"), B, T);
+    std::fill(h.grads.begin(), h.grads.end(), 0.f);
+    CHECK_OK(qac_kl_pn_fwd(&h.t, &q.a, &h.k, &h.w, q.ids.data(), q.lens.data(), key, 0));
+    std::vector<int32_t> keys(N), plan(qac_scatter_plan_ints(N)), counts((size_t)c->vocab_size + 1);
+    qac_scatter_keys_unpadded(keys.data(), q.ids.data(), N, c->pad_token_id);
+    const qac_scatter_plan pw = qac_scatter_plan_build(plan.data(), keys.data(), N, c->vocab_size, counts.data());
+    CHECK_OK(qac_kl_pn_bwd(&h.t, &q.a, &h.k, &h.w, &h.g, q.lens.data(), dlast.data(), pw, plan.data(), key, 0));
+    h.t.p_hidden = h.t.p_attn = 0.f;
+    // the CPU trainer's
+    const qac_dropout drop = {0.1f, 0.1f, key, NULL};
+    qac_bert_acts a{};
+    qac_bert_packed pk{};
+    qac_bert_bwd bw{};
+    std::vector<float> cg(h.m->n_params, 0.f);
+    qac_bert_params g{};
+    qac_bert_params_bind(&g, c, cg.data());
+    CHECK_OK(qac_bert_acts_alloc(&a, c, B, T, QAC_ACTS_KEEP, 1));
+    CHECK_OK(qac_bert_pack(&pk, c, &h.w));
+    CHECK_OK(qac_bert_bwd_alloc(&bw, c, B, T));
+    CHECK_OK(qac_bert_forward_train(&a, c, &h.w, &pk, q.ids.data(), NULL, q.lens.data(), B, T, &drop, NULL));
+    std::vector<const float *> dh(L + 1, nullptr);
+    dh[L] = dlast.data();
+    CHECK_OK(qac_bert_backward(&g, &bw, dh.data(), &a, c, &h.w, &pk, q.ids.data(), NULL, q.lens.data(), B, T, &drop,
+                               NULL));
+    auto within = [&](const char *what, const float *got, const float *want, size_t n) {
+        double md = 0, mr = 0;
+        for (size_t j = 0; j < n; j++) {
+            const double d = fabs((double)got[j] - want[j]);
+            if (!(d <= md)) md = std::isnan(d) ? INFINITY : d;
+            mr = fabs(want[j]) > mr ? fabs(want[j]) : mr;
+        }
+        const double rel = mr > 0 ? md / mr : md;
+        printf("  %-26s %.2e of the largest (bound 1e-4)\n", what, rel);
+        CHECK_MSG(rel <= 1e-4, "%s: %s off the CPU trainer's by %.3e", name, what, rel);
+    };
+    within("output (final norm)", q.a.last, a.last, (size_t)N * C);
+    size_t off = 0;
+    for (int i = 0; i < QAC_BERT_NUM_TENSORS; i++) {
+        const size_t n = qac_bert_tensor_size(c, i);
+        char what[64];
+        snprintf(what, sizeof what, "grad %s", qac_bert_tensor_name(i));
+        if (n) within(what, &h.grads[off], &cg[off], n);
+        off += n;
+    }
+    qac_bert_acts_free(&a);
+    qac_bert_packed_free(&pk);
+    qac_bert_bwd_free(&bw);
+}
+
 void run(const char *fx, const char *name, bool whole_only) {
     char dir[4200], path[4300];
     snprintf(dir, sizeof dir, "%s/%s", fx, name);
@@ -396,6 +471,7 @@ void run(const char *fx, const char *name, bool whole_only) {
            kept.size());
     CHECK_MSG(differ == 0, "%s: recomputing the layers changes %zu gradients", name, differ);
     test_bf16(name, h, q, p);
+    test_dropout(name, h, q);
     qac_model_free(h.m);
     qac_safetensors_close(fam_ref);
 }
