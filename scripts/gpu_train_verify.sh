@@ -15,8 +15,8 @@
 #      checkpoints resumed across devices), and the families the CUDA trainer
 #      takes beyond BERT (test_gpu_train_families: RoBERTa, XLM-R and
 #      ModernBERT gradients against autograd, ModernBERT's also with
-#      --recompute bit for bit and in bf16, and a config its kernels do
-#      not take refused);
+#      --chunk, --recompute bit for bit and in bf16, and a config its
+#      kernels do not take refused);
 #   3. compute-sanitizer: memcheck on the training kernels (small shapes),
 #      on one parity step of the trainer and of the pre-trainer, on
 #      ModernBERT's steps (test_gpu_train_families modernbert), racecheck

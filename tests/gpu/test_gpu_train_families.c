@@ -13,7 +13,9 @@
  *    with sums in other orders. The batch holds a pad token inside a
  *    passage, so the word row of the padding id and the position row
  *    padding_idx, which torch leaves without a gradient, are compared too;
- *  - ModernBERT, besides: --recompute (each layer re-run before its
+ *  - ModernBERT, besides: GradCache (--chunk 2: each chunk re-forwarded and
+ *    back-propagated with its cached gradient) against autograd with the
+ *    same bound; --recompute (each layer re-run before its
  *    backward) gives the kept activations' gradients bit for bit (the same
  *    kernels on the same inputs); bf16 within 6.5e-2 of float64 in
  *    ||diff|| / ||ref|| per tensor: bf16 keeps 8 significant bits (u =
@@ -121,6 +123,8 @@ static void check_family(const char *name, qac_model *m) {
     opts_of(&o, QAC_PREC_FP32, 0);
     fam_check_grads(name, m, &o, "CUDA ");
     if (m->cfg.family == QAC_FAMILY_MODERNBERT) {
+        o.chunk = 2;
+        fam_check_grads(name, m, &o, "CUDA --chunk 2 ");
         check_modernbert(name, m);
         check_refusal(name, m);
     }
