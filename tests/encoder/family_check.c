@@ -101,6 +101,17 @@ fam_emb_diff fam_emb_compare(const float *got, const float *e32, const double *e
     return r;
 }
 
+void fam_batch(qac_train_batch *b) {
+    const qac_st_tensor *q = fam_need("q_ids"), *p = fam_need("p_ids");
+    *b = (qac_train_batch){(int)q->shape[0], (int)(p->shape[0] / q->shape[0]), (int)q->shape[1], (int)p->shape[1],
+                           fam_read_all("q_ids", 4), fam_read_all("q_lens", 4), fam_read_all("p_ids", 4),
+                           fam_read_all("p_lens", 4)};
+}
+
+void fam_batch_free(qac_train_batch *b) {
+    free((void *)b->q_ids), free((void *)b->q_lens), free((void *)b->p_ids), free((void *)b->p_lens);
+}
+
 void fam_train_opts(qac_train_opts *o) {
     qac_train_opts_default(o);
     o->tau = 0.05f;
@@ -135,11 +146,8 @@ static void check_tensor(const char *name, const char *label, const char *tn, co
 }
 
 void fam_check_grads(const char *name, qac_model *m, const qac_train_opts *o, const char *label) {
-    int32_t *q_ids = fam_read_all("q_ids", 4), *p_ids = fam_read_all("p_ids", 4);
-    int *q_lens = fam_read_all("q_lens", 4), *p_lens = fam_read_all("p_lens", 4);
-    int qr = (int)fam_need("q_ids")->shape[0], pr = (int)fam_need("p_ids")->shape[0];
-    qac_train_batch b = {qr, pr / qr, (int)fam_need("q_ids")->shape[1], (int)fam_need("p_ids")->shape[1],
-                         q_ids, q_lens, p_ids, p_lens};
+    qac_train_batch b;
+    fam_batch(&b);
     qac_trainer *t = NULL;
     CHECK_OK(qac_trainer_create(&t, m, o));
     if (!t) exit(1);
@@ -165,5 +173,6 @@ void fam_check_grads(const char *name, qac_model *m, const qac_train_opts *o, co
     }
     CHECK(compared >= 8);
     qac_trainer_free(t);
-    free(q_ids), free(p_ids), free(q_lens), free(p_lens), free(l32), free(l64);
+    fam_batch_free(&b);
+    free(l32), free(l64);
 }

@@ -62,6 +62,12 @@ typedef struct fam_emb_diff {
 } fam_emb_diff;
 fam_emb_diff fam_emb_compare(const float *got, const float *e32, const double *e64, int n, int C);
 
+/* The reference's training batch (q_ids [nq, q_T], q_lens, p_ids
+ * [nq n, p_T], p_lens: a pad token inside a passage), read into b;
+ * fam_batch_free frees what it read. */
+void fam_batch(qac_train_batch *b);
+void fam_batch_free(qac_train_batch *b);
+
 /* The fine-tuning options of the reference's gradients: InfoNCE, tau 0.05,
  * cosine, no dropout, one step; the caller sets the device and threads. */
 void fam_train_opts(qac_train_opts *o);

@@ -67,11 +67,8 @@ static void check_refusal(const char *name, qac_model *m) {
 
 /* One step's gradients on the reference's batch: a malloc'd copy. */
 static float *step_grads(qac_model *m, qac_precision prec, int recompute) {
-    int32_t *q_ids = fam_read_all("q_ids", 4), *p_ids = fam_read_all("p_ids", 4);
-    int *q_lens = fam_read_all("q_lens", 4), *p_lens = fam_read_all("p_lens", 4);
-    int qr = (int)fam_need("q_ids")->shape[0], pr = (int)fam_need("p_ids")->shape[0];
-    qac_train_batch b = {qr, pr / qr, (int)fam_need("q_ids")->shape[1], (int)fam_need("p_ids")->shape[1],
-                         q_ids, q_lens, p_ids, p_lens};
+    qac_train_batch b;
+    fam_batch(&b);
     qac_train_opts o;
     opts_of(&o, prec, recompute);
     qac_trainer *t = NULL;
@@ -83,7 +80,7 @@ static float *step_grads(qac_model *m, qac_precision prec, int recompute) {
     if (!g) exit(1);
     memcpy(g, qac_trainer_grad_mem(t), m->n_params * sizeof(float));
     qac_trainer_free(t);
-    free(q_ids), free(p_ids), free(q_lens), free(p_lens);
+    fam_batch_free(&b);
     return g;
 }
 
