@@ -279,6 +279,13 @@ static void rope_prepare(qac_bert_acts *a, const qac_bert_config *c, int T) {
     a->rope_T = T;
 }
 
+/* The int8 encoder's attention (packed rows, global layers): P V in bf16
+ * where the head size is even (QK^T, the softmax and the rest in fp32;
+ * qac_attention_forward_packed_bf16); 0: the fp32 attention. */
+static int att_bf16(const qac_bert_packed *pk, int l, int C, int NH) {
+    return pk->qkv[l].pq && (C / NH) % 2 == 0 ? QAC_ATT_BF16_PV : 0;
+}
+
 /* Layer l from x [N,C] to y, its tensors in slot s of a (s = 0 unless
  * every layer is kept); N rows: B*T padded (offs NULL), or the packed rows
  * of offs. The family's fields choose the steps:
@@ -317,8 +324,12 @@ static qac_status layer_forward(qac_bert_acts *a, int l, int s, const float *x, 
     if ((st = qac_gemm(qkv, ain, &pk->qkv[l], BIAS(p->qkv_b, lc * 3), NULL, (int)N, a->scratch, pool))) return st;
     if (c->positions == QAC_POS_ROTARY)
         qac_rope_forward(qkv, a->pos, a->rope + (window ? (size_t)T * (C / NH) : 0), (int)N, C, NH, pool);
-    if ((st = qac_attention_forward_window(atty, att, a->scratch, qkv, lens, offs, window, offs ? NULL : drop, l, B, T,
-                                           C, NH, pool)))
+    if (offs && !window && att_bf16(pk, l, C, NH)) {
+        if ((st = qac_attention_forward_packed_bf16(atty, a->scratch, qkv, lens, offs, B, T, C, NH,
+                                                    att_bf16(pk, l, C, NH), pool)))
+            return st;
+    } else if ((st = qac_attention_forward_window(atty, att, a->scratch, qkv, lens, offs, window, offs ? NULL : drop,
+                                                  l, B, T, C, NH, pool)))
         return st;
     /* res1 = x + dropout(atty Wo + bo) */
     if (drop_out) {
@@ -415,7 +426,8 @@ static qac_status last_layer_rows(qac_bert_acts *a, const qac_bert_config *c, co
     float eps = c->layer_norm_eps, *x = a->hidden, *sc = a->scratch;
     qac_status st;
     if ((st = qac_gemm(a->qkv, x, &pk->qkv[l], BIAS(p->qkv_b, lc * 3), NULL, (int)N, sc, pool)) ||
-        (st = qac_attention_forward_packed_rows(a->atty, sc, a->qkv, lens, offs, rows, B, T, C, NH, pool)))
+        (st = qac_attention_forward_packed_rows(a->atty, sc, a->qkv, lens, offs, rows, B, T, C, NH,
+                                                att_bf16(pk, l, C, NH), pool)))
         return st;
     for (int b = 0; b < B; b++) {
         size_t from = (size_t)offs[b] + (size_t)rows[b];

@@ -204,10 +204,25 @@ qac_status qac_attention_forward_window(float *out, float *att, float *scratch, 
                                         int C, int NH, qac_pool *pool);
 /* The same for one query row of each sequence, row rows[b] of sequence b
  * (0 <= rows[b] < lens[b]), over all its keys: out [B,C], row b the same
- * bits as that row of qac_attention_forward_packed's out. Global attention
- * only (no window). */
+ * bits as that row of qac_attention_forward_packed_bf16's out with the same
+ * bf16 (0: qac_attention_forward_packed's). Global attention only (no
+ * window). */
 qac_status qac_attention_forward_packed_rows(float *out, float *scratch, const float *qkv, const int *lens,
-                                             const int *offs, const int *rows, int B, int T, int C, int NH,
+                                             const int *offs, const int *rows, int B, int T, int C, int NH, int bf16,
+                                             qac_pool *pool);
+/* Inference over packed rows (as qac_attention_forward_packed) with one or
+ * both products in bf16 when the CPU has AVX512_BF16 (bf16 a mask of
+ * QAC_ATT_BF16_QK and QAC_ATT_BF16_PV; without AVX512_BF16, or bf16 0,
+ * exactly qac_attention_forward_packed). QK: per (sequence, head) Q times
+ * 1 / sqrt(hs) and K rounded to bf16, S = Q K^T summed by vdpbf16ps in
+ * fp32 (else as the fp32 attention). The softmax in fp32. PV: P and V
+ * rounded to bf16, out = P V by vdpbf16ps (else fp32). A row still
+ * depends on its own sequence only. The int8 encoder's attention. scratch:
+ * as qac_attention_forward_drop's (with dropout: the rounded P takes that
+ * room). */
+enum { QAC_ATT_BF16_QK = 1, QAC_ATT_BF16_PV = 2 };
+qac_status qac_attention_forward_packed_bf16(float *out, float *scratch, const float *qkv, const int *lens,
+                                             const int *offs, int B, int T, int C, int NH, int bf16,
                                              qac_pool *pool);
 /* dqkv [B,T,3C] (written) from datty [B,T,C], the kept probabilities att
  * [B,NH,T,T] and qkv; keys past lens[b] get zero gradient. */

@@ -483,6 +483,23 @@ AVX512BF static void round_row_cvt(uint16_t *d, const float *x, int n) {
     }
     round_row_portable(d + k, x + k, n - k);
 }
+/* x * scale (one float multiply, skipped at 1) rounded as round_row_cvt */
+AVX512BF static void round_scaled_cvt(uint16_t *d, const float *x, int n, float scale) {
+    __m512 s = _mm512_set1_ps(scale);
+    int k = 0;
+    for (; k + 32 <= n; k += 32) {
+        __m512 a = _mm512_loadu_ps(x + k), b = _mm512_loadu_ps(x + k + 16);
+        if (scale != 1.0f) a = _mm512_mul_ps(a, s), b = _mm512_mul_ps(b, s);
+        _mm512_storeu_si512((void *)(d + k), (__m512i)_mm512_cvtne2ps_pbh(b, a));
+    }
+    if (k < n) {
+        int r = n - k;
+        __mmask16 m0 = (__mmask16)(r >= 16 ? 0xffff : (1u << r) - 1), m1 = (__mmask16)(r <= 16 ? 0 : (1u << (r - 16)) - 1);
+        __m512 a = _mm512_maskz_loadu_ps(m0, x + k), b = _mm512_maskz_loadu_ps(m1, x + k + 16);
+        if (scale != 1.0f) a = _mm512_mul_ps(a, s), b = _mm512_mul_ps(b, s);
+        _mm512_mask_storeu_epi16((void *)(d + k), (__mmask32)(((uint64_t)1 << r) - 1), (__m512i)_mm512_cvtne2ps_pbh(b, a));
+    }
+}
 #endif
 
 static round_row_fn pick_round_row(void) {
@@ -668,4 +685,95 @@ void qac_gemm_strided_b(float *out, int ldo, const float *inp, int ldi, const fl
 #endif
     qac_gemm_pack_into(scratch, b, OC, IC, ldb, 1);
     pick_rows()(out, ldo, inp, ldi, scratch, IC, OC, N, alpha, NULL, NULL);
+}
+
+/* ---- bf16 operands for the attention's products (gemm.h) ---- */
+
+size_t qac_gemm_bf16_packed_elems(int OC, int IC) { return (size_t)((OC + NP - 1) / NP) * (size_t)((IC + 1) / 2) * NP * 2; }
+
+#ifdef QAC_GEMM_X86
+/* panel rows w[c] (c < n, each IC floats at stride ldw, times scale) to bf16
+ * pairs, 16 x 16 pairs at a time through a 32-bit transpose */
+AVX512BF static void pack_bf16_panel(uint16_t *dst, const float *w, int n, int IC, int ldw) {
+    int IC2 = (IC + 1) / 2;
+    for (int k0 = 0; k0 < IC; k0 += 2 * NP) { /* 16 pairs of k */
+        int kn = IC - k0 < 2 * NP ? IC - k0 : 2 * NP;
+        __mmask16 m0 = (__mmask16)(kn >= NP ? 0xffff : (1u << kn) - 1);
+        __mmask16 m1 = (__mmask16)(kn <= NP ? 0 : kn >= 2 * NP ? 0xffff : (1u << (kn - NP)) - 1);
+        __m512 r[NP];
+        for (int c = 0; c < NP; c++) {
+            if (c < n) {
+                const float *src = w + (size_t)c * ldw + k0;
+                r[c] = (__m512)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, src + NP), _mm512_maskz_loadu_ps(m0, src));
+            } else
+                r[c] = _mm512_setzero_ps();
+        }
+        transpose16(r); /* r[p] = pair p of the 16 rows */
+        int pn = (kn + 1) / 2;
+        for (int p = 0; p < pn; p++) _mm512_storeu_ps((float *)(void *)(dst + ((size_t)(k0 / 2 + p) * NP) * 2), r[p]);
+    }
+    (void)IC2;
+}
+
+/* rows [0, n) of V-like B [IC, >= OC] (row stride ldb), as pairs of rows:
+ * panel j, pair k2: 16 columns x (row 2 k2, row 2 k2 + 1) */
+AVX512BF static void pack_bf16_t_avx512(uint16_t *packed, const float *b, int OC, int IC, int ldb) {
+    int IC2 = (IC + 1) / 2;
+    const __m512i inter = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                           21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    for (int j = 0; j < (OC + NP - 1) / NP; j++) {
+        int o0 = j * NP, n = OC - o0 < NP ? OC - o0 : NP;
+        __mmask16 m = (__mmask16)((1u << n) - 1);
+        for (int k2 = 0; k2 < IC2; k2++) {
+            __m512 lo = _mm512_maskz_loadu_ps(m, b + (size_t)(2 * k2) * ldb + o0);
+            __m512 hi = 2 * k2 + 1 < IC ? _mm512_maskz_loadu_ps(m, b + (size_t)(2 * k2 + 1) * ldb + o0) : _mm512_setzero_ps();
+            __m512i v = _mm512_permutexvar_epi16(inter, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+            _mm512_storeu_si512((void *)(packed + (((size_t)j * IC2 + k2) * NP) * 2), v);
+        }
+    }
+}
+#endif
+
+void qac_gemm_pack_bf16_into(uint16_t *packed, const float *w, int OC, int IC, int ldw, int transposed) {
+    int np = (OC + NP - 1) / NP, IC2 = (IC + 1) / 2;
+#ifdef QAC_GEMM_X86
+    if (qac_cpu_bf16()) {
+        if (transposed) {
+            pack_bf16_t_avx512(packed, w, OC, IC, ldw);
+            return;
+        }
+        for (int j = 0; j < np; j++) {
+            int o0 = j * NP, n = OC - o0 < NP ? OC - o0 : NP;
+            pack_bf16_panel(packed + (size_t)j * IC2 * NP * 2, w + (size_t)o0 * ldw, n, IC, ldw);
+        }
+        return;
+    }
+#endif
+    for (int j = 0; j < np; j++)
+        for (int k2 = 0; k2 < IC2; k2++)
+            for (int c = 0; c < NP; c++)
+                for (int e = 0; e < 2; e++) {
+                    int o = j * NP + c, k = 2 * k2 + e;
+                    float v = o < OC && k < IC ? (transposed ? w[(size_t)k * ldw + o] : w[(size_t)o * ldw + k]) : 0.0f;
+                    packed[(((size_t)j * IC2 + k2) * NP + c) * 2 + e] = qac_bf16_from_float(v);
+                }
+}
+
+void qac_gemm_round_bf16(uint16_t *d, const float *x, int n, float scale) {
+    int n2 = (n + 1) / 2 * 2;
+#ifdef QAC_GEMM_X86
+    if (qac_cpu_bf16()) {
+        round_scaled_cvt(d, x, n, scale);
+        if (n2 > n) d[n] = 0;
+        return;
+    }
+#endif
+    for (int k = 0; k < n; k++) d[k] = qac_bf16_from_float(scale == 1.0f ? x[k] : x[k] * scale);
+    if (n2 > n) d[n] = 0;
+}
+
+void qac_gemm_bf16_strided(float *out, int ldo, const uint16_t *a, int lda, const uint16_t *packed, int IC, int OC,
+                           int N) {
+    if (N <= 0) return;
+    pick_rows_bf16()(out, ldo, a, lda, packed, (IC + 1) / 2, OC, N, NULL, NULL);
 }

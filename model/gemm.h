@@ -125,4 +125,17 @@ void qac_gemm_strided(float *out, int ldo, const float *inp, int ldi, const floa
 void qac_gemm_strided_b(float *out, int ldo, const float *inp, int ldi, const float *b, int ldb, int IC, int OC,
                         float alpha, int N, float *scratch);
 
+/* bf16 operands for the attention's products, packed per call: the
+ * panels of qac_gemm_pack_bf16 (pairs of k), qac_gemm_bf16_packed_elems
+ * uint16 elements, from W [OC, IC] (row stride ldw) or, transposed, from
+ * W^T [IC, OC]; rows rounded to bf16 after one multiply by scale (1: none),
+ * zero-padded to an even length; then out [N, OC] (row stride ldo) =
+ * a [N, IC] (bf16 rows, stride lda >= IC rounded up to even) W^T, summed
+ * as qac_gemm's bf16 mode does (vdpbf16ps, or the same bits emulated). */
+size_t qac_gemm_bf16_packed_elems(int OC, int IC);
+void qac_gemm_pack_bf16_into(uint16_t *packed, const float *w, int OC, int IC, int ldw, int transposed);
+void qac_gemm_round_bf16(uint16_t *d, const float *x, int n, float scale);
+void qac_gemm_bf16_strided(float *out, int ldo, const uint16_t *a, int lda, const uint16_t *packed, int IC, int OC,
+                           int N);
+
 #endif

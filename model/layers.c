@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "gemm.h"
+#include "qac_cpu.h"
 #include "qac_rng.h"
 #include "qac_util.h"
 #include "vecmath.h"
@@ -488,6 +489,7 @@ typedef struct att_ctx {
     int layer, T, C, NH;
     size_t stride;
     int window; /* > 0: key j seen from query t when |t - j| <= window */
+    int bf16;   /* QAC_ATT_BF16_QK, _PV: those products in bf16 (qac_attention_forward_packed_bf16) */
 } att_ctx;
 
 /* A thread's scratch: the probabilities of one (sequence, head) [T, T],
@@ -602,6 +604,30 @@ static void att_task(void *vctx, int64_t begin, int64_t end, int tid) {
             att_local(c, att, pk, pv, pd, q, c->out + row0 * C + (size_t)h * hs, b, h, len, M);
             continue;
         }
+        if (c->bf16) { /* K and Q (scaled) in the room of packed K, V in packed V's, P in the dropout's */
+            uint16_t *kb = (uint16_t *)(void *)pk, *qb = kb + nk, *vb = (uint16_t *)(void *)pv;
+            uint16_t *pb = (uint16_t *)(void *)pd;
+            int hs2 = (hs + 1) / 2 * 2, te = (len + 1) / 2 * 2;
+            if (c->bf16 & QAC_ATT_BF16_QK) {
+                qac_gemm_pack_bf16_into(kb, k, len, hs, 3 * C, 0);
+                for (int t = 0; t < M; t++) qac_gemm_round_bf16(qb + (size_t)t * hs2, q + (size_t)t * 3 * C, hs, scale);
+                qac_gemm_bf16_strided(att, T, qb, hs2, kb, hs, len, M);
+            } else {
+                qac_gemm_pack_into(pk, k, len, hs, 3 * C, 0);
+                qac_gemm_strided(att, T, q, 3 * C, pk, hs, len, scale, M);
+            }
+            for (int t = 0; t < M; t++) {
+                qac_vm_softmax_row(att + (size_t)t * T, len);
+                if (c->bf16 & QAC_ATT_BF16_PV) qac_gemm_round_bf16(pb + (size_t)t * te, att + (size_t)t * T, len, 1.0f);
+            }
+            if (c->bf16 & QAC_ATT_BF16_PV) {
+                qac_gemm_pack_bf16_into(vb, v, hs, len, 3 * C, 1);
+                qac_gemm_bf16_strided(o, C, pb, te, vb, len, hs, M);
+            } else {
+                qac_gemm_strided_b(o, C, att, T, v, 3 * C, len, hs, 1.0f, M, pv);
+            }
+            continue;
+        }
         /* scores for the real keys only: masked keys get exactly zero weight */
         qac_gemm_pack_into(pk, k, len, hs, 3 * C, 0);
         qac_gemm_strided(att, T, q, 3 * C, pk, hs, len, scale, M);
@@ -623,7 +649,7 @@ static void att_task(void *vctx, int64_t begin, int64_t end, int tid) {
  * with scratch of this call's when it gave none. */
 static qac_status att_run(att_ctx *c, int B, qac_pool *pool) {
     int nt = qac_pool_size(pool);
-    c->stride = qac_attention_scratch_floats(c->T, c->C, c->NH, qac_dropout_active(c->drop, QAC_DROP_ATT));
+    c->stride = qac_attention_scratch_floats(c->T, c->C, c->NH, c->bf16 || qac_dropout_active(c->drop, QAC_DROP_ATT));
     float *own = NULL;
     if (!c->scratch && !(c->scratch = own = qac_malloc_lines((size_t)nt * c->stride * sizeof(float))))
         return qac_set_error(QAC_ERR_NOMEM, "attention: cannot allocate %.1f MiB of scratch for %d threads (T=%d)",
@@ -654,14 +680,21 @@ qac_status qac_attention_forward_packed(float *out, float *scratch, const float 
 qac_status qac_attention_forward_window(float *out, float *att, float *scratch, const float *qkv, const int *lens,
                                         const int *offs, int window, const qac_dropout *drop, int layer, int B, int T,
                                         int C, int NH, qac_pool *pool) {
-    att_ctx c = {out, att, scratch, qkv, lens, offs, NULL, drop, layer, T, C, NH, 0, window};
+    att_ctx c = {out, att, scratch, qkv, lens, offs, NULL, drop, layer, T, C, NH, 0, window, 0};
+    return att_run(&c, B, pool);
+}
+
+qac_status qac_attention_forward_packed_bf16(float *out, float *scratch, const float *qkv, const int *lens,
+                                             const int *offs, int B, int T, int C, int NH, int bf16,
+                                             qac_pool *pool) {
+    att_ctx c = {out, NULL, scratch, qkv, lens, offs, NULL, NULL, 0, T, C, NH, 0, 0, qac_cpu_bf16() ? bf16 & 3 : 0};
     return att_run(&c, B, pool);
 }
 
 qac_status qac_attention_forward_packed_rows(float *out, float *scratch, const float *qkv, const int *lens,
-                                             const int *offs, const int *rows, int B, int T, int C, int NH,
+                                             const int *offs, const int *rows, int B, int T, int C, int NH, int bf16,
                                              qac_pool *pool) {
-    att_ctx c = {out, NULL, scratch, qkv, lens, offs, rows, NULL, 0, T, C, NH, 0, 0};
+    att_ctx c = {out, NULL, scratch, qkv, lens, offs, rows, NULL, 0, T, C, NH, 0, 0, qac_cpu_bf16() ? bf16 & 3 : 0};
     return att_run(&c, B, pool);
 }
 
