@@ -138,6 +138,36 @@ rerank() { # RERANKER RUN QUERIES CORPUS DEPTH OUT
   $QAC rerank --model "$1" --run "$2" --queries "$3" --corpus "$4" --depth "$5" --max-len $CE_LEN \
     --dtype $CE_DTYPE --threads "$THREADS" --out "$6" 2>> "$OUT/rerank.log"
 }
+# A reranker and the runs it reranks, in DIR (train.tsv, train.qrels,
+# test.tsv): trained on DIR's training queries' BM25 negatives; its test
+# queries' BM25 and zero-shot runs, each one's top DEPTH reranked.
+reranked() { # TAG DIR BM25_INDEX ZEROSHOT_INDEX CORPUS DEPTH
+  local t=$1 d=$2 bm=$3 zs=$4 corpus=$5 depth=$6 s
+  step "$t bm25 train" "$d/bm25-train.run" $QAC bm25 search --index "$bm" --queries "$d/train.tsv" --k 100 \
+    --run "$d/bm25-train.run"
+  step "$t negatives" "$d/bm25-negatives.jsonl" $QAC mine --run "$d/bm25-train.run" --queries "$d/train.tsv" \
+    --qrels "$d/train.qrels" --corpus "$corpus" --n 30 --depth 100 --seed "$SEED" --out "$d/bm25-negatives.jsonl"
+  step "$t reranker" "$d/reranker/config.json" train_ce "$d/reranker" "$d/bm25-negatives.jsonl"
+  step "$t bm25 test" "$d/test-bm25.run" $QAC bm25 search --index "$bm" --queries "$d/test.tsv" --k 1000 \
+    --run "$d/test-bm25.run"
+  step "$t zs test" "$d/test-zs.run" $QAC search --index "$zs" --queries "$d/test.tsv" --k 1000 \
+    --run "$d/test-zs.run" --threads "$THREADS"
+  for s in bm25 zs; do
+    step "$t rerank $s" "$d/test-$s-ce.run" rerank "$d/reranker" "$d/test-$s.run" "$d/test.tsv" "$corpus" \
+      "$depth" "$d/test-$s-ce.run"
+  done
+}
+# A bi-encoder from the default model on TRAIN... (in MODEL_DIR), its index of
+# CORPUS and DIR's test queries' run (TEST_RUN); the STEP_ names label its steps.
+bi_encoder() { # STEP_TRAIN STEP_INDEX STEP_TEST DIR MODEL_DIR INDEX_DIR TEST_RUN CORPUS TRAIN...
+  local s_train=$1 s_index=$2 s_test=$3 d=$4 bi=$5 index=$6 run=$7 corpus=$8
+  shift 8
+  step "$s_train" "$bi/done" train_bi "$bi" "$@"
+  step "$s_index" "$index/index.faiss" $QAC index build --model "$(ckpt "$bi")" --corpus "$corpus" --out "$index" \
+    $INDEX_ARGS
+  step "$s_test" "$run" $QAC search --index "$index" --model "$(ckpt "$bi")" --queries "$d/test.tsv" --k 1000 \
+    --run "$run" --threads "$THREADS"
+}
 
 C=$OUT/cranfield
 CORPUS=$DATA/cranfield/cran.all.1400
@@ -151,19 +181,7 @@ fi
 if [[ " $PARTS " == *" cranfield "* ]]; then
   for k in $FOLDS; do
     F=$C/fold$k
-    step "f$k bm25 train" "$F/bm25-train.run" $QAC bm25 search --index "$C/bm25" --queries "$F/train.tsv" --k 100 \
-      --run "$F/bm25-train.run"
-    step "f$k negatives" "$F/bm25-negatives.jsonl" $QAC mine --run "$F/bm25-train.run" --queries "$F/train.tsv" \
-      --qrels "$F/train.qrels" --corpus "$CORPUS" --n 30 --depth 100 --seed "$SEED" --out "$F/bm25-negatives.jsonl"
-    step "f$k reranker" "$F/reranker/config.json" train_ce "$F/reranker" "$F/bm25-negatives.jsonl"
-    step "f$k bm25 test" "$F/test-bm25.run" $QAC bm25 search --index "$C/bm25" --queries "$F/test.tsv" --k 1000 \
-      --run "$F/test-bm25.run"
-    step "f$k zs test" "$F/test-zs.run" $QAC search --index "$C/zeroshot" --queries "$F/test.tsv" --k 1000 \
-      --run "$F/test-zs.run" --threads "$THREADS"
-    for s in bm25 zs; do
-      step "f$k rerank $s" "$F/test-$s-ce.run" rerank "$F/reranker" "$F/test-$s.run" "$F/test.tsv" "$CORPUS" \
-        $RERANK_DEPTH "$F/test-$s-ce.run"
-    done
+    reranked "f$k" "$F" "$C/bm25" "$C/zeroshot" "$CORPUS" $RERANK_DEPTH
     for s in bm25 zs bm25-ce zs-ce; do ev "$s" "$F/test.qrels" "$F/test-$s.run"; done > "$F/results-rerank.tsv"
     # what the reranker learnt on queries it trained on: 45 of the fold's
     # training queries, BM25's top TRAIN_DEPTH reranked
@@ -183,19 +201,7 @@ if [[ " $PARTS " == *" debian "* ]]; then
     --seed "$SEED" "${DEB_SPLIT[@]}" >/dev/null
   step "deb bm25" "$D/bm25/bm25.idx" $QAC bm25 build --corpus "$D/corpus.tsv" --out "$D/bm25"
   step "deb zs index" "$D/zeroshot/index.faiss" $QAC index build --corpus "$D/corpus.tsv" --out "$D/zeroshot" $INDEX_ARGS
-  step "deb bm25 train" "$D/bm25-train.run" $QAC bm25 search --index "$D/bm25" --queries "$D/train.tsv" --k 100 \
-    --run "$D/bm25-train.run"
-  step "deb negatives" "$D/bm25-negatives.jsonl" $QAC mine --run "$D/bm25-train.run" --queries "$D/train.tsv" \
-    --qrels "$D/train.qrels" --corpus "$D/corpus.tsv" --n 30 --depth 100 --seed "$SEED" --out "$D/bm25-negatives.jsonl"
-  step "deb reranker" "$D/reranker/config.json" train_ce "$D/reranker" "$D/bm25-negatives.jsonl"
-  step "deb bm25 test" "$D/test-bm25.run" $QAC bm25 search --index "$D/bm25" --queries "$D/test.tsv" --k 1000 \
-    --run "$D/test-bm25.run"
-  step "deb zs test" "$D/test-zs.run" $QAC search --index "$D/zeroshot" --queries "$D/test.tsv" --k 1000 \
-    --run "$D/test-zs.run" --threads "$THREADS"
-  for s in bm25 zs; do
-    step "deb rerank $s" "$D/test-$s-ce.run" rerank "$D/reranker" "$D/test-$s.run" "$D/test.tsv" "$D/corpus.tsv" \
-      $DEB_DEPTH "$D/test-$s-ce.run"
-  done
+  reranked deb "$D" "$D/bm25" "$D/zeroshot" "$D/corpus.tsv" $DEB_DEPTH
   # PAIR's pseudo-labels on the unlabelled queries, from their zero-shot candidates
   step "deb zs unlab" "$D/zs-unlab.run" $QAC search --index "$D/zeroshot" --queries "$D/unlab.tsv" --k $LABEL_DEPTH \
     --run "$D/zs-unlab.run" --threads "$THREADS"
@@ -205,11 +211,8 @@ if [[ " $PARTS " == *" debian "* ]]; then
     train=("$D/bm25-negatives.jsonl")
     [ "$arm" = pseudo ] && train=("$D/pseudo.jsonl")
     [ "$arm" = gold+pseudo ] && train=("$D/bm25-negatives.jsonl" "$D/pseudo.jsonl")
-    step "deb bi $arm" "$D/bi-$arm/done" train_bi "$D/bi-$arm" "${train[@]}"
-    step "deb index $arm" "$D/index-$arm/index.faiss" $QAC index build --model "$(ckpt "$D/bi-$arm")" \
-      --corpus "$D/corpus.tsv" --out "$D/index-$arm" $INDEX_ARGS
-    step "deb $arm test" "$D/test-$arm.run" $QAC search --index "$D/index-$arm" --model "$(ckpt "$D/bi-$arm")" \
-      --queries "$D/test.tsv" --k 1000 --run "$D/test-$arm.run" --threads "$THREADS"
+    bi_encoder "deb bi $arm" "deb index $arm" "deb $arm test" "$D" "$D/bi-$arm" "$D/index-$arm" "$D/test-$arm.run" \
+      "$D/corpus.tsv" "${train[@]}"
   done
   for k in 0 1 2 3 4; do
     for s in bm25 zs bm25-ce zs-ce gold pseudo gold+pseudo; do ev "$s" "$D/test$k.qrels" "$D/test-$s.run"; done \
@@ -231,11 +234,8 @@ if [[ " $PARTS " == *" denoise "* ]]; then
     for arm in r2 r2dn; do
       mined=$F/mined.jsonl
       [ "$arm" = r2dn ] && mined=$F/mined-dn.jsonl
-      step "f$k $arm" "$F/$arm/done" train_bi "$F/$arm" "$mined" "$F/bm25-negatives.jsonl"
-      step "f$k $arm index" "$F/index-$arm/index.faiss" $QAC index build --model "$(ckpt "$F/$arm")" \
-        --corpus "$CORPUS" --out "$F/index-$arm" $INDEX_ARGS
-      step "f$k $arm test" "$F/test-$arm.run" $QAC search --index "$F/index-$arm" --model "$(ckpt "$F/$arm")" \
-        --queries "$F/test.tsv" --k 1000 --run "$F/test-$arm.run" --threads "$THREADS"
+      bi_encoder "f$k $arm" "f$k $arm index" "f$k $arm test" "$F" "$F/$arm" "$F/index-$arm" "$F/test-$arm.run" \
+        "$CORPUS" "$mined" "$F/bm25-negatives.jsonl"
     done
     for s in zs r2 r2dn; do ev "$s" "$F/test.qrels" "$F/test-$s.run"; done > "$F/results-denoise.tsv"
   done
