@@ -1,13 +1,14 @@
 // Runs the fused attention's CUDA kernel source (kernels/flash_fwd.cu,
 // kernels/flash_bwd.cu) on the CPU: each CUDA thread of a block a fiber
-// (ucontext) on one OS thread, blocks one after another, __syncthreads and
-// the warp-wide instructions (shuffles, ldmatrix, mma.sync) emulated as the
-// PTX manual defines their lanes' operands and results, cp.async as a copy
-// made either at once (emu_cp_deferred 0) or only when the issuing thread
-// waits for it (1: a read before the wait and the barrier after it sees
-// stale data). It checks what a machine without a GPU can: the kernels'
-// index arithmetic, masking, fragment layouts and synchronisation points.
-// Include it before the kernel sources, in one translation unit.
+// (ucontext to start it, __builtin_setjmp/longjmp to switch) on one OS
+// thread, blocks one after another, __syncthreads and the warp-wide
+// instructions (shuffles, ldmatrix, mma.sync) emulated as the PTX manual
+// defines their lanes' operands and results, cp.async as a copy made either
+// at once (emu_cp_deferred 0) or only when the issuing thread waits for it
+// (1: a read before the wait and the barrier after it sees stale data). It
+// checks what a machine without a GPU can: the kernels' index arithmetic,
+// masking, fragment layouts and synchronisation points. Include it before the
+// kernel sources, in one translation unit.
 #ifndef QAC_CUDA_EMU_H
 #define QAC_CUDA_EMU_H
 
@@ -192,20 +193,26 @@ template <typename E> void emu_mma(float (&c)[4], const uint32_t (&a)[4], uint32
 
 // The fibers of the running block and the scheduler's context.
 struct emu_fiber {
-    ucontext_t ctx;
+    ucontext_t ctx; // the first entry (makecontext's fresh stack)
+    void *jb[5];    // every later switch: __builtin_setjmp/longjmp, which,
+                    // unlike swapcontext, make no sigprocmask system call
     std::unique_ptr<char[]> stack;
     unsigned tid, round;
+    bool started;
     std::vector<emu_copy> pending;
     bool done;
 };
-inline ucontext_t emu_sched;
+inline void *emu_sched_jb[5];
 inline emu_fiber *emu_self;
 inline void (*emu_body)(void *);
 inline void *emu_body_arg;
 
-inline void emu_yield() {
+// __builtin_longjmp may not share a function with its __builtin_setjmp.
+__attribute__((noinline)) inline void emu_jump(void **jb) { __builtin_longjmp(jb, 1); }
+
+__attribute__((noinline)) inline void emu_yield() {
     emu_self->round = emu_round;
-    swapcontext(&emu_self->ctx, &emu_sched);
+    if (__builtin_setjmp(emu_self->jb) == 0) emu_jump(emu_sched_jb);
 }
 
 inline void emu_fiber_main() {
@@ -213,11 +220,23 @@ inline void emu_fiber_main() {
     emu_cur->warps[emu_self->tid / 32]->bar.arrive_and_drop(); // an exited thread holds up no barrier
     emu_cur->bar->arrive_and_drop();
     emu_self->done = true;
+    emu_jump(emu_sched_jb); // the fiber never returns (uc_link is unused)
+}
+
+// Switch from the scheduler into fiber f until it yields or ends.
+__attribute__((noinline)) inline void emu_enter(emu_fiber *f) {
+    if (__builtin_setjmp(emu_sched_jb) == 0) {
+        if (!f->started) {
+            f->started = true;
+            setcontext(&f->ctx);
+        }
+        emu_jump(f->jb);
+    }
 }
 
 // Start a block's fibers and run them round robin until every one has
 // finished. Its counters are globals: nothing automatic lives across
-// getcontext/swapcontext.
+// the fibers' switches.
 inline unsigned emu_t, emu_left;
 // Shared memory to fill with NaN bits before every block (a read of what
 // no thread wrote shows), when the includer sets it.
@@ -226,12 +245,12 @@ inline size_t emu_smem_bytes;
 __attribute__((noinline)) inline void emu_run_block(emu_fiber *fib, unsigned threads, size_t stack) {
     for (emu_t = 0; emu_t < threads; emu_t++) {
         emu_fiber &f = fib[emu_t];
-        f.tid = emu_t, f.round = 0, f.done = false;
+        f.tid = emu_t, f.round = 0, f.done = false, f.started = false;
         f.pending.clear();
         getcontext(&f.ctx);
         f.ctx.uc_stack.ss_sp = f.stack.get();
         f.ctx.uc_stack.ss_size = stack;
-        f.ctx.uc_link = &emu_sched;
+        f.ctx.uc_link = nullptr;
         makecontext(&f.ctx, emu_fiber_main, 0);
     }
     for (emu_left = threads; emu_left;) {
@@ -243,7 +262,7 @@ __attribute__((noinline)) inline void emu_run_block(emu_fiber *fib, unsigned thr
             threadIdx = {emu_t, 0, 0};
             emu_round = f.round;
             emu_pending = &f.pending;
-            swapcontext(&emu_sched, &f.ctx);
+            emu_enter(&f);
             emu_left += !fib[emu_t].done;
         }
     }
@@ -267,8 +286,13 @@ template <typename F> void emu_launch(emu_dim grid, unsigned threads, F kernel) 
     }
     gridDim = grid;
     blockDim = {threads, 1, 1};
-    std::vector<emu_fiber> fib(threads);
-    for (auto &f : fib) f.stack.reset(new char[STACK]);
+    // The fibers and their stacks are kept across launches (one pool per OS
+    // thread, grown to the widest block, freed at exit): a fresh 256 KB stack
+    // per thread per launch cost more system time than the kernels' work.
+    thread_local std::vector<emu_fiber> fib;
+    if (fib.size() < threads) fib.resize(threads);
+    for (unsigned t = 0; t < threads; t++)
+        if (!fib[t].stack) fib[t].stack.reset(new char[STACK]);
     emu_body = [](void *k) { (*(F *)k)(); };
     emu_body_arg = &kernel;
     for (unsigned z = 0; z < grid.z; z++)
