@@ -242,12 +242,13 @@ inline unsigned emu_t, emu_left;
 // no thread wrote shows), when the includer sets it.
 inline unsigned char *emu_smem;
 inline size_t emu_smem_bytes;
+inline ucontext_t emu_ctx_tmpl;
 __attribute__((noinline)) inline void emu_run_block(emu_fiber *fib, unsigned threads, size_t stack) {
     for (emu_t = 0; emu_t < threads; emu_t++) {
         emu_fiber &f = fib[emu_t];
         f.tid = emu_t, f.round = 0, f.done = false, f.started = false;
         f.pending.clear();
-        getcontext(&f.ctx);
+        f.ctx = emu_ctx_tmpl; // one getcontext per launch: each is a system call
         f.ctx.uc_stack.ss_sp = f.stack.get();
         f.ctx.uc_stack.ss_size = stack;
         f.ctx.uc_link = nullptr;
@@ -293,6 +294,7 @@ template <typename F> void emu_launch(emu_dim grid, unsigned threads, F kernel) 
     if (fib.size() < threads) fib.resize(threads);
     for (unsigned t = 0; t < threads; t++)
         if (!fib[t].stack) fib[t].stack.reset(new char[STACK]);
+    getcontext(&emu_ctx_tmpl);
     emu_body = [](void *k) { (*(F *)k)(); };
     emu_body_arg = &kernel;
     for (unsigned z = 0; z < grid.z; z++)
