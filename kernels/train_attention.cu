@@ -309,6 +309,13 @@ cudaError_t qac_kt_pool_bwd(float *dhidden, const float *dout, const float *hidd
     return cudaGetLastError();
 }
 
+#endif
+
+// The composites call launchers only, so the launchers' CPU emulation
+// (tests/gpu/train_emu_launchers.h) builds these very functions over its
+// emulated launchers.
+#if !defined(QAC_FA_EMULATE) || defined(QAC_KT_EMU_COMPOSITES)
+
 qac_status qac_kt_attention_fwd(cublasHandle_t h, void *atty, void *q, void *k, void *v, void *P, float *S,
                                 void *Pd, void *O, const void *qkv, const float *qkv_b, const int *lens,
                                 qac_kt_drop d, int layer, int B, int T, int C, int NH, int causal, int window,

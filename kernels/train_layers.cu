@@ -229,6 +229,13 @@ cublasStatus_t qac_kt_gemm(cublasHandle_t h, int transA, int transB, int M, int 
                                       C, ct, ldc, strideC, batch, comp, CUBLAS_GEMM_DEFAULT);
 }
 
+#endif
+
+// The composites call launchers only, so the launchers' CPU emulation
+// (tests/gpu/train_emu_launchers.h) builds these very functions over its
+// emulated launchers.
+#if !defined(QAC_FA_EMULATE) || defined(QAC_KT_EMU_COMPOSITES)
+
 // ---- composites ----
 
 qac_status qac_kt_linear_fwd(cublasHandle_t h, void *out, const void *inp, const void *W, int N, int IC, int OC,

@@ -17,8 +17,11 @@
 // and GeGLU forward), train_attention.cu (the unfused attention),
 // train_embed.cu (embeddings and their scatter). Written plainly: the
 // fp32 add qac_kt_add (train_loss.cu, not built for the emulator) and the
-// fp32 -> bf16 conversion qac_k_from_f32 (bert_kernels.cu). The fused
-// attention (flash_*.cu) is not emulated here: t->fused must be 0.
+// fp32 -> bf16 conversion qac_k_from_f32 (bert_kernels.cu). Not restated:
+// the composites of train_layers.cu (linear forward and backward) and
+// train_attention.cu (the unfused attention), built from their own source
+// (QAC_KT_EMU_COMPOSITES). The fused attention (flash_*.cu) is not
+// emulated here: t->fused must be 0.
 #ifndef QAC_TRAIN_EMU_LAUNCHERS_H
 #define QAC_TRAIN_EMU_LAUNCHERS_H
 
@@ -72,6 +75,9 @@ const char *emu_cudaGetErrorName(cudaError_t e);
 #undef __shared__
 #define __shared__ static
 
+// the composites of train_layers.cu and train_attention.cu, built as they
+// are over the emulated launchers
+#define QAC_KT_EMU_COMPOSITES
 #include "../../kernels/family_kernels.cu"
 #include "../../kernels/train_attention.cu"
 #include "../../kernels/train_embed.cu"
@@ -207,26 +213,6 @@ cublasStatus_t emu_kt_gemm(cublasHandle_t, int transA, int transB, int M, int N,
             }
     }
     return CUBLAS_STATUS_SUCCESS;
-}
-
-// train_layers.cu's composites, line for line
-qac_status emu_kt_linear_fwd(cublasHandle_t h, void *out, const void *inp, const void *W, int N, int IC, int OC,
-                             qac_precision prec) {
-    QAC_CUBLAS(qac_kt_gemm(h, 0, 1, N, OC, IC, 1.0f, inp, IC, 0, W, IC, 0, 0.0f, out, OC, 0, 1, prec, prec));
-    return QAC_OK;
-}
-
-qac_status emu_kt_linear_bwd(cublasHandle_t h, void *dinp, qac_precision dinp_prec, float dinp_beta, float *dW,
-                             float *db, const void *dout, const void *inp, const void *W, float *partial, int N,
-                             int IC, int OC, qac_precision prec, cudaStream_t s) {
-    if (dW)
-        QAC_CUBLAS(qac_kt_gemm(h, 1, 0, OC, IC, N, 1.0f, dout, OC, 0, inp, IC, 0, 1.0f, dW, IC, 0, 1, prec,
-                               QAC_PREC_FP32));
-    if (db) QAC_CU(qac_kt_bias_bwd(db, dout, partial, N, OC, prec, s));
-    if (dinp)
-        QAC_CUBLAS(qac_kt_gemm(h, 0, 0, N, IC, OC, 1.0f, dout, OC, 0, W, IC, 0, dinp_beta, dinp, IC, 0, 1, prec,
-                               dinp_prec));
-    return QAC_OK;
 }
 
 // ---- train_fused.cu ----
@@ -396,45 +382,6 @@ cudaError_t emu_kt_softmax_bwd(void *dS, const void *P, const float *dPd, const 
                                           dropping, layer, NH, T, scale, rows);
                 }));
     return cudaSuccess;
-}
-
-// train_attention.cu's composites, line for line
-qac_status emu_kt_attention_fwd(cublasHandle_t h, void *atty, void *q, void *k, void *v, void *P, float *S, void *Pd,
-                                void *O, const void *qkv, const float *qkv_b, const int *lens, qac_kt_drop d,
-                                int layer, int B, int T, int C, int NH, int causal, int window, qac_precision prec,
-                                cudaStream_t s) {
-    const int hs = C / NH, BH = B * NH;
-    const long long sh = (long long)T * hs, ss = (long long)T * T;
-    QAC_CU(qac_kt_qkv_split(q, k, v, qkv, qkv_b, B, T, C, NH, prec, s));
-    QAC_CUBLAS(qac_kt_gemm(h, 0, 1, T, T, hs, 1.0f / sqrtf((float)hs), q, hs, sh, k, hs, sh, 0.0f, S, T, ss, BH,
-                           prec, QAC_PREC_FP32));
-    QAC_CU(qac_kt_softmax_fwd(P, Pd, S, lens, d, layer, B, NH, T, causal, window, prec, s));
-    const void *probs = d.p > 0.0f ? Pd : P;
-    QAC_CUBLAS(qac_kt_gemm(h, 0, 0, T, hs, T, 1.0f, probs, T, ss, v, hs, sh, 0.0f, O, hs, sh, BH, prec, prec));
-    QAC_CU(qac_kt_heads_merge(atty, O, B, T, C, NH, prec, s));
-    return QAC_OK;
-}
-
-qac_status emu_kt_attention_bwd(cublasHandle_t h, void *dqkv, const void *datty, const void *q, const void *k,
-                                const void *v, const void *P, float *dP, void *Pd, void *dS, void *dO, void *dq,
-                                void *dk, void *dv, const int *lens, qac_kt_drop d, int layer, int B, int T, int C,
-                                int NH, qac_precision prec, cudaStream_t s) {
-    const int hs = C / NH, BH = B * NH;
-    const long long sh = (long long)T * hs, ss = (long long)T * T;
-    QAC_CU(qac_kt_heads_split(dO, datty, B, T, C, NH, prec, s));
-    const void *probs = P;
-    if (d.p > 0.0f) {
-        QAC_CU(qac_kt_att_dropout(Pd, P, lens, d, layer, B, NH, T, prec, s));
-        probs = Pd;
-    }
-    QAC_CUBLAS(qac_kt_gemm(h, 1, 0, T, hs, T, 1.0f, probs, T, ss, dO, hs, sh, 0.0f, dv, hs, sh, BH, prec, prec));
-    QAC_CUBLAS(qac_kt_gemm(h, 0, 1, T, T, hs, 1.0f, dO, hs, sh, v, hs, sh, 0.0f, dP, T, ss, BH, prec,
-                           QAC_PREC_FP32));
-    QAC_CU(qac_kt_softmax_bwd(dS, P, dP, lens, d, layer, B, NH, T, 1.0f / sqrtf((float)hs), prec, s));
-    QAC_CUBLAS(qac_kt_gemm(h, 0, 0, T, hs, T, 1.0f, dS, T, ss, k, hs, sh, 0.0f, dq, hs, sh, BH, prec, prec));
-    QAC_CUBLAS(qac_kt_gemm(h, 1, 0, T, hs, T, 1.0f, dS, T, ss, q, hs, sh, 0.0f, dk, hs, sh, BH, prec, prec));
-    QAC_CU(qac_kt_qkv_merge(dqkv, dq, dk, dv, B, T, C, NH, prec, s));
-    return QAC_OK;
 }
 
 // the fused attention is not emulated: the caller sets t->fused = 0
