@@ -151,7 +151,8 @@ void qac_bias_gelu_backward(float *dpre, float *dbias, const float *dout, const 
  * bias and activation fused. pre may be NULL (not kept; then out holds the
  * activation only). out, pre [N,OC]; inp [N,IC]; w [OC,IC]; bias [OC].
  * _forward packs w for the call; _packed takes it packed, and scratch as
- * qac_gemm does. */
+ * qac_gemm does. With int8 weights GELU is the int8 FFN's
+ * (qac_vm_gelu_q8, vecmath.h), as in qac_matmul_gelu_q8. */
 qac_status qac_matmul_gelu_forward(float *out, float *pre, const float *inp, const float *w, const float *bias, int N,
                                    int IC, int OC, qac_pool *pool);
 qac_status qac_matmul_gelu_packed(float *out, float *pre, const float *inp, const qac_packed_w *pw,

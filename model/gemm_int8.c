@@ -119,18 +119,21 @@ INLINE uint8_t quant_one(float x, float inv, int32_t zp) {
 
 /* The quantisers write a row's groups of 4 bytes (k = 4 k4 .. 4 k4 + 3) at
  * u + k4 * stride: stride 4 is a plain row, MR_A * 4 the kernels' layout. */
-static void quant_row_portable(uint8_t *u, size_t stride, float *scale, int32_t *zp, const float *x, int IC) {
-    float lo = 0.0f, hi = 0.0f, inv;
+static void range_portable(float *lo, float *hi, const float *x, int IC) {
+    float l = 0.0f, h = 0.0f;
     for (int k = 0; k < IC; k++) {
-        lo = x[k] < lo ? x[k] : lo;
-        hi = x[k] > hi ? x[k] : hi;
+        l = x[k] < l ? x[k] : l;
+        h = x[k] > h ? x[k] : h;
     }
-    quant_params(lo, hi, scale, &inv, zp);
-    for (int k = 0; k < ic4_of(IC) * 4; k++) u[(size_t)(k / 4) * stride + k % 4] = k < IC ? quant_one(x[k], inv, *zp) : 0;
+    *lo = l, *hi = h;
+}
+
+static void apply_portable(uint8_t *u, size_t stride, const float *x, int IC, float inv, int32_t zp) {
+    for (int k = 0; k < ic4_of(IC) * 4; k++) u[(size_t)(k / 4) * stride + k % 4] = k < IC ? quant_one(x[k], inv, zp) : 0;
 }
 
 #ifdef I8_X86
-VNNI512 static void quant_row_avx512(uint8_t *u, size_t stride, float *scale, int32_t *zp, const float *x, int IC) {
+VNNI512 static void range_avx512(float *lo_out, float *hi_out, const float *x, int IC) {
     __m512 lo = _mm512_setzero_ps(), hi = lo;
     int full = IC / 16 * 16, k = 0;
     for (; k < full; k += 16) {
@@ -143,10 +146,13 @@ VNNI512 static void quant_row_avx512(uint8_t *u, size_t stride, float *scale, in
         lo = _mm512_min_ps(v, lo);
         hi = _mm512_max_ps(v, hi);
     }
-    float inv;
-    quant_params(_mm512_reduce_min_ps(lo), _mm512_reduce_max_ps(hi), scale, &inv, zp);
+    *lo_out = _mm512_reduce_min_ps(lo), *hi_out = _mm512_reduce_max_ps(hi);
+}
+
+VNNI512 static void apply_avx512(uint8_t *u, size_t stride, const float *x, int IC, float inv, int32_t zp) {
+    int full = IC / 16 * 16, k;
     __m512 vi = _mm512_set1_ps(inv);
-    __m512i vz = _mm512_set1_epi32(*zp), z0 = _mm512_setzero_si512();
+    __m512i vz = _mm512_set1_epi32(zp), z0 = _mm512_setzero_si512();
     /* rint (MXCSR's nearest-even) + zp, clamped below at 0 here and above at
      * 255 by the unsigned saturation of vpmovusdb: the portable clamp */
     for (k = 0; k < full; k += 16) { /* four whole groups of 4, each to its own place */
@@ -171,8 +177,7 @@ VNNI512 static void quant_row_avx512(uint8_t *u, size_t stride, float *scale, in
     }
 }
 
-__attribute__((target("avx2,fma"))) static void quant_row_avx2(uint8_t *u, size_t stride, float *scale,
-                                                                int32_t *zp, const float *x, int IC) {
+__attribute__((target("avx2,fma"))) static void range_avx2(float *lo_out, float *hi_out, const float *x, int IC) {
     __m256 lo = _mm256_setzero_ps(), hi = lo;
     int k = 0;
     for (; k + 8 <= IC; k += 8) {
@@ -180,14 +185,19 @@ __attribute__((target("avx2,fma"))) static void quant_row_avx2(uint8_t *u, size_
         lo = _mm256_min_ps(v, lo);
         hi = _mm256_max_ps(v, hi);
     }
-    float l8[8], h8[8], lo_s = 0.0f, hi_s = 0.0f, inv;
+    float l8[8], h8[8], lo_s = 0.0f, hi_s = 0.0f;
     _mm256_storeu_ps(l8, lo);
     _mm256_storeu_ps(h8, hi);
     for (int i = 0; i < 8; i++) lo_s = l8[i] < lo_s ? l8[i] : lo_s, hi_s = h8[i] > hi_s ? h8[i] : hi_s;
     for (int i = k; i < IC; i++) lo_s = x[i] < lo_s ? x[i] : lo_s, hi_s = x[i] > hi_s ? x[i] : hi_s;
-    quant_params(lo_s, hi_s, scale, &inv, zp);
+    *lo_out = lo_s, *hi_out = hi_s;
+}
+
+__attribute__((target("avx2,fma"))) static void apply_avx2(uint8_t *u, size_t stride, const float *x, int IC,
+                                                            float inv, int32_t zp) {
     __m256 vi = _mm256_set1_ps(inv);
-    __m256i vz = _mm256_set1_epi32(*zp);
+    __m256i vz = _mm256_set1_epi32(zp);
+    int k;
     for (k = 0; k + 8 <= IC; k += 8) {
         __m256i q = _mm256_add_epi32(_mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + k), vi)), vz);
         __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1)); /* clamps at 0 */
@@ -196,23 +206,45 @@ __attribute__((target("avx2,fma"))) static void quant_row_avx2(uint8_t *u, size_
         memcpy(u + (size_t)(k / 4) * stride, &g0, 4);
         memcpy(u + (size_t)(k / 4 + 1) * stride, &g1, 4);
     }
-    for (; k < ic4_of(IC) * 4; k++) u[(size_t)(k / 4) * stride + k % 4] = k < IC ? quant_one(x[k], inv, *zp) : 0;
+    for (; k < ic4_of(IC) * 4; k++) u[(size_t)(k / 4) * stride + k % 4] = k < IC ? quant_one(x[k], inv, zp) : 0;
 }
 #endif
 
-typedef void (*quant_row_fn)(uint8_t *u, size_t stride, float *scale, int32_t *zp, const float *x, int IC);
+/* A row's quantiser in two parts: its range (with 0, a NaN ignored), then
+ * the bytes from the scale and zero point quant_params makes of it; the
+ * range may also come from whoever wrote the row (qac_vm_gelu_q8). */
+typedef struct quant_row_fns {
+    void (*range)(float *lo, float *hi, const float *x, int IC);
+    void (*apply)(uint8_t *u, size_t stride, const float *x, int IC, float inv, int32_t zp);
+} quant_row_fns;
 
-static quant_row_fn pick_quant_row(void) {
+static quant_row_fns pick_quant_row(void) {
 #ifdef I8_X86
     int vnni = qac_cpu_vnni();
-    if (vnni == 512) return quant_row_avx512;
-    if (qac_cpu_isa() >= QAC_ISA_AVX2) return quant_row_avx2;
+    if (vnni == 512) return (quant_row_fns){range_avx512, apply_avx512};
+    if (qac_cpu_isa() >= QAC_ISA_AVX2) return (quant_row_fns){range_avx2, apply_avx2};
 #endif
-    return quant_row_portable;
+    return (quant_row_fns){range_portable, apply_portable};
+}
+
+/* the bytes of row x at u (groups of 4 at stride), from its range */
+static void quant_row_ranged(const quant_row_fns *q, uint8_t *u, size_t stride, float *scale, int32_t *zp,
+                             const float *x, int IC, float lo, float hi) {
+    float inv;
+    quant_params(lo, hi, scale, &inv, zp);
+    q->apply(u, stride, x, IC, inv, *zp);
+}
+
+static void quant_row(const quant_row_fns *q, uint8_t *u, size_t stride, float *scale, int32_t *zp, const float *x,
+                      int IC) {
+    float lo, hi;
+    q->range(&lo, &hi, x, IC);
+    quant_row_ranged(q, u, stride, scale, zp, x, IC, lo, hi);
 }
 
 void qac_gemm_int8_quantize_row(uint8_t *u, float *scale, int32_t *zp, const float *x, int IC) {
-    pick_quant_row()(u, 4, scale, zp, x, IC);
+    quant_row_fns q = pick_quant_row();
+    quant_row(&q, u, 4, scale, zp, x, IC);
 }
 
 /* ---- the kernels: rows [0, n) of a x all OC columns ----
@@ -442,12 +474,12 @@ static rows_i8_fn pick_rows(void) {
  * from row 0 of a), their scales into sa and zero points into zp */
 static void quantize_into(uint8_t *a, float *sa, int32_t *zp, const float *inp, int IC, int n) {
     int IC4 = ic4_of(IC);
-    quant_row_fn quant = pick_quant_row();
+    quant_row_fns q = pick_quant_row();
     for (int r = 0; r < n; r++) {
         if (r + 1 < n) /* the next row's lines, on their way while this one is read */
             for (int k = 0; k < IC; k += 16) __builtin_prefetch(inp + (size_t)(r + 1) * IC + k);
-        quant(a + ((size_t)(r / MR_A) * IC4 * MR_A + (size_t)(r % MR_A)) * 4, MR_A * 4, sa + r, zp + r,
-              inp + (size_t)r * IC, IC);
+        quant_row(&q, a + ((size_t)(r / MR_A) * IC4 * MR_A + (size_t)(r % MR_A)) * 4, MR_A * 4, sa + r, zp + r,
+                  inp + (size_t)r * IC, IC);
     }
 }
 
@@ -480,14 +512,21 @@ void qac_gemm_q8_quantize(void *q8, int N, int IC, const float *x, int r0, int r
 }
 
 void qac_gemm_q8_quantize_rows(void *q8, int N, int IC, const float *rows, int r0, int r1) {
+    quant_row_fns q = pick_quant_row();
+    for (int r = r0; r < r1; r++) {
+        float lo, hi;
+        q.range(&lo, &hi, rows + (size_t)(r - r0) * IC, IC);
+        qac_gemm_q8_quantize_ranged(q8, N, IC, rows + (size_t)(r - r0) * IC, r, lo, hi);
+    }
+}
+
+void qac_gemm_q8_quantize_ranged(void *q8, int N, int IC, const float *row, int r, float lo, float hi) {
     uint8_t *a = q8;
     float *sa = (float *)(void *)(a + q8_rows_bytes(N, IC));
     int32_t *zp = (int32_t *)(void *)(sa + N);
-    int IC4 = ic4_of(IC);
-    quant_row_fn quant = pick_quant_row();
-    for (int r = r0; r < r1; r++)
-        quant(a + ((size_t)(r / MR_A) * IC4 * MR_A + (size_t)(r % MR_A)) * 4, MR_A * 4, sa + r, zp + r,
-              rows + (size_t)(r - r0) * IC, IC);
+    quant_row_fns q = pick_quant_row();
+    quant_row_ranged(&q, a + ((size_t)(r / MR_A) * ic4_of(IC) * MR_A + (size_t)(r % MR_A)) * 4, MR_A * 4, sa + r,
+                     zp + r, row, IC, lo, hi);
 }
 
 int qac_gemm_int8_group_rows(void) { return MR_A; }

@@ -239,6 +239,7 @@ typedef struct bgelu_ctx {
     int OC;
     void *q8; /* qac_matmul_gelu_q8: the rows quantised here */
     int N;
+    int int8; /* int8 weights: the int8 FFN's GELU (qac_vm_gelu_q8), as qac_matmul_gelu_q8's */
 } bgelu_ctx;
 
 static void bias_gelu_rows(void *vctx, int b, int e) {
@@ -246,7 +247,14 @@ static void bias_gelu_rows(void *vctx, int b, int e) {
     float *dst = c->pre ? c->pre : c->out;
     for (int64_t r = b; r < e; r++) {
         size_t o = (size_t)r * c->OC;
-        if (c->bias)
+        float lo, hi;
+        if (c->int8) { /* the pre-activation (kept: + bias, in place) GELU'd into out */
+            if (c->pre) {
+                for (int j = 0; c->bias && j < c->OC; j++) c->pre[o + j] += c->bias[j];
+                memcpy(c->out + o, c->pre + o, (size_t)c->OC * sizeof *c->out);
+            }
+            qac_vm_gelu_q8(c->out + o, c->pre ? NULL : c->bias, c->OC, &lo, &hi);
+        } else if (c->bias)
             qac_vm_bias_gelu(c->out + o, dst + o, c->bias, c->OC, c->pre != NULL);
         else
             qac_vm_gelu(c->out + o, dst + o, (size_t)c->OC);
@@ -255,27 +263,25 @@ static void bias_gelu_rows(void *vctx, int b, int e) {
 
 qac_status qac_matmul_gelu_packed(float *out, float *pre, const float *inp, const qac_packed_w *pw,
                                   const float *bias, int N, void *scratch, qac_pool *pool) {
-    bgelu_ctx c = {out, pre, bias, pw->OC, NULL, N};
+    bgelu_ctx c = {out, pre, bias, pw->OC, NULL, N, pw->pq != NULL};
     /* GELU while the rows are in cache */
     return qac_gemm_then(pre ? pre : out, inp, pw, NULL, NULL, N, scratch, pool, bias_gelu_rows, &c);
 }
 
-/* a block's rows at rows (its thread's lines): bias + GELU there, then quantised */
+/* a block's rows at rows (its thread's lines): bias + GELU there, each row
+ * quantised from the range GELU found while it is in L1 */
 static void bias_gelu_q8_at(void *vctx, int r0, int r1, float *rows) {
     const bgelu_ctx *c = vctx;
     for (int r = 0; r < r1 - r0; r++) {
-        float *x = rows + (size_t)r * c->OC;
-        if (c->bias)
-            qac_vm_bias_gelu(x, x, c->bias, c->OC, 0);
-        else
-            qac_vm_gelu(x, x, (size_t)c->OC);
+        float *x = rows + (size_t)r * c->OC, lo, hi;
+        qac_vm_gelu_q8(x, c->bias, c->OC, &lo, &hi);
+        qac_gemm_q8_quantize_ranged(c->q8, c->N, c->OC, x, r0 + r, lo, hi);
     }
-    qac_gemm_q8_quantize_rows(c->q8, c->N, c->OC, rows, r0, r1);
 }
 
 qac_status qac_matmul_gelu_q8(float *out, const float *inp, const qac_packed_w *pw, const float *bias, int N,
                               void *scratch, void *q8, qac_pool *pool) {
-    bgelu_ctx c = {out, NULL, bias, pw->OC, q8, N};
+    bgelu_ctx c = {out, NULL, bias, pw->OC, q8, N, 1};
     return qac_gemm_then_local(out, inp, pw, NULL, N, scratch, pool, bias_gelu_q8_at, &c);
 }
 

@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "gelu_table.h"
+
 /* Each kernel is compiled once per ISA path from one body and picked by
  * qac_cpu_isa(); with no contraction (-ffp-contract=off) and lane-wise
  * loops, every path does the same operations per element: the same bits.
@@ -13,6 +15,8 @@
  * the generic one), about a third fewer operations than mul + add.
  * Dispatch is on features, not the CPU model. */
 #if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
 #include "qac_cpu.h"
 #define QAC_VM_X86 1
 #define V3 __attribute__((target("avx2,fma,f16c")))
@@ -119,6 +123,130 @@ BODY void qac_vm_bias_gelu_body(float *out, float *pre, const float *bias, int n
         if (keep) pre[i] = v;
         out[i] = gelu_one(v);
     }
+}
+
+/* ---- the int8 FFN's GELU (vecmath.h: qac_vm_gelu_q8) ----
+ * GELU(x) = 0.5 (x + t E(t)), t = |x|, E(t) = erf(t / sqrt 2): for x < 0,
+ * x Phi(x) = 0.5 x (1 - E(t)) = 0.5 (x + t E(t)) as well. E from interval
+ * i = trunc(min(t, TMAX) / H) (at most NINT - 1) of the table, u = min(t,
+ * TMAX) - (i + 1/2) H, Horner in FMAs, clamped at 1: the steps
+ * gelu_table_gen.py evaluates to state its error. A NaN is clamped to TMAX
+ * for the lookup and comes out of the last FMA as NaN. The vector paths
+ * pick the coefficients with a lane permute (16 entries: one zmm; two
+ * ymm halves and a blend on AVX2). */
+static inline __attribute__((always_inline)) float gelu_q8_one(float x) {
+    float t = fabsf(x), tc = t < GELU_Q8_TMAX ? t : GELU_Q8_TMAX;
+    int i = (int)(tc * (1.0f / GELU_Q8_H));
+    i = i < GELU_Q8_NINT - 1 ? i : GELU_Q8_NINT - 1;
+    float u = tc - fmaf((float)i, GELU_Q8_H, 0.5f * GELU_Q8_H);
+    float p = GELU_Q8_C[GELU_Q8_DEG][i];
+    for (int k = GELU_Q8_DEG - 1; k >= 0; k--) p = fmaf(p, u, GELU_Q8_C[k][i]);
+    p = p < 1.0f ? p : 1.0f;
+    return 0.5f * fmaf(t, p, x);
+}
+
+static void gelu_q8_v1(float *x, const float *bias, int n, float *lo, float *hi) {
+    float l = 0.0f, h = 0.0f;
+    for (int i = 0; i < n; i++) {
+        float y = gelu_q8_one(bias ? x[i] + bias[i] : x[i]);
+        x[i] = y;
+        l = y < l ? y : l;
+        h = y > h ? y : h;
+    }
+    *lo = l, *hi = h;
+}
+
+#ifdef QAC_VM_X86
+#include <immintrin.h>
+
+/* 16 lanes of qac_vm_gelu_q8 */
+V4 static inline __attribute__((always_inline)) __m512 gelu_q8_16(__m512 v, const __m512 *c) {
+    __m512 t = _mm512_abs_ps(v), tc = _mm512_min_ps(t, _mm512_set1_ps(GELU_Q8_TMAX)); /* a NaN t: TMAX */
+    __m512i idx = _mm512_min_epi32(_mm512_cvttps_epi32(_mm512_mul_ps(tc, _mm512_set1_ps(1.0f / GELU_Q8_H))),
+                                   _mm512_set1_epi32(GELU_Q8_NINT - 1));
+    __m512 u = _mm512_sub_ps(
+        tc, _mm512_fmadd_ps(_mm512_cvtepi32_ps(idx), _mm512_set1_ps(GELU_Q8_H), _mm512_set1_ps(0.5f * GELU_Q8_H)));
+    __m512 p = _mm512_permutexvar_ps(idx, c[GELU_Q8_DEG]);
+#pragma GCC unroll 8
+    for (int k = GELU_Q8_DEG - 1; k >= 0; k--) p = _mm512_fmadd_ps(p, u, _mm512_permutexvar_ps(idx, c[k]));
+    p = _mm512_min_ps(p, _mm512_set1_ps(1.0f));
+    return _mm512_mul_ps(_mm512_set1_ps(0.5f), _mm512_fmadd_ps(t, p, v));
+}
+
+V4 static void gelu_q8_v4(float *x, const float *bias, int n, float *lo, float *hi) {
+    __m512 c[GELU_Q8_DEG + 1], vlo = _mm512_setzero_ps(), vhi = vlo;
+#pragma GCC unroll 8
+    for (int k = 0; k <= GELU_Q8_DEG; k++) c[k] = _mm512_loadu_ps(GELU_Q8_C[k]);
+    int i = 0;
+    /* whole vectors unmasked (a masked store costs more on some cores), the tail masked */
+    for (; i + 16 <= n; i += 16) {
+        __m512 v = _mm512_loadu_ps(x + i);
+        if (bias) v = _mm512_add_ps(v, _mm512_loadu_ps(bias + i));
+        __m512 y = gelu_q8_16(v, c);
+        _mm512_storeu_ps(x + i, y);
+        vlo = _mm512_min_ps(y, vlo); /* a NaN y keeps the range, as the scalar compare does */
+        vhi = _mm512_max_ps(y, vhi);
+    }
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        __m512 v = _mm512_maskz_loadu_ps(m, x + i); /* lanes past n: 0, which GELUs to 0 */
+        if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias + i));
+        __m512 y = gelu_q8_16(v, c);
+        _mm512_mask_storeu_ps(x + i, m, y);
+        vlo = _mm512_min_ps(y, vlo);
+        vhi = _mm512_max_ps(y, vhi);
+    }
+    *lo = _mm512_reduce_min_ps(vlo), *hi = _mm512_reduce_max_ps(vhi);
+}
+
+/* the coefficients of power k for the lanes' intervals idx (0..15) */
+V3 static inline __m256 pick8(const float *row, __m256i idx, __m256 upper) {
+    __m256 a = _mm256_permutevar8x32_ps(_mm256_loadu_ps(row), idx);
+    __m256 b = _mm256_permutevar8x32_ps(_mm256_loadu_ps(row + 8), idx);
+    return _mm256_blendv_ps(a, b, upper);
+}
+
+V3 static void gelu_q8_v3(float *x, const float *bias, int n, float *lo, float *hi) {
+    __m256 tmax = _mm256_set1_ps(GELU_Q8_TMAX), inv_h = _mm256_set1_ps(1.0f / GELU_Q8_H);
+    __m256 h = _mm256_set1_ps(GELU_Q8_H), h2 = _mm256_set1_ps(0.5f * GELU_Q8_H), one = _mm256_set1_ps(1.0f);
+    __m256 half = _mm256_set1_ps(0.5f), vlo = _mm256_setzero_ps(), vhi = vlo;
+    __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256i last = _mm256_set1_epi32(GELU_Q8_NINT - 1);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        if (bias) v = _mm256_add_ps(v, _mm256_loadu_ps(bias + i));
+        __m256 t = _mm256_andnot_ps(sign, v), tc = _mm256_min_ps(t, tmax);
+        __m256i idx = _mm256_min_epi32(_mm256_cvttps_epi32(_mm256_mul_ps(tc, inv_h)), last);
+        __m256 upper = _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)); /* bit 3 of idx as the sign */
+        __m256 u = _mm256_sub_ps(tc, _mm256_fmadd_ps(_mm256_cvtepi32_ps(idx), h, h2));
+        __m256 p = pick8(GELU_Q8_C[GELU_Q8_DEG], idx, upper);
+#pragma GCC unroll 8
+        for (int k = GELU_Q8_DEG - 1; k >= 0; k--) p = _mm256_fmadd_ps(p, u, pick8(GELU_Q8_C[k], idx, upper));
+        p = _mm256_min_ps(p, one);
+        __m256 y = _mm256_mul_ps(half, _mm256_fmadd_ps(t, p, v));
+        _mm256_storeu_ps(x + i, y);
+        vlo = _mm256_min_ps(y, vlo);
+        vhi = _mm256_max_ps(y, vhi);
+    }
+    float l8[8], h8[8], l, hh;
+    _mm256_storeu_ps(l8, vlo);
+    _mm256_storeu_ps(h8, vhi);
+    gelu_q8_v1(x + i, bias ? bias + i : NULL, n - i, &l, &hh); /* the tail, and its range with 0 */
+    for (int j = 0; j < 8; j++) l = l8[j] < l ? l8[j] : l, hh = h8[j] > hh ? h8[j] : hh;
+    *lo = l, *hi = hh;
+}
+#endif
+
+void qac_vm_gelu_q8(float *x, const float *bias, int n, float *lo, float *hi) {
+#ifdef QAC_VM_X86
+    switch (qac_cpu_isa()) {
+    case QAC_ISA_AVX512: gelu_q8_v4(x, bias, n, lo, hi); return;
+    case QAC_ISA_AVX2: gelu_q8_v3(x, bias, n, lo, hi); return;
+    default: break;
+    }
+#endif
+    gelu_q8_v1(x, bias, n, lo, hi);
 }
 
 BODY void qac_vm_gelu_backward_body(float *dinp, const float *dout, const float *pre, size_t n) {

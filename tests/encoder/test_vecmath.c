@@ -7,6 +7,7 @@
 
 #include "qac_cpu.h"
 #include "testutil.h"
+#include "gelu_table.h"
 #include "vecmath.h"
 
 static unsigned long long rng = 0x9E3779B97F4A7C15ULL;
@@ -16,6 +17,7 @@ static float frand(float scale) {
 }
 
 #define MAXN 1600
+#define OUTS 12 /* run_all's outputs, in rows of MAXN */
 
 /* every kernel on one path, outputs concatenated into out */
 static size_t run_all(qac_isa isa, const float *x, const float *g, const float *w, const float *b, int n, float *out) {
@@ -29,6 +31,11 @@ static size_t run_all(qac_isa isa, const float *x, const float *g, const float *
     memcpy(o, x, sizeof(float) * n);
     qac_vm_softmax_row(o, n), o += n;
     qac_vm_layernorm_row(o, o + n, o + n + 1, x, w, b, n, 1e-12f), o += n + 2;
+    memcpy(o, x, sizeof(float) * n); /* the int8 FFN's GELU, with a bias, and its range */
+    qac_vm_gelu_q8(o, b, n, o + n, o + n + 1), o += n + 2;
+    memcpy(o, x, sizeof(float) * n); /* a NaN comes out as NaN, and the range ignores it */
+    o[n / 2] = NAN;
+    qac_vm_gelu_q8(o, NULL, n, o + n, o + n + 1), o += n + 2;
     free(pre);
     return (size_t)(o - out);
 }
@@ -36,7 +43,7 @@ static size_t run_all(qac_isa isa, const float *x, const float *g, const float *
 int main(void) {
     static const int lens[] = {1, 7, 16, 20, 33, 128, 384, 768, 1536};
     float *x = malloc(sizeof(float) * MAXN), *g = malloc(sizeof(float) * MAXN), *w = malloc(sizeof(float) * MAXN),
-          *b = malloc(sizeof(float) * MAXN), *ref = malloc(sizeof(float) * 8 * MAXN), *got = malloc(sizeof(float) * 8 * MAXN);
+          *b = malloc(sizeof(float) * MAXN), *ref = malloc(sizeof(float) * OUTS * MAXN), *got = malloc(sizeof(float) * OUTS * MAXN);
     qac_isa best = qac_cpu_isa_best();
     printf("ISA paths on this CPU: generic..%s\n", qac_cpu_isa_name(best));
     for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
@@ -73,14 +80,69 @@ int main(void) {
         double total = 0;
         for (int i = 0; i < n; i++) total += row[i];
         CHECK_MSG(fabs(total - 1) < 1e-6, "n %d: softmax of the extreme row sums to %.9g", n, total);
+        /* the int8 FFN's GELU against libm in double, relative to |v|, v = x +
+         * b as the kernel adds them. Bound: with d = GELU_Q8_E_ERR + 2^-24
+         * (the table's error over every float, from its generator, and the
+         * one float ulp below 1 its FMA emulation may differ by), the last
+         * FMA t p + v is off by t d before rounding and rounds to within
+         * 2^-24 of its value (at most 2 |v|), and 0.5 is exact: |v| (d / 2 +
+         * 2^-24). */
+        double e_q8 = 0, bound = 0.5 * (GELU_Q8_E_ERR + 0x1p-24) + 0x1p-24;
+        const float *q8 = ref + 6 * (size_t)n + 2;
+        float qlo = 0, qhi = 0;
+        for (int i = 0; i < n; i++) {
+            double v = x[i] + b[i], want = 0.5 * v * (1 + erf(v / sqrt(2.0)));
+            e_q8 = fmax(e_q8, fabs(q8[i] - want) / fmax(fabs(v), 1e-30));
+            qlo = q8[i] < qlo ? q8[i] : qlo, qhi = q8[i] > qhi ? q8[i] : qhi;
+        }
+        CHECK_MSG(e_q8 <= bound, "n %d: the int8 GELU off by %.3g of |x| (bound %.3g)", n, e_q8, bound);
+        CHECK_MSG(q8[n] == qlo && q8[n + 1] == qhi, "n %d: the int8 GELU's range [%g, %g], its outputs' [%g, %g]", n,
+                  q8[n], q8[n + 1], qlo, qhi);
+        const float *qn = q8 + n + 2;
+        CHECK_MSG(isnan(qn[n / 2]), "n %d: the int8 GELU of NaN is %g", n, qn[n / 2]);
+        qlo = qhi = 0;
+        for (int i = 0; i < n; i++)
+            if (i != n / 2) qlo = qn[i] < qlo ? qn[i] : qlo, qhi = qn[i] > qhi ? qn[i] : qhi;
+        CHECK_MSG(qn[n] == qlo && qn[n + 1] == qhi, "n %d: with a NaN, the int8 GELU's range [%g, %g], not [%g, %g]", n,
+                  qn[n], qn[n + 1], qlo, qhi);
         for (int isa = QAC_ISA_AVX2; isa <= (int)best; isa++) {
             size_t m2 = run_all((qac_isa)isa, x, g, w, b, n, got);
             int differ = m2 != m;
             for (size_t i = 0; i < m && !differ; i++) differ = memcmp(&ref[i], &got[i], sizeof(float)) != 0;
             CHECK_MSG(!differ, "n %d: the %s path differs from the generic one", n, qac_cpu_isa_name((qac_isa)isa));
         }
-        printf("n %4d: gelu, bias+gelu, gelu', softmax, layernorm: same bits on every path (gelu err %.2g, softmax %.2g)\n",
-               n, e_gelu, e_soft);
+        printf("n %4d: gelu, bias+gelu, gelu', softmax, layernorm, int8 gelu: same bits on every path (gelu err %.2g, "
+               "softmax %.2g, int8 gelu %.2g of |x|)\n",
+               n, e_gelu, e_soft, e_q8);
+    }
+    /* the int8 GELU densely over [-8, 8] (2^20 points: every interval of
+     * the table, both signs, past its end), with the bound derived above,
+     * the same bits on every path */
+    {
+        int nd = 1 << 20;
+        float *d = malloc(sizeof(float) * nd), *e = malloc(sizeof(float) * nd), r[2], r2[2];
+        for (int i = 0; i < nd; i++) d[i] = -8.0f + 16.0f * (float)i / (float)nd;
+        memcpy(e, d, sizeof(float) * nd);
+        qac_cpu_set_isa(QAC_ISA_GENERIC);
+        qac_vm_gelu_q8(e, NULL, nd, &r[0], &r[1]);
+        double worst = 0, bound = 0.5 * (GELU_Q8_E_ERR + 0x1p-24) + 0x1p-24;
+        for (int i = 0; i < nd; i++) {
+            double v = d[i], want = 0.5 * v * (1 + erf(v / sqrt(2.0)));
+            worst = fmax(worst, fabs(e[i] - want) / fmax(fabs(v), 1e-30));
+        }
+        CHECK_MSG(worst <= bound, "dense: the int8 GELU off by %.3g of |x| (bound %.3g)", worst, bound);
+        for (int isa = QAC_ISA_AVX2; isa <= (int)best; isa++) {
+            qac_cpu_set_isa((qac_isa)isa);
+            float *f = malloc(sizeof(float) * nd);
+            memcpy(f, d, sizeof(float) * nd);
+            qac_vm_gelu_q8(f, NULL, nd, &r2[0], &r2[1]);
+            CHECK_MSG(!memcmp(e, f, sizeof(float) * nd) && !memcmp(r, r2, sizeof r), "dense: the int8 GELU on %s differs",
+                      qac_cpu_isa_name((qac_isa)isa));
+            free(f);
+        }
+        printf("int8 gelu over [-8, 8], 2^20 points: %.3g of |x| at worst (bound %.3g), same bits on every path\n", worst,
+               bound);
+        free(d), free(e);
     }
     qac_cpu_set_isa(best);
     free(x), free(g), free(w), free(b), free(ref), free(got);
