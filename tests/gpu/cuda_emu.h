@@ -309,6 +309,7 @@ template <typename F> void emu_launch(emu_dim grid, unsigned threads, F kernel) 
                 if (emu_smem) memset(emu_smem, 0xff, emu_smem_bytes);
                 emu_run_block(fib.data(), threads, STACK);
             }
+    emu_body_arg = nullptr; // kernel's address, used by the fibers above only: it does not outlive the launch
 }
 
 #endif
