@@ -538,12 +538,35 @@ typedef struct gemm_ctx {
     const void *q8; /* int8 mode, rows quantised ahead (qac_gemm_q8) */
     qac_gemm_post_at_fn post_at; /* qac_gemm_then_local */
     size_t local_stride; /* > 0: each block's rows at out + tid local_stride */
+    int cols; /* split_cols: blocks of columns over all N rows (from the rows prepared in q8 or abuf) */
 } gemm_ctx;
+
+/* Block blk of the column split: all rows x whole pairs of panels */
+static void gemm_cols(const gemm_ctx *g, int64_t blk) {
+    int IC = g->pw->IC, OC = g->pw->OC, units = (OC + 2 * NP - 1) / (2 * NP);
+    int c0 = (int)(blk * units / g->nb) * 2 * NP, c1 = (int)((blk + 1) * units / g->nb) * 2 * NP;
+    if (c1 > OC) c1 = OC;
+    const float *bias = g->bias ? g->bias + c0 : NULL, *resid = g->resid ? g->resid + c0 : NULL;
+    if (g->q8) {
+        qac_gemm_int8_cols_q8(g->out + c0, OC, g->q8, g->N, g->pw, c0, c1, bias, resid);
+    } else if (g->abuf) {
+        int IC2 = (IC + 1) / 2;
+        g->rows_bf16(g->out + c0, OC, g->abuf, IC2 * 2, g->pw->pb + (size_t)(c0 / NP) * IC2 * NP * 2, IC2, c1 - c0,
+                     g->N, bias, resid);
+    } else {
+        g->rows(g->out + c0, OC, g->inp, IC, g->pw->p + (size_t)(c0 / NP) * IC * NP, IC, c1 - c0, g->N, 1.0f, bias,
+                resid);
+    }
+}
 
 static void gemm_task(void *vctx, int64_t begin, int64_t end, int tid) {
     const gemm_ctx *g = vctx;
     int IC = g->pw->IC, OC = g->pw->OC;
     for (int64_t blk = begin; blk < end; blk++) {
+        if (g->cols) {
+            gemm_cols(g, blk);
+            continue;
+        }
         /* block blk: tiles [blk tiles / nb, (blk + 1) tiles / nb) */
         int r0 = (int)(blk * g->tiles / g->nb) * MBLK, r1 = (int)((blk + 1) * g->tiles / g->nb) * MBLK;
         if (r1 > g->N) r1 = g->N;
@@ -618,14 +641,36 @@ static void split_blocks(gemm_ctx *g, int IC, int int8, int N, int nt) {
     g->nb = nb;
 }
 
+/* A short batch (fewer than 4 tiles of rows a thread: a few queries) splits
+ * the columns instead, in whole pairs of panels, 4 blocks a thread: split
+ * by rows, 32 rows on 2 threads were 12 and 20 (the tile's 12 rows), and
+ * up to 12 rows ran on one thread; by columns each thread takes an equal
+ * share, and reads only its share of the weights. The rows are made ready
+ * once, before the blocks (quantised, or rounded to bf16, into the
+ * scratch: only where all N fit). No result changes: each output element
+ * is the same chain over k. */
+static int split_cols(gemm_ctx *g, int N, int nt) {
+    const qac_packed_w *pw = g->pw;
+    int64_t tiles = (N + MBLK - 1) / MBLK, units = (pw->OC + 2 * NP - 1) / (2 * NP);
+    if (nt < 2 || tiles >= 4 * nt || units < 2 * nt) return 0;
+    size_t room = qac_gemm_scratch_bytes(pw->IC, nt);
+    if (pw->pq && !g->q8 && qac_gemm_q8_bytes(N, pw->IC) > room) return 0;
+    if (pw->pb && (size_t)N * ((pw->IC + 1) / 2) * 2 * sizeof(uint16_t) > room) return 0;
+    g->cols = 1;
+    g->nb = units < 4 * nt ? units : 4 * nt;
+    g->tiles = tiles;
+    g->mc = N;
+    return 1;
+}
+
 static qac_status gemm_run(gemm_ctx *gp, void *scratch, qac_pool *pool);
 
 qac_status qac_gemm_then(float *out, const float *inp, const qac_packed_w *pw, const float *bias, const float *resid,
                          int N, void *scratch, qac_pool *pool, qac_gemm_post_fn post, void *post_ctx) {
     if (N <= 0) return QAC_OK;
     gemm_ctx g = {out, inp, bias, resid, pw, N, 0, 0, 0, pick_rows(), pick_rows_bf16(), pick_round_row(), NULL,
-                  bf16_rows_stride(pw->IC), NULL, int8_rows_stride(pw->IC), post, post_ctx, NULL, NULL, 0};
-    split_blocks(&g, pw->IC, pw->pq != NULL, N, qac_pool_size(pool));
+                  bf16_rows_stride(pw->IC), NULL, int8_rows_stride(pw->IC), post, post_ctx, NULL, NULL, 0, 0};
+    if (!split_cols(&g, N, qac_pool_size(pool))) split_blocks(&g, pw->IC, pw->pq != NULL, N, qac_pool_size(pool));
     return gemm_run(&g, scratch, pool);
 }
 
@@ -634,11 +679,19 @@ qac_status qac_gemm_then_local(float *out, const float *inp, const qac_packed_w 
     if (N <= 0) return QAC_OK;
     int nt = qac_pool_size(pool), OC = pw->OC;
     gemm_ctx g = {out, inp, bias, NULL, pw, N, 0, 0, 0, pick_rows(), pick_rows_bf16(), pick_round_row(), NULL,
-                  bf16_rows_stride(pw->IC), NULL, int8_rows_stride(pw->IC), NULL, post_ctx, NULL, post_at, 0};
+                  bf16_rows_stride(pw->IC), NULL, int8_rows_stride(pw->IC), NULL, post_ctx, NULL, post_at, 0, 0};
+    if (split_cols(&g, N, nt)) return gemm_run(&g, scratch, pool); /* the rows in their places */
     split_blocks(&g, pw->IC, pw->pq != NULL, N, nt);
     size_t part = (size_t)(N / nt) * OC / 16 * 16; /* a thread's part of out, whole cache lines */
     if (part >= (size_t)g.mc * OC) g.local_stride = part;
     return gemm_run(&g, scratch, pool);
+}
+
+static void post_task(void *vctx, int64_t b, int64_t e, int tid) {
+    const gemm_ctx *g = vctx;
+    (void)tid;
+    if (g->post) g->post(g->post_ctx, (int)b, (int)e);
+    if (g->post_at) g->post_at(g->post_ctx, (int)b, (int)e, g->out + (size_t)b * g->pw->OC);
 }
 
 static qac_status gemm_run(gemm_ctx *gp, void *scratch, qac_pool *pool) {
@@ -653,7 +706,20 @@ static qac_status gemm_run(gemm_ctx *gp, void *scratch, qac_pool *pool) {
         if (pw->pq) g.qbuf = scratch;
         else g.abuf = scratch;
     }
+    if (g.cols && !g.q8 && g.qbuf) { /* the column split's rows, made once (split_cols) */
+        qac_gemm_q8_quantize(g.qbuf, g.N, pw->IC, g.inp, 0, g.N);
+        g.q8 = g.qbuf;
+    } else if (g.cols && g.abuf) {
+        int IC = pw->IC, IC2 = (IC + 1) / 2;
+        for (int r = 0; r < g.N; r++) {
+            uint16_t *d = g.abuf + (size_t)r * IC2 * 2;
+            g.round_row(d, g.inp + (size_t)r * IC, IC);
+            if (IC & 1) d[IC] = 0;
+        }
+    }
     qac_pool_for(pool, g.nb, 1, gemm_task, &g);
+    if (g.cols && (g.post || g.post_at)) /* the finished rows' step, on blocks of rows */
+        qac_pool_for(pool, g.N, 0, post_task, &g);
     free(own);
     return QAC_OK;
 }
@@ -662,8 +728,8 @@ qac_status qac_gemm_q8(float *out, const void *q8, const qac_packed_w *pw, const
                        int N, qac_pool *pool) {
     if (N <= 0) return QAC_OK;
     if (!pw->pq) return qac_set_error(QAC_ERR_INVALID, "matrix product: quantised rows need int8 weights");
-    gemm_ctx g = {out, NULL, bias, resid, pw, N, 0, 0, 0, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, NULL, q8, NULL, 0};
-    split_blocks(&g, pw->IC, 1, N, qac_pool_size(pool));
+    gemm_ctx g = {out, NULL, bias, resid, pw, N, 0, 0, 0, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, NULL, q8, NULL, 0, 0};
+    if (!split_cols(&g, N, qac_pool_size(pool))) split_blocks(&g, pw->IC, 1, N, qac_pool_size(pool));
     qac_pool_for(pool, g.nb, 1, gemm_task, &g);
     return QAC_OK;
 }

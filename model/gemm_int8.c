@@ -531,6 +531,21 @@ void qac_gemm_q8_quantize_ranged(void *q8, int N, int IC, const float *row, int 
 
 int qac_gemm_int8_group_rows(void) { return MR_A; }
 
+void qac_gemm_int8_cols_q8(float *out, int ldo, const void *q8, int N, const qac_packed_w *pw, int c0, int c1,
+                           const float *bias, const float *resid) {
+    int IC4 = ic4_of(pw->IC);
+    const uint8_t *a = q8;
+    const float *sa = (const float *)(const void *)(a + q8_rows_bytes(N, pw->IC));
+    const int32_t *zp = (const int32_t *)(const void *)(sa + N);
+    qac_packed_w v = *pw; /* the columns [c0, c1): their panels, scales and sums */
+    v.pq = pw->pq + (size_t)(c0 / NP) * IC4 * NP * 4;
+    v.qscale = pw->qscale + c0;
+    v.qsum = pw->qsum + c0;
+    v.OC = c1 - c0;
+    i8_args g = {out, ldo, a, IC4, sa, zp, &v, bias, resid, N};
+    pick_rows()(&g);
+}
+
 void qac_gemm_int8_rows_q8(float *out, const void *q8, int N, int r0, int n, const qac_packed_w *pw,
                            const float *bias, const float *resid) {
     int IC = pw->IC, IC4 = ic4_of(IC);

@@ -23,6 +23,11 @@ void qac_gemm_int8_rows(float *out, const float *inp, const qac_packed_w *pw, co
  * them from the float rows, on the calling thread. */
 void qac_gemm_int8_rows_q8(float *out, const void *q8, int N, int r0, int n, const qac_packed_w *pw,
                            const float *bias, const float *resid);
+/* Columns [c0, c1) (c0 a multiple of 16) of all N rows of a qac_gemm_q8
+ * buffer times pw, as qac_gemm_int8_rows_q8 gives them: out, bias and resid
+ * point at column c0, rows ldo apart. */
+void qac_gemm_int8_cols_q8(float *out, int ldo, const void *q8, int N, const qac_packed_w *pw, int c0, int c1,
+                           const float *bias, const float *resid);
 /* the rows of a group of the kernels' quantised layout (12) */
 int qac_gemm_int8_group_rows(void);
 
