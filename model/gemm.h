@@ -92,7 +92,10 @@ qac_status qac_gemm(float *out, const float *inp, const qac_packed_w *pw, const 
 /* qac_gemm, then post(post_ctx, r0, r1) for each block of finished rows
  * [r0, r1), on the thread that computed them while they are still in its
  * cache: an element-wise step fused into the product without a second
- * pass over memory or a second parallel loop (the FFN's bias and GELU). */
+ * pass over memory or a second parallel loop (the FFN's bias and GELU).
+ * A short batch (fewer than 4 tiles of 12 rows a thread) is split by
+ * columns instead, so that every thread gets an equal share: then post
+ * runs after the product, on blocks of rows, in a second parallel loop. */
 typedef void (*qac_gemm_post_fn)(void *post_ctx, int r0, int r1);
 qac_status qac_gemm_then(float *out, const float *inp, const qac_packed_w *pw, const float *bias, const float *resid,
                          int N, void *scratch, qac_pool *pool, qac_gemm_post_fn post, void *post_ctx);
@@ -105,7 +108,8 @@ qac_status qac_gemm_then(float *out, const float *inp, const qac_packed_w *pw, c
  * sending N x OC floats to memory; post_at(post_ctx, r0, r1, rows) then
  * reads them there. out [N, OC] is scratch: afterwards it holds no row in
  * its place. Where a thread's part is smaller than a block (a few rows on
- * many threads) the rows go to out + r0 OC as in qac_gemm_then. */
+ * many threads) the rows go to out + r0 OC as in qac_gemm_then, and a short
+ * batch split by columns has every row in its place when post_at runs. */
 typedef void (*qac_gemm_post_at_fn)(void *post_ctx, int r0, int r1, float *rows);
 qac_status qac_gemm_then_local(float *out, const float *inp, const qac_packed_w *pw, const float *bias, int N,
                                void *scratch, qac_pool *pool, qac_gemm_post_at_fn post_at, void *post_ctx);
