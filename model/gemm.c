@@ -541,6 +541,16 @@ typedef struct gemm_ctx {
     int cols; /* split_cols: blocks of columns over all N rows (from the rows prepared in q8 or abuf) */
 } gemm_ctx;
 
+/* rows [r0, r1) of inp rounded to bf16 at ab, each zero-padded to even length */
+static void round_rows(const gemm_ctx *g, uint16_t *ab, int r0, int r1) {
+    int IC = g->pw->IC, IC2 = (IC + 1) / 2;
+    for (int r = r0; r < r1; r++) {
+        uint16_t *d = ab + (size_t)(r - r0) * IC2 * 2;
+        g->round_row(d, g->inp + (size_t)r * IC, IC);
+        if (IC & 1) d[IC] = 0;
+    }
+}
+
 /* Block blk of the column split: all rows x whole pairs of panels */
 static void gemm_cols(const gemm_ctx *g, int64_t blk) {
     int IC = g->pw->IC, OC = g->pw->OC, units = (OC + 2 * NP - 1) / (2 * NP);
@@ -580,12 +590,7 @@ static void gemm_task(void *vctx, int64_t begin, int64_t end, int tid) {
         } else if (g->abuf) {
             int IC2 = (IC + 1) / 2;
             uint16_t *ab = g->abuf + (size_t)tid * g->abuf_stride;
-            for (int r = r0; r < r1; r++) {
-                const float *x = g->inp + (size_t)r * IC;
-                uint16_t *d = ab + (size_t)(r - r0) * IC2 * 2;
-                g->round_row(d, x, IC);
-                if (IC & 1) d[IC] = 0;
-            }
+            round_rows(g, ab, r0, r1);
             g->rows_bf16(out, OC, ab, IC2 * 2, g->pw->pb, IC2, OC, r1 - r0, g->bias,
                          g->resid ? g->resid + (size_t)r0 * OC : NULL);
         } else
@@ -658,8 +663,6 @@ static int split_cols(gemm_ctx *g, int N, int nt) {
     if (pw->pb && (size_t)N * ((pw->IC + 1) / 2) * 2 * sizeof(uint16_t) > room) return 0;
     g->cols = 1;
     g->nb = units < 4 * nt ? units : 4 * nt;
-    g->tiles = tiles;
-    g->mc = N;
     return 1;
 }
 
@@ -710,12 +713,7 @@ static qac_status gemm_run(gemm_ctx *gp, void *scratch, qac_pool *pool) {
         qac_gemm_q8_quantize(g.qbuf, g.N, pw->IC, g.inp, 0, g.N);
         g.q8 = g.qbuf;
     } else if (g.cols && g.abuf) {
-        int IC = pw->IC, IC2 = (IC + 1) / 2;
-        for (int r = 0; r < g.N; r++) {
-            uint16_t *d = g.abuf + (size_t)r * IC2 * 2;
-            g.round_row(d, g.inp + (size_t)r * IC, IC);
-            if (IC & 1) d[IC] = 0;
-        }
+        round_rows(&g, g.abuf, 0, g.N);
     }
     qac_pool_for(pool, g.nb, 1, gemm_task, &g);
     if (g.cols && (g.post || g.post_at)) /* the finished rows' step, on blocks of rows */
@@ -761,7 +759,6 @@ size_t qac_gemm_bf16_packed_elems(int OC, int IC) { return (size_t)((OC + NP - 1
 /* panel rows w[c] (c < n, each IC floats at stride ldw, times scale) to bf16
  * pairs, 16 x 16 pairs at a time through a 32-bit transpose */
 AVX512BF static void pack_bf16_panel(uint16_t *dst, const float *w, int n, int IC, int ldw) {
-    int IC2 = (IC + 1) / 2;
     for (int k0 = 0; k0 < IC; k0 += 2 * NP) { /* 16 pairs of k */
         int kn = IC - k0 < 2 * NP ? IC - k0 : 2 * NP;
         __mmask16 m0 = (__mmask16)(kn >= NP ? 0xffff : (1u << kn) - 1);
@@ -778,7 +775,6 @@ AVX512BF static void pack_bf16_panel(uint16_t *dst, const float *w, int n, int I
         int pn = (kn + 1) / 2;
         for (int p = 0; p < pn; p++) _mm512_storeu_ps((float *)(void *)(dst + ((size_t)(k0 / 2 + p) * NP) * 2), r[p]);
     }
-    (void)IC2;
 }
 
 /* rows [0, n) of V-like B [IC, >= OC] (row stride ldb), as pairs of rows:

@@ -511,28 +511,36 @@ void qac_gemm_q8_quantize(void *q8, int N, int IC, const float *x, int r0, int r
     qac_gemm_q8_quantize_rows(q8, N, IC, x + (size_t)r0 * IC, r0, r1);
 }
 
+/* row r's quantised bytes, scale and zero point in a q8 buffer of N rows,
+ * from the row's range */
+static void q8_put_row(const quant_row_fns *q, void *q8, int N, int IC, const float *row, int r, float lo, float hi) {
+    uint8_t *a = q8;
+    float *sa = (float *)(void *)(a + q8_rows_bytes(N, IC));
+    int32_t *zp = (int32_t *)(void *)(sa + N);
+    quant_row_ranged(q, a + ((size_t)(r / MR_A) * ic4_of(IC) * MR_A + (size_t)(r % MR_A)) * 4, MR_A * 4, sa + r,
+                     zp + r, row, IC, lo, hi);
+}
+
 void qac_gemm_q8_quantize_rows(void *q8, int N, int IC, const float *rows, int r0, int r1) {
     quant_row_fns q = pick_quant_row();
     for (int r = r0; r < r1; r++) {
         float lo, hi;
         q.range(&lo, &hi, rows + (size_t)(r - r0) * IC, IC);
-        qac_gemm_q8_quantize_ranged(q8, N, IC, rows + (size_t)(r - r0) * IC, r, lo, hi);
+        q8_put_row(&q, q8, N, IC, rows + (size_t)(r - r0) * IC, r, lo, hi);
     }
 }
 
 void qac_gemm_q8_quantize_ranged(void *q8, int N, int IC, const float *row, int r, float lo, float hi) {
-    uint8_t *a = q8;
-    float *sa = (float *)(void *)(a + q8_rows_bytes(N, IC));
-    int32_t *zp = (int32_t *)(void *)(sa + N);
     quant_row_fns q = pick_quant_row();
-    quant_row_ranged(&q, a + ((size_t)(r / MR_A) * ic4_of(IC) * MR_A + (size_t)(r % MR_A)) * 4, MR_A * 4, sa + r,
-                     zp + r, row, IC, lo, hi);
+    q8_put_row(&q, q8, N, IC, row, r, lo, hi);
 }
 
 int qac_gemm_int8_group_rows(void) { return MR_A; }
 
-void qac_gemm_int8_cols_q8(float *out, int ldo, const void *q8, int N, const qac_packed_w *pw, int c0, int c1,
-                           const float *bias, const float *resid) {
+/* rows [r0, r0 + n) x columns [c0, c1) of a q8 buffer of N rows times pw
+ * (c0 a multiple of NP; out, bias and resid at column c0, rows ldo apart) */
+static void q8_product(float *out, int ldo, const void *q8, int N, int r0, int n, const qac_packed_w *pw, int c0,
+                       int c1, const float *bias, const float *resid) {
     int IC4 = ic4_of(pw->IC);
     const uint8_t *a = q8;
     const float *sa = (const float *)(const void *)(a + q8_rows_bytes(N, pw->IC));
@@ -542,16 +550,16 @@ void qac_gemm_int8_cols_q8(float *out, int ldo, const void *q8, int N, const qac
     v.qscale = pw->qscale + c0;
     v.qsum = pw->qsum + c0;
     v.OC = c1 - c0;
-    i8_args g = {out, ldo, a, IC4, sa, zp, &v, bias, resid, N};
+    i8_args g = {out, ldo, a + (size_t)(r0 / MR_A) * IC4 * MR_A * 4, IC4, sa + r0, zp + r0, &v, bias, resid, n};
     pick_rows()(&g);
+}
+
+void qac_gemm_int8_cols_q8(float *out, int ldo, const void *q8, int N, const qac_packed_w *pw, int c0, int c1,
+                           const float *bias, const float *resid) {
+    q8_product(out, ldo, q8, N, 0, N, pw, c0, c1, bias, resid);
 }
 
 void qac_gemm_int8_rows_q8(float *out, const void *q8, int N, int r0, int n, const qac_packed_w *pw,
                            const float *bias, const float *resid) {
-    int IC = pw->IC, IC4 = ic4_of(IC);
-    const uint8_t *a = q8;
-    const float *sa = (const float *)(const void *)(a + q8_rows_bytes(N, IC));
-    const int32_t *zp = (const int32_t *)(const void *)(sa + N);
-    i8_args g = {out, pw->OC, a + (size_t)(r0 / MR_A) * IC4 * MR_A * 4, IC4, sa + r0, zp + r0, pw, bias, resid, n};
-    pick_rows()(&g);
+    q8_product(out, pw->OC, q8, N, r0, n, pw, 0, pw->OC, bias, resid);
 }

@@ -299,6 +299,7 @@ static void check_q8(int N, int IC, int I, int OC) {
     float *act2 = malloc(sizeof(float) * (size_t)N * I), *out = malloc(sizeof(float) * (size_t)N * OC);
     float *out2 = malloc(sizeof(float) * (size_t)N * OC);
     void *q8 = malloc(qac_gemm_q8_bytes(N, I));
+    float *pre = malloc(sizeof(float) * (size_t)N * I), *pre2 = malloc(sizeof(float) * (size_t)N * I);
     for (size_t i = 0; i < (size_t)N * IC; i++) x[i] = 2 * frand();
     for (size_t i = 0; i < (size_t)I * IC; i++) w1[i] = frand();
     for (size_t i = 0; i < (size_t)OC * I; i++) w2[i] = frand();
@@ -314,6 +315,14 @@ static void check_q8(int N, int IC, int I, int OC) {
         /* the encoder's FFN unfused: GELU's float rows, quantised inside the product */
         CHECK_OK(qac_matmul_gelu_packed(act, NULL, x, &p1, b1, N, NULL, NULL));
         CHECK_OK(qac_gemm(out, act, &p2, b2, res, N, NULL, NULL));
+        /* with the pre-activation kept: it is the product plus bias, and the
+         * activation the same int8 GELU of it */
+        CHECK_OK(qac_matmul_gelu_packed(act2, pre, x, &p1, b1, N, NULL, NULL));
+        CHECK_OK(qac_gemm(pre2, x, &p1, b1, NULL, N, NULL, NULL));
+        int kept = memcmp(act2, act, sizeof(float) * (size_t)N * I) != 0;
+        int kept_pre = memcmp(pre, pre2, sizeof(float) * (size_t)N * I) != 0;
+        CHECK_MSG(!kept && !kept_pre, "%s %d x %d x %d: with the pre-activation kept, the activation (%d) or the "
+                  "pre-activation (%d) differs", path_name(), N, IC, I, kept, kept_pre);
         for (int t = 1; t <= 3; t++) {
             qac_pool *p = NULL;
             if (t > 1) CHECK_OK(qac_pool_create(&p, t));
@@ -348,6 +357,7 @@ static void check_q8(int N, int IC, int I, int OC) {
     qac_gemm_packed_free(&pf);
     qac_gemm_packed_free(&p1), qac_gemm_packed_free(&p2);
     free(x), free(w1), free(b1), free(w2), free(b2), free(res), free(act), free(act2), free(out), free(out2), free(q8);
+    free(pre), free(pre2);
 }
 
 int main(void) {
