@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "gemm.h"
+#include "qac_cpu.h"
 #include "qac_util.h"
 
 /* ---- activations ---- */
@@ -163,8 +164,29 @@ void qac_bert_acts_free(qac_bert_acts *a) {
     memset(a, 0, sizeof *a);
 }
 
+/* The int8 encoder's room after the FFN's quantised rows (qac_gemm_q8):
+ * earlier in each layer the same bytes hold Q|K|V in bf16 [N, 3C], each
+ * thread's attention scratch and a count of finished rows a sequence
+ * (qkv_attention) */
+typedef struct q8_room {
+    size_t qkv16, att, att_stride, done, total; /* byte offsets; att_stride in floats */
+} q8_room;
+
+static q8_room q8_layout(const qac_bert_config *c, int B, int T, int nthreads) {
+    q8_room r;
+    size_t N = (size_t)B * T, C = (size_t)c->hidden_size;
+    r.qkv16 = 0;
+    r.att = (N * 3 * C * sizeof(uint16_t) + 63) / 64 * 64;
+    r.att_stride = qac_attention_scratch_floats(T, c->hidden_size, c->num_heads, 1);
+    r.done = r.att + (size_t)nthreads * r.att_stride * sizeof(float);
+    r.total = r.done + (size_t)B * sizeof(int);
+    size_t q8 = qac_gemm_q8_bytes((int)N, c->intermediate_size);
+    if (q8 > r.total) r.total = q8;
+    return r;
+}
+
 qac_status qac_bert_acts_q8(qac_bert_acts *a, const qac_bert_config *c) {
-    size_t need = qac_gemm_q8_bytes(a->B * a->T, c->intermediate_size);
+    size_t need = q8_layout(c, a->B, a->T, a->nthreads).total;
     if (need <= a->q8_bytes) return QAC_OK;
     void *m = qac_malloc_lines(need);
     if (!m)
@@ -286,6 +308,84 @@ static int att_bf16(const qac_bert_packed *pk, int l, int C, int NH) {
     return pk->qkv[l].pq && (C / NH) % 2 == 0 ? QAC_ATT_BF16_PV : 0;
 }
 
+/* The int8 encoder's Q|K|V in bf16 and its attention fused
+ * (qkv_attention): packed rows, global layers, absolute positions, an
+ * even head size, AVX512_BF16, and a->q8 sized for them (qac_bert_acts_q8,
+ * for the acts' shape: B sequences of T rows at most). */
+static int att_qkv16(const qac_bert_acts *a, const qac_bert_config *c, const qac_bert_packed *pk, int l,
+                     const int *offs, int B, int T) {
+    int C = c->hidden_size, NH = c->num_heads;
+    return pk->qkv[l].pq && offs && a->q8 && B <= a->B && T <= a->T &&
+           a->q8_bytes >= q8_layout(c, a->B, a->T, a->nthreads).total && !qac_bert_layer_window(c, l) &&
+           c->positions != QAC_POS_ROTARY && (C / NH) % 2 == 0 && qac_cpu_bf16();
+}
+
+typedef struct qkv_att_ctx {
+    uint16_t *qkv16;
+    float *out, *att_scratch;
+    size_t att_stride;
+    int *done;
+    const int *lens, *offs, *rows;
+    int B, T, C, NH;
+} qkv_att_ctx;
+
+/* Q|K|V rows rounded to bf16 into qkv16 (rows: in fp32) */
+static void qkv_round_at(void *vctx, int r0, int r1, float *rows, int tid) {
+    const qkv_att_ctx *c = vctx;
+    int OC = 3 * c->C;
+    (void)tid;
+    for (int r = 0; r < r1 - r0; r++)
+        qac_gemm_round_bf16(c->qkv16 + (size_t)(r0 + r) * OC, rows + (size_t)r * OC, OC, 1.0f);
+}
+
+/* A block of finished Q|K|V rows [r0, r1) (at rows, in fp32): rounded to
+ * bf16 into qkv16, then each sequence whose last rows these were gets its
+ * attention here, while its rows are still in this core's caches (a
+ * sequence's rows may come from blocks of both threads: the count of its
+ * finished rows says which block is the last). */
+static void qkv_att_at(void *vctx, int r0, int r1, float *rows, int tid) {
+    const qkv_att_ctx *c = vctx;
+    qkv_round_at(vctx, r0, r1, rows, tid);
+    int lo = 0, hi = c->B; /* the first sequence ending past r0 */
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (c->offs[mid] + c->lens[mid] > r0) hi = mid;
+        else lo = mid + 1;
+    }
+    for (int b = lo; b < c->B && c->offs[b] < r1; b++) {
+        int s0 = r0 > c->offs[b] ? r0 : c->offs[b], e = c->offs[b] + c->lens[b], s1 = r1 < e ? r1 : e;
+        /* acquire-release: the thread that completes a sequence sees the other's rows */
+        if (s1 > s0 && __atomic_add_fetch(&c->done[b], s1 - s0, __ATOMIC_ACQ_REL) == c->lens[b])
+            qac_attention_bf16_qkv_seq(c->out, c->att_scratch + (size_t)tid * c->att_stride, c->qkv16, c->lens,
+                                       c->offs, c->rows, b, c->T, c->C, c->NH);
+    }
+}
+
+/* out = the attention (qac_attention_forward_bf16_qkv's bits; rows: one
+ * query row a sequence) of Q|K|V = x Wqkv + b. With at least 4 sequences
+ * a thread, in one parallel loop: each block of Q|K|V rows is rounded to
+ * bf16 as it is finished, and each sequence attended as soon as all its
+ * rows are, so that the attention reads them from cache instead of memory
+ * (BERT-base's int8 passages +1.5%: bench/RESULTS.md). With fewer (a few
+ * queries) a sequence's heads are shared between the threads instead, after
+ * the product. The same bits either way. qkv: the product's staging. */
+static qac_status qkv_attention(qac_bert_acts *a, const qac_bert_config *c, float *out, float *qkv, const float *x,
+                                const qac_packed_w *pw, const float *bias, const int *lens, const int *offs,
+                                const int *rows, int B, int T, size_t N, qac_pool *pool) {
+    q8_room room = q8_layout(c, a->B, a->T, a->nthreads);
+    unsigned char *m = a->q8;
+    qkv_att_ctx ctx = {(uint16_t *)(void *)(m + room.qkv16), out, (float *)(void *)(m + room.att), room.att_stride,
+                       (int *)(void *)(m + room.done), lens, offs, rows, B, T, c->hidden_size, c->num_heads};
+    if (B >= 4 * qac_pool_size(pool)) {
+        memset(ctx.done, 0, (size_t)B * sizeof(int));
+        return qac_gemm_then_local(qkv, x, pw, bias, (int)N, a->scratch, pool, qkv_att_at, &ctx);
+    }
+    qac_status st = qac_gemm_then_local(qkv, x, pw, bias, (int)N, a->scratch, pool, qkv_round_at, &ctx);
+    if (st) return st;
+    return qac_attention_forward_bf16_qkv(out, ctx.att_scratch, ctx.qkv16, lens, offs, rows, B, T, c->hidden_size,
+                                          c->num_heads, pool);
+}
+
 /* Layer l from x [N,C] to y, its tensors in slot s of a (s = 0 unless
  * every layer is kept); N rows: B*T padded (offs NULL), or the packed rows
  * of offs. The family's fields choose the steps:
@@ -321,16 +421,22 @@ static qac_status layer_forward(qac_bert_acts *a, int l, int s, const float *x, 
                               BIAS(p->ln1_b, lc), (int)N, C, eps, pool);
         ain = ln1;
     }
-    if ((st = qac_gemm(qkv, ain, &pk->qkv[l], BIAS(p->qkv_b, lc * 3), NULL, (int)N, a->scratch, pool))) return st;
-    if (c->positions == QAC_POS_ROTARY)
-        qac_rope_forward(qkv, a->pos, a->rope + (window ? (size_t)T * (C / NH) : 0), (int)N, C, NH, pool);
-    if (offs && !window && att_bf16(pk, l, C, NH)) {
-        if ((st = qac_attention_forward_packed_bf16(atty, a->scratch, qkv, lens, offs, B, T, C, NH,
-                                                    att_bf16(pk, l, C, NH), pool)))
+    if (att_qkv16(a, c, pk, l, offs, B, T)) { /* int8: Q|K|V in bf16, each sequence attended from cache */
+        if ((st = qkv_attention(a, c, atty, qkv, ain, &pk->qkv[l], BIAS(p->qkv_b, lc * 3), lens, offs, NULL, B, T, N,
+                                pool)))
             return st;
-    } else if ((st = qac_attention_forward_window(atty, att, a->scratch, qkv, lens, offs, window, offs ? NULL : drop,
-                                                  l, B, T, C, NH, pool)))
-        return st;
+    } else {
+        if ((st = qac_gemm(qkv, ain, &pk->qkv[l], BIAS(p->qkv_b, lc * 3), NULL, (int)N, a->scratch, pool))) return st;
+        if (c->positions == QAC_POS_ROTARY)
+            qac_rope_forward(qkv, a->pos, a->rope + (window ? (size_t)T * (C / NH) : 0), (int)N, C, NH, pool);
+        if (offs && !window && att_bf16(pk, l, C, NH))
+            st = qac_attention_forward_packed_bf16(atty, a->scratch, qkv, lens, offs, B, T, C, NH,
+                                                   att_bf16(pk, l, C, NH), pool);
+        else
+            st = qac_attention_forward_window(atty, att, a->scratch, qkv, lens, offs, window, offs ? NULL : drop, l, B,
+                                              T, C, NH, pool);
+        if (st) return st;
+    }
     /* res1 = x + dropout(atty Wo + bo) */
     if (drop_out) {
         if ((st = qac_gemm(res1, atty, &pk->attn_out[l], BIAS(p->attn_out_b, lc), NULL, (int)N, a->scratch, pool)))
@@ -425,10 +531,13 @@ static qac_status last_layer_rows(qac_bert_acts *a, const qac_bert_config *c, co
     size_t lc = (size_t)l * C;
     float eps = c->layer_norm_eps, *x = a->hidden, *sc = a->scratch;
     qac_status st;
-    if ((st = qac_gemm(a->qkv, x, &pk->qkv[l], BIAS(p->qkv_b, lc * 3), NULL, (int)N, sc, pool)) ||
-        (st = qac_attention_forward_packed_rows(a->atty, sc, a->qkv, lens, offs, rows, B, T, C, NH,
-                                                att_bf16(pk, l, C, NH), pool)))
-        return st;
+    if (att_qkv16(a, c, pk, l, offs, B, T))
+        st = qkv_attention(a, c, a->atty, a->qkv, x, &pk->qkv[l], BIAS(p->qkv_b, lc * 3), lens, offs, rows, B, T, N,
+                           pool);
+    else if (!(st = qac_gemm(a->qkv, x, &pk->qkv[l], BIAS(p->qkv_b, lc * 3), NULL, (int)N, sc, pool)))
+        st = qac_attention_forward_packed_rows(a->atty, sc, a->qkv, lens, offs, rows, B, T, C, NH,
+                                               att_bf16(pk, l, C, NH), pool);
+    if (st) return st;
     for (int b = 0; b < B; b++) {
         size_t from = (size_t)offs[b] + (size_t)rows[b];
         if (from != (size_t)b) memmove(x + (size_t)b * C, x + from * C, (size_t)C * sizeof *x);

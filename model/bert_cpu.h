@@ -225,6 +225,21 @@ enum { QAC_ATT_BF16_QK = 1, QAC_ATT_BF16_PV = 2 };
 qac_status qac_attention_forward_packed_bf16(float *out, float *scratch, const float *qkv, const int *lens,
                                              const int *offs, int B, int T, int C, int NH, int bf16,
                                              qac_pool *pool);
+/* Inference over packed rows from Q|K|V already rounded to bf16 (qkv16
+ * [N, 3C]; the int8 encoder's Q|K|V product writes them so): both products
+ * by vdpbf16ps as QAC_ATT_BF16_QK | QAC_ATT_BF16_PV, but Q rounded as it
+ * is and each score's sum then multiplied by 1 / sqrt(hs) in fp32. rows
+ * NULL: every row; else one query row a sequence, as
+ * qac_attention_forward_packed_rows. Needs AVX512_BF16 or runs the same
+ * bits emulated; hs even. */
+qac_status qac_attention_forward_bf16_qkv(float *out, float *scratch, const uint16_t *qkv16, const int *lens,
+                                          const int *offs, const int *rows, int B, int T, int C, int NH,
+                                          qac_pool *pool);
+/* Sequence b's heads of qac_attention_forward_bf16_qkv alone, on the
+ * calling thread, with the same bits; scratch: that thread's
+ * qac_attention_scratch_floats(T, C, NH, 1) floats. */
+void qac_attention_bf16_qkv_seq(float *out, float *scratch, const uint16_t *qkv16, const int *lens, const int *offs,
+                                const int *rows, int b, int T, int C, int NH);
 /* dqkv [B,T,3C] (written) from datty [B,T,C], the kept probabilities att
  * [B,NH,T,T] and qkv; keys past lens[b] get zero gradient. */
 qac_status qac_attention_backward(float *dqkv, const float *datty, const float *qkv, const float *att,
@@ -369,8 +384,11 @@ qac_status qac_bert_acts_alloc(qac_bert_acts *a, const qac_bert_config *c, int B
                                int nthreads);
 void qac_bert_acts_free(qac_bert_acts *a);
 /* For int8 weights, after alloc: room in a->q8 for the FFN's activation of
- * the B*T rows, quantised (grown when short). Optional: it only saves the
- * FFN output product a pass over its input. */
+ * the B*T rows, quantised, and, earlier in each layer, for Q|K|V in bf16
+ * with the attention's scratch (grown when short). Optional: without it the
+ * FFN output product quantises its input itself (the same bits), and the
+ * attention runs in fp32 with P V in bf16 (qac_attention_forward_packed_bf16:
+ * other bits, so an int8 encoder either always has it or never). */
 qac_status qac_bert_acts_q8(qac_bert_acts *a, const qac_bert_config *c);
 
 /* The linear layers' weights packed for qac_gemm, once per model (and again

@@ -233,10 +233,10 @@ qac_status qac_gemm_pack_bf16(qac_packed_w *pw, const float *w, int OC, int IC) 
 
 /* rows [0, N) x all OC columns in bf16 mode; a holds the rows in bf16, lda >= 2 IC2 */
 typedef void (*rows_bf16_fn)(float *out, int ldo, const uint16_t *a, int lda, const uint16_t *packed, int IC2,
-                             int OC, int N, const float *bias, const float *resid);
+                             int OC, int N, float alpha, const float *bias, const float *resid);
 
 static void rows_bf16_portable(float *out, int ldo, const uint16_t *a, int lda, const uint16_t *packed, int IC2,
-                               int OC, int N, const float *bias, const float *resid) {
+                               int OC, int N, float alpha, const float *bias, const float *resid) {
     int np = (OC + NP - 1) / NP;
     for (int j = 0; j < np; j++) {
         const uint16_t *panel = packed + (size_t)j * IC2 * NP * 2;
@@ -254,7 +254,7 @@ static void rows_bf16_portable(float *out, int ldo, const uint16_t *a, int lda, 
                         acc[r][c] = qac_bf16_step(a0, qac_bf16_in(bc[0]), acc[r][c]);
                     }
                 }
-            epilogue(out + (size_t)r0 * ldo, ldo, (const float(*)[NP])acc, rn, o0, ncols, 1.0f, bias,
+            epilogue(out + (size_t)r0 * ldo, ldo, (const float(*)[NP])acc, rn, o0, ncols, alpha, bias,
                      resid ? resid + (size_t)r0 * ldo : NULL);
         }
     }
@@ -405,10 +405,9 @@ AVX512 static void rows_b_avx512(float *out, int ldo, const float *a, int lda, c
     } while (0)
 
 AVX512BF static void tile_bf16_avx512(float *out, int ldo, const uint16_t *a, int lda, int IC2, int rn,
-                                      const uint16_t *panel, int o0, int ncols, const float *bias,
+                                      const uint16_t *panel, int o0, int ncols, float alpha, const float *bias,
                                       const float *resid) {
     static const float zeros[NP] = {0};
-    const float alpha = 1.0f;
     int n0 = ncols < NP ? ncols : NP, n1 = ncols - n0;
     __mmask16 m0 = (__mmask16)((1u << n0) - 1), m1 = (__mmask16)((1u << n1) - 1);
     int npn = n1 > 0 ? 2 : 1;
@@ -423,14 +422,14 @@ AVX512BF static void tile_bf16_avx512(float *out, int ldo, const uint16_t *a, in
 #undef MICROBF
 
 AVX512BF static void rows_bf16_avx512(float *out, int ldo, const uint16_t *a, int lda, const uint16_t *packed,
-                                      int IC2, int OC, int N, const float *bias, const float *resid) {
+                                      int IC2, int OC, int N, float alpha, const float *bias, const float *resid) {
     for (int o0 = 0; o0 < OC; o0 += 2 * NP) {
         int ncols = OC - o0 < 2 * NP ? OC - o0 : 2 * NP;
         const uint16_t *panel = packed + (size_t)(o0 / NP) * IC2 * NP * 2;
         for (int r = 0; r < N; r += MR512) {
             int rn = N - r < MR512 ? N - r : MR512;
-            tile_bf16_avx512(out + (size_t)r * ldo, ldo, a + (size_t)r * lda, lda, IC2, rn, panel, o0, ncols, bias,
-                             resid ? resid + (size_t)r * ldo : NULL);
+            tile_bf16_avx512(out + (size_t)r * ldo, ldo, a + (size_t)r * lda, lda, IC2, rn, panel, o0, ncols, alpha,
+                             bias, resid ? resid + (size_t)r * ldo : NULL);
         }
     }
 }
@@ -562,7 +561,7 @@ static void gemm_cols(const gemm_ctx *g, int64_t blk) {
     } else if (g->abuf) {
         int IC2 = (IC + 1) / 2;
         g->rows_bf16(g->out + c0, OC, g->abuf, IC2 * 2, g->pw->pb + (size_t)(c0 / NP) * IC2 * NP * 2, IC2, c1 - c0,
-                     g->N, bias, resid);
+                     g->N, 1.0f, bias, resid);
     } else {
         g->rows(g->out + c0, OC, g->inp, IC, g->pw->p + (size_t)(c0 / NP) * IC * NP, IC, c1 - c0, g->N, 1.0f, bias,
                 resid);
@@ -591,13 +590,13 @@ static void gemm_task(void *vctx, int64_t begin, int64_t end, int tid) {
             int IC2 = (IC + 1) / 2;
             uint16_t *ab = g->abuf + (size_t)tid * g->abuf_stride;
             round_rows(g, ab, r0, r1);
-            g->rows_bf16(out, OC, ab, IC2 * 2, g->pw->pb, IC2, OC, r1 - r0, g->bias,
+            g->rows_bf16(out, OC, ab, IC2 * 2, g->pw->pb, IC2, OC, r1 - r0, 1.0f, g->bias,
                          g->resid ? g->resid + (size_t)r0 * OC : NULL);
         } else
             g->rows(out, OC, g->inp + (size_t)r0 * IC, IC, g->pw->p, IC, OC, r1 - r0, 1.0f,
                     g->bias, g->resid ? g->resid + (size_t)r0 * OC : NULL);
         if (g->post) g->post(g->post_ctx, r0, r1);
-        if (g->post_at) g->post_at(g->post_ctx, r0, r1, out);
+        if (g->post_at) g->post_at(g->post_ctx, r0, r1, out, tid);
     }
 }
 
@@ -692,9 +691,8 @@ qac_status qac_gemm_then_local(float *out, const float *inp, const qac_packed_w 
 
 static void post_task(void *vctx, int64_t b, int64_t e, int tid) {
     const gemm_ctx *g = vctx;
-    (void)tid;
     if (g->post) g->post(g->post_ctx, (int)b, (int)e);
-    if (g->post_at) g->post_at(g->post_ctx, (int)b, (int)e, g->out + (size_t)b * g->pw->OC);
+    if (g->post_at) g->post_at(g->post_ctx, (int)b, (int)e, g->out + (size_t)b * g->pw->OC, tid);
 }
 
 static qac_status gemm_run(gemm_ctx *gp, void *scratch, qac_pool *pool) {
@@ -794,6 +792,39 @@ AVX512BF static void pack_bf16_t_avx512(uint16_t *packed, const float *b, int OC
         }
     }
 }
+
+/* pack_bf16_panel from rows already in bf16 (w [c] of IC bf16 at stride
+ * ldw): the same transpose, the rows loaded as they are */
+AVX512BF static void pack_bf16_panel16(uint16_t *dst, const uint16_t *w, int n, int IC, int ldw) {
+    for (int k0 = 0; k0 < IC; k0 += 2 * NP) {
+        int kn = IC - k0 < 2 * NP ? IC - k0 : 2 * NP;
+        __mmask32 m = (__mmask32)(kn >= 2 * NP ? 0xffffffffu : (1u << kn) - 1);
+        __m512 r[NP];
+        for (int c = 0; c < NP; c++)
+            r[c] = c < n ? (__m512)_mm512_maskz_loadu_epi16(m, w + (size_t)c * ldw + k0) : _mm512_setzero_ps();
+        transpose16(r);
+        int pn = (kn + 1) / 2;
+        for (int p = 0; p < pn; p++) _mm512_storeu_ps((float *)(void *)(dst + ((size_t)(k0 / 2 + p) * NP) * 2), r[p]);
+    }
+}
+
+/* pack_bf16_t_avx512 from rows already in bf16 */
+AVX512BF static void pack_bf16_t16_avx512(uint16_t *packed, const uint16_t *b, int OC, int IC, int ldb) {
+    int IC2 = (IC + 1) / 2;
+    const __m512i inter = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
+                                           21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    for (int j = 0; j < (OC + NP - 1) / NP; j++) {
+        int o0 = j * NP, n = OC - o0 < NP ? OC - o0 : NP;
+        __mmask16 m = (__mmask16)((1u << n) - 1);
+        for (int k2 = 0; k2 < IC2; k2++) {
+            __m256i lo = _mm256_maskz_loadu_epi16(m, b + (size_t)(2 * k2) * ldb + o0);
+            __m256i hi = 2 * k2 + 1 < IC ? _mm256_maskz_loadu_epi16(m, b + (size_t)(2 * k2 + 1) * ldb + o0)
+                                         : _mm256_setzero_si256();
+            __m512i v = _mm512_permutexvar_epi16(inter, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
+            _mm512_storeu_si512((void *)(packed + (((size_t)j * IC2 + k2) * NP) * 2), v);
+        }
+    }
+}
 #endif
 
 void qac_gemm_pack_bf16_into(uint16_t *packed, const float *w, int OC, int IC, int ldw, int transposed) {
@@ -821,6 +852,31 @@ void qac_gemm_pack_bf16_into(uint16_t *packed, const float *w, int OC, int IC, i
                 }
 }
 
+void qac_gemm_pack_bf16_from16(uint16_t *packed, const uint16_t *w, int OC, int IC, int ldw, int transposed) {
+    int np = (OC + NP - 1) / NP, IC2 = (IC + 1) / 2;
+#ifdef QAC_GEMM_X86
+    if (qac_cpu_bf16()) {
+        if (transposed) {
+            pack_bf16_t16_avx512(packed, w, OC, IC, ldw);
+            return;
+        }
+        for (int j = 0; j < np; j++) {
+            int o0 = j * NP, n = OC - o0 < NP ? OC - o0 : NP;
+            pack_bf16_panel16(packed + (size_t)j * IC2 * NP * 2, w + (size_t)o0 * ldw, n, IC, ldw);
+        }
+        return;
+    }
+#endif
+    for (int j = 0; j < np; j++)
+        for (int k2 = 0; k2 < IC2; k2++)
+            for (int c = 0; c < NP; c++)
+                for (int e = 0; e < 2; e++) {
+                    int o = j * NP + c, k = 2 * k2 + e;
+                    packed[(((size_t)j * IC2 + k2) * NP + c) * 2 + e] =
+                        o < OC && k < IC ? (transposed ? w[(size_t)k * ldw + o] : w[(size_t)o * ldw + k]) : 0;
+                }
+}
+
 void qac_gemm_round_bf16(uint16_t *d, const float *x, int n, float scale) {
     int n2 = (n + 1) / 2 * 2;
 #ifdef QAC_GEMM_X86
@@ -835,7 +891,7 @@ void qac_gemm_round_bf16(uint16_t *d, const float *x, int n, float scale) {
 }
 
 void qac_gemm_bf16_strided(float *out, int ldo, const uint16_t *a, int lda, const uint16_t *packed, int IC, int OC,
-                           int N) {
+                           float alpha, int N) {
     if (N <= 0) return;
-    pick_rows_bf16()(out, ldo, a, lda, packed, (IC + 1) / 2, OC, N, NULL, NULL);
+    pick_rows_bf16()(out, ldo, a, lda, packed, (IC + 1) / 2, OC, N, alpha, NULL, NULL);
 }

@@ -105,12 +105,12 @@ qac_status qac_gemm_then(float *out, const float *inp, const qac_packed_w *pw, c
  * written at rows, the start of the calling thread's own part of out
  * (thread t's at out + t (N / threads) OC, rounded down to a cache line),
  * not at out + r0 OC, so that every block reuses the same lines instead of
- * sending N x OC floats to memory; post_at(post_ctx, r0, r1, rows) then
- * reads them there. out [N, OC] is scratch: afterwards it holds no row in
+ * sending N x OC floats to memory; post_at(post_ctx, r0, r1, rows, tid)
+ * then reads them there (tid: the calling thread's index in the pool). out [N, OC] is scratch: afterwards it holds no row in
  * its place. Where a thread's part is smaller than a block (a few rows on
  * many threads) the rows go to out + r0 OC as in qac_gemm_then, and a short
  * batch split by columns has every row in its place when post_at runs. */
-typedef void (*qac_gemm_post_at_fn)(void *post_ctx, int r0, int r1, float *rows);
+typedef void (*qac_gemm_post_at_fn)(void *post_ctx, int r0, int r1, float *rows, int tid);
 qac_status qac_gemm_then_local(float *out, const float *inp, const qac_packed_w *pw, const float *bias, int N,
                                void *scratch, qac_pool *pool, qac_gemm_post_at_fn post_at, void *post_ctx);
 
@@ -137,12 +137,18 @@ void qac_gemm_strided_b(float *out, int ldo, const float *inp, int ldi, const fl
  * uint16 elements, from W [OC, IC] (row stride ldw) or, transposed, from
  * W^T [IC, OC]; rows rounded to bf16 after one multiply by scale (1: none),
  * zero-padded to an even length; then out [N, OC] (row stride ldo) =
- * a [N, IC] (bf16 rows, stride lda >= IC rounded up to even) W^T, summed
- * as qac_gemm's bf16 mode does (vdpbf16ps, or the same bits emulated). */
+ * alpha a [N, IC] (bf16 rows, stride lda >= IC rounded up to even) W^T,
+ * summed as qac_gemm's bf16 mode does (vdpbf16ps, or the same bits
+ * emulated), each sum then multiplied by alpha (one fp32 multiply; none at
+ * 1). */
 size_t qac_gemm_bf16_packed_elems(int OC, int IC);
 void qac_gemm_pack_bf16_into(uint16_t *packed, const float *w, int OC, int IC, int ldw, int transposed);
+/* The same panels from operands already in bf16 (w: uint16 rows of
+ * stride ldw): the bits qac_gemm_pack_bf16_into gives for the floats these
+ * are. */
+void qac_gemm_pack_bf16_from16(uint16_t *packed, const uint16_t *w, int OC, int IC, int ldw, int transposed);
 void qac_gemm_round_bf16(uint16_t *d, const float *x, int n, float scale);
 void qac_gemm_bf16_strided(float *out, int ldo, const uint16_t *a, int lda, const uint16_t *packed, int IC, int OC,
-                           int N);
+                           float alpha, int N);
 
 #endif

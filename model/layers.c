@@ -270,8 +270,9 @@ qac_status qac_matmul_gelu_packed(float *out, float *pre, const float *inp, cons
 
 /* a block's rows at rows (its thread's lines): bias + GELU there, each row
  * quantised from the range GELU found while it is in L1 */
-static void bias_gelu_q8_at(void *vctx, int r0, int r1, float *rows) {
+static void bias_gelu_q8_at(void *vctx, int r0, int r1, float *rows, int tid) {
     const bgelu_ctx *c = vctx;
+    (void)tid;
     for (int r = 0; r < r1 - r0; r++) {
         float *x = rows + (size_t)r * c->OC, lo, hi;
         qac_vm_gelu_q8(x, c->bias, c->OC, &lo, &hi);
@@ -496,6 +497,7 @@ typedef struct att_ctx {
     size_t stride;
     int window; /* > 0: key j seen from query t when |t - j| <= window */
     int bf16;   /* QAC_ATT_BF16_QK, _PV: those products in bf16 (qac_attention_forward_packed_bf16) */
+    const uint16_t *qkv16; /* Q|K|V already in bf16 (qac_attention_forward_bf16_qkv): qkv unused */
 } att_ctx;
 
 /* A thread's scratch: the probabilities of one (sequence, head) [T, T],
@@ -579,6 +581,42 @@ static void att_prefetch(const float *kq, int rows, int col, int C, int hs) {
         }
 }
 
+/* att_prefetch for Q|K|V in bf16 (rows 3 C elements apart) */
+static void att_prefetch16(const uint16_t *kq, int rows, int col, int C, int hs) {
+    for (int r = 0; r < rows; r++)
+        for (int d = 0; d < hs; d += 32) {
+            const uint16_t *at = kq + (size_t)r * 3 * C + col + d;
+#if defined(__x86_64__) && defined(__GNUC__)
+            __asm__ volatile("prefetcht1 %0" : : "m"(*at));
+#else
+            __builtin_prefetch(at, 0, 2);
+#endif
+        }
+}
+
+/* One (sequence, head) from Q|K|V in bf16: as the bf16 mode with both
+ * products (QAC_ATT_BF16_QK | QAC_ATT_BF16_PV), the scale applied to each
+ * score (one fp32 multiply, in the product's epilogue) instead of to Q. */
+static void att_head16(const att_ctx *c, float *att, float *pk, float *pv, float *pd, int b, int h) {
+    int T = c->T, C = c->C, NH = c->NH, hs = C / NH;
+    int len = c->lens[b], M = c->qrows ? 1 : len;
+    size_t row0 = (size_t)c->offs[b];
+    const uint16_t *kq = c->qkv16 + row0 * 3 * C + (size_t)h * hs, *k = kq + C, *v = kq + 2 * C;
+    const uint16_t *q = c->qrows ? kq + (size_t)c->qrows[b] * 3 * C : kq;
+    float *o = c->out + (c->qrows ? (size_t)b : row0) * C + (size_t)h * hs;
+    uint16_t *kb = (uint16_t *)(void *)pk, *vb = (uint16_t *)(void *)pv, *pb = (uint16_t *)(void *)pd;
+    int te = (len + 1) / 2 * 2;
+    float scale = 1.0f / sqrtf((float)hs);
+    qac_gemm_pack_bf16_from16(kb, k, len, hs, 3 * C, 0);
+    qac_gemm_bf16_strided(att, T, q, 3 * C, kb, hs, len, scale, M);
+    for (int t = 0; t < M; t++) {
+        qac_vm_softmax_row(att + (size_t)t * T, len);
+        qac_gemm_round_bf16(pb + (size_t)t * te, att + (size_t)t * T, len, 1.0f);
+    }
+    qac_gemm_pack_bf16_from16(vb, v, hs, len, 3 * C, 1);
+    qac_gemm_bf16_strided(o, C, pb, te, vb, len, hs, 1.0f, M);
+}
+
 static void att_task(void *vctx, int64_t begin, int64_t end, int tid) {
     const att_ctx *c = vctx;
     int T = c->T, C = c->C, NH = c->NH, hs = C / NH;
@@ -589,6 +627,16 @@ static void att_task(void *vctx, int64_t begin, int64_t end, int tid) {
     for (int64_t bh = begin; bh < end; bh++) {
         int b = (int)(bh / NH), h = (int)(bh % NH);
         int len = c->lens[b];
+        if (c->qkv16) {
+            const uint16_t *kq16 = c->qkv16 + (size_t)c->offs[b] * 3 * C + (size_t)h * hs;
+            att_prefetch16(kq16, len, 2 * C, C, hs);
+            if (bh + 1 < end && h + 1 < NH) {
+                att_prefetch16(kq16 + hs, c->qrows ? 0 : len, 0, C, hs);
+                att_prefetch16(kq16 + hs, len, C, C, hs);
+            }
+            att_head16(c, mine, pk, pv, pd, b, h);
+            continue;
+        }
         /* packed: only the real rows exist; padded: all T rows are computed */
         size_t row0 = c->offs ? (size_t)c->offs[b] : (size_t)b * T;
         int M = c->qrows ? 1 : c->offs ? len : T;
@@ -617,7 +665,7 @@ static void att_task(void *vctx, int64_t begin, int64_t end, int tid) {
             if (c->bf16 & QAC_ATT_BF16_QK) {
                 qac_gemm_pack_bf16_into(kb, k, len, hs, 3 * C, 0);
                 for (int t = 0; t < M; t++) qac_gemm_round_bf16(qb + (size_t)t * hs2, q + (size_t)t * 3 * C, hs, scale);
-                qac_gemm_bf16_strided(att, T, qb, hs2, kb, hs, len, M);
+                qac_gemm_bf16_strided(att, T, qb, hs2, kb, hs, len, 1.0f, M);
             } else {
                 qac_gemm_pack_into(pk, k, len, hs, 3 * C, 0);
                 qac_gemm_strided(att, T, q, 3 * C, pk, hs, len, scale, M);
@@ -628,7 +676,7 @@ static void att_task(void *vctx, int64_t begin, int64_t end, int tid) {
             }
             if (c->bf16 & QAC_ATT_BF16_PV) {
                 qac_gemm_pack_bf16_into(vb, v, hs, len, 3 * C, 1);
-                qac_gemm_bf16_strided(o, C, pb, te, vb, len, hs, M);
+                qac_gemm_bf16_strided(o, C, pb, te, vb, len, hs, 1.0f, M);
             } else {
                 qac_gemm_strided_b(o, C, att, T, v, 3 * C, len, hs, 1.0f, M, pv);
             }
@@ -686,22 +734,35 @@ qac_status qac_attention_forward_packed(float *out, float *scratch, const float 
 qac_status qac_attention_forward_window(float *out, float *att, float *scratch, const float *qkv, const int *lens,
                                         const int *offs, int window, const qac_dropout *drop, int layer, int B, int T,
                                         int C, int NH, qac_pool *pool) {
-    att_ctx c = {out, att, scratch, qkv, lens, offs, NULL, drop, layer, T, C, NH, 0, window, 0};
+    att_ctx c = {out, att, scratch, qkv, lens, offs, NULL, drop, layer, T, C, NH, 0, window, 0, NULL};
     return att_run(&c, B, pool);
 }
 
 qac_status qac_attention_forward_packed_bf16(float *out, float *scratch, const float *qkv, const int *lens,
                                              const int *offs, int B, int T, int C, int NH, int bf16,
                                              qac_pool *pool) {
-    att_ctx c = {out, NULL, scratch, qkv, lens, offs, NULL, NULL, 0, T, C, NH, 0, 0, qac_cpu_bf16() ? bf16 & 3 : 0};
+    att_ctx c = {out, NULL, scratch, qkv, lens, offs, NULL, NULL, 0, T, C, NH, 0, 0, qac_cpu_bf16() ? bf16 & 3 : 0, NULL};
     return att_run(&c, B, pool);
 }
 
 qac_status qac_attention_forward_packed_rows(float *out, float *scratch, const float *qkv, const int *lens,
                                              const int *offs, const int *rows, int B, int T, int C, int NH, int bf16,
                                              qac_pool *pool) {
-    att_ctx c = {out, NULL, scratch, qkv, lens, offs, rows, NULL, 0, T, C, NH, 0, 0, qac_cpu_bf16() ? bf16 & 3 : 0};
+    att_ctx c = {out, NULL, scratch, qkv, lens, offs, rows, NULL, 0, T, C, NH, 0, 0, qac_cpu_bf16() ? bf16 & 3 : 0, NULL};
     return att_run(&c, B, pool);
+}
+
+qac_status qac_attention_forward_bf16_qkv(float *out, float *scratch, const uint16_t *qkv16, const int *lens,
+                                          const int *offs, const int *rows, int B, int T, int C, int NH,
+                                          qac_pool *pool) {
+    att_ctx c = {out, NULL, scratch, NULL, lens, offs, rows, NULL, 0, T, C, NH, 0, 0, 3, qkv16};
+    return att_run(&c, B, pool);
+}
+
+void qac_attention_bf16_qkv_seq(float *out, float *scratch, const uint16_t *qkv16, const int *lens, const int *offs,
+                                const int *rows, int b, int T, int C, int NH) {
+    att_ctx c = {out, NULL, scratch, NULL, lens, offs, rows, NULL, 0, T, C, NH, 0, 0, 3, qkv16};
+    att_task(&c, (int64_t)b * NH, (int64_t)(b + 1) * NH, 0);
 }
 
 typedef struct attb_ctx {

@@ -15,7 +15,12 @@
  *    products give (derived at bound(); each mode rounds a subset of them);
  *  - batch invariance: a sequence alone, or in the batch, on 1 or 2
  *    threads, gets the same bits; and one row a sequence
- *    (qac_attention_forward_packed_rows) the same bits as the whole. */
+ *    (qac_attention_forward_packed_rows) the same bits as the whole.
+ * The same for the attention from Q|K|V already in bf16
+ * (qac_attention_forward_bf16_qkv, the int8 encoder's): Q rounded
+ * unscaled, each score then multiplied by the scale; bit-equal to its C model on
+ * every CPU (without AVX512_BF16 it runs the steps emulated: checked again
+ * with the ISA set to AVX2). */
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
@@ -36,10 +41,16 @@ static float frand(void) {
 
 static float bf(float x) { return qac_bf16_in(qac_bf16_from_float(x)); }
 
-/* one (sequence, head): q, k, v rows at stride ld, out rows at stride ldo */
+/* FROM16: the attention from Q|K|V already in bf16
+ * (qac_attention_forward_bf16_qkv, the int8 encoder's choice), a mode of
+ * this test's own */
+enum { FROM16 = 4 };
+
+/* one (sequence, head): q, k, v rows at stride ld, out rows at stride ldo;
+ * in16: Q rounded as it is, each score's sum then times the scale */
 static void model(float *out, int ldo, const float *q, const float *k, const float *v, int ld, int len, int hs,
-                  const float *p32, int T) {
-    float scale = 1.0f / sqrtf((float)hs);
+                  const float *p32, int T, int in16) {
+    float scale = 1.0f / sqrtf((float)hs), qs = in16 ? 1.0f : scale;
     float *s = malloc(sizeof(float) * (size_t)len);
     for (int t = 0; t < len; t++) {
         if (p32) /* Q K^T and the softmax in fp32: the fp32 attention's probabilities */
@@ -48,12 +59,13 @@ static void model(float *out, int ldo, const float *q, const float *k, const flo
             float acc = 0;
             for (int k2 = 0; k2 < (hs + 1) / 2; k2++) {
                 int a = 2 * k2, b = 2 * k2 + 1;
-                float q1 = b < hs ? bf(q[(size_t)t * ld + b] * scale) : 0, k1 = b < hs ? bf(k[(size_t)j * ld + b]) : 0;
+                float q1 = b < hs ? bf(q[(size_t)t * ld + b] * qs) : 0, k1 = b < hs ? bf(k[(size_t)j * ld + b]) : 0;
                 acc = qac_bf16_step(q1, k1, acc);
-                acc = qac_bf16_step(bf(q[(size_t)t * ld + a] * scale), bf(k[(size_t)j * ld + a]), acc);
+                acc = qac_bf16_step(bf(q[(size_t)t * ld + a] * qs), bf(k[(size_t)j * ld + a]), acc);
             }
             s[j] = acc;
         }
+        for (int j = 0; in16 && j < len; j++) s[j] *= scale;
         if (!p32) qac_vm_softmax_row(s, len);
         for (int d = 0; d < hs; d++) {
             float acc = 0;
@@ -78,18 +90,32 @@ static void model(float *out, int ldo, const float *q, const float *k, const flo
  * P and V rounded add 2u + u^2 relative to each product P'_j V_jd, and the
  * two fp32 chains of len steps len 2^-23 of sum P |V| (the probabilities
  * themselves: the fp32 softmax, the same function on both sides, up to its
- * own rounding of a few ulps, 8 2^-24 a probability). */
+ * own rounding of a few ulps, 8 2^-24 a probability). FROM16 rounds Q
+ * unscaled and multiplies each score by the scale in fp32 instead: the
+ * same roundings of the factors, and one more of the score, 2^-24 |S_j|. */
 static double bound(const float *q, const float *k, const float *v, int ld, int t, int d, int len, int hs,
                     const float *p) {
     double u = 1.0 / 256, scale = 1.0 / sqrt((double)hs), D = 0;
     for (int j = 0; j < len; j++) {
         double s = 0;
         for (int x = 0; x < hs; x++) s += fabs((double)q[(size_t)t * ld + x] * scale * k[(size_t)j * ld + x]);
-        D = fmax(D, (2 * u + u * u + hs * 0x1p-23) * s);
+        D = fmax(D, (2 * u + u * u + hs * 0x1p-23 + 0x1p-24) * s); /* 2^-24: FROM16's scale, after the sum */
     }
     double g = exp(2 * D) - 1, sum = 0;
     for (int j = 0; j < len; j++) sum += p[j] * fabs((double)v[(size_t)j * ld + d]);
     return (g + (1 + g) * (2 * u + u * u) + len * 0x1p-23 + 8 * 0x1p-24) * sum * 1.0001 + 1e-30;
+}
+
+/* the attention under test: mode a mask of QAC_ATT_BF16_QK and _PV, or FROM16 */
+static void attend(float *out, const float *qkv, const uint16_t *qkv16, const int *lens, const int *offs,
+                   const int *rows, int B, int T, int C, int NH, int mode, qac_pool *pool) {
+    if (mode == FROM16) {
+        CHECK_OK(qac_attention_forward_bf16_qkv(out, NULL, qkv16, lens, offs, rows, B, T, C, NH, pool));
+    } else if (rows) {
+        CHECK_OK(qac_attention_forward_packed_rows(out, NULL, qkv, lens, offs, rows, B, T, C, NH, mode, pool));
+    } else {
+        CHECK_OK(qac_attention_forward_packed_bf16(out, NULL, qkv, lens, offs, B, T, C, NH, mode, pool));
+    }
 }
 
 static void check(int hs, int mode) {
@@ -101,7 +127,8 @@ static void check(int hs, int mode) {
     float *qkv = malloc(sizeof(float) * (size_t)N * 3 * C), *got = malloc(sizeof(float) * (size_t)N * C);
     float *ref = malloc(sizeof(float) * (size_t)N * C), *want = malloc(sizeof(float) * (size_t)N * C);
     float *alone = malloc(sizeof(float) * (size_t)N * C), *p = malloc(sizeof(float) * (size_t)T);
-    for (size_t i = 0; i < (size_t)N * 3 * C; i++) qkv[i] = 4 * frand();
+    uint16_t *qkv16 = malloc(sizeof(uint16_t) * (size_t)N * 3 * C);
+    for (size_t i = 0; i < (size_t)N * 3 * C; i++) qkv[i] = 4 * frand(), qkv16[i] = qac_bf16_from_float(qkv[i]);
     qac_pool *two = NULL;
     CHECK_OK(qac_pool_create(&two, 2));
     CHECK_OK(qac_attention_forward_packed(ref, NULL, qkv, lens, offs, B, T, C, NH, NULL));
@@ -113,14 +140,16 @@ static void check(int hs, int mode) {
     for (int b = 0; b < B; b++)
         memcpy(pad + (size_t)b * T * 3 * C, qkv + (size_t)offs[b] * 3 * C, sizeof(float) * (size_t)lens[b] * 3 * C);
     CHECK_OK(qac_attention_forward(po, p32, NULL, pad, lens, B, T, C, NH, NULL));
-    CHECK_OK(qac_attention_forward_packed_bf16(got, NULL, qkv, lens, offs, B, T, C, NH, mode, two));
-    int bf16 = qac_cpu_bf16(), bad = 0, over = 0, differ = 0, modelled = !!(mode & QAC_ATT_BF16_PV);
+    attend(got, qkv, qkv16, lens, offs, NULL, B, T, C, NH, mode, two);
+    /* FROM16 has no fp32 fallback: without AVX512_BF16 it runs the same steps emulated */
+    int bf16 = qac_cpu_bf16() || mode == FROM16, bad = 0, over = 0, differ = 0;
+    int modelled = !!(mode & QAC_ATT_BF16_PV) || mode == FROM16;
     double worst = 0;
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             const float *q = qkv + (size_t)offs[b] * 3 * C + (size_t)h * hs;
             model(want + (size_t)offs[b] * C + (size_t)h * hs, C, q, q + C, q + 2 * C, 3 * C, lens[b], hs,
-                  mode & QAC_ATT_BF16_QK ? NULL : p32 + ((size_t)b * NH + h) * T * T, T);
+                  mode & (QAC_ATT_BF16_QK | FROM16) ? NULL : p32 + ((size_t)b * NH + h) * T * T, T, mode == FROM16);
             for (int t = 0; t < lens[b]; t++) {
                 float scale = 1.0f / sqrtf((float)hs);
                 for (int j = 0; j < lens[b]; j++) { /* the fp32 probabilities, for the bound */
@@ -143,13 +172,13 @@ static void check(int hs, int mode) {
                     : memcmp(&got[i], &ref[i], sizeof(float)) != 0;
     for (int b = 0; b < B; b++) { /* each sequence alone, 1 thread */
         int l1[1] = {lens[b]}, o1[1] = {0};
-        CHECK_OK(qac_attention_forward_packed_bf16(alone + (size_t)offs[b] * C, NULL, qkv + (size_t)offs[b] * 3 * C, l1,
-                                                   o1, 1, lens[b], C, NH, mode, NULL));
+        attend(alone + (size_t)offs[b] * C, qkv + (size_t)offs[b] * 3 * C, qkv16 + (size_t)offs[b] * 3 * C, l1, o1,
+               NULL, 1, lens[b], C, NH, mode, NULL);
     }
     differ = memcmp(alone, got, sizeof(float) * (size_t)N * C) != 0;
     int rows[B];
     for (int b = 0; b < B; b++) rows[b] = (lens[b] * 5) / 7; /* any row of each */
-    CHECK_OK(qac_attention_forward_packed_rows(alone, NULL, qkv, lens, offs, rows, B, T, C, NH, mode, two));
+    attend(alone, qkv, qkv16, lens, offs, rows, B, T, C, NH, mode, two);
     for (int b = 0; b < B; b++)
         differ |= memcmp(alone + (size_t)b * C, got + (size_t)(offs[b] + rows[b]) * C, sizeof(float) * (size_t)C) != 0;
     CHECK_MSG(bad == 0, "hs %d mode %d: %d outputs differ from the %s", hs, mode, bad,
@@ -159,16 +188,23 @@ static void check(int hs, int mode) {
     CHECK_MSG(differ == 0, "hs %d mode %d: a sequence's bits depend on the batch, the threads or the rows asked", hs,
               mode);
     printf("attention hs %d, bf16 mode %d (%s): %s, within %.3f of the bound to fp32, batch/thread/row-invariant\n",
-           hs, mode, bf16 ? "AVX512_BF16" : "no AVX512_BF16: fp32",
+           hs, mode, mode == FROM16 && !qac_cpu_bf16() ? "no AVX512_BF16: emulated" : bf16 ? "AVX512_BF16" : "no AVX512_BF16: fp32",
            !bf16 ? "fp32's bits" : modelled ? "bit-equal to the C model" : "no C model", worst);
     qac_pool_free(two);
-    free(qkv), free(got), free(ref), free(want), free(alone), free(p), free(pad), free(po), free(p32);
+    free(qkv), free(qkv16), free(got), free(ref), free(want), free(alone), free(p), free(pad), free(po), free(p32);
 }
 
 int main(void) {
     for (int mode = QAC_ATT_BF16_QK; mode <= (QAC_ATT_BF16_QK | QAC_ATT_BF16_PV); mode++) {
         check(32, mode);
         check(64, mode);
+    }
+    check(32, FROM16);
+    check(64, FROM16);
+    if (qac_cpu_bf16()) { /* FROM16 emulated, as a CPU without AVX512_BF16 runs it: the same bits */
+        qac_cpu_set_isa(QAC_ISA_AVX2);
+        check(32, FROM16);
+        check(64, FROM16);
     }
     return qac_test_summary();
 }

@@ -13,6 +13,7 @@
 #include "fixture.h"
 #include "qac_data.h"
 #include "qac_encoder.h"
+#include "qac_cpu.h"
 #include "testutil.h"
 
 static double emb_tol, hidden_tol;
@@ -169,6 +170,51 @@ static void check_hidden(const qac_model *m, const enc_fixture *fx, qac_pool *po
                                                pool) == QAC_ERR_INVALID);
             qac_bert_acts_free(&ar);
             free(pick);
+        }
+        /* int8 (where the CPU has VNNI; with AVX512_BF16 its Q|K|V in bf16,
+         * and with 4 sequences a thread or more each sequence attended
+         * inside that product's loop), on the sequences 3 times over (9:
+         * the fused loop on 2 threads): the pruned last layer the same bits
+         * as the full pass, and each sequence alone (1 thread: the attention
+         * after the product) the same bits as in the batch */
+        if (qac_cpu_vnni()) {
+            enum { REP = 3 };
+            int nb = REP * nh, *l9 = malloc((size_t)nb * sizeof *l9), *o9 = malloc((size_t)nb * sizeof *o9);
+            int32_t *ids9 = malloc((size_t)REP * rows * sizeof *ids9);
+            for (int i = 0, row = 0; i < nb; i++) {
+                l9[i] = lens[i % nh], o9[i] = row;
+                memcpy(ids9 + row, pids + offs[i % nh], (size_t)l9[i] * sizeof *ids9);
+                row += l9[i];
+            }
+            qac_bert_packed pq;
+            qac_bert_acts af = {0}, ar = {0}, a1 = {0};
+            int *pick = malloc((size_t)nb * sizeof *pick), rdiffer = 0, adiffer = 0, zero = 0;
+            CHECK_OK(qac_bert_pack_int8(&pq, &m->cfg, &m->p));
+            CHECK_OK(qac_bert_acts_alloc(&af, &m->cfg, nb, T, 0, qac_pool_size(pool)));
+            CHECK_OK(qac_bert_acts_q8(&af, &m->cfg));
+            CHECK_OK(qac_bert_forward_packed(&af, &m->cfg, &m->p, &pq, ids9, NULL, l9, o9, nb, T, pool));
+            CHECK_OK(qac_bert_acts_alloc(&ar, &m->cfg, nb, T, 0, qac_pool_size(pool)));
+            CHECK_OK(qac_bert_acts_q8(&ar, &m->cfg));
+            for (int k = 0; k < nb; k++) pick[k] = (l9[k] - 1) * (k % 3) / 2;
+            CHECK_OK(qac_bert_forward_packed_rows(&ar, &m->cfg, &m->p, &pq, ids9, NULL, l9, o9, pick, nb, T, pool));
+            for (int k = 0; k < nb; k++)
+                rdiffer += memcmp(ar.last + (size_t)k * C, af.last + ((size_t)o9[k] + pick[k]) * C,
+                                  (size_t)C * sizeof(float)) != 0;
+            for (int k = 0; k < nb; k++) {
+                CHECK_OK(qac_bert_acts_alloc(&a1, &m->cfg, 1, l9[k], 0, 1));
+                CHECK_OK(qac_bert_acts_q8(&a1, &m->cfg));
+                CHECK_OK(qac_bert_forward_packed(&a1, &m->cfg, &m->p, &pq, ids9 + o9[k], NULL, &l9[k], &zero, 1, l9[k],
+                                                 NULL));
+                adiffer += memcmp(a1.last, af.last + (size_t)o9[k] * C, (size_t)l9[k] * C * sizeof(float)) != 0;
+            }
+            printf("int8%s, %d sequences on %d threads: pruned last layer vs the full packed forward: %d of %d rows "
+                   "differ; each sequence alone vs in the batch: %d of %d differ\n",
+                   qac_cpu_bf16() ? " (Q|K|V in bf16)" : "", nb, qac_pool_size(pool), rdiffer, nb, adiffer, nb);
+            CHECK_MSG(rdiffer == 0, "int8: the pruned last layer changes %d rows", rdiffer);
+            CHECK_MSG(adiffer == 0, "int8: %d sequences differ alone and in the batch", adiffer);
+            qac_bert_acts_free(&af), qac_bert_acts_free(&ar), qac_bert_acts_free(&a1);
+            qac_bert_packed_free(&pq);
+            free(pick), free(l9), free(o9), free(ids9);
         }
         ptypes[0] = m->cfg.type_vocab_size; /* out of range */
         CHECK(qac_bert_forward_packed(&ap, &m->cfg, &m->p, &pk, pids, ptypes, lens, offs, nh, T, pool) == QAC_ERR_INVALID);
