@@ -228,7 +228,8 @@ qac_status qac_attention_forward_packed_bf16(float *out, float *scratch, const f
 /* Inference over packed rows from Q|K|V already rounded to bf16 (qkv16
  * [N, 3C]; the int8 encoder's Q|K|V product writes them so): both products
  * by vdpbf16ps as QAC_ATT_BF16_QK | QAC_ATT_BF16_PV, but Q rounded as it
- * is and each score's sum then multiplied by 1 / sqrt(hs) in fp32. rows
+ * is, each score's sum then multiplied by 1 / sqrt(hs) in fp32, and the
+ * softmax qac_vm_softmax_row_b16 (P is rounded to bf16 next). rows
  * NULL: every row; else one query row a sequence, as
  * qac_attention_forward_packed_rows. Needs AVX512_BF16 or runs the same
  * bits emulated; hs even. */

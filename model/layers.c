@@ -595,8 +595,9 @@ static void att_prefetch16(const uint16_t *kq, int rows, int col, int C, int hs)
 }
 
 /* One (sequence, head) from Q|K|V in bf16: as the bf16 mode with both
- * products (QAC_ATT_BF16_QK | QAC_ATT_BF16_PV), the scale applied to each
- * score (one fp32 multiply, in the product's epilogue) instead of to Q. */
+ * products (QAC_ATT_BF16_QK | QAC_ATT_BF16_PV), but the scale applied to
+ * each score (one fp32 multiply, in the product's epilogue) instead of to
+ * Q, and the softmax's exp to bf16's needs (qac_vm_softmax_row_b16). */
 static void att_head16(const att_ctx *c, float *att, float *pk, float *pv, float *pd, int b, int h) {
     int T = c->T, C = c->C, NH = c->NH, hs = C / NH;
     int len = c->lens[b], M = c->qrows ? 1 : len;
@@ -609,8 +610,8 @@ static void att_head16(const att_ctx *c, float *att, float *pk, float *pv, float
     float scale = 1.0f / sqrtf((float)hs);
     qac_gemm_pack_bf16_from16(kb, k, len, hs, 3 * C, 0);
     qac_gemm_bf16_strided(att, T, q, 3 * C, kb, hs, len, scale, M);
-    for (int t = 0; t < M; t++) {
-        qac_vm_softmax_row(att + (size_t)t * T, len);
+    for (int t = 0; t < M; t++) { /* P is rounded to bf16: its exp need not be exact to fp32 */
+        qac_vm_softmax_row_b16(att + (size_t)t * T, len);
         qac_gemm_round_bf16(pb + (size_t)t * te, att + (size_t)t * T, len, 1.0f);
     }
     qac_gemm_pack_bf16_from16(vb, v, hs, len, 3 * C, 1);

@@ -304,6 +304,127 @@ BODY void qac_vm_softmax_row_body(float *x, int n) {
     for (int j = 0; j < rem; j++) x[full + j] = t[j] * inv;
 }
 
+/* exp(x) for x <= 0 where a relative error of a few 1e-6 is as good as
+ * exact (probabilities rounded to bf16 next, whose unit roundoff is 2^-9):
+ * 2^t, t = x log2(e), as 2^n p(f) with n = rint(t), f = t - n (exact) in
+ * [-1/2, 1/2] and p the degree-4 relative-error minimax polynomial of 2^f
+ * there (relative error 2.6e-6, evaluated in fp32 with FMAs: 2.7e-6),
+ * scaled by 2^n exactly (ldexpf, vscalefps: one correctly rounded
+ * multiply, the same bits). x is clamped at -200 first (2^-288 is 0). */
+static inline __attribute__((always_inline)) float exp_b16(float x) {
+    x = x < -200.0f ? -200.0f : x;
+    float t = x * 1.44269504088896341f, n = nearbyintf(t), f = t - n;
+    float p = fmaf(fmaf(fmaf(fmaf(9.570101276040077e-3f, f, 5.591786652803421e-2f), f, 2.40247443318367e-1f), f,
+                        6.931217908859253e-1f),
+                   f, 9.999992847442627e-1f);
+    return ldexpf(p, (int)n);
+}
+
+/* qac_vm_softmax_row's structure (lanes, the -inf tail block, the folding
+ * order) with exp_b16 */
+static inline __attribute__((always_inline)) void softmax_b16_body(float *x, int n) {
+    float m[VBLOCK], t[VBLOCK], acc[VBLOCK] = {0};
+    int i = 0, full = n / VBLOCK * VBLOCK, rem = n - full;
+    for (int j = 0; j < VBLOCK; j++) m[j] = t[j] = -INFINITY;
+    for (int j = 0; j < rem; j++) t[j] = x[full + j];
+    for (; i < full; i += VBLOCK)
+        for (int j = 0; j < VBLOCK; j++) m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
+    for (int j = 0; j < VBLOCK; j++) m[j] = t[j] > m[j] ? t[j] : m[j];
+#define FOLD(H) for (int j = 0; j < H; j++) m[j] = m[j + H] > m[j] ? m[j + H] : m[j]
+    FOLD(8);
+    FOLD(4);
+    FOLD(2);
+    FOLD(1);
+#undef FOLD
+    float mx = m[0];
+    for (i = 0; i < full; i += VBLOCK)
+        for (int j = 0; j < VBLOCK; j++) {
+            float e = exp_b16(x[i + j] - mx);
+            x[i + j] = e;
+            acc[j] += e;
+        }
+    for (int j = 0; j < VBLOCK; j++) {
+        float e = exp_b16(t[j] - mx);
+        t[j] = e;
+        acc[j] += j < rem ? e : 0.0f;
+    }
+#define FOLD(H) for (int j = 0; j < H; j++) acc[j] += acc[j + H]
+    FOLD(8);
+    FOLD(4);
+    FOLD(2);
+    FOLD(1);
+#undef FOLD
+    float inv = 1.0f / acc[0];
+    for (i = 0; i < full; i += VBLOCK)
+        for (int j = 0; j < VBLOCK; j++) x[i + j] *= inv;
+    for (int j = 0; j < rem; j++) x[full + j] = t[j] * inv;
+}
+
+#ifdef QAC_VM_X86
+/* exp_b16 on 16 lanes: rint by vrndscaleps, 2^n by vscalefps */
+V4 static inline __attribute__((always_inline)) __m512 exp_b16_v4(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-200.0f));
+    __m512 t = _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f));
+    __m512 n = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), f = _mm512_sub_ps(t, n);
+    __m512 p = _mm512_fmadd_ps(_mm512_set1_ps(9.570101276040077e-3f), f, _mm512_set1_ps(5.591786652803421e-2f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.40247443318367e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931217908859253e-1f));
+    p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.999992847442627e-1f));
+    return _mm512_scalef_ps(p, n);
+}
+
+/* softmax_b16_body in AVX-512 registers: the same lanes and folds */
+V4 static void softmax_b16_v4(float *x, int n) {
+    int full = n / VBLOCK * VBLOCK, rem = n - full;
+    __mmask16 mr = (__mmask16)((1u << rem) - 1);
+    __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 t = _mm512_mask_loadu_ps(ninf, mr, x + full), m = t;
+    for (int i = 0; i < full; i += VBLOCK) m = _mm512_max_ps(_mm512_loadu_ps(x + i), m);
+    float mv[VBLOCK];
+    _mm512_storeu_ps(mv, m);
+#define FOLD(H) for (int j = 0; j < H; j++) mv[j] = mv[j + H] > mv[j] ? mv[j + H] : mv[j]
+    FOLD(8);
+    FOLD(4);
+    FOLD(2);
+    FOLD(1);
+#undef FOLD
+    __m512 mx = _mm512_set1_ps(mv[0]), acc = _mm512_setzero_ps();
+    for (int i = 0; i < full; i += VBLOCK) {
+        __m512 e = exp_b16_v4(_mm512_sub_ps(_mm512_loadu_ps(x + i), mx));
+        _mm512_storeu_ps(x + i, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    __m512 et = exp_b16_v4(_mm512_sub_ps(t, mx));
+    acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(mr, et));
+    float av[VBLOCK];
+    _mm512_storeu_ps(av, acc);
+#define FOLD(H) for (int j = 0; j < H; j++) av[j] += av[j + H]
+    FOLD(8);
+    FOLD(4);
+    FOLD(2);
+    FOLD(1);
+#undef FOLD
+    __m512 inv = _mm512_set1_ps(1.0f / av[0]);
+    for (int i = 0; i < full; i += VBLOCK) _mm512_storeu_ps(x + i, _mm512_mul_ps(_mm512_loadu_ps(x + i), inv));
+    _mm512_mask_storeu_ps(x + full, mr, _mm512_mul_ps(et, inv));
+}
+
+V3 static void softmax_b16_v3(float *x, int n) { softmax_b16_body(x, n); }
+#endif
+
+static void softmax_b16_v1(float *x, int n) { softmax_b16_body(x, n); }
+
+void qac_vm_softmax_row_b16(float *x, int n) {
+#ifdef QAC_VM_X86
+    switch (qac_cpu_isa()) {
+    case QAC_ISA_AVX512: softmax_b16_v4(x, n); return;
+    case QAC_ISA_AVX2: softmax_b16_v3(x, n); return;
+    default: break;
+    }
+#endif
+    softmax_b16_v1(x, n);
+}
+
 /* Lane-wise partial sums let the reductions vectorise (strict FP order
  * otherwise keeps them scalar). */
 BODY void qac_vm_layernorm_row_body(float *o, float *mean, float *rstd, const float *x, const float *w,

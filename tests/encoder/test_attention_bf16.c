@@ -18,7 +18,8 @@
  *    (qac_attention_forward_packed_rows) the same bits as the whole.
  * The same for the attention from Q|K|V already in bf16
  * (qac_attention_forward_bf16_qkv, the int8 encoder's): Q rounded
- * unscaled, each score then multiplied by the scale; bit-equal to its C model on
+ * unscaled, each score then multiplied by the scale, the softmax's exp
+ * to bf16's needs (qac_vm_softmax_row_b16); bit-equal to its C model on
  * every CPU (without AVX512_BF16 it runs the steps emulated: checked again
  * with the ISA set to AVX2). */
 #include <float.h>
@@ -47,7 +48,8 @@ static float bf(float x) { return qac_bf16_in(qac_bf16_from_float(x)); }
 enum { FROM16 = 4 };
 
 /* one (sequence, head): q, k, v rows at stride ld, out rows at stride ldo;
- * in16: Q rounded as it is, each score's sum then times the scale */
+ * in16: Q rounded as it is, each score's sum then times the scale, and
+ * the softmax of qac_vm_softmax_row_b16 */
 static void model(float *out, int ldo, const float *q, const float *k, const float *v, int ld, int len, int hs,
                   const float *p32, int T, int in16) {
     float scale = 1.0f / sqrtf((float)hs), qs = in16 ? 1.0f : scale;
@@ -66,7 +68,8 @@ static void model(float *out, int ldo, const float *q, const float *k, const flo
             s[j] = acc;
         }
         for (int j = 0; in16 && j < len; j++) s[j] *= scale;
-        if (!p32) qac_vm_softmax_row(s, len);
+        if (in16) qac_vm_softmax_row_b16(s, len);
+        else if (!p32) qac_vm_softmax_row(s, len);
         for (int d = 0; d < hs; d++) {
             float acc = 0;
             for (int j2 = 0; j2 < (len + 1) / 2; j2++) {
@@ -94,16 +97,22 @@ static void model(float *out, int ldo, const float *q, const float *k, const flo
  * unscaled and multiplies each score by the scale in fp32 instead: the
  * same roundings of the factors, and one more of the score, 2^-24 |S_j|. */
 static double bound(const float *q, const float *k, const float *v, int ld, int t, int d, int len, int hs,
-                    const float *p) {
-    double u = 1.0 / 256, scale = 1.0 / sqrt((double)hs), D = 0;
+                    const float *p, int in16) {
+    double u = 1.0 / 256, scale = 1.0 / sqrt((double)hs), D = 0, smax = 0;
     for (int j = 0; j < len; j++) {
         double s = 0;
         for (int x = 0; x < hs; x++) s += fabs((double)q[(size_t)t * ld + x] * scale * k[(size_t)j * ld + x]);
         D = fmax(D, (2 * u + u * u + hs * 0x1p-23 + 0x1p-24) * s); /* 2^-24: FROM16's scale, after the sum */
+        smax = fmax(smax, s);
     }
     double g = exp(2 * D) - 1, sum = 0;
     for (int j = 0; j < len; j++) sum += p[j] * fabs((double)v[(size_t)j * ld + d]);
-    return (g + (1 + g) * (2 * u + u * u) + len * 0x1p-23 + 8 * 0x1p-24) * sum * 1.0001 + 1e-30;
+    /* FROM16's softmax: each exp within 2.7e-6 of exact (vecmath.h) after
+     * its argument's roundings (the subtraction of the max, t = s log2 e:
+     * relative 2^-24 each of at most 2 smax, an absolute error in the exp's
+     * argument), twice (an element and the sum) */
+    double soft = in16 ? 2 * (2.7e-6 + 2 * 2 * smax * 0x1p-24) : 0;
+    return (g + (1 + g) * (2 * u + u * u) + len * 0x1p-23 + 8 * 0x1p-24 + soft) * sum * 1.0001 + 1e-30;
 }
 
 /* the attention under test: mode a mask of QAC_ATT_BF16_QK and _PV, or FROM16 */
@@ -161,7 +170,7 @@ static void check(int hs, int mode) {
                 for (int d = 0; d < hs; d++) {
                     size_t at = (size_t)(offs[b] + t) * C + (size_t)h * hs + d;
                     double err = fabs((double)got[at] - ref[at]);
-                    double bd = bound(q, q + C, q + 2 * C, 3 * C, t, d, lens[b], hs, p);
+                    double bd = bound(q, q + C, q + 2 * C, 3 * C, t, d, lens[b], hs, p, mode == FROM16);
                     over += err > bd;
                     worst = fmax(worst, err / bd);
                 }

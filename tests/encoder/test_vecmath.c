@@ -17,7 +17,7 @@ static float frand(float scale) {
 }
 
 #define MAXN 1600
-#define OUTS 12 /* run_all's outputs, in rows of MAXN */
+#define OUTS 13 /* run_all's outputs, in rows of MAXN */
 
 /* every kernel on one path, outputs concatenated into out */
 static size_t run_all(qac_isa isa, const float *x, const float *g, const float *w, const float *b, int n, float *out) {
@@ -36,6 +36,8 @@ static size_t run_all(qac_isa isa, const float *x, const float *g, const float *
     memcpy(o, x, sizeof(float) * n); /* a NaN comes out as NaN, and the range ignores it */
     o[n / 2] = NAN;
     qac_vm_gelu_q8(o, NULL, n, o + n, o + n + 1), o += n + 2;
+    memcpy(o, x, sizeof(float) * n);
+    qac_vm_softmax_row_b16(o, n), o += n;
     free(pre);
     return (size_t)(o - out);
 }
@@ -77,6 +79,31 @@ int main(void) {
         }
         free(y);
         CHECK_MSG(e_soft < 1.5e-6 + n / 16 * 6e-8, "n %d: softmax off by %.3g (relative)", n, e_soft);
+        /* the softmax for bf16 probabilities, on the same row. Bound, per
+         * element: its exp within 2.7e-6 of exp of its rounded argument
+         * (vecmath.h), that argument (x - max, then times log2 e) off by
+         * 2^-24 |x - max| twice (an absolute error of the exp's argument,
+         * a relative one of its value), the same for the sum's terms at most
+         * (2.7e-6 + 2^-23 max|x - max|) with the sum's own rounding over
+         * n/16-long lane chains and the fold (2^-24 a step), and the
+         * division and product (2^-24 each) */
+        double e_b16 = 0, worst_b16 = 0, spread = 0;
+        y = malloc(sizeof(float) * n);
+        for (int i = 0; i < n; i++) y[i] = x[i] / 4, spread = fmax(spread, mx - x[i] / 4.0f);
+        qac_vm_softmax_row_b16(y, n);
+        for (int i = 0; i < n; i++) {
+            double want = exp(x[i] / 4.0f - mx) / s, err = fabs(y[i] - want) / want;
+            double bd = (2.7e-6 + 0x1p-23 * (mx - x[i] / 4.0f)) + (2.7e-6 + 0x1p-23 * spread) +
+                        (n / 16 + 4) * 0x1p-24 + 2 * 0x1p-24;
+            e_b16 = fmax(e_b16, err), worst_b16 = fmax(worst_b16, err / bd);
+        }
+        free(y);
+        CHECK_MSG(worst_b16 <= 1, "n %d: the bf16 softmax off by %.3g (relative), %.2f of its bound", n, e_b16,
+                  worst_b16);
+        const float *sb = ref + 6 * (size_t)n + 2 + (size_t)n + 2 + (size_t)n + 2; /* the extreme row */
+        double tb = 0;
+        for (int i = 0; i < n; i++) tb += sb[i];
+        CHECK_MSG(fabs(tb - 1) < 1e-5, "n %d: the bf16 softmax of the extreme row sums to %.9g", n, tb);
         double total = 0;
         for (int i = 0; i < n; i++) total += row[i];
         CHECK_MSG(fabs(total - 1) < 1e-6, "n %d: softmax of the extreme row sums to %.9g", n, total);
@@ -111,9 +138,9 @@ int main(void) {
             for (size_t i = 0; i < m && !differ; i++) differ = memcmp(&ref[i], &got[i], sizeof(float)) != 0;
             CHECK_MSG(!differ, "n %d: the %s path differs from the generic one", n, qac_cpu_isa_name((qac_isa)isa));
         }
-        printf("n %4d: gelu, bias+gelu, gelu', softmax, layernorm, int8 gelu: same bits on every path (gelu err %.2g, "
-               "softmax %.2g, int8 gelu %.2g of |x|)\n",
-               n, e_gelu, e_soft, e_q8);
+        printf("n %4d: gelu, bias+gelu, gelu', softmax, layernorm, int8 gelu, bf16 softmax: same bits on every path "
+               "(gelu err %.2g, softmax %.2g, int8 gelu %.2g of |x|, bf16 softmax %.2g)\n",
+               n, e_gelu, e_soft, e_q8, e_b16);
     }
     /* the int8 GELU densely over [-8, 8] (2^20 points: every interval of
      * the table, both signs, past its end), with the bound derived above,
