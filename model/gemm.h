@@ -67,9 +67,11 @@ size_t qac_gemm_q8_bytes(int N, int IC);
 void qac_gemm_q8_quantize(void *q8, int N, int IC, const float *x, int r0, int r1);
 /* the same with rows [r0, r1) of x given from row r0 on: rows holds row r0 */
 void qac_gemm_q8_quantize_rows(void *q8, int N, int IC, const float *rows, int r0, int r1);
-/* row r alone (its floats at row), its range [lo, hi] (with 0, a NaN
- * ignored: what the quantiser would find) known to the caller */
-void qac_gemm_q8_quantize_ranged(void *q8, int N, int IC, const float *row, int r, float lo, float hi);
+/* rows [r, r + n) (their floats at rows, IC apart), their ranges [lo[i],
+ * hi[i]] (with 0, a NaN ignored: what the quantiser would find) known to
+ * the caller; whole groups of the kernels' rows go out together */
+void qac_gemm_q8_quantize_ranged(void *q8, int N, int IC, const float *rows, int r, int n, const float *lo,
+                                 const float *hi);
 qac_status qac_gemm_q8(float *out, const void *q8, const qac_packed_w *pw, const float *bias, const float *resid,
                        int N, qac_pool *pool);
 

@@ -177,6 +177,49 @@ VNNI512 static void apply_avx512(uint8_t *u, size_t stride, const float *x, int 
     }
 }
 
+/* 16 floats of a row quantised as apply_avx512 does it */
+VNNI512 static inline __attribute__((always_inline)) __m128i quant16(const float *x, __m512 vi, __m512i vz) {
+    __m512i w = _mm512_add_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(x), vi)), vz);
+    return _mm512_cvtusepi32_epi8(_mm512_max_epi32(w, _mm512_setzero_si512()));
+}
+
+/* apply_avx512 on a whole group of MR_A rows (x rows ldx apart) into the
+ * kernels' layout (u: the group's k4 = 0): each row's 16 bytes of a k step
+ * quantised as apply_avx512 does it, then transposed 4 rows at a time so
+ * that each k4's 4-byte groups of 4 rows go out as one 16-byte store
+ * (apply_avx512 writes 4 bytes at a time). A part of a group: row by row.
+ * The same bytes. */
+VNNI512 static void apply_group_avx512(uint8_t *u, const float *x, size_t ldx, int nrows, int IC, const float *inv,
+                                       const int32_t *zp) {
+    int full = IC / 16 * 16, k = 0;
+    if (nrows == MR_A) {
+        __m512 vi[MR_A];
+        __m512i vz[MR_A];
+#pragma GCC unroll 12
+        for (int r = 0; r < MR_A; r++) vi[r] = _mm512_set1_ps(inv[r]), vz[r] = _mm512_set1_epi32(zp[r]);
+        for (; k < full; k += 16) {
+            uint8_t *d = u + (size_t)(k / 4) * MR_A * 4;
+#pragma GCC unroll 3
+            for (int g = 0; g < MR_A; g += 4) {
+                __m128i q0 = quant16(x + (size_t)g * ldx + k, vi[g], vz[g]);
+                __m128i q1 = quant16(x + (size_t)(g + 1) * ldx + k, vi[g + 1], vz[g + 1]);
+                __m128i q2 = quant16(x + (size_t)(g + 2) * ldx + k, vi[g + 2], vz[g + 2]);
+                __m128i q3 = quant16(x + (size_t)(g + 3) * ldx + k, vi[g + 3], vz[g + 3]);
+                __m128i a0 = _mm_unpacklo_epi32(q0, q1), a1 = _mm_unpackhi_epi32(q0, q1);
+                __m128i a2 = _mm_unpacklo_epi32(q2, q3), a3 = _mm_unpackhi_epi32(q2, q3);
+                _mm_storeu_si128((__m128i *)(void *)(d + (size_t)g * 4), _mm_unpacklo_epi64(a0, a2));
+                _mm_storeu_si128((__m128i *)(void *)(d + ((size_t)MR_A + g) * 4), _mm_unpackhi_epi64(a0, a2));
+                _mm_storeu_si128((__m128i *)(void *)(d + ((size_t)2 * MR_A + g) * 4), _mm_unpacklo_epi64(a1, a3));
+                _mm_storeu_si128((__m128i *)(void *)(d + ((size_t)3 * MR_A + g) * 4), _mm_unpackhi_epi64(a1, a3));
+            }
+        }
+    }
+    if (k < ic4_of(IC) * 4) /* the rest: the tail, or every column of a part of a group */
+        for (int r = 0; r < nrows; r++)
+            apply_avx512(u + (size_t)(k / 4) * MR_A * 4 + (size_t)r * 4, MR_A * 4, x + (size_t)r * ldx + k, IC - k,
+                         inv[r], zp[r]);
+}
+
 __attribute__((target("avx2,fma"))) static void range_avx2(float *lo_out, float *hi_out, const float *x, int IC) {
     __m256 lo = _mm256_setzero_ps(), hi = lo;
     int k = 0;
@@ -216,15 +259,17 @@ __attribute__((target("avx2,fma"))) static void apply_avx2(uint8_t *u, size_t st
 typedef struct quant_row_fns {
     void (*range)(float *lo, float *hi, const float *x, int IC);
     void (*apply)(uint8_t *u, size_t stride, const float *x, int IC, float inv, int32_t zp);
+    /* up to MR_A rows into a group of the kernels' layout (NULL: row by row) */
+    void (*group)(uint8_t *u, const float *x, size_t ldx, int nrows, int IC, const float *inv, const int32_t *zp);
 } quant_row_fns;
 
 static quant_row_fns pick_quant_row(void) {
 #ifdef I8_X86
     int vnni = qac_cpu_vnni();
-    if (vnni == 512) return (quant_row_fns){range_avx512, apply_avx512};
-    if (qac_cpu_isa() >= QAC_ISA_AVX2) return (quant_row_fns){range_avx2, apply_avx2};
+    if (vnni == 512) return (quant_row_fns){range_avx512, apply_avx512, apply_group_avx512};
+    if (qac_cpu_isa() >= QAC_ISA_AVX2) return (quant_row_fns){range_avx2, apply_avx2, NULL};
 #endif
-    return (quant_row_fns){range_portable, apply_portable};
+    return (quant_row_fns){range_portable, apply_portable, NULL};
 }
 
 /* the bytes of row x at u (groups of 4 at stride), from its range */
@@ -240,6 +285,25 @@ static void quant_row(const quant_row_fns *q, uint8_t *u, size_t stride, float *
     float lo, hi;
     q->range(&lo, &hi, x, IC);
     quant_row_ranged(q, u, stride, scale, zp, x, IC, lo, hi);
+}
+
+/* rows [r, r + n) of a kernels' layout at a (x: row r, rows IC apart;
+ * their ranges lo, hi), scales and zero points into sa + r, zp + r: a
+ * group's whole rows at once where the path has a group writer */
+static void quant_rows_ranged(const quant_row_fns *q, uint8_t *a, float *sa, int32_t *zp, const float *x, int IC,
+                              int r, int n, const float *lo, const float *hi) {
+    int IC4 = ic4_of(IC);
+    for (int i = 0; i < n;) {
+        int rr = r + i, g = MR_A - rr % MR_A < n - i ? MR_A - rr % MR_A : n - i; /* rows left in rr's group */
+        float inv[MR_A];
+        for (int j = 0; j < g; j++) quant_params(lo[i + j], hi[i + j], &sa[rr + j], &inv[j], &zp[rr + j]);
+        uint8_t *ga = a + ((size_t)(rr / MR_A) * IC4 * MR_A + (size_t)(rr % MR_A)) * 4;
+        if (q->group)
+            q->group(ga, x + (size_t)i * IC, (size_t)IC, g, IC, inv, zp + rr);
+        else
+            for (int j = 0; j < g; j++) q->apply(ga + (size_t)j * 4, MR_A * 4, x + (size_t)(i + j) * IC, IC, inv[j], zp[rr + j]);
+        i += g;
+    }
 }
 
 void qac_gemm_int8_quantize_row(uint8_t *u, float *scale, int32_t *zp, const float *x, int IC) {
@@ -473,13 +537,17 @@ static rows_i8_fn pick_rows(void) {
 /* rows [0, n) of inp quantised into a (the kernels' groups of MR_A rows,
  * from row 0 of a), their scales into sa and zero points into zp */
 static void quantize_into(uint8_t *a, float *sa, int32_t *zp, const float *inp, int IC, int n) {
-    int IC4 = ic4_of(IC);
     quant_row_fns q = pick_quant_row();
-    for (int r = 0; r < n; r++) {
-        if (r + 1 < n) /* the next row's lines, on their way while this one is read */
-            for (int k = 0; k < IC; k += 16) __builtin_prefetch(inp + (size_t)(r + 1) * IC + k);
-        quant_row(&q, a + ((size_t)(r / MR_A) * IC4 * MR_A + (size_t)(r % MR_A)) * 4, MR_A * 4, sa + r, zp + r,
-                  inp + (size_t)r * IC, IC);
+    for (int r0 = 0; r0 < n; r0 += MR_A) { /* a group of rows: their ranges, then their bytes */
+        int g = n - r0 < MR_A ? n - r0 : MR_A;
+        float lo[MR_A], hi[MR_A];
+        for (int j = 0; j < g; j++) {
+            int r = r0 + j;
+            if (r + 1 < n) /* the next row's lines, on their way while this one is read */
+                for (int k = 0; k < IC; k += 16) __builtin_prefetch(inp + (size_t)(r + 1) * IC + k);
+            q.range(&lo[j], &hi[j], inp + (size_t)r * IC, IC);
+        }
+        quant_rows_ranged(&q, a, sa, zp, inp + (size_t)r0 * IC, IC, r0, g, lo, hi);
     }
 }
 
@@ -530,9 +598,12 @@ void qac_gemm_q8_quantize_rows(void *q8, int N, int IC, const float *rows, int r
     }
 }
 
-void qac_gemm_q8_quantize_ranged(void *q8, int N, int IC, const float *row, int r, float lo, float hi) {
+void qac_gemm_q8_quantize_ranged(void *q8, int N, int IC, const float *rows, int r, int n, const float *lo,
+                                 const float *hi) {
     quant_row_fns q = pick_quant_row();
-    q8_put_row(&q, q8, N, IC, row, r, lo, hi);
+    uint8_t *a = q8;
+    float *sa = (float *)(void *)(a + q8_rows_bytes(N, IC));
+    quant_rows_ranged(&q, a, sa, (int32_t *)(void *)(sa + N), rows, IC, r, n, lo, hi);
 }
 
 int qac_gemm_int8_group_rows(void) { return MR_A; }

@@ -268,15 +268,18 @@ qac_status qac_matmul_gelu_packed(float *out, float *pre, const float *inp, cons
     return qac_gemm_then(pre ? pre : out, inp, pw, NULL, NULL, N, scratch, pool, bias_gelu_rows, &c);
 }
 
-/* a block's rows at rows (its thread's lines): bias + GELU there, each row
- * quantised from the range GELU found while it is in L1 */
+/* a block's rows at rows (its thread's lines): bias + GELU there, then
+ * each group of 12 rows quantised from the ranges GELU found, while they
+ * are in cache */
 static void bias_gelu_q8_at(void *vctx, int r0, int r1, float *rows, int tid) {
     const bgelu_ctx *c = vctx;
     (void)tid;
-    for (int r = 0; r < r1 - r0; r++) {
-        float *x = rows + (size_t)r * c->OC, lo, hi;
-        qac_vm_gelu_q8(x, c->bias, c->OC, &lo, &hi);
-        qac_gemm_q8_quantize_ranged(c->q8, c->N, c->OC, x, r0 + r, lo, hi);
+    enum { G = 12 }; /* the quantiser's groups (qac_gemm_int8_group_rows): r0 is a multiple */
+    for (int g0 = 0; g0 < r1 - r0; g0 += G) {
+        int g = r1 - r0 - g0 < G ? r1 - r0 - g0 : G;
+        float lo[G], hi[G];
+        for (int r = 0; r < g; r++) qac_vm_gelu_q8(rows + (size_t)(g0 + r) * c->OC, c->bias, c->OC, &lo[r], &hi[r]);
+        qac_gemm_q8_quantize_ranged(c->q8, c->N, c->OC, rows + (size_t)g0 * c->OC, r0 + g0, g, lo, hi);
     }
 }
 
