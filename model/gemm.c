@@ -827,17 +827,21 @@ AVX512BF static void pack_bf16_t16_avx512(uint16_t *packed, const uint16_t *b, i
 }
 #endif
 
-void qac_gemm_pack_bf16_into(uint16_t *packed, const float *w, int OC, int IC, int ldw, int transposed) {
+/* the panels from floats (w, rounded here) or from bf16 (w16, as they are) */
+static void pack_bf16(uint16_t *packed, const float *w, const uint16_t *w16, int OC, int IC, int ldw, int transposed) {
     int np = (OC + NP - 1) / NP, IC2 = (IC + 1) / 2;
 #ifdef QAC_GEMM_X86
     if (qac_cpu_bf16()) {
         if (transposed) {
-            pack_bf16_t_avx512(packed, w, OC, IC, ldw);
+            if (w16) pack_bf16_t16_avx512(packed, w16, OC, IC, ldw);
+            else pack_bf16_t_avx512(packed, w, OC, IC, ldw);
             return;
         }
         for (int j = 0; j < np; j++) {
             int o0 = j * NP, n = OC - o0 < NP ? OC - o0 : NP;
-            pack_bf16_panel(packed + (size_t)j * IC2 * NP * 2, w + (size_t)o0 * ldw, n, IC, ldw);
+            uint16_t *dst = packed + (size_t)j * IC2 * NP * 2;
+            if (w16) pack_bf16_panel16(dst, w16 + (size_t)o0 * ldw, n, IC, ldw);
+            else pack_bf16_panel(dst, w + (size_t)o0 * ldw, n, IC, ldw);
         }
         return;
     }
@@ -847,34 +851,18 @@ void qac_gemm_pack_bf16_into(uint16_t *packed, const float *w, int OC, int IC, i
             for (int c = 0; c < NP; c++)
                 for (int e = 0; e < 2; e++) {
                     int o = j * NP + c, k = 2 * k2 + e;
-                    float v = o < OC && k < IC ? (transposed ? w[(size_t)k * ldw + o] : w[(size_t)o * ldw + k]) : 0.0f;
-                    packed[(((size_t)j * IC2 + k2) * NP + c) * 2 + e] = qac_bf16_from_float(v);
+                    size_t at = transposed ? (size_t)k * ldw + o : (size_t)o * ldw + k;
+                    packed[(((size_t)j * IC2 + k2) * NP + c) * 2 + e] =
+                        !(o < OC && k < IC) ? 0 : w16 ? w16[at] : qac_bf16_from_float(w[at]);
                 }
 }
 
+void qac_gemm_pack_bf16_into(uint16_t *packed, const float *w, int OC, int IC, int ldw, int transposed) {
+    pack_bf16(packed, w, NULL, OC, IC, ldw, transposed);
+}
+
 void qac_gemm_pack_bf16_from16(uint16_t *packed, const uint16_t *w, int OC, int IC, int ldw, int transposed) {
-    int np = (OC + NP - 1) / NP, IC2 = (IC + 1) / 2;
-#ifdef QAC_GEMM_X86
-    if (qac_cpu_bf16()) {
-        if (transposed) {
-            pack_bf16_t16_avx512(packed, w, OC, IC, ldw);
-            return;
-        }
-        for (int j = 0; j < np; j++) {
-            int o0 = j * NP, n = OC - o0 < NP ? OC - o0 : NP;
-            pack_bf16_panel16(packed + (size_t)j * IC2 * NP * 2, w + (size_t)o0 * ldw, n, IC, ldw);
-        }
-        return;
-    }
-#endif
-    for (int j = 0; j < np; j++)
-        for (int k2 = 0; k2 < IC2; k2++)
-            for (int c = 0; c < NP; c++)
-                for (int e = 0; e < 2; e++) {
-                    int o = j * NP + c, k = 2 * k2 + e;
-                    packed[(((size_t)j * IC2 + k2) * NP + c) * 2 + e] =
-                        o < OC && k < IC ? (transposed ? w[(size_t)k * ldw + o] : w[(size_t)o * ldw + k]) : 0;
-                }
+    pack_bf16(packed, NULL, w, OC, IC, ldw, transposed);
 }
 
 void qac_gemm_round_bf16(uint16_t *d, const float *x, int n, float scale) {

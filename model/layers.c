@@ -567,14 +567,15 @@ static void att_local(const att_ctx *c, float *S, float *pk, float *pv, float *p
     }
 }
 
-/* Prefetch (into L2) the hs floats at column col of each of rows rows of
- * qkv from kq on (a head's part of Q, K or V): its rows lie 3 C floats
- * apart, a stride the hardware prefetchers do not follow, so without this
- * the packing of K and the reads of V wait on every row's lines. */
-static void att_prefetch(const float *kq, int rows, int col, int C, int hs) {
+/* Prefetch (into L2) the `bytes` bytes at byte col of each of rows rows of
+ * Q|K|V from kq on (a head's part of Q, K or V: hs elements of 4 bytes, or
+ * of 2 in bf16): its rows lie `row` bytes apart (3 C elements), a stride
+ * the hardware prefetchers do not follow, so without this the packing of K
+ * and the reads of V wait on every row's lines. */
+static void att_prefetch_bytes(const void *kq, int rows, size_t row, size_t col, size_t bytes) {
     for (int r = 0; r < rows; r++)
-        for (int d = 0; d < hs; d += 16) {
-            const float *at = kq + (size_t)r * 3 * C + col + d;
+        for (size_t d = 0; d < bytes; d += 64) {
+            const char *at = (const char *)kq + (size_t)r * row + col + d;
 #if defined(__x86_64__) && defined(__GNUC__)
             /* with __builtin_prefetch, GCC 12 at -O2 left no prefetch of this loop in the object code */
             __asm__ volatile("prefetcht1 %0" : : "m"(*at));
@@ -584,17 +585,15 @@ static void att_prefetch(const float *kq, int rows, int col, int C, int hs) {
         }
 }
 
-/* att_prefetch for Q|K|V in bf16 (rows 3 C elements apart) */
+/* the fp32 Q|K|V's: hs floats at float column col */
+static void att_prefetch(const float *kq, int rows, int col, int C, int hs) {
+    att_prefetch_bytes(kq, rows, (size_t)3 * C * sizeof(float), (size_t)col * sizeof(float), (size_t)hs * sizeof(float));
+}
+
+/* the bf16 Q|K|V's: hs elements at element column col */
 static void att_prefetch16(const uint16_t *kq, int rows, int col, int C, int hs) {
-    for (int r = 0; r < rows; r++)
-        for (int d = 0; d < hs; d += 32) {
-            const uint16_t *at = kq + (size_t)r * 3 * C + col + d;
-#if defined(__x86_64__) && defined(__GNUC__)
-            __asm__ volatile("prefetcht1 %0" : : "m"(*at));
-#else
-            __builtin_prefetch(at, 0, 2);
-#endif
-        }
+    att_prefetch_bytes(kq, rows, (size_t)3 * C * sizeof(uint16_t), (size_t)col * sizeof(uint16_t),
+                       (size_t)hs * sizeof(uint16_t));
 }
 
 /* One (sequence, head) from Q|K|V in bf16: as the bf16 mode with both

@@ -266,7 +266,8 @@ BODY void qac_vm_gelu_backward_body(float *dinp, const float *dout, const float 
  * (halves added lane-wise), not one lane after another. Each element's exp
  * is one lane's operations and the folding order is fixed, so the bits
  * depend on n alone. */
-BODY void qac_vm_softmax_row_body(float *x, int n) {
+/* the softmax's steps with the exp given (always inlined: a direct call) */
+static inline __attribute__((always_inline)) void softmax_with(float *x, int n, float (*ex)(float)) {
     float m[VBLOCK], t[VBLOCK], acc[VBLOCK] = {0};
     int i = 0, full = n / VBLOCK * VBLOCK, rem = n - full;
     for (int j = 0; j < VBLOCK; j++) m[j] = t[j] = -INFINITY;
@@ -283,12 +284,12 @@ BODY void qac_vm_softmax_row_body(float *x, int n) {
     float mx = m[0];
     for (i = 0; i < full; i += VBLOCK)
         for (int j = 0; j < VBLOCK; j++) {
-            float e = exp_poly(x[i + j] - mx);
+            float e = ex(x[i + j] - mx);
             x[i + j] = e;
             acc[j] += e;
         }
     for (int j = 0; j < VBLOCK; j++) {
-        float e = exp_poly(t[j] - mx);
+        float e = ex(t[j] - mx);
         t[j] = e;
         acc[j] += j < rem ? e : 0.0f;
     }
@@ -303,6 +304,8 @@ BODY void qac_vm_softmax_row_body(float *x, int n) {
         for (int j = 0; j < VBLOCK; j++) x[i + j] *= inv;
     for (int j = 0; j < rem; j++) x[full + j] = t[j] * inv;
 }
+
+BODY void qac_vm_softmax_row_body(float *x, int n) { softmax_with(x, n, exp_poly); }
 
 /* exp(x) for x <= 0 where a relative error of a few 1e-6 is as good as
  * exact (probabilities rounded to bf16 next, whose unit roundoff is 2^-9):
@@ -320,45 +323,9 @@ static inline __attribute__((always_inline)) float exp_b16(float x) {
     return ldexpf(p, (int)n);
 }
 
-/* qac_vm_softmax_row's structure (lanes, the -inf tail block, the folding
+/* qac_vm_softmax_row's steps (lanes, the -inf tail block, the folding
  * order) with exp_b16 */
-static inline __attribute__((always_inline)) void softmax_b16_body(float *x, int n) {
-    float m[VBLOCK], t[VBLOCK], acc[VBLOCK] = {0};
-    int i = 0, full = n / VBLOCK * VBLOCK, rem = n - full;
-    for (int j = 0; j < VBLOCK; j++) m[j] = t[j] = -INFINITY;
-    for (int j = 0; j < rem; j++) t[j] = x[full + j];
-    for (; i < full; i += VBLOCK)
-        for (int j = 0; j < VBLOCK; j++) m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
-    for (int j = 0; j < VBLOCK; j++) m[j] = t[j] > m[j] ? t[j] : m[j];
-#define FOLD(H) for (int j = 0; j < H; j++) m[j] = m[j + H] > m[j] ? m[j + H] : m[j]
-    FOLD(8);
-    FOLD(4);
-    FOLD(2);
-    FOLD(1);
-#undef FOLD
-    float mx = m[0];
-    for (i = 0; i < full; i += VBLOCK)
-        for (int j = 0; j < VBLOCK; j++) {
-            float e = exp_b16(x[i + j] - mx);
-            x[i + j] = e;
-            acc[j] += e;
-        }
-    for (int j = 0; j < VBLOCK; j++) {
-        float e = exp_b16(t[j] - mx);
-        t[j] = e;
-        acc[j] += j < rem ? e : 0.0f;
-    }
-#define FOLD(H) for (int j = 0; j < H; j++) acc[j] += acc[j + H]
-    FOLD(8);
-    FOLD(4);
-    FOLD(2);
-    FOLD(1);
-#undef FOLD
-    float inv = 1.0f / acc[0];
-    for (i = 0; i < full; i += VBLOCK)
-        for (int j = 0; j < VBLOCK; j++) x[i + j] *= inv;
-    for (int j = 0; j < rem; j++) x[full + j] = t[j] * inv;
-}
+static inline __attribute__((always_inline)) void softmax_b16_body(float *x, int n) { softmax_with(x, n, exp_b16); }
 
 #ifdef QAC_VM_X86
 /* exp_b16 on 16 lanes: rint by vrndscaleps, 2^n by vscalefps */
