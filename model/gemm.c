@@ -754,30 +754,45 @@ void qac_gemm_strided_b(float *out, int ldo, const float *inp, int ldi, const fl
 size_t qac_gemm_bf16_packed_elems(int OC, int IC) { return (size_t)((OC + NP - 1) / NP) * (size_t)((IC + 1) / 2) * NP * 2; }
 
 #ifdef QAC_GEMM_X86
-/* panel rows w[c] (c < n, each IC floats at stride ldw, times scale) to bf16
- * pairs, 16 x 16 pairs at a time through a 32-bit transpose */
-AVX512BF static void pack_bf16_panel(uint16_t *dst, const float *w, int n, int IC, int ldw) {
+/* 32 elements of a row from k on (kn of them, the rest 0) as bf16: floats
+ * (w) rounded, or bf16 (w16) as they are */
+AVX512BF static inline __attribute__((always_inline)) __m512i row32(const float *w, const uint16_t *w16, size_t k,
+                                                                    int kn) {
+    if (w16) return _mm512_maskz_loadu_epi16((__mmask32)(kn >= 2 * NP ? 0xffffffffu : (1u << kn) - 1), w16 + k);
+    __mmask16 m0 = (__mmask16)(kn >= NP ? 0xffff : (1u << kn) - 1);
+    __mmask16 m1 = (__mmask16)(kn <= NP ? 0 : kn >= 2 * NP ? 0xffff : (1u << (kn - NP)) - 1);
+    return (__m512i)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, w + k + NP), _mm512_maskz_loadu_ps(m0, w + k));
+}
+
+/* panel rows c < n (each IC elements at stride ldw: floats w, or bf16 w16)
+ * to bf16 pairs, 16 x 16 pairs at a time through a 32-bit transpose */
+AVX512BF static void pack_bf16_panel(uint16_t *dst, const float *w, const uint16_t *w16, int n, int IC, int ldw) {
     for (int k0 = 0; k0 < IC; k0 += 2 * NP) { /* 16 pairs of k */
         int kn = IC - k0 < 2 * NP ? IC - k0 : 2 * NP;
-        __mmask16 m0 = (__mmask16)(kn >= NP ? 0xffff : (1u << kn) - 1);
-        __mmask16 m1 = (__mmask16)(kn <= NP ? 0 : kn >= 2 * NP ? 0xffff : (1u << (kn - NP)) - 1);
         __m512 r[NP];
-        for (int c = 0; c < NP; c++) {
-            if (c < n) {
-                const float *src = w + (size_t)c * ldw + k0;
-                r[c] = (__m512)_mm512_cvtne2ps_pbh(_mm512_maskz_loadu_ps(m1, src + NP), _mm512_maskz_loadu_ps(m0, src));
-            } else
-                r[c] = _mm512_setzero_ps();
-        }
+        for (int c = 0; c < NP; c++)
+            r[c] = c < n ? (__m512)row32(w ? w + (size_t)c * ldw : NULL, w16 ? w16 + (size_t)c * ldw : NULL,
+                                         (size_t)k0, kn)
+                         : _mm512_setzero_ps();
         transpose16(r); /* r[p] = pair p of the 16 rows */
         int pn = (kn + 1) / 2;
         for (int p = 0; p < pn; p++) _mm512_storeu_ps((float *)(void *)(dst + ((size_t)(k0 / 2 + p) * NP) * 2), r[p]);
     }
 }
 
-/* rows [0, n) of V-like B [IC, >= OC] (row stride ldb), as pairs of rows:
- * panel j, pair k2: 16 columns x (row 2 k2, row 2 k2 + 1) */
-AVX512BF static void pack_bf16_t_avx512(uint16_t *packed, const float *b, int OC, int IC, int ldb) {
+/* 16 columns from o0 (n of them, the rest 0) of a row as bf16: floats (b)
+ * rounded, or bf16 (b16) as they are; in the low half of the register */
+AVX512BF static inline __attribute__((always_inline)) __m256i cols16(const float *b, const uint16_t *b16, size_t at,
+                                                                     __mmask16 m) {
+    if (b16) return _mm256_maskz_loadu_epi16(m, b16 + at);
+    return (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, b + at));
+}
+
+/* rows [0, IC) of V-like B [IC, >= OC] (row stride ldb; floats b, or bf16
+ * b16), as pairs of rows: panel j, pair k2: 16 columns x (row 2 k2, row
+ * 2 k2 + 1) */
+AVX512BF static void pack_bf16_t_avx512(uint16_t *packed, const float *b, const uint16_t *b16, int OC, int IC,
+                                        int ldb) {
     int IC2 = (IC + 1) / 2;
     const __m512i inter = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
                                            21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
@@ -785,41 +800,8 @@ AVX512BF static void pack_bf16_t_avx512(uint16_t *packed, const float *b, int OC
         int o0 = j * NP, n = OC - o0 < NP ? OC - o0 : NP;
         __mmask16 m = (__mmask16)((1u << n) - 1);
         for (int k2 = 0; k2 < IC2; k2++) {
-            __m512 lo = _mm512_maskz_loadu_ps(m, b + (size_t)(2 * k2) * ldb + o0);
-            __m512 hi = 2 * k2 + 1 < IC ? _mm512_maskz_loadu_ps(m, b + (size_t)(2 * k2 + 1) * ldb + o0) : _mm512_setzero_ps();
-            __m512i v = _mm512_permutexvar_epi16(inter, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
-            _mm512_storeu_si512((void *)(packed + (((size_t)j * IC2 + k2) * NP) * 2), v);
-        }
-    }
-}
-
-/* pack_bf16_panel from rows already in bf16 (w [c] of IC bf16 at stride
- * ldw): the same transpose, the rows loaded as they are */
-AVX512BF static void pack_bf16_panel16(uint16_t *dst, const uint16_t *w, int n, int IC, int ldw) {
-    for (int k0 = 0; k0 < IC; k0 += 2 * NP) {
-        int kn = IC - k0 < 2 * NP ? IC - k0 : 2 * NP;
-        __mmask32 m = (__mmask32)(kn >= 2 * NP ? 0xffffffffu : (1u << kn) - 1);
-        __m512 r[NP];
-        for (int c = 0; c < NP; c++)
-            r[c] = c < n ? (__m512)_mm512_maskz_loadu_epi16(m, w + (size_t)c * ldw + k0) : _mm512_setzero_ps();
-        transpose16(r);
-        int pn = (kn + 1) / 2;
-        for (int p = 0; p < pn; p++) _mm512_storeu_ps((float *)(void *)(dst + ((size_t)(k0 / 2 + p) * NP) * 2), r[p]);
-    }
-}
-
-/* pack_bf16_t_avx512 from rows already in bf16 */
-AVX512BF static void pack_bf16_t16_avx512(uint16_t *packed, const uint16_t *b, int OC, int IC, int ldb) {
-    int IC2 = (IC + 1) / 2;
-    const __m512i inter = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7, 22, 6,
-                                           21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-    for (int j = 0; j < (OC + NP - 1) / NP; j++) {
-        int o0 = j * NP, n = OC - o0 < NP ? OC - o0 : NP;
-        __mmask16 m = (__mmask16)((1u << n) - 1);
-        for (int k2 = 0; k2 < IC2; k2++) {
-            __m256i lo = _mm256_maskz_loadu_epi16(m, b + (size_t)(2 * k2) * ldb + o0);
-            __m256i hi = 2 * k2 + 1 < IC ? _mm256_maskz_loadu_epi16(m, b + (size_t)(2 * k2 + 1) * ldb + o0)
-                                         : _mm256_setzero_si256();
+            __m256i lo = cols16(b, b16, (size_t)(2 * k2) * ldb + o0, m);
+            __m256i hi = 2 * k2 + 1 < IC ? cols16(b, b16, (size_t)(2 * k2 + 1) * ldb + o0, m) : _mm256_setzero_si256();
             __m512i v = _mm512_permutexvar_epi16(inter, _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1));
             _mm512_storeu_si512((void *)(packed + (((size_t)j * IC2 + k2) * NP) * 2), v);
         }
@@ -833,15 +815,13 @@ static void pack_bf16(uint16_t *packed, const float *w, const uint16_t *w16, int
 #ifdef QAC_GEMM_X86
     if (qac_cpu_bf16()) {
         if (transposed) {
-            if (w16) pack_bf16_t16_avx512(packed, w16, OC, IC, ldw);
-            else pack_bf16_t_avx512(packed, w, OC, IC, ldw);
+            pack_bf16_t_avx512(packed, w, w16, OC, IC, ldw);
             return;
         }
         for (int j = 0; j < np; j++) {
             int o0 = j * NP, n = OC - o0 < NP ? OC - o0 : NP;
-            uint16_t *dst = packed + (size_t)j * IC2 * NP * 2;
-            if (w16) pack_bf16_panel16(dst, w16 + (size_t)o0 * ldw, n, IC, ldw);
-            else pack_bf16_panel(dst, w + (size_t)o0 * ldw, n, IC, ldw);
+            size_t at = (size_t)o0 * ldw;
+            pack_bf16_panel(packed + (size_t)j * IC2 * NP * 2, w ? w + at : NULL, w16 ? w16 + at : NULL, n, IC, ldw);
         }
         return;
     }
