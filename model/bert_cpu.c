@@ -366,7 +366,7 @@ static void qkv_att_at(void *vctx, int r0, int r1, float *rows, int tid) {
  * a thread, in one parallel loop: each block of Q|K|V rows is rounded to
  * bf16 as it is finished, and each sequence attended as soon as all its
  * rows are, so that the attention reads them from cache instead of memory
- * (BERT-base's int8 passages +1.5%: bench/RESULTS.md). With fewer (a few
+ * (BERT-base's int8 passages +3-4%: bench/RESULTS.md). With fewer (a few
  * queries) a sequence's heads are shared between the threads instead, after
  * the product. The same bits either way. qkv: the product's staging. */
 static qac_status qkv_attention(qac_bert_acts *a, const qac_bert_config *c, float *out, float *qkv, const float *x,

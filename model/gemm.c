@@ -724,7 +724,8 @@ qac_status qac_gemm_q8(float *out, const void *q8, const qac_packed_w *pw, const
                        int N, qac_pool *pool) {
     if (N <= 0) return QAC_OK;
     if (!pw->pq) return qac_set_error(QAC_ERR_INVALID, "matrix product: quantised rows need int8 weights");
-    gemm_ctx g = {out, NULL, bias, resid, pw, N, 0, 0, 0, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, NULL, q8, NULL, 0, 0};
+    gemm_ctx g = {out, NULL, bias, resid, pw, N, 0, 0, 0, NULL, NULL, NULL, NULL, 0, NULL, 0, NULL, NULL, q8, NULL,
+                  0, 0};
     if (!split_cols(&g, N, qac_pool_size(pool))) split_blocks(&g, pw->IC, 1, N, qac_pool_size(pool));
     qac_pool_for(pool, g.nb, 1, gemm_task, &g);
     return QAC_OK;

@@ -108,10 +108,11 @@ qac_status qac_gemm_then(float *out, const float *inp, const qac_packed_w *pw, c
  * (thread t's at out + t (N / threads) OC, rounded down to a cache line),
  * not at out + r0 OC, so that every block reuses the same lines instead of
  * sending N x OC floats to memory; post_at(post_ctx, r0, r1, rows, tid)
- * then reads them there (tid: the calling thread's index in the pool). out [N, OC] is scratch: afterwards it holds no row in
- * its place. Where a thread's part is smaller than a block (a few rows on
- * many threads) the rows go to out + r0 OC as in qac_gemm_then, and a short
- * batch split by columns has every row in its place when post_at runs. */
+ * then reads them there (tid: the calling thread's index in the pool).
+ * out [N, OC] is scratch: afterwards it holds no row in its place. Where
+ * a thread's part is smaller than a block (a few rows on many threads) the
+ * rows go to out + r0 OC as in qac_gemm_then, and a short batch split by
+ * columns has every row in its place when post_at runs. */
 typedef void (*qac_gemm_post_at_fn)(void *post_ctx, int r0, int r1, float *rows, int tid);
 qac_status qac_gemm_then_local(float *out, const float *inp, const qac_packed_w *pw, const float *bias, int N,
                                void *scratch, qac_pool *pool, qac_gemm_post_at_fn post_at, void *post_ctx);

@@ -301,7 +301,8 @@ static void quant_rows_ranged(const quant_row_fns *q, uint8_t *a, float *sa, int
         if (q->group)
             q->group(ga, x + (size_t)i * IC, (size_t)IC, g, IC, inv, zp + rr);
         else
-            for (int j = 0; j < g; j++) q->apply(ga + (size_t)j * 4, MR_A * 4, x + (size_t)(i + j) * IC, IC, inv[j], zp[rr + j]);
+            for (int j = 0; j < g; j++)
+                q->apply(ga + (size_t)j * 4, MR_A * 4, x + (size_t)(i + j) * IC, IC, inv[j], zp[rr + j]);
         i += g;
     }
 }

@@ -503,6 +503,9 @@ typedef struct att_ctx {
     const uint16_t *qkv16; /* Q|K|V already in bf16 (qac_attention_forward_bf16_qkv): qkv unused */
 } att_ctx;
 
+/* both products in bf16 (the mode, and the scratch, of Q|K|V from bf16) */
+#define QK_PV (QAC_ATT_BF16_QK | QAC_ATT_BF16_PV)
+
 /* A thread's scratch: the probabilities of one (sequence, head) [T, T],
  * packed K^T [T x hs] of one head (gemm.h layout), room for V [hs x T] on
  * the paths that pack it (qac_gemm_strided_b), and the dropped
@@ -587,7 +590,8 @@ static void att_prefetch_bytes(const void *kq, int rows, size_t row, size_t col,
 
 /* the fp32 Q|K|V's: hs floats at float column col */
 static void att_prefetch(const float *kq, int rows, int col, int C, int hs) {
-    att_prefetch_bytes(kq, rows, (size_t)3 * C * sizeof(float), (size_t)col * sizeof(float), (size_t)hs * sizeof(float));
+    att_prefetch_bytes(kq, rows, (size_t)3 * C * sizeof(float), (size_t)col * sizeof(float),
+                       (size_t)hs * sizeof(float));
 }
 
 /* the bf16 Q|K|V's: hs elements at element column col */
@@ -744,27 +748,29 @@ qac_status qac_attention_forward_window(float *out, float *att, float *scratch, 
 qac_status qac_attention_forward_packed_bf16(float *out, float *scratch, const float *qkv, const int *lens,
                                              const int *offs, int B, int T, int C, int NH, int bf16,
                                              qac_pool *pool) {
-    att_ctx c = {out, NULL, scratch, qkv, lens, offs, NULL, NULL, 0, T, C, NH, 0, 0, qac_cpu_bf16() ? bf16 & 3 : 0, NULL};
+    att_ctx c = {out, NULL, scratch, qkv, lens, offs, NULL, NULL, 0, T, C, NH, 0, 0, qac_cpu_bf16() ? bf16 & 3 : 0,
+                 NULL};
     return att_run(&c, B, pool);
 }
 
 qac_status qac_attention_forward_packed_rows(float *out, float *scratch, const float *qkv, const int *lens,
                                              const int *offs, const int *rows, int B, int T, int C, int NH, int bf16,
                                              qac_pool *pool) {
-    att_ctx c = {out, NULL, scratch, qkv, lens, offs, rows, NULL, 0, T, C, NH, 0, 0, qac_cpu_bf16() ? bf16 & 3 : 0, NULL};
+    att_ctx c = {out, NULL, scratch, qkv, lens, offs, rows, NULL, 0, T, C, NH, 0, 0, qac_cpu_bf16() ? bf16 & 3 : 0,
+                 NULL};
     return att_run(&c, B, pool);
 }
 
 qac_status qac_attention_forward_bf16_qkv(float *out, float *scratch, const uint16_t *qkv16, const int *lens,
                                           const int *offs, const int *rows, int B, int T, int C, int NH,
                                           qac_pool *pool) {
-    att_ctx c = {out, NULL, scratch, NULL, lens, offs, rows, NULL, 0, T, C, NH, 0, 0, 3, qkv16};
+    att_ctx c = {out, NULL, scratch, NULL, lens, offs, rows, NULL, 0, T, C, NH, 0, 0, QK_PV, qkv16};
     return att_run(&c, B, pool);
 }
 
 void qac_attention_bf16_qkv_seq(float *out, float *scratch, const uint16_t *qkv16, const int *lens, const int *offs,
                                 const int *rows, int b, int T, int C, int NH) {
-    att_ctx c = {out, NULL, scratch, NULL, lens, offs, rows, NULL, 0, T, C, NH, 0, 0, 3, qkv16};
+    att_ctx c = {out, NULL, scratch, NULL, lens, offs, rows, NULL, 0, T, C, NH, 0, 0, QK_PV, qkv16};
     att_task(&c, (int64_t)b * NH, (int64_t)(b + 1) * NH, 0);
 }
 

@@ -265,8 +265,8 @@ BODY void qac_vm_gelu_backward_body(float *dinp, const float *dout, const float 
  * a scalar tail, and the 16 lanes' max and sum are folded as a tree
  * (halves added lane-wise), not one lane after another. Each element's exp
  * is one lane's operations and the folding order is fixed, so the bits
- * depend on n alone. */
-/* the softmax's steps with the exp given (always inlined: a direct call) */
+ * depend on n alone. The exp is a parameter (always inlined: a direct
+ * call): exp_poly here, exp_b16 for qac_vm_softmax_row_b16. */
 static inline __attribute__((always_inline)) void softmax_with(float *x, int n, float (*ex)(float)) {
     float m[VBLOCK], t[VBLOCK], acc[VBLOCK] = {0};
     int i = 0, full = n / VBLOCK * VBLOCK, rem = n - full;

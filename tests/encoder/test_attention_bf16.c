@@ -197,7 +197,10 @@ static void check(int hs, int mode) {
     CHECK_MSG(differ == 0, "hs %d mode %d: a sequence's bits depend on the batch, the threads or the rows asked", hs,
               mode);
     printf("attention hs %d, bf16 mode %d (%s): %s, within %.3f of the bound to fp32, batch/thread/row-invariant\n",
-           hs, mode, mode == FROM16 && !qac_cpu_bf16() ? "no AVX512_BF16: emulated" : bf16 ? "AVX512_BF16" : "no AVX512_BF16: fp32",
+           hs, mode,
+           mode == FROM16 && !qac_cpu_bf16() ? "no AVX512_BF16: emulated"
+           : bf16                            ? "AVX512_BF16"
+                                             : "no AVX512_BF16: fp32",
            !bf16 ? "fp32's bits" : modelled ? "bit-equal to the C model" : "no C model", worst);
     qac_pool_free(two);
     free(qkv), free(qkv16), free(got), free(ref), free(want), free(alone), free(p), free(pad), free(po), free(p32);
